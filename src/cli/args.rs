@@ -1,0 +1,170 @@
+//! Argument groups shared by several subcommands: target, domain, output.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::CliError;
+use crate::domain::{parse_range, Domain, DomainOverrides, PRESETS};
+use crate::registry::TargetSpec;
+use crate::report::{write_atomically, Report};
+
+/// Which target(s) to run.
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// Target under audit: `native` or `llama.cpp@VERSION[+assert]`.
+    #[arg(long, default_value = "native")]
+    pub target: String,
+    /// Inject faults into the target (native only): refcount, seq_rm_off_by_one, seq_add_stale_index.
+    #[arg(long = "inject", value_delimiter = ',')]
+    pub inject: Vec<String>,
+    /// Second target for the differential oracle.
+    #[arg(long)]
+    pub vs: Option<String>,
+    /// Inject faults into the second target.
+    #[arg(long = "inject-b", value_delimiter = ',', requires = "vs")]
+    pub inject_b: Vec<String>,
+}
+
+impl TargetArgs {
+    /// The target specs (A, optional B).
+    pub fn specs(&self) -> (TargetSpec, Option<TargetSpec>) {
+        let a = TargetSpec::new(&self.target, &self.inject);
+        let b = self.vs.as_ref().map(|v| TargetSpec::new(v, &self.inject_b));
+        (a, b)
+    }
+}
+
+/// Which domain: a preset or a TOML file, plus overrides.
+#[derive(Debug, Args)]
+pub struct DomainArgs {
+    /// Preset name (seed, wide) or path to a domain TOML file.
+    #[arg(long, default_value = "seed")]
+    pub domain: String,
+    /// Override the sequences, e.g. `0,1,2`.
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    pub seqs: Option<Vec<i32>>,
+    /// Override the ranges, e.g. `0:3,2:5,3:,open`.
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    pub ranges: Option<Vec<String>>,
+    /// Override the seq_add deltas, e.g. `2,-2`.
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    pub deltas: Option<Vec<i32>>,
+    /// Override the seq_div divisors.
+    #[arg(long, value_delimiter = ',')]
+    pub divisors: Option<Vec<i32>>,
+    /// Override the decode-next token counts.
+    #[arg(long = "decode-next", value_delimiter = ',')]
+    pub decode_next: Option<Vec<u32>>,
+}
+
+impl DomainArgs {
+    /// Resolves preset or file, then applies the overrides.
+    pub fn resolve(&self) -> Result<Domain, CliError> {
+        let mut d = match Domain::preset(&self.domain) {
+            Some(d) => d,
+            None if self.domain.ends_with(".toml")
+                || std::path::Path::new(&self.domain).exists() =>
+            {
+                Domain::from_file(std::path::Path::new(&self.domain)).map_err(CliError::usage)?
+            }
+            None => {
+                return Err(CliError::usage(format!(
+                    "--domain '{}': not a preset ({}) nor a file",
+                    self.domain,
+                    PRESETS.join(", ")
+                )))
+            }
+        };
+        let ranges = match &self.ranges {
+            Some(rs) => Some(
+                rs.iter()
+                    .map(|r| parse_range(r))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(CliError::usage)?,
+            ),
+            None => None,
+        };
+        DomainOverrides {
+            seqs: self.seqs.clone(),
+            ranges,
+            deltas: self.deltas.clone(),
+            divisors: self.divisors.clone(),
+            decode_next: self.decode_next.clone(),
+            ..DomainOverrides::default()
+        }
+        .apply(&mut d);
+        d.validate()
+            .map_err(|e| CliError::usage(format!("domain {}: {e}", d.name)))?;
+        Ok(d)
+    }
+}
+
+/// Report format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Table and findings for a terminal.
+    Terminal,
+    /// The JSON report.
+    Json,
+    /// Markdown.
+    Markdown,
+}
+
+/// How progress is shown while running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MessageFormat {
+    /// A progress bar on stderr.
+    Human,
+    /// Every event as a JSON line on stderr.
+    Json,
+}
+
+/// Where and how the report goes.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Report format (on stdout, or in --out).
+    #[arg(long, value_enum, default_value = "terminal")]
+    pub format: Format,
+    /// Write the report to this file (atomically) instead of stdout; the terminal still gets
+    /// the table. Format from --format, or from the extension (.json, .md).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Progress display.
+    #[arg(long = "message-format", value_enum, default_value = "human")]
+    pub message_format: MessageFormat,
+    /// No progress display.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+impl OutputArgs {
+    /// Writes or prints the report.
+    pub fn emit(&self, report: &Report) -> Result<(), CliError> {
+        let format = match (&self.out, self.format) {
+            (Some(p), Format::Terminal) => match p.extension().and_then(|e| e.to_str()) {
+                Some("md") => Format::Markdown,
+                _ => Format::Json,
+            },
+            (_, f) => f,
+        };
+        let text = match format {
+            Format::Terminal => report.to_terminal(),
+            Format::Json => report.to_json(),
+            Format::Markdown => report.to_markdown(),
+        };
+        match &self.out {
+            Some(path) => {
+                write_atomically(path, &text).map_err(|e| {
+                    CliError::harness(format!("{}: cannot write report: {e}", path.display()))
+                })?;
+                if !self.quiet {
+                    print!("{}", report.to_terminal());
+                    println!("report written to {}", path.display());
+                }
+            }
+            None => print!("{text}"),
+        }
+        Ok(())
+    }
+}

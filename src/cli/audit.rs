@@ -1,0 +1,131 @@
+//! `kvaudit audit`: the exhaustive audit.
+
+use clap::Args;
+
+use super::args::{DomainArgs, OutputArgs, TargetArgs};
+use super::progress::Display;
+use super::CliError;
+use crate::exit;
+use crate::explore::{run_exhaustive, ExhaustiveConfig};
+use crate::report::Shard;
+
+/// Arguments of `kvaudit audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    domain: DomainArgs,
+    /// Longest op sequence (every length 1..=depth is enumerated).
+    #[arg(long, default_value_t = 3)]
+    depth: u32,
+    /// Run shard K of M (`K/M`, K from 0). Also read from SLURM_ARRAY_TASK_ID and
+    /// SLURM_ARRAY_TASK_COUNT, or from JOB_COMPLETION_INDEX with KVAUDIT_SHARD_COUNT.
+    #[arg(long)]
+    shard: Option<String>,
+    /// Worker threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Traces per batch sent to a runner.
+    #[arg(long, default_value_t = 2048)]
+    batch: usize,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+/// The shard from the flag, else from the batch system's environment, else the whole run.
+pub fn shard_from(
+    flag: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Shard, CliError> {
+    if let Some(s) = flag {
+        return Shard::parse(s).map_err(|e| CliError::usage(format!("--shard: {e}")));
+    }
+    let num = |name: &str| -> Result<Option<usize>, CliError> {
+        env(name)
+            .map(|v| {
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| CliError::usage(format!("${name} = '{v}' is not a number")))
+            })
+            .transpose()
+    };
+    if let (Some(id), Some(count)) = (num("SLURM_ARRAY_TASK_ID")?, num("SLURM_ARRAY_TASK_COUNT")?) {
+        let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+        return Shard::new(id.saturating_sub(min), count)
+            .map_err(|e| CliError::usage(format!("SLURM array: {e}")));
+    }
+    if let Some(id) = num("JOB_COMPLETION_INDEX")? {
+        let count = num("KVAUDIT_SHARD_COUNT")?.ok_or_else(|| {
+            CliError::usage(
+                "JOB_COMPLETION_INDEX is set: set KVAUDIT_SHARD_COUNT to the number of completions",
+            )
+        })?;
+        return Shard::new(id, count)
+            .map_err(|e| CliError::usage(format!("JOB_COMPLETION_INDEX: {e}")));
+    }
+    Ok(Shard::WHOLE)
+}
+
+/// Runs the audit.
+pub fn run(a: AuditArgs) -> Result<i32, CliError> {
+    if a.depth == 0 {
+        return Err(CliError::usage("--depth must be at least 1"));
+    }
+    if a.batch == 0 {
+        return Err(CliError::usage("--batch must be at least 1"));
+    }
+    let domain = a.domain.resolve()?;
+    let shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
+    let (spec_a, spec_b) = a.target.specs();
+    let fa = spec_a.factory().map_err(CliError::usage)?;
+    let fb = spec_b
+        .map(|s| s.factory())
+        .transpose()
+        .map_err(CliError::usage)?;
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let cfg = ExhaustiveConfig {
+        domain,
+        depth: a.depth,
+        shard,
+        threads,
+        batch: a.batch,
+    };
+    let mut display = Display::new(&a.out);
+    let report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
+    a.out.emit(&report)?;
+    Ok(if report.has_findings() {
+        exit::FINDINGS
+    } else {
+        exit::CLEAN
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_sources() {
+        let none = |_: &str| None;
+        assert_eq!(
+            shard_from(Some("1/3"), &none).unwrap(),
+            Shard { index: 1, count: 3 }
+        );
+        assert_eq!(shard_from(None, &none).unwrap(), Shard::WHOLE);
+        let slurm = |k: &str| match k {
+            "SLURM_ARRAY_TASK_ID" => Some("2".to_string()),
+            "SLURM_ARRAY_TASK_COUNT" => Some("3".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            shard_from(None, &slurm).unwrap(),
+            Shard { index: 2, count: 3 }
+        );
+        let k8s = |k: &str| (k == "JOB_COMPLETION_INDEX").then(|| "0".to_string());
+        assert_eq!(shard_from(None, &k8s).unwrap_err().code, exit::USAGE);
+        assert!(shard_from(Some("3/3"), &none).is_err());
+    }
+}

@@ -1,0 +1,54 @@
+//! `kvaudit domain`: prints a domain's ops in enumeration order, and the count.
+
+use clap::Args;
+
+use super::args::DomainArgs;
+use super::CliError;
+use crate::exit;
+use crate::explore::total_trials;
+
+/// Arguments of `kvaudit domain`.
+#[derive(Debug, Args)]
+pub struct DomainCmd {
+    /// Same as --domain (kept for `kvaudit domain --preset seed`).
+    #[arg(long)]
+    preset: Option<String>,
+    #[command(flatten)]
+    domain: DomainArgs,
+    /// Print the ops as JSON lines instead of llama.h calls.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the domain.
+pub fn run(mut d: DomainCmd) -> Result<i32, CliError> {
+    if let Some(p) = d.preset.take() {
+        d.domain.domain = p;
+    }
+    let domain = d.domain.resolve()?;
+    let ops = domain.ops();
+    println!(
+        "domain {}: setup n_ctx {}, n_seq_max {}",
+        domain.name, domain.setup.n_ctx, domain.setup.n_seq_max
+    );
+    for op in &domain.setup.ops {
+        println!(
+            "  setup: {}",
+            if d.json { op.to_json() } else { op.to_string() }
+        );
+    }
+    for (i, op) in ops.iter().enumerate() {
+        println!(
+            "{:>4}  {}",
+            i,
+            if d.json { op.to_json() } else { op.to_string() }
+        );
+    }
+    let n = ops.len() as u64;
+    println!(
+        "{n} ops; trials at depth 1..=3: {}, 1..=4: {}",
+        total_trials(n, 3),
+        total_trials(n, 4)
+    );
+    Ok(exit::CLEAN)
+}

@@ -1,0 +1,78 @@
+//! The command line: one clap-derive `Command` enum, one file per subcommand.
+//!
+//! Every subcommand returns an exit code (see [`crate::exit`]) or a [`CliError`] that carries
+//! its own code, so `main` stays tiny and nothing panics on bad input.
+
+mod args;
+mod audit;
+mod domain;
+mod merge;
+mod progress;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit;
+
+pub use args::{DomainArgs, OutputArgs, TargetArgs};
+
+/// kvaudit: audits the KV caches of LLM inference engines.
+#[derive(Debug, Parser)]
+#[command(name = "kvaudit", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Exhaustive audit: every op sequence of length 1..=depth over a domain.
+    Audit(audit::AuditArgs),
+    /// Print a domain's ops, in enumeration order, and their count.
+    Domain(domain::DomainCmd),
+    /// Merge shard reports (JSON) into the report of the whole run.
+    Merge(merge::MergeArgs),
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    /// Exit code.
+    pub code: i32,
+    /// One line saying what failed.
+    pub message: String,
+}
+
+impl CliError {
+    /// Bad input: exit code [`exit::USAGE`].
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            code: exit::USAGE,
+            message: message.into(),
+        }
+    }
+
+    /// The harness broke: exit code [`exit::HARNESS`].
+    pub fn harness(message: impl Into<String>) -> Self {
+        CliError {
+            code: exit::HARNESS,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<crate::target::HarnessError> for CliError {
+    fn from(e: crate::target::HarnessError) -> Self {
+        CliError::harness(e.to_string())
+    }
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Result<i32, CliError> {
+    match cli.command {
+        Command::Audit(a) => audit::run(a),
+        Command::Domain(d) => domain::run(d),
+        Command::Merge(m) => merge::run(m),
+    }
+}

@@ -1,0 +1,798 @@
+//! The fenced FFI module: the only code in kvaudit that calls into llama.cpp.
+//!
+//! Two layers, as in git2/libgit2-sys and rusqlite:
+//! - `raw` (private): the C ABI of `targets/llama.cpp/kvaudit_shim.h`. One struct holds the
+//!   `libloading::Library` together with every function pointer taken from it, so no symbol
+//!   can outlive its library, and the pointers never leave this module.
+//! - the safe layer: [`LlamaShim`] (one loaded `libkvaudit_shim.so`, shareable) and
+//!   [`LlamaContext`] (one model + context, freed in `Drop`). Each keeps the library alive
+//!   through an `Arc`.
+//!
+//! Errors: `Err` means the harness or the shim broke (library missing, ABI mismatch, NULL
+//! handle, buffer too small, an exception caught at the C boundary), as a [`ShimError`] inside
+//! `anyhow::Error`. What llama.cpp *does* is returned as values: `decode`'s return code,
+//! `seq_rm`'s bool, positions, state bytes. llama.cpp aborts (GGML_ASSERT, `assert` in `+assert`
+//! builds) cannot be caught here; run contexts that may hit one in a child process with
+//! `GGML_NO_BACKTRACE=1`.
+//!
+//! No Rust code is ever called from C (the shim's log callback is C), so no panic can unwind
+//! across the boundary, and the shim catches every C++ exception before it reaches Rust.
+
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+
+use super::build::BuiltShim;
+
+/// `KVAUDIT_SHIM_ABI` this module is written against (checked against the header in a test).
+pub const SHIM_ABI: u32 = 1;
+
+/// A failure of the shim or of the call protocol (not a behaviour of llama.cpp's cache).
+#[derive(Debug, thiserror::Error)]
+pub enum ShimError {
+    /// The library's ABI number is not [`SHIM_ABI`].
+    #[error("{path}: shim ABI {found}, this kvaudit expects {expected}; rebuild it with `kvaudit target build <pin> --force`")]
+    AbiMismatch {
+        /// The library.
+        path: PathBuf,
+        /// What it reports.
+        found: i32,
+        /// [`SHIM_ABI`].
+        expected: u32,
+    },
+    /// The library was built for another pin than the caller expected.
+    #[error("{path}: built for {found}, expected {expected}")]
+    WrongPin {
+        /// The library.
+        path: PathBuf,
+        /// `kvaudit_shim_version()`.
+        found: String,
+        /// The expected label.
+        expected: String,
+    },
+    /// `kvaudit_shim_open` returned NULL.
+    #[error("opening {model} with {pin}: {message}")]
+    Open {
+        /// The pin label.
+        pin: String,
+        /// The model path.
+        model: PathBuf,
+        /// llama.cpp's error log text.
+        message: String,
+    },
+    /// llama.cpp threw a C++ exception, caught by the shim.
+    #[error("{op}: llama.cpp threw a C++ exception (caught in the shim): {log}")]
+    Exception {
+        /// The shim function.
+        op: &'static str,
+        /// Error log text.
+        log: String,
+    },
+    /// llama.cpp returned no data where the call needs some (NULL logits, 0 state bytes).
+    #[error("{op}: llama.cpp returned no data: {log}")]
+    NoData {
+        /// The shim function.
+        op: &'static str,
+        /// Error log text.
+        log: String,
+    },
+    /// Any other negative shim status.
+    #[error("{op}: shim status {code}: {log}")]
+    Status {
+        /// The shim function.
+        op: &'static str,
+        /// The `KVAUDIT_SHIM_E_*` value.
+        code: i64,
+        /// Error log text.
+        log: String,
+    },
+    /// The caller's arguments do not fit together (e.g. one seq set per token).
+    #[error("{op}: {message}")]
+    BadArguments {
+        /// The safe method.
+        op: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The private raw layer: C types and the function table.
+mod raw {
+    use std::os::raw::{c_char, c_int};
+    use std::path::Path;
+
+    use anyhow::{Context as _, Result};
+    use libloading::Library;
+
+    pub const E_NULL: i64 = -1001;
+    pub const E_EXCEPTION: i64 = -1002;
+    #[cfg_attr(not(test), allow(dead_code))] // reported as ShimError::Status
+    pub const E_BUFFER: i64 = -1003;
+    pub const E_LLAMA: i64 = -1004;
+
+    /// `kvaudit_shim_params`: ten 32-bit fields, no padding.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy)]
+    pub struct Params {
+        pub n_ctx: u32,
+        pub n_seq_max: u32,
+        pub n_batch: u32,
+        pub n_ubatch: u32,
+        pub n_threads: i32,
+        pub kv_unified: i32,
+        pub swa_full: i32,
+        pub flash_attn: i32,
+        pub type_k: i32,
+        pub type_v: i32,
+    }
+
+    /// The opaque `kvaudit_shim` handle.
+    #[repr(C)]
+    pub struct Handle {
+        _private: [u8; 0],
+    }
+
+    /// The library and every function of kvaudit_shim.h, loaded together. The pointers are
+    /// only valid while `_lib` is loaded, which is as long as this struct lives; they are
+    /// private to `ffi` and never copied out of it.
+    pub struct Api {
+        pub version: unsafe extern "C" fn() -> *const c_char,
+        pub state_seq_format: unsafe extern "C" fn() -> i32,
+        pub assertions_enabled: unsafe extern "C" fn() -> i32,
+        pub open:
+            unsafe extern "C" fn(*const c_char, *const Params, *mut c_char, usize) -> *mut Handle,
+        pub close: unsafe extern "C" fn(*mut Handle),
+        pub decode: unsafe extern "C" fn(
+            *mut Handle,
+            i32,
+            *const i32,
+            *const i32,
+            *const i32,
+            *const i32,
+            i32,
+        ) -> i32,
+        pub seq_rm: unsafe extern "C" fn(*mut Handle, i32, i32, i32) -> i32,
+        pub seq_cp: unsafe extern "C" fn(*mut Handle, i32, i32, i32, i32) -> i32,
+        pub seq_keep: unsafe extern "C" fn(*mut Handle, i32) -> i32,
+        pub seq_add: unsafe extern "C" fn(*mut Handle, i32, i32, i32, i32) -> i32,
+        pub seq_div: unsafe extern "C" fn(*mut Handle, i32, i32, i32, i32) -> i32,
+        pub clear: unsafe extern "C" fn(*mut Handle, i32) -> i32,
+        pub seq_pos_min: unsafe extern "C" fn(*mut Handle, i32, *mut i32) -> i32,
+        pub seq_pos_max: unsafe extern "C" fn(*mut Handle, i32, *mut i32) -> i32,
+        pub state_seq_size: unsafe extern "C" fn(*mut Handle, i32) -> i64,
+        pub state_seq_get: unsafe extern "C" fn(*mut Handle, i32, *mut u8, usize) -> i64,
+        pub state_size: unsafe extern "C" fn(*mut Handle) -> i64,
+        pub state_get: unsafe extern "C" fn(*mut Handle, *mut u8, usize) -> i64,
+        pub state_set: unsafe extern "C" fn(*mut Handle, *const u8, usize) -> i64,
+        pub n_vocab: unsafe extern "C" fn(*mut Handle) -> i32,
+        pub get_logits_ith: unsafe extern "C" fn(*mut Handle, i32, *mut f32, i32) -> i32,
+        pub last_error: unsafe extern "C" fn(*mut c_char, usize) -> usize,
+        // Declared last: dropped after nothing else can use the pointers above.
+        _lib: Library,
+    }
+
+    /// Copies one function pointer out of `lib`.
+    ///
+    /// # Safety
+    /// `T` must be the exact `unsafe extern "C" fn` type of the C symbol `name` (a
+    /// NUL-terminated byte string), and the returned pointer must not be called after `lib`
+    /// is unloaded.
+    unsafe fn symbol<T: Copy>(lib: &Library, name: &[u8]) -> Result<T> {
+        let sym = lib.get::<T>(name).with_context(|| {
+            format!(
+                "symbol {} missing",
+                String::from_utf8_lossy(&name[..name.len() - 1])
+            )
+        })?;
+        Ok(*sym)
+    }
+
+    impl Api {
+        /// Loads the shared object and checks its ABI number before taking any other symbol.
+        /// Returns `Ok(Err(found))` on an ABI mismatch.
+        ///
+        /// # Safety
+        /// Loading runs the library's initializers; `path` must be a `libkvaudit_shim.so`
+        /// built by `super::super::build` (llama.cpp/ggml static constructors only), or at
+        /// least a library whose initializers are sound to run in this process. The function
+        /// types below must match kvaudit_shim.h for the ABI number the library reports.
+        pub unsafe fn load(
+            path: &Path,
+            expected_abi: u32,
+        ) -> Result<std::result::Result<Api, i32>> {
+            let lib = Library::new(path).with_context(|| format!("loading {}", path.display()))?;
+            let abi_version: unsafe extern "C" fn() -> c_int =
+                symbol(&lib, b"kvaudit_shim_abi_version\0")?;
+            let found = abi_version();
+            if found < 0 || found as u32 != expected_abi {
+                return Ok(Err(found));
+            }
+            Ok(Ok(Api {
+                version: symbol(&lib, b"kvaudit_shim_version\0")?,
+                state_seq_format: symbol(&lib, b"kvaudit_shim_state_seq_format\0")?,
+                assertions_enabled: symbol(&lib, b"kvaudit_shim_assertions_enabled\0")?,
+                open: symbol(&lib, b"kvaudit_shim_open\0")?,
+                close: symbol(&lib, b"kvaudit_shim_close\0")?,
+                decode: symbol(&lib, b"kvaudit_shim_decode\0")?,
+                seq_rm: symbol(&lib, b"kvaudit_shim_seq_rm\0")?,
+                seq_cp: symbol(&lib, b"kvaudit_shim_seq_cp\0")?,
+                seq_keep: symbol(&lib, b"kvaudit_shim_seq_keep\0")?,
+                seq_add: symbol(&lib, b"kvaudit_shim_seq_add\0")?,
+                seq_div: symbol(&lib, b"kvaudit_shim_seq_div\0")?,
+                clear: symbol(&lib, b"kvaudit_shim_clear\0")?,
+                seq_pos_min: symbol(&lib, b"kvaudit_shim_seq_pos_min\0")?,
+                seq_pos_max: symbol(&lib, b"kvaudit_shim_seq_pos_max\0")?,
+                state_seq_size: symbol(&lib, b"kvaudit_shim_state_seq_size\0")?,
+                state_seq_get: symbol(&lib, b"kvaudit_shim_state_seq_get\0")?,
+                state_size: symbol(&lib, b"kvaudit_shim_state_size\0")?,
+                state_get: symbol(&lib, b"kvaudit_shim_state_get\0")?,
+                state_set: symbol(&lib, b"kvaudit_shim_state_set\0")?,
+                n_vocab: symbol(&lib, b"kvaudit_shim_n_vocab\0")?,
+                get_logits_ith: symbol(&lib, b"kvaudit_shim_get_logits_ith\0")?,
+                last_error: symbol(&lib, b"kvaudit_shim_last_error\0")?,
+                _lib: lib,
+            }))
+        }
+
+        /// The error log text of the last shim call on this thread.
+        pub fn last_error(&self) -> String {
+            let mut buf = vec![0u8; 4096];
+            // SAFETY: buf is writable for buf.len() bytes; the shim writes at most that many,
+            // NUL included, and only reads its thread-local buffer.
+            let n = unsafe { (self.last_error)(buf.as_mut_ptr().cast(), buf.len()) };
+            buf.truncate(n.min(buf.len() - 1));
+            String::from_utf8_lossy(&buf).trim_end().to_string()
+        }
+    }
+}
+
+/// Flash attention setting (`enum llama_flash_attn_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlashAttn {
+    /// llama.cpp decides (its default).
+    #[default]
+    Auto,
+    /// Off.
+    Off,
+    /// On.
+    On,
+}
+
+/// Model and context settings for [`LlamaShim::open`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextParams {
+    /// Context size; 0 takes the model's. llama.cpp pads it to a multiple of 256.
+    pub n_ctx: u32,
+    /// Number of sequences (seq ids `0..n_seq_max`).
+    pub n_seq_max: u32,
+    /// Logical batch size; 0 keeps llama.cpp's default (2048).
+    pub n_batch: u32,
+    /// Physical batch size; 0 keeps llama.cpp's default (512).
+    pub n_ubatch: u32,
+    /// Threads for decoding; 0 keeps llama.cpp's default (4).
+    pub n_threads: u32,
+    /// One KV stream shared by all sequences (needed for seq ids 0..3 in one stream).
+    pub kv_unified: bool,
+    /// Full-size SWA cache.
+    pub swa_full: bool,
+    /// Flash attention.
+    pub flash_attn: FlashAttn,
+    /// `ggml_type` of the K cache; `None`: F16.
+    pub type_k: Option<u32>,
+    /// `ggml_type` of the V cache; `None`: F16.
+    pub type_v: Option<u32>,
+}
+
+impl Default for ContextParams {
+    /// llama.cpp's defaults, except one thread (cheap and deterministic for auditing).
+    fn default() -> ContextParams {
+        ContextParams {
+            n_ctx: 512,
+            n_seq_max: 1,
+            n_batch: 0,
+            n_ubatch: 0,
+            n_threads: 1,
+            kv_unified: false,
+            swa_full: true,
+            flash_attn: FlashAttn::Auto,
+            type_k: None,
+            type_v: None,
+        }
+    }
+}
+
+impl ContextParams {
+    fn to_raw(&self) -> raw::Params {
+        let to_i32 = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        raw::Params {
+            n_ctx: self.n_ctx,
+            n_seq_max: self.n_seq_max,
+            n_batch: self.n_batch,
+            n_ubatch: self.n_ubatch,
+            n_threads: to_i32(self.n_threads),
+            kv_unified: self.kv_unified as i32,
+            swa_full: self.swa_full as i32,
+            flash_attn: match self.flash_attn {
+                FlashAttn::Auto => -1,
+                FlashAttn::Off => 0,
+                FlashAttn::On => 1,
+            },
+            type_k: self.type_k.map_or(-1, to_i32),
+            type_v: self.type_v.map_or(-1, to_i32),
+        }
+    }
+}
+
+/// One loaded `libkvaudit_shim.so`. Cheap to clone; several pins load side by side.
+#[derive(Clone)]
+pub struct LlamaShim {
+    api: Arc<raw::Api>,
+    path: PathBuf,
+    version: String,
+}
+
+impl std::fmt::Debug for LlamaShim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaShim")
+            .field("path", &self.path)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+impl LlamaShim {
+    /// Loads a shim and checks its ABI number.
+    pub fn load(path: &Path) -> Result<LlamaShim> {
+        // SAFETY: the path names a kvaudit shim (the ABI number is checked before any other
+        // symbol is used), whose initializers are llama.cpp's and ggml's static constructors;
+        // the function types in raw::Api are those of kvaudit_shim.h for SHIM_ABI.
+        let api = match unsafe { raw::Api::load(path, SHIM_ABI)? } {
+            Ok(api) => api,
+            Err(found) => {
+                return Err(ShimError::AbiMismatch {
+                    path: path.to_path_buf(),
+                    found,
+                    expected: SHIM_ABI,
+                }
+                .into())
+            }
+        };
+        // SAFETY: returns a pointer to a static NUL-terminated string in the library, which
+        // `api` keeps loaded while we copy it.
+        let version = unsafe {
+            let p = (api.version)();
+            if p.is_null() {
+                String::new()
+            } else {
+                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        Ok(LlamaShim {
+            api: Arc::new(api),
+            path: path.to_path_buf(),
+            version,
+        })
+    }
+
+    /// Loads a built shim and checks that it was built for the build's pin.
+    pub fn load_built(built: &BuiltShim) -> Result<LlamaShim> {
+        let shim = LlamaShim::load(&built.so_path)?;
+        let expected = built.pin.label();
+        if shim.version != expected {
+            return Err(ShimError::WrongPin {
+                path: shim.path.clone(),
+                found: shim.version.clone(),
+                expected,
+            }
+            .into());
+        }
+        Ok(shim)
+    }
+
+    /// The pin label compiled into the shim, e.g. `llama.cpp@0.1.156+assert`.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The library path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `LLAMA_STATE_SEQ_VERSION` of the pin's llama.h (2 or 4).
+    pub fn state_seq_format(&self) -> i32 {
+        // SAFETY: no arguments; returns a compile-time constant.
+        unsafe { (self.api.state_seq_format)() }
+    }
+
+    /// True for `+assert` builds (compiled without NDEBUG).
+    pub fn assertions_enabled(&self) -> bool {
+        // SAFETY: no arguments; returns a compile-time constant.
+        unsafe { (self.api.assertions_enabled)() != 0 }
+    }
+
+    /// Loads `model` (CPU only) and creates a context with `params`.
+    pub fn open(&self, model: &Path, params: &ContextParams) -> Result<LlamaContext> {
+        let c_path = std::ffi::CString::new(model.as_os_str().as_encoded_bytes())
+            .with_context(|| format!("model path {} contains a NUL byte", model.display()))?;
+        let raw_params = params.to_raw();
+        let mut err = vec![0u8; 2048];
+        // SAFETY: c_path is NUL-terminated, raw_params lives across the call, err is writable
+        // for err.len() bytes; the shim copies what it needs and keeps no pointer to them.
+        let handle = unsafe {
+            (self.api.open)(
+                c_path.as_ptr(),
+                &raw_params,
+                err.as_mut_ptr().cast(),
+                err.len(),
+            )
+        };
+        match NonNull::new(handle) {
+            Some(handle) => {
+                // SAFETY: handle is a live handle from kvaudit_shim_open.
+                let n_vocab = unsafe { (self.api.n_vocab)(handle.as_ptr()) };
+                Ok(LlamaContext {
+                    api: self.api.clone(),
+                    handle,
+                    n_vocab,
+                    pin: self.version.clone(),
+                })
+            }
+            None => {
+                let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
+                let message = String::from_utf8_lossy(&err[..end]).trim_end().to_string();
+                Err(ShimError::Open {
+                    pin: self.version.clone(),
+                    model: model.to_path_buf(),
+                    message,
+                }
+                .into())
+            }
+        }
+    }
+}
+
+/// One model and context of one pin. Freed in `Drop`.
+pub struct LlamaContext {
+    api: Arc<raw::Api>,
+    handle: NonNull<raw::Handle>,
+    n_vocab: i32,
+    pin: String,
+}
+
+// SAFETY: a llama_context has no thread affinity: it may be used from any one thread at a
+// time. `LlamaContext` is not `Sync` and all its methods take `&mut self` or only read
+// constants, so it is never used from two threads at once.
+unsafe impl Send for LlamaContext {}
+
+impl std::fmt::Debug for LlamaContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaContext")
+            .field("pin", &self.pin)
+            .field("n_vocab", &self.n_vocab)
+            .finish()
+    }
+}
+
+impl Drop for LlamaContext {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from kvaudit_shim_open and is closed exactly once, here.
+        unsafe { (self.api.close)(self.handle.as_ptr()) }
+    }
+}
+
+impl LlamaContext {
+    fn h(&self) -> *mut raw::Handle {
+        self.handle.as_ptr()
+    }
+
+    /// Turns a negative shim status into a [`ShimError`].
+    fn check(&self, op: &'static str, code: i64) -> Result<i64> {
+        if code >= 0 {
+            return Ok(code);
+        }
+        let log = self.api.last_error();
+        Err(match code {
+            raw::E_EXCEPTION => ShimError::Exception { op, log },
+            raw::E_LLAMA => ShimError::NoData { op, log },
+            _ => ShimError::Status { op, code, log },
+        }
+        .into())
+    }
+
+    /// The pin label of the shim this context came from.
+    pub fn pin(&self) -> &str {
+        &self.pin
+    }
+
+    /// Size of the vocabulary.
+    pub fn n_vocab(&self) -> i32 {
+        self.n_vocab
+    }
+
+    /// Error-level log text llama.cpp emitted during the last call on this thread (e.g. why
+    /// a decode returned -1).
+    pub fn last_error(&self) -> String {
+        self.api.last_error()
+    }
+
+    /// One `llama_decode`: token `i` goes to the sequences `seq_ids[i]`, at `positions[i]`, or,
+    /// with `positions = None`, where llama.cpp's batch allocator puts it (after the
+    /// sequence's `seq_pos_max`). Logits are requested for the last token. Returns
+    /// llama_decode's return code (0 ok, 1 no KV slot, -1 invalid batch, ...); a caught C++
+    /// exception is `Err`.
+    pub fn decode(
+        &mut self,
+        tokens: &[i32],
+        positions: Option<&[i32]>,
+        seq_ids: &[&[i32]],
+    ) -> Result<i32> {
+        let bad = |message: String| -> anyhow::Error {
+            ShimError::BadArguments {
+                op: "decode",
+                message,
+            }
+            .into()
+        };
+        if seq_ids.len() != tokens.len() {
+            return Err(bad(format!(
+                "{} tokens but {} seq id sets",
+                tokens.len(),
+                seq_ids.len()
+            )));
+        }
+        if let Some(p) = positions {
+            if p.len() != tokens.len() {
+                return Err(bad(format!(
+                    "{} tokens but {} positions",
+                    tokens.len(),
+                    p.len()
+                )));
+            }
+        }
+        let n_tokens = i32::try_from(tokens.len()).map_err(|_| bad("too many tokens".into()))?;
+        let mut n_seq_id = Vec::with_capacity(tokens.len());
+        let mut flat = Vec::new();
+        for set in seq_ids {
+            n_seq_id.push(i32::try_from(set.len()).map_err(|_| bad("too many seq ids".into()))?);
+            flat.extend_from_slice(set);
+        }
+        // Never hand the shim a NULL array for a non-empty batch.
+        if flat.is_empty() {
+            flat.push(0);
+        }
+        // SAFETY: every array holds n_tokens entries (flat: the sum of n_seq_id, at least one),
+        // and all outlive the call; the shim and llama.cpp only read them during it.
+        let rc = unsafe {
+            (self.api.decode)(
+                self.h(),
+                n_tokens,
+                tokens.as_ptr(),
+                positions.map_or(std::ptr::null(), <[i32]>::as_ptr),
+                n_seq_id.as_ptr(),
+                flat.as_ptr(),
+                1,
+            )
+        };
+        if i64::from(rc) <= raw::E_NULL && i64::from(rc) >= -1999 {
+            self.check("decode", i64::from(rc))?;
+        }
+        Ok(rc)
+    }
+
+    /// `llama_memory_seq_rm(seq_id, p0, p1)`: whether llama.cpp removed the range.
+    pub fn seq_rm(&mut self, seq_id: i32, p0: i32, p1: i32) -> Result<bool> {
+        // SAFETY: live handle; plain integers.
+        let rc = unsafe { (self.api.seq_rm)(self.h(), seq_id, p0, p1) };
+        Ok(self.check("seq_rm", i64::from(rc))? != 0)
+    }
+
+    /// `llama_memory_seq_cp(src, dst, p0, p1)`.
+    pub fn seq_cp(&mut self, src: i32, dst: i32, p0: i32, p1: i32) -> Result<()> {
+        // SAFETY: live handle; plain integers.
+        let rc = unsafe { (self.api.seq_cp)(self.h(), src, dst, p0, p1) };
+        self.check("seq_cp", i64::from(rc)).map(drop)
+    }
+
+    /// `llama_memory_seq_keep(seq_id)`.
+    pub fn seq_keep(&mut self, seq_id: i32) -> Result<()> {
+        // SAFETY: live handle; plain integers.
+        let rc = unsafe { (self.api.seq_keep)(self.h(), seq_id) };
+        self.check("seq_keep", i64::from(rc)).map(drop)
+    }
+
+    /// `llama_memory_seq_add(seq_id, p0, p1, delta)`.
+    pub fn seq_add(&mut self, seq_id: i32, p0: i32, p1: i32, delta: i32) -> Result<()> {
+        // SAFETY: live handle; plain integers.
+        let rc = unsafe { (self.api.seq_add)(self.h(), seq_id, p0, p1, delta) };
+        self.check("seq_add", i64::from(rc)).map(drop)
+    }
+
+    /// `llama_memory_seq_div(seq_id, p0, p1, d)`. `d = 0` aborts inside llama.cpp.
+    pub fn seq_div(&mut self, seq_id: i32, p0: i32, p1: i32, d: i32) -> Result<()> {
+        // SAFETY: live handle; plain integers.
+        let rc = unsafe { (self.api.seq_div)(self.h(), seq_id, p0, p1, d) };
+        self.check("seq_div", i64::from(rc)).map(drop)
+    }
+
+    /// `llama_memory_clear(data)`.
+    pub fn clear(&mut self, data: bool) -> Result<()> {
+        // SAFETY: live handle; plain integers.
+        let rc = unsafe { (self.api.clear)(self.h(), i32::from(data)) };
+        self.check("clear", i64::from(rc)).map(drop)
+    }
+
+    /// `llama_memory_seq_pos_min(seq_id)`; -1 for an empty sequence.
+    pub fn seq_pos_min(&mut self, seq_id: i32) -> Result<i32> {
+        let mut out = 0;
+        // SAFETY: live handle; `out` is writable for one i32.
+        let rc = unsafe { (self.api.seq_pos_min)(self.h(), seq_id, &mut out) };
+        self.check("seq_pos_min", i64::from(rc))?;
+        Ok(out)
+    }
+
+    /// `llama_memory_seq_pos_max(seq_id)`; -1 for an empty sequence.
+    pub fn seq_pos_max(&mut self, seq_id: i32) -> Result<i32> {
+        let mut out = 0;
+        // SAFETY: live handle; `out` is writable for one i32.
+        let rc = unsafe { (self.api.seq_pos_max)(self.h(), seq_id, &mut out) };
+        self.check("seq_pos_max", i64::from(rc))?;
+        Ok(out)
+    }
+
+    /// `llama_state_seq_get_data(seq_id)`: the serialized cells of one sequence (format
+    /// [`LlamaShim::state_seq_format`]; starts with the magic 0xaf143cd8).
+    pub fn state_seq_get(&mut self, seq_id: i32) -> Result<Vec<u8>> {
+        // SAFETY: live handle; plain integers.
+        let size = unsafe { (self.api.state_seq_size)(self.h(), seq_id) };
+        let size = self.check("state_seq_size", size)? as usize;
+        let mut buf = vec![0u8; size];
+        // SAFETY: buf is writable for buf.len() bytes, and the shim writes at most that many.
+        let n = unsafe { (self.api.state_seq_get)(self.h(), seq_id, buf.as_mut_ptr(), buf.len()) };
+        let n = self.check("state_seq_get", n)? as usize;
+        if n == 0 && size > 0 {
+            return Err(ShimError::NoData {
+                op: "state_seq_get",
+                log: self.api.last_error(),
+            }
+            .into());
+        }
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// `llama_state_get_data`: the whole context state (all sequences, outputs, ...).
+    pub fn state_get(&mut self) -> Result<Vec<u8>> {
+        // SAFETY: live handle.
+        let size = unsafe { (self.api.state_size)(self.h()) };
+        let size = self.check("state_size", size)? as usize;
+        let mut buf = vec![0u8; size];
+        // SAFETY: buf is writable for buf.len() bytes, and the shim writes at most that many.
+        let n = unsafe { (self.api.state_get)(self.h(), buf.as_mut_ptr(), buf.len()) };
+        let n = self.check("state_get", n)? as usize;
+        if n == 0 && size > 0 {
+            return Err(ShimError::NoData {
+                op: "state_get",
+                log: self.api.last_error(),
+            }
+            .into());
+        }
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// `llama_state_set_data`: restores a state from [`LlamaContext::state_get`]. `Err` when
+    /// llama.cpp rejects it or reads fewer bytes than given.
+    pub fn state_set(&mut self, state: &[u8]) -> Result<()> {
+        // SAFETY: state is readable for state.len() bytes during the call.
+        let n = unsafe { (self.api.state_set)(self.h(), state.as_ptr(), state.len()) };
+        let n = self.check("state_set", n)? as usize;
+        if n != state.len() {
+            return Err(ShimError::NoData {
+                op: "state_set",
+                log: format!(
+                    "read {n} of {} bytes: {}",
+                    state.len(),
+                    self.api.last_error()
+                ),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The logits of the last output of the last decode (`llama_get_logits_ith(-1)`).
+    pub fn logits_last(&mut self) -> Result<Vec<f32>> {
+        let n = usize::try_from(self.n_vocab).unwrap_or(0);
+        let mut out = vec![0f32; n];
+        // SAFETY: out is writable for n_vocab floats, which is what cap says.
+        let rc = unsafe { (self.api.get_logits_ith)(self.h(), -1, out.as_mut_ptr(), self.n_vocab) };
+        self.check("get_logits_ith", i64::from(rc))?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shim_abi_matches_the_header() {
+        let line = super::super::build::SHIM_HEADER
+            .lines()
+            .find(|l| l.starts_with("#define KVAUDIT_SHIM_ABI "))
+            .expect("KVAUDIT_SHIM_ABI in kvaudit_shim.h");
+        let n: u32 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert_eq!(n, SHIM_ABI);
+    }
+
+    #[test]
+    fn params_struct_is_ten_packed_i32() {
+        assert_eq!(std::mem::size_of::<raw::Params>(), 40);
+        let header = super::super::build::SHIM_HEADER;
+        let start = header.find("typedef struct kvaudit_shim_params {").unwrap();
+        let end = start + header[start..].find("} kvaudit_shim_params;").unwrap();
+        let fields: Vec<&str> = header[start..end]
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.trim().split(';').next())
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "n_ctx",
+                "n_seq_max",
+                "n_batch",
+                "n_ubatch",
+                "n_threads",
+                "kv_unified",
+                "swa_full",
+                "flash_attn",
+                "type_k",
+                "type_v"
+            ]
+        );
+    }
+
+    #[test]
+    fn error_codes_match_the_header() {
+        let header = super::super::build::SHIM_HEADER;
+        for (name, value) in [
+            ("KVAUDIT_SHIM_E_NULL", raw::E_NULL),
+            ("KVAUDIT_SHIM_E_EXCEPTION", raw::E_EXCEPTION),
+            ("KVAUDIT_SHIM_E_BUFFER", raw::E_BUFFER),
+            ("KVAUDIT_SHIM_E_LLAMA", raw::E_LLAMA),
+        ] {
+            assert!(
+                header.contains(&format!("#define {name} ({value})")),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn loading_a_missing_library_is_an_error() {
+        let err = LlamaShim::load(Path::new("/nonexistent/libkvaudit_shim.so")).unwrap_err();
+        assert!(format!("{err:#}").contains("/nonexistent/libkvaudit_shim.so"));
+    }
+
+    #[test]
+    fn default_params_map_to_llama_defaults() {
+        let p = ContextParams::default().to_raw();
+        assert_eq!(
+            (
+                p.n_ctx,
+                p.n_seq_max,
+                p.n_threads,
+                p.flash_attn,
+                p.type_k,
+                p.swa_full
+            ),
+            (512, 1, 1, -1, -1, 1)
+        );
+    }
+}

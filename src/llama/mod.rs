@@ -1,0 +1,19 @@
+//! The llama.cpp target: which versions kvaudit audits, how it builds them, and how it calls them.
+//!
+//! - [`pins`]: the pins recorded in `targets/llama.cpp/pins.toml` and the labels that name them
+//!   (`llama.cpp@0.1.156`, `llama.cpp@0.1.156+assert`).
+//! - [`build`]: fetches a pin's sources through cargo (the crates.io crate `llama-cpp-sys-2`
+//!   vendors llama.cpp), compiles them without cmake together with the C shim
+//!   `targets/llama.cpp/kvaudit_shim.c` into one `libkvaudit_shim.so` per pin and variant, and
+//!   caches the result outside the repository.
+//! - [`ffi`]: the only place kvaudit calls into llama.cpp: loads a built shim with `libloading`,
+//!   checks its ABI number, and offers a safe handle API ([`ffi::LlamaShim`],
+//!   [`ffi::LlamaContext`]).
+//!
+//! Invariants: nothing outside [`ffi`] calls foreign code; the shim never aborts by itself, but
+//! llama.cpp does (GGML_ASSERT, and `assert` in `+assert` builds), so callers that must survive
+//! that run the context in a child process with `GGML_NO_BACKTRACE=1` set.
+
+pub mod build;
+pub mod ffi;
+pub mod pins;

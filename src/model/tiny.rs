@@ -1,0 +1,437 @@
+//! A tiny llama model with deterministic random weights, written as a GGUF file that llama.cpp
+//! loads without any download (see /work/shared/LLAMA-FACTS.md, "A tiny model llama.cpp loads
+//! without any download").
+//!
+//! The same [`TinyModelSpec`] always gives a byte-identical file: the weights come from a
+//! splitmix64 stream per tensor, seeded by the spec's seed and the tensor's name, and the GGUF
+//! writer lays the file out deterministically. Weights are uniform with variance `1/fan_in`, so
+//! activations stay O(1) through the layers and the logits are spread widely enough that greedy
+//! decoding does not collapse onto one token. Norm weights are 1.
+//!
+//! [`default_model_path`] puts the default model in a cache directory once (written to a temporary
+//! file and renamed, so concurrent callers never see a partial file) and returns its path.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{ensure, Context};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::gguf::{GgufValue, GgufWriter};
+
+/// The hyper-parameters and seed of a tiny llama model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TinyModelSpec {
+    /// Number of transformer blocks.
+    pub n_layer: u32,
+    /// Width of the residual stream.
+    pub n_embd: u32,
+    /// Query heads.
+    pub n_head: u32,
+    /// Key/value heads (grouped-query attention when fewer than `n_head`).
+    pub n_head_kv: u32,
+    /// Hidden width of the SwiGLU feed-forward block.
+    pub n_ff: u32,
+    /// Vocabulary size (token ids `0..n_vocab`; there is no tokenizer).
+    pub n_vocab: u32,
+    /// `llama.context_length`.
+    pub n_ctx_train: u32,
+    /// `llama.rope.freq_base`.
+    pub rope_freq_base: f32,
+    /// `llama.attention.layer_norm_rms_epsilon`.
+    pub rms_eps: f32,
+    /// Seed of the weight generator.
+    pub seed: u64,
+    /// When set, written as `llama.attention.sliding_window` and honoured by
+    /// [`crate::model::forward::Model`]. llama.cpp's `llama` architecture ignores that key, so a
+    /// windowed tiny model is only meaningful to the reference forward pass (a `gemma2` variant,
+    /// which llama.cpp would run with its iSWA cache, is not implemented).
+    pub sliding_window: Option<u32>,
+}
+
+impl Default for TinyModelSpec {
+    fn default() -> Self {
+        TinyModelSpec {
+            n_layer: 2,
+            n_embd: 64,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 128,
+            n_vocab: 64,
+            n_ctx_train: 512,
+            rope_freq_base: 10000.0,
+            rms_eps: 1e-5,
+            seed: 0x6b76_6175_6469_7400, // "kvaudit\0"
+            sliding_window: None,
+        }
+    }
+}
+
+impl TinyModelSpec {
+    /// Dimension of one attention head.
+    pub fn head_dim(&self) -> u32 {
+        self.n_embd / self.n_head
+    }
+
+    /// Checks the shape constraints llama.cpp and the reference forward pass rely on.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.n_layer > 0 && self.n_embd > 0 && self.n_ff > 0 && self.n_vocab > 0,
+            "tiny model: sizes must be positive: {self:?}"
+        );
+        ensure!(
+            self.n_head > 0 && self.n_embd % self.n_head == 0,
+            "tiny model: n_embd {} is not a multiple of n_head {}",
+            self.n_embd,
+            self.n_head
+        );
+        ensure!(
+            self.n_head_kv > 0 && self.n_head % self.n_head_kv == 0,
+            "tiny model: n_head {} is not a multiple of n_head_kv {}",
+            self.n_head,
+            self.n_head_kv
+        );
+        ensure!(
+            self.head_dim() % 2 == 0,
+            "tiny model: head dimension {} must be even for RoPE",
+            self.head_dim()
+        );
+        ensure!(
+            self.sliding_window != Some(0),
+            "tiny model: a sliding window of 0 hides every key"
+        );
+        ensure!(
+            self.rope_freq_base > 0.0 && self.rms_eps >= 0.0,
+            "tiny model: rope_freq_base must be > 0 and rms_eps >= 0"
+        );
+        Ok(())
+    }
+}
+
+/// splitmix64 (Steele, Lea, Flood 2014): a tiny, well-mixed, deterministic generator.
+#[derive(Clone, Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1), exactly representable (24 random bits).
+    fn next_signed_unit(&mut self) -> f32 {
+        let bits = (self.next_u64() >> 40) as u32; // 24 bits
+        (bits as f32) * (2.0 / 16_777_216.0) - 1.0
+    }
+}
+
+/// A per-tensor stream, so one tensor's values do not depend on the sizes of the others.
+fn tensor_rng(seed: u64, name: &str) -> SplitMix64 {
+    // FNV-1a of the name, mixed into the seed.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut mix = SplitMix64(seed ^ h);
+    SplitMix64(mix.next_u64())
+}
+
+/// `n` values uniform in `[-a, a)` with `a = sqrt(3 / fan_in)`, i.e. variance `1 / fan_in`.
+fn uniform_weights(seed: u64, name: &str, n: usize, fan_in: u32) -> Vec<f32> {
+    let a = (3.0f32 / fan_in as f32).sqrt();
+    let mut rng = tensor_rng(seed, name);
+    (0..n).map(|_| rng.next_signed_unit() * a).collect()
+}
+
+fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> anyhow::Result<GgufWriter> {
+    spec.validate()?;
+    let s = spec;
+    let hd = s.head_dim();
+    let (embd, vocab, ff) = (u64::from(s.n_embd), u64::from(s.n_vocab), u64::from(s.n_ff));
+    let q_out = u64::from(s.n_head * hd);
+    let kv_out = u64::from(s.n_head_kv * hd);
+
+    let mut w = GgufWriter::new();
+    // Key types exactly as llama.cpp checks them (LLAMA-FACTS.md).
+    w.add_kv("general.architecture", GgufValue::String("llama".into()))
+        .add_kv("general.name", GgufValue::String("kvaudit-tiny".into()))
+        .add_kv("llama.context_length", GgufValue::U32(s.n_ctx_train))
+        .add_kv("llama.embedding_length", GgufValue::U32(s.n_embd))
+        .add_kv("llama.block_count", GgufValue::U32(s.n_layer))
+        .add_kv("llama.feed_forward_length", GgufValue::U32(s.n_ff))
+        .add_kv("llama.attention.head_count", GgufValue::U32(s.n_head))
+        .add_kv("llama.attention.head_count_kv", GgufValue::U32(s.n_head_kv))
+        .add_kv("llama.vocab_size", GgufValue::U32(s.n_vocab))
+        .add_kv(
+            "llama.attention.layer_norm_rms_epsilon",
+            GgufValue::F32(s.rms_eps),
+        )
+        .add_kv("llama.rope.freq_base", GgufValue::F32(s.rope_freq_base))
+        .add_kv("tokenizer.ggml.model", GgufValue::String("none".into()));
+    if let Some(window) = s.sliding_window {
+        w.add_kv("llama.attention.sliding_window", GgufValue::U32(window));
+    }
+
+    let ones = |n: u64| vec![1.0f32; n as usize];
+    // Embeddings with unit variance: the residual stream starts at RMS ~1.
+    w.add_tensor_f32(
+        "token_embd.weight",
+        &[embd, vocab],
+        uniform_weights(s.seed, "token_embd.weight", (embd * vocab) as usize, 1),
+    );
+    w.add_tensor_f32("output_norm.weight", &[embd], ones(embd));
+    if !tied_output {
+        w.add_tensor_f32(
+            "output.weight",
+            &[embd, vocab],
+            uniform_weights(s.seed, "output.weight", (embd * vocab) as usize, s.n_embd),
+        );
+    }
+    for l in 0..s.n_layer {
+        let name = |t: &str| format!("blk.{l}.{t}.weight");
+        let mut mat = |t: &str, rows_in: u64, rows_out: u64| {
+            let n = name(t);
+            let data = uniform_weights(s.seed, &n, (rows_in * rows_out) as usize, rows_in as u32);
+            w.add_tensor_f32(n, &[rows_in, rows_out], data);
+        };
+        mat("attn_q", embd, q_out);
+        mat("attn_k", embd, kv_out);
+        mat("attn_v", embd, kv_out);
+        mat("attn_output", q_out, embd);
+        mat("ffn_gate", embd, ff);
+        mat("ffn_up", embd, ff);
+        mat("ffn_down", ff, embd);
+        w.add_tensor_f32(name("attn_norm"), &[embd], ones(embd));
+        w.add_tensor_f32(name("ffn_norm"), &[embd], ones(embd));
+    }
+    Ok(w)
+}
+
+/// The GGUF bytes of the tiny model for `spec` (with a separate `output.weight`).
+pub fn tiny_model_bytes(spec: &TinyModelSpec) -> anyhow::Result<Vec<u8>> {
+    Ok(tiny_model_writer(spec, false)?.to_bytes())
+}
+
+/// Writes the tiny model for `spec` to `path` (atomically: a temporary file in the same directory,
+/// then a rename).
+pub fn write_tiny_model(spec: &TinyModelSpec, path: &Path) -> anyhow::Result<()> {
+    let bytes = tiny_model_bytes(spec)?;
+    write_atomically(path, &bytes)
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("creating directory {}", dir.display()))?;
+    let file_name = path
+        .file_name()
+        .with_context(|| format!("{} has no file name", path.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let tmp = dir.join(format!(
+        ".{file_name}.tmp.{}.{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("renaming {} to {}", tmp.display(), path.display())
+    })?;
+    Ok(())
+}
+
+/// The directory cached artefacts go to: `$KVAUDIT_CACHE_DIR`, else `$XDG_CACHE_HOME/kvaudit`,
+/// else `~/.cache/kvaudit`, else `<temp dir>/kvaudit`.
+pub fn cache_dir() -> PathBuf {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(d) = env("KVAUDIT_CACHE_DIR") {
+        return d;
+    }
+    if let Some(d) = env("XDG_CACHE_HOME") {
+        return d.join("kvaudit");
+    }
+    if let Some(home) = env("HOME") {
+        return home.join(".cache").join("kvaudit");
+    }
+    std::env::temp_dir().join("kvaudit")
+}
+
+/// The path of the tiny model for `spec` in [`cache_dir`], writing it first if it is absent or
+/// differs from what the spec generates. The file name holds a hash of the generated bytes (a
+/// function of the spec and of this generator), so a spec or generator change gets a new file.
+pub fn cached_model_path(spec: &TinyModelSpec) -> anyhow::Result<PathBuf> {
+    let bytes = tiny_model_bytes(spec)?;
+    let digest = Sha256::digest(&bytes);
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let path = cache_dir().join(format!("tiny-llama-{hash}.gguf"));
+    match std::fs::read(&path) {
+        Ok(existing) if existing == bytes => {}
+        _ => write_atomically(&path, &bytes)?,
+    }
+    Ok(path)
+}
+
+/// Like [`default_model_path`], returning an error instead of panicking when the cache directory
+/// cannot be written.
+pub fn try_default_model_path() -> anyhow::Result<PathBuf> {
+    cached_model_path(&TinyModelSpec::default())
+}
+
+/// The path of the default tiny model ([`TinyModelSpec::default`]) in the cache directory,
+/// written there on first use.
+///
+/// # Panics
+/// When the cache directory cannot be created or written; use [`try_default_model_path`] to handle
+/// that instead (or point `KVAUDIT_CACHE_DIR` somewhere writable).
+pub fn default_model_path() -> PathBuf {
+    try_default_model_path()
+        .unwrap_or_else(|e| panic!("cannot write the default tiny model: {e:#}"))
+}
+
+#[cfg(test)]
+pub(crate) fn tiny_model_bytes_tied(spec: &TinyModelSpec) -> anyhow::Result<Vec<u8>> {
+    Ok(tiny_model_writer(spec, true)?.to_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::gguf::GgufFile;
+
+    fn sha256_hex(bytes: &[u8]) -> String {
+        Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    #[test]
+    fn same_spec_gives_identical_bytes() {
+        let a = tiny_model_bytes(&TinyModelSpec::default()).unwrap();
+        let b = tiny_model_bytes(&TinyModelSpec::default()).unwrap();
+        assert_eq!(sha256_hex(&a), sha256_hex(&b));
+        let other = TinyModelSpec {
+            seed: 1,
+            ..TinyModelSpec::default()
+        };
+        assert_ne!(
+            sha256_hex(&a),
+            sha256_hex(&tiny_model_bytes(&other).unwrap())
+        );
+    }
+
+    #[test]
+    fn default_model_bytes_are_pinned() {
+        // Pins the generator: if this changes, every cached model and any recorded finding that
+        // names this model changes meaning. Update deliberately.
+        let bytes = tiny_model_bytes(&TinyModelSpec::default()).unwrap();
+        assert_eq!(bytes.len(), 330_720);
+        assert_eq!(sha256_hex(&bytes), PINNED_SHA256);
+    }
+
+    const PINNED_SHA256: &str = "b62a41556b17cadc404460e0665db7433b6fad369f428d0cebd0496a50eb15f0";
+
+    #[test]
+    fn file_has_the_keys_and_shapes_llama_cpp_checks() {
+        let spec = TinyModelSpec::default();
+        let f = GgufFile::from_bytes(tiny_model_bytes(&spec).unwrap()).unwrap();
+        assert_eq!(f.get_str("general.architecture").unwrap(), "llama");
+        assert_eq!(f.get_str("tokenizer.ggml.model").unwrap(), "none");
+        for key in [
+            "llama.context_length",
+            "llama.embedding_length",
+            "llama.block_count",
+            "llama.feed_forward_length",
+            "llama.attention.head_count",
+            "llama.attention.head_count_kv",
+            "llama.vocab_size",
+        ] {
+            f.get_u32(key).unwrap();
+        }
+        f.get_f32("llama.attention.layer_norm_rms_epsilon").unwrap();
+        f.get_f32("llama.rope.freq_base").unwrap();
+        assert_eq!(
+            f.tensor_info("token_embd.weight").unwrap().dims,
+            vec![64, 64]
+        );
+        assert_eq!(
+            f.tensor_info("blk.1.attn_k.weight").unwrap().dims,
+            vec![64, 32]
+        );
+        assert_eq!(
+            f.tensor_info("blk.0.attn_output.weight").unwrap().dims,
+            vec![64, 64]
+        );
+        assert_eq!(
+            f.tensor_info("blk.0.ffn_down.weight").unwrap().dims,
+            vec![128, 64]
+        );
+        for t in &f.tensors {
+            assert_eq!((f.data_offset + t.offset) % 32, 0, "{}", t.name);
+        }
+        let norm = f.tensor_f32("blk.0.attn_norm.weight").unwrap();
+        assert!(norm.iter().all(|&x| x == 1.0));
+        let q = f.tensor_f32("blk.0.attn_q.weight").unwrap();
+        let var = q.iter().map(|x| x * x).sum::<f32>() / q.len() as f32;
+        assert!((var - 1.0 / 64.0).abs() < 0.002, "variance {var}");
+    }
+
+    #[test]
+    fn cached_path_is_written_once_and_reused() {
+        let dir = std::env::temp_dir().join(format!("kvaudit-tiny-cache-{}", std::process::id()));
+        let spec = TinyModelSpec {
+            seed: 42,
+            ..TinyModelSpec::default()
+        };
+        // Set only through the spec-independent helper to avoid racing on process env vars.
+        let bytes = tiny_model_bytes(&spec).unwrap();
+        let path = dir.join("m.gguf");
+        write_tiny_model(&spec, &path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        write_tiny_model(&spec, &path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().contains(".tmp."))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let p1 = try_default_model_path().unwrap();
+        let p2 = try_default_model_path().unwrap();
+        assert_eq!(p1, p2);
+        assert_eq!(
+            std::fs::read(&p1).unwrap(),
+            tiny_model_bytes(&TinyModelSpec::default()).unwrap()
+        );
+    }
+
+    #[test]
+    fn invalid_specs_are_rejected() {
+        let bad = TinyModelSpec {
+            n_head: 3,
+            ..TinyModelSpec::default()
+        };
+        assert!(tiny_model_bytes(&bad).is_err());
+        let bad = TinyModelSpec {
+            sliding_window: Some(0),
+            ..TinyModelSpec::default()
+        };
+        assert!(tiny_model_bytes(&bad).is_err());
+    }
+}

@@ -1,0 +1,178 @@
+//! The adapter from the native cell cache (crate `native-kv`) to [`CacheUnderTest`].
+//!
+//! The cache itself knows nothing of kvaudit; this module maps ops onto its calls, its refusals
+//! onto [`OpOutcome::Refused`] and its decode errors onto `llama_decode` return codes.
+
+use native_kv::{BatchToken, CacheConfig, CellCache, Faults};
+
+use crate::op::{Op, Pos, SeqId, Setup};
+use crate::state::StateFormat;
+use crate::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
+
+/// The native target: a [`CellCache`] with optional faults.
+#[derive(Clone, Debug)]
+pub struct NativeTarget {
+    faults: Faults,
+    cache: CellCache,
+}
+
+impl NativeTarget {
+    /// A native target with the given faults injected.
+    pub fn new(faults: Faults) -> Self {
+        NativeTarget {
+            faults,
+            cache: CellCache::new(CacheConfig {
+                faults,
+                ..CacheConfig::default()
+            }),
+        }
+    }
+
+    /// The cache, for tests that look inside.
+    pub fn cache(&self) -> &CellCache {
+        &self.cache
+    }
+}
+
+/// Parses a comma-separated fault list (`refcount,seq_rm_off_by_one`).
+pub fn parse_faults(list: &[String]) -> Result<Faults, String> {
+    let mut faults = Faults::default();
+    for name in list
+        .iter()
+        .flat_map(|s| s.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        if !faults.enable(name) {
+            return Err(format!(
+                "unknown fault '{name}' (known: {})",
+                Faults::NAMES.join(", ")
+            ));
+        }
+    }
+    Ok(faults)
+}
+
+/// The batch of a decode op, one [`BatchToken`] per token.
+pub fn batch_of(d: &crate::op::Decode) -> Vec<BatchToken> {
+    d.token_ids()
+        .into_iter()
+        .enumerate()
+        .map(|(i, token)| BatchToken {
+            token,
+            pos: d.pos.map(|p| p + i as Pos),
+            seqs: d.seqs.clone(),
+        })
+        .collect()
+}
+
+impl CacheUnderTest for NativeTarget {
+    fn info(&self) -> TargetInfo {
+        TargetInfo {
+            name: "native".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            faults: self
+                .faults
+                .enabled()
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            state_format: StateFormat::default(),
+        }
+    }
+
+    fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        let config = CacheConfig {
+            n_ctx: setup.n_ctx,
+            n_seq_max: setup.n_seq_max,
+            faults: self.faults,
+        };
+        if setup.n_seq_max as usize > native_kv::MAX_SEQ {
+            return Err(HarnessError::Target {
+                target: "native".into(),
+                message: format!(
+                    "n_seq_max {} above the native limit {}",
+                    setup.n_seq_max,
+                    native_kv::MAX_SEQ
+                ),
+            });
+        }
+        if *self.cache.config() == config {
+            self.cache.clear();
+        } else {
+            self.cache = CellCache::new(config);
+        }
+        for op in &setup.ops {
+            match self.apply(op)? {
+                OpOutcome::Done { .. } | OpOutcome::Decoded { rc: 0 } => {}
+                other => {
+                    return Err(HarnessError::Setup {
+                        target: "native".into(),
+                        op: op.to_string(),
+                        message: format!("{other:?}"),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
+        let c = &mut self.cache;
+        let res = match *op {
+            Op::SeqRm { seq, p0, p1 } => c.seq_rm(seq, p0, p1).map(Some),
+            Op::SeqCp { src, dst, p0, p1 } => c.seq_cp(src, dst, p0, p1).map(|_| None),
+            Op::SeqKeep { seq } => c.seq_keep(seq).map(|_| None),
+            Op::SeqAdd { seq, p0, p1, delta } => c.seq_add(seq, p0, p1, delta).map(|_| None),
+            Op::SeqDiv { seq, p0, p1, d } => c.seq_div(seq, p0, p1, d).map(|_| None),
+            Op::Clear => {
+                c.clear();
+                Ok(None)
+            }
+            Op::Decode(ref d) => {
+                let rc = match c.decode(&batch_of(d)) {
+                    Ok(_) => 0,
+                    Err(e) => e.return_code(),
+                };
+                return Ok(OpOutcome::Decoded { rc });
+            }
+        };
+        Ok(match res {
+            Ok(returned) => OpOutcome::Done { returned },
+            Err(e) => OpOutcome::Refused {
+                reason: e.to_string(),
+            },
+        })
+    }
+
+    fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
+        self.cache
+            .seq_pos_min(seq)
+            .map_err(|e| HarnessError::Target {
+                target: "native".into(),
+                message: e.to_string(),
+            })
+    }
+
+    fn seq_pos_max(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
+        self.cache
+            .seq_pos_max(seq)
+            .map_err(|e| HarnessError::Target {
+                target: "native".into(),
+                message: e.to_string(),
+            })
+    }
+
+    fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
+        self.cache
+            .state_seq_bytes(seq)
+            .map_err(|e| HarnessError::Target {
+                target: "native".into(),
+                message: e.to_string(),
+            })
+    }
+
+    fn fork(&self) -> Option<Box<dyn CacheUnderTest + Send>> {
+        Some(Box::new(self.clone()))
+    }
+}

@@ -1,0 +1,461 @@
+//! The op algebra: the calls of llama.cpp's memory API, plus decode, as values.
+//!
+//! An [`Op`] is one call; a [`Trace`] is a [`Setup`] (the cache shape and the ops that build the
+//! initial state) plus a list of ops. Ops serialize to the JSON used by repro files and reports
+//! (`{"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":3}`) and display as the llama.h call they stand
+//! for. Positions below 0 in a range mean an open end, as in llama.h.
+
+use std::fmt;
+
+use arbitrary::Arbitrary;
+use serde::{Deserialize, Serialize};
+
+/// A token position, as `llama_pos`.
+pub type Pos = i32;
+/// A sequence id, as `llama_seq_id`.
+pub type SeqId = i32;
+
+/// One call of the memory API, or a decode.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Arbitrary)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Op {
+    /// `llama_memory_seq_rm(mem, seq, p0, p1)`; `seq == -1` matches every sequence.
+    SeqRm {
+        /// Sequence, or -1 for all.
+        seq: SeqId,
+        /// Range start (inclusive; < 0 means 0).
+        p0: Pos,
+        /// Range end (exclusive; < 0 means unbounded).
+        p1: Pos,
+    },
+    /// `llama_memory_seq_cp(mem, src, dst, p0, p1)`.
+    SeqCp {
+        /// Source sequence.
+        src: SeqId,
+        /// Destination sequence.
+        dst: SeqId,
+        /// Range start.
+        p0: Pos,
+        /// Range end.
+        p1: Pos,
+    },
+    /// `llama_memory_seq_keep(mem, seq)`.
+    SeqKeep {
+        /// The sequence to keep.
+        seq: SeqId,
+    },
+    /// `llama_memory_seq_add(mem, seq, p0, p1, delta)`.
+    SeqAdd {
+        /// Sequence.
+        seq: SeqId,
+        /// Range start.
+        p0: Pos,
+        /// Range end.
+        p1: Pos,
+        /// Added to each position in range.
+        delta: Pos,
+    },
+    /// `llama_memory_seq_div(mem, seq, p0, p1, d)`.
+    SeqDiv {
+        /// Sequence.
+        seq: SeqId,
+        /// Range start.
+        p0: Pos,
+        /// Range end.
+        p1: Pos,
+        /// Divisor.
+        d: i32,
+    },
+    /// `llama_memory_clear(mem, true)`.
+    Clear,
+    /// `llama_decode` of a batch.
+    Decode(Decode),
+}
+
+/// A decode of `n` tokens into one or more sequences.
+///
+/// JSON: `{"op":"decode","seq":0,"n":7}` (one sequence, "next" positions),
+/// `{"op":"decode","seqs":[0,1],"n":2}` (each token in both), `{"op":"decode","seq":0,"n":2,"pos":5}`
+/// (explicit positions 5, 6), optionally `"tokens":[..]` (default: [`default_token`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "DecodeJson", into = "DecodeJson")]
+pub struct Decode {
+    /// The sequences every token belongs to (non-empty; the first one decides "next").
+    pub seqs: Vec<SeqId>,
+    /// Number of tokens.
+    pub n: u32,
+    /// Explicit position of the first token (the rest follow), or `None`: "next" positions
+    /// chosen by the target the way llama.cpp's batch allocator does, from its own
+    /// `seq_pos_max + 1`.
+    pub pos: Option<Pos>,
+    /// Token ids, or `None` for the default ids.
+    pub tokens: Option<Vec<i32>>,
+}
+
+impl<'a> Arbitrary<'a> for Decode {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        let n_seqs = u.int_in_range(1..=2)?;
+        let mut seqs = Vec::new();
+        for _ in 0..n_seqs {
+            let s = u.int_in_range(0..=3)?;
+            if !seqs.contains(&s) {
+                seqs.push(s);
+            }
+        }
+        let n = u.int_in_range(1..=4)?;
+        let pos = if u.ratio(1, 4)? {
+            Some(u.int_in_range(0..=16)?)
+        } else {
+            None
+        };
+        Ok(Decode {
+            seqs,
+            n,
+            pos,
+            tokens: None,
+        })
+    }
+}
+
+/// The default token id of the `i`-th token of a decode: deterministic, below 64 so it fits the
+/// generated tiny model's vocabulary.
+pub fn default_token(i: u32) -> i32 {
+    ((i * 37 + 11) % 63 + 1) as i32
+}
+
+impl Decode {
+    /// A decode of `n` tokens into `seq` at "next" positions.
+    pub fn next(seq: SeqId, n: u32) -> Self {
+        Decode {
+            seqs: vec![seq],
+            n,
+            pos: None,
+            tokens: None,
+        }
+    }
+
+    /// The token ids this decode feeds.
+    pub fn token_ids(&self) -> Vec<i32> {
+        match &self.tokens {
+            Some(t) => t.clone(),
+            None => (0..self.n).map(default_token).collect(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecodeJson {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<SeqId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seqs: Option<Vec<SeqId>>,
+    n: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pos: Option<Pos>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens: Option<Vec<i32>>,
+}
+
+impl TryFrom<DecodeJson> for Decode {
+    type Error = String;
+    fn try_from(j: DecodeJson) -> Result<Self, String> {
+        let seqs = match (j.seq, j.seqs) {
+            (Some(s), None) => vec![s],
+            (None, Some(v)) if !v.is_empty() => v,
+            (None, Some(_)) => return Err("decode: \"seqs\" must not be empty".into()),
+            (Some(_), Some(_)) => return Err("decode: give \"seq\" or \"seqs\", not both".into()),
+            (None, None) => return Err("decode: missing \"seq\" (or \"seqs\")".into()),
+        };
+        if j.n == 0 {
+            return Err("decode: \"n\" must be at least 1".into());
+        }
+        if let Some(t) = &j.tokens {
+            if t.len() != j.n as usize {
+                return Err(format!("decode: {} tokens given for n = {}", t.len(), j.n));
+            }
+        }
+        Ok(Decode {
+            seqs,
+            n: j.n,
+            pos: j.pos,
+            tokens: j.tokens,
+        })
+    }
+}
+
+impl From<Decode> for DecodeJson {
+    fn from(d: Decode) -> Self {
+        let (seq, seqs) = if d.seqs.len() == 1 {
+            (Some(d.seqs[0]), None)
+        } else {
+            (None, Some(d.seqs))
+        };
+        DecodeJson {
+            seq,
+            seqs,
+            n: d.n,
+            pos: d.pos,
+            tokens: d.tokens,
+        }
+    }
+}
+
+impl Op {
+    /// The op's name as in its JSON `op` field.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::SeqRm { .. } => "seq_rm",
+            Op::SeqCp { .. } => "seq_cp",
+            Op::SeqKeep { .. } => "seq_keep",
+            Op::SeqAdd { .. } => "seq_add",
+            Op::SeqDiv { .. } => "seq_div",
+            Op::Clear => "clear",
+            Op::Decode(_) => "decode",
+        }
+    }
+
+    /// Calls `f` with each sequence id the op names (not -1).
+    pub fn for_each_seq(&self, mut f: impl FnMut(SeqId)) {
+        let mut g = |s: SeqId| {
+            if s >= 0 {
+                f(s)
+            }
+        };
+        match self {
+            Op::SeqRm { seq, .. }
+            | Op::SeqKeep { seq }
+            | Op::SeqAdd { seq, .. }
+            | Op::SeqDiv { seq, .. } => g(*seq),
+            Op::SeqCp { src, dst, .. } => {
+                g(*src);
+                g(*dst);
+            }
+            Op::Clear => {}
+            Op::Decode(d) => d.seqs.iter().for_each(|&s| g(s)),
+        }
+    }
+
+    /// The op as one line of JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("ops always serialize")
+    }
+}
+
+fn range(p0: Pos, p1: Pos) -> String {
+    format!("{p0}, {p1}")
+}
+
+impl fmt::Display for Op {
+    /// The llama.h call the op stands for.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::SeqRm { seq, p0, p1 } => {
+                write!(f, "llama_memory_seq_rm(mem, {seq}, {})", range(*p0, *p1))
+            }
+            Op::SeqCp { src, dst, p0, p1 } => {
+                write!(
+                    f,
+                    "llama_memory_seq_cp(mem, {src}, {dst}, {})",
+                    range(*p0, *p1)
+                )
+            }
+            Op::SeqKeep { seq } => write!(f, "llama_memory_seq_keep(mem, {seq})"),
+            Op::SeqAdd { seq, p0, p1, delta } => {
+                write!(
+                    f,
+                    "llama_memory_seq_add(mem, {seq}, {}, {delta})",
+                    range(*p0, *p1)
+                )
+            }
+            Op::SeqDiv { seq, p0, p1, d } => write!(
+                f,
+                "llama_memory_seq_div(mem, {seq}, {}, {d})",
+                range(*p0, *p1)
+            ),
+            Op::Clear => write!(f, "llama_memory_clear(mem, true)"),
+            Op::Decode(d) => {
+                let seqs = d
+                    .seqs
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                match d.pos {
+                    None => write!(
+                        f,
+                        "llama_decode(ctx, {} token(s) into seq {{{seqs}}} at next pos)",
+                        d.n
+                    ),
+                    Some(p) => write!(
+                        f,
+                        "llama_decode(ctx, {} token(s) into seq {{{seqs}}} at pos {p}..{})",
+                        d.n,
+                        p + d.n as Pos - 1
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// The cache a trace starts from: its shape and the ops that build the initial state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Setup {
+    /// Context size in cells (llama.cpp pads it to a multiple of 256).
+    #[serde(default = "default_n_ctx")]
+    pub n_ctx: u32,
+    /// Number of sequences the context is made for (`n_seq_max`; the stream is unified).
+    #[serde(default = "default_n_seq_max")]
+    pub n_seq_max: u32,
+    /// Ops run before the trace; not checked and not counted.
+    #[serde(default)]
+    pub ops: Vec<Op>,
+}
+
+fn default_n_ctx() -> u32 {
+    256
+}
+
+fn default_n_seq_max() -> u32 {
+    4
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            n_ctx: default_n_ctx(),
+            n_seq_max: default_n_seq_max(),
+            ops: Vec::new(),
+        }
+    }
+}
+
+/// A setup plus the ops under test.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Trace {
+    /// Where the trace starts.
+    pub setup: Setup,
+    /// The ops under test, in order.
+    pub ops: Vec<Op>,
+}
+
+impl Trace {
+    /// The sequences observed after each op: every sequence of the context (`0..n_seq_max`),
+    /// so that every trace over one setup is observed the same way.
+    pub fn observed_seqs(&self) -> Vec<SeqId> {
+        (0..self.setup.n_seq_max as SeqId).collect()
+    }
+}
+
+impl fmt::Display for Trace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for op in &self.setup.ops {
+            writeln!(f, "  (setup) {op}")?;
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            writeln!(f, "  {:>2}. {op}", i + 1)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_json_matches_the_documented_form() {
+        let cases: [(Op, &str); 7] = [
+            (
+                Op::SeqCp {
+                    src: 0,
+                    dst: 1,
+                    p0: 0,
+                    p1: 3,
+                },
+                r#"{"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":3}"#,
+            ),
+            (
+                Op::SeqRm {
+                    seq: 0,
+                    p0: 2,
+                    p1: 5,
+                },
+                r#"{"op":"seq_rm","seq":0,"p0":2,"p1":5}"#,
+            ),
+            (Op::SeqKeep { seq: 0 }, r#"{"op":"seq_keep","seq":0}"#),
+            (
+                Op::SeqAdd {
+                    seq: 0,
+                    p0: 4,
+                    p1: 7,
+                    delta: 2,
+                },
+                r#"{"op":"seq_add","seq":0,"p0":4,"p1":7,"delta":2}"#,
+            ),
+            (
+                Op::SeqDiv {
+                    seq: 0,
+                    p0: 0,
+                    p1: 4,
+                    d: 2,
+                },
+                r#"{"op":"seq_div","seq":0,"p0":0,"p1":4,"d":2}"#,
+            ),
+            (Op::Clear, r#"{"op":"clear"}"#),
+            (
+                Op::Decode(Decode::next(0, 7)),
+                r#"{"op":"decode","seq":0,"n":7}"#,
+            ),
+        ];
+        for (op, json) in cases {
+            assert_eq!(op.to_json(), json);
+            assert_eq!(serde_json::from_str::<Op>(json).unwrap(), op);
+        }
+    }
+
+    #[test]
+    fn multi_sequence_decode_round_trips() {
+        let json = r#"{"op":"decode","seqs":[0,1],"n":2,"pos":5}"#;
+        let op: Op = serde_json::from_str(json).unwrap();
+        assert_eq!(op.to_json(), json);
+        assert_eq!(
+            op.to_string(),
+            "llama_decode(ctx, 2 token(s) into seq {0,1} at pos 5..6)"
+        );
+    }
+
+    #[test]
+    fn malformed_ops_are_refused() {
+        for bad in [
+            r#"{"op":"seq_cp","src":0,"dst":1,"p0":0}"#,
+            r#"{"op":"seq_rm","seq":0,"p0":2,"p1":5,"extra":1}"#,
+            r#"{"op":"decode","n":2}"#,
+            r#"{"op":"decode","seq":0,"n":0}"#,
+            r#"{"op":"frobnicate"}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<Op>(bad).is_err(),
+                "{bad} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn display_prints_the_llama_call() {
+        assert_eq!(
+            Op::SeqCp {
+                src: 0,
+                dst: 1,
+                p0: 0,
+                p1: 3
+            }
+            .to_string(),
+            "llama_memory_seq_cp(mem, 0, 1, 0, 3)"
+        );
+        assert_eq!(Op::Clear.to_string(), "llama_memory_clear(mem, true)");
+    }
+}

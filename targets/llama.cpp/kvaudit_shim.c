@@ -1,0 +1,445 @@
+/*
+ * kvaudit_shim.c: the implementation of kvaudit_shim.h over one pin's llama.h.
+ *
+ * Valid C and valid C++. src/llama/build.rs compiles it as C++ (`-x c++`), so the SHIM_TRY /
+ * SHIM_CATCH guards below turn any exception thrown inside llama.cpp into an error code
+ * instead of unwinding into the Rust caller. It must compile unchanged against the llama.h of
+ * every pin in pins.toml: use only API that all of them have (llama_model_load_from_file,
+ * llama_init_from_model, llama_memory_*, llama_state_*), and set struct fields by name after
+ * llama_*_default_params() so that added fields keep their defaults.
+ *
+ * Compile-time input: KVAUDIT_SHIM_PIN, the pin label as a string literal
+ * (-DKVAUDIT_SHIM_PIN="\"llama.cpp@0.1.156\"").
+ */
+#include "kvaudit_shim.h"
+
+#include "llama.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef KVAUDIT_SHIM_PIN
+#define KVAUDIT_SHIM_PIN "llama.cpp@unknown"
+#endif
+
+#ifdef __cplusplus
+#define SHIM_TRY try {
+#define SHIM_CATCH(on_exception)                                                                   \
+    }                                                                                              \
+    catch (...) {                                                                                  \
+        shim_note("kvaudit_shim: caught a C++ exception from llama.cpp\n");                        \
+        on_exception;                                                                              \
+    }
+#else
+#define SHIM_TRY {
+#define SHIM_CATCH(on_exception) }
+#endif
+
+struct kvaudit_shim {
+    struct llama_model *model;
+    struct llama_context *ctx;
+    llama_memory_t mem;
+    int32_t n_vocab;
+};
+
+/* ---- log capture -------------------------------------------------------------------------- */
+
+/* Error-level text logged on this thread since the last shim call. Thread-local so that two
+ * contexts driven from two threads do not mix their messages. */
+#define SHIM_ERR_CAP 4096
+static __thread char shim_err[SHIM_ERR_CAP];
+static __thread size_t shim_err_len;
+static __thread int shim_last_level_was_error;
+
+static int shim_log_to_stderr;
+
+static void shim_note(const char *text) {
+    size_t n = strlen(text);
+    size_t room = SHIM_ERR_CAP - 1 - shim_err_len;
+    if (n > room) {
+        n = room;
+    }
+    memcpy(shim_err + shim_err_len, text, n);
+    shim_err_len += n;
+    shim_err[shim_err_len] = '\0';
+}
+
+static void shim_clear_error(void) {
+    shim_err_len = 0;
+    shim_err[0] = '\0';
+    shim_last_level_was_error = 0;
+}
+
+static void shim_log(enum ggml_log_level level, const char *text, void *user_data) {
+    (void)user_data;
+    if (text == NULL) {
+        return;
+    }
+    if (shim_log_to_stderr) {
+        fputs(text, stderr);
+    }
+    if (level == GGML_LOG_LEVEL_ERROR) {
+        shim_last_level_was_error = 1;
+        shim_note(text);
+    } else if (level == GGML_LOG_LEVEL_CONT) {
+        if (shim_last_level_was_error) {
+            shim_note(text);
+        }
+    } else {
+        shim_last_level_was_error = 0;
+    }
+}
+
+static pthread_once_t shim_once = PTHREAD_ONCE_INIT;
+
+static void shim_init_once(void) {
+    const char *env = getenv("KVAUDIT_SHIM_LOG");
+    shim_log_to_stderr = env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
+    /* llama_log_set also calls ggml_log_set: one call silences both. */
+    llama_log_set(shim_log, NULL);
+    llama_backend_init();
+}
+
+static void shim_copy_error(char *err, size_t err_cap, const char *fallback) {
+    if (err == NULL || err_cap == 0) {
+        return;
+    }
+    const char *src = shim_err_len > 0 ? shim_err : fallback;
+    size_t n = strlen(src);
+    if (n >= err_cap) {
+        n = err_cap - 1;
+    }
+    memcpy(err, src, n);
+    err[n] = '\0';
+}
+
+/* ---- identity ----------------------------------------------------------------------------- */
+
+KVAUDIT_SHIM_API int kvaudit_shim_abi_version(void) { return KVAUDIT_SHIM_ABI; }
+
+KVAUDIT_SHIM_API const char *kvaudit_shim_version(void) { return KVAUDIT_SHIM_PIN; }
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_state_seq_format(void) { return LLAMA_STATE_SEQ_VERSION; }
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_assertions_enabled(void) {
+#ifdef NDEBUG
+    return 0;
+#else
+    return 1;
+#endif
+}
+
+/* ---- lifetime ----------------------------------------------------------------------------- */
+
+KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
+                                                 const kvaudit_shim_params *params, char *err,
+                                                 size_t err_cap) {
+    pthread_once(&shim_once, shim_init_once);
+    shim_clear_error();
+    if (model_path == NULL || params == NULL) {
+        shim_copy_error(err, err_cap, "kvaudit_shim_open: model_path and params must not be NULL");
+        return NULL;
+    }
+    kvaudit_shim *h = NULL;
+    SHIM_TRY
+    struct llama_model_params mparams = llama_model_default_params();
+    mparams.n_gpu_layers = 0;
+
+    struct llama_model *model = llama_model_load_from_file(model_path, mparams);
+    if (model == NULL) {
+        shim_copy_error(err, err_cap, "llama_model_load_from_file returned NULL");
+        return NULL;
+    }
+
+    struct llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx = params->n_ctx;
+    cparams.n_seq_max = params->n_seq_max > 0 ? params->n_seq_max : cparams.n_seq_max;
+    if (params->n_batch > 0) {
+        cparams.n_batch = params->n_batch;
+    }
+    if (params->n_ubatch > 0) {
+        cparams.n_ubatch = params->n_ubatch;
+    }
+    if (params->n_threads > 0) {
+        cparams.n_threads = params->n_threads;
+        cparams.n_threads_batch = params->n_threads;
+    }
+    cparams.kv_unified = params->kv_unified != 0;
+    cparams.swa_full = params->swa_full != 0;
+    cparams.flash_attn_type = (enum llama_flash_attn_type)params->flash_attn;
+    if (params->type_k >= 0) {
+        cparams.type_k = (enum ggml_type)params->type_k;
+    }
+    if (params->type_v >= 0) {
+        cparams.type_v = (enum ggml_type)params->type_v;
+    }
+    cparams.no_perf = true;
+
+    struct llama_context *ctx = llama_init_from_model(model, cparams);
+    if (ctx == NULL) {
+        shim_copy_error(err, err_cap, "llama_init_from_model returned NULL");
+        llama_model_free(model);
+        return NULL;
+    }
+
+    h = (kvaudit_shim *)calloc(1, sizeof(kvaudit_shim));
+    if (h == NULL) {
+        shim_copy_error(err, err_cap, "kvaudit_shim_open: out of memory");
+        llama_free(ctx);
+        llama_model_free(model);
+        return NULL;
+    }
+    h->model = model;
+    h->ctx = ctx;
+    h->mem = llama_get_memory(ctx);
+    h->n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    SHIM_CATCH(shim_copy_error(err, err_cap, shim_err); return NULL)
+    return h;
+}
+
+KVAUDIT_SHIM_API void kvaudit_shim_close(kvaudit_shim *h) {
+    shim_clear_error();
+    if (h == NULL) {
+        return;
+    }
+    SHIM_TRY
+    llama_free(h->ctx);
+    llama_model_free(h->model);
+    SHIM_CATCH((void)0)
+    free(h);
+}
+
+/* ---- decode ------------------------------------------------------------------------------- */
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_decode(kvaudit_shim *h, int32_t n_tokens,
+                                             const int32_t *tokens, const int32_t *pos,
+                                             const int32_t *n_seq_id, const int32_t *seq_ids_flat,
+                                             int32_t logits_last) {
+    shim_clear_error();
+    if (h == NULL || (n_tokens > 0 && tokens == NULL) ||
+        ((n_seq_id == NULL) != (seq_ids_flat == NULL))) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    size_t n = n_tokens > 0 ? (size_t)n_tokens : 0;
+    /* One allocation for the per-token seq id pointers and the output flags. */
+    size_t ptr_bytes = n_seq_id != NULL ? n * sizeof(llama_seq_id *) : 0;
+    unsigned char *scratch = (unsigned char *)malloc(ptr_bytes + n + 1);
+    if (scratch == NULL) {
+        return KVAUDIT_SHIM_E_NOMEM;
+    }
+    llama_seq_id **seq_id = n_seq_id != NULL ? (llama_seq_id **)scratch : NULL;
+    int8_t *logits = (int8_t *)(scratch + ptr_bytes);
+
+    size_t offset = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (seq_id != NULL) {
+            seq_id[i] = (llama_seq_id *)(seq_ids_flat + offset);
+            if (n_seq_id[i] > 0) {
+                offset += (size_t)n_seq_id[i];
+            }
+        }
+        logits[i] = (int8_t)(logits_last != 0 && i + 1 == n);
+    }
+
+    struct llama_batch batch;
+    memset(&batch, 0, sizeof(batch));
+    batch.n_tokens = n_tokens;
+    batch.token = (llama_token *)tokens;
+    batch.pos = (llama_pos *)pos;
+    batch.n_seq_id = (int32_t *)n_seq_id;
+    batch.seq_id = seq_id;
+    batch.logits = logits;
+
+    int32_t rc = KVAUDIT_SHIM_E_EXCEPTION;
+    SHIM_TRY
+    rc = llama_decode(h->ctx, batch);
+    SHIM_CATCH(rc = KVAUDIT_SHIM_E_EXCEPTION)
+    free(scratch);
+    return rc;
+}
+
+/* ---- memory operations -------------------------------------------------------------------- */
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_seq_rm(kvaudit_shim *h, int32_t seq_id, int32_t p0,
+                                             int32_t p1) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return llama_memory_seq_rm(h->mem, seq_id, p0, p1) ? 1 : 0;
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_seq_cp(kvaudit_shim *h, int32_t seq_id_src,
+                                             int32_t seq_id_dst, int32_t p0, int32_t p1) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    llama_memory_seq_cp(h->mem, seq_id_src, seq_id_dst, p0, p1);
+    return KVAUDIT_SHIM_OK;
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_seq_keep(kvaudit_shim *h, int32_t seq_id) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    llama_memory_seq_keep(h->mem, seq_id);
+    return KVAUDIT_SHIM_OK;
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_seq_add(kvaudit_shim *h, int32_t seq_id, int32_t p0,
+                                              int32_t p1, int32_t delta) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    llama_memory_seq_add(h->mem, seq_id, p0, p1, delta);
+    return KVAUDIT_SHIM_OK;
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_seq_div(kvaudit_shim *h, int32_t seq_id, int32_t p0,
+                                              int32_t p1, int32_t d) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    llama_memory_seq_div(h->mem, seq_id, p0, p1, d);
+    return KVAUDIT_SHIM_OK;
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_clear(kvaudit_shim *h, int32_t data) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    llama_memory_clear(h->mem, data != 0);
+    return KVAUDIT_SHIM_OK;
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_seq_pos_min(kvaudit_shim *h, int32_t seq_id, int32_t *out) {
+    shim_clear_error();
+    if (h == NULL || out == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    *out = llama_memory_seq_pos_min(h->mem, seq_id);
+    return KVAUDIT_SHIM_OK;
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_seq_pos_max(kvaudit_shim *h, int32_t seq_id, int32_t *out) {
+    shim_clear_error();
+    if (h == NULL || out == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    *out = llama_memory_seq_pos_max(h->mem, seq_id);
+    return KVAUDIT_SHIM_OK;
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+/* ---- state -------------------------------------------------------------------------------- */
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_size(kvaudit_shim *h, int32_t seq_id) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return (int64_t)llama_state_seq_get_size(h->ctx, seq_id);
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_get(kvaudit_shim *h, int32_t seq_id, uint8_t *buf,
+                                                    size_t cap) {
+    shim_clear_error();
+    if (h == NULL || (buf == NULL && cap > 0)) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return (int64_t)llama_state_seq_get_data(h->ctx, buf, cap, seq_id);
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_size(kvaudit_shim *h) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return (int64_t)llama_state_get_size(h->ctx);
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_get(kvaudit_shim *h, uint8_t *buf, size_t cap) {
+    shim_clear_error();
+    if (h == NULL || (buf == NULL && cap > 0)) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return (int64_t)llama_state_get_data(h->ctx, buf, cap);
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_set(kvaudit_shim *h, const uint8_t *buf, size_t len) {
+    shim_clear_error();
+    if (h == NULL || (buf == NULL && len > 0)) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return (int64_t)llama_state_set_data(h->ctx, buf, len);
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+/* ---- outputs ------------------------------------------------------------------------------ */
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_n_vocab(kvaudit_shim *h) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    return h->n_vocab;
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_get_logits_ith(kvaudit_shim *h, int32_t i, float *out,
+                                                     int32_t cap) {
+    shim_clear_error();
+    if (h == NULL || out == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    if (cap < h->n_vocab) {
+        return KVAUDIT_SHIM_E_BUFFER;
+    }
+    SHIM_TRY
+    const float *logits = llama_get_logits_ith(h->ctx, i);
+    if (logits == NULL) {
+        return KVAUDIT_SHIM_E_LLAMA;
+    }
+    memcpy(out, logits, (size_t)h->n_vocab * sizeof(float));
+    return h->n_vocab;
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API size_t kvaudit_shim_last_error(char *buf, size_t cap) {
+    if (buf != NULL && cap > 0) {
+        size_t n = shim_err_len < cap - 1 ? shim_err_len : cap - 1;
+        memcpy(buf, shim_err, n);
+        buf[n] = '\0';
+    }
+    return shim_err_len;
+}

@@ -1,0 +1,71 @@
+//! Command-line cases: run the real binary and check exit code and output. `@DATA/` in an
+//! argument stands for `tests/data/cli/`.
+
+use std::process::Command;
+
+use libtest_mimic::Trial;
+use serde::Deserialize;
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct CliCase {
+    name: String,
+    args: Vec<String>,
+    exit: i32,
+    #[serde(default)]
+    stdout: Option<String>,
+    #[serde(default)]
+    stderr: Option<String>,
+}
+
+pub fn trials() -> Vec<Trial> {
+    let path = super::root().join("tests/data/cli/cases.json");
+    let text = std::fs::read_to_string(&path).expect("tests/data/cli/cases.json");
+    let cases: Vec<CliCase> = serde_json::from_str(&text).expect("cases.json parses");
+    cases
+        .into_iter()
+        .map(|c| {
+            Trial::test(format!("cli::{}", c.name), move || {
+                super::outcome(check(&c))
+            })
+        })
+        .collect()
+}
+
+fn check(c: &CliCase) -> Result<(), String> {
+    let data = super::root().join("tests/data/cli");
+    let args: Vec<String> = c
+        .args
+        .iter()
+        .map(|a| a.replace("@DATA", &data.to_string_lossy()))
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_kvaudit"))
+        .args(&args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let code = out.status.code().ok_or("killed by a signal")?;
+    if code != c.exit {
+        return Err(format!(
+            "exit {code}, expected {}\nstdout: {stdout}\nstderr: {stderr}",
+            c.exit
+        ));
+    }
+    if let Some(s) = &c.stdout {
+        if !stdout.contains(s.as_str()) {
+            return Err(format!("stdout lacks {s:?}:\n{stdout}"));
+        }
+    }
+    if let Some(s) = &c.stderr {
+        if !stderr.contains(s.as_str()) {
+            return Err(format!("stderr lacks {s:?}:\n{stderr}"));
+        }
+        if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") {
+            return Err(format!("a panic reached the user:\n{stderr}"));
+        }
+    }
+    Ok(())
+}

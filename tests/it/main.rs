@@ -1,0 +1,42 @@
+//! The one integration-test binary (ripgrep's `tests/it` layout): every test is a data file run
+//! through one `check` path, so `cargo test -- <name>` filters by file name.
+//!
+//! - `tests/data/audits/*.json`: exhaustive audits and the figures they must report.
+//! - `tests/data/cli/cases.json`: command lines, with the exit code and output they must give.
+
+mod audits;
+mod cli;
+
+use std::path::{Path, PathBuf};
+
+use libtest_mimic::{Arguments, Failed, Trial};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Data files of one kind, sorted, as (test name, path).
+pub fn data_files(dir: &Path, ext: &str) -> Vec<(String, PathBuf)> {
+    let mut v: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some(ext))
+        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Turns a `Result<(), String>` into a libtest-mimic outcome.
+pub fn outcome(r: Result<(), String>) -> Result<(), Failed> {
+    r.map_err(Failed::from)
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials: Vec<Trial> = Vec::new();
+    trials.extend(audits::trials());
+    trials.extend(cli::trials());
+    libtest_mimic::run(&args, trials).exit();
+}
