@@ -17,6 +17,7 @@ pub mod model;
 pub mod native;
 pub mod op;
 pub mod oracle;
+pub mod prereg;
 pub mod registry;
 pub mod report;
 pub mod runner;

@@ -3,6 +3,9 @@
 //! The one place that knows which targets exist; explorers and commands get runners from here and
 //! never name a target type themselves.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use native_kv::Faults;
 
 use crate::explore::RunnerFactory;
@@ -17,15 +20,14 @@ pub struct TargetSpec {
     pub name: String,
     /// Faults to inject (native only).
     pub faults: Vec<String>,
+    /// A model file for llama.cpp targets (default: the generated tiny model).
+    pub model: Option<PathBuf>,
 }
 
 impl TargetSpec {
     /// A spec from a name and a fault list.
     pub fn new(name: &str, faults: &[String]) -> Self {
-        TargetSpec {
-            name: name.to_string(),
-            faults: faults.to_vec(),
-        }
+        TargetSpec { name: name.to_string(), faults: faults.to_vec(), model: None }
     }
 
     /// Checks the spec and returns a factory that makes one runner per call.
@@ -47,7 +49,7 @@ impl TargetSpec {
                         "faults can only be injected into the native target, not {other}"
                     ));
                 }
-                llama_factory(other)
+                llama_factory(other, self.model.as_deref())
             }
             other => Err(format!(
                 "unknown target '{other}' (known: native, llama.cpp@VERSION[+assert])"
@@ -56,8 +58,50 @@ impl TargetSpec {
     }
 }
 
-fn llama_factory(name: &str) -> Result<Box<RunnerFactory<'static>>, String> {
-    Err(format!(
-        "target {name}: the llama.cpp target is not wired in yet"
-    ))
+/// How long one llama.cpp trial may take before it counts as a hang.
+pub const LLAMA_TRIAL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Builds the pin if needed (a progress line on stderr), then returns a factory that starts one
+/// crash-isolated worker process per runner.
+fn llama_factory(name: &str, model: Option<&std::path::Path>) -> Result<Box<RunnerFactory<'static>>, String> {
+    use crate::llama::build::{ensure_built, BuildSpec};
+    use crate::llama::pins::Pin;
+    use crate::llama::target::ResetMode;
+    use crate::llama::worker::{WorkerRunner, WorkerSpec};
+    let pin = Pin::parse(name).map_err(|e| format!("{e:#}"))?;
+    let info = pin.info().map_err(|e| format!("{e:#}"))?;
+    let built = ensure_built(&BuildSpec::new(pin.clone()), true).map_err(|e| format!("building {name}: {e:#}"))?;
+    let model = match model {
+        Some(m) => m.to_path_buf(),
+        None => crate::model::tiny::try_default_model_path().map_err(|e| format!("tiny model: {e:#}"))?,
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the kvaudit executable: {e}"))?;
+    let spec = WorkerSpec {
+        exe: worker_exe(exe),
+        shim: built.so_path.clone(),
+        model,
+        label: pin.label(),
+        format: crate::state::StateFormat { rot_fields: info.kv_state_has_n_rot },
+        timeout: LLAMA_TRIAL_TIMEOUT,
+        reset: ResetMode::Restore,
+    };
+    Ok(Box::new(move || -> Result<Box<dyn TrialRunner>, HarnessError> { Ok(Box::new(WorkerRunner::new(spec.clone())?)) }))
+}
+
+/// The binary that serves `kvaudit worker`: this one, unless this is a test or bench binary, in
+/// which case the `kvaudit` binary next to it (cargo builds it for integration tests), or the one
+/// named by `KVAUDIT_EXE`.
+fn worker_exe(current: PathBuf) -> PathBuf {
+    if let Some(p) = std::env::var_os("KVAUDIT_EXE") {
+        return PathBuf::from(p);
+    }
+    if current.file_stem().is_some_and(|s| s == "kvaudit") {
+        return current;
+    }
+    // target/<profile>/deps/it-HASH -> target/<profile>/kvaudit
+    let mut dir = current.parent().map(PathBuf::from).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.join("kvaudit")
 }

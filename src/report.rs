@@ -160,6 +160,9 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// Wall clock.
     pub timing: Timing,
+    /// Prediction vs outcome, when PREREG.md has a prediction for this run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prediction: Vec<crate::prereg::PredictionCheck>,
 }
 
 impl Report {
@@ -202,7 +205,23 @@ impl Report {
             oracles,
             findings,
             timing,
+            prediction: Vec::new(),
         }
+    }
+
+    fn prediction_lines(&self) -> Vec<String> {
+        let show = |o: &crate::prereg::OraclePrediction| match (o.violated, o.first_depth) {
+            (false, _) => "holds".to_string(),
+            (true, Some(d)) => format!("violated, first at depth {d}"),
+            (true, None) => "violated".to_string(),
+        };
+        self.prediction
+            .iter()
+            .map(|c| {
+                let verdict = if c.confirmed { "confirmed" } else { "FALSIFIED" };
+                format!("{}: predicted {}; outcome {}: {verdict}", c.oracle, show(&c.predicted), show(&c.outcome))
+            })
+            .collect()
     }
 
     /// True if any oracle was violated.
@@ -264,6 +283,12 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(s, "{}", self.heading());
         let _ = writeln!(s, "{}", self.oracle_table());
+        if !self.prediction.is_empty() {
+            let _ = writeln!(s, "\nPREREG.md, prediction vs outcome:");
+            for l in self.prediction_lines() {
+                let _ = writeln!(s, "  {l}");
+            }
+        }
         for (i, f) in self.findings.iter().enumerate() {
             let _ = writeln!(
                 s,
@@ -303,6 +328,12 @@ impl Report {
                 "| {id} | {} | {} | {fd} | {n} |",
                 st.checked, st.violations
             );
+        }
+        if !self.prediction.is_empty() {
+            let _ = writeln!(s, "\n## Prediction (PREREG.md) vs outcome\n");
+            for l in self.prediction_lines() {
+                let _ = writeln!(s, "- {l}");
+            }
         }
         for (i, f) in self.findings.iter().enumerate() {
             let _ = writeln!(s, "\n## Finding {}: {} {}\n", i + 1, f.oracle, f.kind);

@@ -26,6 +26,12 @@ pub struct AuditArgs {
     /// Worker threads (default: every core).
     #[arg(long)]
     threads: Option<usize>,
+    /// Predictions to compare the outcome with (default: ./PREREG.md if present).
+    #[arg(long)]
+    prereg: Option<std::path::PathBuf>,
+    /// Model file for llama.cpp targets (default: the generated tiny model).
+    #[arg(long)]
+    model: Option<std::path::PathBuf>,
     /// Traces per batch sent to a runner.
     #[arg(long, default_value_t = 2048)]
     batch: usize,
@@ -77,7 +83,16 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     }
     let domain = a.domain.resolve()?;
     let shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
-    let (spec_a, spec_b) = a.target.specs();
+    let predictions = match &a.prereg {
+        Some(p) => crate::prereg::read(p).map_err(CliError::usage)?,
+        None if std::path::Path::new("PREREG.md").exists() => crate::prereg::read("PREREG.md".as_ref()).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let (mut spec_a, mut spec_b) = a.target.specs();
+    spec_a.model = a.model.clone();
+    if let Some(b) = spec_b.as_mut() {
+        b.model = a.model.clone();
+    }
     let fa = spec_a.factory().map_err(CliError::usage)?;
     let fb = spec_b
         .map(|s| s.factory())
@@ -94,7 +109,8 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
         batch: a.batch,
     };
     let mut display = Display::new(&a.out);
-    let report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
+    let mut report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
+    report.prediction = crate::prereg::check(&predictions, &report);
     a.out.emit(&report)?;
     Ok(if report.has_findings() {
         exit::FINDINGS

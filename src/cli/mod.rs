@@ -8,6 +8,8 @@ mod audit;
 mod domain;
 mod merge;
 mod progress;
+mod target_cmd;
+mod worker;
 
 use clap::{Parser, Subcommand};
 
@@ -33,6 +35,11 @@ pub enum Command {
     Domain(domain::DomainCmd),
     /// Merge shard reports (JSON) into the report of the whole run.
     Merge(merge::MergeArgs),
+    /// Build and inspect targets (`kvaudit target build llama.cpp@0.1.156`).
+    Target(target_cmd::TargetCmd),
+    /// Internal: serve a llama.cpp target to a parent kvaudit over stdin/stdout.
+    #[command(hide = true)]
+    Worker(worker::WorkerArgs),
 }
 
 /// A failure with the exit code it maps to.
@@ -74,5 +81,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Audit(a) => audit::run(a),
         Command::Domain(d) => domain::run(d),
         Command::Merge(m) => merge::run(m),
+        Command::Target(t) => target_cmd::run(t),
+        Command::Worker(w) => worker::run(w),
     }
 }

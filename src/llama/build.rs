@@ -1552,13 +1552,23 @@ impl Progress {
             .map(|l| l.started.load(Ordering::Relaxed))
             .collect();
         let done: usize = started.iter().sum();
-        // The unit with unfinished work that is furthest along names the line.
-        let current = units
+        // Per group (C and C++ together), the groups with work left: "ggml-cpu 12/21, llama 3/177".
+        let mut groups: Vec<(&str, usize, usize)> = Vec::new();
+        for (u, s) in units.iter().zip(&started) {
+            match groups.iter_mut().find(|g| g.0 == u.group) {
+                Some(g) => {
+                    g.1 += s;
+                    g.2 += u.sources.len();
+                }
+                None => groups.push((&u.group, *s, u.sources.len())),
+            }
+        }
+        let open: Vec<String> = groups
             .iter()
-            .zip(&started)
-            .find(|(u, s)| **s > 0 && **s < u.sources.len())
-            .map(|(u, s)| format!("compiling {} {}/{}", u.group, s, u.sources.len()))
-            .unwrap_or_default();
+            .filter(|(_, s, n)| s < n)
+            .map(|(g, s, n)| format!("{g} {s}/{n}"))
+            .collect();
+        let current = format!("compiling {}", open.join(", "));
         if let Some(bar) = &self.bar {
             bar.set_position(done as u64);
             bar.set_message(current);
@@ -1566,7 +1576,10 @@ impl Progress {
             let Ok(mut last) = self.last_plain.lock() else {
                 return;
             };
-            if last.map_or(true, |t| t.elapsed() >= Duration::from_secs(15)) {
+            // (`Option::is_none_or` needs Rust 1.82; the crate's MSRV is 1.80.)
+            #[allow(clippy::unnecessary_map_or)]
+            let due = last.map_or(true, |t| t.elapsed() >= Duration::from_secs(15));
+            if due {
                 *last = Some(Instant::now());
                 eprintln!(
                     "building {}: {done}/{} started, {current} ({:.0} s)",

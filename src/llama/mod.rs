@@ -17,3 +17,5 @@
 pub mod build;
 pub mod ffi;
 pub mod pins;
+pub mod target;
+pub mod worker;

@@ -1,0 +1,55 @@
+//! `kvaudit target`: build llama.cpp pins and list what is known.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use super::CliError;
+use crate::exit;
+
+/// Arguments of `kvaudit target`.
+#[derive(Debug, Args)]
+pub struct TargetCmd {
+    #[command(subcommand)]
+    what: TargetWhat,
+}
+
+#[derive(Debug, Subcommand)]
+enum TargetWhat {
+    /// Build (or find in the cache) the shim for a pin: `llama.cpp@0.1.156[+assert]`.
+    Build {
+        /// Pin labels.
+        #[arg(required = true)]
+        labels: Vec<String>,
+        /// Build over this llama.cpp source tree instead of the pin's crate.
+        #[arg(long)]
+        llama_src: Option<PathBuf>,
+        /// Rebuild even if cached.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List the targets and pins kvaudit knows.
+    List,
+}
+
+/// Runs `kvaudit target ...`.
+pub fn run(t: TargetCmd) -> Result<i32, CliError> {
+    match t.what {
+        TargetWhat::Build { labels, llama_src, force } => {
+            for label in labels {
+                crate::llama::pins::Pin::parse(&label).map_err(|e| CliError::usage(format!("{e:#}")))?;
+                let built = crate::llama::build::build_command(&label, llama_src.as_deref(), force)
+                    .map_err(|e| CliError::harness(format!("{e:#}")))?;
+                println!("{}", built.so_path.display());
+            }
+            Ok(exit::CLEAN)
+        }
+        TargetWhat::List => {
+            println!("native  (faults: {})", native_kv::Faults::NAMES.join(", "));
+            for label in crate::llama::pins::known_labels().map_err(|e| CliError::harness(format!("{e:#}")))? {
+                println!("{label}");
+            }
+            Ok(exit::CLEAN)
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! `kvaudit worker` (hidden): the child side of crash isolation; see `llama::worker`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::CliError;
+use crate::llama::target::ResetMode;
+use crate::llama::worker::worker_main;
+use crate::state::StateFormat;
+
+/// Arguments of `kvaudit worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The built shim to load.
+    #[arg(long)]
+    shim: PathBuf,
+    /// The model file.
+    #[arg(long)]
+    model: PathBuf,
+    /// Target label for reports.
+    #[arg(long)]
+    label: String,
+    /// The pin's state format has n_rot fields.
+    #[arg(long)]
+    rot_fields: bool,
+    /// Reset by re-running the setup instead of restoring the saved state.
+    #[arg(long)]
+    rebuild_resets: bool,
+}
+
+/// Serves until stdin closes.
+pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
+    let reset = if a.rebuild_resets { ResetMode::Rebuild } else { ResetMode::Restore };
+    Ok(worker_main(&a.shim, &a.model, &a.label, StateFormat { rot_fields: a.rot_fields }, reset))
+}

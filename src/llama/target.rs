@@ -1,0 +1,183 @@
+//! `CacheUnderTest` over a real llama.cpp context (in this process; see [`super::worker`] for the
+//! crash-isolated form the command line uses).
+//!
+//! Resets are fast and honest: the first reset for a setup builds it for real (clear, then the
+//! setup's decodes) and saves the full state; later resets for the same setup restore that saved
+//! state with `llama_state_set_data`. A restore rebuilds derived state, which is harmless *before*
+//! a trace's first op (the state after the setup is consistent on every pin); it is never done in
+//! the middle of a trace. `tests/it` checks that both kinds of reset give identical observations.
+
+use std::path::{Path, PathBuf};
+
+use super::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim};
+use crate::op::{Op, Pos, SeqId, Setup};
+use crate::state::StateFormat;
+use crate::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
+
+/// How a [`LlamaTarget`] resets between trials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetMode {
+    /// Restore the state saved right after the setup (fast).
+    Restore,
+    /// Clear and re-run the setup every time (slow; the reference for the fast path).
+    Rebuild,
+}
+
+/// A llama.cpp context driven op by op.
+pub struct LlamaTarget {
+    shim: LlamaShim,
+    model: PathBuf,
+    label: String,
+    format: StateFormat,
+    reset_mode: ResetMode,
+    ctx: Option<(ContextParams, LlamaContext)>,
+    saved: Option<(Setup, Vec<u8>)>,
+}
+
+impl LlamaTarget {
+    /// A target over a loaded shim and a model file. `label` names it in reports
+    /// (`llama.cpp@0.1.156+assert`); `format` is the pin's state format.
+    pub fn new(shim: LlamaShim, model: &Path, label: &str, format: StateFormat, reset_mode: ResetMode) -> Self {
+        LlamaTarget {
+            shim,
+            model: model.to_path_buf(),
+            label: label.to_string(),
+            format,
+            reset_mode,
+            ctx: None,
+            saved: None,
+        }
+    }
+
+    fn harness(&self, message: impl std::fmt::Display) -> HarnessError {
+        HarnessError::Target { target: self.label.clone(), message: message.to_string() }
+    }
+
+    fn params(setup: &Setup) -> ContextParams {
+        ContextParams {
+            n_ctx: setup.n_ctx,
+            n_seq_max: setup.n_seq_max,
+            // A unified KV stream: every sequence shares the cells, as the native model does.
+            kv_unified: true,
+            flash_attn: FlashAttn::Off,
+            n_threads: 1,
+            ..ContextParams::default()
+        }
+    }
+
+    fn ctx(&mut self) -> Result<&mut LlamaContext, HarnessError> {
+        let label = self.label.clone();
+        self.ctx
+            .as_mut()
+            .map(|(_, c)| c)
+            .ok_or_else(|| HarnessError::Target { target: label, message: "no context: reset first".into() })
+    }
+
+    /// The context, for measurements that need more than the trait (logits, full state).
+    pub fn context(&mut self) -> Option<&mut LlamaContext> {
+        self.ctx.as_mut().map(|(_, c)| c)
+    }
+
+    fn rebuild(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        self.ctx()?.clear(true).map_err(|e| self.harness(e))?;
+        for op in &setup.ops {
+            match self.apply(op)? {
+                OpOutcome::Done { .. } | OpOutcome::Decoded { rc: 0 } => {}
+                other => {
+                    return Err(HarnessError::Setup { target: self.label.clone(), op: op.to_string(), message: format!("{other:?}") })
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CacheUnderTest for LlamaTarget {
+    fn info(&self) -> TargetInfo {
+        TargetInfo {
+            name: self.label.clone(),
+            version: self.shim.version().to_string(),
+            faults: Vec::new(),
+            state_format: self.format,
+        }
+    }
+
+    fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        let params = Self::params(setup);
+        if self.ctx.as_ref().map(|(p, _)| p) != Some(&params) {
+            self.ctx = None;
+            self.saved = None;
+            let ctx = self.shim.open(&self.model, &params).map_err(|e| self.harness(format!("{e:#}")))?;
+            self.ctx = Some((params, ctx));
+        }
+        if self.reset_mode == ResetMode::Restore {
+            if let Some((saved_setup, bytes)) = &self.saved {
+                if saved_setup == setup {
+                    let bytes = bytes.clone();
+                    return self.ctx()?.state_set(&bytes).map_err(|e| self.harness(format!("restore: {e:#}")));
+                }
+            }
+        }
+        self.rebuild(setup)?;
+        if self.reset_mode == ResetMode::Restore {
+            let bytes = self.ctx()?.state_get().map_err(|e| self.harness(format!("save: {e:#}")))?;
+            self.saved = Some((setup.clone(), bytes));
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
+        let label = self.label.clone();
+        let err = |e: anyhow::Error| HarnessError::Target { target: label.clone(), message: format!("{op}: {e:#}") };
+        let c = self.ctx()?;
+        let returned = match *op {
+            Op::SeqRm { seq, p0, p1 } => Some(c.seq_rm(seq, p0, p1).map_err(err)?),
+            Op::SeqCp { src, dst, p0, p1 } => {
+                c.seq_cp(src, dst, p0, p1).map_err(err)?;
+                None
+            }
+            Op::SeqKeep { seq } => {
+                c.seq_keep(seq).map_err(err)?;
+                None
+            }
+            Op::SeqAdd { seq, p0, p1, delta } => {
+                c.seq_add(seq, p0, p1, delta).map_err(err)?;
+                None
+            }
+            Op::SeqDiv { seq, p0, p1, d } => {
+                c.seq_div(seq, p0, p1, d).map_err(err)?;
+                None
+            }
+            Op::Clear => {
+                c.clear(true).map_err(err)?;
+                None
+            }
+            Op::Decode(ref d) => {
+                let tokens = d.token_ids();
+                if let Some(t) = tokens.iter().find(|&&t| t < 0 || t >= c.n_vocab()) {
+                    return Ok(OpOutcome::Unsupported { reason: format!("token {t} outside the model's vocabulary") });
+                }
+                let positions: Option<Vec<Pos>> = d.pos.map(|p| (0..d.n as Pos).map(|i| p + i).collect());
+                let seqs: Vec<&[SeqId]> = tokens.iter().map(|_| d.seqs.as_slice()).collect();
+                let rc = c.decode(&tokens, positions.as_deref(), &seqs).map_err(err)?;
+                return Ok(OpOutcome::Decoded { rc });
+            }
+        };
+        Ok(OpOutcome::Done { returned })
+    }
+
+    fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
+        let r = self.ctx()?.seq_pos_min(seq);
+        r.map_err(|e| self.harness(format!("{e:#}")))
+    }
+
+    fn seq_pos_max(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
+        let r = self.ctx()?.seq_pos_max(seq);
+        r.map_err(|e| self.harness(format!("{e:#}")))
+    }
+
+    fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
+        let r = self.ctx()?.state_seq_get(seq);
+        r.map_err(|e| self.harness(format!("{e:#}")))
+    }
+}

@@ -1,0 +1,485 @@
+//! Crash isolation: llama.cpp runs in a worker process, so an abort is a finding, not the end.
+//!
+//! The parent ([`WorkerRunner`], a [`TrialRunner`]) starts `kvaudit worker` with the shim and the
+//! model, sends batches of traces as JSON lines on its stdin and reads one [`TrialRun`] per trace
+//! back, each line flushed as soon as the trial ends. The child ([`worker_main`]) runs each trace
+//! with a [`LocalRunner`] over a [`LlamaTarget`]. Before every op it records (trial, step) in a
+//! static; a signal handler for SIGABRT, SIGSEGV, SIGFPE, SIGBUS and SIGILL writes them to stderr
+//! and lets the signal kill the process. The parent then turns the missing result into
+//! [`TrialEnd::Crashed`] with the signal, the step and the last lines llama.cpp printed (the
+//! failed `GGML_ASSERT` or `assert`), restarts the worker and goes on with the rest of the batch.
+//! A trial that gives no answer within the timeout is a hang: the worker is killed and the trial
+//! is a crash finding too.
+//!
+//! The target is deterministic, so a trace whose first `step` ops crashed once crashes again: the
+//! parent remembers crashing prefixes and answers later traces that start with one without
+//! running them (this keeps `+assert` audits, where thousands of traces share a crashing prefix,
+//! from restarting the worker thousands of times).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ffi::LlamaShim;
+use super::target::{LlamaTarget, ResetMode};
+use crate::op::{Op, Setup, Trace};
+use crate::runner::{LocalRunner, TrialEnd, TrialRun, TrialRunner};
+use crate::state::StateFormat;
+use crate::target::{HarnessError, TargetInfo};
+
+/// What a worker is started with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerSpec {
+    /// The `kvaudit` executable (normally `std::env::current_exe()`).
+    pub exe: PathBuf,
+    /// The built shim.
+    pub shim: PathBuf,
+    /// The model file.
+    pub model: PathBuf,
+    /// Target label for reports (`llama.cpp@0.1.156+assert`).
+    pub label: String,
+    /// The pin's state format.
+    pub format: StateFormat,
+    /// No answer for one trial within this long is a hang.
+    pub timeout: Duration,
+    /// How the worker resets between trials.
+    pub reset: ResetMode,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Request {
+    traces: Vec<Trace>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Reply {
+    Ready(TargetInfo),
+    Run(TrialRun),
+    Error(String),
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<Option<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The parent side: a [`TrialRunner`] whose target lives in a child process.
+pub struct WorkerRunner {
+    spec: WorkerSpec,
+    info: TargetInfo,
+    worker: Option<Worker>,
+    crashes: HashMap<(Setup, Vec<Op>), String>,
+    /// Worker processes started so far (restarts after crashes included).
+    pub starts: usize,
+}
+
+const STDERR_KEEP: usize = 8192;
+
+impl WorkerRunner {
+    /// Starts a worker and waits until it has loaded the shim.
+    pub fn new(spec: WorkerSpec) -> Result<Self, HarnessError> {
+        let placeholder = TargetInfo { name: spec.label.clone(), version: String::new(), faults: vec![], state_format: spec.format };
+        let mut r = WorkerRunner { spec, info: placeholder, worker: None, crashes: HashMap::new(), starts: 0 };
+        r.start()?;
+        Ok(r)
+    }
+
+    fn harness(&self, message: impl std::fmt::Display) -> HarnessError {
+        HarnessError::Target { target: self.spec.label.clone(), message: message.to_string() }
+    }
+
+    fn start(&mut self) -> Result<(), HarnessError> {
+        let mut cmd = Command::new(&self.spec.exe);
+        cmd.arg("worker")
+            .arg("--shim")
+            .arg(&self.spec.shim)
+            .arg("--model")
+            .arg(&self.spec.model)
+            .arg("--label")
+            .arg(&self.spec.label)
+            .env("GGML_NO_BACKTRACE", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if self.spec.format.rot_fields {
+            cmd.arg("--rot-fields");
+        }
+        if self.spec.reset == ResetMode::Rebuild {
+            cmd.arg("--rebuild-resets");
+        }
+        let mut child = cmd.spawn().map_err(|e| self.harness(format!("cannot start worker {}: {e}", self.spec.exe.display())))?;
+        self.starts += 1;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let mut stderr_pipe = child.stderr.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(Some(l)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(None);
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let keep = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr_pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut s = keep.lock().expect("stderr buffer");
+                s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                if s.len() > STDERR_KEEP {
+                    let cut = s.len() - STDERR_KEEP / 2;
+                    let cut = (cut..s.len()).find(|&i| s.is_char_boundary(i)).unwrap_or(s.len());
+                    s.drain(..cut);
+                }
+            }
+        });
+        let mut w = Worker { child, stdin, lines, stderr };
+        match w.lines.recv_timeout(Duration::from_secs(60)) {
+            Ok(Some(line)) => match serde_json::from_str::<Reply>(&line) {
+                Ok(Reply::Ready(info)) => self.info = info,
+                Ok(Reply::Error(e)) => return Err(self.harness(format!("worker failed to start: {e}"))),
+                _ => return Err(self.harness(format!("worker said {line:?} instead of ready"))),
+            },
+            _ => {
+                let _ = w.child.wait();
+                let text = w.stderr.lock().expect("stderr buffer").clone();
+                return Err(self.harness(format!("worker died while starting: {}", text.trim())));
+            }
+        }
+        self.worker = Some(w);
+        Ok(())
+    }
+
+    /// Sends `traces` and collects results until the batch is done or the worker dies. Returns
+    /// the results received and, if the worker died, how.
+    fn send(&mut self, traces: &[Trace]) -> Result<(Vec<TrialRun>, Option<TrialEnd>), HarnessError> {
+        if self.worker.is_none() {
+            self.start()?;
+        }
+        let w = self.worker.as_mut().expect("started");
+        let mut line = serde_json::to_string(&Request { traces: traces.to_vec() }).expect("traces serialize");
+        line.push('\n');
+        if w.stdin.write_all(line.as_bytes()).and_then(|_| w.stdin.flush()).is_err() {
+            // The worker is gone already; the read below reports how.
+        }
+        let mut runs = Vec::with_capacity(traces.len());
+        while runs.len() < traces.len() {
+            match w.lines.recv_timeout(self.spec.timeout) {
+                Ok(Some(l)) => match serde_json::from_str::<Reply>(&l) {
+                    Ok(Reply::Run(r)) => runs.push(r),
+                    Ok(Reply::Error(e)) => return Err(self.harness(format!("worker: {e}"))),
+                    _ => return Err(self.harness(format!("worker sent an unexpected line: {l:?}"))),
+                },
+                Ok(None) | Err(RecvTimeoutError::Disconnected) => {
+                    let status = w.child.wait().ok();
+                    // Let the stderr reader drain what the dying process wrote.
+                    std::thread::sleep(Duration::from_millis(20));
+                    let text = w.stderr.lock().expect("stderr buffer").clone();
+                    let trace = &traces[runs.len()];
+                    let end = crash_end(&text, status, trace.ops.len());
+                    self.worker = None;
+                    return Ok((runs, Some(end)));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let trace = &traces[runs.len()];
+                    let message = format!("hang: no result within {:.1} s", self.spec.timeout.as_secs_f64());
+                    self.worker = None; // Drop kills it.
+                    return Ok((runs, Some(TrialEnd::Crashed { step: trace.ops.len(), message })));
+                }
+            }
+        }
+        Ok((runs, None))
+    }
+
+    fn known_crash(&self, trace: &Trace) -> Option<TrialEnd> {
+        (1..=trace.ops.len()).find_map(|n| {
+            self.crashes
+                .get(&(trace.setup.clone(), trace.ops[..n].to_vec()))
+                .map(|m| TrialEnd::Crashed { step: n, message: m.clone() })
+        })
+    }
+}
+
+impl TrialRunner for WorkerRunner {
+    fn info(&self) -> TargetInfo {
+        self.info.clone()
+    }
+
+    fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        let mut out: Vec<Option<TrialRun>> = vec![None; traces.len()];
+        let mut todo: Vec<usize> = Vec::with_capacity(traces.len());
+        for (i, t) in traces.iter().enumerate() {
+            match self.known_crash(t) {
+                Some(end) => out[i] = Some(TrialRun { steps: vec![], end }),
+                None => todo.push(i),
+            }
+        }
+        while !todo.is_empty() {
+            let batch: Vec<Trace> = todo.iter().map(|&i| traces[i].clone()).collect();
+            let (runs, died) = self.send(&batch)?;
+            let n_ok = runs.len();
+            for (k, r) in runs.into_iter().enumerate() {
+                out[todo[k]] = Some(r);
+            }
+            let Some(end) = died else { break };
+            let crashed = todo[n_ok];
+            if let TrialEnd::Crashed { step, message } = &end {
+                let t = &traces[crashed];
+                self.crashes.insert((t.setup.clone(), t.ops[..*step].to_vec()), message.clone());
+            }
+            out[crashed] = Some(TrialRun { steps: vec![], end });
+            // The rest of the batch: skip those that share the crashing prefix, send the others.
+            let rest: Vec<usize> = todo[n_ok + 1..].to_vec();
+            todo.clear();
+            for i in rest {
+                match self.known_crash(&traces[i]) {
+                    Some(end) => out[i] = Some(TrialRun { steps: vec![], end }),
+                    None => todo.push(i),
+                }
+            }
+        }
+        Ok(out.into_iter().map(|r| r.expect("every trace answered")).collect())
+    }
+}
+
+/// Reads how the worker died: the marker the signal handler wrote, the exit status and the
+/// last lines llama.cpp printed.
+fn crash_end(stderr: &str, status: Option<std::process::ExitStatus>, trace_len: usize) -> TrialEnd {
+    use std::os::unix::process::ExitStatusExt;
+    let mut step = trace_len;
+    let mut signal = status.and_then(|s| s.signal());
+    for line in stderr.lines().rev() {
+        if let Some(rest) = line.strip_prefix("kvaudit-worker: signal ") {
+            let nums: Vec<i64> = rest.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).filter_map(|s| s.parse().ok()).collect();
+            if let [sig, _trial, s] = nums[..] {
+                signal = Some(sig as i32);
+                step = (s as usize).clamp(1, trace_len.max(1));
+            }
+            break;
+        }
+    }
+    let what = match signal {
+        Some(s) => signal_name(s).to_string(),
+        None => match status.and_then(|s| s.code()) {
+            Some(c) => format!("exit status {c}"),
+            None => "worker died".to_string(),
+        },
+    };
+    let detail = crash_detail(stderr);
+    let message = if detail.is_empty() { what } else { format!("{what}: {detail}") };
+    TrialEnd::Crashed { step, message }
+}
+
+/// The assertion line llama.cpp printed, with machine-specific directories removed so the same
+/// crash reads the same everywhere.
+pub fn crash_detail(stderr: &str) -> String {
+    let line = stderr
+        .lines()
+        .rev()
+        .find(|l| l.contains("GGML_ASSERT") || l.contains("Assertion") || l.contains("error") || l.contains("GGML_ABORT"))
+        .unwrap_or("");
+    strip_dirs(line.trim())
+}
+
+fn strip_dirs(s: &str) -> String {
+    s.split(' ')
+        .map(|w| match w.rfind('/') {
+            Some(i) if w.contains(".c") || w.contains(".h") => &w[i + 1..],
+            _ => w,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGKILL => "SIGKILL",
+        _ => "signal",
+    }
+}
+
+// ---- the child side ----
+
+static CURRENT_TRIAL: AtomicUsize = AtomicUsize::new(0);
+static CURRENT_STEP: AtomicUsize = AtomicUsize::new(0);
+
+/// Writes `n` in decimal into `buf` from `at`; returns the new end. Async-signal-safe.
+fn put_num(buf: &mut [u8], mut at: usize, n: usize) -> usize {
+    let mut digits = [0u8; 20];
+    let mut k = 0;
+    let mut v = n;
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    while k > 0 && at < buf.len() {
+        k -= 1;
+        buf[at] = digits[k];
+        at += 1;
+    }
+    at
+}
+
+extern "C" fn on_fatal_signal(sig: libc::c_int) {
+    // Only async-signal-safe calls here: write(2), signal(2), raise(3).
+    let mut buf = [0u8; 128];
+    let prefix = b"\nkvaudit-worker: signal ";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut at = put_num(&mut buf, prefix.len(), sig as usize);
+    for (label, value) in [(&b" trial "[..], CURRENT_TRIAL.load(Ordering::Relaxed)), (&b" step "[..], CURRENT_STEP.load(Ordering::Relaxed))] {
+        buf[at..at + label.len()].copy_from_slice(label);
+        at = put_num(&mut buf, at + label.len(), value);
+    }
+    buf[at] = b'\n';
+    // SAFETY: write(2) and signal(2)/raise(3) are async-signal-safe; buf is a local array.
+    unsafe {
+        libc::write(2, buf.as_ptr().cast(), at + 1);
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGABRT, libc::SIGSEGV, libc::SIGFPE, libc::SIGBUS, libc::SIGILL] {
+        // SAFETY: on_fatal_signal only makes async-signal-safe calls; installing it replaces the
+        // default action, which it restores before re-raising.
+        unsafe {
+            libc::signal(sig, on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        }
+    }
+}
+
+/// A [`LlamaTarget`] wrapper that records the step before each op, for the signal handler.
+struct Stepped(LlamaTarget);
+
+impl crate::target::CacheUnderTest for Stepped {
+    fn info(&self) -> TargetInfo {
+        self.0.info()
+    }
+    fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        CURRENT_STEP.store(0, Ordering::Relaxed);
+        self.0.reset(setup)
+    }
+    fn apply(&mut self, op: &Op) -> Result<crate::target::OpOutcome, HarnessError> {
+        CURRENT_STEP.fetch_add(1, Ordering::Relaxed);
+        self.0.apply(op)
+    }
+    fn seq_pos_min(&mut self, seq: i32) -> Result<i32, HarnessError> {
+        self.0.seq_pos_min(seq)
+    }
+    fn seq_pos_max(&mut self, seq: i32) -> Result<i32, HarnessError> {
+        self.0.seq_pos_max(seq)
+    }
+    fn seq_state(&mut self, seq: i32) -> Result<Vec<u8>, HarnessError> {
+        self.0.seq_state(seq)
+    }
+}
+
+/// The child: `kvaudit worker --shim SO --model GGUF --label L [--rot-fields] [--rebuild-resets]`.
+/// Returns the process exit code.
+pub fn worker_main(shim: &Path, model: &Path, label: &str, format: StateFormat, reset: ResetMode) -> i32 {
+    install_signal_handlers();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut say = |reply: &Reply| -> bool {
+        let mut s = serde_json::to_string(reply).expect("replies serialize");
+        s.push('\n');
+        out.write_all(s.as_bytes()).and_then(|_| out.flush()).is_ok()
+    };
+    let loaded = match LlamaShim::load(shim) {
+        Ok(s) => s,
+        Err(e) => {
+            say(&Reply::Error(format!("{e:#}")));
+            return 3;
+        }
+    };
+    let target = LlamaTarget::new(loaded, model, label, format, reset);
+    let mut runner = LocalRunner::new(Box::new(Stepped(target)));
+    if !say(&Reply::Ready(runner.info())) {
+        return 3;
+    }
+    let stdin = std::io::stdin();
+    let mut trial = 0usize;
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { return 3 };
+        let req: Request = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                say(&Reply::Error(format!("bad request: {e}")));
+                return 3;
+            }
+        };
+        for t in &req.traces {
+            CURRENT_TRIAL.store(trial, Ordering::Relaxed);
+            trial += 1;
+            let reply = match runner.run(t) {
+                Ok(run) => Reply::Run(run),
+                Err(e) => Reply::Error(e.to_string()),
+            };
+            if !say(&reply) {
+                return 3;
+            }
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crash_text_is_read_back() {
+        let stderr = "/root/.cargo/registry/src/x/llama-cpp-sys-2-0.1.156/llama.cpp/src/llama-kv-cells.h:318: void llama_kv_cells::seq_add(uint32_t, llama_seq_id): Assertion `!seq[i].test(seq_id)' failed.\n\nkvaudit-worker: signal 6 trial 12 step 2\n";
+        match crash_end(stderr, None, 3) {
+            TrialEnd::Crashed { step, message } => {
+                assert_eq!(step, 2);
+                assert!(message.starts_with("SIGABRT: llama-kv-cells.h:318:"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn numbers_are_written_without_allocating() {
+        let mut buf = [0u8; 8];
+        let end = put_num(&mut buf, 1, 407);
+        assert_eq!(&buf[1..end], b"407");
+    }
+}
