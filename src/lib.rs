@@ -20,6 +20,7 @@ pub mod oracle;
 pub mod prereg;
 pub mod registry;
 pub mod report;
+pub mod repro_c;
 pub mod runner;
 pub mod state;
 pub mod target;

@@ -8,6 +8,7 @@ mod audit;
 mod domain;
 mod merge;
 mod progress;
+mod repro;
 mod target_cmd;
 mod worker;
 
@@ -35,6 +36,8 @@ pub enum Command {
     Domain(domain::DomainCmd),
     /// Merge shard reports (JSON) into the report of the whole run.
     Merge(merge::MergeArgs),
+    /// Write a standalone C reproducer for a finding; `--check` compiles and runs it on a pin.
+    Repro(repro::ReproArgs),
     /// Build and inspect targets (`kvaudit target build llama.cpp@0.1.156`).
     Target(target_cmd::TargetCmd),
     /// Internal: serve a llama.cpp target to a parent kvaudit over stdin/stdout.
@@ -82,6 +85,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Domain(d) => domain::run(d),
         Command::Merge(m) => merge::run(m),
         Command::Target(t) => target_cmd::run(t),
+        Command::Repro(r) => repro::run(r),
         Command::Worker(w) => worker::run(w),
     }
 }

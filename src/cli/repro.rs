@@ -1,0 +1,97 @@
+//! `kvaudit repro FILE --emit c [--check]`: a standalone C reproducer for a finding.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::CliError;
+use crate::exit;
+use crate::repro_c::{emit_c, read_input};
+
+/// What to emit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Emit {
+    /// A C program over llama.h.
+    C,
+}
+
+/// Arguments of `kvaudit repro`.
+#[derive(Debug, Args)]
+pub struct ReproArgs {
+    /// A repro file (corpora/*.json) or a finding (any JSON object with `oracle` and `trace`).
+    file: PathBuf,
+    /// Output language.
+    #[arg(long, value_enum, default_value = "c")]
+    emit: Emit,
+    /// Write the program here (default: stdout).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Compile the program against a llama.cpp pin and run it: says whether the finding
+    /// reproduces outside kvaudit (exit 1 if it does, 0 if not).
+    #[arg(long)]
+    check: bool,
+    /// The pin for --check (e.g. llama.cpp@0.1.156).
+    #[arg(long)]
+    target: Option<String>,
+    /// Model for the program (default: the generated tiny model).
+    #[arg(long)]
+    model: Option<PathBuf>,
+}
+
+/// Writes (and optionally checks) the reproducer.
+pub fn run(a: ReproArgs) -> Result<i32, CliError> {
+    let input = read_input(&a.file).map_err(CliError::usage)?;
+    if input.trace.ops.is_empty() {
+        return Err(CliError::usage(format!("{}: the trace has no ops", a.file.display())));
+    }
+    let model = match &a.model {
+        Some(m) => m.clone(),
+        None => crate::model::tiny::try_default_model_path().map_err(|e| CliError::harness(format!("tiny model: {e:#}")))?,
+    };
+    let Emit::C = a.emit;
+    let program = emit_c(&input, &model);
+    match &a.out {
+        Some(p) => crate::report::write_atomically(p, &program)
+            .map_err(|e| CliError::harness(format!("{}: cannot write: {e}", p.display())))?,
+        None if !a.check => print!("{program}"),
+        None => {}
+    }
+    if !a.check {
+        return Ok(exit::CLEAN);
+    }
+    let label = a.target.clone().ok_or_else(|| CliError::usage("--check needs --target llama.cpp@VERSION[+assert]"))?;
+    let pin = crate::llama::pins::Pin::parse(&label).map_err(|e| CliError::usage(format!("{e:#}")))?;
+    let built = crate::llama::build::ensure_built(&crate::llama::build::BuildSpec::new(pin), true)
+        .map_err(|e| CliError::harness(format!("building {label}: {e:#}")))?;
+    let dir = std::env::temp_dir().join(format!("kvaudit-repro-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::harness(format!("{}: {e}", dir.display())))?;
+    let src = dir.join("repro.c");
+    let bin = dir.join("repro");
+    std::fs::write(&src, &program).map_err(|e| CliError::harness(format!("{}: {e}", src.display())))?;
+    built.compile_c_program(&src, &bin).map_err(|e| CliError::harness(format!("compiling the reproducer: {e:#}")))?;
+    let out = std::process::Command::new(&bin)
+        .arg(&model)
+        .env("GGML_NO_BACKTRACE", "1")
+        .output()
+        .map_err(|e| CliError::harness(format!("running {}: {e}", bin.display())))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    use std::os::unix::process::ExitStatusExt;
+    let reproduces = match (out.status.code(), out.status.signal()) {
+        (Some(1), _) => true,
+        (Some(0), _) => false,
+        (_, Some(sig)) => {
+            println!("the program was killed by signal {sig}");
+            true
+        }
+        (Some(c), _) => {
+            return Err(CliError::harness(format!(
+                "the reproducer could not set up (exit {c}): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )))
+        }
+        (None, None) => return Err(CliError::harness("the reproducer ended without a status")),
+    };
+    println!("reproduces outside kvaudit on {label}: {}", if reproduces { "yes" } else { "no" });
+    Ok(if reproduces { exit::FINDINGS } else { exit::CLEAN })
+}
