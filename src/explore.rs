@@ -8,10 +8,16 @@
 //! same oracle), and each distinct finding keeps its smallest trial in that order, which is also
 //! a shortest one.
 //!
-//! Work. Depth 1 is one chunk; each deeper depth is split into one chunk per first op. Shard K of
-//! M takes chunks `c` with `c % M == K`; within a shard, threads pull chunks from a shared
-//! counter. Results are order-independent sums and minima, so any split merges to the same report
-//! as an unsharded run.
+//! Freshness without re-observing. Runners are asked for the observation after the last op only
+//! ([`TrialRunner::run_batch_last`]): a target that replays traces from the start then serializes
+//! its state once per trial instead of once per op. Whether an earlier step violated an oracle is
+//! known from the trial's prefix, which is a trial of the previous depth: depths run one after
+//! another, and each keeps, per oracle, one "violated at some step" bit per trial.
+//!
+//! Work. Each depth is split into one chunk per first op; shard K of M takes the chunks whose
+//! first op `a` has `a % M == K` at every depth, so a trial's prefix is always in the same shard.
+//! Within a shard, threads pull chunks from a shared counter. Results are order-independent sums
+//! and minima, so any split merges to the same report as an unsharded run.
 //!
 //! The explorer does not know which target it drives: it sees [`TrialRunner`]s only.
 
@@ -53,40 +59,58 @@ pub fn total_trials(n: u64, depth: u32) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
-/// A unit of work: all trials of one depth that start with one op (or all of depth 1).
+/// A unit of work: all trials of one depth that start with one op.
 #[derive(Clone, Copy, Debug)]
 struct Chunk {
     depth: u32,
-    first: Option<usize>,
+    first: usize,
 }
 
-fn chunks(n_ops: usize, depth: u32) -> Vec<Chunk> {
-    let mut v = vec![Chunk {
-        depth: 1,
-        first: None,
-    }];
-    for d in 2..=depth {
-        v.extend((0..n_ops).map(|f| Chunk {
-            depth: d,
-            first: Some(f),
-        }));
-    }
-    v
+/// The chunks of one depth that belong to `shard`.
+fn chunks(n_ops: usize, depth: u32, shard: Shard) -> Vec<Chunk> {
+    (0..n_ops).filter(|f| f % shard.count == shard.index).map(|first| Chunk { depth, first }).collect()
 }
 
 impl Chunk {
     fn len(&self, n: u64) -> u64 {
-        match self.first {
-            None => n.pow(self.depth),
-            Some(_) => n.pow(self.depth - 1),
-        }
+        n.pow(self.depth - 1)
     }
 
-    /// Global index of this chunk's first trial.
-    fn base_index(&self, n: u64) -> u64 {
-        let before = total_trials(n, self.depth - 1);
-        before + self.first.map_or(0, |f| f as u64 * n.pow(self.depth - 1))
+    /// Index of this chunk's first trial among the trials of its depth.
+    fn base_in_depth(&self, n: u64) -> u64 {
+        self.first as u64 * n.pow(self.depth - 1)
     }
+}
+
+/// Per oracle, one bit per trial of a depth: "violated at some step of this trial".
+struct EverBits {
+    bits: [Vec<AtomicU64>; 3],
+}
+
+/// The oracles whose freshness is tracked, in [`EverBits`] order.
+const TRACKED: [OracleId; 3] = [OracleId::I1, OracleId::I2, OracleId::Differential];
+
+impl EverBits {
+    fn new(n_trials: u64) -> Self {
+        let words = n_trials.div_ceil(64) as usize;
+        let make = || (0..words).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
+        EverBits { bits: [make(), make(), make()] }
+    }
+
+    fn get(&self, k: usize, i: u64) -> bool {
+        self.bits[k][(i / 64) as usize].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
+    }
+
+    fn set(&self, k: usize, i: u64) {
+        self.bits[k][(i / 64) as usize].fetch_or(1 << (i % 64), Ordering::Relaxed);
+    }
+}
+
+/// Whether each tracked oracle was violated at some step before a trial's last op.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Prior {
+    /// Per oracle in I1, I2, differential order.
+    pub violated: [bool; 3],
 }
 
 /// Counts and findings of part of a run; merged by addition and minimum.
@@ -133,14 +157,18 @@ impl Tally {
         }
     }
 
-    /// Judges one trial (and its partner on a second target, if any) and records the result.
+    /// Judges one trial (and its partner on a second target, if any) on the observation after
+    /// its last op, and records the result. `prior` says which oracles already failed at an
+    /// earlier step (then a violation now is counted but is not a new finding). Returns which
+    /// tracked oracles fail now, or `None` when the trial was not judged (crash, unsupported op).
     pub fn judge(
         &mut self,
         trace: &Trace,
         index: u64,
         a: (&TargetInfo, &TrialRun),
         b: Option<(&TargetInfo, &TrialRun)>,
-    ) {
+        prior: Prior,
+    ) -> Option<[bool; 3]> {
         self.trials += 1;
         let depth = trace.ops.len() as u32;
         let mut judged = true;
@@ -174,55 +202,31 @@ impl Tally {
                 .flatten()
                 .any(|(_, r)| matches!(r.end, TrialEnd::Unsupported { .. }));
             self.unsupported += u64::from(unsupported);
-            return;
+            return None;
         }
         let (info_a, run_a) = a;
-        let last = run_a.steps.len();
-        let (i1, i2) = invariants_hold(&run_a.steps[last - 1]);
-        for (oracle, holds) in [(OracleId::I1, i1), (OracleId::I2, i2)] {
-            self.count(oracle, depth, !holds);
-            if holds {
-                continue;
-            }
-            let held_before = run_a.steps[..last - 1].iter().all(|s| {
-                let (e1, e2) = invariants_hold(s);
-                if oracle == OracleId::I1 {
-                    e1
-                } else {
-                    e2
-                }
-            });
-            if held_before {
-                let (v1, v2) = check_invariants(&run_a.steps[last - 1]);
-                let v = if oracle == OracleId::I1 { v1 } else { v2 };
-                self.record(
-                    trace,
-                    index,
-                    last,
-                    info_a,
-                    v.expect("the oracle failed above"),
-                );
+        let last = run_a.steps.last().expect("a completed trial has its last observation");
+        let (i1, i2) = invariants_hold(last);
+        let mut now = [!i1, !i2, false];
+        for (k, oracle) in [(0, OracleId::I1), (1, OracleId::I2)] {
+            self.count(oracle, depth, now[k]);
+            if now[k] && !prior.violated[k] {
+                let (v1, v2) = check_invariants(last);
+                let v = if k == 0 { v1 } else { v2 };
+                self.record(trace, index, trace.ops.len(), info_a, v.expect("the oracle failed above"));
             }
         }
         if let Some((info_b, run_b)) = b {
-            let holds = differential_holds(&run_a.steps[last - 1], &run_b.steps[last - 1]);
-            self.count(OracleId::Differential, depth, !holds);
-            if !holds {
-                let held_before = run_a.steps[..last - 1]
-                    .iter()
-                    .zip(&run_b.steps)
-                    .all(|(x, y)| differential_holds(x, y));
-                if held_before {
-                    let v = check_differential(&run_a.steps[last - 1], &run_b.steps[last - 1])
-                        .expect("failed above");
-                    let label = TargetInfo {
-                        name: format!("{} vs {}", info_a.label(), info_b.label()),
-                        ..info_a.clone()
-                    };
-                    self.record(trace, index, last, &label, v);
-                }
+            let last_b = run_b.steps.last().expect("a completed trial has its last observation");
+            now[2] = !differential_holds(last, last_b);
+            self.count(OracleId::Differential, depth, now[2]);
+            if now[2] && !prior.violated[2] {
+                let v = check_differential(last, last_b).expect("failed above");
+                let label = TargetInfo { name: format!("{} vs {}", info_a.label(), info_b.label()), ..info_a.clone() };
+                self.record(trace, index, trace.ops.len(), &label, v);
             }
         }
+        Some(now)
     }
 
     fn record(
@@ -274,19 +278,14 @@ pub fn run_exhaustive(
 ) -> Result<Report, HarnessError> {
     let ops = cfg.domain.ops();
     let n = ops.len() as u64;
-    let all = chunks(ops.len(), cfg.depth);
-    let mine: Vec<(usize, Chunk)> = all
-        .iter()
-        .copied()
-        .enumerate()
-        .filter(|(c, _)| *c % cfg.shard.count == cfg.shard.index)
-        .collect();
-    let total: u64 = mine.iter().map(|(_, c)| c.len(n)).sum();
-    let (info_a, info_b) = {
-        let a = runner_a()?;
-        let b = runner_b.map(|f| f()).transpose()?;
-        (a.info(), b.map(|b| b.info()))
-    };
+    let total: u64 = (1..=cfg.depth).flat_map(|d| chunks(ops.len(), d, cfg.shard)).map(|c| c.len(n)).sum();
+    let threads = cfg.threads.max(1).min(chunks(ops.len(), 1, cfg.shard).len().max(1));
+    // One pair of runners per thread, kept across depths (a llama.cpp runner is a process).
+    let mut runners: Vec<(Box<dyn TrialRunner>, Option<Box<dyn TrialRunner>>)> = (0..threads)
+        .map(|_| Ok((runner_a()?, runner_b.map(|f| f()).transpose()?)))
+        .collect::<Result<_, HarnessError>>()?;
+    let info_a = runners[0].0.info();
+    let info_b = runners[0].1.as_ref().map(|b| b.info());
     sink(&Event::Start {
         target: info_a.clone(),
         vs: info_b.clone(),
@@ -297,40 +296,52 @@ pub fn run_exhaustive(
         shard: cfg.shard,
     });
     let started = Instant::now();
-    let next_chunk = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
-    let threads = cfg.threads.max(1).min(mine.len().max(1));
-    let (tx, rx) = mpsc::channel::<Result<Tally, HarnessError>>();
-    let mut results = Vec::with_capacity(threads);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            let tx = tx.clone();
-            let (ops, mine, next_chunk, done, failed) = (&ops, &mine, &next_chunk, &done, &failed);
-            scope.spawn(move || {
-                let r = worker(cfg, ops, mine, next_chunk, done, failed, runner_a, runner_b);
-                if r.is_err() {
-                    failed.store(true, Ordering::Relaxed);
-                }
-                let _ = tx.send(r);
-            });
-        }
-        while results.len() < threads {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(r) => results.push(r),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-            sink(&Event::Progress {
-                done: done.load(Ordering::Relaxed),
-                total,
-                elapsed_s: started.elapsed().as_secs_f64(),
-            });
-        }
-    });
     let mut tally = Tally::default();
-    for r in results {
-        tally.merge(r?);
+    let mut prev: Option<EverBits> = None;
+    for depth in 1..=cfg.depth {
+        let mine = chunks(ops.len(), depth, cfg.shard);
+        let ever = EverBits::new(n.pow(depth));
+        let next_chunk = AtomicUsize::new(0);
+        let (tx, rx) = mpsc::channel::<Result<Tally, HarnessError>>();
+        let mut results = Vec::with_capacity(threads);
+        std::thread::scope(|scope| {
+            for (ra, rb) in runners.iter_mut() {
+                let tx = tx.clone();
+                let ctx = DepthWork {
+                    cfg,
+                    ops: &ops,
+                    mine: &mine,
+                    next_chunk: &next_chunk,
+                    done: &done,
+                    failed: &failed,
+                    prev: prev.as_ref(),
+                    ever: &ever,
+                    info_a: &info_a,
+                    info_b: info_b.as_ref(),
+                };
+                scope.spawn(move || {
+                    let r = ctx.run(ra.as_mut(), rb.as_deref_mut());
+                    if r.is_err() {
+                        ctx.failed.store(true, Ordering::Relaxed);
+                    }
+                    let _ = tx.send(r);
+                });
+            }
+            while results.len() < threads {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(r) => results.push(r),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+                sink(&Event::Progress { done: done.load(Ordering::Relaxed), total, elapsed_s: started.elapsed().as_secs_f64() });
+            }
+        });
+        for r in results {
+            tally.merge(r?);
+        }
+        prev = Some(ever);
     }
     let elapsed = started.elapsed().as_secs_f64();
     let report = Report::new(
@@ -340,10 +351,7 @@ pub fn run_exhaustive(
         cfg.depth,
         cfg.shard,
         tally,
-        Timing {
-            elapsed_s: elapsed,
-            trials_per_s: total as f64 / elapsed.max(1e-9),
-        },
+        Timing { elapsed_s: elapsed, trials_per_s: total as f64 / elapsed.max(1e-9) },
     );
     for f in &report.findings {
         sink(&Event::Finding(f.clone()));
@@ -352,70 +360,87 @@ pub fn run_exhaustive(
     Ok(report)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn worker(
-    cfg: &ExhaustiveConfig,
-    ops: &[Op],
-    mine: &[(usize, Chunk)],
-    next_chunk: &AtomicUsize,
-    done: &AtomicU64,
-    failed: &AtomicBool,
-    runner_a: &RunnerFactory<'_>,
-    runner_b: Option<&RunnerFactory<'_>>,
-) -> Result<Tally, HarnessError> {
-    let mut a = runner_a()?;
-    let mut b = runner_b.map(|f| f()).transpose()?;
-    let (info_a, info_b) = (a.info(), b.as_ref().map(|b| b.info()));
-    let n = ops.len() as u64;
-    let mut tally = Tally::default();
-    let mut batch: Vec<Trace> = Vec::with_capacity(cfg.batch);
-    let mut indices: Vec<u64> = Vec::with_capacity(cfg.batch);
-    loop {
-        if failed.load(Ordering::Relaxed) {
-            break;
-        }
-        let i = next_chunk.fetch_add(1, Ordering::Relaxed);
-        let Some(&(_, chunk)) = mine.get(i) else {
-            break;
-        };
-        let base = chunk.base_index(n);
-        let free = match chunk.first {
-            None => chunk.depth as usize,
-            Some(_) => chunk.depth as usize - 1,
-        };
-        let mut digits = vec![0usize; free];
-        let mut offset = 0u64;
+/// What one thread needs to work through the chunks of one depth.
+#[derive(Clone, Copy)]
+struct DepthWork<'a> {
+    cfg: &'a ExhaustiveConfig,
+    ops: &'a [Op],
+    mine: &'a [Chunk],
+    next_chunk: &'a AtomicUsize,
+    done: &'a AtomicU64,
+    failed: &'a AtomicBool,
+    /// "Violated at some step" bits of the previous depth (none at depth 1).
+    prev: Option<&'a EverBits>,
+    /// The same bits for this depth, filled here.
+    ever: &'a EverBits,
+    info_a: &'a TargetInfo,
+    info_b: Option<&'a TargetInfo>,
+}
+
+impl DepthWork<'_> {
+    fn run(
+        &self,
+        a: &mut (dyn TrialRunner + 'static),
+        mut b: Option<&mut (dyn TrialRunner + 'static)>,
+    ) -> Result<Tally, HarnessError> {
+        let n = self.ops.len() as u64;
+        let mut tally = Tally::default();
+        let mut batch: Vec<Trace> = Vec::with_capacity(self.cfg.batch);
+        let mut indices: Vec<u64> = Vec::with_capacity(self.cfg.batch);
         loop {
-            let mut trace_ops = Vec::with_capacity(chunk.depth as usize);
-            trace_ops.extend(chunk.first.map(|f| ops[f].clone()));
-            trace_ops.extend(digits.iter().map(|&d| ops[d].clone()));
-            batch.push(Trace {
-                setup: cfg.domain.setup.clone(),
-                ops: trace_ops,
-            });
-            indices.push(base + offset);
-            offset += 1;
-            let more = odometer(&mut digits, ops.len());
-            if batch.len() == cfg.batch || !more {
-                let ra = a.run_batch(&batch)?;
-                let rb = b.as_mut().map(|b| b.run_batch(&batch)).transpose()?;
-                for (j, trace) in batch.iter().enumerate() {
-                    let pb = match (&info_b, &rb) {
-                        (Some(ib), Some(rb)) => Some((ib, &rb[j])),
-                        _ => None,
-                    };
-                    tally.judge(trace, indices[j], (&info_a, &ra[j]), pb);
-                }
-                done.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                batch.clear();
-                indices.clear();
-            }
-            if !more {
+            if self.failed.load(Ordering::Relaxed) {
                 break;
             }
+            let i = self.next_chunk.fetch_add(1, Ordering::Relaxed);
+            let Some(&chunk) = self.mine.get(i) else { break };
+            let depth_base = total_trials(n, chunk.depth - 1);
+            let mut digits = vec![0usize; chunk.depth as usize - 1];
+            let mut in_depth = chunk.base_in_depth(n);
+            loop {
+                let mut trace_ops = Vec::with_capacity(chunk.depth as usize);
+                trace_ops.push(self.ops[chunk.first].clone());
+                trace_ops.extend(digits.iter().map(|&d| self.ops[d].clone()));
+                batch.push(Trace { setup: self.cfg.domain.setup.clone(), ops: trace_ops });
+                indices.push(in_depth);
+                in_depth += 1;
+                let more = odometer(&mut digits, self.ops.len());
+                if batch.len() == self.cfg.batch || !more {
+                    let ra = a.run_batch_last(&batch)?;
+                    let rb = match b.as_mut() {
+                        Some(b) => Some(b.run_batch_last(&batch)?),
+                        None => None,
+                    };
+                    for (j, trace) in batch.iter().enumerate() {
+                        let pb = match (self.info_b, &rb) {
+                            (Some(ib), Some(rb)) => Some((ib, &rb[j])),
+                            _ => None,
+                        };
+                        // The prefix (all ops but the last) is trial indices[j] / n of the
+                        // previous depth, in the same lexicographic numbering.
+                        let prior = match self.prev {
+                            Some(prev) => Prior { violated: [0, 1, 2].map(|k| prev.get(k, indices[j] / n)) },
+                            None => Prior::default(),
+                        };
+                        let now = tally.judge(trace, depth_base + indices[j], (self.info_a, &ra[j]), pb, prior);
+                        if let Some(now) = now {
+                            for k in 0..TRACKED.len() {
+                                if now[k] || prior.violated[k] {
+                                    self.ever.set(k, indices[j]);
+                                }
+                            }
+                        }
+                    }
+                    self.done.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    batch.clear();
+                    indices.clear();
+                }
+                if !more {
+                    break;
+                }
+            }
         }
+        Ok(tally)
     }
-    Ok(tally)
 }
 
 /// Advances `digits` (most significant first) in base `n`; false when it wraps around.
@@ -435,15 +460,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunk_indices_cover_every_trial_once() {
+    fn shards_cover_every_trial_once() {
         let n = 5u64;
-        let cs = chunks(5, 3);
-        let mut next = 0;
-        for c in &cs {
-            assert_eq!(c.base_index(n), next);
-            next += c.len(n);
+        for depth in 1..=3 {
+            let mut seen = vec![0u32; n.pow(depth) as usize];
+            for k in 0..3 {
+                for c in chunks(5, depth, Shard::new(k, 3).unwrap()) {
+                    for i in 0..c.len(n) {
+                        seen[(c.base_in_depth(n) + i) as usize] += 1;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&s| s == 1));
         }
-        assert_eq!(next, total_trials(n, 3));
         assert_eq!(total_trials(49, 3), 49 + 49 * 49 + 49 * 49 * 49);
     }
 

@@ -1,4 +1,5 @@
-//! Target names to runners: `native` (optionally with faults) and, where built, `llama.cpp@PIN`.
+//! Target names to runners: `native` and `native+tensors` (optionally with faults) and, where
+//! built, `llama.cpp@PIN`.
 //!
 //! The one place that knows which targets exist; explorers and commands get runners from here and
 //! never name a target type themselves.
@@ -43,6 +44,18 @@ impl TargetSpec {
                     },
                 ))
             }
+            crate::native_tensor::NAME => {
+                let faults: Faults = parse_faults(&self.faults)?;
+                let model = crate::native_tensor::load_model(self.model.as_deref())
+                    .map_err(|e| e.to_string())?;
+                Ok(Box::new(
+                    move || -> Result<Box<dyn TrialRunner>, HarnessError> {
+                        Ok(Box::new(LocalRunner::new(Box::new(
+                            crate::native_tensor::NativeTensorTarget::new(model.clone(), faults),
+                        ))))
+                    },
+                ))
+            }
             other if other.starts_with("llama.cpp@") => {
                 if !self.faults.is_empty() {
                     return Err(format!(
@@ -52,7 +65,7 @@ impl TargetSpec {
                 llama_factory(other, self.model.as_deref())
             }
             other => Err(format!(
-                "unknown target '{other}' (known: native, llama.cpp@VERSION[+assert])"
+                "unknown target '{other}' (known: native, native+tensors, llama.cpp@VERSION[+assert])"
             )),
         }
     }
@@ -61,13 +74,12 @@ impl TargetSpec {
 /// How long one llama.cpp trial may take before it counts as a hang.
 pub const LLAMA_TRIAL_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Builds the pin if needed (a progress line on stderr), then returns a factory that starts one
-/// crash-isolated worker process per runner.
-fn llama_factory(name: &str, model: Option<&std::path::Path>) -> Result<Box<RunnerFactory<'static>>, String> {
+/// Builds the pin if needed (a progress line on stderr) and describes the worker process that
+/// serves it.
+pub fn llama_worker_spec(name: &str, model: Option<&std::path::Path>) -> Result<crate::llama::worker::WorkerSpec, String> {
     use crate::llama::build::{ensure_built, BuildSpec};
     use crate::llama::pins::Pin;
     use crate::llama::target::ResetMode;
-    use crate::llama::worker::{WorkerRunner, WorkerSpec};
     let pin = Pin::parse(name).map_err(|e| format!("{e:#}"))?;
     let info = pin.info().map_err(|e| format!("{e:#}"))?;
     let built = ensure_built(&BuildSpec::new(pin.clone()), true).map_err(|e| format!("building {name}: {e:#}"))?;
@@ -76,7 +88,7 @@ fn llama_factory(name: &str, model: Option<&std::path::Path>) -> Result<Box<Runn
         None => crate::model::tiny::try_default_model_path().map_err(|e| format!("tiny model: {e:#}"))?,
     };
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the kvaudit executable: {e}"))?;
-    let spec = WorkerSpec {
+    Ok(crate::llama::worker::WorkerSpec {
         exe: worker_exe(exe),
         shim: built.so_path.clone(),
         model,
@@ -84,7 +96,13 @@ fn llama_factory(name: &str, model: Option<&std::path::Path>) -> Result<Box<Runn
         format: crate::state::StateFormat { rot_fields: info.kv_state_has_n_rot },
         timeout: LLAMA_TRIAL_TIMEOUT,
         reset: ResetMode::Restore,
-    };
+    })
+}
+
+/// A factory that starts one crash-isolated worker process per runner.
+fn llama_factory(name: &str, model: Option<&std::path::Path>) -> Result<Box<RunnerFactory<'static>>, String> {
+    use crate::llama::worker::WorkerRunner;
+    let spec = llama_worker_spec(name, model)?;
     Ok(Box::new(move || -> Result<Box<dyn TrialRunner>, HarnessError> { Ok(Box::new(WorkerRunner::new(spec.clone())?)) }))
 }
 

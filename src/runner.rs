@@ -57,6 +57,25 @@ pub trait TrialRunner: Send {
     /// Runs each trace from its setup. A crash of the target is a [`TrialEnd::Crashed`], not an
     /// error; `Err` means the harness broke.
     fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError>;
+
+    /// Like [`TrialRunner::run_batch`], but each completed run holds the observation after its
+    /// last op only (a replaying target then serializes its state once per trial, not once per
+    /// op). Exhaustive explorers, which know each prefix's verdict from the prefix's own trial,
+    /// use this.
+    fn run_batch_last(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        let mut runs = self.run_batch(traces)?;
+        for r in &mut runs {
+            keep_last(r);
+        }
+        Ok(runs)
+    }
+}
+
+/// Drops every observation but the last of a completed run.
+pub fn keep_last(run: &mut TrialRun) {
+    if run.end == TrialEnd::Completed && run.steps.len() > 1 {
+        run.steps.drain(..run.steps.len() - 1);
+    }
 }
 
 struct Frame {
@@ -90,21 +109,31 @@ impl LocalRunner {
         }
     }
 
-    /// Runs one trace.
+    /// Runs one trace, observing after every op.
     pub fn run(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
         if self.can_fork {
             self.run_forking(trace)
         } else {
-            self.run_replay(trace)
+            self.run_replay(trace, false)
         }
     }
 
-    fn run_replay(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
+    /// Runs one trace; the run holds the observation after the last op only.
+    pub fn run_last(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
+        let mut run = if self.can_fork { self.run_forking(trace)? } else { self.run_replay(trace, true)? };
+        keep_last(&mut run);
+        Ok(run)
+    }
+
+    fn run_replay(&mut self, trace: &Trace, last_only: bool) -> Result<TrialRun, HarnessError> {
         let seqs = trace.observed_seqs();
         self.target.reset(&trace.setup)?;
         let mut steps = Vec::with_capacity(trace.ops.len());
         for (i, op) in trace.ops.iter().enumerate() {
             let outcome = self.target.apply(op)?;
+            if last_only && i + 1 < trace.ops.len() && !matches!(outcome, OpOutcome::Unsupported { .. }) {
+                continue;
+            }
             if let OpOutcome::Unsupported { reason } = &outcome {
                 return Ok(TrialRun {
                     steps,
@@ -189,6 +218,10 @@ impl TrialRunner for LocalRunner {
 
     fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
         traces.iter().map(|t| self.run(t)).collect()
+    }
+
+    fn run_batch_last(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        traces.iter().map(|t| self.run_last(t)).collect()
     }
 }
 

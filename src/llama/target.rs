@@ -21,6 +21,8 @@ pub enum ResetMode {
     Restore,
     /// Clear and re-run the setup every time (slow; the reference for the fast path).
     Rebuild,
+    /// A fresh context, then the setup, every time: the naive harness benchmarks compare with.
+    Fresh,
 }
 
 /// A llama.cpp context driven op by op.
@@ -104,7 +106,7 @@ impl CacheUnderTest for LlamaTarget {
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         let params = Self::params(setup);
-        if self.ctx.as_ref().map(|(p, _)| p) != Some(&params) {
+        if self.reset_mode == ResetMode::Fresh || self.ctx.as_ref().map(|(p, _)| p) != Some(&params) {
             self.ctx = None;
             self.saved = None;
             let ctx = self.shim.open(&self.model, &params).map_err(|e| self.harness(format!("{e:#}")))?;

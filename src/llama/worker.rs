@@ -56,6 +56,9 @@ pub struct WorkerSpec {
 #[derive(Serialize, Deserialize)]
 struct Request {
     traces: Vec<Trace>,
+    /// Observe after the last op only (see `TrialRunner::run_batch_last`).
+    #[serde(default)]
+    last_only: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -91,6 +94,10 @@ pub struct WorkerRunner {
 }
 
 const STDERR_KEEP: usize = 8192;
+
+/// The worker flushes its replies every this many trials: one write per trial costs more than
+/// the trial, and after a crash at most this many traces run twice.
+const REPLY_GROUP: usize = 64;
 
 impl WorkerRunner {
     /// Starts a worker and waits until it has loaded the shim.
@@ -178,13 +185,19 @@ impl WorkerRunner {
     }
 
     /// Sends `traces` and collects results until the batch is done or the worker dies. Returns
-    /// the results received and, if the worker died, how.
-    fn send(&mut self, traces: &[Trace]) -> Result<(Vec<TrialRun>, Option<TrialEnd>), HarnessError> {
+    /// the results received and, if the worker died, the index of the trace it died on and how.
+    /// The worker flushes its replies in groups (see [`REPLY_GROUP`]), so traces between the
+    /// last reply and the crashed one ran but were not reported: the caller sends them again.
+    fn send(
+        &mut self,
+        traces: &[Trace],
+        last_only: bool,
+    ) -> Result<(Vec<TrialRun>, Option<(usize, TrialEnd)>), HarnessError> {
         if self.worker.is_none() {
             self.start()?;
         }
         let w = self.worker.as_mut().expect("started");
-        let mut line = serde_json::to_string(&Request { traces: traces.to_vec() }).expect("traces serialize");
+        let mut line = serde_json::to_string(&Request { traces: traces.to_vec(), last_only }).expect("traces serialize");
         line.push('\n');
         if w.stdin.write_all(line.as_bytes()).and_then(|_| w.stdin.flush()).is_err() {
             // The worker is gone already; the read below reports how.
@@ -202,16 +215,27 @@ impl WorkerRunner {
                     // Let the stderr reader drain what the dying process wrote.
                     std::thread::sleep(Duration::from_millis(20));
                     let text = w.stderr.lock().expect("stderr buffer").clone();
-                    let trace = &traces[runs.len()];
-                    let end = crash_end(&text, status, trace.ops.len());
+                    let (at, marker_step) = crash_marker(&text).map_or((runs.len(), None), |(t, s)| (t, Some(s)));
+                    let at = at.clamp(runs.len(), traces.len() - 1);
+                    let end = crash_end(&text, status, marker_step, traces[at].ops.len());
                     self.worker = None;
-                    return Ok((runs, Some(end)));
+                    return Ok((runs, Some((at, end))));
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    let trace = &traces[runs.len()];
+                    // SIGABRT makes the worker's handler say which trial and step it is stuck in.
+                    // SAFETY: kill(2) on our own child's pid; the child is waited for below.
+                    unsafe {
+                        libc::kill(w.child.id() as libc::pid_t, libc::SIGABRT);
+                    }
+                    let _ = w.child.wait();
+                    std::thread::sleep(Duration::from_millis(20));
+                    let text = w.stderr.lock().expect("stderr buffer").clone();
+                    let (at, step) = crash_marker(&text).unwrap_or((runs.len(), traces[runs.len()].ops.len()));
+                    let at = at.clamp(runs.len(), traces.len() - 1);
+                    let step = step.clamp(1, traces[at].ops.len().max(1));
                     let message = format!("hang: no result within {:.1} s", self.spec.timeout.as_secs_f64());
-                    self.worker = None; // Drop kills it.
-                    return Ok((runs, Some(TrialEnd::Crashed { step: trace.ops.len(), message })));
+                    self.worker = None;
+                    return Ok((runs, Some((at, TrialEnd::Crashed { step, message }))));
                 }
             }
         }
@@ -233,6 +257,16 @@ impl TrialRunner for WorkerRunner {
     }
 
     fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        self.run_in_worker(traces, false)
+    }
+
+    fn run_batch_last(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        self.run_in_worker(traces, true)
+    }
+}
+
+impl WorkerRunner {
+    fn run_in_worker(&mut self, traces: &[Trace], last_only: bool) -> Result<Vec<TrialRun>, HarnessError> {
         let mut out: Vec<Option<TrialRun>> = vec![None; traces.len()];
         let mut todo: Vec<usize> = Vec::with_capacity(traces.len());
         for (i, t) in traces.iter().enumerate() {
@@ -243,20 +277,21 @@ impl TrialRunner for WorkerRunner {
         }
         while !todo.is_empty() {
             let batch: Vec<Trace> = todo.iter().map(|&i| traces[i].clone()).collect();
-            let (runs, died) = self.send(&batch)?;
+            let (runs, died) = self.send(&batch, last_only)?;
             let n_ok = runs.len();
             for (k, r) in runs.into_iter().enumerate() {
                 out[todo[k]] = Some(r);
             }
-            let Some(end) = died else { break };
-            let crashed = todo[n_ok];
+            let Some((at, end)) = died else { break };
+            let crashed = todo[at];
             if let TrialEnd::Crashed { step, message } = &end {
                 let t = &traces[crashed];
                 self.crashes.insert((t.setup.clone(), t.ops[..*step].to_vec()), message.clone());
             }
             out[crashed] = Some(TrialRun { steps: vec![], end });
-            // The rest of the batch: skip those that share the crashing prefix, send the others.
-            let rest: Vec<usize> = todo[n_ok + 1..].to_vec();
+            // The rest of the batch, with the traces that ran but were not reported: skip those
+            // that share the crashing prefix, send the others again.
+            let rest: Vec<usize> = todo[n_ok..at].iter().chain(&todo[at + 1..]).copied().collect();
             todo.clear();
             for i in rest {
                 match self.known_crash(&traces[i]) {
@@ -269,22 +304,22 @@ impl TrialRunner for WorkerRunner {
     }
 }
 
-/// Reads how the worker died: the marker the signal handler wrote, the exit status and the
-/// last lines llama.cpp printed.
-fn crash_end(stderr: &str, status: Option<std::process::ExitStatus>, trace_len: usize) -> TrialEnd {
-    use std::os::unix::process::ExitStatusExt;
-    let mut step = trace_len;
-    let mut signal = status.and_then(|s| s.signal());
-    for line in stderr.lines().rev() {
-        if let Some(rest) = line.strip_prefix("kvaudit-worker: signal ") {
-            let nums: Vec<i64> = rest.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).filter_map(|s| s.parse().ok()).collect();
-            if let [sig, _trial, s] = nums[..] {
-                signal = Some(sig as i32);
-                step = (s as usize).clamp(1, trace_len.max(1));
-            }
-            break;
-        }
+/// The (trial within the request, step) the worker's signal handler reported last.
+fn crash_marker(stderr: &str) -> Option<(usize, usize)> {
+    let line = stderr.lines().rev().find_map(|l| l.strip_prefix("kvaudit-worker: signal "))?;
+    let nums: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse().ok()).collect();
+    match nums[..] {
+        [_sig, trial, step] => Some((trial, step)),
+        _ => None,
     }
+}
+
+/// Reads how the worker died: the step its signal handler reported, the exit status and the
+/// last lines llama.cpp printed.
+fn crash_end(stderr: &str, status: Option<std::process::ExitStatus>, marker_step: Option<usize>, trace_len: usize) -> TrialEnd {
+    use std::os::unix::process::ExitStatusExt;
+    let step = marker_step.unwrap_or(trace_len).clamp(1, trace_len.max(1));
+    let signal = status.and_then(|s| s.signal());
     let what = match signal {
         Some(s) => signal_name(s).to_string(),
         None => match status.and_then(|s| s.code()) {
@@ -416,43 +451,42 @@ impl crate::target::CacheUnderTest for Stepped {
 pub fn worker_main(shim: &Path, model: &Path, label: &str, format: StateFormat, reset: ResetMode) -> i32 {
     install_signal_handlers();
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let mut say = |reply: &Reply| -> bool {
-        let mut s = serde_json::to_string(reply).expect("replies serialize");
-        s.push('\n');
-        out.write_all(s.as_bytes()).and_then(|_| out.flush()).is_ok()
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut say = |reply: &Reply, flush: bool| -> bool {
+        let ok = serde_json::to_writer(&mut out, reply).is_ok() && out.write_all(b"\n").is_ok();
+        ok && (!flush || out.flush().is_ok())
     };
     let loaded = match LlamaShim::load(shim) {
         Ok(s) => s,
         Err(e) => {
-            say(&Reply::Error(format!("{e:#}")));
+            say(&Reply::Error(format!("{e:#}")), true);
             return 3;
         }
     };
     let target = LlamaTarget::new(loaded, model, label, format, reset);
     let mut runner = LocalRunner::new(Box::new(Stepped(target)));
-    if !say(&Reply::Ready(runner.info())) {
+    if !say(&Reply::Ready(runner.info()), true) {
         return 3;
     }
     let stdin = std::io::stdin();
-    let mut trial = 0usize;
     for line in stdin.lock().lines() {
         let Ok(line) = line else { return 3 };
         let req: Request = match serde_json::from_str(&line) {
             Ok(r) => r,
             Err(e) => {
-                say(&Reply::Error(format!("bad request: {e}")));
+                say(&Reply::Error(format!("bad request: {e}")), true);
                 return 3;
             }
         };
-        for t in &req.traces {
+        for (trial, t) in req.traces.iter().enumerate() {
             CURRENT_TRIAL.store(trial, Ordering::Relaxed);
-            trial += 1;
-            let reply = match runner.run(t) {
+            let result = if req.last_only { runner.run_last(t) } else { runner.run(t) };
+            let reply = match result {
                 Ok(run) => Reply::Run(run),
                 Err(e) => Reply::Error(e.to_string()),
             };
-            if !say(&reply) {
+            let flush = (trial + 1) % REPLY_GROUP == 0 || trial + 1 == req.traces.len();
+            if !say(&reply, flush) {
                 return 3;
             }
         }
@@ -467,10 +501,11 @@ mod tests {
     #[test]
     fn crash_text_is_read_back() {
         let stderr = "/root/.cargo/registry/src/x/llama-cpp-sys-2-0.1.156/llama.cpp/src/llama-kv-cells.h:318: void llama_kv_cells::seq_add(uint32_t, llama_seq_id): Assertion `!seq[i].test(seq_id)' failed.\n\nkvaudit-worker: signal 6 trial 12 step 2\n";
-        match crash_end(stderr, None, 3) {
+        assert_eq!(crash_marker(stderr), Some((12, 2)));
+        match crash_end(stderr, None, Some(2), 3) {
             TrialEnd::Crashed { step, message } => {
                 assert_eq!(step, 2);
-                assert!(message.starts_with("SIGABRT: llama-kv-cells.h:318:"), "{message}");
+                assert!(message.contains("llama-kv-cells.h:318:"), "{message}");
             }
             other => panic!("{other:?}"),
         }

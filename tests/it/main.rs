@@ -3,9 +3,16 @@
 //!
 //! - `tests/data/audits/*.json`: exhaustive audits and the figures they must report.
 //! - `tests/data/cli/cases.json`: command lines, with the exit code and output they must give.
+//! - `tests/data/llama/*.json`: crash isolation, `+assert` aborts, fast-reset honesty and C
+//!   reproducers on real llama.cpp builds.
+//! - `tests/data/theorems/*.json`: the numerical oracles T1-T3 on `native+tensors`: seed witnesses,
+//!   negative controls and injected faults.
 
 mod audits;
 mod cli;
+mod corpus;
+mod llama;
+mod theorems;
 
 use std::path::{Path, PathBuf};
 
@@ -38,5 +45,8 @@ fn main() {
     let mut trials: Vec<Trial> = Vec::new();
     trials.extend(audits::trials());
     trials.extend(cli::trials());
+    trials.extend(corpus::trials());
+    trials.extend(llama::trials());
+    trials.extend(theorems::trials());
     libtest_mimic::run(&args, trials).exit();
 }

@@ -1,0 +1,164 @@
+//! llama.cpp cases (`tests/data/llama/*.json`): crash isolation, `+assert` aborts, honest fast
+//! resets and generated C reproducers, on real builds of the pins. A pin that is not built yet
+//! is built by the test (minutes); a pin that cannot be built fails the test, saying why.
+
+use std::process::Command;
+
+use libtest_mimic::Trial;
+use serde::Deserialize;
+use serde_json::Value;
+
+use kvaudit::domain::Domain;
+use kvaudit::llama::target::ResetMode;
+use kvaudit::llama::worker::WorkerRunner;
+use kvaudit::op::{Op, Setup, Trace};
+use kvaudit::registry::llama_worker_spec;
+use kvaudit::runner::{TrialEnd, TrialRunner};
+
+#[derive(Deserialize)]
+#[serde(tag = "check", rename_all = "snake_case", deny_unknown_fields)]
+enum Case {
+    Batch {
+        #[allow(dead_code)]
+        about: String,
+        target: String,
+        setup: Setup,
+        traces: Vec<BatchTrace>,
+    },
+    ResetEquivalence {
+        #[allow(dead_code)]
+        about: String,
+        target: String,
+        domain: String,
+        depth: u32,
+    },
+    ReproC {
+        #[allow(dead_code)]
+        about: String,
+        finding: Value,
+        reproduces: std::collections::BTreeMap<String, bool>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchTrace {
+    ops: Vec<Op>,
+    expect: Value,
+}
+
+pub fn trials() -> Vec<Trial> {
+    super::data_files(&super::root().join("tests/data/llama"), "json")
+        .into_iter()
+        .map(|(name, path)| Trial::test(format!("llama::{name}"), move || super::outcome(check(&path))))
+        .collect()
+}
+
+fn check(path: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let case: Case = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    match case {
+        Case::Batch { target, setup, traces, .. } => check_batch(&target, setup, traces),
+        Case::ResetEquivalence { target, domain, depth, .. } => check_resets(&target, &domain, depth),
+        Case::ReproC { finding, reproduces, .. } => check_repro_c(&finding, &reproduces),
+    }
+}
+
+fn check_batch(target: &str, setup: Setup, traces: Vec<BatchTrace>) -> Result<(), String> {
+    let spec = llama_worker_spec(target, None)?;
+    let mut runner = WorkerRunner::new(spec).map_err(|e| e.to_string())?;
+    let batch: Vec<Trace> = traces.iter().map(|t| Trace { setup: setup.clone(), ops: t.ops.clone() }).collect();
+    let runs = runner.run_batch(&batch).map_err(|e| e.to_string())?;
+    for (i, (t, run)) in traces.iter().zip(&runs).enumerate() {
+        let e = &t.expect;
+        match (e["end"].as_str(), &run.end) {
+            (Some("crashed"), TrialEnd::Crashed { step, message }) => {
+                if e["step"].as_u64() != Some(*step as u64) {
+                    return Err(format!("trace {i}: crashed at step {step}, expected {}", e["step"]));
+                }
+                let want = e["message_contains"].as_str().unwrap_or("");
+                if !message.contains(want) {
+                    return Err(format!("trace {i}: crash message {message:?} lacks {want:?}"));
+                }
+            }
+            (Some("completed"), TrialEnd::Completed) => {
+                let last = run.steps.last().ok_or(format!("trace {i}: no steps"))?;
+                let want = &e["last"];
+                let seq = want["seq"].as_i64().unwrap_or(0) as i32;
+                let got = last.seqs.iter().find(|s| s.seq == seq).ok_or(format!("trace {i}: seq {seq} not observed"))?;
+                let got = serde_json::json!({ "seq": seq, "pos_min": got.pos_min, "pos_max": got.pos_max, "cells": got.cells });
+                if &got != want {
+                    return Err(format!("trace {i}: observed {got}, expected {want}"));
+                }
+            }
+            (want, got) => return Err(format!("trace {i}: ended {got:?}, expected {want:?}")),
+        }
+    }
+    if runner.starts < 2 && runs.iter().any(|r| matches!(r.end, TrialEnd::Crashed { .. })) {
+        return Err("a crash did not restart the worker".into());
+    }
+    Ok(())
+}
+
+fn check_resets(target: &str, domain: &str, depth: u32) -> Result<(), String> {
+    let d = Domain::preset(domain).ok_or(format!("no preset {domain}"))?;
+    let ops = d.ops();
+    let mut traces: Vec<Trace> = ops.iter().map(|o| Trace { setup: d.setup.clone(), ops: vec![o.clone()] }).collect();
+    for _ in 1..depth {
+        traces = traces
+            .iter()
+            .flat_map(|t| {
+                ops.iter().map(move |o| {
+                    let mut t = t.clone();
+                    t.ops.push(o.clone());
+                    t
+                })
+            })
+            .collect();
+    }
+    let spec = llama_worker_spec(target, None)?;
+    let mut slow_spec = spec.clone();
+    slow_spec.reset = ResetMode::Rebuild;
+    let fast = WorkerRunner::new(spec).map_err(|e| e.to_string())?.run_batch(&traces).map_err(|e| e.to_string())?;
+    let slow = WorkerRunner::new(slow_spec).map_err(|e| e.to_string())?.run_batch(&traces).map_err(|e| e.to_string())?;
+    for (i, (f, s)) in fast.iter().zip(&slow).enumerate() {
+        if f != s {
+            return Err(format!("trace {:?}: restore reset observed {f:?}, rebuild reset {s:?}", traces[i].ops));
+        }
+    }
+    if fast.len() != traces.len() {
+        return Err(format!("{} runs for {} traces", fast.len(), traces.len()));
+    }
+    Ok(())
+}
+
+fn check_repro_c(finding: &Value, reproduces: &std::collections::BTreeMap<String, bool>) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("kvaudit-it-repro-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let file = dir.join("finding.json");
+    std::fs::write(&file, finding.to_string()).map_err(|e| e.to_string())?;
+    for (target, want) in reproduces {
+        let out = Command::new(env!("CARGO_BIN_EXE_kvaudit"))
+            .args(["repro", "--check", "--target", target])
+            .arg(&file)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let got = match out.status.code() {
+            Some(1) => true,
+            Some(0) => false,
+            other => {
+                return Err(format!("{target}: kvaudit repro --check exited {other:?}: {}", String::from_utf8_lossy(&out.stderr)))
+            }
+        };
+        if got != *want {
+            return Err(format!("{target}: reproduces = {got}, expected {want}\n{stdout}"));
+        }
+        let line = format!("reproduces outside kvaudit on {target}: {}", if got { "yes" } else { "no" });
+        if !stdout.contains(&line) {
+            return Err(format!("{target}: output lacks {line:?}\n{stdout}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
