@@ -1,7 +1,8 @@
 //! PREREG.md: predictions written before an audit, read back to print prediction vs outcome.
 //!
-//! The file is Markdown with one fenced `toml` block of `[[prediction]]` tables, each naming a run
-//! (`target`, optional `vs`, `domain`, `depth`) and, per oracle, `{ violated, first_depth }`.
+//! The file is Markdown with fenced `toml` blocks: `[[prediction]]` tables, each naming an audit
+//! run (`target`, optional `vs`, `domain`, `depth`) and, per oracle, `{ violated, first_depth }`;
+//! and `[[measurement]]` tables, each a bound on one measured quantity of the numerical oracles.
 
 use std::path::Path;
 
@@ -49,8 +50,66 @@ pub struct Prediction {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PredictionFile {
+    #[serde(default)]
     prediction: Vec<Prediction>,
+    #[serde(default)]
+    measurement: Vec<MeasurementPrediction>,
+}
+
+/// A prediction about one measured quantity (numerical oracles on a real target).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasurementPrediction {
+    /// Target label.
+    pub target: String,
+    /// The quantity's name, as the measurement report spells it (e.g. `T2.logits_max_abs`).
+    pub quantity: String,
+    /// For yes/no quantities: the predicted answer.
+    #[serde(default)]
+    pub equal: Option<bool>,
+    /// Predicted upper bound (inclusive).
+    #[serde(default)]
+    pub max_le: Option<f64>,
+    /// Predicted strict lower bound.
+    #[serde(default)]
+    pub min_gt: Option<f64>,
+}
+
+impl MeasurementPrediction {
+    /// Whether a measured value bears the prediction out (`yes/no` quantities measure 1 or 0).
+    pub fn holds(&self, value: f64) -> bool {
+        self.equal.is_none_or(|e| (value != 0.0) == e)
+            && self.max_le.is_none_or(|m| value <= m)
+            && self.min_gt.is_none_or(|m| value > m)
+    }
+}
+
+/// Reads the measurement predictions of every ```toml block of a PREREG.md text.
+pub fn parse_measurements(text: &str) -> Result<Vec<MeasurementPrediction>, String> {
+    Ok(toml_blocks(text)?.into_iter().flat_map(|f| f.measurement).collect())
+}
+
+fn toml_blocks(text: &str) -> Result<Vec<PredictionFile>, String> {
+    let mut out = Vec::new();
+    let mut rest_at = 0;
+    while let Some(start) = text[rest_at..].find("```toml").map(|i| i + rest_at) {
+        let body_at = start + "```toml".len();
+        let end = text[body_at..].find("```").ok_or("a ```toml block is not closed")? + body_at;
+        let first_line = text[..body_at].matches('\n').count() + 1;
+        let body = &text[body_at..end];
+        let file: PredictionFile = toml::from_str(body).map_err(|e| {
+            let line = e.span().map(|s| first_line + body[..s.start].matches('\n').count()).unwrap_or(first_line);
+            format!("line {line}: {}", e.message())
+        })?;
+        out.push(file);
+        rest_at = end + 3;
+    }
+    if out.is_empty() {
+        return Err("no ```toml block of predictions".into());
+    }
+    Ok(out)
 }
 
 /// One row of prediction vs outcome.
@@ -72,18 +131,9 @@ pub fn read(path: &Path) -> Result<Vec<Prediction>, String> {
     parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Parses the fenced toml block of a PREREG.md text.
+/// Parses the audit predictions of every ```toml block of a PREREG.md text.
 pub fn parse(text: &str) -> Result<Vec<Prediction>, String> {
-    let start = text.find("```toml").ok_or("no ```toml block of predictions")?;
-    let body_at = start + "```toml".len();
-    let end = text[body_at..].find("```").ok_or("the ```toml block is not closed")? + body_at;
-    let first_line = text[..body_at].matches('\n').count() + 1;
-    let body = &text[body_at..end];
-    let file: PredictionFile = toml::from_str(body).map_err(|e| {
-        let line = e.span().map(|s| first_line + body[..s.start].matches('\n').count()).unwrap_or(first_line);
-        format!("line {line}: {}", e.message())
-    })?;
-    Ok(file.prediction)
+    Ok(toml_blocks(text)?.into_iter().flat_map(|f| f.prediction).collect())
 }
 
 /// The predictions that match `report`'s run, checked against its outcome.
@@ -116,6 +166,8 @@ mod tests {
         let text = include_str!("../PREREG.md");
         let ps = parse(text).unwrap();
         assert!(ps.iter().any(|p| p.target == "llama.cpp@0.1.156" && p.i1.as_ref().is_some_and(|o| o.violated)));
+        let ms = parse_measurements(text).unwrap();
+        assert!(ms.iter().any(|m| m.quantity == "T2.greedy32_token_flips" && m.holds(0.0) && !m.holds(1.0)));
     }
 
     #[test]
