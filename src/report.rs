@@ -163,6 +163,9 @@ pub struct Report {
     /// Prediction vs outcome, when PREREG.md has a prediction for this run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prediction: Vec<crate::prereg::PredictionCheck>,
+    /// For a fuzz run: the seed, the generator and how each finding was shrunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuzz: Option<crate::fuzz::FuzzSummary>,
 }
 
 impl Report {
@@ -206,6 +209,7 @@ impl Report {
             findings,
             timing,
             prediction: Vec::new(),
+            fuzz: None,
         }
     }
 
@@ -266,6 +270,18 @@ impl Report {
         } else {
             String::new()
         };
+        if let Some(fz) = &self.fuzz {
+            return format!(
+                "{}{vs}: fuzz seed {}, traces of {}..={} ops: {} cases ({} unsupported) in {:.2} s",
+                self.target.label(),
+                fz.seed,
+                fz.generator.min_len,
+                fz.generator.max_len,
+                self.trials,
+                self.unsupported,
+                self.timing.elapsed_s
+            );
+        }
         format!(
             "{}{vs}: domain {} ({} ops), depth {}{shard}: {} trials ({} unsupported) in {:.2} s",
             self.target.label(),
@@ -303,6 +319,9 @@ impl Report {
             let _ = write!(s, "{}", f.trace);
             let _ = writeln!(s, "  observed: {}", f.observed);
             let _ = writeln!(s, "  expected: {}", f.expected);
+            if let Some(r) = self.fuzz.as_ref().and_then(|fz| fz.findings.get(i)) {
+                let _ = writeln!(s, "  {}", r.summary());
+            }
         }
         if self.findings.is_empty() {
             let _ = writeln!(s, "\nno findings");
@@ -350,6 +369,9 @@ impl Report {
                 "- observed: `{}`\n- expected: `{}`",
                 f.observed, f.expected
             );
+            if let Some(r) = self.fuzz.as_ref().and_then(|fz| fz.findings.get(i)) {
+                let _ = writeln!(s, "- {}", r.summary());
+            }
         }
         if self.findings.is_empty() {
             let _ = writeln!(s, "\nNo findings.");
@@ -392,12 +414,53 @@ pub enum Event {
     Finding(Finding),
     /// The run is over.
     Done(Box<Report>),
+    /// A fuzz run starts.
+    FuzzStart {
+        /// Target A.
+        target: TargetInfo,
+        /// Target B.
+        vs: Option<TargetInfo>,
+        /// The seed.
+        seed: u64,
+        /// Cases to run (`None`: until the time limit).
+        cases: Option<u64>,
+        /// Shortest generated trace.
+        min_len: usize,
+        /// Longest generated trace.
+        max_len: usize,
+        /// Time limit in seconds.
+        time_s: Option<f64>,
+    },
+    /// A fuzz failure was shrunk.
+    Shrunk {
+        /// Oracle.
+        oracle: OracleId,
+        /// Kind of violation.
+        kind: String,
+        /// The case that failed.
+        case: u64,
+        /// Its length.
+        length: usize,
+        /// Its first failing step.
+        step: usize,
+        /// Length after shrinking.
+        shrunk_len: usize,
+        /// Target executions the shrink took.
+        executions: u64,
+        /// Seconds the shrink took.
+        elapsed_s: f64,
+        /// False if it came to a finding already made.
+        new: bool,
+    },
 }
 
 /// Combines shard reports into the report of the whole run. Fails (with the reason) unless the
 /// reports are shards of one run that cover every shard exactly once.
 pub fn merge(reports: Vec<Report>) -> Result<Report, String> {
     let first = reports.first().ok_or("no reports to merge")?.clone();
+    if reports.iter().any(|r| r.fuzz.is_some()) {
+        return Err("fuzz reports cannot be merged (they are not shards of an enumeration)".into());
+    }
     let m = first.shard.count;
     let mut seen = vec![false; m];
     let mut tally = Tally::default();

@@ -149,6 +149,22 @@ pub trait CacheUnderTest {
     fn fork(&self) -> Option<Box<dyn CacheUnderTest + Send>> {
         None
     }
+
+    /// The logits of the last token of the last successful decode, for targets that run a model
+    /// (the numerical oracles T1-T3, [`crate::theorems`]). `None`: the target computes none.
+    fn last_logits(&mut self) -> Result<Option<Vec<f32>>, HarnessError> {
+        Ok(None)
+    }
+
+    /// `llama_state_seq_set_data(bytes, seq)`: restores a sequence from bytes [`Self::seq_state`]
+    /// produced (T1's state round trip). `Done` when restored, `Refused` when the target rejected
+    /// the bytes, `Unsupported` when it cannot restore at all.
+    fn set_seq_state(&mut self, seq: SeqId, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        let _ = (seq, bytes);
+        Ok(OpOutcome::Unsupported {
+            reason: format!("{} cannot restore a sequence state", self.info().name),
+        })
+    }
 }
 
 /// Observes `seqs` on `target`: the accessors, and the cells from the serialized state.

@@ -6,9 +6,13 @@
 mod args;
 mod audit;
 mod domain;
+mod fuzz;
+mod measure;
 mod merge;
 mod progress;
+mod replay;
 mod repro;
+mod shrink;
 mod target_cmd;
 mod worker;
 
@@ -36,8 +40,16 @@ pub enum Command {
     Domain(domain::DomainCmd),
     /// Merge shard reports (JSON) into the report of the whole run.
     Merge(merge::MergeArgs),
+    /// Random traces, every oracle after every op; each failure shrunk to a repro file.
+    Fuzz(fuzz::FuzzArgs),
+    /// Shrink a failing trace or repro file to a minimal repro.
+    Shrink(shrink::ShrinkArgs),
+    /// Replay repro files and say whether each recorded expectation still holds.
+    Replay(replay::ReplayArgs),
     /// Write a standalone C reproducer for a finding; `--check` compiles and runs it on a pin.
     Repro(repro::ReproArgs),
+    /// Measure the numerical oracles T1-T3 on a llama.cpp pin against PREREG.md's predictions.
+    Measure(measure::MeasureArgs),
     /// Build and inspect targets (`kvaudit target build llama.cpp@0.1.156`).
     Target(target_cmd::TargetCmd),
     /// Internal: serve a llama.cpp target to a parent kvaudit over stdin/stdout.
@@ -84,8 +96,12 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Audit(a) => audit::run(a),
         Command::Domain(d) => domain::run(d),
         Command::Merge(m) => merge::run(m),
+        Command::Fuzz(f) => fuzz::run(f),
+        Command::Shrink(s) => shrink::run(s),
+        Command::Replay(r) => replay::run(r),
         Command::Target(t) => target_cmd::run(t),
         Command::Repro(r) => repro::run(r),
+        Command::Measure(m) => measure::run(m),
         Command::Worker(w) => worker::run(w),
     }
 }

@@ -66,6 +66,65 @@ impl Display {
                     b.set_position(*done);
                 }
             }
+            Event::FuzzStart {
+                target,
+                vs,
+                seed,
+                cases,
+                min_len,
+                max_len,
+                time_s,
+            } => {
+                let vs = vs
+                    .as_ref()
+                    .map(|v| format!(" vs {}", v.label()))
+                    .unwrap_or_default();
+                let limit = match (cases, time_s) {
+                    (Some(n), Some(t)) => format!("{n} cases or {t} s"),
+                    (Some(n), None) => format!("{n} cases"),
+                    (None, Some(t)) => format!("{t} s"),
+                    (None, None) => "no limit".into(),
+                };
+                eprintln!(
+                    "kvaudit fuzz: {}{vs}, seed {seed}, traces of {min_len}..={max_len} ops, {limit}",
+                    target.label()
+                );
+                let bar = match cases {
+                    Some(n) => ProgressBar::new(*n).with_style(
+                        ProgressStyle::with_template(
+                            "{elapsed_precise} [{bar:30}] {pos}/{len} cases ({per_sec}, eta {eta})",
+                        )
+                        .expect("valid template")
+                        .progress_chars("=> "),
+                    ),
+                    None => ProgressBar::new_spinner().with_style(
+                        ProgressStyle::with_template("{elapsed_precise} {spinner} {pos} cases ({per_sec})")
+                            .expect("valid template"),
+                    ),
+                };
+                self.bar = Some(bar);
+            }
+            Event::Shrunk {
+                oracle,
+                kind,
+                case,
+                length,
+                step,
+                shrunk_len,
+                executions,
+                elapsed_s,
+                new,
+            } => {
+                let line = format!(
+                    "case {case}: {oracle} {kind} at step {step} of {length}; shrunk to {shrunk_len} ops in {executions} executions, {elapsed_s:.3} s{}",
+                    if *new { "" } else { " (a finding already made)" }
+                );
+                // A hidden bar (stderr is not a terminal) drops println: logs still get the line.
+                match &self.bar {
+                    Some(b) if !b.is_hidden() => b.println(line),
+                    _ => eprintln!("{line}"),
+                }
+            }
             Event::Finding(_) => {}
             Event::Done(_) => {
                 if let Some(b) = self.bar.take() {

@@ -1235,6 +1235,7 @@ fn build_entry(
     let clock = Instant::now();
     let parent = entry.parent().context("cache entry has no parent")?;
     fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    remove_abandoned_builds(parent);
     let nanos = started
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -1260,8 +1261,17 @@ fn build_entry(
     );
     match result {
         Ok(manifest) => {
+            if !spec.force {
+                // Another process built the same key meanwhile: keep its entry, which it may
+                // already have loaded, and drop ours.
+                if let Some(built) = load_entry(entry, key, &spec.pin)? {
+                    fs::remove_dir_all(&tmp).ok();
+                    return Ok(built);
+                }
+            }
             if entry.exists() {
-                // A forced rebuild, a stale entry, or another process won the race.
+                // A forced rebuild or a broken entry. A process that has the old .so loaded
+                // keeps its mapping.
                 let old = parent.join(format!(".old-{}-{}", std::process::id(), nanos));
                 fs::rename(entry, &old).ok();
                 fs::remove_dir_all(&old).ok();
@@ -1279,6 +1289,30 @@ fn build_entry(
         Err(e) => {
             fs::remove_dir_all(&tmp).ok();
             Err(e.context(format!("building {}", spec.pin)))
+        }
+    }
+}
+
+/// Removes the temporary directories of builds whose process is gone (killed mid-build):
+/// `.tmp-ENTRY-PID-NANOS` and `.old-PID-NANOS`.
+fn remove_abandoned_builds(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if !(name.starts_with(".tmp-") || name.starts_with(".old-")) {
+            continue;
+        }
+        let pid = name.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                fs::remove_dir_all(&path).ok();
+            }
         }
     }
 }
@@ -1344,6 +1378,7 @@ fn build_into(
             )
         })
         .collect();
+    let (tmp_str, entry_str) = (tmp.display().to_string(), entry.display().to_string());
     let units_record = all_units
         .iter()
         .zip(&builds)
@@ -1351,7 +1386,11 @@ fn build_into(
             Ok(UnitRecord {
                 name: u.name(),
                 n_sources: u.sources.len(),
-                command: command_line(b)?,
+                // Recorded with the final entry path, not the temporary build directory.
+                command: command_line(b)?
+                    .into_iter()
+                    .map(|a| a.replace(&tmp_str, &entry_str))
+                    .collect(),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -1704,6 +1743,21 @@ my_add_compile_definitions(NOT_A_CALL)
         );
         assert!(version_header("LLAMA", "0.6.0-dev", "unknown")
             .contains("#define LLAMA_VERSION \"0.6.0-dev\""));
+    }
+
+    #[test]
+    fn abandoned_builds_are_removed_and_live_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("kvaudit-abandoned-{}", std::process::id()));
+        let dead = dir.join(".tmp-0.1.156-release-abc-4000000000-1");
+        let live = dir.join(format!(".tmp-0.1.156-release-abc-{}-2", std::process::id()));
+        let entry = dir.join("0.1.156-release-abc");
+        for d in [&dead, &live, &entry] {
+            fs::create_dir_all(d).unwrap();
+        }
+        remove_abandoned_builds(&dir);
+        let (dead_left, live_left, entry_left) = (dead.exists(), live.exists(), entry.exists());
+        fs::remove_dir_all(&dir).ok();
+        assert!(!dead_left && live_left && entry_left);
     }
 
     #[test]

@@ -59,6 +59,9 @@ struct Request {
     /// Observe after the last op only (see `TrialRunner::run_batch_last`).
     #[serde(default)]
     last_only: bool,
+    /// Flush after every reply instead of every [`REPLY_GROUP`].
+    #[serde(default)]
+    flush_each: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -74,6 +77,20 @@ struct Worker {
     stdin: ChildStdin,
     lines: Receiver<Option<String>>,
     stderr: Arc<Mutex<String>>,
+    /// Ends when the child's stderr closes: join it before reading what a dead child said.
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Waits for the child to end and for its stderr to be drained; returns status and text.
+    fn reap(&mut self) -> (Option<std::process::ExitStatus>, String) {
+        let status = self.child.wait().ok();
+        if let Some(h) = self.stderr_reader.take() {
+            let _ = h.join();
+        }
+        let text = self.stderr.lock().expect("stderr buffer").clone();
+        (status, text)
+    }
 }
 
 impl Drop for Worker {
@@ -152,7 +169,7 @@ impl WorkerRunner {
         });
         let stderr = Arc::new(Mutex::new(String::new()));
         let keep = stderr.clone();
-        std::thread::spawn(move || {
+        let stderr_reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = stderr_pipe.read(&mut buf) {
                 if n == 0 {
@@ -167,7 +184,7 @@ impl WorkerRunner {
                 }
             }
         });
-        let mut w = Worker { child, stdin, lines, stderr };
+        let mut w = Worker { child, stdin, lines, stderr, stderr_reader: Some(stderr_reader) };
         match w.lines.recv_timeout(Duration::from_secs(60)) {
             Ok(Some(line)) => match serde_json::from_str::<Reply>(&line) {
                 Ok(Reply::Ready(info)) => self.info = info,
@@ -175,8 +192,7 @@ impl WorkerRunner {
                 _ => return Err(self.harness(format!("worker said {line:?} instead of ready"))),
             },
             _ => {
-                let _ = w.child.wait();
-                let text = w.stderr.lock().expect("stderr buffer").clone();
+                let (_, text) = w.reap();
                 return Err(self.harness(format!("worker died while starting: {}", text.trim())));
             }
         }
@@ -192,12 +208,13 @@ impl WorkerRunner {
         &mut self,
         traces: &[Trace],
         last_only: bool,
+        flush_each: bool,
     ) -> Result<(Vec<TrialRun>, Option<(usize, TrialEnd)>), HarnessError> {
         if self.worker.is_none() {
             self.start()?;
         }
         let w = self.worker.as_mut().expect("started");
-        let mut line = serde_json::to_string(&Request { traces: traces.to_vec(), last_only }).expect("traces serialize");
+        let mut line = serde_json::to_string(&Request { traces: traces.to_vec(), last_only, flush_each }).expect("traces serialize");
         line.push('\n');
         if w.stdin.write_all(line.as_bytes()).and_then(|_| w.stdin.flush()).is_err() {
             // The worker is gone already; the read below reports how.
@@ -211,11 +228,22 @@ impl WorkerRunner {
                     _ => return Err(self.harness(format!("worker sent an unexpected line: {l:?}"))),
                 },
                 Ok(None) | Err(RecvTimeoutError::Disconnected) => {
-                    let status = w.child.wait().ok();
-                    // Let the stderr reader drain what the dying process wrote.
-                    std::thread::sleep(Duration::from_millis(20));
-                    let text = w.stderr.lock().expect("stderr buffer").clone();
-                    let (at, marker_step) = crash_marker(&text).map_or((runs.len(), None), |(t, s)| (t, Some(s)));
+                    let (status, text) = w.reap();
+                    let Some((at, marker_step)) = crash_marker(&text) else {
+                        // No marker (an exit without a signal): which unreported trace died is
+                        // unknown, so run them again one reply at a time to find out.
+                        if !flush_each {
+                            self.worker = None;
+                            let (more, died) = self.send(&traces[runs.len()..], last_only, true)?;
+                            let base = runs.len();
+                            runs.extend(more);
+                            return Ok((runs, died.map(|(i, e)| (base + i, e))));
+                        }
+                        let end = crash_end(&text, status, None, traces[runs.len()].ops.len());
+                        self.worker = None;
+                        return Ok((runs.clone(), Some((runs.len(), end))));
+                    };
+                    let marker_step = Some(marker_step);
                     let at = at.clamp(runs.len(), traces.len() - 1);
                     let end = crash_end(&text, status, marker_step, traces[at].ops.len());
                     self.worker = None;
@@ -227,9 +255,7 @@ impl WorkerRunner {
                     unsafe {
                         libc::kill(w.child.id() as libc::pid_t, libc::SIGABRT);
                     }
-                    let _ = w.child.wait();
-                    std::thread::sleep(Duration::from_millis(20));
-                    let text = w.stderr.lock().expect("stderr buffer").clone();
+                    let (_, text) = w.reap();
                     let (at, step) = crash_marker(&text).unwrap_or((runs.len(), traces[runs.len()].ops.len()));
                     let at = at.clamp(runs.len(), traces.len() - 1);
                     let step = step.clamp(1, traces[at].ops.len().max(1));
@@ -277,7 +303,7 @@ impl WorkerRunner {
         }
         while !todo.is_empty() {
             let batch: Vec<Trace> = todo.iter().map(|&i| traces[i].clone()).collect();
-            let (runs, died) = self.send(&batch, last_only)?;
+            let (runs, died) = self.send(&batch, last_only, false)?;
             let n_ok = runs.len();
             for (k, r) in runs.into_iter().enumerate() {
                 out[todo[k]] = Some(r);
@@ -335,12 +361,14 @@ fn crash_end(stderr: &str, status: Option<std::process::ExitStatus>, marker_step
 /// The assertion line llama.cpp printed, with machine-specific directories removed so the same
 /// crash reads the same everywhere.
 pub fn crash_detail(stderr: &str) -> String {
-    let line = stderr
-        .lines()
-        .rev()
-        .find(|l| l.contains("GGML_ASSERT") || l.contains("Assertion") || l.contains("error") || l.contains("GGML_ABORT"))
-        .unwrap_or("");
-    strip_dirs(line.trim())
+    let lines: Vec<&str> =
+        stderr.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("kvaudit-worker: signal")).collect();
+    let keyed = lines.iter().rev().find(|l| {
+        l.contains("GGML_ASSERT") || l.contains("Assertion") || l.contains("GGML_ABORT") || l.contains("terminate called")
+    });
+    // Without a recognised line, the last thing printed is the best clue there is.
+    let line = keyed.or(lines.last()).copied().unwrap_or("");
+    strip_dirs(line)
 }
 
 fn strip_dirs(s: &str) -> String {
@@ -485,7 +513,7 @@ pub fn worker_main(shim: &Path, model: &Path, label: &str, format: StateFormat, 
                 Ok(run) => Reply::Run(run),
                 Err(e) => Reply::Error(e.to_string()),
             };
-            let flush = (trial + 1) % REPLY_GROUP == 0 || trial + 1 == req.traces.len();
+            let flush = req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == req.traces.len();
             if !say(&reply, flush) {
                 return 3;
             }

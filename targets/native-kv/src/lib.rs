@@ -10,13 +10,23 @@
 //! - the six memory operations (`seq_rm`, `seq_cp`, `seq_keep`, `seq_add`, `seq_div`, `clear`);
 //! - decode: batch validation as `llama_batch_allocr::init` does it, slot search as `find_slot`
 //!   (non-contiguous) and placement as `apply_ubatch`;
-//! - serialization in the byte format of `llama_state_seq_get_data`.
+//! - serialization in the byte format of `llama_state_seq_get_data`, and restore of one
+//!   sequence from it (`llama_state_seq_set_data`);
+//! - optionally ([`CellCache::with_tensors`]), a tensor payload ([`tensors`]): per layer K, pre-RoPE
+//!   K and V rows per cell, re-positioned on `seq_add`/`seq_div` by one rotation ([`rope`]) and
+//!   attended under a per-layer sliding window keyed off absolute positions. Without it the cache
+//!   is metadata only and pays nothing for it.
 //!
 //! With [`Faults::default()`] the cache is correct: the position index always equals the
 //! multiset of resident positions. Each field of [`Faults`] re-creates a known bug class so that
 //! a checker pointed at this cache has positive controls.
 
 use std::fmt;
+
+pub mod rope;
+pub mod tensors;
+
+use tensors::{narrower_window, window_lo, window_lo_index_keyed, TensorShape, TensorStore};
 
 /// A token position, as `llama_pos`.
 pub type Pos = i32;
@@ -44,11 +54,32 @@ pub struct Faults {
     /// `seq_add` moves cells without re-indexing them: the position index keeps the old
     /// positions (a stale derived index).
     pub seq_add_stale_index: bool,
+    /// Tensor payload: `seq_add`/`seq_div` re-rotate a moved key by the position delta (a rotation
+    /// composed onto the already rotated key, as llama.cpp's K-shift does) instead of once from its
+    /// pre-RoPE row. Caught by T2.
+    pub seq_add_delta_rotation: bool,
+    /// Tensor payload: the sliding-window bound is read as an index into the sequence's keys
+    /// instead of from the positions the cells hold ([`tensors::window_lo_index_keyed`]). Right
+    /// until an eviction leaves a gap in the positions. Caught by T3.
+    pub window_index_keyed: bool,
+    /// Tensor payload: K/V rows land with KV heads 0 and 1 exchanged. Caught by T1.
+    pub kv_head_swap: bool,
+    /// Tensor payload: the rows of layer `l` land in the slot of layer `n_layer - 1 - l`. Caught
+    /// by T1.
+    pub kv_layer_swap: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 3] = ["refcount", "seq_rm_off_by_one", "seq_add_stale_index"];
+    pub const NAMES: [&'static str; 7] = [
+        "refcount",
+        "seq_rm_off_by_one",
+        "seq_add_stale_index",
+        "seq_add_delta_rotation",
+        "window_index_keyed",
+        "kv_head_swap",
+        "kv_layer_swap",
+    ];
 
     /// Turns on the fault called `name`; `false` if there is no such fault.
     pub fn enable(&mut self, name: &str) -> bool {
@@ -56,6 +87,10 @@ impl Faults {
             "refcount" => self.refcount = true,
             "seq_rm_off_by_one" => self.seq_rm_off_by_one = true,
             "seq_add_stale_index" => self.seq_add_stale_index = true,
+            "seq_add_delta_rotation" => self.seq_add_delta_rotation = true,
+            "window_index_keyed" => self.window_index_keyed = true,
+            "kv_head_swap" => self.kv_head_swap = true,
+            "kv_layer_swap" => self.kv_layer_swap = true,
             _ => return false,
         }
         true
@@ -67,6 +102,10 @@ impl Faults {
             self.refcount,
             self.seq_rm_off_by_one,
             self.seq_add_stale_index,
+            self.seq_add_delta_rotation,
+            self.window_index_keyed,
+            self.kv_head_swap,
+            self.kv_layer_swap,
         ];
         Self::NAMES
             .iter()
@@ -117,6 +156,96 @@ impl fmt::Display for CacheError {
 }
 
 impl std::error::Error for CacheError {}
+
+/// Why serialized state could not be restored: `llama_state_seq_set_data` returns 0 in these
+/// cases (and empties the destination sequence once it has started to fill it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreError {
+    /// Byte offset at which the problem was found.
+    pub offset: usize,
+    /// What was wrong there.
+    pub message: String,
+}
+
+impl fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "state byte {}: {}", self.offset, self.message)
+    }
+}
+
+impl std::error::Error for RestoreError {}
+
+/// The layer count and K/V rows of `cells` (`state_write_data` with `v_trans` 0): per layer K
+/// (type F32, row bytes, rows), then per layer V. Out of line, so that the metadata-only
+/// serializer of the exhaustive audits' hot path stays as it was.
+#[inline(never)]
+fn write_rows_section(t: &TensorStore, cells: &[usize], out: &mut Vec<u8>) {
+    let n_layer = t.shape().n_layer;
+    let row_bytes = (t.width() * 4) as u64;
+    out.reserve(4 + 2 * n_layer * (12 + cells.len() * row_bytes as usize));
+    out.extend_from_slice(&(n_layer as u32).to_le_bytes());
+    for rows_of in [TensorStore::k, TensorStore::v] {
+        for l in 0..n_layer {
+            out.extend_from_slice(&0i32.to_le_bytes()); // GGML_TYPE_F32
+            out.extend_from_slice(&row_bytes.to_le_bytes());
+            for &i in cells {
+                for x in rows_of(t, i, l) {
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// A little-endian reader over state bytes.
+struct StateReader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl StateReader<'_> {
+    fn fail<T>(&self, message: String) -> Result<T, RestoreError> {
+        Err(RestoreError {
+            offset: self.at,
+            message,
+        })
+    }
+
+    fn take<const N: usize>(&mut self, what: &str) -> Result<[u8; N], RestoreError> {
+        match self.bytes.get(self.at..self.at + N) {
+            Some(b) => {
+                self.at += N;
+                Ok(b.try_into().expect("N bytes"))
+            }
+            None => self.fail(format!(
+                "{what}: {N} bytes, found {}",
+                self.bytes.len() - self.at
+            )),
+        }
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, RestoreError> {
+        self.take::<4>(what).map(u32::from_le_bytes)
+    }
+
+    fn i32(&mut self, what: &str) -> Result<i32, RestoreError> {
+        self.take::<4>(what).map(i32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, RestoreError> {
+        self.take::<8>(what).map(u64::from_le_bytes)
+    }
+
+    fn f32_rows(&mut self, n: usize, what: &str) -> Result<Vec<f32>, RestoreError> {
+        let Some(b) = self.bytes.get(self.at..self.at + n * 4) else {
+            return self.fail(format!("{what}: {n} f32 values"));
+        };
+        self.at += n * 4;
+        Ok(b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect())
+    }
+}
 
 /// Why a decode was refused, with the return code `llama_decode` gives for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -385,6 +514,9 @@ pub struct CellCache {
     config: CacheConfig,
     cells: Cells,
     head: u32,
+    /// The tensor payload, when the cache carries one (boxed: a metadata-only cache, cloned on
+    /// every fork by the explorer, grows by one pointer).
+    tensors: Option<Box<TensorStore>>,
 }
 
 impl CellCache {
@@ -398,7 +530,88 @@ impl CellCache {
             config,
             cells: Cells::new(config.n_ctx, config.n_seq_max),
             head: 0,
+            tensors: None,
         }
+    }
+
+    /// An empty cache with a tensor payload of `shape` (the tensor faults of `config` apply to it).
+    ///
+    /// # Panics
+    /// As [`CellCache::new`] and [`TensorStore::new`].
+    pub fn with_tensors(config: CacheConfig, shape: TensorShape) -> Self {
+        let mut c = Self::new(config);
+        c.tensors = Some(Box::new(TensorStore::new(shape, config.faults)));
+        c
+    }
+
+    /// The tensor payload, if the cache carries one.
+    pub fn tensors(&self) -> Option<&TensorStore> {
+        self.tensors.as_deref()
+    }
+
+    /// The position of `cell`, or `None` when it is empty or out of range.
+    pub fn cell_pos(&self, cell: usize) -> Option<Pos> {
+        match self.cells.pos.get(cell) {
+            Some(&p) if p != -1 => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Stores the rows the model computed for the token in `cell` at `layer` (see
+    /// [`TensorStore`] for the faults that apply).
+    ///
+    /// # Panics
+    /// When the cache has no tensor payload, the cell is empty, or a row has the wrong width.
+    pub fn write_rows(&mut self, cell: usize, layer: usize, k_raw: &[f32], k: &[f32], v: &[f32]) {
+        assert!(
+            self.cell_pos(cell).is_some(),
+            "write_rows: cell {cell} is empty"
+        );
+        self.tensors
+            .as_mut()
+            .expect("write_rows: the cache has no tensor payload")
+            .write(cell, layer, k_raw, k, v);
+    }
+
+    /// The cells a query of sequence `seq` at `query_pos` attends in `layer`, oldest first: the
+    /// cells holding `seq` at a position `<= query_pos` whose rows for `layer` are written (a
+    /// token placed by the same decode but not yet computed is not), cut by the narrower of
+    /// `window` and the layer's own window at the first key whose *position* is in the window
+    /// ([`window_lo`]). Ordered by (position, cell), so attention does not depend on where
+    /// cells happen to lie, as the masked attention over a batch does not.
+    ///
+    /// # Panics
+    /// When the cache has no tensor payload or `layer` is out of range.
+    pub fn attention_cells(
+        &self,
+        seq: SeqId,
+        query_pos: Pos,
+        layer: usize,
+        window: Option<u32>,
+    ) -> Result<Vec<usize>, CacheError> {
+        self.check_seq(seq)?;
+        let t = self
+            .tensors
+            .as_ref()
+            .expect("attention_cells: the cache has no tensor payload");
+        let mut keys: Vec<(Pos, usize)> = (0..self.end())
+            .filter(|&i| {
+                !self.cells.is_empty(i)
+                    && self.cells.seq_has(i, seq)
+                    && self.cells.pos[i] <= query_pos
+                    && t.written(i, layer)
+            })
+            .map(|i| (self.cells.pos[i], i))
+            .collect();
+        keys.sort_unstable();
+        let window = narrower_window(window, t.shape().windows[layer]);
+        let lo = if self.config.faults.window_index_keyed {
+            window_lo_index_keyed(keys.len(), query_pos, window)
+        } else {
+            let positions: Vec<Pos> = keys.iter().map(|k| k.0).collect();
+            window_lo(&positions, query_pos, window)
+        };
+        Ok(keys[lo..].iter().map(|k| k.1).collect())
     }
 
     /// The configuration this cache was made with.
@@ -421,10 +634,14 @@ impl CellCache {
     pub fn clear(&mut self) {
         self.cells.reset();
         self.head = 0;
+        if let Some(t) = &mut self.tensors {
+            t.clear();
+        }
     }
 
     /// `llama_memory_seq_rm`: removes `seq` (every sequence when -1) from the cells whose position
-    /// is in `[p0, p1)`. Always true for this cache type, as in llama.cpp.
+    /// is in `[p0, p1)`. Always true for this cache type, as in llama.cpp. The rows of a cell it
+    /// empties are dead: nothing reads an empty cell, and placement zeroes the rows again.
     pub fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError> {
         if seq != -1 {
             self.check_seq(seq)?;
@@ -525,8 +742,13 @@ impl CellCache {
                 continue;
             }
             if self.cells.seq_has(i, seq) {
-                if self.cells.pos_add(i, delta, reindex) && new_head.is_none() {
-                    new_head = Some(i);
+                let old = self.cells.pos[i];
+                if self.cells.pos_add(i, delta, reindex) {
+                    if new_head.is_none() {
+                        new_head = Some(i);
+                    }
+                } else if let Some(t) = &mut self.tensors {
+                    t.reposition(i, old, self.cells.pos[i]);
                 }
             }
         }
@@ -553,7 +775,11 @@ impl CellCache {
                 continue;
             }
             if self.cells.seq_has(i, seq) {
+                let old = self.cells.pos[i];
                 self.cells.pos_div(i, d);
+                if let Some(t) = &mut self.tensors {
+                    t.reposition(i, old, self.cells.pos[i]);
+                }
             }
         }
         Ok(())
@@ -725,7 +951,9 @@ impl CellCache {
     }
 
     /// `llama_decode` of a batch, metadata side: validate, find a slot, place the tokens.
-    /// Returns the cells used, in batch order. On error the cache is unchanged.
+    /// Returns the cells used, in batch order. On error the cache is unchanged. With a tensor
+    /// payload the placed cells' rows are zeroed, to be written by the model
+    /// ([`CellCache::write_rows`]) token by token in batch order.
     pub fn decode(&mut self, batch: &[BatchToken]) -> Result<Vec<usize>, DecodeError> {
         if batch.is_empty() {
             return Err(DecodeError::InvalidBatch("n_tokens == 0".into()));
@@ -738,6 +966,9 @@ impl CellCache {
             for &s in &t.seqs {
                 self.cells.seq_add(idx, s);
             }
+            if let Some(ts) = &mut self.tensors {
+                ts.place(idx, p);
+            }
         }
         self.head = *idxs.last().expect("non-empty batch") as u32 + 1;
         // Shifts are applied at the next decode (llama_kv_cache::update); the metadata forgets them.
@@ -747,8 +978,11 @@ impl CellCache {
 
     /// The bytes `llama_state_seq_get_data(ctx, seq)` would produce for this cache: the header
     /// (magic, seq id), one stream, the cells of `seq` in cell order (each listing only `seq`,
-    /// as `state_write_meta` does for a specific sequence), then the K/V section. `seq == -1`
-    /// gives the whole cache, every cell with all its sequences.
+    /// as `state_write_meta` does for a specific sequence), then the K/V section
+    /// (`state_write_data`: `v_trans` 0, `n_layer`, then per layer the K rows of those cells, type
+    /// F32 (0) and `n_kv_heads * head_dim * 4` bytes a row, then the V rows likewise; without a
+    /// tensor payload, `n_layer` 0). `seq == -1` gives the whole cache, every cell with all its
+    /// sequences.
     pub fn state_seq_bytes(&self, seq: SeqId) -> Result<Vec<u8>, CacheError> {
         if seq != -1 {
             self.check_seq(seq)?;
@@ -779,8 +1013,135 @@ impl CellCache {
             }
         }
         out.extend_from_slice(&0u32.to_le_bytes()); // v_trans
-        out.extend_from_slice(&0u32.to_le_bytes()); // n_layer: no tensor payload
+        match &self.tensors {
+            None => out.extend_from_slice(&0u32.to_le_bytes()), // n_layer: no tensor payload
+            Some(t) => write_rows_section(t, &cells, &mut out),
+        }
         Ok(out)
+    }
+
+    /// `llama_state_seq_set_data(ctx, bytes, seq)`: restores the cells and rows serialized by
+    /// [`CellCache::state_seq_bytes`] (of any sequence) into `seq`, as
+    /// `llama_kv_cache::state_read` does for one sequence: every cell must list exactly one
+    /// sequence; `seq` is emptied, the cells are placed by the decode slot search and take `seq`,
+    /// then the K/V section must match this cache's (same `v_trans`, layer count, type and row
+    /// size) and its rows are copied in. A state with no cells leaves `seq` as it is. Restored keys
+    /// have no pre-RoPE row, so a later `seq_add` can only compose a rotation onto them
+    /// ([`TensorStore::reposition`]). Returns the number of bytes read.
+    pub fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError> {
+        let refuse = |message: String| RestoreError { offset: 0, message };
+        if seq < 0 {
+            return Err(refuse(format!(
+                "restoring the whole cache (seq {seq}) is not modelled"
+            )));
+        }
+        self.check_seq(seq).map_err(|e| refuse(e.to_string()))?;
+        let mut r = StateReader { bytes, at: 0 };
+        let magic = r.u32("magic")?;
+        if magic != STATE_SEQ_MAGIC {
+            r.at = 0;
+            return r.fail(format!(
+                "magic 0x{STATE_SEQ_MAGIC:08x}, found 0x{magic:08x}"
+            ));
+        }
+        r.i32("seq id")?; // read and ignored, as llama.cpp does
+        let n_stream = r.u32("n_stream")?;
+        if n_stream != 1 {
+            return r.fail(format!("n_stream 1, found {n_stream}"));
+        }
+        let cell_count = r.u32("cell_count")?;
+        if cell_count == 0 {
+            return Ok(r.at);
+        }
+        self.seq_rm(seq, -1, -1).expect("seq checked");
+        let res = self.restore_cells(seq, cell_count, &mut r);
+        if res.is_err() {
+            self.seq_rm(seq, -1, -1).expect("seq checked");
+        }
+        res.map(|()| r.at)
+    }
+
+    fn restore_cells(
+        &mut self,
+        seq: SeqId,
+        cell_count: u32,
+        r: &mut StateReader<'_>,
+    ) -> Result<(), RestoreError> {
+        if cell_count as usize > self.cells.pos.len() {
+            return r.fail(format!(
+                "{cell_count} cells do not fit the {} of this cache",
+                self.cells.pos.len()
+            ));
+        }
+        let mut pos = Vec::with_capacity(cell_count as usize);
+        for _ in 0..cell_count {
+            let p = r.i32("cell pos")?;
+            if p < 0 {
+                return r.fail(format!("a cell position >= 0, found {p}"));
+            }
+            let n_seq = r.u32("cell n_seq_id")?;
+            if n_seq != 1 {
+                return r.fail(format!(
+                    "a cell with exactly one sequence id, found {n_seq} (invalid seq_id-agnostic kv cell)"
+                ));
+            }
+            r.i32("cell seq id")?;
+            pos.push(p);
+        }
+        let at = r.at;
+        let idxs = self.find_slot(pos.len()).ok_or_else(|| RestoreError {
+            offset: at,
+            message: format!("failed to find {cell_count} available cells"),
+        })?;
+        for (&idx, &p) in idxs.iter().zip(&pos) {
+            self.cells.pos_set(idx, p);
+            self.cells.seq_add(idx, seq);
+            if let Some(t) = &mut self.tensors {
+                t.place(idx, p);
+            }
+        }
+        self.head = *idxs.last().expect("cell_count > 0") as u32 + 1;
+
+        let v_trans = r.u32("v_trans")?;
+        if v_trans != 0 {
+            return r.fail(format!("v_trans 0 (this cache), found {v_trans}"));
+        }
+        let n_layer = r.u32("n_layer")? as usize;
+        let (want_layers, width) = self
+            .tensors
+            .as_ref()
+            .map_or((0, 0), |t| (t.shape().n_layer, t.width()));
+        if n_layer != want_layers {
+            return r.fail(format!(
+                "{want_layers} layers (this cache), found {n_layer}"
+            ));
+        }
+        for is_k in [true, false] {
+            let what = if is_k { "K" } else { "V" };
+            for l in 0..n_layer {
+                let ty = r.i32(&format!("{what} type"))?;
+                if ty != 0 {
+                    return r.fail(format!("{what} type 0 (F32) in layer {l}, found {ty}"));
+                }
+                let row_bytes = r.u64(&format!("{what} row bytes"))?;
+                if row_bytes != (width * 4) as u64 {
+                    return r.fail(format!(
+                        "{what} rows of {} bytes in layer {l}, found {row_bytes}",
+                        width * 4
+                    ));
+                }
+                for &idx in &idxs {
+                    let row = r.f32_rows(width, &format!("{what} row"))?;
+                    let t = self.tensors.as_mut().expect("n_layer > 0 means tensors");
+                    if is_k {
+                        t.restore(idx, l, Some(&row), None);
+                    } else {
+                        t.restore(idx, l, None, Some(&row));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Regenerates the committed llama.cpp audit reports in reports/ (JSON and Markdown): the depth-3
+# seed-domain audit of each pin and variant, and each release pin against the native cache.
+# Every report compares its outcome with PREREG.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release
+k=./target/release/kvaudit
+for pin in 0.1.156 0.1.161; do
+  for variant in "" "+assert"; do
+    t="llama.cpp@$pin$variant"
+    $k audit --target "$t" --domain seed --depth 3 -q --out "reports/$t-seed-d3.json" || [ $? -eq 1 ]
+    $k audit --target "$t" --domain seed --depth 3 -q --format markdown --out "reports/$t-seed-d3.md" || [ $? -eq 1 ]
+  done
+  t="llama.cpp@$pin"
+  $k audit --target "$t" --vs native --domain seed --depth 3 -q --out "reports/$t-vs-native-seed-d3.json" || [ $? -eq 1 ]
+  $k audit --target "$t" --vs native --domain seed --depth 3 -q --format markdown --out "reports/$t-vs-native-seed-d3.md" || [ $? -eq 1 ]
+done

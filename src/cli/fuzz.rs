@@ -1,0 +1,258 @@
+//! `kvaudit fuzz`: random traces, every oracle after every op, each failure shrunk to a minimal
+//! repro file.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::args::{OutputArgs, TargetArgs};
+use super::progress::Display;
+use super::CliError;
+use crate::exit;
+use crate::fuzz::{run_fuzz, FuzzConfig, GenConfig};
+use crate::registry::TargetSpec;
+use crate::report::{write_atomically, Report};
+use crate::repro::{
+    check_date, measure, parse_label, targets_of, today_utc, Expect, Found, Repro,
+    TargetExpectation,
+};
+use crate::shrink::ShrinkConfig;
+
+/// Arguments of `kvaudit fuzz`.
+#[derive(Debug, Args)]
+pub struct FuzzArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Seed of the generator (default: from the clock). Printed at the start of the run; the same
+    /// seed gives the same cases, findings and repro files.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Cases to run (default: 1000, or no limit when --time is given).
+    #[arg(long)]
+    cases: Option<u64>,
+    /// Longest trace, in ops after the setup.
+    #[arg(long, default_value_t = 64)]
+    max_len: usize,
+    /// Shortest trace (default: half of --max-len).
+    #[arg(long)]
+    min_len: Option<usize>,
+    /// Stop after this wall time, shrinking included (`90`, `30s`, `5m`, `1h`).
+    #[arg(long)]
+    time: Option<String>,
+    /// Largest position in a generated range or explicit decode position.
+    #[arg(long, default_value_t = 32)]
+    pos_cap: i32,
+    /// Sequences of the context (`n_seq_max`); ops name all of them.
+    #[arg(long, default_value_t = 4)]
+    n_seq_max: u32,
+    /// Failures of one signature (oracle, kind, op at the failing step) to shrink; later ones
+    /// are counted against the first one's finding.
+    #[arg(long, default_value_t = 1)]
+    shrinks_per_signature: u32,
+    /// Most target executions one shrink may spend.
+    #[arg(long, default_value_t = 100_000)]
+    shrink_budget: u64,
+    /// Write one repro file per finding into this folder.
+    #[arg(long, default_value = "repros")]
+    repro_dir: PathBuf,
+    /// Write no repro files.
+    #[arg(long)]
+    no_repros: bool,
+    /// Also record in each repro file whether it fails or holds on these targets, e.g.
+    /// `native` for the fault-free build of a fault-injected run, or `llama.cpp@0.1.161`.
+    #[arg(long = "record-on", value_delimiter = ',')]
+    record_on: Vec<String>,
+    /// The repro files' `since` date, YYYY-MM-DD (default: today, UTC).
+    #[arg(long, env = "KVAUDIT_DATE")]
+    date: Option<String>,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+/// Parses `90`, `30s`, `5m`, `1h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&t[..i], &t[i..]),
+        None => (t, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n > 0.0)
+        .ok_or_else(|| {
+            format!("--time '{s}': expected a positive number of seconds, or 30s, 5m, 1h")
+        })?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("--time '{s}': unit must be s, m or h")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64 % 1_000_000_000)
+}
+
+/// The repro of each finding of a fuzz report, with the expectations measured on `record_on`.
+pub fn repros_of(
+    report: &Report,
+    record_on: &[TargetSpec],
+    date: &str,
+) -> Result<Vec<Repro>, CliError> {
+    let fz = report.fuzz.as_ref().expect("a fuzz report");
+    let a = TargetSpec::new(&report.target.name, &report.target.faults);
+    let vs = report
+        .vs
+        .as_ref()
+        .map(|v| TargetSpec::new(&v.name, &v.faults));
+    let vs = vs.as_ref();
+    let mut out = Vec::new();
+    for (f, rec) in report.findings.iter().zip(&fz.findings) {
+        let found = Found {
+            seed: Some(fz.seed),
+            case: Some(rec.case),
+            length: rec.length,
+            step: rec.step,
+            shrink_executions: rec.executions,
+        };
+        // B's own crash is labelled with B alone (see Judge::label_of).
+        let on_vs = vs.is_some_and(|b| f.target == label_of(b) && f.target != label_of(&a));
+        let (x, y) = targets_of(f.oracle, on_vs, &a, vs);
+        let fails = TargetExpectation::new(&x, y.as_ref(), Expect::Fails);
+        let mut r = Repro::from_finding(f, date, vec![fails], Some(found));
+        for spec in record_on {
+            let e = measure(&r, spec, y.as_ref())
+                .map_err(|e| CliError::harness(format!("--record-on {}: {e}", spec.name)))?;
+            r.targets.push(e);
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+fn label_of(t: &TargetSpec) -> String {
+    TargetExpectation::new(t, None, Expect::Holds).label()
+}
+
+/// Writes repro files into `dir`, one per repro, names made unique in this run.
+pub fn write_repros(dir: &std::path::Path, repros: &[Repro]) -> Result<Vec<PathBuf>, CliError> {
+    let mut used = BTreeSet::new();
+    let mut paths = Vec::new();
+    for r in repros {
+        let base = r.file_name();
+        let stem = base.trim_end_matches(".json").to_string();
+        let mut name = base;
+        let mut k = 2;
+        while !used.insert(name.clone()) {
+            name = format!("{stem}_{k}.json");
+            k += 1;
+        }
+        let path = dir.join(&name);
+        write_atomically(&path, &r.to_text())
+            .map_err(|e| CliError::harness(format!("{}: cannot write: {e}", path.display())))?;
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// Runs the fuzzer.
+pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
+    let time = a
+        .time
+        .as_deref()
+        .map(parse_duration)
+        .transpose()
+        .map_err(CliError::usage)?;
+    let mut gen = GenConfig::with_max_len(a.max_len);
+    if let Some(m) = a.min_len {
+        gen.min_len = m;
+    }
+    gen.pos_cap = a.pos_cap;
+    gen.setup.n_seq_max = a.n_seq_max;
+    gen.validate().map_err(CliError::usage)?;
+    if a.cases == Some(0) {
+        return Err(CliError::usage("--cases must be at least 1"));
+    }
+    let date = match &a.date {
+        Some(d) => check_date(d).map_err(|e| CliError::usage(format!("--date: {e}")))?,
+        None => today_utc(),
+    };
+    let (spec_a, spec_b) = a.target.specs();
+    let fa = spec_a.factory().map_err(CliError::usage)?;
+    let fb = spec_b
+        .as_ref()
+        .map(|s| s.factory())
+        .transpose()
+        .map_err(CliError::usage)?;
+    let record_on = a
+        .record_on
+        .iter()
+        .map(|l| parse_label(l))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
+    for spec in &record_on {
+        spec.factory()
+            .map(drop)
+            .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
+    }
+    let cfg = FuzzConfig {
+        seed: a.seed.unwrap_or_else(clock_seed),
+        cases: match (a.cases, time) {
+            (Some(n), _) => Some(n),
+            (None, Some(_)) => None,
+            (None, None) => Some(1000),
+        },
+        time,
+        gen,
+        shrink: ShrinkConfig {
+            max_executions: a.shrink_budget,
+            ..ShrinkConfig::default()
+        },
+        shrinks_per_signature: a.shrinks_per_signature.max(1),
+    };
+    let mut display = Display::new(&a.out);
+    let report = run_fuzz(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
+    a.out.emit(&report)?;
+    let fz = report.fuzz.as_ref().expect("a fuzz report");
+    if !a.out.quiet {
+        eprintln!(
+            "kvaudit fuzz: seed {}: {} cases, {} target executions; shrinking took {} executions, {:.3} s",
+            fz.seed, fz.cases, fz.executions, fz.shrink_executions, fz.shrink_elapsed_s
+        );
+    }
+    if !a.no_repros && report.has_findings() {
+        let repros = repros_of(&report, &record_on, &date)?;
+        let paths = write_repros(&a.repro_dir, &repros)?;
+        if !a.out.quiet {
+            for p in paths {
+                eprintln!("repro written to {}", p.display());
+            }
+        }
+    }
+    Ok(if report.has_findings() {
+        exit::FINDINGS
+    } else {
+        exit::CLEAN
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("0.5s").unwrap(), Duration::from_millis(500));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-3").is_err());
+    }
+}

@@ -1,0 +1,158 @@
+//! Real builds of the llama.cpp pins, for the integration-test binary to wire in.
+//!
+//! These are plain functions, not tests: `main.rs` decides when to run them (a first build
+//! takes minutes per pin and variant; later calls hit the cache in `$KVAUDIT_CACHE_DIR`).
+//! They check what LLAMA-FACTS states about the pins, against the real builds:
+//! - every pin's release build compiles through `kvaudit::llama::build`, exports only the
+//!   shim's symbols, and loads side by side with the others in one process;
+//! - each shim reports its pin label, ABI and `LLAMA_STATE_SEQ_VERSION` as pins.toml records;
+//! - the doubled same-stream `seq_cp` leaves seq 1 at pos_min/max 0/2 with no serialized cells
+//!   on 0.1.156 (and the next decode into seq 1 at pos 0 fails with -1), and at -1/-1 on
+//!   0.1.161 (the decode succeeds).
+
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context as _, Result};
+use kvaudit::llama::build::{ensure_built, BuildSpec, BuiltShim};
+use kvaudit::llama::ffi::{ContextParams, LlamaShim};
+use kvaudit::llama::pins::{known_pins, Pin, Variant};
+
+/// Builds (or finds in the cache) the release build of every pin in pins.toml, loads all of
+/// them into this process, and checks each one's identity against pins.toml.
+pub fn build_and_load_both_pins() -> Result<Vec<(BuiltShim, LlamaShim)>> {
+    let mut loaded = Vec::new();
+    for (version, info) in known_pins()? {
+        let pin = Pin {
+            version: version.clone(),
+            variant: Variant::Release,
+        };
+        let built = ensure_built(&BuildSpec::new(pin.clone()), false)
+            .with_context(|| format!("building {pin}"))?;
+        let shim = LlamaShim::load_built(&built)?;
+        ensure!(
+            shim.version() == pin.label(),
+            "{}: reports {}",
+            pin,
+            shim.version()
+        );
+        ensure!(
+            !shim.assertions_enabled(),
+            "{pin}: release build has assertions enabled"
+        );
+        ensure!(
+            shim.state_seq_format() == info.state_seq_version as i32,
+            "{pin}: LLAMA_STATE_SEQ_VERSION {} but pins.toml says {}",
+            shim.state_seq_format(),
+            info.state_seq_version
+        );
+        exports_only_shim_symbols(&built.so_path)?;
+        loaded.push((built, shim));
+    }
+    ensure!(loaded.len() >= 2, "pins.toml should hold at least two pins");
+    Ok(loaded)
+}
+
+/// `nm -D --defined-only` lists nothing but `kvaudit_shim_*`.
+pub fn exports_only_shim_symbols(so: &Path) -> Result<()> {
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(so)
+        .output()
+        .context("running nm (binutils) to list the exports")?;
+    ensure!(out.status.success(), "nm -D {} failed", so.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let symbols: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    ensure!(!symbols.is_empty(), "{} exports nothing", so.display());
+    let foreign: Vec<&&str> = symbols
+        .iter()
+        .filter(|s| !s.starts_with("kvaudit_shim_"))
+        .collect();
+    ensure!(
+        foreign.is_empty(),
+        "{} also exports {foreign:?}",
+        so.display()
+    );
+    Ok(())
+}
+
+/// What the doubled `seq_cp` scenario leaves behind on one release build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoubledSeqCp {
+    /// `seq_pos_min(1)` after the scenario.
+    pub pos_min: i32,
+    /// `seq_pos_max(1)` after the scenario.
+    pub pos_max: i32,
+    /// Cell count in `state_seq_get(1)` (first stream).
+    pub serialized_cells: u32,
+    /// `llama_decode` of one token into seq 1 at position 0 afterwards.
+    pub decode_rc: i32,
+}
+
+/// LLAMA-FACTS "What the seed's reproducer does": `n_seq_max = 4`, `kv_unified`, positions 0..6
+/// into seq 0, `seq_cp(0, 1, 0, 3)` twice, `seq_keep(0)`. Only for release builds: `+assert`
+/// builds abort at the second `seq_cp`.
+pub fn doubled_seq_cp(shim: &LlamaShim, model: &Path) -> Result<DoubledSeqCp> {
+    let params = ContextParams {
+        n_ctx: 256,
+        n_seq_max: 4,
+        kv_unified: true,
+        ..Default::default()
+    };
+    let mut ctx = shim.open(model, &params)?;
+    let tokens: Vec<i32> = (1..=7).collect();
+    let positions: Vec<i32> = (0..7).collect();
+    let seqs: Vec<&[i32]> = vec![&[0]; 7];
+    let rc = ctx.decode(&tokens, Some(&positions), &seqs)?;
+    ensure!(
+        rc == 0,
+        "{}: initial decode returned {rc}: {}",
+        shim.version(),
+        ctx.last_error()
+    );
+    ctx.seq_cp(0, 1, 0, 3)?;
+    ctx.seq_cp(0, 1, 0, 3)?;
+    ctx.seq_keep(0)?;
+    let state = ctx.state_seq_get(1)?;
+    ensure!(state.len() >= 16, "state of seq 1 is {} bytes", state.len());
+    let word = |i: usize| u32::from_le_bytes([state[i], state[i + 1], state[i + 2], state[i + 3]]);
+    ensure!(word(0) == 0xaf14_3cd8, "state magic {:08x}", word(0));
+    Ok(DoubledSeqCp {
+        pos_min: ctx.seq_pos_min(1)?,
+        pos_max: ctx.seq_pos_max(1)?,
+        serialized_cells: word(12),
+        decode_rc: ctx.decode(&[5], Some(&[0]), &[&[1]])?,
+    })
+}
+
+/// Runs [`doubled_seq_cp`] on the release shims of [`build_and_load_both_pins`] and compares
+/// with LLAMA-FACTS.
+pub fn doubled_seq_cp_matches_llama_facts(model: &Path) -> Result<()> {
+    for (built, shim) in build_and_load_both_pins()? {
+        let got = doubled_seq_cp(&shim, model)?;
+        let want = match built.pin.version.as_str() {
+            // seq_pos kept a reference count per position: the stale entry survives.
+            "0.1.156" => DoubledSeqCp {
+                pos_min: 0,
+                pos_max: 2,
+                serialized_cells: 0,
+                decode_rc: -1,
+            },
+            "0.1.161" => DoubledSeqCp {
+                pos_min: -1,
+                pos_max: -1,
+                serialized_cells: 0,
+                decode_rc: 0,
+            },
+            other => bail!("no expectation recorded for llama.cpp@{other}"),
+        };
+        ensure!(
+            got == want,
+            "{}: got {got:?}, LLAMA-FACTS says {want:?}",
+            built.pin
+        );
+    }
+    Ok(())
+}
