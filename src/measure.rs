@@ -27,14 +27,15 @@
 //! contexts with the F32 parameters) and read rows only from serialized state, through
 //! [`crate::theorems::read_seq_rows`] (which undoes llama.cpp's transposed V).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::llama::build::{ensure_built, BuildSpec};
+use crate::llama::build::{ensure_built, BuildSpec, BuiltShim};
 use crate::llama::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim};
 use crate::llama::pins::Pin;
 use crate::model::forward::{argmax, Model, VecKvStore};
@@ -318,8 +319,10 @@ pub struct PredictionRow {
 /// The model the contexts ran.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelSummary {
-    /// The GGUF file.
-    pub path: PathBuf,
+    /// The GGUF file's name (the generated tiny model's name holds a hash of its bytes).
+    pub file: String,
+    /// SHA-256 of the file.
+    pub sha256: String,
     /// Layers.
     pub n_layer: usize,
     /// Residual width.
@@ -614,8 +617,8 @@ impl CacheUnderTest for F32Llama {
     }
 }
 
-/// What one side of a pair showed: the rows of the observed sequence, the logits after the trace,
-/// the greedy continuation, and the number of resident cells.
+/// What one side of a pair showed: the rows of the observed sequence (its resident cells), the
+/// logits after the trace, and the greedy continuation.
 struct Side {
     rows: SeqRows,
     logits: Vec<f32>,
@@ -745,7 +748,7 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
     let info = pin.info().map_err(|e| format!("{e:#}"))?;
     let built = ensure_built(&BuildSpec::new(pin.clone()), true)
         .map_err(|e| format!("building {label}: {e:#}"))?;
-    let shim = LlamaShim::load_built(&built).map_err(|e| format!("{e:#}"))?;
+    let shim = loaded_shim(&built)?;
     let model_path = match model {
         Some(m) => m.to_path_buf(),
         None => crate::model::tiny::try_default_model_path()
@@ -799,7 +802,11 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
     if !took_effect(&o) {
         return Err(format!("{label}: the prompt decode returned {o:?}"));
     }
-    let bytes = original.ctx().map_err(harness)?.state_get().map_err(|e| format!("{e:#}"))?;
+    let bytes = original
+        .ctx()
+        .map_err(harness)?
+        .state_get()
+        .map_err(|e| format!("{e:#}"))?;
     let mut restored = clone_llama(&llama);
     restored.reset(&setup()).map_err(harness)?;
     restored
@@ -807,7 +814,11 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
         .map_err(harness)?
         .state_set(&bytes)
         .map_err(|e| format!("{label}: state_set: {e:#}"))?;
-    let again = restored.ctx().map_err(harness)?.state_get().map_err(|e| format!("{e:#}"))?;
+    let again = restored
+        .ctx()
+        .map_err(harness)?
+        .state_get()
+        .map_err(|e| format!("{e:#}"))?;
     let first_diff = bytes.iter().zip(&again).position(|(a, b)| a != b);
     f.flag(
         "T1.round_trip_bytes_equal",
@@ -1069,11 +1080,25 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
             &q("cache_length_equal"),
             "T3",
             ns == nf,
-            Some(format!("seq 1 spliced: {ns} cells, seq 0 fresh: {nf} cells")),
+            Some(format!(
+                "seq 1 spliced: {ns} cells, seq 0 fresh: {nf} cells"
+            )),
         );
         let rd = diff_rows(&spliced.rows, &fresh.rows, hd, 0..hp.n_layer);
-        f.push(&q("k_rows_max_abs"), "T3", rd.k.value, tr, Some(rd.k.detail()));
-        f.push(&q("v_rows_max_abs"), "T3", rd.v.value, tr, Some(rd.v.detail()));
+        f.push(
+            &q("k_rows_max_abs"),
+            "T3",
+            rd.k.value,
+            tr,
+            Some(rd.k.detail()),
+        );
+        f.push(
+            &q("v_rows_max_abs"),
+            "T3",
+            rd.v.value,
+            tr,
+            Some(rd.v.detail()),
+        );
     }
 
     Ok(MeasureReport {
@@ -1081,7 +1106,12 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
         shim_version: shim.version().to_string(),
         state_seq_version: shim.state_seq_format(),
         model: ModelSummary {
-            path: model_path,
+            file: model_path
+                .file_name()
+                .map_or(model_path.display().to_string(), |n| {
+                    n.to_string_lossy().into_owned()
+                }),
+            sha256: crate::llama::build::file_sha256(&model_path).map_err(|e| format!("{e:#}"))?,
             n_layer: hp.n_layer,
             n_embd: hp.n_embd,
             n_head: hp.n_head,
@@ -1103,6 +1133,25 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
         figures: f.figures,
         predictions: Vec::new(),
     })
+}
+
+/// The shim of `built`, loaded once per process and never unloaded. Unloading a shim leaves
+/// ggml's terminate handler (installed by a static initializer, ggml/src/ggml.cpp:16-26 in
+/// 0.1.161) pointing into unmapped code, and loading the same shim again at the same address trips
+/// `GGML_ASSERT(prev != ggml_uncaught_exception)` in that initializer: an abort, seen when two
+/// measurements of one pin ran in one test process.
+fn loaded_shim(built: &BuiltShim) -> Result<LlamaShim, String> {
+    static SHIMS: OnceLock<Mutex<HashMap<PathBuf, LlamaShim>>> = OnceLock::new();
+    let mut shims = SHIMS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(shim) = shims.get(&built.so_path) {
+        return Ok(shim.clone());
+    }
+    let shim = LlamaShim::load_built(built).map_err(|e| format!("{e:#}"))?;
+    shims.insert(built.so_path.clone(), shim.clone());
+    Ok(shim)
 }
 
 fn clone_llama(l: &F32Llama) -> F32Llama {
@@ -1176,13 +1225,14 @@ impl MeasureReport {
         let c = &self.context;
         let _ = writeln!(
             s,
-            "Shim `{}`, `LLAMA_STATE_SEQ_VERSION` {}. Model `{}` ({} layers, n_embd {}, {} heads / {} \
-             KV heads of {}, vocabulary {}). Every context: n_ctx {}, n_seq_max {}, {} thread, \
+            "Shim `{}`, `LLAMA_STATE_SEQ_VERSION` {}. Model `{}` (SHA-256 {}; {} layers, n_embd {}, \
+             {} heads / {} KV heads of {}, vocabulary {}). Every context: n_ctx {}, n_seq_max {}, {} thread, \
              kv_unified {}, flash attention {}, K cache {}, V cache {}; logits of the last token of \
              each decode. Prompt (positions 0..{}): `{:?}`.\n",
             self.shim_version,
             self.state_seq_version,
-            m.path.file_name().map_or(m.path.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            m.file,
+            &m.sha256[..m.sha256.len().min(16)],
             m.n_layer,
             m.n_embd,
             m.n_head,
@@ -1210,11 +1260,20 @@ impl MeasureReport {
                     p.quantity,
                     p.predicted,
                     p.measured.map_or("not measured".into(), fmt_value),
-                    if p.confirmed { "confirmed" } else { "**FALSIFIED**" }
+                    if p.confirmed {
+                        "confirmed"
+                    } else {
+                        "**FALSIFIED**"
+                    }
                 );
             }
             let _ = writeln!(s);
         }
+        let _ = writeln!(s, "## Reading\n");
+        for l in self.reading() {
+            let _ = writeln!(s, "- {l}");
+        }
+        let _ = writeln!(s);
         let _ = writeln!(s, "## Figures\n");
         let _ = writeln!(s, "| quantity | value | tolerance | within |");
         let _ = writeln!(s, "|---|---:|---|---|");
@@ -1235,7 +1294,11 @@ impl MeasureReport {
         let _ = writeln!(s, "\n## Experiments\n");
         for e in &self.experiments {
             let _ = writeln!(s, "### {}\n\n{}.\n", e.name, e.about);
-            let _ = writeln!(s, "Under test:\n\n```text\n{}\n```\n", e.under_test.join("\n"));
+            let _ = writeln!(
+                s,
+                "Under test:\n\n```text\n{}\n```\n",
+                e.under_test.join("\n")
+            );
             if !e.partner.is_empty() {
                 let _ = writeln!(s, "Partner:\n\n```text\n{}\n```\n", e.partner.join("\n"));
             }
@@ -1249,11 +1312,114 @@ impl MeasureReport {
         s
     }
 
+    /// What the figures say, in sentences: the stated tolerances, why T2 has two variants, and
+    /// each falsified prediction or figure outside its tolerance with where it was seen.
+    pub fn reading(&self) -> Vec<String> {
+        let v = |q: &str| {
+            self.figure(q)
+                .map_or("(not measured)".into(), |f| fmt_value(f.value))
+        };
+        let mut out = vec![
+            "Tolerances were stated before measuring: 0 (bit-exact) for the state round trip and \
+             for every native-cache figure; 1e-5 for K/V rows against the native forward pass and \
+             for T3 (ggml-cpu's RoPE and dot products are compiled with fused multiply-adds, the \
+             native ones are not: last-bit differences of values of order 1); 1e-4 for logits \
+             against native (the issue's target); 1e-4 (K) and 1e-3 (logits) for T2, whose keys \
+             are re-rotated by composition; no greedy token may flip."
+                .to_string(),
+            format!(
+                "T2 is measured twice. The PREREG quantities (`T2.k_after_shift_max_abs`, \
+                 `T2.logits_max_abs`, `T2.greedy32_token_flips`) compare with a context that never \
+                 saw the span, so they are taken where the theorem's precondition holds: the \
+                 survivors never attended the span (experiment T2), and the only difference left in \
+                 exact arithmetic is how the keys are re-positioned. There llama.cpp measures {} in \
+                 K and {} in logits, with {} greedy flips, while the native cache (one rotation \
+                 from the pre-RoPE row) measures {} and {}: {}",
+                v("T2.k_after_shift_max_abs"),
+                v("T2.logits_max_abs"),
+                v("T2.greedy32_token_flips"),
+                v("T2.native.k_after_shift_max_abs"),
+                v("T2.native.logits_max_abs"),
+                match self.figure("T2.k_after_shift_max_abs").map(|f| f.value) {
+                    Some(k) if k > 0.0 => {
+                        "llama.cpp's K-shift composes a rotation onto the rotated key, as \
+                         PREREG.md expected."
+                    }
+                    Some(_) => {
+                        "llama.cpp's keys after the shift are bit-identical to a fresh prefill, \
+                         which PREREG.md did not expect."
+                    }
+                    None => "llama.cpp's side was not measured.",
+                },
+            ),
+            format!(
+                "The plain context shift of a prompt decoded in one batch (T2.too_late) is a \
+                 control: the survivors attended the span before it was evicted. Its layer-0 keys \
+                 (token and position only) differ by {} on llama.cpp and {} on the native cache: \
+                 one composed rotation. From layer 1 on it differs by {} in K and {} in logits with \
+                 {} of {T2_GREEDY} greedy tokens flipped (first at step {}), and the native cache \
+                 shows {} and {} with {} flips: the span's influence, which no cache can undo \
+                 (\"span-exact, not retroactive\"), not an error of llama.cpp's.",
+                v("T2.too_late.k_layer0_max_abs"),
+                v("T2.too_late.native.k_layer0_max_abs"),
+                v("T2.too_late.k_max_abs"),
+                v("T2.too_late.logits_max_abs"),
+                v("T2.too_late.greedy32_token_flips"),
+                v("T2.too_late.greedy32_first_flip"),
+                v("T2.too_late.native.k_max_abs"),
+                v("T2.too_late.native.logits_max_abs"),
+                v("T2.too_late.native.greedy32_token_flips"),
+            ),
+        ];
+        for p in self.predictions.iter().filter(|p| !p.confirmed) {
+            let detail = self
+                .figure(&p.quantity)
+                .and_then(|f| f.detail.clone())
+                .unwrap_or_else(|| "this run measures no such quantity".into());
+            out.push(format!(
+                "FALSIFIED: `{}` was predicted {} and measured {}: {detail}. The prediction stays \
+                 as written.",
+                p.quantity,
+                p.predicted,
+                p.measured.map_or("nothing".into(), fmt_value)
+            ));
+        }
+        for f in self.outside_tolerance() {
+            out.push(format!(
+                "Outside its stated tolerance ({}): `{}` = {}; {}.",
+                f.tolerance.text(),
+                f.quantity,
+                fmt_value(f.value),
+                f.detail.as_deref().unwrap_or("no detail")
+            ));
+        }
+        if self.predictions.iter().all(|p| p.confirmed) && self.outside_tolerance().is_empty() {
+            out.push(format!(
+                "Every figure is within its stated tolerance{}.",
+                if self.predictions.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and all {} predictions held", self.predictions.len())
+                }
+            ));
+        }
+        out
+    }
+
     /// A short table for a terminal.
     pub fn to_terminal(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "{} (T1-T3, F32 KV cache, flash attention off)", self.target);
-        let w = self.figures.iter().map(|f| f.quantity.len()).max().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "{} (T1-T3, F32 KV cache, flash attention off)",
+            self.target
+        );
+        let w = self
+            .figures
+            .iter()
+            .map(|f| f.quantity.len())
+            .max()
+            .unwrap_or(0);
         for f in &self.figures {
             let _ = writeln!(
                 s,
@@ -1261,7 +1427,11 @@ impl MeasureReport {
                 f.quantity,
                 fmt_value(f.value),
                 f.tolerance.text(),
-                if f.within == Some(false) { "  OUTSIDE" } else { "" }
+                if f.within == Some(false) {
+                    "  OUTSIDE"
+                } else {
+                    ""
+                }
             );
         }
         for p in &self.predictions {
@@ -1271,7 +1441,11 @@ impl MeasureReport {
                 p.quantity,
                 p.predicted,
                 p.measured.map_or("nothing".into(), fmt_value),
-                if p.confirmed { "confirmed" } else { "FALSIFIED" }
+                if p.confirmed {
+                    "confirmed"
+                } else {
+                    "FALSIFIED"
+                }
             );
         }
         s
@@ -1281,7 +1455,11 @@ impl MeasureReport {
 fn prediction_text(p: &MeasurementPrediction) -> String {
     let mut parts = Vec::new();
     if let Some(e) = p.equal {
-        parts.push(if e { "yes".to_string() } else { "no".to_string() });
+        parts.push(if e {
+            "yes".to_string()
+        } else {
+            "no".to_string()
+        });
     }
     if let Some(x) = p.min_gt {
         parts.push(format!("> {x:e}"));
@@ -1332,7 +1510,8 @@ mod tests {
             shim_version: String::new(),
             state_seq_version: 4,
             model: ModelSummary {
-                path: PathBuf::new(),
+                file: String::new(),
+                sha256: String::new(),
                 n_layer: 0,
                 n_embd: 0,
                 n_head: 0,

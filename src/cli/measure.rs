@@ -47,13 +47,20 @@ pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
     crate::llama::pins::Pin::parse(&a.target).map_err(|e| CliError::usage(format!("{e:#}")))?;
     if let Some(m) = &a.model {
         if !m.is_file() {
-            return Err(CliError::usage(format!("--model {}: no such file", m.display())));
+            return Err(CliError::usage(format!(
+                "--model {}: no such file",
+                m.display()
+            )));
         }
+        // The native reference must run the model too: a file it cannot read is bad input.
+        crate::model::forward::Model::load(m)
+            .map_err(|e| CliError::usage(format!("--model {}: {e:#}", m.display())))?;
     }
     let prereg_text = match &a.prereg {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| {
-            CliError::usage(format!("{}: cannot read: {e}", p.display()))
-        })?),
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| CliError::usage(format!("{}: cannot read: {e}", p.display())))?,
+        ),
         None => std::fs::read_to_string("PREREG.md").ok(),
     };
     let predictions = match &prereg_text {
@@ -77,7 +84,10 @@ pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
         .collect();
     if falsified.is_empty() {
         if report.predictions.is_empty() {
-            eprintln!("kvaudit measure: no PREREG.md prediction names {}", report.target);
+            eprintln!(
+                "kvaudit measure: no PREREG.md prediction names {}",
+                report.target
+            );
         }
         Ok(exit::CLEAN)
     } else {

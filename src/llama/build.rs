@@ -353,6 +353,15 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim> {
             return Ok(built);
         }
     }
+    // One build at a time per cache, across threads and processes (parallel tests ask for pins
+    // at once): a build already uses every core, and two builds of one key would race on its
+    // entry. Whoever waited finds the entry built and takes it.
+    let _lock = BuildLock::acquire(&cache, progress)?;
+    if !spec.force {
+        if let Some(built) = load_entry(&entry, &key, &spec.pin)? {
+            return Ok(built);
+        }
+    }
     build_entry(
         spec,
         &src,
@@ -363,6 +372,52 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim> {
         unknown_defines,
         progress,
     )
+}
+
+/// An exclusive `flock` on `<cache>/build.lock`, released on drop (and by the kernel if the
+/// process dies).
+struct BuildLock {
+    file: fs::File,
+}
+
+impl BuildLock {
+    fn acquire(cache: &Path, progress: bool) -> Result<BuildLock> {
+        fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
+        let path = cache.join("build.lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock(2) on a descriptor this File owns for the lock's whole life.
+        let busy = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0;
+        if busy {
+            if progress {
+                eprintln!("waiting for another kvaudit build ({})", path.display());
+            }
+            // SAFETY: as above; this call blocks until the other holder releases the lock.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                bail!(
+                    "locking {}: {}",
+                    path.display(),
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        Ok(BuildLock { file })
+    }
+}
+
+impl Drop for BuildLock {
+    fn drop(&mut self) {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: unlocking the descriptor locked in `acquire`, still owned by self.file.
+        unsafe {
+            libc::flock(self.file.as_raw_fd(), libc::LOCK_UN);
+        }
+    }
 }
 
 /// The cache root: `$KVAUDIT_CACHE_DIR`, else `$XDG_CACHE_HOME/kvaudit`, else

@@ -156,3 +156,21 @@ pub fn doubled_seq_cp_matches_llama_facts(model: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// A library that answers the ABI probe with 99 is refused with an error naming both numbers.
+pub fn wrong_abi_is_refused() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("kvaudit-it-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join("fake.c");
+    let so = dir.join("libfake.so");
+    std::fs::write(&src, "int kvaudit_shim_abi_version(void) { return 99; }\n")?;
+    let status = std::process::Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&so).arg(&src).status()?;
+    anyhow::ensure!(status.success(), "cc could not build the fake library");
+    let err = match LlamaShim::load(&so) {
+        Ok(_) => anyhow::bail!("a shim with ABI 99 was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    anyhow::ensure!(err.contains("99") && err.contains("ABI"), "unexpected error: {err}");
+    Ok(())
+}

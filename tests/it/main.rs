@@ -12,6 +12,8 @@ mod audits;
 mod cli;
 mod corpus;
 mod llama;
+mod llama_build;
+mod measure;
 mod theorems;
 
 use std::path::{Path, PathBuf};
@@ -47,6 +49,19 @@ fn main() {
     trials.extend(cli::trials());
     trials.extend(corpus::trials());
     trials.extend(llama::trials());
+    let run = |f: fn() -> anyhow::Result<()>| move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")));
+    trials.push(Trial::test("llama_build::wrong_abi_is_refused", run(llama_build::wrong_abi_is_refused)));
+    trials.push(Trial::test(
+        "llama_build::both_pins_build_load_side_by_side_and_match_llama_facts",
+        run(|| {
+            let model = kvaudit::model::tiny::try_default_model_path()?;
+            for (built, _) in llama_build::build_and_load_both_pins()? {
+                llama_build::exports_only_shim_symbols(&built.so_path)?;
+            }
+            llama_build::doubled_seq_cp_matches_llama_facts(&model)
+        }),
+    ));
+    trials.extend(measure::trials());
     trials.extend(theorems::trials());
     libtest_mimic::run(&args, trials).exit();
 }
