@@ -202,7 +202,15 @@ mod raw {
             path: &Path,
             expected_abi: u32,
         ) -> Result<std::result::Result<Api, i32>> {
-            let lib = Library::new(path).with_context(|| format!("loading {}", path.display()))?;
+            // RTLD_NODELETE: never unmapped, even after the last handle drops. ggml installs a
+            // process-wide terminate handler on load; unloading would leave it pointing at
+            // unmapped code, and loading the pin again then trips
+            // `GGML_ASSERT(prev != ggml_uncaught_exception)` (seen when one process measured a
+            // pin twice).
+            let flags = libloading::os::unix::RTLD_NOW | libc::RTLD_NODELETE;
+            let lib: Library = libloading::os::unix::Library::open(Some(path), flags)
+                .with_context(|| format!("loading {}", path.display()))?
+                .into();
             let abi_version: unsafe extern "C" fn() -> c_int =
                 symbol(&lib, b"kvaudit_shim_abi_version\0")?;
             let found = abi_version();
