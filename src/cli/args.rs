@@ -15,7 +15,7 @@ pub struct TargetArgs {
     /// Target under audit: `native` or `llama.cpp@VERSION[+assert]`.
     #[arg(long, default_value = "native")]
     pub target: String,
-    /// Inject faults into the target (native only): refcount, seq_rm_off_by_one, seq_add_stale_index.
+    /// Inject faults into the target (native targets only; `kvaudit target list` names them).
     #[arg(long = "inject", value_delimiter = ',')]
     pub inject: Vec<String>,
     /// Second target for the differential oracle.

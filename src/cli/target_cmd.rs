@@ -46,6 +46,7 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
         }
         TargetWhat::List => {
             println!("native  (faults: {})", native_kv::Faults::NAMES.join(", "));
+            println!("native+tensors  (the same, with K/V rows and a forward pass; same faults)");
             for label in crate::llama::pins::known_labels().map_err(|e| CliError::harness(format!("{e:#}")))? {
                 println!("{label}");
             }

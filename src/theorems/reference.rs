@@ -191,9 +191,10 @@ impl<'m> Reference<'m> {
     }
 
     /// Applies `op` if the reference deems it valid; `Err` says why not (then nothing changed).
-    /// Decodes are checked as llama.cpp's batch allocator does for the common cases: every
-    /// sequence of the batch must continue at its largest position + 1, and the batch must fit
-    /// the context. (Judging a target, use [`Reference::follow`], which trusts its outcome.)
+    /// Decodes are checked as llama.cpp's batch allocator does for the batches a [`Decode`] can
+    /// express: every sequence of the batch continues at its largest position + 1, sequences
+    /// coupled in one token have not diverged, token ids are not negative, and the batch fits the
+    /// context. (Judging a target, use [`Reference::follow`], which trusts its outcome.)
     pub fn apply(&mut self, op: &Op) -> Result<(), String> {
         if let Op::Decode(d) = op {
             let pos = self.resolve(d)?;
@@ -205,6 +206,20 @@ impl<'m> Reference<'m> {
                         pos[0]
                     ));
                 }
+            }
+            // llama_batch_allocr::init: sequences coupled in one token must not have diverged.
+            let extent = |s: SeqId| {
+                let ps = self.entries.iter().filter(|e| e.has(s)).map(|e| e.pos);
+                (ps.clone().min(), ps.max())
+            };
+            if d.seqs.iter().any(|&s| extent(s) != extent(d.seqs[0])) {
+                return Err(format!(
+                    "sequences {:?} are coupled but have diverged",
+                    d.seqs
+                ));
+            }
+            if d.token_ids().iter().any(|&t| t < 0) {
+                return Err("a negative token id".into());
             }
             if self.entries.len() + pos.len() > self.n_ctx as usize {
                 return Err("the batch does not fit the context".into());
@@ -507,6 +522,18 @@ mod tests {
             fresh_prefill_partner(&t, 1).unwrap().ops,
             vec![decode(1, &[1, 2, 3, 7, 8])]
         );
+        // A decode the target would refuse (coupled sequences that diverged) derives nothing.
+        let t = trace(vec![
+            decode(0, &[1, 2]),
+            decode(1, &[3]),
+            Op::Decode(Decode {
+                seqs: vec![0, 1],
+                n: 1,
+                pos: None,
+                tokens: Some(vec![4]),
+            }),
+        ]);
+        assert_eq!(fresh_prefill_partner(&t, 0), None);
         // A gap cannot be prefilled.
         let t = trace(vec![
             decode(0, &[1, 2, 3, 4]),
