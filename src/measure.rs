@@ -552,49 +552,13 @@ impl CacheUnderTest for F32Llama {
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
         let label = self.label.clone();
-        let err = |e: anyhow::Error| HarnessError::Target {
-            target: label.clone(),
-            message: format!("{op}: {e:#}"),
-        };
+        let err = |e: anyhow::Error| HarnessError::Target { target: label.clone(), message: format!("{op}: {e:#}") };
         let c = self.ctx()?;
-        let returned = match *op {
-            Op::SeqRm { seq, p0, p1 } => Some(c.seq_rm(seq, p0, p1).map_err(err)?),
-            Op::SeqCp { src, dst, p0, p1 } => {
-                c.seq_cp(src, dst, p0, p1).map_err(err)?;
-                None
-            }
-            Op::SeqKeep { seq } => {
-                c.seq_keep(seq).map_err(err)?;
-                None
-            }
-            Op::SeqAdd { seq, p0, p1, delta } => {
-                c.seq_add(seq, p0, p1, delta).map_err(err)?;
-                None
-            }
-            Op::SeqDiv { seq, p0, p1, d } => {
-                c.seq_div(seq, p0, p1, d).map_err(err)?;
-                None
-            }
-            Op::Clear => {
-                c.clear(true).map_err(err)?;
-                None
-            }
-            Op::Decode(ref d) => {
-                let tokens = d.token_ids();
-                let positions: Option<Vec<Pos>> =
-                    d.pos.map(|p| (0..d.n as Pos).map(|i| p + i).collect());
-                let seqs: Vec<&[SeqId]> = tokens.iter().map(|_| d.seqs.as_slice()).collect();
-                let rc = c
-                    .decode(&tokens, positions.as_deref(), &seqs)
-                    .map_err(err)?;
-                if rc == 0 {
-                    let logits = c.logits_last().map_err(err)?;
-                    self.last_logits = Some(logits);
-                }
-                return Ok(OpOutcome::Decoded { rc });
-            }
-        };
-        Ok(OpOutcome::Done { returned })
+        let outcome = crate::llama::target::apply_op(c, op).map_err(err)?;
+        if outcome == (OpOutcome::Decoded { rc: 0 }) {
+            self.last_logits = Some(c.logits_last().map_err(err)?);
+        }
+        Ok(outcome)
     }
 
     fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {

@@ -130,42 +130,8 @@ impl CacheUnderTest for LlamaTarget {
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
         let label = self.label.clone();
-        let err = |e: anyhow::Error| HarnessError::Target { target: label.clone(), message: format!("{op}: {e:#}") };
         let c = self.ctx()?;
-        let returned = match *op {
-            Op::SeqRm { seq, p0, p1 } => Some(c.seq_rm(seq, p0, p1).map_err(err)?),
-            Op::SeqCp { src, dst, p0, p1 } => {
-                c.seq_cp(src, dst, p0, p1).map_err(err)?;
-                None
-            }
-            Op::SeqKeep { seq } => {
-                c.seq_keep(seq).map_err(err)?;
-                None
-            }
-            Op::SeqAdd { seq, p0, p1, delta } => {
-                c.seq_add(seq, p0, p1, delta).map_err(err)?;
-                None
-            }
-            Op::SeqDiv { seq, p0, p1, d } => {
-                c.seq_div(seq, p0, p1, d).map_err(err)?;
-                None
-            }
-            Op::Clear => {
-                c.clear(true).map_err(err)?;
-                None
-            }
-            Op::Decode(ref d) => {
-                let tokens = d.token_ids();
-                if let Some(t) = tokens.iter().find(|&&t| t < 0 || t >= c.n_vocab()) {
-                    return Ok(OpOutcome::Unsupported { reason: format!("token {t} outside the model's vocabulary") });
-                }
-                let positions: Option<Vec<Pos>> = d.pos.map(|p| (0..d.n as Pos).map(|i| p + i).collect());
-                let seqs: Vec<&[SeqId]> = tokens.iter().map(|_| d.seqs.as_slice()).collect();
-                let rc = c.decode(&tokens, positions.as_deref(), &seqs).map_err(err)?;
-                return Ok(OpOutcome::Decoded { rc });
-            }
-        };
-        Ok(OpOutcome::Done { returned })
+        apply_op(c, op).map_err(|e| HarnessError::Target { target: label, message: format!("{op}: {e:#}") })
     }
 
     fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
@@ -182,4 +148,43 @@ impl CacheUnderTest for LlamaTarget {
         let r = self.ctx()?.state_seq_get(seq);
         r.map_err(|e| self.harness(format!("{e:#}")))
     }
+}
+
+/// Performs one op on a llama.cpp context: the one mapping from [`Op`] to the memory API and
+/// `llama_decode` (a token outside the vocabulary is unsupported, not sent).
+pub fn apply_op(c: &mut LlamaContext, op: &Op) -> anyhow::Result<OpOutcome> {
+    let returned = match *op {
+        Op::SeqRm { seq, p0, p1 } => Some(c.seq_rm(seq, p0, p1)?),
+        Op::SeqCp { src, dst, p0, p1 } => {
+            c.seq_cp(src, dst, p0, p1)?;
+            None
+        }
+        Op::SeqKeep { seq } => {
+            c.seq_keep(seq)?;
+            None
+        }
+        Op::SeqAdd { seq, p0, p1, delta } => {
+            c.seq_add(seq, p0, p1, delta)?;
+            None
+        }
+        Op::SeqDiv { seq, p0, p1, d } => {
+            c.seq_div(seq, p0, p1, d)?;
+            None
+        }
+        Op::Clear => {
+            c.clear(true)?;
+            None
+        }
+        Op::Decode(ref d) => {
+            let tokens = d.token_ids();
+            if let Some(t) = tokens.iter().find(|&&t| t < 0 || t >= c.n_vocab()) {
+                return Ok(OpOutcome::Unsupported { reason: format!("token {t} outside the model's vocabulary") });
+            }
+            let positions: Option<Vec<Pos>> = d.pos.map(|p| (0..d.n as Pos).map(|i| p + i).collect());
+            let seqs: Vec<&[SeqId]> = tokens.iter().map(|_| d.seqs.as_slice()).collect();
+            let rc = c.decode(&tokens, positions.as_deref(), &seqs)?;
+            return Ok(OpOutcome::Decoded { rc });
+        }
+    };
+    Ok(OpOutcome::Done { returned })
 }
