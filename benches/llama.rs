@@ -27,7 +27,10 @@ fn depth3_traces(limit: usize) -> Vec<Trace> {
     'outer: for a in &ops {
         for b in &ops {
             for c in &ops {
-                out.push(Trace { setup: d.setup.clone(), ops: vec![a.clone(), b.clone(), c.clone()] });
+                out.push(Trace {
+                    setup: d.setup.clone(),
+                    ops: vec![a.clone(), b.clone(), c.clone()],
+                });
                 if out.len() == limit {
                     break 'outer;
                 }
@@ -37,9 +40,21 @@ fn depth3_traces(limit: usize) -> Vec<Trace> {
     out
 }
 
-fn in_process(shim: &LlamaShim, label: &str, format: StateFormat, mode: ResetMode, traces: &[Trace]) -> f64 {
+fn in_process(
+    shim: &LlamaShim,
+    label: &str,
+    format: StateFormat,
+    mode: ResetMode,
+    traces: &[Trace],
+) -> f64 {
     let model = kvaudit::model::tiny::try_default_model_path().expect("tiny model");
-    let mut runner = LocalRunner::new(Box::new(LlamaTarget::new(shim.clone(), &model, label, format, mode)));
+    let mut runner = LocalRunner::new(Box::new(LlamaTarget::new(
+        shim.clone(),
+        &model,
+        label,
+        format,
+        mode,
+    )));
     runner.run(&traces[0]).expect("warm-up");
     let t = Instant::now();
     for tr in traces {
@@ -50,23 +65,38 @@ fn in_process(shim: &LlamaShim, label: &str, format: StateFormat, mode: ResetMod
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     let pins: Vec<String> = match flag("--pin") {
         Some(p) => vec![p],
         None => vec!["0.1.156".into(), "0.1.161".into()],
     };
-    let limit: usize = flag("--trials").and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let limit: usize = flag("--trials")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     for version in pins {
         let label = format!("llama.cpp@{version}");
         let pin = Pin::parse(&label).expect("known pin");
         let info = pin.info().expect("pin info");
-        let format = StateFormat { rot_fields: info.kv_state_has_n_rot };
+        let format = StateFormat {
+            rot_fields: info.kv_state_has_n_rot,
+        };
         let built = ensure_built(&BuildSpec::new(pin), true).expect("pin builds");
         let shim = LlamaShim::load(&built.so_path).expect("shim loads");
 
         let factory = TargetSpec::new(&label, &[]).factory().expect("target");
-        let cfg = ExhaustiveConfig { domain: Domain::preset("seed").unwrap(), depth: 3, shard: Shard::WHOLE, threads, batch: 2048 };
+        let cfg = ExhaustiveConfig {
+            domain: Domain::preset("seed").unwrap(),
+            depth: 3,
+            shard: Shard::WHOLE,
+            threads,
+            batch: 2048,
+        };
         let report = run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit");
         println!(
             "{label}: depth-3 seed audit, {threads} worker process(es): {} trials in {:.2} s = {:.0} trials/s ({:.0} per worker)",
@@ -77,7 +107,10 @@ fn main() {
         );
         let traces = depth3_traces(limit);
         let fast = in_process(&shim, &label, format, ResetMode::Restore, &traces);
-        println!("{label}: in process, restore resets: {fast:.0} trials/s ({} trials)", traces.len());
+        println!(
+            "{label}: in process, restore resets: {fast:.0} trials/s ({} trials)",
+            traces.len()
+        );
         let naive_traces = &traces[..traces.len().min(1000)];
         let naive = in_process(&shim, &label, format, ResetMode::Fresh, naive_traces);
         println!("{label}: in process, naive (fresh context + decode per trial): {naive:.0} trials/s ({} trials)", naive_traces.len());

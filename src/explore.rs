@@ -68,7 +68,10 @@ struct Chunk {
 
 /// The chunks of one depth that belong to `shard`.
 fn chunks(n_ops: usize, depth: u32, shard: Shard) -> Vec<Chunk> {
-    (0..n_ops).filter(|f| f % shard.count == shard.index).map(|first| Chunk { depth, first }).collect()
+    (0..n_ops)
+        .filter(|f| f % shard.count == shard.index)
+        .map(|first| Chunk { depth, first })
+        .collect()
 }
 
 impl Chunk {
@@ -94,7 +97,9 @@ impl EverBits {
     fn new(n_trials: u64) -> Self {
         let words = n_trials.div_ceil(64) as usize;
         let make = || (0..words).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
-        EverBits { bits: [make(), make(), make()] }
+        EverBits {
+            bits: [make(), make(), make()],
+        }
     }
 
     fn get(&self, k: usize, i: u64) -> bool {
@@ -205,7 +210,10 @@ impl Tally {
             return None;
         }
         let (info_a, run_a) = a;
-        let last = run_a.steps.last().expect("a completed trial has its last observation");
+        let last = run_a
+            .steps
+            .last()
+            .expect("a completed trial has its last observation");
         let (i1, i2) = invariants_hold(last);
         let mut now = [!i1, !i2, false];
         for (k, oracle) in [(0, OracleId::I1), (1, OracleId::I2)] {
@@ -213,16 +221,28 @@ impl Tally {
             if now[k] && !prior.violated[k] {
                 let (v1, v2) = check_invariants(last);
                 let v = if k == 0 { v1 } else { v2 };
-                self.record(trace, index, trace.ops.len(), info_a, v.expect("the oracle failed above"));
+                self.record(
+                    trace,
+                    index,
+                    trace.ops.len(),
+                    info_a,
+                    v.expect("the oracle failed above"),
+                );
             }
         }
         if let Some((info_b, run_b)) = b {
-            let last_b = run_b.steps.last().expect("a completed trial has its last observation");
+            let last_b = run_b
+                .steps
+                .last()
+                .expect("a completed trial has its last observation");
             now[2] = !differential_holds(last, last_b);
             self.count(OracleId::Differential, depth, now[2]);
             if now[2] && !prior.violated[2] {
                 let v = check_differential(last, last_b).expect("failed above");
-                let label = TargetInfo { name: format!("{} vs {}", info_a.label(), info_b.label()), ..info_a.clone() };
+                let label = TargetInfo {
+                    name: format!("{} vs {}", info_a.label(), info_b.label()),
+                    ..info_a.clone()
+                };
                 self.record(trace, index, trace.ops.len(), &label, v);
             }
         }
@@ -278,8 +298,14 @@ pub fn run_exhaustive(
 ) -> Result<Report, HarnessError> {
     let ops = cfg.domain.ops();
     let n = ops.len() as u64;
-    let total: u64 = (1..=cfg.depth).flat_map(|d| chunks(ops.len(), d, cfg.shard)).map(|c| c.len(n)).sum();
-    let threads = cfg.threads.max(1).min(chunks(ops.len(), 1, cfg.shard).len().max(1));
+    let total: u64 = (1..=cfg.depth)
+        .flat_map(|d| chunks(ops.len(), d, cfg.shard))
+        .map(|c| c.len(n))
+        .sum();
+    let threads = cfg
+        .threads
+        .max(1)
+        .min(chunks(ops.len(), 1, cfg.shard).len().max(1));
     // One pair of runners per thread, kept across depths (a llama.cpp runner is a process).
     let mut runners: Vec<(Box<dyn TrialRunner>, Option<Box<dyn TrialRunner>>)> = (0..threads)
         .map(|_| Ok((runner_a()?, runner_b.map(|f| f()).transpose()?)))
@@ -335,7 +361,11 @@ pub fn run_exhaustive(
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
-                sink(&Event::Progress { done: done.load(Ordering::Relaxed), total, elapsed_s: started.elapsed().as_secs_f64() });
+                sink(&Event::Progress {
+                    done: done.load(Ordering::Relaxed),
+                    total,
+                    elapsed_s: started.elapsed().as_secs_f64(),
+                });
             }
         });
         for r in results {
@@ -351,7 +381,10 @@ pub fn run_exhaustive(
         cfg.depth,
         cfg.shard,
         tally,
-        Timing { elapsed_s: elapsed, trials_per_s: total as f64 / elapsed.max(1e-9) },
+        Timing {
+            elapsed_s: elapsed,
+            trials_per_s: total as f64 / elapsed.max(1e-9),
+        },
     );
     for f in &report.findings {
         sink(&Event::Finding(f.clone()));
@@ -392,7 +425,9 @@ impl DepthWork<'_> {
                 break;
             }
             let i = self.next_chunk.fetch_add(1, Ordering::Relaxed);
-            let Some(&chunk) = self.mine.get(i) else { break };
+            let Some(&chunk) = self.mine.get(i) else {
+                break;
+            };
             let depth_base = total_trials(n, chunk.depth - 1);
             let mut digits = vec![0usize; chunk.depth as usize - 1];
             let mut in_depth = chunk.base_in_depth(n);
@@ -400,7 +435,10 @@ impl DepthWork<'_> {
                 let mut trace_ops = Vec::with_capacity(chunk.depth as usize);
                 trace_ops.push(self.ops[chunk.first].clone());
                 trace_ops.extend(digits.iter().map(|&d| self.ops[d].clone()));
-                batch.push(Trace { setup: self.cfg.domain.setup.clone(), ops: trace_ops });
+                batch.push(Trace {
+                    setup: self.cfg.domain.setup.clone(),
+                    ops: trace_ops,
+                });
                 indices.push(in_depth);
                 in_depth += 1;
                 let more = odometer(&mut digits, self.ops.len());
@@ -418,10 +456,18 @@ impl DepthWork<'_> {
                         // The prefix (all ops but the last) is trial indices[j] / n of the
                         // previous depth, in the same lexicographic numbering.
                         let prior = match self.prev {
-                            Some(prev) => Prior { violated: [0, 1, 2].map(|k| prev.get(k, indices[j] / n)) },
+                            Some(prev) => Prior {
+                                violated: [0, 1, 2].map(|k| prev.get(k, indices[j] / n)),
+                            },
                             None => Prior::default(),
                         };
-                        let now = tally.judge(trace, depth_base + indices[j], (self.info_a, &ra[j]), pb, prior);
+                        let now = tally.judge(
+                            trace,
+                            depth_base + indices[j],
+                            (self.info_a, &ra[j]),
+                            pb,
+                            prior,
+                        );
                         if let Some(now) = now {
                             for k in 0..TRACKED.len() {
                                 if now[k] || prior.violated[k] {

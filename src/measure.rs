@@ -552,7 +552,10 @@ impl CacheUnderTest for F32Llama {
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
         let label = self.label.clone();
-        let err = |e: anyhow::Error| HarnessError::Target { target: label.clone(), message: format!("{op}: {e:#}") };
+        let err = |e: anyhow::Error| HarnessError::Target {
+            target: label.clone(),
+            message: format!("{op}: {e:#}"),
+        };
         let c = self.ctx()?;
         let outcome = crate::llama::target::apply_op(c, op).map_err(err)?;
         if outcome == (OpOutcome::Decoded { rc: 0 }) {

@@ -88,7 +88,10 @@ impl MeasurementPrediction {
 
 /// Reads the measurement predictions of every ```toml block of a PREREG.md text.
 pub fn parse_measurements(text: &str) -> Result<Vec<MeasurementPrediction>, String> {
-    Ok(toml_blocks(text)?.into_iter().flat_map(|f| f.measurement).collect())
+    Ok(toml_blocks(text)?
+        .into_iter()
+        .flat_map(|f| f.measurement)
+        .collect())
 }
 
 fn toml_blocks(text: &str) -> Result<Vec<PredictionFile>, String> {
@@ -96,11 +99,17 @@ fn toml_blocks(text: &str) -> Result<Vec<PredictionFile>, String> {
     let mut rest_at = 0;
     while let Some(start) = text[rest_at..].find("```toml").map(|i| i + rest_at) {
         let body_at = start + "```toml".len();
-        let end = text[body_at..].find("```").ok_or("a ```toml block is not closed")? + body_at;
+        let end = text[body_at..]
+            .find("```")
+            .ok_or("a ```toml block is not closed")?
+            + body_at;
         let first_line = text[..body_at].matches('\n').count() + 1;
         let body = &text[body_at..end];
         let file: PredictionFile = toml::from_str(body).map_err(|e| {
-            let line = e.span().map(|s| first_line + body[..s.start].matches('\n').count()).unwrap_or(first_line);
+            let line = e
+                .span()
+                .map(|s| first_line + body[..s.start].matches('\n').count())
+                .unwrap_or(first_line);
             format!("line {line}: {}", e.message())
         })?;
         out.push(file);
@@ -127,32 +136,52 @@ pub struct PredictionCheck {
 
 /// Reads the predictions in a PREREG.md.
 pub fn read(path: &Path) -> Result<Vec<Prediction>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Parses the audit predictions of every ```toml block of a PREREG.md text.
 pub fn parse(text: &str) -> Result<Vec<Prediction>, String> {
-    Ok(toml_blocks(text)?.into_iter().flat_map(|f| f.prediction).collect())
+    Ok(toml_blocks(text)?
+        .into_iter()
+        .flat_map(|f| f.prediction)
+        .collect())
 }
 
 /// The predictions that match `report`'s run, checked against its outcome.
 pub fn check(predictions: &[Prediction], report: &Report) -> Vec<PredictionCheck> {
     let vs = report.vs.as_ref().map(|v| v.label());
     let Some(p) = predictions.iter().find(|p| {
-        p.target == report.target.label() && p.vs == vs && p.domain == report.domain.name && p.depth == report.depth
+        p.target == report.target.label()
+            && p.vs == vs
+            && p.domain == report.domain.name
+            && p.depth == report.depth
     }) else {
         return Vec::new();
     };
     let mut rows = Vec::new();
-    for (oracle, pred) in
-        [(OracleId::I1, &p.i1), (OracleId::I2, &p.i2), (OracleId::Differential, &p.differential), (OracleId::Crash, &p.crash)]
-    {
-        let (Some(pred), Some(stats)) = (pred, report.oracles.get(&oracle)) else { continue };
-        let outcome = OraclePrediction { violated: stats.violations > 0, first_depth: stats.first_depth };
-        let confirmed =
-            pred.violated == outcome.violated && (pred.first_depth.is_none() || pred.first_depth == outcome.first_depth);
-        rows.push(PredictionCheck { oracle, predicted: pred.clone(), outcome, confirmed });
+    for (oracle, pred) in [
+        (OracleId::I1, &p.i1),
+        (OracleId::I2, &p.i2),
+        (OracleId::Differential, &p.differential),
+        (OracleId::Crash, &p.crash),
+    ] {
+        let (Some(pred), Some(stats)) = (pred, report.oracles.get(&oracle)) else {
+            continue;
+        };
+        let outcome = OraclePrediction {
+            violated: stats.violations > 0,
+            first_depth: stats.first_depth,
+        };
+        let confirmed = pred.violated == outcome.violated
+            && (pred.first_depth.is_none() || pred.first_depth == outcome.first_depth);
+        rows.push(PredictionCheck {
+            oracle,
+            predicted: pred.clone(),
+            outcome,
+            confirmed,
+        });
     }
     rows
 }
@@ -165,9 +194,13 @@ mod tests {
     fn the_committed_prereg_parses() {
         let text = include_str!("../PREREG.md");
         let ps = parse(text).unwrap();
-        assert!(ps.iter().any(|p| p.target == "llama.cpp@0.1.156" && p.i1.as_ref().is_some_and(|o| o.violated)));
+        assert!(ps
+            .iter()
+            .any(|p| p.target == "llama.cpp@0.1.156" && p.i1.as_ref().is_some_and(|o| o.violated)));
         let ms = parse_measurements(text).unwrap();
-        assert!(ms.iter().any(|m| m.quantity == "T2.greedy32_token_flips" && m.holds(0.0) && !m.holds(1.0)));
+        assert!(ms
+            .iter()
+            .any(|m| m.quantity == "T2.greedy32_token_flips" && m.holds(0.0) && !m.holds(1.0)));
     }
 
     #[test]

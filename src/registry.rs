@@ -28,7 +28,11 @@ pub struct TargetSpec {
 impl TargetSpec {
     /// A spec from a name and a fault list.
     pub fn new(name: &str, faults: &[String]) -> Self {
-        TargetSpec { name: name.to_string(), faults: faults.to_vec(), model: None }
+        TargetSpec {
+            name: name.to_string(),
+            faults: faults.to_vec(),
+            model: None,
+        }
     }
 
     /// Checks the spec and returns a factory that makes one runner per call.
@@ -76,34 +80,49 @@ pub const LLAMA_TRIAL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Builds the pin if needed (a progress line on stderr) and describes the worker process that
 /// serves it.
-pub fn llama_worker_spec(name: &str, model: Option<&std::path::Path>) -> Result<crate::llama::worker::WorkerSpec, String> {
+pub fn llama_worker_spec(
+    name: &str,
+    model: Option<&std::path::Path>,
+) -> Result<crate::llama::worker::WorkerSpec, String> {
     use crate::llama::build::{ensure_built, BuildSpec};
     use crate::llama::pins::Pin;
     use crate::llama::target::ResetMode;
     let pin = Pin::parse(name).map_err(|e| format!("{e:#}"))?;
     let info = pin.info().map_err(|e| format!("{e:#}"))?;
-    let built = ensure_built(&BuildSpec::new(pin.clone()), true).map_err(|e| format!("building {name}: {e:#}"))?;
+    let built = ensure_built(&BuildSpec::new(pin.clone()), true)
+        .map_err(|e| format!("building {name}: {e:#}"))?;
     let model = match model {
         Some(m) => m.to_path_buf(),
-        None => crate::model::tiny::try_default_model_path().map_err(|e| format!("tiny model: {e:#}"))?,
+        None => crate::model::tiny::try_default_model_path()
+            .map_err(|e| format!("tiny model: {e:#}"))?,
     };
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the kvaudit executable: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the kvaudit executable: {e}"))?;
     Ok(crate::llama::worker::WorkerSpec {
         exe: worker_exe(exe),
         shim: built.so_path.clone(),
         model,
         label: pin.label(),
-        format: crate::state::StateFormat { rot_fields: info.kv_state_has_n_rot },
+        format: crate::state::StateFormat {
+            rot_fields: info.kv_state_has_n_rot,
+        },
         timeout: LLAMA_TRIAL_TIMEOUT,
         reset: ResetMode::Restore,
     })
 }
 
 /// A factory that starts one crash-isolated worker process per runner.
-fn llama_factory(name: &str, model: Option<&std::path::Path>) -> Result<Box<RunnerFactory<'static>>, String> {
+fn llama_factory(
+    name: &str,
+    model: Option<&std::path::Path>,
+) -> Result<Box<RunnerFactory<'static>>, String> {
     use crate::llama::worker::WorkerRunner;
     let spec = llama_worker_spec(name, model)?;
-    Ok(Box::new(move || -> Result<Box<dyn TrialRunner>, HarnessError> { Ok(Box::new(WorkerRunner::new(spec.clone())?)) }))
+    Ok(Box::new(
+        move || -> Result<Box<dyn TrialRunner>, HarnessError> {
+            Ok(Box::new(WorkerRunner::new(spec.clone())?))
+        },
+    ))
 }
 
 /// The binary that serves `kvaudit worker`: this one, unless this is a test or bench binary, in

@@ -222,8 +222,17 @@ impl Report {
         self.prediction
             .iter()
             .map(|c| {
-                let verdict = if c.confirmed { "confirmed" } else { "FALSIFIED" };
-                format!("{}: predicted {}; outcome {}: {verdict}", c.oracle, show(&c.predicted), show(&c.outcome))
+                let verdict = if c.confirmed {
+                    "confirmed"
+                } else {
+                    "FALSIFIED"
+                };
+                format!(
+                    "{}: predicted {}; outcome {}: {verdict}",
+                    c.oracle,
+                    show(&c.predicted),
+                    show(&c.outcome)
+                )
             })
             .collect()
     }

@@ -42,31 +42,55 @@ pub struct ReproInput {
 
 /// Reads a repro file or a finding (any JSON object with `oracle` and `trace`).
 pub fn read_input(path: &Path) -> Result<ReproInput, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: line {}, column {}: {e}", path.display(), e.line(), e.column()))
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{}: line {}, column {}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        )
+    })
 }
 
 fn c_array(v: &[i32]) -> String {
-    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn emit_op(out: &mut String, op: &Op, label: &str) {
-    let _ = writeln!(out, "    printf(\"{label}: %s\\n\", \"{}\");", op.to_string().replace('"', "\\\""));
+    let _ = writeln!(
+        out,
+        "    printf(\"{label}: %s\\n\", \"{}\");",
+        op.to_string().replace('"', "\\\"")
+    );
     match op {
         Op::SeqRm { seq, p0, p1 } => {
             let _ = writeln!(out, "    llama_memory_seq_rm(mem, {seq}, {p0}, {p1});");
         }
         Op::SeqCp { src, dst, p0, p1 } => {
-            let _ = writeln!(out, "    llama_memory_seq_cp(mem, {src}, {dst}, {p0}, {p1});");
+            let _ = writeln!(
+                out,
+                "    llama_memory_seq_cp(mem, {src}, {dst}, {p0}, {p1});"
+            );
         }
         Op::SeqKeep { seq } => {
             let _ = writeln!(out, "    llama_memory_seq_keep(mem, {seq});");
         }
         Op::SeqAdd { seq, p0, p1, delta } => {
-            let _ = writeln!(out, "    llama_memory_seq_add(mem, {seq}, {p0}, {p1}, {delta});");
+            let _ = writeln!(
+                out,
+                "    llama_memory_seq_add(mem, {seq}, {p0}, {p1}, {delta});"
+            );
         }
         Op::SeqDiv { seq, p0, p1, d } => {
-            let _ = writeln!(out, "    llama_memory_seq_div(mem, {seq}, {p0}, {p1}, {d});");
+            let _ = writeln!(
+                out,
+                "    llama_memory_seq_div(mem, {seq}, {p0}, {p1}, {d});"
+            );
         }
         Op::Clear => {
             let _ = writeln!(out, "    llama_memory_clear(mem, true);");
@@ -78,15 +102,40 @@ fn emit_op(out: &mut String, op: &Op, label: &str) {
                 None => vec![],
             };
             let _ = writeln!(out, "    {{");
-            let _ = writeln!(out, "        const llama_token toks[] = {{{}}};", c_array(&tokens));
-            let _ = writeln!(out, "        const llama_seq_id seqs[] = {{{}}};", c_array(&d.seqs));
+            let _ = writeln!(
+                out,
+                "        const llama_token toks[] = {{{}}};",
+                c_array(&tokens)
+            );
+            let _ = writeln!(
+                out,
+                "        const llama_seq_id seqs[] = {{{}}};",
+                c_array(&d.seqs)
+            );
             if pos.is_empty() {
-                let _ = writeln!(out, "        int rc = decode(ctx, {}, toks, NULL, {}, seqs);", d.n, d.seqs.len());
+                let _ = writeln!(
+                    out,
+                    "        int rc = decode(ctx, {}, toks, NULL, {}, seqs);",
+                    d.n,
+                    d.seqs.len()
+                );
             } else {
-                let _ = writeln!(out, "        const llama_pos pos[] = {{{}}};", c_array(&pos));
-                let _ = writeln!(out, "        int rc = decode(ctx, {}, toks, pos, {}, seqs);", d.n, d.seqs.len());
+                let _ = writeln!(
+                    out,
+                    "        const llama_pos pos[] = {{{}}};",
+                    c_array(&pos)
+                );
+                let _ = writeln!(
+                    out,
+                    "        int rc = decode(ctx, {}, toks, pos, {}, seqs);",
+                    d.n,
+                    d.seqs.len()
+                );
             }
-            let _ = writeln!(out, "        printf(\"  llama_decode returned %d\\n\", rc);");
+            let _ = writeln!(
+                out,
+                "        printf(\"  llama_decode returned %d\\n\", rc);"
+            );
             let _ = writeln!(out, "    }}");
         }
     }
@@ -95,18 +144,30 @@ fn emit_op(out: &mut String, op: &Op, label: &str) {
 /// The C program for `input`; `model` is the default model path baked in.
 pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     let t = &input.trace;
-    let step = input.step.unwrap_or(t.ops.len()).clamp(1, t.ops.len().max(1));
+    let step = input
+        .step
+        .unwrap_or(t.ops.len())
+        .clamp(1, t.ops.len().max(1));
     let seqs: Vec<i32> = match input.seq {
         Some(s) => vec![s],
         None => (0..t.setup.n_seq_max as i32).collect(),
     };
     let mut s = String::new();
     let ops_json: Vec<String> = t.ops.iter().map(Op::to_json).collect();
-    let _ = writeln!(s, "/* kvaudit reproducer: {} {}", input.oracle, input.kind.clone().unwrap_or_default());
+    let _ = writeln!(
+        s,
+        "/* kvaudit reproducer: {} {}",
+        input.oracle,
+        input.kind.clone().unwrap_or_default()
+    );
     if let Some(target) = &input.target {
         let _ = writeln!(s, " * Seen on: {target}");
     }
-    let _ = writeln!(s, " * Setup: n_ctx {}, n_seq_max {}, kv_unified, then:", t.setup.n_ctx, t.setup.n_seq_max);
+    let _ = writeln!(
+        s,
+        " * Setup: n_ctx {}, n_seq_max {}, kv_unified, then:",
+        t.setup.n_ctx, t.setup.n_seq_max
+    );
     for op in &t.setup.ops {
         let _ = writeln!(s, " *   {}", op.to_json());
     }
@@ -116,21 +177,58 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     }
     let _ = writeln!(s, " *");
     let _ = writeln!(s, " * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm");
-    let _ = writeln!(s, " * Run:   ./repro [MODEL.gguf]   exit 1: reproduces; 0: does not; 2: setup failed.");
-    let _ = writeln!(s, " * Generated by kvaudit {}. */", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(
+        s,
+        " * Run:   ./repro [MODEL.gguf]   exit 1: reproduces; 0: does not; 2: setup failed."
+    );
+    let _ = writeln!(
+        s,
+        " * Generated by kvaudit {}. */",
+        env!("CARGO_PKG_VERSION")
+    );
     s.push_str(C_PRELUDE);
     let _ = writeln!(s, "int main(int argc, char **argv) {{");
-    let _ = writeln!(s, "    const char *model_path = argc > 1 ? argv[1] : \"{}\";", model.display().to_string().replace('\\', "\\\\").replace('"', "\\\""));
+    let _ = writeln!(
+        s,
+        "    const char *model_path = argc > 1 ? argv[1] : \"{}\";",
+        model
+            .display()
+            .to_string()
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+    );
     let _ = writeln!(s, "    llama_log_set(quiet, NULL);");
     let _ = writeln!(s, "    llama_backend_init();");
-    let _ = writeln!(s, "    struct llama_model_params mp = llama_model_default_params();");
-    let _ = writeln!(s, "    struct llama_model *model = llama_model_load_from_file(model_path, mp);");
-    let _ = writeln!(s, "    if (!model) {{ fprintf(stderr, \"cannot load %s\\n\", model_path); return 2; }}");
-    let _ = writeln!(s, "    struct llama_context_params cp = llama_context_default_params();");
-    let _ = writeln!(s, "    cp.n_ctx = {}; cp.n_seq_max = {}; cp.kv_unified = true;", t.setup.n_ctx, t.setup.n_seq_max);
+    let _ = writeln!(
+        s,
+        "    struct llama_model_params mp = llama_model_default_params();"
+    );
+    let _ = writeln!(
+        s,
+        "    struct llama_model *model = llama_model_load_from_file(model_path, mp);"
+    );
+    let _ = writeln!(
+        s,
+        "    if (!model) {{ fprintf(stderr, \"cannot load %s\\n\", model_path); return 2; }}"
+    );
+    let _ = writeln!(
+        s,
+        "    struct llama_context_params cp = llama_context_default_params();"
+    );
+    let _ = writeln!(
+        s,
+        "    cp.n_ctx = {}; cp.n_seq_max = {}; cp.kv_unified = true;",
+        t.setup.n_ctx, t.setup.n_seq_max
+    );
     let _ = writeln!(s, "    cp.n_threads = 1; cp.n_threads_batch = 1; cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;");
-    let _ = writeln!(s, "    struct llama_context *ctx = llama_init_from_model(model, cp);");
-    let _ = writeln!(s, "    if (!ctx) {{ fprintf(stderr, \"cannot create a context\\n\"); return 2; }}");
+    let _ = writeln!(
+        s,
+        "    struct llama_context *ctx = llama_init_from_model(model, cp);"
+    );
+    let _ = writeln!(
+        s,
+        "    if (!ctx) {{ fprintf(stderr, \"cannot create a context\\n\"); return 2; }}"
+    );
     let _ = writeln!(s, "    llama_memory_t mem = llama_get_memory(ctx);");
     for op in &t.setup.ops {
         emit_op(&mut s, op, "setup");
@@ -139,14 +237,30 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         emit_op(&mut s, op, &format!("op {}", i + 1));
     }
     let _ = writeln!(s, "    int reproduced = 0;");
-    let _ = writeln!(s, "    const llama_seq_id check[] = {{{}}};", c_array(&seqs));
-    let _ = writeln!(s, "    for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {{");
+    let _ = writeln!(
+        s,
+        "    const llama_seq_id check[] = {{{}}};",
+        c_array(&seqs)
+    );
+    let _ = writeln!(
+        s,
+        "    for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {{"
+    );
     let _ = writeln!(s, "        llama_seq_id sq = check[k];");
-    let _ = writeln!(s, "        int cells[4096]; int n = resident(ctx, sq, cells, 4096);");
+    let _ = writeln!(
+        s,
+        "        int cells[4096]; int n = resident(ctx, sq, cells, 4096);"
+    );
     let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
-    let _ = writeln!(s, "        int tmin = n ? cells[0] : -1, tmax = n ? cells[n - 1] : -1;");
+    let _ = writeln!(
+        s,
+        "        int tmin = n ? cells[0] : -1, tmax = n ? cells[n - 1] : -1;"
+    );
     let _ = writeln!(s, "        printf(\"seq %d: seq_pos_min %d, seq_pos_max %d; serialized cells (%d):\", sq, mn, mx, n);");
-    let _ = writeln!(s, "        for (int i = 0; i < n; i++) printf(\" %d\", cells[i]);");
+    let _ = writeln!(
+        s,
+        "        for (int i = 0; i < n; i++) printf(\" %d\", cells[i]);"
+    );
     let _ = writeln!(s, "        printf(\"\\n\");");
     match input.oracle {
         OracleId::I1 => {
@@ -162,11 +276,31 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
             let ecells: Vec<i32> = e
                 .get("cells")
                 .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_i64).map(|x| x as i32).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_i64)
+                        .map(|x| x as i32)
+                        .collect()
+                })
                 .unwrap_or_default();
-            let _ = writeln!(s, "        const int want[] = {{{}}}; const int nwant = {};", if ecells.is_empty() { "0".into() } else { c_array(&ecells) }, ecells.len());
-            let _ = writeln!(s, "        int same = mn == {emin} && mx == {emax} && n == nwant;");
-            let _ = writeln!(s, "        for (int i = 0; same && i < n; i++) same = cells[i] == want[i];");
+            let _ = writeln!(
+                s,
+                "        const int want[] = {{{}}}; const int nwant = {};",
+                if ecells.is_empty() {
+                    "0".into()
+                } else {
+                    c_array(&ecells)
+                },
+                ecells.len()
+            );
+            let _ = writeln!(
+                s,
+                "        int same = mn == {emin} && mx == {emax} && n == nwant;"
+            );
+            let _ = writeln!(
+                s,
+                "        for (int i = 0; same && i < n; i++) same = cells[i] == want[i];"
+            );
             let _ = writeln!(s, "        if (!same) {{ printf(\"differs from the reference: seq_pos_min {emin}, seq_pos_max {emax}, {} cells\\n\"); reproduced = 1; }}", ecells.len());
         }
         OracleId::Crash => {
@@ -175,11 +309,17 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     }
     let _ = writeln!(s, "    }}");
     if input.oracle == OracleId::Crash {
-        let _ = writeln!(s, "    printf(\"no crash: the finding does not reproduce\\n\");");
+        let _ = writeln!(
+            s,
+            "    printf(\"no crash: the finding does not reproduce\\n\");"
+        );
     }
     let _ = writeln!(s, "    llama_free(ctx);");
     let _ = writeln!(s, "    llama_model_free(model);");
-    let _ = writeln!(s, "    printf(reproduced ? \"REPRODUCED\\n\" : \"not reproduced\\n\");");
+    let _ = writeln!(
+        s,
+        "    printf(reproduced ? \"REPRODUCED\\n\" : \"not reproduced\\n\");"
+    );
     let _ = writeln!(s, "    return reproduced;");
     let _ = writeln!(s, "}}");
     s
@@ -263,6 +403,11 @@ mod tests {
         assert!(c.contains("llama_memory_seq_keep(mem, 0);"));
         assert!(c.contains("int rc = decode(ctx, 7, toks, NULL, 1, seqs);"));
         assert!(c.contains("I1 violated"));
-        assert_eq!(c.lines().filter(|l| l.trim_start().starts_with("llama_memory_seq_cp(")).count(), 2);
+        assert_eq!(
+            c.lines()
+                .filter(|l| l.trim_start().starts_with("llama_memory_seq_cp("))
+                .count(),
+            2
+        );
     }
 }

@@ -120,7 +120,11 @@ impl LocalRunner {
 
     /// Runs one trace; the run holds the observation after the last op only.
     pub fn run_last(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
-        let mut run = if self.can_fork { self.run_forking(trace)? } else { self.run_replay(trace, true)? };
+        let mut run = if self.can_fork {
+            self.run_forking(trace)?
+        } else {
+            self.run_replay(trace, true)?
+        };
         keep_last(&mut run);
         Ok(run)
     }
@@ -131,7 +135,10 @@ impl LocalRunner {
         let mut steps = Vec::with_capacity(trace.ops.len());
         for (i, op) in trace.ops.iter().enumerate() {
             let outcome = self.target.apply(op)?;
-            if last_only && i + 1 < trace.ops.len() && !matches!(outcome, OpOutcome::Unsupported { .. }) {
+            if last_only
+                && i + 1 < trace.ops.len()
+                && !matches!(outcome, OpOutcome::Unsupported { .. })
+            {
                 continue;
             }
             if let OpOutcome::Unsupported { reason } = &outcome {

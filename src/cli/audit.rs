@@ -85,7 +85,9 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     let shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
     let predictions = match &a.prereg {
         Some(p) => crate::prereg::read(p).map_err(CliError::usage)?,
-        None if std::path::Path::new("PREREG.md").exists() => crate::prereg::read("PREREG.md".as_ref()).unwrap_or_default(),
+        None if std::path::Path::new("PREREG.md").exists() => {
+            crate::prereg::read("PREREG.md".as_ref()).unwrap_or_default()
+        }
         None => Vec::new(),
     };
     let (mut spec_a, mut spec_b) = a.target.specs();

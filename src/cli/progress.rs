@@ -98,8 +98,10 @@ impl Display {
                         .progress_chars("=> "),
                     ),
                     None => ProgressBar::new_spinner().with_style(
-                        ProgressStyle::with_template("{elapsed_precise} {spinner} {pos} cases ({per_sec})")
-                            .expect("valid template"),
+                        ProgressStyle::with_template(
+                            "{elapsed_precise} {spinner} {pos} cases ({per_sec})",
+                        )
+                        .expect("valid template"),
                     ),
                 };
                 self.bar = Some(bar);

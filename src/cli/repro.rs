@@ -42,11 +42,15 @@ pub struct ReproArgs {
 pub fn run(a: ReproArgs) -> Result<i32, CliError> {
     let input = read_input(&a.file).map_err(CliError::usage)?;
     if input.trace.ops.is_empty() {
-        return Err(CliError::usage(format!("{}: the trace has no ops", a.file.display())));
+        return Err(CliError::usage(format!(
+            "{}: the trace has no ops",
+            a.file.display()
+        )));
     }
     let model = match &a.model {
         Some(m) => m.clone(),
-        None => crate::model::tiny::try_default_model_path().map_err(|e| CliError::harness(format!("tiny model: {e:#}")))?,
+        None => crate::model::tiny::try_default_model_path()
+            .map_err(|e| CliError::harness(format!("tiny model: {e:#}")))?,
     };
     let Emit::C = a.emit;
     let program = emit_c(&input, &model);
@@ -59,16 +63,24 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
     if !a.check {
         return Ok(exit::CLEAN);
     }
-    let label = a.target.clone().ok_or_else(|| CliError::usage("--check needs --target llama.cpp@VERSION[+assert]"))?;
-    let pin = crate::llama::pins::Pin::parse(&label).map_err(|e| CliError::usage(format!("{e:#}")))?;
+    let label = a
+        .target
+        .clone()
+        .ok_or_else(|| CliError::usage("--check needs --target llama.cpp@VERSION[+assert]"))?;
+    let pin =
+        crate::llama::pins::Pin::parse(&label).map_err(|e| CliError::usage(format!("{e:#}")))?;
     let built = crate::llama::build::ensure_built(&crate::llama::build::BuildSpec::new(pin), true)
         .map_err(|e| CliError::harness(format!("building {label}: {e:#}")))?;
     let dir = std::env::temp_dir().join(format!("kvaudit-repro-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::harness(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| CliError::harness(format!("{}: {e}", dir.display())))?;
     let src = dir.join("repro.c");
     let bin = dir.join("repro");
-    std::fs::write(&src, &program).map_err(|e| CliError::harness(format!("{}: {e}", src.display())))?;
-    built.compile_c_program(&src, &bin).map_err(|e| CliError::harness(format!("compiling the reproducer: {e:#}")))?;
+    std::fs::write(&src, &program)
+        .map_err(|e| CliError::harness(format!("{}: {e}", src.display())))?;
+    built
+        .compile_c_program(&src, &bin)
+        .map_err(|e| CliError::harness(format!("compiling the reproducer: {e:#}")))?;
     let out = std::process::Command::new(&bin)
         .arg(&model)
         .env("GGML_NO_BACKTRACE", "1")
@@ -92,6 +104,13 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
         }
         (None, None) => return Err(CliError::harness("the reproducer ended without a status")),
     };
-    println!("reproduces outside kvaudit on {label}: {}", if reproduces { "yes" } else { "no" });
-    Ok(if reproduces { exit::FINDINGS } else { exit::CLEAN })
+    println!(
+        "reproduces outside kvaudit on {label}: {}",
+        if reproduces { "yes" } else { "no" }
+    );
+    Ok(if reproduces {
+        exit::FINDINGS
+    } else {
+        exit::CLEAN
+    })
 }

@@ -35,9 +35,14 @@ enum TargetWhat {
 /// Runs `kvaudit target ...`.
 pub fn run(t: TargetCmd) -> Result<i32, CliError> {
     match t.what {
-        TargetWhat::Build { labels, llama_src, force } => {
+        TargetWhat::Build {
+            labels,
+            llama_src,
+            force,
+        } => {
             for label in labels {
-                crate::llama::pins::Pin::parse(&label).map_err(|e| CliError::usage(format!("{e:#}")))?;
+                crate::llama::pins::Pin::parse(&label)
+                    .map_err(|e| CliError::usage(format!("{e:#}")))?;
                 let built = crate::llama::build::build_command(&label, llama_src.as_deref(), force)
                     .map_err(|e| CliError::harness(format!("{e:#}")))?;
                 println!("{}", built.so_path.display());
@@ -47,7 +52,9 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
         TargetWhat::List => {
             println!("native  (faults: {})", native_kv::Faults::NAMES.join(", "));
             println!("native+tensors  (the same, with K/V rows and a forward pass; same faults)");
-            for label in crate::llama::pins::known_labels().map_err(|e| CliError::harness(format!("{e:#}")))? {
+            for label in crate::llama::pins::known_labels()
+                .map_err(|e| CliError::harness(format!("{e:#}")))?
+            {
                 println!("{label}");
             }
             Ok(exit::CLEAN)

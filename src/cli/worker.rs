@@ -31,6 +31,18 @@ pub struct WorkerArgs {
 
 /// Serves until stdin closes.
 pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
-    let reset = if a.rebuild_resets { ResetMode::Rebuild } else { ResetMode::Restore };
-    Ok(worker_main(&a.shim, &a.model, &a.label, StateFormat { rot_fields: a.rot_fields }, reset))
+    let reset = if a.rebuild_resets {
+        ResetMode::Rebuild
+    } else {
+        ResetMode::Restore
+    };
+    Ok(worker_main(
+        &a.shim,
+        &a.model,
+        &a.label,
+        StateFormat {
+            rot_fields: a.rot_fields,
+        },
+        reset,
+    ))
 }

@@ -39,7 +39,13 @@ pub struct LlamaTarget {
 impl LlamaTarget {
     /// A target over a loaded shim and a model file. `label` names it in reports
     /// (`llama.cpp@0.1.156+assert`); `format` is the pin's state format.
-    pub fn new(shim: LlamaShim, model: &Path, label: &str, format: StateFormat, reset_mode: ResetMode) -> Self {
+    pub fn new(
+        shim: LlamaShim,
+        model: &Path,
+        label: &str,
+        format: StateFormat,
+        reset_mode: ResetMode,
+    ) -> Self {
         LlamaTarget {
             shim,
             model: model.to_path_buf(),
@@ -52,7 +58,10 @@ impl LlamaTarget {
     }
 
     fn harness(&self, message: impl std::fmt::Display) -> HarnessError {
-        HarnessError::Target { target: self.label.clone(), message: message.to_string() }
+        HarnessError::Target {
+            target: self.label.clone(),
+            message: message.to_string(),
+        }
     }
 
     fn params(setup: &Setup) -> ContextParams {
@@ -72,7 +81,10 @@ impl LlamaTarget {
         self.ctx
             .as_mut()
             .map(|(_, c)| c)
-            .ok_or_else(|| HarnessError::Target { target: label, message: "no context: reset first".into() })
+            .ok_or_else(|| HarnessError::Target {
+                target: label,
+                message: "no context: reset first".into(),
+            })
     }
 
     /// The context, for measurements that need more than the trait (logits, full state).
@@ -86,7 +98,11 @@ impl LlamaTarget {
             match self.apply(op)? {
                 OpOutcome::Done { .. } | OpOutcome::Decoded { rc: 0 } => {}
                 other => {
-                    return Err(HarnessError::Setup { target: self.label.clone(), op: op.to_string(), message: format!("{other:?}") })
+                    return Err(HarnessError::Setup {
+                        target: self.label.clone(),
+                        op: op.to_string(),
+                        message: format!("{other:?}"),
+                    })
                 }
             }
         }
@@ -106,23 +122,33 @@ impl CacheUnderTest for LlamaTarget {
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         let params = Self::params(setup);
-        if self.reset_mode == ResetMode::Fresh || self.ctx.as_ref().map(|(p, _)| p) != Some(&params) {
+        if self.reset_mode == ResetMode::Fresh || self.ctx.as_ref().map(|(p, _)| p) != Some(&params)
+        {
             self.ctx = None;
             self.saved = None;
-            let ctx = self.shim.open(&self.model, &params).map_err(|e| self.harness(format!("{e:#}")))?;
+            let ctx = self
+                .shim
+                .open(&self.model, &params)
+                .map_err(|e| self.harness(format!("{e:#}")))?;
             self.ctx = Some((params, ctx));
         }
         if self.reset_mode == ResetMode::Restore {
             if let Some((saved_setup, bytes)) = &self.saved {
                 if saved_setup == setup {
                     let bytes = bytes.clone();
-                    return self.ctx()?.state_set(&bytes).map_err(|e| self.harness(format!("restore: {e:#}")));
+                    return self
+                        .ctx()?
+                        .state_set(&bytes)
+                        .map_err(|e| self.harness(format!("restore: {e:#}")));
                 }
             }
         }
         self.rebuild(setup)?;
         if self.reset_mode == ResetMode::Restore {
-            let bytes = self.ctx()?.state_get().map_err(|e| self.harness(format!("save: {e:#}")))?;
+            let bytes = self
+                .ctx()?
+                .state_get()
+                .map_err(|e| self.harness(format!("save: {e:#}")))?;
             self.saved = Some((setup.clone(), bytes));
         }
         Ok(())
@@ -131,7 +157,10 @@ impl CacheUnderTest for LlamaTarget {
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
         let label = self.label.clone();
         let c = self.ctx()?;
-        apply_op(c, op).map_err(|e| HarnessError::Target { target: label, message: format!("{op}: {e:#}") })
+        apply_op(c, op).map_err(|e| HarnessError::Target {
+            target: label,
+            message: format!("{op}: {e:#}"),
+        })
     }
 
     fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
@@ -178,9 +207,12 @@ pub fn apply_op(c: &mut LlamaContext, op: &Op) -> anyhow::Result<OpOutcome> {
         Op::Decode(ref d) => {
             let tokens = d.token_ids();
             if let Some(t) = tokens.iter().find(|&&t| t < 0 || t >= c.n_vocab()) {
-                return Ok(OpOutcome::Unsupported { reason: format!("token {t} outside the model's vocabulary") });
+                return Ok(OpOutcome::Unsupported {
+                    reason: format!("token {t} outside the model's vocabulary"),
+                });
             }
-            let positions: Option<Vec<Pos>> = d.pos.map(|p| (0..d.n as Pos).map(|i| p + i).collect());
+            let positions: Option<Vec<Pos>> =
+                d.pos.map(|p| (0..d.n as Pos).map(|i| p + i).collect());
             let seqs: Vec<&[SeqId]> = tokens.iter().map(|_| d.seqs.as_slice()).collect();
             let rc = c.decode(&tokens, positions.as_deref(), &seqs)?;
             return Ok(OpOutcome::Decoded { rc });

@@ -119,14 +119,28 @@ const REPLY_GROUP: usize = 64;
 impl WorkerRunner {
     /// Starts a worker and waits until it has loaded the shim.
     pub fn new(spec: WorkerSpec) -> Result<Self, HarnessError> {
-        let placeholder = TargetInfo { name: spec.label.clone(), version: String::new(), faults: vec![], state_format: spec.format };
-        let mut r = WorkerRunner { spec, info: placeholder, worker: None, crashes: HashMap::new(), starts: 0 };
+        let placeholder = TargetInfo {
+            name: spec.label.clone(),
+            version: String::new(),
+            faults: vec![],
+            state_format: spec.format,
+        };
+        let mut r = WorkerRunner {
+            spec,
+            info: placeholder,
+            worker: None,
+            crashes: HashMap::new(),
+            starts: 0,
+        };
         r.start()?;
         Ok(r)
     }
 
     fn harness(&self, message: impl std::fmt::Display) -> HarnessError {
-        HarnessError::Target { target: self.spec.label.clone(), message: message.to_string() }
+        HarnessError::Target {
+            target: self.spec.label.clone(),
+            message: message.to_string(),
+        }
     }
 
     fn start(&mut self) -> Result<(), HarnessError> {
@@ -148,7 +162,12 @@ impl WorkerRunner {
         if self.spec.reset == ResetMode::Rebuild {
             cmd.arg("--rebuild-resets");
         }
-        let mut child = cmd.spawn().map_err(|e| self.harness(format!("cannot start worker {}: {e}", self.spec.exe.display())))?;
+        let mut child = cmd.spawn().map_err(|e| {
+            self.harness(format!(
+                "cannot start worker {}: {e}",
+                self.spec.exe.display()
+            ))
+        })?;
         self.starts += 1;
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
@@ -179,16 +198,26 @@ impl WorkerRunner {
                 s.push_str(&String::from_utf8_lossy(&buf[..n]));
                 if s.len() > STDERR_KEEP {
                     let cut = s.len() - STDERR_KEEP / 2;
-                    let cut = (cut..s.len()).find(|&i| s.is_char_boundary(i)).unwrap_or(s.len());
+                    let cut = (cut..s.len())
+                        .find(|&i| s.is_char_boundary(i))
+                        .unwrap_or(s.len());
                     s.drain(..cut);
                 }
             }
         });
-        let mut w = Worker { child, stdin, lines, stderr, stderr_reader: Some(stderr_reader) };
+        let mut w = Worker {
+            child,
+            stdin,
+            lines,
+            stderr,
+            stderr_reader: Some(stderr_reader),
+        };
         match w.lines.recv_timeout(Duration::from_secs(60)) {
             Ok(Some(line)) => match serde_json::from_str::<Reply>(&line) {
                 Ok(Reply::Ready(info)) => self.info = info,
-                Ok(Reply::Error(e)) => return Err(self.harness(format!("worker failed to start: {e}"))),
+                Ok(Reply::Error(e)) => {
+                    return Err(self.harness(format!("worker failed to start: {e}")))
+                }
                 _ => return Err(self.harness(format!("worker said {line:?} instead of ready"))),
             },
             _ => {
@@ -214,9 +243,18 @@ impl WorkerRunner {
             self.start()?;
         }
         let w = self.worker.as_mut().expect("started");
-        let mut line = serde_json::to_string(&Request { traces: traces.to_vec(), last_only, flush_each }).expect("traces serialize");
+        let mut line = serde_json::to_string(&Request {
+            traces: traces.to_vec(),
+            last_only,
+            flush_each,
+        })
+        .expect("traces serialize");
         line.push('\n');
-        if w.stdin.write_all(line.as_bytes()).and_then(|_| w.stdin.flush()).is_err() {
+        if w.stdin
+            .write_all(line.as_bytes())
+            .and_then(|_| w.stdin.flush())
+            .is_err()
+        {
             // The worker is gone already; the read below reports how.
         }
         let mut runs = Vec::with_capacity(traces.len());
@@ -256,10 +294,14 @@ impl WorkerRunner {
                         libc::kill(w.child.id() as libc::pid_t, libc::SIGABRT);
                     }
                     let (_, text) = w.reap();
-                    let (at, step) = crash_marker(&text).unwrap_or((runs.len(), traces[runs.len()].ops.len()));
+                    let (at, step) =
+                        crash_marker(&text).unwrap_or((runs.len(), traces[runs.len()].ops.len()));
                     let at = at.clamp(runs.len(), traces.len() - 1);
                     let step = step.clamp(1, traces[at].ops.len().max(1));
-                    let message = format!("hang: no result within {:.1} s", self.spec.timeout.as_secs_f64());
+                    let message = format!(
+                        "hang: no result within {:.1} s",
+                        self.spec.timeout.as_secs_f64()
+                    );
                     self.worker = None;
                     return Ok((runs, Some((at, TrialEnd::Crashed { step, message }))));
                 }
@@ -272,7 +314,10 @@ impl WorkerRunner {
         (1..=trace.ops.len()).find_map(|n| {
             self.crashes
                 .get(&(trace.setup.clone(), trace.ops[..n].to_vec()))
-                .map(|m| TrialEnd::Crashed { step: n, message: m.clone() })
+                .map(|m| TrialEnd::Crashed {
+                    step: n,
+                    message: m.clone(),
+                })
         })
     }
 }
@@ -292,7 +337,11 @@ impl TrialRunner for WorkerRunner {
 }
 
 impl WorkerRunner {
-    fn run_in_worker(&mut self, traces: &[Trace], last_only: bool) -> Result<Vec<TrialRun>, HarnessError> {
+    fn run_in_worker(
+        &mut self,
+        traces: &[Trace],
+        last_only: bool,
+    ) -> Result<Vec<TrialRun>, HarnessError> {
         let mut out: Vec<Option<TrialRun>> = vec![None; traces.len()];
         let mut todo: Vec<usize> = Vec::with_capacity(traces.len());
         for (i, t) in traces.iter().enumerate() {
@@ -312,12 +361,17 @@ impl WorkerRunner {
             let crashed = todo[at];
             if let TrialEnd::Crashed { step, message } = &end {
                 let t = &traces[crashed];
-                self.crashes.insert((t.setup.clone(), t.ops[..*step].to_vec()), message.clone());
+                self.crashes
+                    .insert((t.setup.clone(), t.ops[..*step].to_vec()), message.clone());
             }
             out[crashed] = Some(TrialRun { steps: vec![], end });
             // The rest of the batch, with the traces that ran but were not reported: skip those
             // that share the crashing prefix, send the others again.
-            let rest: Vec<usize> = todo[n_ok..at].iter().chain(&todo[at + 1..]).copied().collect();
+            let rest: Vec<usize> = todo[n_ok..at]
+                .iter()
+                .chain(&todo[at + 1..])
+                .copied()
+                .collect();
             todo.clear();
             for i in rest {
                 match self.known_crash(&traces[i]) {
@@ -326,14 +380,23 @@ impl WorkerRunner {
                 }
             }
         }
-        Ok(out.into_iter().map(|r| r.expect("every trace answered")).collect())
+        Ok(out
+            .into_iter()
+            .map(|r| r.expect("every trace answered"))
+            .collect())
     }
 }
 
 /// The (trial within the request, step) the worker's signal handler reported last.
 fn crash_marker(stderr: &str) -> Option<(usize, usize)> {
-    let line = stderr.lines().rev().find_map(|l| l.strip_prefix("kvaudit-worker: signal "))?;
-    let nums: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse().ok()).collect();
+    let line = stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("kvaudit-worker: signal "))?;
+    let nums: Vec<usize> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect();
     match nums[..] {
         [_sig, trial, step] => Some((trial, step)),
         _ => None,
@@ -342,7 +405,12 @@ fn crash_marker(stderr: &str) -> Option<(usize, usize)> {
 
 /// Reads how the worker died: the step its signal handler reported, the exit status and the
 /// last lines llama.cpp printed.
-fn crash_end(stderr: &str, status: Option<std::process::ExitStatus>, marker_step: Option<usize>, trace_len: usize) -> TrialEnd {
+fn crash_end(
+    stderr: &str,
+    status: Option<std::process::ExitStatus>,
+    marker_step: Option<usize>,
+    trace_len: usize,
+) -> TrialEnd {
     use std::os::unix::process::ExitStatusExt;
     let step = marker_step.unwrap_or(trace_len).clamp(1, trace_len.max(1));
     let signal = status.and_then(|s| s.signal());
@@ -354,17 +422,27 @@ fn crash_end(stderr: &str, status: Option<std::process::ExitStatus>, marker_step
         },
     };
     let detail = crash_detail(stderr);
-    let message = if detail.is_empty() { what } else { format!("{what}: {detail}") };
+    let message = if detail.is_empty() {
+        what
+    } else {
+        format!("{what}: {detail}")
+    };
     TrialEnd::Crashed { step, message }
 }
 
 /// The assertion line llama.cpp printed, with machine-specific directories removed so the same
 /// crash reads the same everywhere.
 pub fn crash_detail(stderr: &str) -> String {
-    let lines: Vec<&str> =
-        stderr.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("kvaudit-worker: signal")).collect();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("kvaudit-worker: signal"))
+        .collect();
     let keyed = lines.iter().rev().find(|l| {
-        l.contains("GGML_ASSERT") || l.contains("Assertion") || l.contains("GGML_ABORT") || l.contains("terminate called")
+        l.contains("GGML_ASSERT")
+            || l.contains("Assertion")
+            || l.contains("GGML_ABORT")
+            || l.contains("terminate called")
     });
     // Without a recognised line, the last thing printed is the best clue there is.
     let line = keyed.or(lines.last()).copied().unwrap_or("");
@@ -425,7 +503,10 @@ extern "C" fn on_fatal_signal(sig: libc::c_int) {
     let prefix = b"\nkvaudit-worker: signal ";
     buf[..prefix.len()].copy_from_slice(prefix);
     let mut at = put_num(&mut buf, prefix.len(), sig as usize);
-    for (label, value) in [(&b" trial "[..], CURRENT_TRIAL.load(Ordering::Relaxed)), (&b" step "[..], CURRENT_STEP.load(Ordering::Relaxed))] {
+    for (label, value) in [
+        (&b" trial "[..], CURRENT_TRIAL.load(Ordering::Relaxed)),
+        (&b" step "[..], CURRENT_STEP.load(Ordering::Relaxed)),
+    ] {
         buf[at..at + label.len()].copy_from_slice(label);
         at = put_num(&mut buf, at + label.len(), value);
     }
@@ -439,11 +520,20 @@ extern "C" fn on_fatal_signal(sig: libc::c_int) {
 }
 
 fn install_signal_handlers() {
-    for sig in [libc::SIGABRT, libc::SIGSEGV, libc::SIGFPE, libc::SIGBUS, libc::SIGILL] {
+    for sig in [
+        libc::SIGABRT,
+        libc::SIGSEGV,
+        libc::SIGFPE,
+        libc::SIGBUS,
+        libc::SIGILL,
+    ] {
         // SAFETY: on_fatal_signal only makes async-signal-safe calls; installing it replaces the
         // default action, which it restores before re-raising.
         unsafe {
-            libc::signal(sig, on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+            libc::signal(
+                sig,
+                on_fatal_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
         }
     }
 }
@@ -476,7 +566,13 @@ impl crate::target::CacheUnderTest for Stepped {
 
 /// The child: `kvaudit worker --shim SO --model GGUF --label L [--rot-fields] [--rebuild-resets]`.
 /// Returns the process exit code.
-pub fn worker_main(shim: &Path, model: &Path, label: &str, format: StateFormat, reset: ResetMode) -> i32 {
+pub fn worker_main(
+    shim: &Path,
+    model: &Path,
+    label: &str,
+    format: StateFormat,
+    reset: ResetMode,
+) -> i32 {
     install_signal_handlers();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
@@ -508,12 +604,17 @@ pub fn worker_main(shim: &Path, model: &Path, label: &str, format: StateFormat, 
         };
         for (trial, t) in req.traces.iter().enumerate() {
             CURRENT_TRIAL.store(trial, Ordering::Relaxed);
-            let result = if req.last_only { runner.run_last(t) } else { runner.run(t) };
+            let result = if req.last_only {
+                runner.run_last(t)
+            } else {
+                runner.run(t)
+            };
             let reply = match result {
                 Ok(run) => Reply::Run(run),
                 Err(e) => Reply::Error(e.to_string()),
             };
-            let flush = req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == req.traces.len();
+            let flush =
+                req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == req.traces.len();
             if !say(&reply, flush) {
                 return 3;
             }

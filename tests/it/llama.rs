@@ -50,7 +50,11 @@ struct BatchTrace {
 pub fn trials() -> Vec<Trial> {
     super::data_files(&super::root().join("tests/data/llama"), "json")
         .into_iter()
-        .map(|(name, path)| Trial::test(format!("llama::{name}"), move || super::outcome(check(&path))))
+        .map(|(name, path)| {
+            Trial::test(format!("llama::{name}"), move || {
+                super::outcome(check(&path))
+            })
+        })
         .collect()
 }
 
@@ -58,34 +62,63 @@ fn check(path: &std::path::Path) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let case: Case = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     match case {
-        Case::Batch { target, setup, traces, .. } => check_batch(&target, setup, traces),
-        Case::ResetEquivalence { target, domain, depth, .. } => check_resets(&target, &domain, depth),
-        Case::ReproC { finding, reproduces, .. } => check_repro_c(&finding, &reproduces),
+        Case::Batch {
+            target,
+            setup,
+            traces,
+            ..
+        } => check_batch(&target, setup, traces),
+        Case::ResetEquivalence {
+            target,
+            domain,
+            depth,
+            ..
+        } => check_resets(&target, &domain, depth),
+        Case::ReproC {
+            finding,
+            reproduces,
+            ..
+        } => check_repro_c(&finding, &reproduces),
     }
 }
 
 fn check_batch(target: &str, setup: Setup, traces: Vec<BatchTrace>) -> Result<(), String> {
     let spec = llama_worker_spec(target, None)?;
     let mut runner = WorkerRunner::new(spec).map_err(|e| e.to_string())?;
-    let batch: Vec<Trace> = traces.iter().map(|t| Trace { setup: setup.clone(), ops: t.ops.clone() }).collect();
+    let batch: Vec<Trace> = traces
+        .iter()
+        .map(|t| Trace {
+            setup: setup.clone(),
+            ops: t.ops.clone(),
+        })
+        .collect();
     let runs = runner.run_batch(&batch).map_err(|e| e.to_string())?;
     for (i, (t, run)) in traces.iter().zip(&runs).enumerate() {
         let e = &t.expect;
         match (e["end"].as_str(), &run.end) {
             (Some("crashed"), TrialEnd::Crashed { step, message }) => {
                 if e["step"].as_u64() != Some(*step as u64) {
-                    return Err(format!("trace {i}: crashed at step {step}, expected {}", e["step"]));
+                    return Err(format!(
+                        "trace {i}: crashed at step {step}, expected {}",
+                        e["step"]
+                    ));
                 }
                 let want = e["message_contains"].as_str().unwrap_or("");
                 if !message.contains(want) {
-                    return Err(format!("trace {i}: crash message {message:?} lacks {want:?}"));
+                    return Err(format!(
+                        "trace {i}: crash message {message:?} lacks {want:?}"
+                    ));
                 }
             }
             (Some("completed"), TrialEnd::Completed) => {
                 let last = run.steps.last().ok_or(format!("trace {i}: no steps"))?;
                 let want = &e["last"];
                 let seq = want["seq"].as_i64().unwrap_or(0) as i32;
-                let got = last.seqs.iter().find(|s| s.seq == seq).ok_or(format!("trace {i}: seq {seq} not observed"))?;
+                let got = last
+                    .seqs
+                    .iter()
+                    .find(|s| s.seq == seq)
+                    .ok_or(format!("trace {i}: seq {seq} not observed"))?;
                 let got = serde_json::json!({ "seq": seq, "pos_min": got.pos_min, "pos_max": got.pos_max, "cells": got.cells });
                 if &got != want {
                     return Err(format!("trace {i}: observed {got}, expected {want}"));
@@ -94,7 +127,11 @@ fn check_batch(target: &str, setup: Setup, traces: Vec<BatchTrace>) -> Result<()
             (want, got) => return Err(format!("trace {i}: ended {got:?}, expected {want:?}")),
         }
     }
-    if runner.starts < 2 && runs.iter().any(|r| matches!(r.end, TrialEnd::Crashed { .. })) {
+    if runner.starts < 2
+        && runs
+            .iter()
+            .any(|r| matches!(r.end, TrialEnd::Crashed { .. }))
+    {
         return Err("a crash did not restart the worker".into());
     }
     Ok(())
@@ -103,7 +140,13 @@ fn check_batch(target: &str, setup: Setup, traces: Vec<BatchTrace>) -> Result<()
 fn check_resets(target: &str, domain: &str, depth: u32) -> Result<(), String> {
     let d = Domain::preset(domain).ok_or(format!("no preset {domain}"))?;
     let ops = d.ops();
-    let mut traces: Vec<Trace> = ops.iter().map(|o| Trace { setup: d.setup.clone(), ops: vec![o.clone()] }).collect();
+    let mut traces: Vec<Trace> = ops
+        .iter()
+        .map(|o| Trace {
+            setup: d.setup.clone(),
+            ops: vec![o.clone()],
+        })
+        .collect();
     for _ in 1..depth {
         traces = traces
             .iter()
@@ -119,11 +162,20 @@ fn check_resets(target: &str, domain: &str, depth: u32) -> Result<(), String> {
     let spec = llama_worker_spec(target, None)?;
     let mut slow_spec = spec.clone();
     slow_spec.reset = ResetMode::Rebuild;
-    let fast = WorkerRunner::new(spec).map_err(|e| e.to_string())?.run_batch(&traces).map_err(|e| e.to_string())?;
-    let slow = WorkerRunner::new(slow_spec).map_err(|e| e.to_string())?.run_batch(&traces).map_err(|e| e.to_string())?;
+    let fast = WorkerRunner::new(spec)
+        .map_err(|e| e.to_string())?
+        .run_batch(&traces)
+        .map_err(|e| e.to_string())?;
+    let slow = WorkerRunner::new(slow_spec)
+        .map_err(|e| e.to_string())?
+        .run_batch(&traces)
+        .map_err(|e| e.to_string())?;
     for (i, (f, s)) in fast.iter().zip(&slow).enumerate() {
         if f != s {
-            return Err(format!("trace {:?}: restore reset observed {f:?}, rebuild reset {s:?}", traces[i].ops));
+            return Err(format!(
+                "trace {:?}: restore reset observed {f:?}, rebuild reset {s:?}",
+                traces[i].ops
+            ));
         }
     }
     if fast.len() != traces.len() {
@@ -132,7 +184,10 @@ fn check_resets(target: &str, domain: &str, depth: u32) -> Result<(), String> {
     Ok(())
 }
 
-fn check_repro_c(finding: &Value, reproduces: &std::collections::BTreeMap<String, bool>) -> Result<(), String> {
+fn check_repro_c(
+    finding: &Value,
+    reproduces: &std::collections::BTreeMap<String, bool>,
+) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("kvaudit-it-repro-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let file = dir.join("finding.json");
@@ -148,13 +203,21 @@ fn check_repro_c(finding: &Value, reproduces: &std::collections::BTreeMap<String
             Some(1) => true,
             Some(0) => false,
             other => {
-                return Err(format!("{target}: kvaudit repro --check exited {other:?}: {}", String::from_utf8_lossy(&out.stderr)))
+                return Err(format!(
+                    "{target}: kvaudit repro --check exited {other:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ))
             }
         };
         if got != *want {
-            return Err(format!("{target}: reproduces = {got}, expected {want}\n{stdout}"));
+            return Err(format!(
+                "{target}: reproduces = {got}, expected {want}\n{stdout}"
+            ));
         }
-        let line = format!("reproduces outside kvaudit on {target}: {}", if got { "yes" } else { "no" });
+        let line = format!(
+            "reproduces outside kvaudit on {target}: {}",
+            if got { "yes" } else { "no" }
+        );
         if !stdout.contains(&line) {
             return Err(format!("{target}: output lacks {line:?}\n{stdout}"));
         }

@@ -164,13 +164,20 @@ pub fn wrong_abi_is_refused() -> Result<()> {
     let src = dir.join("fake.c");
     let so = dir.join("libfake.so");
     std::fs::write(&src, "int kvaudit_shim_abi_version(void) { return 99; }\n")?;
-    let status = std::process::Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&so).arg(&src).status()?;
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()?;
     anyhow::ensure!(status.success(), "cc could not build the fake library");
     let err = match LlamaShim::load(&so) {
         Ok(_) => anyhow::bail!("a shim with ABI 99 was accepted"),
         Err(e) => format!("{e:#}"),
     };
     let _ = std::fs::remove_dir_all(&dir);
-    anyhow::ensure!(err.contains("99") && err.contains("ABI"), "unexpected error: {err}");
+    anyhow::ensure!(
+        err.contains("99") && err.contains("ABI"),
+        "unexpected error: {err}"
+    );
     Ok(())
 }

@@ -49,8 +49,13 @@ fn main() {
     trials.extend(cli::trials());
     trials.extend(corpus::trials());
     trials.extend(llama::trials());
-    let run = |f: fn() -> anyhow::Result<()>| move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")));
-    trials.push(Trial::test("llama_build::wrong_abi_is_refused", run(llama_build::wrong_abi_is_refused)));
+    let run = |f: fn() -> anyhow::Result<()>| {
+        move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
+    };
+    trials.push(Trial::test(
+        "llama_build::wrong_abi_is_refused",
+        run(llama_build::wrong_abi_is_refused),
+    ));
     trials.push(Trial::test(
         "llama_build::both_pins_build_load_side_by_side_and_match_llama_facts",
         run(|| {
