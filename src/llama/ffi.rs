@@ -446,6 +446,7 @@ impl LlamaShim {
                     handle,
                     n_vocab,
                     pin: self.version.clone(),
+                    seq_state_cap: 0,
                 })
             }
             None => {
@@ -468,6 +469,9 @@ pub struct LlamaContext {
     handle: NonNull<raw::Handle>,
     n_vocab: i32,
     pin: String,
+    /// Capacity that held the largest per-sequence state so far: `state_seq_get` first tries
+    /// one pass into a buffer this large and asks for the exact size only when it is too small.
+    seq_state_cap: usize,
 }
 
 // SAFETY: a llama_context has no thread affinity: it may be used from any one thread at a
@@ -653,6 +657,19 @@ impl LlamaContext {
     /// `llama_state_seq_get_data(seq_id)`: the serialized cells of one sequence (format
     /// [`LlamaShim::state_seq_format`]; starts with the magic 0xaf143cd8).
     pub fn state_seq_get(&mut self, seq_id: i32) -> Result<Vec<u8>> {
+        // One serialization pass instead of two (size, then data) when a buffer of the largest
+        // size seen so far is enough; llama.cpp writes nothing and returns 0 when it is not.
+        if self.seq_state_cap > 0 {
+            let mut buf = vec![0u8; self.seq_state_cap];
+            // SAFETY: buf is writable for buf.len() bytes, and the shim writes at most that many.
+            let n =
+                unsafe { (self.api.state_seq_get)(self.h(), seq_id, buf.as_mut_ptr(), buf.len()) };
+            let n = self.check("state_seq_get", n)? as usize;
+            if n > 0 {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+        }
         // SAFETY: live handle; plain integers.
         let size = unsafe { (self.api.state_seq_size)(self.h(), seq_id) };
         let size = self.check("state_seq_size", size)? as usize;
@@ -668,6 +685,7 @@ impl LlamaContext {
             .into());
         }
         buf.truncate(n);
+        self.seq_state_cap = self.seq_state_cap.max(size);
         Ok(buf)
     }
 
