@@ -53,6 +53,35 @@ pub fn parse_faults(list: &[String]) -> Result<Faults, String> {
     Ok(faults)
 }
 
+/// Performs a memory op (not a decode) on a cell cache: the one mapping from [`Op`] to the
+/// native cache's calls, for every native target. A refusal of the cache is
+/// [`OpOutcome::Refused`].
+pub fn apply_memory_op(c: &mut CellCache, op: &Op) -> OpOutcome {
+    let res = match *op {
+        Op::SeqRm { seq, p0, p1 } => c.seq_rm(seq, p0, p1).map(Some),
+        Op::SeqCp { src, dst, p0, p1 } => c.seq_cp(src, dst, p0, p1).map(|_| None),
+        Op::SeqKeep { seq } => c.seq_keep(seq).map(|_| None),
+        Op::SeqAdd { seq, p0, p1, delta } => c.seq_add(seq, p0, p1, delta).map(|_| None),
+        Op::SeqDiv { seq, p0, p1, d } => c.seq_div(seq, p0, p1, d).map(|_| None),
+        Op::Clear => {
+            c.clear();
+            Ok(None)
+        }
+        // Each native target decodes its own way (metadata only, or through the model).
+        Op::Decode(_) => {
+            return OpOutcome::Unsupported {
+                reason: "decode is not a memory op".into(),
+            }
+        }
+    };
+    match res {
+        Ok(returned) => OpOutcome::Done { returned },
+        Err(e) => OpOutcome::Refused {
+            reason: e.to_string(),
+        },
+    }
+}
+
 /// The batch of a decode op, one [`BatchToken`] per token.
 pub fn batch_of(d: &crate::op::Decode) -> Vec<BatchToken> {
     d.token_ids()
@@ -118,30 +147,15 @@ impl CacheUnderTest for NativeTarget {
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
-        let c = &mut self.cache;
-        let res = match *op {
-            Op::SeqRm { seq, p0, p1 } => c.seq_rm(seq, p0, p1).map(Some),
-            Op::SeqCp { src, dst, p0, p1 } => c.seq_cp(src, dst, p0, p1).map(|_| None),
-            Op::SeqKeep { seq } => c.seq_keep(seq).map(|_| None),
-            Op::SeqAdd { seq, p0, p1, delta } => c.seq_add(seq, p0, p1, delta).map(|_| None),
-            Op::SeqDiv { seq, p0, p1, d } => c.seq_div(seq, p0, p1, d).map(|_| None),
-            Op::Clear => {
-                c.clear();
-                Ok(None)
-            }
-            Op::Decode(ref d) => {
-                let rc = match c.decode(&batch_of(d)) {
+        Ok(match op {
+            Op::Decode(d) => {
+                let rc = match self.cache.decode(&batch_of(d)) {
                     Ok(_) => 0,
                     Err(e) => e.return_code(),
                 };
-                return Ok(OpOutcome::Decoded { rc });
+                OpOutcome::Decoded { rc }
             }
-        };
-        Ok(match res {
-            Ok(returned) => OpOutcome::Done { returned },
-            Err(e) => OpOutcome::Refused {
-                reason: e.to_string(),
-            },
+            other => apply_memory_op(&mut self.cache, other),
         })
     }
 

@@ -234,24 +234,9 @@ impl CacheUnderTest for NativeTensorTarget {
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
-        let c = &mut self.cache;
-        let res = match *op {
-            Op::SeqRm { seq, p0, p1 } => c.seq_rm(seq, p0, p1).map(Some),
-            Op::SeqCp { src, dst, p0, p1 } => c.seq_cp(src, dst, p0, p1).map(|_| None),
-            Op::SeqKeep { seq } => c.seq_keep(seq).map(|_| None),
-            Op::SeqAdd { seq, p0, p1, delta } => c.seq_add(seq, p0, p1, delta).map(|_| None),
-            Op::SeqDiv { seq, p0, p1, d } => c.seq_div(seq, p0, p1, d).map(|_| None),
-            Op::Clear => {
-                c.clear();
-                Ok(None)
-            }
-            Op::Decode(ref d) => return Ok(self.decode(d)),
-        };
-        Ok(match res {
-            Ok(returned) => OpOutcome::Done { returned },
-            Err(e) => OpOutcome::Refused {
-                reason: e.to_string(),
-            },
+        Ok(match op {
+            Op::Decode(d) => self.decode(d),
+            other => crate::native::apply_memory_op(&mut self.cache, other),
         })
     }
 
