@@ -36,14 +36,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde::{Deserialize, Serialize};
 
 use crate::llama::build::{ensure_built, BuildSpec, BuiltShim};
-use crate::llama::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim};
+use crate::llama::ffi::{LlamaContext, LlamaShim};
 use crate::llama::pins::Pin;
+use crate::llama::target::{LlamaTarget, ResetMode};
 use crate::model::forward::{argmax, Model, VecKvStore};
 use crate::native_tensor::NativeTensorTarget;
 use crate::op::{default_token, Decode, Op, Pos, SeqId, Setup, Trace};
 use crate::prereg::MeasurementPrediction;
 use crate::state::StateFormat;
-use crate::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
+use crate::target::{CacheUnderTest, HarnessError};
 use crate::theorems::{decode_one, read_seq_rows, run_trace, took_effect, CellRows, SeqRows};
 
 /// `ggml_type` id of F32, the K and V cache type of every context here.
@@ -476,114 +477,6 @@ fn native_prefill(model: &Model, tokens: &[i32]) -> (SeqRows, Vec<f32>) {
     )
 }
 
-/// A llama.cpp context behind [`CacheUnderTest`], opened fresh at every reset with the F32
-/// parameters of this module.
-struct F32Llama {
-    shim: LlamaShim,
-    model: PathBuf,
-    label: String,
-    format: StateFormat,
-    ctx: Option<LlamaContext>,
-    last_logits: Option<Vec<f32>>,
-}
-
-fn context_params(setup: &Setup) -> ContextParams {
-    ContextParams {
-        n_ctx: setup.n_ctx,
-        n_seq_max: setup.n_seq_max,
-        n_threads: 1,
-        kv_unified: true,
-        flash_attn: FlashAttn::Off,
-        type_k: Some(GGML_TYPE_F32),
-        type_v: Some(GGML_TYPE_F32),
-        ..ContextParams::default()
-    }
-}
-
-impl F32Llama {
-    fn harness(&self, message: impl std::fmt::Display) -> HarnessError {
-        HarnessError::Target {
-            target: self.label.clone(),
-            message: message.to_string(),
-        }
-    }
-
-    fn open(&self, setup: &Setup) -> Result<LlamaContext, HarnessError> {
-        self.shim
-            .open(&self.model, &context_params(setup))
-            .map_err(|e| self.harness(format!("{e:#}")))
-    }
-
-    fn ctx(&mut self) -> Result<&mut LlamaContext, HarnessError> {
-        let label = self.label.clone();
-        self.ctx.as_mut().ok_or(HarnessError::Target {
-            target: label,
-            message: "no context: reset first".into(),
-        })
-    }
-}
-
-impl CacheUnderTest for F32Llama {
-    fn info(&self) -> TargetInfo {
-        TargetInfo {
-            name: self.label.clone(),
-            version: self.shim.version().to_string(),
-            faults: Vec::new(),
-            state_format: self.format,
-        }
-    }
-
-    fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
-        self.ctx = None;
-        self.last_logits = None;
-        self.ctx = Some(self.open(setup)?);
-        for op in &setup.ops {
-            let o = self.apply(op)?;
-            if !took_effect(&o) {
-                return Err(HarnessError::Setup {
-                    target: self.label.clone(),
-                    op: op.to_string(),
-                    message: format!("{o:?}"),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
-        let label = self.label.clone();
-        let err = |e: anyhow::Error| HarnessError::Target {
-            target: label.clone(),
-            message: format!("{op}: {e:#}"),
-        };
-        let c = self.ctx()?;
-        let outcome = crate::llama::target::apply_op(c, op).map_err(err)?;
-        if outcome == (OpOutcome::Decoded { rc: 0 }) {
-            self.last_logits = Some(c.logits_last().map_err(err)?);
-        }
-        Ok(outcome)
-    }
-
-    fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
-        let r = self.ctx()?.seq_pos_min(seq);
-        r.map_err(|e| self.harness(format!("{e:#}")))
-    }
-
-    fn seq_pos_max(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
-        let r = self.ctx()?.seq_pos_max(seq);
-        r.map_err(|e| self.harness(format!("{e:#}")))
-    }
-
-    fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
-        let r = self.ctx()?.state_seq_get(seq);
-        r.map_err(|e| self.harness(format!("{e:#}")))
-    }
-
-    fn last_logits(&mut self) -> Result<Option<Vec<f32>>, HarnessError> {
-        Ok(self.last_logits.clone())
-    }
-}
-
 /// What one side of a pair showed: the rows of the observed sequence (its resident cells), the
 /// logits after the trace, and the greedy continuation.
 struct Side {
@@ -727,14 +620,16 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
     let format = StateFormat {
         rot_fields: info.kv_state_has_n_rot,
     };
-    let mut llama = F32Llama {
-        shim: shim.clone(),
-        model: model_path.clone(),
-        label: pin.label(),
+    // A fresh context at every reset, with F32 K and V caches (flash attention off, one thread,
+    // unified KV: the settings of `LlamaTarget`).
+    let mut llama = LlamaTarget::new(
+        shim.clone(),
+        &model_path,
+        &pin.label(),
         format,
-        ctx: None,
-        last_logits: None,
-    };
+        ResetMode::Fresh,
+    )
+    .with_cache_type(GGML_TYPE_F32);
     let mut native = NativeTensorTarget::new(native_model.clone(), Default::default());
     let mut f = Figures {
         figures: Vec::new(),
@@ -763,26 +658,23 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
             "llama_state_get_data".into(),
         ],
     });
-    let mut original = clone_llama(&llama);
+    let mut original = llama.fresh_copy();
     original.reset(&setup()).map_err(harness)?;
     let o = original.apply(&prefill.ops[0]).map_err(harness)?;
     if !took_effect(&o) {
         return Err(format!("{label}: the prompt decode returned {o:?}"));
     }
-    let bytes = original
-        .ctx()
+    let bytes = ctx_of(&mut original)
         .map_err(harness)?
         .state_get()
         .map_err(|e| format!("{e:#}"))?;
-    let mut restored = clone_llama(&llama);
+    let mut restored = llama.fresh_copy();
     restored.reset(&setup()).map_err(harness)?;
-    restored
-        .ctx()
+    ctx_of(&mut restored)
         .map_err(harness)?
         .state_set(&bytes)
         .map_err(|e| format!("{label}: state_set: {e:#}"))?;
-    let again = restored
-        .ctx()
+    let again = ctx_of(&mut restored)
         .map_err(harness)?
         .state_get()
         .map_err(|e| format!("{e:#}"))?;
@@ -1121,15 +1013,13 @@ fn loaded_shim(built: &BuiltShim) -> Result<LlamaShim, String> {
     Ok(shim)
 }
 
-fn clone_llama(l: &F32Llama) -> F32Llama {
-    F32Llama {
-        shim: l.shim.clone(),
-        model: l.model.clone(),
-        label: l.label.clone(),
-        format: l.format,
-        ctx: None,
-        last_logits: None,
-    }
+/// The context of a target that has been reset.
+fn ctx_of(t: &mut LlamaTarget) -> Result<&mut LlamaContext, HarnessError> {
+    let label = t.info().name;
+    t.context().ok_or(HarnessError::Target {
+        target: label,
+        message: "no context: reset first".into(),
+    })
 }
 
 fn greedy_detail(a: &[u32], b: &[u32], first: Option<usize>) -> String {

@@ -34,6 +34,10 @@ pub struct LlamaTarget {
     reset_mode: ResetMode,
     ctx: Option<(ContextParams, LlamaContext)>,
     saved: Option<(Setup, Vec<u8>)>,
+    /// `ggml_type` of the K and V caches; `None`: llama.cpp's default (F16).
+    cache_type: Option<u32>,
+    /// The context holds the logits of a successful decode made since the last reset.
+    logits_valid: bool,
 }
 
 impl LlamaTarget {
@@ -54,7 +58,28 @@ impl LlamaTarget {
             reset_mode,
             ctx: None,
             saved: None,
+            cache_type: None,
+            logits_valid: false,
         }
+    }
+
+    /// The same target with K and V caches of `ggml_type` (0 = F32), for the numerical oracles.
+    pub fn with_cache_type(mut self, ggml_type: u32) -> Self {
+        self.cache_type = Some(ggml_type);
+        self
+    }
+
+    /// Another target with the same shim, model and settings, and no context yet.
+    pub fn fresh_copy(&self) -> Self {
+        let mut t = LlamaTarget::new(
+            self.shim.clone(),
+            &self.model,
+            &self.label,
+            self.format,
+            self.reset_mode,
+        );
+        t.cache_type = self.cache_type;
+        t
     }
 
     fn harness(&self, message: impl std::fmt::Display) -> HarnessError {
@@ -64,8 +89,10 @@ impl LlamaTarget {
         }
     }
 
-    fn params(setup: &Setup) -> ContextParams {
+    fn params(&self, setup: &Setup) -> ContextParams {
         ContextParams {
+            type_k: self.cache_type,
+            type_v: self.cache_type,
             n_ctx: setup.n_ctx,
             n_seq_max: setup.n_seq_max,
             // A unified KV stream: every sequence shares the cells, as the native model does.
@@ -121,7 +148,8 @@ impl CacheUnderTest for LlamaTarget {
     }
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
-        let params = Self::params(setup);
+        self.logits_valid = false;
+        let params = self.params(setup);
         if self.reset_mode == ResetMode::Fresh || self.ctx.as_ref().map(|(p, _)| p) != Some(&params)
         {
             self.ctx = None;
@@ -157,10 +185,14 @@ impl CacheUnderTest for LlamaTarget {
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
         let label = self.label.clone();
         let c = self.ctx()?;
-        apply_op(c, op).map_err(|e| HarnessError::Target {
+        let outcome = apply_op(c, op).map_err(|e| HarnessError::Target {
             target: label,
             message: format!("{op}: {e:#}"),
-        })
+        })?;
+        if outcome == (OpOutcome::Decoded { rc: 0 }) {
+            self.logits_valid = true;
+        }
+        Ok(outcome)
     }
 
     fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
@@ -176,6 +208,15 @@ impl CacheUnderTest for LlamaTarget {
     fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
         let r = self.ctx()?.state_seq_get(seq);
         r.map_err(|e| self.harness(format!("{e:#}")))
+    }
+
+    fn last_logits(&mut self) -> Result<Option<Vec<f32>>, HarnessError> {
+        if !self.logits_valid {
+            return Ok(None);
+        }
+        let r = self.ctx()?.logits_last();
+        r.map(Some)
+            .map_err(|e| self.harness(format!("logits: {e:#}")))
     }
 }
 
