@@ -45,7 +45,7 @@ use crate::op::{default_token, Decode, Op, Pos, SeqId, Setup, Trace};
 use crate::prereg::MeasurementPrediction;
 use crate::state::StateFormat;
 use crate::target::{CacheUnderTest, HarnessError};
-use crate::theorems::{decode_one, read_seq_rows, run_trace, took_effect, CellRows, SeqRows};
+use crate::theorems::{decode_one, read_seq_rows, run_trace, CellRows, SeqRows};
 
 /// `ggml_type` id of F32, the K and V cache type of every context here.
 pub const GGML_TYPE_F32: u32 = 0;
@@ -499,7 +499,7 @@ fn run_side(
         .map_err(|e| e.to_string())?
         .map_err(&fail)?;
     for (op, o) in trace.ops.iter().zip(&outcomes) {
-        if !took_effect(o) {
+        if !o.took_effect() {
             return Err(fail(format!("{op} did not take effect: {o:?}")));
         }
     }
@@ -661,7 +661,7 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
     let mut original = llama.fresh_copy();
     original.reset(&setup()).map_err(harness)?;
     let o = original.apply(&prefill.ops[0]).map_err(harness)?;
-    if !took_effect(&o) {
+    if !o.took_effect() {
         return Err(format!("{label}: the prompt decode returned {o:?}"));
     }
     let bytes = ctx_of(&mut original)
@@ -694,7 +694,7 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
     let mut next = Vec::new();
     for t in [&mut original, &mut restored] {
         let o = t.apply(&probe).map_err(harness)?;
-        if !took_effect(&o) {
+        if !o.took_effect() {
             return Err(format!("{label}: the probe decode returned {o:?}"));
         }
         next.push(t.last_logits().map_err(harness)?.unwrap_or_default());

@@ -131,18 +131,7 @@ impl CacheUnderTest for NativeTarget {
         } else {
             self.cache = CellCache::new(config);
         }
-        for op in &setup.ops {
-            match self.apply(op)? {
-                OpOutcome::Done { .. } | OpOutcome::Decoded { rc: 0 } => {}
-                other => {
-                    return Err(HarnessError::Setup {
-                        target: "native".into(),
-                        op: op.to_string(),
-                        message: format!("{other:?}"),
-                    })
-                }
-            }
-        }
+        crate::target::apply_setup_ops(self, setup)?;
         Ok(())
     }
 

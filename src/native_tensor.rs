@@ -218,18 +218,7 @@ impl CacheUnderTest for NativeTensorTarget {
             self.cache = CellCache::with_tensors(config, shape_for(&self.model));
         }
         self.last_logits = None;
-        for op in &setup.ops {
-            match self.apply(op)? {
-                OpOutcome::Done { .. } | OpOutcome::Decoded { rc: 0 } => {}
-                other => {
-                    return Err(HarnessError::Setup {
-                        target: NAME.into(),
-                        op: op.to_string(),
-                        message: format!("{other:?}"),
-                    })
-                }
-            }
-        }
+        crate::target::apply_setup_ops(self, setup)?;
         Ok(())
     }
 

@@ -99,6 +99,29 @@ pub enum OpOutcome {
     },
 }
 
+impl OpOutcome {
+    /// Whether the op took effect: a memory op that ran, or a decode that returned 0.
+    pub fn took_effect(&self) -> bool {
+        matches!(self, OpOutcome::Done { .. } | OpOutcome::Decoded { rc: 0 })
+    }
+}
+
+/// Applies a setup's ops to a target that has just been emptied: the shared tail of every
+/// `reset`. An op that does not take effect is a harness error, since the setup is not a trial.
+pub fn apply_setup_ops(target: &mut dyn CacheUnderTest, setup: &Setup) -> Result<(), HarnessError> {
+    for op in &setup.ops {
+        let outcome = target.apply(op)?;
+        if !outcome.took_effect() {
+            return Err(HarnessError::Setup {
+                target: target.info().name,
+                op: op.to_string(),
+                message: format!("{outcome:?}"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// What one sequence looks like after an op.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeqObservation {

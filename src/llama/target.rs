@@ -121,18 +121,7 @@ impl LlamaTarget {
 
     fn rebuild(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         self.ctx()?.clear(true).map_err(|e| self.harness(e))?;
-        for op in &setup.ops {
-            match self.apply(op)? {
-                OpOutcome::Done { .. } | OpOutcome::Decoded { rc: 0 } => {}
-                other => {
-                    return Err(HarnessError::Setup {
-                        target: self.label.clone(),
-                        op: op.to_string(),
-                        message: format!("{other:?}"),
-                    })
-                }
-            }
-        }
+        crate::target::apply_setup_ops(self, setup)?;
         Ok(())
     }
 }

@@ -537,11 +537,6 @@ pub fn run_trace(
     Ok(Ok(outcomes))
 }
 
-/// Whether an op took effect (a memory op that ran, or a decode that returned 0).
-pub fn took_effect(o: &OpOutcome) -> bool {
-    matches!(o, OpOutcome::Done { .. } | OpOutcome::Decoded { rc: 0 })
-}
-
 /// Decodes one token into `seq` at the next position; its logits, or why not.
 pub fn decode_one(
     target: &mut dyn CacheUnderTest,

@@ -21,8 +21,8 @@ use crate::target::{CacheUnderTest, HarnessError, OpOutcome};
 
 use super::reference::Reference;
 use super::{
-    compare_rows, decode_one, read_seq_rows, run_trace, took_effect, Judgement, Measurement,
-    Quantity, SeqRows, Theorem, Tolerance, Verdict,
+    compare_rows, decode_one, read_seq_rows, run_trace, Judgement, Measurement, Quantity, SeqRows,
+    Theorem, Tolerance, Verdict,
 };
 
 fn rows_of(
@@ -66,7 +66,7 @@ pub(crate) fn placement<'m>(
         if let OpOutcome::Unsupported { reason } = outcome {
             return Ok(Err(format!("{op}: {reason}")));
         }
-        if !took_effect(&outcome) {
+        if !outcome.took_effect() {
             continue;
         }
         if let Err(e) = reference.follow(op) {
