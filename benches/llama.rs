@@ -1,11 +1,16 @@
 //! `cargo bench --bench llama`: llama.cpp trials/s on the depth-3 seed audit.
 //!
-//! Prints, for each built pin: (1) the real audit path (crash-isolated worker processes, every
-//! core), (2) one in-process runner with fast resets (restore the state saved after the setup),
-//! (3) a naive harness in the same process: a fresh context and a fresh decode of the setup for
-//! every trial. Figures only; asserts nothing. `--pin 0.1.161` picks one pin, `--trials N` caps the
-//! in-process runs (default: the first 20,000 depth-3 trials; the naive harness gets 1,000).
+//! Prints, for each built pin: (1) the real audit path (crash-isolated worker processes) with one
+//! worker, whose figure is a worker's own throughput while the parent judges on another core,
+//! then with one worker per core; (2) one in-process runner with fast resets (restore the state
+//! saved after the setup); (3) a naive harness in the same process: a fresh context and a fresh
+//! decode of the setup for every trial. All on the audit model
+//! ([`kvaudit::model::tiny::TinyModelSpec::audit`]) unless `--model FILE` names another. Figures
+//! only; asserts nothing. `--pin 0.1.161` picks one pin, `--trials N` caps the in-process runs
+//! (default: 20,000 depth-3 trials spread evenly over all of them; the naive harness gets the
+//! first 1,000 of those); `--only audit|restore|naive` runs one part (for profiling one path).
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use kvaudit::domain::Domain;
@@ -20,47 +25,71 @@ use kvaudit::report::Shard;
 use kvaudit::runner::LocalRunner;
 use kvaudit::state::StateFormat;
 
+/// `limit` depth-3 traces of the seed domain, spread evenly over all of them (every k-th in
+/// enumeration order), so each op appears in every position about as often as in the audit.
 fn depth3_traces(limit: usize) -> Vec<Trace> {
     let d = Domain::preset("seed").unwrap();
     let ops = d.ops();
-    let mut out = Vec::new();
-    'outer: for a in &ops {
-        for b in &ops {
-            for c in &ops {
-                out.push(Trace {
-                    setup: d.setup.clone(),
-                    ops: vec![a.clone(), b.clone(), c.clone()],
-                });
-                if out.len() == limit {
-                    break 'outer;
-                }
-            }
-        }
-    }
-    out
+    let n = ops.len();
+    let total = n * n * n;
+    let stride = (total / limit.max(1)).max(1);
+    (0..total)
+        .step_by(stride)
+        .take(limit)
+        .map(|i| Trace {
+            setup: d.setup.clone(),
+            ops: vec![
+                ops[i / (n * n)].clone(),
+                ops[i / n % n].clone(),
+                ops[i % n].clone(),
+            ],
+        })
+        .collect()
 }
 
 fn in_process(
     shim: &LlamaShim,
+    model: &Path,
     label: &str,
     format: StateFormat,
     mode: ResetMode,
     traces: &[Trace],
 ) -> f64 {
-    let model = kvaudit::model::tiny::try_default_model_path().expect("tiny model");
     let mut runner = LocalRunner::new(Box::new(LlamaTarget::new(
         shim.clone(),
-        &model,
+        model,
         label,
         format,
         mode,
     )));
-    runner.run(&traces[0]).expect("warm-up");
+    runner.run_last(&traces[0]).expect("warm-up");
     let t = Instant::now();
     for tr in traces {
-        runner.run(tr).expect("trial");
+        runner.run_last(tr).expect("trial");
     }
     traces.len() as f64 / t.elapsed().as_secs_f64()
+}
+
+/// The depth-3 seed audit through worker processes, as `kvaudit audit` runs it.
+fn audit(label: &str, model: &Path, workers: usize) {
+    let mut spec = TargetSpec::new(label, &[]);
+    spec.model = Some(model.to_path_buf());
+    let factory = spec.factory().expect("target");
+    let cfg = ExhaustiveConfig {
+        domain: Domain::preset("seed").unwrap(),
+        depth: 3,
+        shard: Shard::WHOLE,
+        threads: workers,
+        batch: 2048,
+    };
+    let report = run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit");
+    println!(
+        "{label}: depth-3 seed audit, {workers} worker process(es): {} trials in {:.2} s = {:.0} trials/s ({:.0} per worker)",
+        report.trials,
+        report.timing.elapsed_s,
+        report.timing.trials_per_s,
+        report.timing.trials_per_s / workers as f64
+    );
 }
 
 fn main() {
@@ -78,7 +107,20 @@ fn main() {
     let limit: usize = flag("--trials")
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let only = flag("--only");
+    if let Some(o) = &only {
+        assert!(
+            ["audit", "restore", "naive"].contains(&o.as_str()),
+            "--only takes audit, restore or naive, not {o:?}"
+        );
+    }
+    let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
+    let model: PathBuf = match flag("--model") {
+        Some(m) => PathBuf::from(m),
+        None => kvaudit::model::tiny::try_audit_model_path().expect("audit model"),
+    };
+    println!("model: {}", model.display());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for version in pins {
         let label = format!("llama.cpp@{version}");
         let pin = Pin::parse(&label).expect("known pin");
@@ -88,32 +130,30 @@ fn main() {
         };
         let built = ensure_built(&BuildSpec::new(pin), true).expect("pin builds");
         let shim = LlamaShim::load(&built.so_path).expect("shim loads");
-
-        let factory = TargetSpec::new(&label, &[]).factory().expect("target");
-        let cfg = ExhaustiveConfig {
-            domain: Domain::preset("seed").unwrap(),
-            depth: 3,
-            shard: Shard::WHOLE,
-            threads,
-            batch: 2048,
-        };
-        let report = run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit");
-        println!(
-            "{label}: depth-3 seed audit, {threads} worker process(es): {} trials in {:.2} s = {:.0} trials/s ({:.0} per worker)",
-            report.trials,
-            report.timing.elapsed_s,
-            report.timing.trials_per_s,
-            report.timing.trials_per_s / threads as f64
-        );
+        if runs("audit") {
+            // One worker: its own throughput, the parent on another core. Then every core.
+            audit(&label, &model, 1);
+            if cores > 1 {
+                audit(&label, &model, cores);
+            }
+        }
         let traces = depth3_traces(limit);
-        let fast = in_process(&shim, &label, format, ResetMode::Restore, &traces);
-        println!(
-            "{label}: in process, restore resets: {fast:.0} trials/s ({} trials)",
-            traces.len()
-        );
-        let naive_traces = &traces[..traces.len().min(1000)];
-        let naive = in_process(&shim, &label, format, ResetMode::Fresh, naive_traces);
-        println!("{label}: in process, naive (fresh context + decode per trial): {naive:.0} trials/s ({} trials)", naive_traces.len());
-        println!("{label}: restore resets / naive = {:.1}x", fast / naive);
+        let fast = runs("restore").then(|| {
+            let fast = in_process(&shim, &model, &label, format, ResetMode::Restore, &traces);
+            println!(
+                "{label}: in process, restore resets: {fast:.0} trials/s ({} trials)",
+                traces.len()
+            );
+            fast
+        });
+        let naive = runs("naive").then(|| {
+            let naive_traces = &traces[..traces.len().min(1000)];
+            let naive = in_process(&shim, &model, &label, format, ResetMode::Fresh, naive_traces);
+            println!("{label}: in process, naive (fresh context + decode per trial): {naive:.0} trials/s ({} trials)", naive_traces.len());
+            naive
+        });
+        if let (Some(fast), Some(naive)) = (fast, naive) {
+            println!("{label}: restore resets / naive = {:.1}x", fast / naive);
+        }
     }
 }

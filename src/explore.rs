@@ -32,7 +32,7 @@ use crate::oracle::{
     check_differential, check_invariants, differential_holds, invariants_hold, OracleId, Violation,
 };
 use crate::report::{Event, Finding, OracleStats, Report, Shard, Timing};
-use crate::runner::{TrialEnd, TrialRun, TrialRunner};
+use crate::runner::{StartedBatch, TrialEnd, TrialRun, TrialRunner};
 use crate::target::{HarnessError, TargetInfo};
 
 /// Makes one runner per thread.
@@ -410,6 +410,13 @@ struct DepthWork<'a> {
     info_b: Option<&'a TargetInfo>,
 }
 
+/// A batch out at the runners, with each trace's index within its depth.
+struct InFlight {
+    indices: Vec<u64>,
+    a: StartedBatch,
+    b: Option<StartedBatch>,
+}
+
 impl DepthWork<'_> {
     fn run(
         &self,
@@ -420,6 +427,9 @@ impl DepthWork<'_> {
         let mut tally = Tally::default();
         let mut batch: Vec<Trace> = Vec::with_capacity(self.cfg.batch);
         let mut indices: Vec<u64> = Vec::with_capacity(self.cfg.batch);
+        // While a worker process runs one batch, this thread builds the next and judges the
+        // previous one: one batch in flight, finished before the next is started.
+        let mut in_flight: Option<InFlight> = None;
         loop {
             if self.failed.load(Ordering::Relaxed) {
                 break;
@@ -428,7 +438,6 @@ impl DepthWork<'_> {
             let Some(&chunk) = self.mine.get(i) else {
                 break;
             };
-            let depth_base = total_trials(n, chunk.depth - 1);
             let mut digits = vec![0usize; chunk.depth as usize - 1];
             let mut in_depth = chunk.base_in_depth(n);
             loop {
@@ -443,50 +452,107 @@ impl DepthWork<'_> {
                 in_depth += 1;
                 let more = odometer(&mut digits, self.ops.len());
                 if batch.len() == self.cfg.batch || !more {
-                    let ra = a.run_batch_last(&batch)?;
-                    let rb = match b.as_mut() {
-                        Some(b) => Some(b.run_batch_last(&batch)?),
+                    let finished = in_flight
+                        .take()
+                        .map(|f| self.finish(f, a, b.as_deref_mut()))
+                        .transpose()?;
+                    let a_started = a.start_batch_last(std::mem::replace(
+                        &mut batch,
+                        Vec::with_capacity(self.cfg.batch),
+                    ))?;
+                    let b_started = match b.as_deref_mut() {
+                        Some(b) => Some(b.start_batch_last(a_started.traces.clone())?),
                         None => None,
                     };
-                    for (j, trace) in batch.iter().enumerate() {
-                        let pb = match (self.info_b, &rb) {
-                            (Some(ib), Some(rb)) => Some((ib, &rb[j])),
-                            _ => None,
-                        };
-                        // The prefix (all ops but the last) is trial indices[j] / n of the
-                        // previous depth, in the same lexicographic numbering.
-                        let prior = match self.prev {
-                            Some(prev) => Prior {
-                                violated: [0, 1, 2].map(|k| prev.get(k, indices[j] / n)),
-                            },
-                            None => Prior::default(),
-                        };
-                        let now = tally.judge(
-                            trace,
-                            depth_base + indices[j],
-                            (self.info_a, &ra[j]),
-                            pb,
-                            prior,
-                        );
-                        if let Some(now) = now {
-                            for k in 0..TRACKED.len() {
-                                if now[k] || prior.violated[k] {
-                                    self.ever.set(k, indices[j]);
-                                }
-                            }
-                        }
+                    in_flight = Some(InFlight {
+                        indices: std::mem::replace(
+                            &mut indices,
+                            Vec::with_capacity(self.cfg.batch),
+                        ),
+                        a: a_started,
+                        b: b_started,
+                    });
+                    if let Some(done) = finished {
+                        self.judge_batch(&mut tally, done, n);
                     }
-                    self.done.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    batch.clear();
-                    indices.clear();
                 }
                 if !more {
                     break;
                 }
             }
         }
+        if let Some(f) = in_flight.take() {
+            let done = self.finish(f, a, b.as_deref_mut())?;
+            self.judge_batch(&mut tally, done, n);
+        }
         Ok(tally)
     }
+
+    /// Waits for a batch's results from both runners.
+    fn finish(
+        &self,
+        f: InFlight,
+        a: &mut (dyn TrialRunner + 'static),
+        b: Option<&mut (dyn TrialRunner + 'static)>,
+    ) -> Result<FinishedBatch, HarnessError> {
+        // b first: an in-process runner (native) then runs while a's worker is busy.
+        let rb = match (b, f.b) {
+            (Some(b), Some(started)) => Some(b.finish_batch_last(started)?.1),
+            _ => None,
+        };
+        let (traces, ra) = a.finish_batch_last(f.a)?;
+        Ok(FinishedBatch {
+            indices: f.indices,
+            traces,
+            ra,
+            rb,
+        })
+    }
+
+    /// Judges a finished batch into `tally` and marks this depth's "ever violated" bits.
+    fn judge_batch(&self, tally: &mut Tally, done: FinishedBatch, n: u64) {
+        for (j, trace) in done.traces.iter().enumerate() {
+            let index = done.indices[j];
+            let depth = trace.ops.len() as u64;
+            let depth_base = total_trials(n, depth as u32 - 1);
+            let pb = match (self.info_b, &done.rb) {
+                (Some(ib), Some(rb)) => Some((ib, &rb[j])),
+                _ => None,
+            };
+            // The prefix (all ops but the last) is trial index / n of the previous depth, in the
+            // same lexicographic numbering.
+            let prior = match self.prev {
+                Some(prev) => Prior {
+                    violated: [0, 1, 2].map(|k| prev.get(k, index / n)),
+                },
+                None => Prior::default(),
+            };
+            let now = tally.judge(
+                trace,
+                depth_base + index,
+                (self.info_a, &done.ra[j]),
+                pb,
+                prior,
+            );
+            if let Some(now) = now {
+                for k in 0..TRACKED.len() {
+                    if now[k] || prior.violated[k] {
+                        self.ever.set(k, index);
+                    }
+                }
+            }
+        }
+        self.done
+            .fetch_add(done.traces.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// A batch's traces and results.
+struct FinishedBatch {
+    indices: Vec<u64>,
+    traces: Vec<Trace>,
+    ra: Vec<TrialRun>,
+    rb: Option<Vec<TrialRun>>,
 }
 
 /// Advances `digits` (most significant first) in base `n`; false when it wraps around.

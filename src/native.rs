@@ -106,6 +106,7 @@ impl CacheUnderTest for NativeTarget {
                 .into_iter()
                 .map(String::from)
                 .collect(),
+            model: None,
             state_format: StateFormat::default(),
         }
     }

@@ -195,6 +195,7 @@ impl CacheUnderTest for NativeTensorTarget {
                 .into_iter()
                 .map(String::from)
                 .collect(),
+            model: None,
             state_format: StateFormat::default(),
         }
     }

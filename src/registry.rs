@@ -93,8 +93,9 @@ pub fn llama_worker_spec(
         .map_err(|e| format!("building {name}: {e:#}"))?;
     let model = match model {
         Some(m) => m.to_path_buf(),
-        None => crate::model::tiny::try_default_model_path()
-            .map_err(|e| format!("tiny model: {e:#}"))?,
+        None => {
+            crate::model::tiny::try_audit_model_path().map_err(|e| format!("tiny model: {e:#}"))?
+        }
     };
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find the kvaudit executable: {e}"))?;

@@ -343,6 +343,22 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(s, "# kvaudit report: {}\n", self.target.label());
         let _ = writeln!(s, "{}\n", self.heading());
+        let targets: Vec<String> = std::iter::once(&self.target)
+            .chain(self.vs.as_ref())
+            .map(|t| {
+                // A llama.cpp target's version is its pin, already in its name.
+                let version =
+                    (!t.name.ends_with(&t.version)).then(|| format!("version {}", t.version));
+                let model = t.model.as_ref().map(|m| format!("model `{m}`"));
+                let about: Vec<String> = version.into_iter().chain(model).collect();
+                if about.is_empty() {
+                    format!("`{}`", t.label())
+                } else {
+                    format!("`{}` ({})", t.label(), about.join(", "))
+                }
+            })
+            .collect();
+        let _ = writeln!(s, "Targets: {}.\n", targets.join(", "));
         let _ = writeln!(
             s,
             "| oracle | checked | violations | first depth | findings |"

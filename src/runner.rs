@@ -69,6 +69,35 @@ pub trait TrialRunner: Send {
         }
         Ok(runs)
     }
+
+    /// [`TrialRunner::run_batch_last`] in two halves, so that a caller can judge the previous
+    /// batch while a target in another process runs this one: this half hands `traces` over and
+    /// returns; [`TrialRunner::finish_batch_last`] waits for the results. One batch at a time:
+    /// finish a batch before starting the next. By default nothing runs until the finish.
+    fn start_batch_last(&mut self, traces: Vec<Trace>) -> Result<StartedBatch, HarnessError> {
+        Ok(StartedBatch {
+            traces,
+            sent: false,
+        })
+    }
+
+    /// The results of the batch [`TrialRunner::start_batch_last`] started, with its traces.
+    fn finish_batch_last(
+        &mut self,
+        batch: StartedBatch,
+    ) -> Result<(Vec<Trace>, Vec<TrialRun>), HarnessError> {
+        let runs = self.run_batch_last(&batch.traces)?;
+        Ok((batch.traces, runs))
+    }
+}
+
+/// A batch handed to a runner by [`TrialRunner::start_batch_last`], not finished yet.
+#[must_use = "finish the batch with TrialRunner::finish_batch_last"]
+pub struct StartedBatch {
+    /// The traces, in order.
+    pub traces: Vec<Trace>,
+    /// Whether the runner has already sent them to its target (a worker process).
+    pub(crate) sent: bool,
 }
 
 /// Drops every observation but the last of a completed run.

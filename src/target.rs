@@ -21,6 +21,9 @@ pub struct TargetInfo {
     /// Faults injected on purpose (positive controls), if any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<String>,
+    /// The model file a target that runs one loaded (llama.cpp targets), by file name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// The state format the target writes.
     #[serde(skip)]
     pub state_format: StateFormat,

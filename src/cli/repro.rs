@@ -49,7 +49,7 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
     }
     let model = match &a.model {
         Some(m) => m.clone(),
-        None => crate::model::tiny::try_default_model_path()
+        None => crate::model::tiny::try_audit_model_path()
             .map_err(|e| CliError::harness(format!("tiny model: {e:#}")))?,
     };
     let Emit::C = a.emit;

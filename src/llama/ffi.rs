@@ -660,13 +660,16 @@ impl LlamaContext {
         // One serialization pass instead of two (size, then data) when a buffer of the largest
         // size seen so far is enough; llama.cpp writes nothing and returns 0 when it is not.
         if self.seq_state_cap > 0 {
-            let mut buf = vec![0u8; self.seq_state_cap];
-            // SAFETY: buf is writable for buf.len() bytes, and the shim writes at most that many.
-            let n =
-                unsafe { (self.api.state_seq_get)(self.h(), seq_id, buf.as_mut_ptr(), buf.len()) };
+            // Not zeroed: llama.cpp writes the bytes it reports, and only those are kept.
+            let mut buf: Vec<u8> = Vec::with_capacity(self.seq_state_cap);
+            // SAFETY: buf owns capacity() writable bytes, and the shim writes at most that many.
+            let n = unsafe {
+                (self.api.state_seq_get)(self.h(), seq_id, buf.as_mut_ptr(), buf.capacity())
+            };
             let n = self.check("state_seq_get", n)? as usize;
-            if n > 0 {
-                buf.truncate(n);
+            if n > 0 && n <= buf.capacity() {
+                // SAFETY: the shim initialized the first n bytes (its return value), n <= capacity.
+                unsafe { buf.set_len(n) };
                 return Ok(buf);
             }
         }

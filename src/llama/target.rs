@@ -104,14 +104,13 @@ impl LlamaTarget {
     }
 
     fn ctx(&mut self) -> Result<&mut LlamaContext, HarnessError> {
-        let label = self.label.clone();
-        self.ctx
-            .as_mut()
-            .map(|(_, c)| c)
-            .ok_or_else(|| HarnessError::Target {
-                target: label,
+        match self.ctx.as_mut() {
+            Some((_, c)) => Ok(c),
+            None => Err(HarnessError::Target {
+                target: self.label.clone(),
                 message: "no context: reset first".into(),
-            })
+            }),
+        }
     }
 
     /// The context, for measurements that need more than the trait (logits, full state).
@@ -132,6 +131,7 @@ impl CacheUnderTest for LlamaTarget {
             name: self.label.clone(),
             version: self.shim.version().to_string(),
             faults: Vec::new(),
+            model: model_name(&self.model),
             state_format: self.format,
         }
     }
@@ -150,13 +150,11 @@ impl CacheUnderTest for LlamaTarget {
             self.ctx = Some((params, ctx));
         }
         if self.reset_mode == ResetMode::Restore {
-            if let Some((saved_setup, bytes)) = &self.saved {
-                if saved_setup == setup {
-                    let bytes = bytes.clone();
-                    return self
-                        .ctx()?
-                        .state_set(&bytes)
-                        .map_err(|e| self.harness(format!("restore: {e:#}")));
+            if let Some((saved_setup, bytes)) = self.saved.take() {
+                if saved_setup == *setup {
+                    let restored = self.ctx()?.state_set(&bytes);
+                    self.saved = Some((saved_setup, bytes));
+                    return restored.map_err(|e| self.harness(format!("restore: {e:#}")));
                 }
             }
         }
@@ -172,10 +170,9 @@ impl CacheUnderTest for LlamaTarget {
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
-        let label = self.label.clone();
-        let c = self.ctx()?;
-        let outcome = apply_op(c, op).map_err(|e| HarnessError::Target {
-            target: label,
+        let applied = apply_op(self.ctx()?, op);
+        let outcome = applied.map_err(|e| HarnessError::Target {
+            target: self.label.clone(),
             message: format!("{op}: {e:#}"),
         })?;
         if outcome == (OpOutcome::Decoded { rc: 0 }) {
@@ -249,4 +246,10 @@ pub fn apply_op(c: &mut LlamaContext, op: &Op) -> anyhow::Result<OpOutcome> {
         }
     };
     Ok(OpOutcome::Done { returned })
+}
+
+/// How reports name a model file: its file name (the generated tiny models carry a hash of their
+/// bytes in it).
+pub fn model_name(path: &Path) -> Option<String> {
+    path.file_name().map(|n| n.to_string_lossy().into_owned())
 }

@@ -29,10 +29,10 @@ use serde::{Deserialize, Serialize};
 
 use super::ffi::LlamaShim;
 use super::target::{LlamaTarget, ResetMode};
-use crate::op::{Op, Setup, Trace};
-use crate::runner::{LocalRunner, TrialEnd, TrialRun, TrialRunner};
+use crate::op::{Op, Pos, SeqId, Setup, Trace};
+use crate::runner::{LocalRunner, StartedBatch, TrialEnd, TrialRun, TrialRunner};
 use crate::state::StateFormat;
-use crate::target::{HarnessError, TargetInfo};
+use crate::target::{HarnessError, OpOutcome, SeqObservation, StepObservation, TargetInfo};
 
 /// What a worker is started with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,9 +53,16 @@ pub struct WorkerSpec {
     pub reset: ResetMode,
 }
 
+/// One batch as the worker receives it: each distinct setup and op once, and every trace as
+/// indices into them. (Traces as JSON objects cost more to write and to parse than a trial
+/// takes to run: about a tenth of the worker's time and most of the parent's, perf, depth-3
+/// seed audit.)
 #[derive(Serialize, Deserialize)]
 struct Request {
-    traces: Vec<Trace>,
+    setups: Vec<Setup>,
+    ops: Vec<Op>,
+    /// Per trace: its setup's index and its ops' indices.
+    traces: Vec<(u32, Vec<u32>)>,
     /// Observe after the last op only (see `TrialRunner::run_batch_last`).
     #[serde(default)]
     last_only: bool,
@@ -64,12 +71,156 @@ struct Request {
     flush_each: bool,
 }
 
+impl Request {
+    fn new(traces: &[Trace], last_only: bool, flush_each: bool) -> Request {
+        let mut setups: Vec<Setup> = Vec::new();
+        let mut ops: Vec<Op> = Vec::new();
+        let mut op_index: HashMap<&Op, u32> = HashMap::new();
+        let mut indexed = Vec::with_capacity(traces.len());
+        for t in traces {
+            // Batches hold one setup, or very few: a scan beats hashing a setup per trace.
+            let si = match setups.iter().position(|s| *s == t.setup) {
+                Some(i) => i,
+                None => {
+                    setups.push(t.setup.clone());
+                    setups.len() - 1
+                }
+            };
+            let oi = t
+                .ops
+                .iter()
+                .map(|op| {
+                    *op_index.entry(op).or_insert_with(|| {
+                        ops.push(op.clone());
+                        ops.len() as u32 - 1
+                    })
+                })
+                .collect();
+            indexed.push((si as u32, oi));
+        }
+        Request {
+            setups,
+            ops,
+            traces: indexed,
+            last_only,
+            flush_each,
+        }
+    }
+
+    /// Trace `i` again, or why the request is malformed.
+    fn trace(&self, i: usize) -> Result<Trace, String> {
+        let (si, oi) = &self.traces[i];
+        let setup = self
+            .setups
+            .get(*si as usize)
+            .ok_or_else(|| format!("trace {i}: no setup {si}"))?;
+        let ops = oi
+            .iter()
+            .map(|&k| {
+                self.ops
+                    .get(k as usize)
+                    .cloned()
+                    .ok_or_else(|| format!("trace {i}: no op {k}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Trace {
+            setup: setup.clone(),
+            ops,
+        })
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Reply {
     Ready(TargetInfo),
-    Run(TrialRun),
+    Run(WireRun),
     Error(String),
+}
+
+/// A [`TrialRun`] as the worker writes it: JSON arrays instead of objects, and the two common
+/// outcomes and the common end as short externally tagged variants (serde parses internally
+/// tagged enums by buffering them first).
+#[derive(Serialize, Deserialize)]
+struct WireRun(Vec<WireStep>, WireEnd);
+
+/// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells).
+#[derive(Serialize, Deserialize)]
+struct WireStep(WireOutcome, Vec<(SeqId, Pos, Pos, Vec<Pos>)>);
+
+#[derive(Serialize, Deserialize)]
+enum WireOutcome {
+    /// [`OpOutcome::Done`].
+    D(Option<bool>),
+    /// [`OpOutcome::Decoded`].
+    R(i32),
+    /// Anything else, as is.
+    Other(OpOutcome),
+}
+
+#[derive(Serialize, Deserialize)]
+enum WireEnd {
+    /// [`TrialEnd::Completed`].
+    C,
+    /// Anything else, as is.
+    Other(TrialEnd),
+}
+
+impl From<&TrialRun> for WireRun {
+    fn from(run: &TrialRun) -> WireRun {
+        let steps = run
+            .steps
+            .iter()
+            .map(|st| {
+                let outcome = match &st.outcome {
+                    OpOutcome::Done { returned } => WireOutcome::D(*returned),
+                    OpOutcome::Decoded { rc } => WireOutcome::R(*rc),
+                    other => WireOutcome::Other(other.clone()),
+                };
+                let seqs = st
+                    .seqs
+                    .iter()
+                    .map(|q| (q.seq, q.pos_min, q.pos_max, q.cells.clone()))
+                    .collect();
+                WireStep(outcome, seqs)
+            })
+            .collect();
+        let end = match &run.end {
+            TrialEnd::Completed => WireEnd::C,
+            other => WireEnd::Other(other.clone()),
+        };
+        WireRun(steps, end)
+    }
+}
+
+impl From<WireRun> for TrialRun {
+    fn from(WireRun(steps, end): WireRun) -> TrialRun {
+        let steps = steps
+            .into_iter()
+            .map(|WireStep(outcome, seqs)| {
+                let outcome = match outcome {
+                    WireOutcome::D(returned) => OpOutcome::Done { returned },
+                    WireOutcome::R(rc) => OpOutcome::Decoded { rc },
+                    WireOutcome::Other(o) => o,
+                };
+                let seqs = seqs
+                    .into_iter()
+                    .map(|(seq, pos_min, pos_max, cells)| SeqObservation {
+                        seq,
+                        pos_min,
+                        pos_max,
+                        cells,
+                    })
+                    .collect();
+                Arc::new(StepObservation { outcome, seqs })
+            })
+            .collect();
+        let end = match end {
+            WireEnd::C => TrialEnd::Completed,
+            WireEnd::Other(e) => e,
+        };
+        TrialRun { steps, end }
+    }
 }
 
 struct Worker {
@@ -123,6 +274,7 @@ impl WorkerRunner {
             name: spec.label.clone(),
             version: String::new(),
             faults: vec![],
+            model: crate::llama::target::model_name(&spec.model),
             state_format: spec.format,
         };
         let mut r = WorkerRunner {
@@ -239,29 +391,47 @@ impl WorkerRunner {
         last_only: bool,
         flush_each: bool,
     ) -> Result<(Vec<TrialRun>, Option<(usize, TrialEnd)>), HarnessError> {
+        self.write_request(traces, last_only, flush_each)?;
+        self.read_replies(traces, last_only, flush_each)
+    }
+
+    /// Starts the worker if needed and hands it `traces`; it starts on them at once.
+    fn write_request(
+        &mut self,
+        traces: &[Trace],
+        last_only: bool,
+        flush_each: bool,
+    ) -> Result<(), HarnessError> {
         if self.worker.is_none() {
             self.start()?;
         }
         let w = self.worker.as_mut().expect("started");
-        let mut line = serde_json::to_string(&Request {
-            traces: traces.to_vec(),
-            last_only,
-            flush_each,
-        })
-        .expect("traces serialize");
-        line.push('\n');
+        let mut line = serde_json::to_vec(&Request::new(traces, last_only, flush_each))
+            .expect("traces serialize");
+        line.push(b'\n');
         if w.stdin
-            .write_all(line.as_bytes())
+            .write_all(&line)
             .and_then(|_| w.stdin.flush())
             .is_err()
         {
-            // The worker is gone already; the read below reports how.
+            // The worker is gone already; reading the replies reports how.
         }
+        Ok(())
+    }
+
+    /// The second half of [`WorkerRunner::send`]: the replies to the request just written.
+    fn read_replies(
+        &mut self,
+        traces: &[Trace],
+        last_only: bool,
+        flush_each: bool,
+    ) -> Result<(Vec<TrialRun>, Option<(usize, TrialEnd)>), HarnessError> {
+        let w = self.worker.as_mut().expect("a request was written");
         let mut runs = Vec::with_capacity(traces.len());
         while runs.len() < traces.len() {
             match w.lines.recv_timeout(self.spec.timeout) {
                 Ok(Some(l)) => match serde_json::from_str::<Reply>(&l) {
-                    Ok(Reply::Run(r)) => runs.push(r),
+                    Ok(Reply::Run(r)) => runs.push(r.into()),
                     Ok(Reply::Error(e)) => return Err(self.harness(format!("worker: {e}"))),
                     _ => return Err(self.harness(format!("worker sent an unexpected line: {l:?}"))),
                 },
@@ -328,19 +498,40 @@ impl TrialRunner for WorkerRunner {
     }
 
     fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
-        self.run_in_worker(traces, false)
+        self.run_in_worker(traces, false, false)
     }
 
     fn run_batch_last(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
-        self.run_in_worker(traces, true)
+        self.run_in_worker(traces, true, false)
+    }
+
+    fn start_batch_last(&mut self, traces: Vec<Trace>) -> Result<StartedBatch, HarnessError> {
+        // A batch holding a trace that starts with a known crashing prefix takes the careful
+        // path at the finish (those traces are answered without running them).
+        let sent = !traces.iter().any(|t| self.known_crash(t).is_some());
+        if sent {
+            self.write_request(&traces, true, false)?;
+        }
+        Ok(StartedBatch { traces, sent })
+    }
+
+    fn finish_batch_last(
+        &mut self,
+        batch: StartedBatch,
+    ) -> Result<(Vec<Trace>, Vec<TrialRun>), HarnessError> {
+        let runs = self.run_in_worker(&batch.traces, true, batch.sent)?;
+        Ok((batch.traces, runs))
     }
 }
 
 impl WorkerRunner {
+    /// Runs `traces` in the worker, restarting it after each crash. `sent`: the request for all of
+    /// `traces` is written already (by [`TrialRunner::start_batch_last`]).
     fn run_in_worker(
         &mut self,
         traces: &[Trace],
         last_only: bool,
+        mut sent: bool,
     ) -> Result<Vec<TrialRun>, HarnessError> {
         let mut out: Vec<Option<TrialRun>> = vec![None; traces.len()];
         let mut todo: Vec<usize> = Vec::with_capacity(traces.len());
@@ -351,8 +542,13 @@ impl WorkerRunner {
             }
         }
         while !todo.is_empty() {
-            let batch: Vec<Trace> = todo.iter().map(|&i| traces[i].clone()).collect();
-            let (runs, died) = self.send(&batch, last_only, false)?;
+            let (runs, died) = if std::mem::take(&mut sent) {
+                debug_assert_eq!(todo.len(), traces.len());
+                self.read_replies(traces, last_only, false)?
+            } else {
+                let batch: Vec<Trace> = todo.iter().map(|&i| traces[i].clone()).collect();
+                self.send(&batch, last_only, false)?
+            };
             let n_ok = runs.len();
             for (k, r) in runs.into_iter().enumerate() {
                 out[todo[k]] = Some(r);
@@ -564,6 +760,21 @@ impl crate::target::CacheUnderTest for Stepped {
     }
 }
 
+/// Tells glibc's malloc (which llama.cpp's C++ uses; kvaudit's Rust side uses mimalloc) to keep
+/// freed memory instead of returning it to the kernel. Every trial allocates and frees the same
+/// buffers (batch allocator, graph, state copies); with the default thresholds the heap top was
+/// trimmed with `brk` and large blocks `munmap`ed and faulted in again on every trial, about 3%
+/// of a worker's time (perf, depth-3 seed audit).
+fn keep_freed_memory() {
+    // SAFETY: mallopt only sets allocator parameters; called before the worker allocates through
+    // llama.cpp. A refused setting (return 0) only costs speed.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TOP_PAD, 16 << 20);
+    }
+}
+
 /// The child: `kvaudit worker --shim SO --model GGUF --label L [--rot-fields] [--rebuild-resets]`.
 /// Returns the process exit code.
 pub fn worker_main(
@@ -574,6 +785,7 @@ pub fn worker_main(
     reset: ResetMode,
 ) -> i32 {
     install_signal_handlers();
+    keep_freed_memory();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut say = |reply: &Reply, flush: bool| -> bool {
@@ -602,15 +814,22 @@ pub fn worker_main(
                 return 3;
             }
         };
-        for (trial, t) in req.traces.iter().enumerate() {
+        for trial in 0..req.traces.len() {
+            let t = match req.trace(trial) {
+                Ok(t) => t,
+                Err(e) => {
+                    say(&Reply::Error(format!("bad request: {e}")), true);
+                    return 3;
+                }
+            };
             CURRENT_TRIAL.store(trial, Ordering::Relaxed);
             let result = if req.last_only {
-                runner.run_last(t)
+                runner.run_last(&t)
             } else {
-                runner.run(t)
+                runner.run(&t)
             };
             let reply = match result {
-                Ok(run) => Reply::Run(run),
+                Ok(run) => Reply::Run(WireRun::from(&run)),
                 Err(e) => Reply::Error(e.to_string()),
             };
             let flush =
@@ -645,5 +864,98 @@ mod tests {
         let mut buf = [0u8; 8];
         let end = put_num(&mut buf, 1, 407);
         assert_eq!(&buf[1..end], b"407");
+    }
+
+    #[test]
+    fn requests_carry_each_setup_and_op_once_and_give_the_traces_back() {
+        let d = crate::domain::Domain::preset("seed").unwrap();
+        let ops = d.ops();
+        let other_setup = Setup {
+            n_seq_max: 3,
+            ..d.setup.clone()
+        };
+        let traces: Vec<Trace> = (0..40)
+            .map(|i| Trace {
+                setup: if i % 7 == 0 {
+                    other_setup.clone()
+                } else {
+                    d.setup.clone()
+                },
+                ops: vec![ops[i % 5].clone(), ops[(i * 3) % 11].clone()],
+            })
+            .collect();
+        let req = Request::new(&traces, true, false);
+        assert_eq!(req.setups.len(), 2);
+        assert!(req.ops.len() <= 11, "{} ops", req.ops.len());
+        let line = serde_json::to_string(&req).unwrap();
+        let back: Request = serde_json::from_str(&line).unwrap();
+        for (i, t) in traces.iter().enumerate() {
+            assert_eq!(&back.trace(i).unwrap(), t, "trace {i}");
+        }
+        let mut bad = back;
+        bad.traces[0].1.push(999);
+        assert!(bad.trace(0).unwrap_err().contains("no op 999"));
+    }
+
+    #[test]
+    fn runs_survive_the_wire_form() {
+        let seqs = vec![
+            SeqObservation {
+                seq: 0,
+                pos_min: 0,
+                pos_max: 6,
+                cells: vec![0, 1, 2, 2, 6],
+            },
+            SeqObservation {
+                seq: 1,
+                pos_min: -1,
+                pos_max: -1,
+                cells: vec![],
+            },
+        ];
+        let step = |outcome| {
+            Arc::new(StepObservation {
+                outcome,
+                seqs: seqs.clone(),
+            })
+        };
+        let runs = [
+            TrialRun {
+                steps: vec![
+                    step(OpOutcome::Done { returned: None }),
+                    step(OpOutcome::Done {
+                        returned: Some(false),
+                    }),
+                    step(OpOutcome::Decoded { rc: -1 }),
+                    step(OpOutcome::Refused {
+                        reason: "seq 9".into(),
+                    }),
+                ],
+                end: TrialEnd::Completed,
+            },
+            TrialRun {
+                steps: vec![step(OpOutcome::Unsupported {
+                    reason: "why".into(),
+                })],
+                end: TrialEnd::Unsupported {
+                    step: 1,
+                    reason: "why".into(),
+                },
+            },
+            TrialRun {
+                steps: vec![],
+                end: TrialEnd::Crashed {
+                    step: 2,
+                    message: "SIGABRT".into(),
+                },
+            },
+        ];
+        for run in runs {
+            let line = serde_json::to_string(&Reply::Run(WireRun::from(&run))).unwrap();
+            match serde_json::from_str::<Reply>(&line).unwrap() {
+                Reply::Run(w) => assert_eq!(TrialRun::from(w), run),
+                _ => panic!("{line}"),
+            }
+        }
     }
 }

@@ -69,6 +69,40 @@ impl Default for TinyModelSpec {
 }
 
 impl TinyModelSpec {
+    /// The model the op audits (I1, I2, crash, differential) run llama.cpp on: one block, two
+    /// query heads sharing one KV head (so the grouped-query path still runs), n_embd 32.
+    ///
+    /// Those oracles observe the cache's cell bookkeeping (positions, sequence sets, the serialized
+    /// cells), which llama.cpp runs the same way for any llama model, while a trial's cost is mostly
+    /// the forward pass, the state copy and the K shift, all proportional to layers x KV heads.
+    /// The depth-3 seed audit runs about twice as fast on this model as on [`Default`] (`cargo bench
+    /// --bench llama`). The theorem measurements (T1 to T3), which look at K/V rows per (layer,
+    /// head), keep the two-block default.
+    pub fn audit() -> Self {
+        TinyModelSpec {
+            n_layer: 1,
+            n_embd: 32,
+            n_head: 2,
+            n_head_kv: 1,
+            n_ff: 32,
+            ..TinyModelSpec::default()
+        }
+    }
+
+    /// One line for reports: layers, width, heads, vocabulary.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} layer{}, n_embd {}, {} heads / {} KV heads of {}, vocabulary {}",
+            self.n_layer,
+            if self.n_layer == 1 { "" } else { "s" },
+            self.n_embd,
+            self.n_head,
+            self.n_head_kv,
+            self.head_dim(),
+            self.n_vocab
+        )
+    }
+
     /// Dimension of one attention head.
     pub fn head_dim(&self) -> u32 {
         self.n_embd / self.n_head
@@ -283,6 +317,12 @@ pub fn cached_model_path(spec: &TinyModelSpec) -> anyhow::Result<PathBuf> {
         _ => write_atomically(&path, &bytes)?,
     }
     Ok(path)
+}
+
+/// The path of the audit model ([`TinyModelSpec::audit`]) in the cache directory, written there on
+/// first use: what llama.cpp targets run on unless `--model` names another file.
+pub fn try_audit_model_path() -> anyhow::Result<PathBuf> {
+    cached_model_path(&TinyModelSpec::audit())
 }
 
 /// Like [`default_model_path`], returning an error instead of panicking when the cache directory
