@@ -14,8 +14,18 @@
 //! failure ([`crate::shrink`]) and keeps one finding per oracle, kind and shape of the minimal
 //! trace. Everything it decides is a function of the seed and the number of cases; only the
 //! wall-clock figures differ between runs (and how many cases a `--time` limit lets through).
+//!
+//! Theorem oracles ([`run_fuzz_with`], `--oracles T1,T2,T3`). Each case is also offered to each
+//! requested theorem on a [`TheoremChecker`]: T1 judges it as it is, T2 and T3 judge the pair
+//! each of their derivations gives ([`crate::theorems::derive_pairs`]). A case with no pair is
+//! counted as such ([`TheoremStats`]), never as a pass; a violated check is shrunk with the same
+//! moves while the same derivation still gives a violated pair, and becomes a
+//! [`TheoremFinding`]. Plain traces rarely end in a shape with a partner (about 5% of them for
+//! T2 or T3, none out of the window), so with T2 or T3 the generator appends chunks shaped for
+//! them ([`theorem_trace_strategy`]).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -29,8 +39,10 @@ use crate::judge::Judge;
 use crate::op::{Decode, Op, Pos, SeqId, Setup, Trace};
 use crate::oracle::OracleId;
 use crate::report::{Event, Finding, Report, Shard, Timing};
-use crate::shrink::{shape, shrink_tree, FailureMode, ShrinkConfig};
+use crate::shrink::{shape, shrink_tree, shrink_tree_by, FailureMode, ShrinkConfig};
 use crate::target::HarnessError;
+use crate::theorems::oracle::{StillViolated, TheoremChecker};
+use crate::theorems::{Derivation, Judgement as TheoremJudgement, Theorem, Verdict};
 
 /// What the generator draws from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +63,15 @@ pub struct GenConfig {
     pub max_divisor: i32,
     /// Most tokens in one decode.
     pub max_tokens: u32,
+    /// Theorems to bias the draws towards (`kvaudit fuzz --oracles T2,T3`): with T2 or T3 here,
+    /// each trace is a random prefix followed by one or two chunks shaped so that the theorem's
+    /// derivations find a partner ([`theorem_trace_strategy`]). Empty: the plain generator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub theorems: Vec<Theorem>,
+    /// The target's sliding window, when it has one: the biased generator then also draws
+    /// evictions of keys out of every later query's window (T3's out-of-window pairs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
 }
 
 impl Default for GenConfig {
@@ -75,6 +96,8 @@ impl GenConfig {
             max_delta: 8,
             max_divisor: 4,
             max_tokens: 4,
+            theorems: Vec::new(),
+            window: None,
         }
     }
 
@@ -253,8 +276,12 @@ fn fork(g: &GenConfig) -> BoxedStrategy<Vec<Op>> {
         .boxed()
 }
 
-/// Traces of `min_len..=max_len` ops from `g.setup`: single ops and forks, cut to `max_len`.
+/// Traces of `min_len..=max_len` ops from `g.setup`: single ops and forks, cut to `max_len`;
+/// with T2 or T3 in `g.theorems`, the biased [`theorem_trace_strategy`] instead.
 pub fn trace_strategy(g: &GenConfig) -> BoxedStrategy<Trace> {
+    if g.theorems.iter().any(|&t| t != Theorem::T1) {
+        return theorem_trace_strategy(g);
+    }
     let setup = g.setup.clone();
     let max_len = g.max_len;
     let chunk = prop_oneof![
@@ -264,6 +291,215 @@ pub fn trace_strategy(g: &GenConfig) -> BoxedStrategy<Trace> {
     proptest::collection::vec(chunk, g.min_len..=g.max_len)
         .prop_map(move |chunks| {
             let mut ops: Vec<Op> = chunks.into_iter().flatten().collect();
+            ops.truncate(max_len);
+            Trace {
+                setup: setup.clone(),
+                ops,
+            }
+        })
+        .boxed()
+}
+
+fn rm_all(seq: SeqId) -> Op {
+    Op::SeqRm {
+        seq,
+        p0: -1,
+        p1: -1,
+    }
+}
+
+fn decode_into(seq: SeqId, n: u32) -> Op {
+    Op::Decode(Decode::next(seq, n))
+}
+
+/// T2's shapes, on a pair of sequences `s` (emptied first, so that its positions are the
+/// chunk's own) and `o`: survivors shifted out of the way of a span that comes from a sibling,
+/// the span evicted and the survivors shifted back (the seed's never-saw construction); the same
+/// shift out and back with nothing in between; or a tail evicted before anything attended it.
+/// Then up to two decodes into `s`.
+fn evict_chunk(g: &GenConfig) -> BoxedStrategy<Vec<Op>> {
+    (
+        pair(g.n_seqs()),
+        1..=4i32,
+        1..=4i32,
+        1..=g.max_delta,
+        0..4u8,
+        proptest::collection::vec(1..=g.max_tokens, 0..=2),
+    )
+        .prop_map(|((s, o), a, b, d, shape, tail)| {
+            let mut ops = vec![rm_all(s)];
+            match shape {
+                0 | 1 => {
+                    ops.extend([
+                        rm_all(o),
+                        decode_into(s, a as u32),
+                        decode_into(s, b as u32),
+                        Op::SeqAdd {
+                            seq: s,
+                            p0: a,
+                            p1: -1,
+                            delta: d,
+                        },
+                        Op::SeqCp {
+                            src: s,
+                            dst: o,
+                            p0: 0,
+                            p1: a,
+                        },
+                        decode_into(o, d as u32),
+                        Op::SeqCp {
+                            src: o,
+                            dst: s,
+                            p0: a,
+                            p1: a + d,
+                        },
+                    ]);
+                }
+                2 => ops.extend([
+                    decode_into(s, a as u32),
+                    decode_into(s, b as u32),
+                    Op::SeqAdd {
+                        seq: s,
+                        p0: a,
+                        p1: -1,
+                        delta: d,
+                    },
+                ]),
+                _ => ops.push(decode_into(s, (a + b) as u32)),
+            }
+            if shape < 3 {
+                ops.extend([
+                    Op::SeqRm {
+                        seq: s,
+                        p0: a,
+                        p1: a + d,
+                    },
+                    Op::SeqAdd {
+                        seq: s,
+                        p0: a + d,
+                        p1: -1,
+                        delta: -d,
+                    },
+                ]);
+            } else {
+                ops.push(Op::SeqRm {
+                    seq: s,
+                    p0: a,
+                    p1: -1,
+                });
+            }
+            ops.extend(tail.into_iter().map(|k| decode_into(s, k)));
+            ops
+        })
+        .boxed()
+}
+
+/// T3's prefix reuse: `seq_cp` of a prefix of `s` (rebuilt from empty, or as the trace left
+/// it) into an emptied `o`, then up to four tokens decoded into `o`.
+fn prefix_chunk(g: &GenConfig) -> BoxedStrategy<Vec<Op>> {
+    (
+        pair(g.n_seqs()),
+        proptest::option::of(1..=8u32),
+        prop_oneof![3 => 1..=8i32, 1 => Just(-1)],
+        0..=g.max_tokens,
+    )
+        .prop_map(|((s, o), fresh, p1, k)| {
+            let mut ops = Vec::new();
+            if let Some(n) = fresh {
+                ops.extend([rm_all(s), decode_into(s, n)]);
+            }
+            ops.extend([
+                rm_all(o),
+                Op::SeqCp {
+                    src: s,
+                    dst: o,
+                    p0: 0,
+                    p1,
+                },
+            ]);
+            if k > 0 {
+                ops.push(decode_into(o, k));
+            }
+            ops
+        })
+        .boxed()
+}
+
+/// T3 under a window `w`: `s` rebuilt with `n > w` tokens, a span evicted that every later
+/// query is at least `w` positions past, then up to three decodes (nothing else may follow).
+fn window_chunk(g: &GenConfig, w: u32) -> BoxedStrategy<Vec<Op>> {
+    let w = w.min(64) as i32;
+    (
+        0..g.n_seqs(),
+        1..=8i32,
+        0..64i32,
+        0..64i32,
+        proptest::collection::vec(1..=g.max_tokens, 0..=3),
+    )
+        .prop_map(move |(s, extra, e0, len, tail)| {
+            let n = w + extra;
+            // Evicted positions must be <= n - w (the first later query is at n).
+            let last = n - w;
+            let e0 = e0 % (last + 1);
+            let e1 = e0 + 1 + len % (last + 1 - e0);
+            let mut ops = vec![
+                rm_all(s),
+                decode_into(s, n as u32),
+                Op::SeqRm {
+                    seq: s,
+                    p0: e0,
+                    p1: e1,
+                },
+            ];
+            ops.extend(tail.into_iter().map(|k| decode_into(s, k)));
+            ops
+        })
+        .boxed()
+}
+
+/// A chunk shaped for one of `g.theorems`; `last`: the chunk ends the trace, so T3's window
+/// shape (which nothing but decodes may follow) is allowed.
+fn theorem_chunk(g: &GenConfig, last: bool) -> BoxedStrategy<Vec<Op>> {
+    let mut shapes: Vec<BoxedStrategy<Vec<Op>>> = Vec::new();
+    if g.theorems.contains(&Theorem::T2) {
+        shapes.push(evict_chunk(g));
+    }
+    if g.theorems.contains(&Theorem::T3) {
+        shapes.push(prefix_chunk(g));
+        if let (true, Some(w)) = (last, g.window) {
+            shapes.push(window_chunk(g, w));
+        }
+    }
+    if shapes.is_empty() {
+        return op_strategy(g).prop_map(|op| vec![op]).boxed();
+    }
+    proptest::strategy::Union::new(shapes).boxed()
+}
+
+/// Traces biased towards the pairs of T2 and T3 (`g.theorems`): a random prefix of up to
+/// `max_len / 4` chunks of the plain generator (which leaves the cells fragmented, shared and
+/// shifted), then, with probability 1/3, one theorem chunk, then a last one ([`evict_chunk`],
+/// [`prefix_chunk`], [`window_chunk`]). The prefix is cut so that the whole fits `max_len`;
+/// `min_len` does not apply. The plain generator almost never draws a trace whose last eviction
+/// or copy has a partner; these chunks do most of the time, while the prefix still decides
+/// where the cells are.
+pub fn theorem_trace_strategy(g: &GenConfig) -> BoxedStrategy<Trace> {
+    let setup = g.setup.clone();
+    let max_len = g.max_len;
+    let chunk = prop_oneof![
+        3 => op_strategy(g).prop_map(|op| vec![op]),
+        1 => fork(g),
+    ];
+    (
+        proptest::collection::vec(chunk, 0..=(g.max_len / 4).max(1)),
+        proptest::option::weighted(1.0 / 3.0, theorem_chunk(g, false)),
+        theorem_chunk(g, true),
+    )
+        .prop_map(move |(prefix, middle, last)| {
+            let tail: Vec<Op> = middle.into_iter().flatten().chain(last).collect();
+            let mut ops: Vec<Op> = prefix.into_iter().flatten().collect();
+            ops.truncate(max_len.saturating_sub(tail.len()));
+            ops.extend(tail);
             ops.truncate(max_len);
             Trace {
                 setup: setup.clone(),
@@ -428,6 +664,11 @@ pub struct FuzzConfig {
     /// How many failures of one signature (oracle, kind, op at the failing step) are shrunk;
     /// later ones are counted against the finding of the first.
     pub shrinks_per_signature: u32,
+    /// The observation oracles to judge; `None`: I1, I2, crash, and differential with a second
+    /// target (the default).
+    pub oracles: Option<Vec<OracleId>>,
+    /// The numerical theorems to check on each case (they need a [`TheoremChecker`]).
+    pub theorems: Vec<Theorem>,
 }
 
 /// How one finding of a fuzz run was found and shrunk (same order as the report's findings).
@@ -488,6 +729,187 @@ pub struct FuzzSummary {
     pub shrink_elapsed_s: f64,
     /// One per finding, in the report's order.
     pub findings: Vec<ShrinkRecord>,
+    /// The oracles asked for with `--oracles` (absent: the default set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracles: Option<Vec<String>>,
+    /// Per theorem checked (`--oracles T1,T2,T3`): how many cases it judged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub theorems: Vec<TheoremStats>,
+    /// Violated theorems, one per theorem, derivation and shape of the shrunk trace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub theorem_findings: Vec<TheoremFinding>,
+}
+
+/// What one theorem did over a fuzz run. Every case is offered to it; a case from which no pair
+/// derives is `no_pair`, neither a pass nor a failure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TheoremStats {
+    /// The theorem.
+    pub theorem: Theorem,
+    /// Cases offered.
+    pub cases: u64,
+    /// Cases judged by at least one check (T1: every case the target could show).
+    pub checked: u64,
+    /// Cases no derivation gave a pair for.
+    pub no_pair: u64,
+    /// Cases whose every check was unsupported by the target.
+    pub unsupported: u64,
+    /// Cases with a violated check.
+    pub violations: u64,
+    /// Judged checks per derivation (`placement` for T1).
+    pub pairs: BTreeMap<String, u64>,
+}
+
+impl TheoremStats {
+    /// The share of the cases that were judged.
+    pub fn checked_fraction(&self) -> f64 {
+        self.checked as f64 / (self.cases.max(1)) as f64
+    }
+
+    /// One line: cases, judged, no pair, unsupported, violated, pairs by derivation.
+    pub fn summary(&self) -> String {
+        let by: Vec<String> = self.pairs.iter().map(|(d, n)| format!("{d} {n}")).collect();
+        format!(
+            "{}: {} cases, {} checked ({:.1}%), {} no pair, {} unsupported, {} violated; checks: {}",
+            self.theorem.name(),
+            self.cases,
+            self.checked,
+            100.0 * self.checked_fraction(),
+            self.no_pair,
+            self.unsupported,
+            self.violations,
+            if by.is_empty() { "none".to_string() } else { by.join(", ") }
+        )
+    }
+}
+
+/// A violated theorem: the shrunk trace, its partner and the verdict, and how it was found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TheoremFinding {
+    /// The theorem.
+    pub theorem: Theorem,
+    /// How the pair was derived (absent for T1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derivation: Option<Derivation>,
+    /// The target it was seen on.
+    pub target: String,
+    /// Theorem, derivation and op names of the shrunk trace: what findings are told apart by.
+    pub shape: String,
+    /// The shrunk trace (the pair's left side).
+    pub trace: Trace,
+    /// Its derived partner (the right side), for T2 and T3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partner: Option<Trace>,
+    /// The verdict on the shrunk trace.
+    pub verdict: Verdict,
+    /// The case (from 0) that found it first.
+    pub case: u64,
+    /// Length of that case's trace.
+    pub length: usize,
+    /// Length of the shrunk trace.
+    pub shrunk_len: usize,
+    /// Target executions the shrink took.
+    pub executions: u64,
+    /// Wall time the shrink took, in seconds.
+    pub elapsed_s: f64,
+    /// True if the shrink reached its fixed point.
+    pub minimal: bool,
+    /// Later failing cases that came to the same finding.
+    pub duplicates: u64,
+}
+
+impl TheoremFinding {
+    /// One line: how the finding was found and what shrinking it took.
+    pub fn summary(&self) -> String {
+        format!(
+            "found by case {} ({} ops); shrunk to {} ops{} in {} executions, {:.3} s; {} more failing case(s) came to it",
+            self.case,
+            self.length,
+            self.shrunk_len,
+            if self.minimal { " (minimal)" } else { " (budget ran out)" },
+            self.executions,
+            self.elapsed_s,
+            self.duplicates
+        )
+    }
+
+    fn title(&self) -> String {
+        match self.derivation {
+            Some(d) => format!("{} {} pair violated on {}", self.theorem, d, self.target),
+            None => format!("{} placement violated on {}", self.theorem, self.target),
+        }
+    }
+}
+
+impl FuzzSummary {
+    /// The theorem part of the terminal report (empty without theorem oracles); `numbered`
+    /// findings came before.
+    pub fn theorems_terminal(&self, numbered: usize) -> String {
+        let mut s = String::new();
+        if self.theorems.is_empty() {
+            return s;
+        }
+        let _ = writeln!(
+            s,
+            "\ntheorem oracles (window {}):",
+            window_text(self.generator.window)
+        );
+        for t in &self.theorems {
+            let _ = writeln!(s, "  {}", t.summary());
+        }
+        for (i, f) in self.theorem_findings.iter().enumerate() {
+            let _ = writeln!(s, "\nfinding {}: {}", numbered + i + 1, f.title());
+            let _ = write!(s, "{}", f.trace);
+            if let Some(p) = &f.partner {
+                let _ = writeln!(s, "  partner:");
+                let _ = write!(s, "{p}");
+            }
+            let _ = writeln!(s, "  {}", f.verdict);
+            let _ = writeln!(s, "  {}", f.summary());
+        }
+        s
+    }
+
+    /// The theorem part of the Markdown report (empty without theorem oracles).
+    pub fn theorems_markdown(&self, numbered: usize) -> String {
+        let mut s = String::new();
+        if self.theorems.is_empty() {
+            return s;
+        }
+        let _ = writeln!(
+            s,
+            "\n## Theorem oracles\n\nWindow {}.\n\n| theorem | cases | checked | no pair | unsupported | violated | checks |\n|---|---:|---:|---:|---:|---:|---|",
+            window_text(self.generator.window)
+        );
+        for t in &self.theorems {
+            let by: Vec<String> = t.pairs.iter().map(|(d, n)| format!("{d} {n}")).collect();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} ({:.1}%) | {} | {} | {} | {} |",
+                t.theorem.name(),
+                t.cases,
+                t.checked,
+                100.0 * t.checked_fraction(),
+                t.no_pair,
+                t.unsupported,
+                t.violations,
+                by.join(", ")
+            );
+        }
+        for (i, f) in self.theorem_findings.iter().enumerate() {
+            let _ = writeln!(s, "\n## Finding {}: {}\n", numbered + i + 1, f.title());
+            let _ = writeln!(s, "```text\n{}```\n", f.trace);
+            if let Some(p) = &f.partner {
+                let _ = writeln!(s, "Partner:\n\n```text\n{p}```\n");
+            }
+            let _ = writeln!(s, "- verdict: {}\n- {}", f.verdict, f.summary());
+        }
+        s
+    }
+}
+
+fn window_text(w: Option<u32>) -> String {
+    w.map_or("unset".into(), |w| w.to_string())
 }
 
 /// The domain a fuzz report names: the generator's setup and sequences.
@@ -514,7 +936,155 @@ pub fn run_fuzz(
     runner_b: Option<&RunnerFactory<'_>>,
     sink: &mut dyn FnMut(&Event),
 ) -> Result<Report, HarnessError> {
+    run_fuzz_with(cfg, runner_a, runner_b, None, sink)
+}
+
+/// Counters and findings of the theorem oracles over a run.
+struct TheoremRun<'c> {
+    checker: &'c mut TheoremChecker,
+    stats: Vec<TheoremStats>,
+    /// Per signature (theorem, derivation, target): shrinks done, and the first one's shape.
+    by_signature: BTreeMap<String, (u32, String)>,
+    findings: BTreeMap<String, TheoremFinding>,
+}
+
+impl TheoremRun<'_> {
+    /// Offers case `case` (`trace`) to every theorem; shrinks each new violation. Returns the
+    /// shrinking executions and time spent.
+    fn case(
+        &mut self,
+        cfg: &FuzzConfig,
+        strategy: &BoxedStrategy<Trace>,
+        case: u64,
+        trace: &Trace,
+    ) -> Result<(u64, Duration), HarnessError> {
+        let label = self.checker.info().label();
+        let (mut executions, mut elapsed) = (0, Duration::ZERO);
+        for st in &mut self.stats {
+            let theorem = st.theorem;
+            st.cases += 1;
+            let checks = self.checker.check(theorem, trace)?;
+            if checks.is_empty() {
+                st.no_pair += 1;
+                continue;
+            }
+            let mut judged = false;
+            for c in &checks {
+                if let TheoremJudgement::Judged(_) = c.judgement {
+                    judged = true;
+                    let name = c.derivation.map_or("placement", Derivation::name);
+                    *st.pairs.entry(name.into()).or_default() += 1;
+                }
+            }
+            st.checked += u64::from(judged);
+            st.unsupported += u64::from(!judged);
+            st.violations += u64::from(checks.iter().any(|c| c.violated()));
+            for c in checks.into_iter().filter(|c| c.violated()) {
+                let derivation = c.derivation;
+                let dname = derivation.map_or("placement", Derivation::name);
+                let signature = format!("{theorem}|{dname}|{label}");
+                if let Some((done, first)) = self.by_signature.get(&signature) {
+                    if *done >= cfg.shrinks_per_signature {
+                        if let Some(f) = self.findings.get_mut(first) {
+                            f.duplicates += 1;
+                        }
+                        continue;
+                    }
+                }
+                let mut tree = strategy
+                    .new_tree(&mut case_runner(cfg.seed, case))
+                    .expect("the generator rejects nothing");
+                let pred = StillViolated {
+                    checker: self.checker,
+                    theorem,
+                    derivation,
+                };
+                // The target is deterministic, so the case fails again; should it not, the
+                // unshrunk case is the finding.
+                let shrunk = shrink_tree_by(&mut tree, pred, &cfg.shrink)?;
+                let (small, check, ex, el, minimal) = match shrunk {
+                    Some(s) => (s.trace, s.failure, s.executions, s.elapsed, s.minimal),
+                    None => (trace.clone(), c, 0, Duration::ZERO, false),
+                };
+                executions += ex;
+                elapsed += el;
+                let names: Vec<&str> = small.ops.iter().map(Op::name).collect();
+                let shape = format!("{label}|{theorem}|{dname}|{}", names.join(","));
+                let entry = self
+                    .by_signature
+                    .entry(signature)
+                    .or_insert((0, shape.clone()));
+                entry.0 += 1;
+                if let Some(f) = self.findings.get_mut(&shape) {
+                    f.duplicates += 1;
+                    continue;
+                }
+                let TheoremJudgement::Judged(verdict) = check.judgement else {
+                    unreachable!("a violated check is judged")
+                };
+                self.findings.insert(
+                    shape.clone(),
+                    TheoremFinding {
+                        theorem,
+                        derivation,
+                        target: label.clone(),
+                        shape,
+                        shrunk_len: small.ops.len(),
+                        partner: check.pair.map(|p| p.right),
+                        trace: small,
+                        verdict,
+                        case,
+                        length: trace.ops.len(),
+                        executions: ex,
+                        elapsed_s: el.as_secs_f64(),
+                        minimal,
+                        duplicates: 0,
+                    },
+                );
+            }
+        }
+        Ok((executions, elapsed))
+    }
+}
+
+/// [`run_fuzz`] with the theorem oracles of `cfg.theorems` checked on `checker` (required when
+/// there are any): each case is offered to each theorem, each violated check shrunk while the
+/// same derivation still gives a violated pair.
+pub fn run_fuzz_with(
+    cfg: &FuzzConfig,
+    runner_a: &RunnerFactory<'_>,
+    runner_b: Option<&RunnerFactory<'_>>,
+    checker: Option<&mut TheoremChecker>,
+    sink: &mut dyn FnMut(&Event),
+) -> Result<Report, HarnessError> {
     let mut judge = Judge::new(runner_a, runner_b)?;
+    let mut theorems = match (checker, cfg.theorems.is_empty()) {
+        (_, true) => None,
+        (Some(checker), false) => Some(TheoremRun {
+            checker,
+            stats: cfg
+                .theorems
+                .iter()
+                .map(|&theorem| TheoremStats {
+                    theorem,
+                    cases: 0,
+                    checked: 0,
+                    no_pair: 0,
+                    unsupported: 0,
+                    violations: 0,
+                    pairs: BTreeMap::new(),
+                })
+                .collect(),
+            by_signature: BTreeMap::new(),
+            findings: BTreeMap::new(),
+        }),
+        (None, false) => {
+            return Err(HarnessError::Target {
+                target: judge.label(),
+                message: "theorem oracles need a target that exposes rows and logits".into(),
+            })
+        }
+    };
     let label = judge.label();
     let (info_a, info_b) = (judge.target().clone(), judge.vs().cloned());
     let strategy = trace_strategy(&cfg.gen);
@@ -528,10 +1098,16 @@ pub fn run_fuzz(
         max_len: cfg.gen.max_len,
         time_s: cfg.time.map(|t| t.as_secs_f64()),
     });
-    let mut wanted = vec![OracleId::I1, OracleId::I2, OracleId::Crash];
-    if info_b.is_some() {
-        wanted.push(OracleId::Differential);
-    }
+    let wanted = match &cfg.oracles {
+        Some(list) => list.clone(),
+        None => {
+            let mut w = vec![OracleId::I1, OracleId::I2, OracleId::Crash];
+            if info_b.is_some() {
+                w.push(OracleId::Differential);
+            }
+            w
+        }
+    };
     let started = Instant::now();
     let mut last_progress = started;
     let mut tally = Tally::default();
@@ -549,8 +1125,25 @@ pub fn run_fuzz(
             .new_tree(&mut case_runner(cfg.seed, case))
             .expect("the generator rejects nothing")
             .current();
-        let verdict = judge.run(&trace)?;
+        if let Some(t) = &mut theorems {
+            let (ex, el) = t.case(cfg, &strategy, case, &trace)?;
+            shrink_executions += ex;
+            shrink_elapsed += el;
+        }
         tally.trials += 1;
+        if wanted.is_empty() {
+            case += 1;
+            if last_progress.elapsed() >= Duration::from_millis(100) {
+                last_progress = Instant::now();
+                sink(&Event::Progress {
+                    done: case,
+                    total,
+                    elapsed_s: started.elapsed().as_secs_f64(),
+                });
+            }
+            continue;
+        }
+        let verdict = judge.run(&trace)?;
         tally.unsupported += u64::from(verdict.unsupported.is_some());
         for &oracle in &wanted {
             let s = tally.oracles.entry(oracle).or_default();
@@ -562,6 +1155,9 @@ pub fn run_fuzz(
             }
         }
         for v in &verdict.violations {
+            if !wanted.contains(&v.violation.oracle) {
+                continue;
+            }
             if v.step == 0 {
                 return Err(HarnessError::Setup {
                     target: label.clone(),
@@ -671,14 +1267,39 @@ pub fn run_fuzz(
             records[&format!("{}|{}", f.target, shape(&mode, &f.trace))].clone()
         })
         .collect();
+    // Only the oracles asked for are in the table (Report::new adds the default ones).
+    report.oracles.retain(|o, _| wanted.contains(o));
+    let (theorem_executions, stats, theorem_findings) = match theorems {
+        Some(t) => {
+            let mut f: Vec<TheoremFinding> = t.findings.into_values().collect();
+            f.sort_by(|a, b| {
+                (a.theorem, a.derivation, a.case, &a.shape).cmp(&(
+                    b.theorem,
+                    b.derivation,
+                    b.case,
+                    &b.shape,
+                ))
+            });
+            (t.checker.executions(), t.stats, f)
+        }
+        None => (0, Vec::new(), Vec::new()),
+    };
     report.fuzz = Some(FuzzSummary {
         seed: cfg.seed,
         generator: cfg.gen.clone(),
         cases: case,
-        executions: judge.executions(),
+        executions: judge.executions() + theorem_executions,
         shrink_executions,
         shrink_elapsed_s: shrink_elapsed.as_secs_f64(),
         findings,
+        oracles: cfg.oracles.as_ref().map(|o| {
+            o.iter()
+                .map(|o| o.name().to_string())
+                .chain(cfg.theorems.iter().map(|t| t.name().to_string()))
+                .collect()
+        }),
+        theorems: stats,
+        theorem_findings,
     });
     sink(&Event::Done(Box::new(report.clone())));
     Ok(report)
@@ -744,6 +1365,35 @@ mod tests {
     }
 
     #[test]
+    fn the_theorem_bias_makes_pairs_likely_and_stays_in_bounds() {
+        use crate::theorems::derive_pairs;
+        let mut g = GenConfig::with_max_len(24);
+        let plain = |g: &GenConfig, t: Theorem| {
+            (0..100)
+                .filter(|&c| !derive_pairs(t, &generate(g, 5, c), g.window).is_empty())
+                .count()
+        };
+        let (t2_plain, t3_plain) = (plain(&g, Theorem::T2), plain(&g, Theorem::T3));
+        g.theorems = vec![Theorem::T2, Theorem::T3];
+        g.window = Some(3);
+        assert_eq!(generate(&g, 5, 9), generate(&g, 5, 9));
+        for c in 0..100 {
+            let t = generate(&g, 5, c);
+            assert!(t.ops.len() <= 24 && !t.ops.is_empty(), "{}", t.ops.len());
+            assert_eq!(t.setup, g.setup);
+        }
+        let (t2, t3) = (plain(&g, Theorem::T2), plain(&g, Theorem::T3));
+        assert!(
+            t2 > 30 && t2 > 3 * t2_plain,
+            "T2: {t2} biased, {t2_plain} plain"
+        );
+        assert!(
+            t3 > 30 && t3 > 3 * t3_plain,
+            "T3: {t3} biased, {t3_plain} plain"
+        );
+    }
+
+    #[test]
     fn the_same_seed_gives_the_same_findings() {
         let f = TargetSpec::new("native", &["refcount".into()])
             .factory()
@@ -755,6 +1405,8 @@ mod tests {
             gen: GenConfig::with_max_len(32),
             shrink: ShrinkConfig::default(),
             shrinks_per_signature: 1,
+            oracles: None,
+            theorems: Vec::new(),
         };
         let run = || run_fuzz(&cfg, f.as_ref(), None, &mut |_| {}).unwrap();
         let (a, b) = (run(), run());

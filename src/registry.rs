@@ -5,14 +5,16 @@
 //! never name a target type themselves.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use native_kv::Faults;
 
 use crate::explore::RunnerFactory;
+use crate::model::forward::Model;
 use crate::native::{parse_faults, NativeTarget};
 use crate::runner::{LocalRunner, TrialRunner};
-use crate::target::HarnessError;
+use crate::target::{CacheUnderTest, HarnessError};
 
 /// A target as named on the command line, plus injected faults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +35,41 @@ impl TargetSpec {
             faults: faults.to_vec(),
             model: None,
         }
+    }
+
+    /// Whether the theorem oracles can judge this target: only `native+tensors` serializes K/V
+    /// rows and exposes logits in process; for any other target the `Err` says why not.
+    pub fn check_theorem_target(&self) -> Result<(), String> {
+        use crate::native_tensor::NAME as TENSORS;
+        if self.name == TENSORS {
+            return Ok(());
+        }
+        Err(format!(
+            "the theorem oracles need a target that serializes K/V rows and exposes logits in process, i.e. --target {TENSORS}; '{}' cannot be judged ({})",
+            self.name,
+            if self.name.starts_with("llama.cpp@") {
+                // llama.cpp runs only in worker processes during a fuzz run, and its figures
+                // are measurements, not bit-exact verdicts.
+                "on llama.cpp, where only measurements make sense, use `kvaudit measure`"
+            } else {
+                "it has no tensors"
+            }
+        ))
+    }
+
+    /// The in-process target the theorem oracles drive (`kvaudit fuzz --oracles T1,T2,T3`) and
+    /// the reference model they judge it against, both with the sliding window `window`. The
+    /// reference is loaded on its own: it shares no state with the target.
+    pub fn theorem_target(
+        &self,
+        window: Option<u32>,
+    ) -> Result<(Box<dyn CacheUnderTest + Send>, Arc<Model>), String> {
+        use crate::native_tensor::NativeTensorTarget;
+        self.check_theorem_target()?;
+        let faults = parse_faults(&self.faults)?;
+        let load = || NativeTensorTarget::default_model(window).map_err(|e| e.to_string());
+        let target = NativeTensorTarget::new(load()?, faults);
+        Ok((Box::new(target), load()?))
     }
 
     /// Checks the spec and returns a factory that makes one runner per call.

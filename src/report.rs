@@ -237,9 +237,13 @@ impl Report {
             .collect()
     }
 
-    /// True if any oracle was violated.
+    /// True if any oracle was violated (a fuzz run's theorem oracles included).
     pub fn has_findings(&self) -> bool {
         !self.findings.is_empty()
+            || self
+                .fuzz
+                .as_ref()
+                .is_some_and(|fz| !fz.theorem_findings.is_empty())
     }
 
     /// Pretty JSON.
@@ -307,7 +311,10 @@ impl Report {
     pub fn to_terminal(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "{}", self.heading());
-        let _ = writeln!(s, "{}", self.oracle_table());
+        // A fuzz run of theorem oracles alone judges no observation oracle: no empty table.
+        if !self.oracles.is_empty() {
+            let _ = writeln!(s, "{}", self.oracle_table());
+        }
         if !self.prediction.is_empty() {
             let _ = writeln!(s, "\nPREREG.md, prediction vs outcome:");
             for l in self.prediction_lines() {
@@ -332,7 +339,10 @@ impl Report {
                 let _ = writeln!(s, "  {}", r.summary());
             }
         }
-        if self.findings.is_empty() {
+        if let Some(fz) = &self.fuzz {
+            s.push_str(&fz.theorems_terminal(self.findings.len()));
+        }
+        if !self.has_findings() {
             let _ = writeln!(s, "\nno findings");
         }
         s
@@ -359,19 +369,22 @@ impl Report {
             })
             .collect();
         let _ = writeln!(s, "Targets: {}.\n", targets.join(", "));
-        let _ = writeln!(
-            s,
-            "| oracle | checked | violations | first depth | findings |"
-        );
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|");
-        for (id, st) in &self.oracles {
-            let n = self.findings.iter().filter(|f| f.oracle == *id).count();
-            let fd = st.first_depth.map_or("-".into(), |d| d.to_string());
+        // As in the terminal: no empty table for a fuzz run of theorem oracles alone.
+        if !self.oracles.is_empty() {
             let _ = writeln!(
                 s,
-                "| {id} | {} | {} | {fd} | {n} |",
-                st.checked, st.violations
+                "| oracle | checked | violations | first depth | findings |"
             );
+            let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+            for (id, st) in &self.oracles {
+                let n = self.findings.iter().filter(|f| f.oracle == *id).count();
+                let fd = st.first_depth.map_or("-".into(), |d| d.to_string());
+                let _ = writeln!(
+                    s,
+                    "| {id} | {} | {} | {fd} | {n} |",
+                    st.checked, st.violations
+                );
+            }
         }
         if !self.prediction.is_empty() {
             let _ = writeln!(s, "\n## Prediction (PREREG.md) vs outcome\n");
@@ -398,7 +411,10 @@ impl Report {
                 let _ = writeln!(s, "- {}", r.summary());
             }
         }
-        if self.findings.is_empty() {
+        if let Some(fz) = &self.fuzz {
+            s.push_str(&fz.theorems_markdown(self.findings.len()));
+        }
+        if !self.has_findings() {
             let _ = writeln!(s, "\nNo findings.");
         }
         s

@@ -21,6 +21,11 @@
 //! strictly smaller in [`op_size`] (summed over the trace), and stage 2 only shortens, so the
 //! loop ends. A budget of target executions bounds it anyway;
 //! a result that ran out of budget says so (`minimal: false`).
+//!
+//! The moves do not depend on the oracle: [`Predicate`] says whether a candidate still fails and
+//! how. The observation oracles' predicate is a [`FailureMode`] judged by a [`Judge`]
+//! ([`shrink`], [`shrink_tree`]); the theorem oracles of `kvaudit fuzz --oracles T1,T2,T3` pass
+//! theirs ([`crate::theorems::oracle::StillViolated`]) to [`shrink_by`] and [`shrink_tree_by`].
 
 use std::time::{Duration, Instant};
 
@@ -81,13 +86,14 @@ impl Default for ShrinkConfig {
     }
 }
 
-/// A shrunk trace and what it took.
+/// A shrunk trace and what it took; `F` is what the predicate reports about the failure
+/// ([`StepViolation`] for the observation oracles).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Shrunk {
-    /// The shrunk trace; its last op is where the failure shows.
+pub struct ShrunkBy<F> {
+    /// The shrunk trace; for the observation oracles its last op is where the failure shows.
     pub trace: Trace,
-    /// The failure, at the trace's last step.
-    pub failure: StepViolation,
+    /// The failure of the shrunk trace.
+    pub failure: F,
     /// Target executions spent.
     pub executions: u64,
     /// Wall time spent.
@@ -97,27 +103,63 @@ pub struct Shrunk {
     pub minimal: bool,
 }
 
+/// A trace shrunk while an observation oracle fails the same way.
+pub type Shrunk = ShrunkBy<StepViolation>;
+
+/// What a shrink preserves. The shrinker's moves (delta debugging, argument simplification,
+/// sequence swaps, value-tree shrinking) are the same for every oracle; only "does this candidate
+/// still fail, and how" differs, so the numerical oracles (`kvaudit fuzz --oracles T2`) reuse
+/// them through this trait.
+pub trait Predicate {
+    /// What a failing candidate reports.
+    type Failure: Clone;
+    /// Runs `trace`; `Some((keep, failure))` if it still fails, where `keep` is how many ops
+    /// the failure needs (the candidate is cut after them).
+    fn test(&mut self, trace: &Trace) -> Result<Option<(usize, Self::Failure)>, HarnessError>;
+    /// Target executions so far (the budget is counted in them).
+    fn executions(&self) -> u64;
+}
+
+/// The observation oracles' predicate: the same [`FailureMode`] at any step, judged by a
+/// [`Judge`]; the candidate is cut after the failing step.
+struct ModeOf<'j> {
+    judge: &'j mut Judge,
+    mode: FailureMode,
+}
+
+impl Predicate for ModeOf<'_> {
+    type Failure = StepViolation;
+
+    fn test(&mut self, trace: &Trace) -> Result<Option<(usize, StepViolation)>, HarnessError> {
+        let j = self.judge.run(trace)?;
+        Ok(self.mode.find(&j).map(|v| (v.step, v.clone())))
+    }
+
+    fn executions(&self) -> u64 {
+        self.judge.executions()
+    }
+}
+
 /// The shape of a minimal trace, for telling findings apart: the mode and the op names.
 pub fn shape(mode: &FailureMode, trace: &Trace) -> String {
     let names: Vec<&str> = trace.ops.iter().map(Op::name).collect();
     format!("{}|{}|{}", mode.oracle, mode.kind, names.join(","))
 }
 
-struct Shrinker<'j> {
-    judge: &'j mut Judge,
-    mode: FailureMode,
+struct Shrinker<P: Predicate> {
+    pred: P,
     setup: Setup,
     budget_end: u64,
     exhausted: bool,
     best: Vec<Op>,
-    failure: StepViolation,
+    failure: P::Failure,
 }
 
-impl Shrinker<'_> {
+impl<P: Predicate> Shrinker<P> {
     /// Runs `ops`; if they fail the same way, keeps them (cut after the failing step) when they
     /// are no larger than the best so far.
     fn attempt(&mut self, ops: Vec<Op>) -> Result<bool, HarnessError> {
-        if self.judge.executions() >= self.budget_end {
+        if self.pred.executions() >= self.budget_end {
             self.exhausted = true;
             return Ok(false);
         }
@@ -125,15 +167,14 @@ impl Shrinker<'_> {
             setup: self.setup.clone(),
             ops,
         };
-        let j = self.judge.run(&trace)?;
-        let Some(v) = self.mode.find(&j) else {
+        let Some((keep, failure)) = self.pred.test(&trace)? else {
             return Ok(false);
         };
-        trace.ops.truncate(v.step);
+        trace.ops.truncate(keep);
         if trace_size(&trace.ops) > trace_size(&self.best) {
             return Ok(false);
         }
-        self.failure = v.clone();
+        self.failure = failure;
         self.best = trace.ops;
         Ok(true)
     }
@@ -236,36 +277,37 @@ impl Shrinker<'_> {
     }
 }
 
-fn start<'j>(
+fn start<P: Predicate>(
     trace: &Trace,
-    mode: &FailureMode,
-    judge: &'j mut Judge,
+    mut pred: P,
     cfg: &ShrinkConfig,
-) -> Result<Option<Shrinker<'j>>, HarnessError> {
-    let budget_end = judge.executions().saturating_add(cfg.max_executions);
-    let j = judge.run(trace)?;
-    let Some(v) = mode.find(&j).cloned() else {
+) -> Result<Option<Shrinker<P>>, HarnessError> {
+    let budget_end = pred.executions().saturating_add(cfg.max_executions);
+    let Some((keep, failure)) = pred.test(trace)? else {
         return Ok(None);
     };
     Ok(Some(Shrinker {
-        judge,
-        mode: mode.clone(),
+        pred,
         setup: trace.setup.clone(),
         budget_end,
         exhausted: false,
-        best: trace.ops[..v.step].to_vec(),
-        failure: v,
+        best: trace.ops[..keep.min(trace.ops.len())].to_vec(),
+        failure,
     }))
 }
 
-fn finish(s: Shrinker<'_>, executions_before: u64, started: Instant) -> Shrunk {
-    Shrunk {
+fn finish<P: Predicate>(
+    s: Shrinker<P>,
+    executions_before: u64,
+    started: Instant,
+) -> ShrunkBy<P::Failure> {
+    ShrunkBy {
+        executions: s.pred.executions() - executions_before,
         trace: Trace {
             setup: s.setup,
             ops: s.best,
         },
         failure: s.failure,
-        executions: s.judge.executions() - executions_before,
         elapsed: started.elapsed(),
         minimal: !s.exhausted,
     }
@@ -279,8 +321,22 @@ pub fn shrink(
     judge: &mut Judge,
     cfg: &ShrinkConfig,
 ) -> Result<Option<Shrunk>, HarnessError> {
-    let (started, before) = (Instant::now(), judge.executions());
-    let Some(mut s) = start(trace, mode, judge, cfg)? else {
+    let pred = ModeOf {
+        judge,
+        mode: mode.clone(),
+    };
+    shrink_by(trace, pred, cfg)
+}
+
+/// Shrinks `trace` while `pred` says it fails (stages 2 and 3, to a fixed point). `None` if it
+/// does not fail to begin with.
+pub fn shrink_by<P: Predicate>(
+    trace: &Trace,
+    pred: P,
+    cfg: &ShrinkConfig,
+) -> Result<Option<ShrunkBy<P::Failure>>, HarnessError> {
+    let (started, before) = (Instant::now(), pred.executions());
+    let Some(mut s) = start(trace, pred, cfg)? else {
         return Ok(None);
     };
     s.fixed_point()?;
@@ -295,8 +351,21 @@ pub fn shrink_tree<T: ValueTree<Value = Trace>>(
     judge: &mut Judge,
     cfg: &ShrinkConfig,
 ) -> Result<Option<Shrunk>, HarnessError> {
-    let (started, before) = (Instant::now(), judge.executions());
-    let Some(mut s) = start(&tree.current(), mode, judge, cfg)? else {
+    let pred = ModeOf {
+        judge,
+        mode: mode.clone(),
+    };
+    shrink_tree_by(tree, pred, cfg)
+}
+
+/// [`shrink_tree`] for any [`Predicate`].
+pub fn shrink_tree_by<T: ValueTree<Value = Trace>, P: Predicate>(
+    tree: &mut T,
+    pred: P,
+    cfg: &ShrinkConfig,
+) -> Result<Option<ShrunkBy<P::Failure>>, HarnessError> {
+    let (started, before) = (Instant::now(), pred.executions());
+    let Some(mut s) = start(&tree.current(), pred, cfg)? else {
         return Ok(None);
     };
     // proptest's own loop (TestRunner::shrink): simplify while the case still fails,

@@ -1,5 +1,7 @@
 //! `kvaudit fuzz`: random traces, every oracle after every op, each failure shrunk to a minimal
-//! repro file.
+//! repro file. `--oracles` picks the oracles, the numerical theorems T1-T3 among them: those drive
+//! a `CacheUnderTest` directly rather than through a runner, the one
+//! [`crate::registry::TargetSpec::theorem_target`] builds with the requested window.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -11,7 +13,8 @@ use super::args::{OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
 use crate::exit;
-use crate::fuzz::{run_fuzz, FuzzConfig, GenConfig};
+use crate::fuzz::{run_fuzz_with, FuzzConfig, GenConfig};
+use crate::oracle::OracleId;
 use crate::registry::TargetSpec;
 use crate::report::{write_atomically, Report};
 use crate::repro::{
@@ -19,6 +22,8 @@ use crate::repro::{
     TargetExpectation,
 };
 use crate::shrink::ShrinkConfig;
+use crate::theorems::oracle::TheoremChecker;
+use crate::theorems::{Theorem, Tolerance};
 
 /// Arguments of `kvaudit fuzz`.
 #[derive(Debug, Args)]
@@ -67,6 +72,22 @@ pub struct FuzzArgs {
     /// The repro files' `since` date, YYYY-MM-DD (default: today, UTC).
     #[arg(long, env = "KVAUDIT_DATE")]
     date: Option<String>,
+    /// Oracles to judge, comma separated, any case: I1, I2, crash, differential (needs --vs),
+    /// and the numerical theorems T1, T2, T3 (need --target native+tensors). T2 and T3 derive a
+    /// partner trace from each case (never-saw, prefix recompute, out-of-window); a case with no
+    /// partner counts as "no pair", not as a pass. Default: I1, I2, crash (and differential
+    /// with --vs).
+    #[arg(long, value_delimiter = ',')]
+    oracles: Vec<String>,
+    /// Sliding window of the native+tensors model for the theorem oracles (T3 then also checks
+    /// out-of-window evictions). I1, I2 and crash judge cell metadata, which a window leaves
+    /// unchanged.
+    #[arg(long)]
+    window: Option<u32>,
+    /// With T2 or T3: draw from the plain generator instead of the one biased towards traces
+    /// that have a partner (to measure how rarely plain traces have one).
+    #[arg(long)]
+    no_theorem_bias: bool,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -162,6 +183,31 @@ pub fn write_repros(dir: &std::path::Path, repros: &[Repro]) -> Result<Vec<PathB
     Ok(paths)
 }
 
+/// The oracles of `--oracles`: observation oracles (`None` when the list is empty: the default
+/// set) and theorems, each once, in the order given.
+pub fn parse_oracles(list: &[String]) -> Result<(Option<Vec<OracleId>>, Vec<Theorem>), String> {
+    if list.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    let (mut obs, mut thm) = (Vec::new(), Vec::new());
+    for name in list.iter().map(|n| n.trim()) {
+        if let Some(t) = Theorem::from_name(name) {
+            if !thm.contains(&t) {
+                thm.push(t);
+            }
+        } else if let Some(o) = OracleId::from_name(name) {
+            if !obs.contains(&o) {
+                obs.push(o);
+            }
+        } else {
+            return Err(format!(
+                "--oracles: unknown oracle '{name}' (known: I1, I2, crash, differential, T1, T2, T3)"
+            ));
+        }
+    }
+    Ok((Some(obs), thm))
+}
+
 /// Runs the fuzzer.
 pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
     let time = a
@@ -177,6 +223,45 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
     gen.pos_cap = a.pos_cap;
     gen.setup.n_seq_max = a.n_seq_max;
     gen.validate().map_err(CliError::usage)?;
+    let (oracles, theorems) = parse_oracles(&a.oracles).map_err(CliError::usage)?;
+    if oracles
+        .as_ref()
+        .is_some_and(|o| o.contains(&OracleId::Differential))
+        && a.target.vs.is_none()
+    {
+        return Err(CliError::usage(
+            "--oracles differential compares two targets: give the second with --vs",
+        ));
+    }
+    let mut theorem_target = None;
+    if !theorems.is_empty() {
+        let spec = a.target.specs().0;
+        // Refused before anything else is checked: no other option makes this target judgeable.
+        if let Err(why) = spec.check_theorem_target() {
+            let names: Vec<&str> = theorems.iter().map(|t| t.name()).collect();
+            return Err(CliError::usage(format!(
+                "--oracles {}: {why}",
+                names.join(",")
+            )));
+        }
+        if oracles.as_ref().is_some_and(|o| o.is_empty()) && a.target.vs.is_some() {
+            return Err(CliError::usage(
+                "--vs is for the differential oracle; the theorem oracles judge --target alone",
+            ));
+        }
+        if a.window == Some(0) {
+            return Err(CliError::usage("--window 0 hides every key"));
+        }
+        if !a.no_theorem_bias {
+            gen.theorems = theorems.clone();
+            gen.window = a.window;
+        }
+        theorem_target = Some(spec.theorem_target(a.window).map_err(CliError::usage)?);
+    } else if a.window.is_some() || a.no_theorem_bias {
+        return Err(CliError::usage(
+            "--window and --no-theorem-bias apply to the theorem oracles (--oracles T1,T2,T3)",
+        ));
+    }
     if a.cases == Some(0) {
         return Err(CliError::usage("--cases must be at least 1"));
     }
@@ -216,9 +301,26 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
             ..ShrinkConfig::default()
         },
         shrinks_per_signature: a.shrinks_per_signature.max(1),
+        oracles,
+        theorems,
+    };
+    let mut checker = match theorem_target {
+        None => None,
+        Some((target, reference)) => Some(TheoremChecker::new(
+            target,
+            reference,
+            a.window,
+            Tolerance::EXACT,
+        )),
     };
     let mut display = Display::new(&a.out);
-    let report = run_fuzz(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
+    let report = run_fuzz_with(
+        &cfg,
+        fa.as_ref(),
+        fb.as_deref(),
+        checker.as_mut(),
+        &mut |e| display.show(e),
+    )?;
     a.out.emit(&report)?;
     let fz = report.fuzz.as_ref().expect("a fuzz report");
     if !a.out.quiet {
@@ -226,6 +328,9 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
             "kvaudit fuzz: seed {}: {} cases, {} target executions; shrinking took {} executions, {:.3} s",
             fz.seed, fz.cases, fz.executions, fz.shrink_executions, fz.shrink_elapsed_s
         );
+        for t in &fz.theorems {
+            eprintln!("kvaudit fuzz: {}", t.summary());
+        }
     }
     if !a.no_repros && report.has_findings() {
         let repros = repros_of(&report, &record_on, &date)?;

@@ -36,6 +36,7 @@ use crate::op::{Op, Pos, SeqId, Trace};
 use crate::state::{parse_seq_state, LayerRows, StateFormat};
 use crate::target::{CacheUnderTest, HarnessError, OpOutcome};
 
+pub mod oracle;
 pub mod pair;
 pub mod reference;
 pub mod t1;
@@ -572,6 +573,68 @@ pub fn derive_pair(theorem: Theorem, trace: &Trace, window: Option<u32>) -> Opti
             t3::prefix_pair(trace).or_else(|| window.and_then(|w| t3::out_of_window_pair(trace, w)))
         }
     }
+}
+
+/// How a pair was derived from a trace (a theorem may have several derivations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Derivation {
+    /// T2: the never-saw partner of the last eviction ([`t2::never_saw_pair`]).
+    NeverSaw,
+    /// T3: the fresh recompute of the last prefix copy ([`t3::prefix_pair`]).
+    Prefix,
+    /// T3 with a window: the trace without its last eviction, of keys no later query can see
+    /// ([`t3::out_of_window_pair`]).
+    OutOfWindow,
+}
+
+impl Derivation {
+    /// The name used in reports (as in `tests/data/theorems`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Derivation::NeverSaw => "never_saw",
+            Derivation::Prefix => "prefix",
+            Derivation::OutOfWindow => "out_of_window",
+        }
+    }
+
+    /// The derivations of `theorem` (none for T1, which needs no partner).
+    pub fn of(theorem: Theorem) -> &'static [Derivation] {
+        match theorem {
+            Theorem::T1 => &[],
+            Theorem::T2 => &[Derivation::NeverSaw],
+            Theorem::T3 => &[Derivation::Prefix, Derivation::OutOfWindow],
+        }
+    }
+
+    /// The pair this derivation gives for `trace` under `window`, if any.
+    pub fn derive(self, trace: &Trace, window: Option<u32>) -> Option<Pair> {
+        match self {
+            Derivation::NeverSaw => t2::never_saw_pair(trace),
+            Derivation::Prefix => t3::prefix_pair(trace),
+            Derivation::OutOfWindow => window.and_then(|w| t3::out_of_window_pair(trace, w)),
+        }
+    }
+}
+
+impl fmt::Display for Derivation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Every pair `theorem` derives from `trace`, by derivation: [`derive_pair`] stops at the first,
+/// while random exploration judges each (a trace may end with both a prefix copy and an
+/// out-of-window eviction, and each is a T3 relation of its own).
+pub fn derive_pairs(
+    theorem: Theorem,
+    trace: &Trace,
+    window: Option<u32>,
+) -> Vec<(Derivation, Pair)> {
+    Derivation::of(theorem)
+        .iter()
+        .filter_map(|&d| d.derive(trace, window).map(|p| (d, p)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Command-line cases: run the real binary and check exit code and output. `@DATA/` in an
-//! argument stands for `tests/data/cli/`.
+//! argument stands for `tests/data/cli/`. Cases live in `tests/data/cli/cases.json` and in any
+//! `tests/data/cli/cases_*.json` (same format; one file per feature keeps concurrent edits apart).
 
 use std::process::Command;
 
@@ -19,11 +20,18 @@ struct CliCase {
 }
 
 pub fn trials() -> Vec<Trial> {
-    let path = super::root().join("tests/data/cli/cases.json");
-    let text = std::fs::read_to_string(&path).expect("tests/data/cli/cases.json");
-    let cases: Vec<CliCase> = serde_json::from_str(&text).expect("cases.json parses");
-    cases
+    let files = super::data_files(&super::root().join("tests/data/cli"), "json");
+    let cases = files
         .into_iter()
+        .filter(|(stem, _)| stem == "cases" || stem.starts_with("cases_"))
+        .flat_map(|(stem, path)| {
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let cases: Vec<CliCase> = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("tests/data/cli/{stem}.json does not parse: {e}"));
+            cases
+        });
+    cases
         .map(|c| {
             Trial::test(format!("cli::{}", c.name), move || {
                 super::outcome(check(&c))
