@@ -478,8 +478,8 @@ fn theorem_chunk(g: &GenConfig, last: bool) -> BoxedStrategy<Vec<Op>> {
 
 /// Traces biased towards the pairs of T2 and T3 (`g.theorems`): a random prefix of up to
 /// `max_len / 4` chunks of the plain generator (which leaves the cells fragmented, shared and
-/// shifted), then, with probability 1/3, one theorem chunk, then a last one ([`evict_chunk`],
-/// [`prefix_chunk`], [`window_chunk`]). The prefix is cut so that the whole fits `max_len`;
+/// shifted), then, with probability 1/3, one theorem chunk, then a last one (`evict_chunk`,
+/// `prefix_chunk`, `window_chunk`). The prefix is cut so that the whole fits `max_len`;
 /// `min_len` does not apply. The plain generator almost never draws a trace whose last eviction
 /// or copy has a partner; these chunks do most of the time, while the prefix still decides
 /// where the cells are.

@@ -933,7 +933,7 @@ const CMAKE_FILES: &[&str] = &[
 ];
 
 /// Define names in the tree's CMake files that the recipe neither passes nor lists in
-/// [`CMAKE_DEFINES_NOT_PASSED`].
+/// `CMAKE_DEFINES_NOT_PASSED`.
 pub fn unknown_cmake_defines(src: &Path, recipe: &Recipe) -> Result<Vec<String>> {
     let mut known = recipe.passed_define_names();
     known.extend(

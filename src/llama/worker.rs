@@ -1,26 +1,29 @@
 //! Crash isolation: llama.cpp runs in a worker process, so an abort is a finding, not the end.
 //!
 //! The parent ([`WorkerRunner`], a [`TrialRunner`]) starts `kvaudit worker` with the shim and the
-//! model, sends batches of traces as JSON lines on its stdin and reads one [`TrialRun`] per trace
-//! back, each line flushed as soon as the trial ends. The child ([`worker_main`]) runs each trace
-//! with a [`LocalRunner`] over a [`LlamaTarget`]. Before every op it records (trial, step) in a
-//! static; a signal handler for SIGABRT, SIGSEGV, SIGFPE, SIGBUS and SIGILL writes them to stderr
-//! and lets the signal kill the process. The parent then turns the missing result into
-//! [`TrialEnd::Crashed`] with the signal, the step and the last lines llama.cpp printed (the
-//! failed `GGML_ASSERT` or `assert`), restarts the worker and goes on with the rest of the batch.
-//! A trial that gives no answer within the timeout is a hang: the worker is killed and the trial
-//! is a crash finding too.
+//! model, sends batches of traces as JSON lines on its stdin (in a compact form: `Request`,
+//! `WireRun`) and reads one [`TrialRun`] per trace back, flushed in groups of `REPLY_GROUP`.
+//! The worker ([`worker_main`]) is a fork server: it loads everything once, warms a context up,
+//! and forks a child that runs the traces with a [`LocalRunner`] over a [`LlamaTarget`]. Before
+//! every op the child records (trial, step) in a static; a signal handler for SIGABRT, SIGSEGV,
+//! SIGFPE, SIGBUS and SIGILL writes them to stderr and lets the signal kill the child. The server
+//! then reports the death (`Reply::Died`) and forks a new child from its warm state; the parent
+//! turns the missing result into [`TrialEnd::Crashed`] with the signal, the step and the last
+//! lines llama.cpp printed (the failed `GGML_ASSERT` or `assert`) and goes on with the rest of the
+//! batch. A trial that gives no answer within the timeout is a hang: SIGABRT to the worker, which
+//! the server forwards to the child, and the trial is a crash finding too. Should the server
+//! itself die, the parent starts a new worker.
 //!
 //! The target is deterministic, so a trace whose first `step` ops crashed once crashes again: the
 //! parent remembers crashing prefixes and answers later traces that start with one without
 //! running them (this keeps `+assert` audits, where thousands of traces share a crashing prefix,
-//! from restarting the worker thousands of times).
+//! from crashing thousands of times).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -136,6 +139,9 @@ enum Reply {
     Ready(TargetInfo),
     Run(WireRun),
     Error(String),
+    /// The fork server's child running the request died; its raw `waitpid` status. The server
+    /// lives on and takes the next request (see [`worker_main`]).
+    Died(i32),
 }
 
 /// A [`TrialRun`] as the worker writes it: JSON arrays instead of objects, and the two common
@@ -232,6 +238,14 @@ struct Worker {
     stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// How a trial's process died, and what it printed.
+struct Death {
+    status: Option<std::process::ExitStatus>,
+    stderr: String,
+    /// Whether the fork server lives on (only its child died) and can take the next request.
+    server_alive: bool,
+}
+
 impl Worker {
     /// Waits for the child to end and for its stderr to be drained; returns status and text.
     fn reap(&mut self) -> (Option<std::process::ExitStatus>, String) {
@@ -241,6 +255,69 @@ impl Worker {
         }
         let text = self.stderr.lock().expect("stderr buffer").clone();
         (status, text)
+    }
+
+    /// The whole worker process ended (its stdout closed).
+    fn server_died(&mut self) -> Death {
+        let (status, stderr) = self.reap();
+        Death {
+            status,
+            stderr,
+            server_alive: false,
+        }
+    }
+
+    /// The fork server said its child died with the raw wait status `raw`. Takes what the child
+    /// printed: everything on stderr up to the server's [`DIED_MARKER`] line, which it writes
+    /// after the child has ended (waiting briefly for the reader thread to catch up).
+    fn child_died(&mut self, raw: i32) -> Death {
+        use std::os::unix::process::ExitStatusExt;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let stderr = loop {
+            {
+                let mut buf = self.stderr.lock().expect("stderr buffer");
+                if let Some(i) = buf.find(DIED_MARKER) {
+                    let text = buf[..i].to_string();
+                    let end = buf[i..].find('\n').map_or(buf.len(), |n| i + n + 1);
+                    buf.drain(..end);
+                    break text;
+                }
+                if std::time::Instant::now() > deadline {
+                    break std::mem::take(&mut *buf);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        Death {
+            status: Some(std::process::ExitStatus::from_raw(raw)),
+            stderr,
+            server_alive: true,
+        }
+    }
+
+    /// Ends a hanging trial: SIGABRT to the worker, which its fork server forwards to the running
+    /// child; then the child's death as the server reports it, or the server's own end.
+    fn abort_hang(&mut self) -> Death {
+        // SAFETY: kill(2) on our own child's pid; it is waited for (reaped) before it is dropped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGABRT);
+        }
+        loop {
+            match self.lines.recv_timeout(Duration::from_secs(10)) {
+                Ok(Some(l)) => {
+                    if let Ok(Reply::Died(raw)) = serde_json::from_str::<Reply>(&l) {
+                        return self.child_died(raw);
+                    }
+                    // A reply the child flushed before it was stopped: the trial it answers ran
+                    // before the hang and is sent again with the rest.
+                }
+                Ok(None) | Err(RecvTimeoutError::Disconnected) => return self.server_died(),
+                Err(RecvTimeoutError::Timeout) => {
+                    let _ = self.child.kill();
+                    return self.server_died();
+                }
+            }
+        }
     }
 }
 
@@ -259,6 +336,9 @@ pub struct WorkerRunner {
     crashes: HashMap<(Setup, Vec<Op>), String>,
     /// Worker processes started so far (restarts after crashes included).
     pub starts: usize,
+    /// Processes lost to a crash or a hang so far: a fork server's child (the server lives on) or
+    /// the whole worker.
+    pub deaths: usize,
 }
 
 const STDERR_KEEP: usize = 8192;
@@ -283,9 +363,15 @@ impl WorkerRunner {
             worker: None,
             crashes: HashMap::new(),
             starts: 0,
+            deaths: 0,
         };
         r.start()?;
         Ok(r)
+    }
+
+    /// How long a trial may run before it counts as a hang, from now on.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.spec.timeout = timeout;
     }
 
     fn harness(&self, message: impl std::fmt::Display) -> HarnessError {
@@ -429,53 +515,66 @@ impl WorkerRunner {
         let w = self.worker.as_mut().expect("a request was written");
         let mut runs = Vec::with_capacity(traces.len());
         while runs.len() < traces.len() {
-            match w.lines.recv_timeout(self.spec.timeout) {
+            let death = match w.lines.recv_timeout(self.spec.timeout) {
                 Ok(Some(l)) => match serde_json::from_str::<Reply>(&l) {
-                    Ok(Reply::Run(r)) => runs.push(r.into()),
+                    Ok(Reply::Run(r)) => {
+                        runs.push(r.into());
+                        continue;
+                    }
+                    Ok(Reply::Died(raw)) => w.child_died(raw),
                     Ok(Reply::Error(e)) => return Err(self.harness(format!("worker: {e}"))),
                     _ => return Err(self.harness(format!("worker sent an unexpected line: {l:?}"))),
                 },
-                Ok(None) | Err(RecvTimeoutError::Disconnected) => {
-                    let (status, text) = w.reap();
-                    let Some((at, marker_step)) = crash_marker(&text) else {
-                        // No marker (an exit without a signal): which unreported trace died is
-                        // unknown, so run them again one reply at a time to find out.
-                        if !flush_each {
-                            self.worker = None;
-                            let (more, died) = self.send(&traces[runs.len()..], last_only, true)?;
-                            let base = runs.len();
-                            runs.extend(more);
-                            return Ok((runs, died.map(|(i, e)| (base + i, e))));
-                        }
-                        let end = crash_end(&text, status, None, traces[runs.len()].ops.len());
-                        self.worker = None;
-                        return Ok((runs.clone(), Some((runs.len(), end))));
-                    };
-                    let marker_step = Some(marker_step);
-                    let at = at.clamp(runs.len(), traces.len() - 1);
-                    let end = crash_end(&text, status, marker_step, traces[at].ops.len());
-                    self.worker = None;
-                    return Ok((runs, Some((at, end))));
-                }
+                Ok(None) | Err(RecvTimeoutError::Disconnected) => w.server_died(),
                 Err(RecvTimeoutError::Timeout) => {
-                    // SIGABRT makes the worker's handler say which trial and step it is stuck in.
-                    // SAFETY: kill(2) on our own child's pid; the child is waited for below.
-                    unsafe {
-                        libc::kill(w.child.id() as libc::pid_t, libc::SIGABRT);
-                    }
-                    let (_, text) = w.reap();
-                    let (at, step) =
-                        crash_marker(&text).unwrap_or((runs.len(), traces[runs.len()].ops.len()));
+                    // SIGABRT makes the running child's handler say which trial and step it is
+                    // stuck in (the fork server forwards it; a server stuck itself dies of it).
+                    let death = w.abort_hang();
+                    self.deaths += 1;
+                    let (at, step) = crash_marker(&death.stderr)
+                        .unwrap_or((runs.len(), traces[runs.len()].ops.len()));
                     let at = at.clamp(runs.len(), traces.len() - 1);
                     let step = step.clamp(1, traces[at].ops.len().max(1));
                     let message = format!(
                         "hang: no result within {:.1} s",
                         self.spec.timeout.as_secs_f64()
                     );
-                    self.worker = None;
+                    if !death.server_alive {
+                        self.worker = None;
+                    }
                     return Ok((runs, Some((at, TrialEnd::Crashed { step, message }))));
                 }
+            };
+            self.deaths += 1;
+            if !death.server_alive {
+                self.worker = None;
             }
+            let Some((at, marker_step)) = crash_marker(&death.stderr) else {
+                // No marker (an exit without a signal): which unreported trace died is unknown,
+                // so run them again one reply at a time to find out.
+                if !flush_each {
+                    let (more, died) = self.send(&traces[runs.len()..], last_only, true)?;
+                    let base = runs.len();
+                    runs.extend(more);
+                    return Ok((runs, died.map(|(i, e)| (base + i, e))));
+                }
+                let end = crash_end(
+                    &death.stderr,
+                    death.status,
+                    None,
+                    traces[runs.len()].ops.len(),
+                );
+                let at = runs.len();
+                return Ok((runs, Some((at, end))));
+            };
+            let at = at.clamp(runs.len(), traces.len() - 1);
+            let end = crash_end(
+                &death.stderr,
+                death.status,
+                Some(marker_step),
+                traces[at].ops.len(),
+            );
+            return Ok((runs, Some((at, end))));
         }
         Ok((runs, None))
     }
@@ -777,6 +876,15 @@ fn keep_freed_memory() {
 
 /// The child: `kvaudit worker --shim SO --model GGUF --label L [--rot-fields] [--rebuild-resets]`.
 /// Returns the process exit code.
+///
+/// The process is a fork server (as AFL's): it loads the shim and the model once, reads the first
+/// request, opens the context and builds that request's setup (a warm-up trial with no ops), then
+/// forks a child that runs the request and every later one, reading them from stdin itself. A
+/// child that dies takes only itself down: the server reports `Reply::Died` and forks a new
+/// child from the same warm state, which reads the next request. Without it every crash cost a
+/// new process (exec, dynamic loading, model, context and setup: about 25 ms; an `+assert`
+/// depth-3 audit crashes about 2,000 times). A child lives until it dies or stdin closes, since a
+/// fork per request costs a fifth of a release audit's time in copy-on-write faults.
 pub fn worker_main(
     shim: &Path,
     model: &Path,
@@ -788,58 +896,229 @@ pub fn worker_main(
     keep_freed_memory();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    let mut say = |reply: &Reply, flush: bool| -> bool {
-        let ok = serde_json::to_writer(&mut out, reply).is_ok() && out.write_all(b"\n").is_ok();
-        ok && (!flush || out.flush().is_ok())
-    };
     let loaded = match LlamaShim::load(shim) {
         Ok(s) => s,
         Err(e) => {
-            say(&Reply::Error(format!("{e:#}")), true);
+            say(&mut out, &Reply::Error(format!("{e:#}")), true);
             return 3;
         }
     };
     let target = LlamaTarget::new(loaded, model, label, format, reset);
     let mut runner = LocalRunner::new(Box::new(Stepped(target)));
-    if !say(&Reply::Ready(runner.info()), true) {
+    if !say(&mut out, &Reply::Ready(runner.info()), true) {
         return 3;
     }
-    let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
-        let Ok(line) = line else { return 3 };
-        let req: Request = match serde_json::from_str(&line) {
-            Ok(r) => r,
-            Err(e) => {
-                say(&Reply::Error(format!("bad request: {e}")), true);
-                return 3;
-            }
-        };
-        for trial in 0..req.traces.len() {
-            let t = match req.trace(trial) {
-                Ok(t) => t,
-                Err(e) => {
-                    say(&Reply::Error(format!("bad request: {e}")), true);
-                    return 3;
-                }
-            };
-            CURRENT_TRIAL.store(trial, Ordering::Relaxed);
-            let result = if req.last_only {
-                runner.run_last(&t)
-            } else {
-                runner.run(&t)
-            };
-            let reply = match result {
-                Ok(run) => Reply::Run(WireRun::from(&run)),
-                Err(e) => Reply::Error(e.to_string()),
-            };
-            let flush =
-                req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == req.traces.len();
-            if !say(&reply, flush) {
-                return 3;
-            }
+    let mut input = std::io::BufReader::new(std::io::stdin());
+    let mut first = match read_request(&mut input, &mut out) {
+        Ok(Some(r)) => Some(r),
+        Ok(None) => return 0,
+        Err(code) => return code,
+    };
+    // Warm up here, so that every child starts with the context open and the setup's state saved
+    // (its resets then restore it). A failure is left for the child to report.
+    if let Some((_, traces)) = &first {
+        if let Some(t) = traces.first() {
+            let _ = runner.run_last(&Trace {
+                setup: t.setup.clone(),
+                ops: vec![],
+            });
         }
     }
+    if !input.buffer().is_empty() {
+        // The parent sends one request at a time and waits for its replies: bytes beyond the first
+        // line would be read by the first child only and lost to later ones.
+        say(
+            &mut out,
+            &Reply::Error("a second request arrived before the first was answered".into()),
+            true,
+        );
+        return 3;
+    }
+    install_forwarding_abort_handler();
+    // SAFETY: getpid cannot fail.
+    let server = unsafe { libc::getpid() };
+    loop {
+        if out.flush().is_err() {
+            return 3;
+        }
+        // SAFETY: this process has one thread (the worker runs no other), so the child may go on
+        // running Rust and llama.cpp code; it leaves with _exit, never returning into this loop.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            say(&mut out, &Reply::Error("fork failed".into()), true);
+            return 3;
+        }
+        if pid == 0 {
+            // A child outliving its server would keep the pipes open, and the parent would wait
+            // forever for the end of a worker that is gone: die with the server.
+            // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid only affect this process.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != server {
+                    libc::_exit(3);
+                }
+            }
+            install_signal_handlers();
+            let code = serve_requests(&mut runner, first.take(), &mut input, &mut out);
+            // SAFETY: _exit(2) ends the child without running exit handlers it shares with the
+            // server; its replies are flushed.
+            unsafe { libc::_exit(code) };
+        }
+        // Only the child reads stdin from here on; a later child reads it afresh.
+        first = None;
+        CHILD.store(pid, Ordering::SeqCst);
+        let status = wait_for(pid);
+        CHILD.store(0, Ordering::SeqCst);
+        if libc::WIFEXITED(status) && matches!(libc::WEXITSTATUS(status), 0 | 3) {
+            // stdin closed (0) or the child reported a harness error itself (3).
+            return libc::WEXITSTATUS(status);
+        }
+        // The child's last words are on stderr before this line: the parent reads up to it.
+        eprintln!("{DIED_MARKER}");
+        if !say(&mut out, &Reply::Died(status), true) {
+            return 3;
+        }
+        input = std::io::BufReader::new(std::io::stdin());
+    }
+}
+
+/// Reads and decodes one request line: `Ok(None)` at the end of input; `Err(exit code)` after
+/// reporting a malformed request.
+#[allow(clippy::type_complexity)]
+fn read_request(
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+) -> Result<Option<(Request, Vec<Trace>)>, i32> {
+    let mut line = String::new();
+    match input.read_line(&mut line) {
+        Ok(0) => return Ok(None),
+        Ok(_) => {}
+        Err(_) => return Err(3),
+    }
+    let decoded = serde_json::from_str::<Request>(&line)
+        .map_err(|e| e.to_string())
+        .and_then(|req| {
+            let traces = (0..req.traces.len())
+                .map(|i| req.trace(i))
+                .collect::<Result<Vec<Trace>, String>>()?;
+            Ok((req, traces))
+        });
+    match decoded {
+        Ok(r) => Ok(Some(r)),
+        Err(e) => {
+            say(out, &Reply::Error(format!("bad request: {e}")), true);
+            Err(3)
+        }
+    }
+}
+
+/// The fork server's child: runs `first` (the request the server read) and then every request on
+/// stdin. Exit codes: 0 stdin closed, 3 a harness error (reported as [`Reply::Error`]); any other
+/// end is a death the server reports.
+fn serve_requests(
+    runner: &mut LocalRunner,
+    mut first: Option<(Request, Vec<Trace>)>,
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+) -> i32 {
+    loop {
+        let (req, traces) = match first.take() {
+            Some(r) => r,
+            None => match read_request(input, out) {
+                Ok(Some(r)) => r,
+                Ok(None) => return 0,
+                Err(code) => return code,
+            },
+        };
+        let code = run_request(runner, &traces, &req, out);
+        if code != 0 {
+            return code;
+        }
+    }
+}
+
+/// What the fork server writes on stderr after a child died, after everything the child wrote.
+const DIED_MARKER: &str = "kvaudit-worker: child ended";
+
+/// The child of the fork server running one request's trials (0: done; 3: a harness error,
+/// already reported as [`Reply::Error`]).
+fn run_request(
+    runner: &mut LocalRunner,
+    traces: &[Trace],
+    req: &Request,
+    out: &mut impl Write,
+) -> i32 {
+    for (trial, t) in traces.iter().enumerate() {
+        CURRENT_TRIAL.store(trial, Ordering::Relaxed);
+        let result = if req.last_only {
+            runner.run_last(t)
+        } else {
+            runner.run(t)
+        };
+        let (reply, failed) = match result {
+            Ok(run) => (Reply::Run(WireRun::from(&run)), false),
+            Err(e) => (Reply::Error(e.to_string()), true),
+        };
+        let flush =
+            failed || req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == traces.len();
+        if !say(out, &reply, flush) || failed {
+            return 3;
+        }
+    }
+    if out.flush().is_err() {
+        return 3;
+    }
     0
+}
+
+/// Writes one reply line, flushing when asked.
+fn say(out: &mut impl Write, reply: &Reply, flush: bool) -> bool {
+    let ok = serde_json::to_writer(&mut *out, reply).is_ok() && out.write_all(b"\n").is_ok();
+    ok && (!flush || out.flush().is_ok())
+}
+
+/// `waitpid` until the child has ended (a forwarded SIGABRT interrupts the wait); the raw status.
+fn wait_for(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child; status is a valid out-pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return status;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // No such child any more: report it as a plain failure.
+            return 255 << 8;
+        }
+    }
+}
+
+/// The fork server's running child (0: none).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+/// In the fork server, SIGABRT (the parent's "this trial hangs") goes to the running child, whose
+/// own handler then says which trial and step it was in. Without a child, the server itself is
+/// stuck (in a warm-up), and the signal is fatal as usual.
+extern "C" fn on_abort_in_server(sig: libc::c_int) {
+    let child = CHILD.load(Ordering::SeqCst);
+    if child > 0 {
+        // SAFETY: kill(2) is async-signal-safe; child is our own child's pid.
+        unsafe {
+            libc::kill(child, libc::SIGABRT);
+        }
+        return;
+    }
+    on_fatal_signal(sig);
+}
+
+fn install_forwarding_abort_handler() {
+    // SAFETY: on_abort_in_server only makes async-signal-safe calls (kill, or on_fatal_signal's).
+    unsafe {
+        libc::signal(
+            libc::SIGABRT,
+            on_abort_in_server as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,17 @@ enum Case {
         finding: Value,
         reproduces: std::collections::BTreeMap<String, bool>,
     },
+    Hang {
+        #[allow(dead_code)]
+        about: String,
+        target: String,
+        setup: Setup,
+        ops: Vec<Op>,
+        copies: usize,
+        /// A trace run before and after the hangs (none of its prefixes may hang: answered
+        /// without running, they would prove nothing).
+        control: Vec<Op>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -79,7 +90,79 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             reproduces,
             ..
         } => check_repro_c(&finding, &reproduces),
+        Case::Hang {
+            target,
+            setup,
+            ops,
+            copies,
+            control,
+            ..
+        } => check_hang(&target, setup, ops, copies, control),
     }
+}
+
+/// A trial past the hang timeout is a crash finding, and the fork server survives it: the
+/// timeout is made zero for one batch, so that the parent gives up on trials that are running.
+fn check_hang(
+    target: &str,
+    setup: Setup,
+    ops: Vec<Op>,
+    copies: usize,
+    control: Vec<Op>,
+) -> Result<(), String> {
+    let spec = llama_worker_spec(target, None)?;
+    let normal = spec.timeout;
+    let mut runner = WorkerRunner::new(spec).map_err(|e| e.to_string())?;
+    let control = Trace {
+        setup: setup.clone(),
+        ops: control,
+    };
+    let trace = Trace { setup, ops };
+    if control.ops.first() == trace.ops.first() {
+        return Err("the control trace must start with another op than the hanging one".into());
+    }
+    let completes = |runner: &mut WorkerRunner, when: &str| -> Result<(), String> {
+        let runs = runner
+            .run_batch_last(std::slice::from_ref(&control))
+            .map_err(|e| e.to_string())?;
+        match &runs[0].end {
+            TrialEnd::Completed => Ok(()),
+            other => Err(format!("{when}: the trace ended {other:?}")),
+        }
+    };
+    completes(&mut runner, "before")?;
+    runner.set_timeout(std::time::Duration::ZERO);
+    let runs = runner
+        .run_batch_last(&vec![trace.clone(); copies])
+        .map_err(|e| e.to_string())?;
+    let hangs = runs
+        .iter()
+        .filter(|r| matches!(&r.end, TrialEnd::Crashed { message, .. } if message.starts_with("hang: ")))
+        .count();
+    if let Some(odd) = runs.iter().find(|r| {
+        !matches!(&r.end, TrialEnd::Completed)
+            && !matches!(&r.end, TrialEnd::Crashed { message, .. } if message.starts_with("hang: "))
+    }) {
+        return Err(format!(
+            "a trace ended {:?}, neither completed nor a hang",
+            odd.end
+        ));
+    }
+    if hangs == 0 || runner.deaths == 0 {
+        return Err(format!(
+            "a zero timeout gave {hangs} hangs and {} deaths in {copies} traces",
+            runner.deaths
+        ));
+    }
+    runner.set_timeout(normal);
+    completes(&mut runner, "after the hangs")?;
+    if runner.starts != 1 {
+        return Err(format!(
+            "the worker was started {} times: a hang took the fork server down",
+            runner.starts
+        ));
+    }
+    Ok(())
 }
 
 fn check_batch(target: &str, setup: Setup, traces: Vec<BatchTrace>) -> Result<(), String> {
@@ -127,12 +210,12 @@ fn check_batch(target: &str, setup: Setup, traces: Vec<BatchTrace>) -> Result<()
             (want, got) => return Err(format!("trace {i}: ended {got:?}, expected {want:?}")),
         }
     }
-    if runner.starts < 2
+    if runner.deaths == 0
         && runs
             .iter()
             .any(|r| matches!(r.end, TrialEnd::Crashed { .. }))
     {
-        return Err("a crash did not restart the worker".into());
+        return Err("a crash was not seen as the death of a worker process".into());
     }
     Ok(())
 }
