@@ -7,8 +7,8 @@
 //! decode of the setup for every trial. All on the audit model
 //! ([`kvaudit::model::tiny::TinyModelSpec::audit`]) unless `--model FILE` names another. Figures
 //! only; asserts nothing. `--pin 0.1.161` picks one pin, `--trials N` caps the in-process runs
-//! (default: 20,000 depth-3 trials spread evenly over all of them; the naive harness gets the
-//! first 1,000 of those); `--only audit|restore|naive` runs one part (for profiling one path).
+//! (default: all 117,649 depth-3 trials; fewer are spread evenly over them; the naive harness
+//! gets the first 1,000); `--only audit|restore|naive` runs one part (for profiling one path).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -106,7 +106,7 @@ fn main() {
     };
     let limit: usize = flag("--trials")
         .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+        .unwrap_or(49 * 49 * 49);
     let only = flag("--only");
     if let Some(o) = &only {
         assert!(
