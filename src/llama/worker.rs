@@ -232,7 +232,10 @@ impl From<WireRun> for TrialRun {
 struct Worker {
     child: Child,
     stdin: ChildStdin,
-    lines: Receiver<Option<String>>,
+    /// Groups of stdout lines, as the reader thread found them in one read; `None` at the end.
+    lines: Receiver<Option<Vec<String>>>,
+    /// Lines of the last group not taken yet.
+    pending: std::collections::VecDeque<String>,
     stderr: Arc<Mutex<String>>,
     /// Ends when the child's stderr closes: join it before reading what a dead child said.
     stderr_reader: Option<std::thread::JoinHandle<()>>,
@@ -255,6 +258,20 @@ impl Worker {
         }
         let text = self.stderr.lock().expect("stderr buffer").clone();
         (status, text)
+    }
+
+    /// The next line the worker wrote: `Ok(None)` when its stdout has closed.
+    fn next_line(&mut self, timeout: Duration) -> Result<Option<String>, RecvTimeoutError> {
+        if let Some(l) = self.pending.pop_front() {
+            return Ok(Some(l));
+        }
+        match self.lines.recv_timeout(timeout)? {
+            Some(group) => {
+                self.pending.extend(group);
+                Ok(self.pending.pop_front())
+            }
+            None => Ok(None),
+        }
     }
 
     /// The whole worker process ended (its stdout closed).
@@ -303,7 +320,7 @@ impl Worker {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGABRT);
         }
         loop {
-            match self.lines.recv_timeout(Duration::from_secs(10)) {
+            match self.next_line(Duration::from_secs(10)) {
                 Ok(Some(l)) => {
                     if let Ok(Reply::Died(raw)) = serde_json::from_str::<Reply>(&l) {
                         return self.child_died(raw);
@@ -412,17 +429,37 @@ impl WorkerRunner {
         let mut stderr_pipe = child.stderr.take().expect("piped");
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                match line {
-                    Ok(l) => {
-                        if tx.send(Some(l)).is_err() {
+            // The worker writes its replies in groups: pass each group on in one message (a
+            // message per line cost the parent a wake-up per trial).
+            let mut reader = BufReader::with_capacity(1 << 16, stdout);
+            loop {
+                let mut group = Vec::new();
+                loop {
+                    let mut line = String::new();
+                    match reader.read_line(&mut line) {
+                        Ok(0) | Err(_) => {
+                            if !group.is_empty() {
+                                let _ = tx.send(Some(group));
+                            }
+                            let _ = tx.send(None);
                             return;
                         }
+                        Ok(_) => {
+                            if line.ends_with('\n') {
+                                line.pop();
+                            }
+                            group.push(line);
+                        }
                     }
-                    Err(_) => break,
+                    // Another read only if a whole line is already buffered (no system call).
+                    if !reader.buffer().contains(&b'\n') {
+                        break;
+                    }
+                }
+                if tx.send(Some(group)).is_err() {
+                    return;
                 }
             }
-            let _ = tx.send(None);
         });
         let stderr = Arc::new(Mutex::new(String::new()));
         let keep = stderr.clone();
@@ -447,10 +484,11 @@ impl WorkerRunner {
             child,
             stdin,
             lines,
+            pending: std::collections::VecDeque::new(),
             stderr,
             stderr_reader: Some(stderr_reader),
         };
-        match w.lines.recv_timeout(Duration::from_secs(60)) {
+        match w.next_line(Duration::from_secs(60)) {
             Ok(Some(line)) => match serde_json::from_str::<Reply>(&line) {
                 Ok(Reply::Ready(info)) => self.info = info,
                 Ok(Reply::Error(e)) => {
@@ -515,7 +553,7 @@ impl WorkerRunner {
         let w = self.worker.as_mut().expect("a request was written");
         let mut runs = Vec::with_capacity(traces.len());
         while runs.len() < traces.len() {
-            let death = match w.lines.recv_timeout(self.spec.timeout) {
+            let death = match w.next_line(self.spec.timeout) {
                 Ok(Some(l)) => match serde_json::from_str::<Reply>(&l) {
                     Ok(Reply::Run(r)) => {
                         runs.push(r.into());
@@ -580,6 +618,10 @@ impl WorkerRunner {
     }
 
     fn known_crash(&self, trace: &Trace) -> Option<TrialEnd> {
+        // The lookup clones the key; most runs never crash, and then there is nothing to find.
+        if self.crashes.is_empty() {
+            return None;
+        }
         (1..=trace.ops.len()).find_map(|n| {
             self.crashes
                 .get(&(trace.setup.clone(), trace.ops[..n].to_vec()))
