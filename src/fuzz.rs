@@ -779,7 +779,11 @@ impl TheoremStats {
             self.unsupported,
             self.violations,
             if by.is_empty() { "none".to_string() } else { by.join(", ") }
-        )
+        ) + if self.checked == 0 {
+            " (never checked: this run says nothing about it)"
+        } else {
+            ""
+        }
     }
 }
 

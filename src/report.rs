@@ -343,7 +343,23 @@ impl Report {
             s.push_str(&fz.theorems_terminal(self.findings.len()));
         }
         if !self.has_findings() {
-            let _ = writeln!(s, "\nno findings");
+            // A theorem that judged no case must not read as a clean result.
+            let unchecked: Vec<&str> = self
+                .fuzz
+                .iter()
+                .flat_map(|fz| &fz.theorems)
+                .filter(|t| t.checked == 0)
+                .map(|t| t.theorem.name())
+                .collect();
+            if unchecked.is_empty() {
+                let _ = writeln!(s, "\nno findings");
+            } else {
+                let _ = writeln!(
+                    s,
+                    "\nno findings, but {} never checked a case",
+                    unchecked.join(", ")
+                );
+            }
         }
         s
     }
