@@ -272,6 +272,26 @@ impl Report {
         Table::new(rows).with(Style::rounded()).to_string()
     }
 
+    /// "no findings", saying which requested theorems never checked a case: a theorem that
+    /// judged nothing must not read as a clean result.
+    fn no_findings_line(&self) -> String {
+        let unchecked: Vec<&str> = self
+            .fuzz
+            .iter()
+            .flat_map(|fz| &fz.theorems)
+            .filter(|t| t.checked == 0)
+            .map(|t| t.theorem.name())
+            .collect();
+        if unchecked.is_empty() {
+            "no findings".into()
+        } else {
+            format!(
+                "no findings, but {} never checked a case",
+                unchecked.join(", ")
+            )
+        }
+    }
+
     fn heading(&self) -> String {
         let vs = self
             .vs
@@ -343,23 +363,7 @@ impl Report {
             s.push_str(&fz.theorems_terminal(self.findings.len()));
         }
         if !self.has_findings() {
-            // A theorem that judged no case must not read as a clean result.
-            let unchecked: Vec<&str> = self
-                .fuzz
-                .iter()
-                .flat_map(|fz| &fz.theorems)
-                .filter(|t| t.checked == 0)
-                .map(|t| t.theorem.name())
-                .collect();
-            if unchecked.is_empty() {
-                let _ = writeln!(s, "\nno findings");
-            } else {
-                let _ = writeln!(
-                    s,
-                    "\nno findings, but {} never checked a case",
-                    unchecked.join(", ")
-                );
-            }
+            let _ = writeln!(s, "\n{}", self.no_findings_line());
         }
         s
     }
@@ -431,7 +435,8 @@ impl Report {
             s.push_str(&fz.theorems_markdown(self.findings.len()));
         }
         if !self.has_findings() {
-            let _ = writeln!(s, "\nNo findings.");
+            let line = self.no_findings_line();
+            let _ = writeln!(s, "\n{}{}.", line[..1].to_uppercase(), &line[1..]);
         }
         s
     }
