@@ -102,10 +102,8 @@ fn setup() -> Setup {
 
 fn decode(seq: SeqId, tokens: &[i32], pos: Option<Pos>) -> Op {
     Op::Decode(Decode {
-        seqs: vec![seq],
-        n: tokens.len() as u32,
         pos,
-        tokens: Some(tokens.to_vec()),
+        ..Decode::tokens(seq, tokens)
     })
 }
 

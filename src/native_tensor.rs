@@ -274,12 +274,7 @@ mod tests {
     }
 
     fn decode(seq: SeqId, tokens: &[i32]) -> Op {
-        Op::Decode(Decode {
-            seqs: vec![seq],
-            n: tokens.len() as u32,
-            pos: None,
-            tokens: Some(tokens.to_vec()),
-        })
+        Op::Decode(Decode::tokens(seq, tokens))
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {

@@ -134,6 +134,16 @@ impl Decode {
         }
     }
 
+    /// A decode of the given token ids into `seq` at "next" positions.
+    pub fn tokens(seq: SeqId, tokens: &[i32]) -> Self {
+        Decode {
+            seqs: vec![seq],
+            n: tokens.len() as u32,
+            pos: None,
+            tokens: Some(tokens.to_vec()),
+        }
+    }
+
     /// The token ids this decode feeds.
     pub fn token_ids(&self) -> Vec<i32> {
         match &self.tokens {

@@ -544,12 +544,7 @@ pub fn decode_one(
     seq: SeqId,
     token: u32,
 ) -> Result<Result<Vec<f32>, String>, HarnessError> {
-    let op = Op::Decode(crate::op::Decode {
-        seqs: vec![seq],
-        n: 1,
-        pos: None,
-        tokens: Some(vec![token as i32]),
-    });
+    let op = Op::Decode(crate::op::Decode::tokens(seq, &[token as i32]));
     match target.apply(&op)? {
         OpOutcome::Decoded { rc: 0 } => match target.last_logits()? {
             Some(l) => Ok(Ok(l)),

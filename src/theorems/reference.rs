@@ -388,10 +388,8 @@ pub fn fresh_prefill_partner(trace: &Trace, seq: SeqId) -> Option<Trace> {
             ..trace.setup.clone()
         },
         ops: vec![Op::Decode(Decode {
-            seqs: vec![seq],
-            n: tokens.len() as u32,
             pos: (first != 0).then_some(first),
-            tokens: Some(tokens),
+            ..Decode::tokens(seq, &tokens)
         })],
     })
 }
@@ -408,12 +406,7 @@ mod tests {
     }
 
     fn decode(seq: SeqId, tokens: &[i32]) -> Op {
-        Op::Decode(Decode {
-            seqs: vec![seq],
-            n: tokens.len() as u32,
-            pos: None,
-            tokens: Some(tokens.to_vec()),
-        })
+        Op::Decode(Decode::tokens(seq, tokens))
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {

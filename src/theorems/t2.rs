@@ -93,12 +93,7 @@ mod tests {
     use crate::op::{Decode, Setup};
 
     fn decode(seq: SeqId, tokens: &[i32]) -> Op {
-        Op::Decode(Decode {
-            seqs: vec![seq],
-            n: tokens.len() as u32,
-            pos: None,
-            tokens: Some(tokens.to_vec()),
-        })
+        Op::Decode(Decode::tokens(seq, tokens))
     }
 
     #[test]
