@@ -183,45 +183,14 @@ mod tests {
 
     /// Shift the survivors up, bring a span in from a sibling, evict it, shift back.
     fn never_saw_trace() -> Trace {
-        Trace {
-            setup: Setup {
+        crate::theorems::t2::never_saw_witness(
+            Setup {
                 n_seq_max: 2,
                 ..Setup::default()
             },
-            ops: vec![
-                Op::Decode(Decode::next(0, 7)),
-                Op::SeqAdd {
-                    seq: 0,
-                    p0: 4,
-                    p1: -1,
-                    delta: 3,
-                },
-                Op::SeqCp {
-                    src: 0,
-                    dst: 1,
-                    p0: 0,
-                    p1: 4,
-                },
-                Op::Decode(Decode::next(1, 3)),
-                Op::SeqCp {
-                    src: 1,
-                    dst: 0,
-                    p0: 4,
-                    p1: 7,
-                },
-                Op::SeqRm {
-                    seq: 0,
-                    p0: 4,
-                    p1: 7,
-                },
-                Op::SeqAdd {
-                    seq: 0,
-                    p0: 7,
-                    p1: -1,
-                    delta: -3,
-                },
-            ],
-        }
+            vec![Op::Decode(Decode::next(0, 7))],
+            Op::Decode(Decode::next(1, 3)),
+        )
     }
 
     #[test]

@@ -87,6 +87,47 @@ pub(crate) fn recompute_pair(theorem: Theorem, trace: &Trace, partner: Trace, se
     }
 }
 
+/// The seed's never-saw witness: `prefill` puts 7 tokens into seq 0 (A at 0..4, B at 4..7); B is
+/// shifted up by 3, A copied to seq 1, `span` (3 tokens) decoded there after it and copied into
+/// seq 0 at 4..7, then evicted, and B shifted back. B never attended the span.
+#[cfg(test)]
+pub(crate) fn never_saw_witness(setup: crate::op::Setup, prefill: Vec<Op>, span: Op) -> Trace {
+    let mut ops = prefill;
+    ops.extend([
+        Op::SeqAdd {
+            seq: 0,
+            p0: 4,
+            p1: -1,
+            delta: 3,
+        },
+        Op::SeqCp {
+            src: 0,
+            dst: 1,
+            p0: 0,
+            p1: 4,
+        },
+        span,
+        Op::SeqCp {
+            src: 1,
+            dst: 0,
+            p0: 4,
+            p1: 7,
+        },
+        Op::SeqRm {
+            seq: 0,
+            p0: 4,
+            p1: 7,
+        },
+        Op::SeqAdd {
+            seq: 0,
+            p0: 7,
+            p1: -1,
+            delta: -3,
+        },
+    ]);
+    Trace { setup, ops }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,43 +140,11 @@ mod tests {
     #[test]
     fn span_from_a_sibling_is_never_seen_by_the_survivors() {
         // The survivors B were decoded before the span S existed; S came from seq 1.
-        let trace = Trace {
-            setup: Setup::default(),
-            ops: vec![
-                decode(0, &[1, 17, 42, 5]),
-                decode(0, &[63, 8, 30]),
-                Op::SeqAdd {
-                    seq: 0,
-                    p0: 4,
-                    p1: -1,
-                    delta: 3,
-                },
-                Op::SeqCp {
-                    src: 0,
-                    dst: 1,
-                    p0: 0,
-                    p1: 4,
-                },
-                decode(1, &[9, 21, 33]),
-                Op::SeqCp {
-                    src: 1,
-                    dst: 0,
-                    p0: 4,
-                    p1: 7,
-                },
-                Op::SeqRm {
-                    seq: 0,
-                    p0: 4,
-                    p1: 7,
-                },
-                Op::SeqAdd {
-                    seq: 0,
-                    p0: 7,
-                    p1: -1,
-                    delta: -3,
-                },
-            ],
-        };
+        let trace = never_saw_witness(
+            Setup::default(),
+            vec![decode(0, &[1, 17, 42, 5]), decode(0, &[63, 8, 30])],
+            decode(1, &[9, 21, 33]),
+        );
         let pair = never_saw_pair(&trace).unwrap();
         assert_eq!(pair.right.ops, vec![decode(0, &[1, 17, 42, 5, 63, 8, 30])]);
         assert!(!pair.last_logits);
