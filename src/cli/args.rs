@@ -9,6 +9,43 @@ use crate::domain::{parse_range, Domain, DomainOverrides, PRESETS};
 use crate::registry::TargetSpec;
 use crate::report::{write_atomically, Report};
 
+/// The runner factories of a target and of the optional second one (`--vs`); an unknown name
+/// or a fault the target cannot take is a usage error.
+#[allow(clippy::type_complexity)]
+pub fn factories(
+    a: &TargetSpec,
+    b: Option<&TargetSpec>,
+) -> Result<
+    (
+        Box<crate::explore::RunnerFactory<'static>>,
+        Option<Box<crate::explore::RunnerFactory<'static>>>,
+    ),
+    CliError,
+> {
+    let fa = a.factory().map_err(CliError::usage)?;
+    let fb = b
+        .map(|s| s.factory())
+        .transpose()
+        .map_err(CliError::usage)?;
+    Ok((fa, fb))
+}
+
+/// The targets of `--record-on LABEL...` (`native`, `native[fault]`, `llama.cpp@PIN`), each
+/// checked to exist now rather than after a long run.
+pub fn record_on_specs(labels: &[String]) -> Result<Vec<TargetSpec>, CliError> {
+    labels
+        .iter()
+        .map(|l| {
+            let spec = crate::repro::parse_label(l)
+                .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
+            spec.factory()
+                .map(drop)
+                .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
+            Ok(spec)
+        })
+        .collect()
+}
+
 /// Which target(s) to run.
 #[derive(Debug, Args)]
 pub struct TargetArgs {

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::args::{DomainArgs, OutputArgs, TargetArgs};
+use super::args::{factories, DomainArgs, OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
 use crate::exit;
@@ -95,11 +95,7 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     if let Some(b) = spec_b.as_mut() {
         b.model = a.model.clone();
     }
-    let fa = spec_a.factory().map_err(CliError::usage)?;
-    let fb = spec_b
-        .map(|s| s.factory())
-        .transpose()
-        .map_err(CliError::usage)?;
+    let (fa, fb) = factories(&spec_a, spec_b.as_ref())?;
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::args::{OutputArgs, TargetArgs};
+use super::args::{factories, record_on_specs, OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
 use crate::exit;
@@ -18,8 +18,7 @@ use crate::oracle::OracleId;
 use crate::registry::TargetSpec;
 use crate::report::{write_atomically, Report};
 use crate::repro::{
-    check_date, measure, parse_label, targets_of, today_utc, Expect, Found, Repro,
-    TargetExpectation,
+    check_date, measure, targets_of, today_utc, Expect, Found, Repro, TargetExpectation,
 };
 use crate::shrink::ShrinkConfig;
 use crate::theorems::oracle::TheoremChecker;
@@ -270,23 +269,8 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         None => today_utc(),
     };
     let (spec_a, spec_b) = a.target.specs();
-    let fa = spec_a.factory().map_err(CliError::usage)?;
-    let fb = spec_b
-        .as_ref()
-        .map(|s| s.factory())
-        .transpose()
-        .map_err(CliError::usage)?;
-    let record_on = a
-        .record_on
-        .iter()
-        .map(|l| parse_label(l))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
-    for spec in &record_on {
-        spec.factory()
-            .map(drop)
-            .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
-    }
+    let (fa, fb) = factories(&spec_a, spec_b.as_ref())?;
+    let record_on = record_on_specs(&a.record_on)?;
     let cfg = FuzzConfig {
         seed: a.seed.unwrap_or_else(clock_seed),
         cases: match (a.cases, time) {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::args::{factories, record_on_specs};
 use super::CliError;
 use crate::exit;
 use crate::judge::Judge;
@@ -12,8 +13,8 @@ use crate::oracle::OracleId;
 use crate::registry::TargetSpec;
 use crate::report::{write_atomically, Finding};
 use crate::repro::{
-    check_date, load_trace_or_repro, measure, parse_label, targets_of, today_utc, Expect, Found,
-    Repro, TargetExpectation,
+    check_date, load_trace_or_repro, measure, targets_of, today_utc, Expect, Found, Repro,
+    TargetExpectation,
 };
 use crate::shrink::{shrink, FailureMode, ShrinkConfig};
 
@@ -80,18 +81,8 @@ pub fn run(a: ShrinkArgs) -> Result<i32, CliError> {
             a.vs.as_ref().map(|v| TargetSpec::new(v, &a.inject_b)),
         ),
     };
-    let fa = spec_a.factory().map_err(CliError::usage)?;
-    let fb = spec_b
-        .as_ref()
-        .map(|s| s.factory())
-        .transpose()
-        .map_err(CliError::usage)?;
-    let record_on = a
-        .record_on
-        .iter()
-        .map(|l| parse_label(l))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
+    let (fa, fb) = factories(&spec_a, spec_b.as_ref())?;
+    let record_on = record_on_specs(&a.record_on)?;
     let date = match (&a.date, &input) {
         (Some(d), _) => check_date(d).map_err(|e| CliError::usage(format!("--date: {e}")))?,
         (None, Some(r)) => r.since.clone(),
