@@ -200,17 +200,23 @@ impl Judge {
     }
 }
 
+/// A judge of the native target with `faults`, for tests.
+#[cfg(test)]
+pub(crate) fn native_judge(faults: &[&str]) -> Judge {
+    let faults: Vec<String> = faults.iter().map(|s| s.to_string()).collect();
+    let f = crate::registry::TargetSpec::new("native", &faults)
+        .factory()
+        .unwrap();
+    Judge::new(f.as_ref(), None).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::op::{Decode, Op, Setup};
     use crate::registry::TargetSpec;
 
-    fn judge(faults: &[&str]) -> Judge {
-        let faults: Vec<String> = faults.iter().map(|s| s.to_string()).collect();
-        let f = TargetSpec::new("native", &faults).factory().unwrap();
-        Judge::new(f.as_ref(), None).unwrap()
-    }
+    use super::native_judge as judge;
 
     fn seed_trace(ops: Vec<Op>) -> Trace {
         Trace {

@@ -650,13 +650,7 @@ pub fn simplifications(op: &Op, n_seqs: SeqId) -> Vec<Op> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::TargetSpec;
-
-    fn judge(faults: &[&str]) -> Judge {
-        let faults: Vec<String> = faults.iter().map(|s| s.to_string()).collect();
-        let f = TargetSpec::new("native", &faults).factory().unwrap();
-        Judge::new(f.as_ref(), None).unwrap()
-    }
+    use crate::judge::native_judge as judge;
 
     fn fuzz_setup() -> Setup {
         Setup {

@@ -102,8 +102,21 @@ pub fn check_placement(
     model: &Model,
     tolerance: Tolerance,
 ) -> Result<Judgement, HarnessError> {
+    judge_placement(Theorem::T1, "placement", target, trace, model, tolerance)
+}
+
+/// Placement over `trace`, judged as `theorem`'s check `name` (T1 placement; T2's reposition
+/// witness is the same measurement).
+pub(crate) fn judge_placement(
+    theorem: Theorem,
+    name: &str,
+    target: &mut dyn CacheUnderTest,
+    trace: &Trace,
+    model: &Model,
+    tolerance: Tolerance,
+) -> Result<Judgement, HarnessError> {
     Ok(match placement(target, trace, model)? {
-        Ok((m, _)) => Judgement::Judged(Verdict::judge(Theorem::T1, "placement", tolerance, m)),
+        Ok((m, _)) => Judgement::Judged(Verdict::judge(theorem, name, tolerance, m)),
         Err(reason) => Judgement::Unsupported { reason },
     })
 }

@@ -20,8 +20,8 @@ use crate::target::{CacheUnderTest, HarnessError};
 
 use super::pair::{Continuation, Pair};
 use super::reference::fresh_prefill_partner;
-use super::t1::placement;
-use super::{Judgement, Theorem, Tolerance, Verdict};
+use super::t1::judge_placement;
+use super::{Judgement, Theorem, Tolerance};
 
 /// The token a derived pair's continuation starts with when the two sides' last logits are not
 /// comparable (the trace's last decode went elsewhere).
@@ -39,10 +39,7 @@ pub fn check_reposition(
     model: &Model,
     tolerance: Tolerance,
 ) -> Result<Judgement, HarnessError> {
-    Ok(match placement(target, trace, model)? {
-        Ok((m, _)) => Judgement::Judged(Verdict::judge(Theorem::T2, "reposition", tolerance, m)),
-        Err(reason) => Judgement::Unsupported { reason },
-    })
+    judge_placement(Theorem::T2, "reposition", target, trace, model, tolerance)
 }
 
 /// The partner of `trace` that never saw the span its last `seq_rm(s, ..)` evicted: a fresh
