@@ -95,38 +95,47 @@ pub fn batch_of(d: &crate::op::Decode) -> Vec<BatchToken> {
         .collect()
 }
 
+/// What a native cell cache (`name`: `native` or `native+tensors`) with `faults` says it is.
+pub(crate) fn native_info(name: &str, faults: Faults) -> TargetInfo {
+    TargetInfo {
+        name: name.into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        faults: faults.enabled().into_iter().map(String::from).collect(),
+        model: None,
+        state_format: StateFormat::default(),
+    }
+}
+
+/// The cell cache configuration for `setup`, or why the native cache `name` cannot hold it.
+pub(crate) fn cache_config(
+    name: &str,
+    setup: &Setup,
+    faults: Faults,
+) -> Result<CacheConfig, HarnessError> {
+    if setup.n_seq_max as usize > native_kv::MAX_SEQ {
+        return Err(HarnessError::Target {
+            target: name.into(),
+            message: format!(
+                "n_seq_max {} above the native limit {}",
+                setup.n_seq_max,
+                native_kv::MAX_SEQ
+            ),
+        });
+    }
+    Ok(CacheConfig {
+        n_ctx: setup.n_ctx,
+        n_seq_max: setup.n_seq_max,
+        faults,
+    })
+}
+
 impl CacheUnderTest for NativeTarget {
     fn info(&self) -> TargetInfo {
-        TargetInfo {
-            name: "native".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            faults: self
-                .faults
-                .enabled()
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            model: None,
-            state_format: StateFormat::default(),
-        }
+        native_info("native", self.faults)
     }
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
-        let config = CacheConfig {
-            n_ctx: setup.n_ctx,
-            n_seq_max: setup.n_seq_max,
-            faults: self.faults,
-        };
-        if setup.n_seq_max as usize > native_kv::MAX_SEQ {
-            return Err(HarnessError::Target {
-                target: "native".into(),
-                message: format!(
-                    "n_seq_max {} above the native limit {}",
-                    setup.n_seq_max,
-                    native_kv::MAX_SEQ
-                ),
-            });
-        }
+        let config = cache_config("native", setup, self.faults)?;
         if *self.cache.config() == config {
             self.cache.clear();
         } else {

@@ -26,7 +26,6 @@ use native_kv::{CacheConfig, CellCache, Faults};
 use crate::model::forward::{KvEntry, KvStore, Model};
 use crate::native::batch_of;
 use crate::op::{Op, Pos, SeqId, Setup};
-use crate::state::StateFormat;
 use crate::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 
 /// The name of this target on the command line and in reports.
@@ -186,33 +185,11 @@ impl KvStore for CellKv<'_> {
 
 impl CacheUnderTest for NativeTensorTarget {
     fn info(&self) -> TargetInfo {
-        TargetInfo {
-            name: NAME.into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            faults: self
-                .faults
-                .enabled()
-                .into_iter()
-                .map(String::from)
-                .collect(),
-            model: None,
-            state_format: StateFormat::default(),
-        }
+        crate::native::native_info(NAME, self.faults)
     }
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
-        if setup.n_seq_max as usize > native_kv::MAX_SEQ {
-            return Err(self.harness(format!(
-                "n_seq_max {} above the native limit {}",
-                setup.n_seq_max,
-                native_kv::MAX_SEQ
-            )));
-        }
-        let config = CacheConfig {
-            n_ctx: setup.n_ctx,
-            n_seq_max: setup.n_seq_max,
-            faults: self.faults,
-        };
+        let config = crate::native::cache_config(NAME, setup, self.faults)?;
         if *self.cache.config() == config {
             self.cache.clear();
         } else {
@@ -265,7 +242,7 @@ mod tests {
     use super::*;
     use crate::model::forward::max_abs_diff;
     use crate::op::Decode;
-    use crate::state::parse_seq_state;
+    use crate::state::{parse_seq_state, StateFormat};
 
     const PROMPT: [i32; 7] = [1, 17, 42, 5, 63, 8, 30];
 
