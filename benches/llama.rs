@@ -10,18 +10,18 @@
 //! (default: all 117,649 depth-3 trials; fewer are spread evenly over them; the naive harness
 //! gets the first 1,000); `--only audit|restore|naive` runs one part (for profiling one path).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use kvaudit::domain::Domain;
-use kvaudit::explore::{run_exhaustive, ExhaustiveConfig};
 use kvaudit::llama::build::{ensure_built, BuildSpec};
 use kvaudit::llama::ffi::LlamaShim;
 use kvaudit::llama::pins::Pin;
 use kvaudit::llama::target::{LlamaTarget, ResetMode};
 use kvaudit::op::Trace;
 use kvaudit::registry::TargetSpec;
-use kvaudit::report::Shard;
 use kvaudit::runner::LocalRunner;
 use kvaudit::state::StateFormat;
 
@@ -74,15 +74,7 @@ fn in_process(
 fn audit(label: &str, model: &Path, workers: usize) {
     let mut spec = TargetSpec::new(label, &[]);
     spec.model = Some(model.to_path_buf());
-    let factory = spec.factory().expect("target");
-    let cfg = ExhaustiveConfig {
-        domain: Domain::preset("seed").unwrap(),
-        depth: 3,
-        shard: Shard::WHOLE,
-        threads: workers,
-        batch: 2048,
-    };
-    let report = run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit");
+    let report = common::seed_audit(&spec, 3, workers);
     println!(
         "{label}: depth-3 seed audit, {workers} worker process(es): {} trials in {:.2} s = {:.0} trials/s ({:.0} per worker)",
         report.trials,
@@ -93,13 +85,7 @@ fn audit(label: &str, model: &Path, workers: usize) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let flag = common::flag;
     let pins: Vec<String> = match flag("--pin") {
         Some(p) => vec![p],
         None => vec!["0.1.156".into(), "0.1.161".into()],

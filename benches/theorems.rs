@@ -11,16 +11,12 @@
 
 use std::time::{Duration, Instant};
 
-use kvaudit::domain::Domain;
-use kvaudit::explore::{run_exhaustive, ExhaustiveConfig};
+mod common;
+
 use kvaudit::native_tensor::NativeTensorTarget;
 use kvaudit::op::Trace;
 use kvaudit::registry::TargetSpec;
-use kvaudit::report::Shard;
 use kvaudit::theorems::{check_pair, t1, t2, t3, Judgement, Tolerance};
-
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn trace(json: &str) -> Trace {
     serde_json::from_str(json).expect("bench trace")
@@ -41,32 +37,15 @@ fn rate(mut check: impl FnMut() -> Judgement) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse::<usize>().ok())
-    };
-    let depths: Vec<u32> = match flag("--depth") {
+    let depths: Vec<u32> = match common::number_flag("--depth") {
         Some(d) => vec![d as u32],
         None => vec![2, 3],
     };
-    let threads = flag("--threads")
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let factory = TargetSpec::new("native+tensors", &[])
-        .factory()
-        .expect("native+tensors target");
+    let threads = common::threads();
+    let spec = TargetSpec::new("native+tensors", &[]);
     println!("bench: native+tensors target, seed domain, {threads} thread(s)");
     for depth in depths {
-        let cfg = ExhaustiveConfig {
-            domain: Domain::preset("seed").unwrap(),
-            depth,
-            shard: Shard::WHOLE,
-            threads,
-            batch: 2048,
-        };
-        let report = run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit runs");
+        let report = common::seed_audit(&spec, depth, threads);
         println!(
             "audit depth {depth}: {:>9} trials in {:>6.2} s = {:>9.0} trials/s",
             report.trials, report.timing.elapsed_s, report.timing.trials_per_s

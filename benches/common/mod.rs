@@ -1,0 +1,47 @@
+//! What the benchmarks share: kvaudit's allocator, their flags, and the exhaustive seed-domain
+//! audit they time.
+
+// Each benchmark uses part of this.
+#![allow(dead_code)]
+
+use kvaudit::domain::Domain;
+use kvaudit::explore::{run_exhaustive, ExhaustiveConfig};
+use kvaudit::registry::TargetSpec;
+use kvaudit::report::{Report, Shard};
+
+// The same allocator as the `kvaudit` binary, so the figures are the tool's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The value after `--name` on the command line, if any.
+pub fn flag(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// `--name N` as a number (absent or unparsable: `None`).
+pub fn number_flag(name: &str) -> Option<usize> {
+    flag(name).and_then(|v| v.parse().ok())
+}
+
+/// `--threads N`, else every core.
+pub fn threads() -> usize {
+    number_flag("--threads")
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The exhaustive audit of the seed domain to `depth` on `spec`, with `threads` runners.
+pub fn seed_audit(spec: &TargetSpec, depth: u32, threads: usize) -> Report {
+    let factory = spec.factory().expect("target");
+    let cfg = ExhaustiveConfig {
+        domain: Domain::preset("seed").unwrap(),
+        depth,
+        shard: Shard::WHOLE,
+        threads,
+        batch: 2048,
+    };
+    run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit runs")
+}
