@@ -178,30 +178,63 @@ pub struct OutputArgs {
 impl OutputArgs {
     /// Writes or prints the report.
     pub fn emit(&self, report: &Report) -> Result<(), CliError> {
-        let format = match (&self.out, self.format) {
-            (Some(p), Format::Terminal) => match p.extension().and_then(|e| e.to_str()) {
-                Some("md") => Format::Markdown,
-                _ => Format::Json,
-            },
-            (_, f) => f,
-        };
-        let text = match format {
-            Format::Terminal => report.to_terminal(),
-            Format::Json => report.to_json(),
-            Format::Markdown => report.to_markdown(),
-        };
-        match &self.out {
-            Some(path) => {
-                write_atomically(path, &text).map_err(|e| {
-                    CliError::harness(format!("{}: cannot write report: {e}", path.display()))
-                })?;
-                if !self.quiet {
-                    print!("{}", report.to_terminal());
-                    println!("report written to {}", path.display());
-                }
-            }
-            None => print!("{text}"),
-        }
-        Ok(())
+        emit(report, self.format, self.out.as_deref(), self.quiet)
     }
+}
+
+/// A report that renders for a terminal, as JSON and as Markdown.
+pub trait Rendered {
+    /// Table and findings for a terminal.
+    fn to_terminal(&self) -> String;
+    /// The JSON report.
+    fn to_json(&self) -> String;
+    /// Markdown.
+    fn to_markdown(&self) -> String;
+}
+
+impl Rendered for Report {
+    fn to_terminal(&self) -> String {
+        Report::to_terminal(self)
+    }
+    fn to_json(&self) -> String {
+        Report::to_json(self)
+    }
+    fn to_markdown(&self) -> String {
+        Report::to_markdown(self)
+    }
+}
+
+/// Prints `report` in `format`, or writes it to `out` (format from the extension when `format` is
+/// the terminal one) and prints the terminal table unless `quiet`.
+pub fn emit(
+    report: &dyn Rendered,
+    format: Format,
+    out: Option<&std::path::Path>,
+    quiet: bool,
+) -> Result<(), CliError> {
+    let format = match (out, format) {
+        (Some(p), Format::Terminal) => match p.extension().and_then(|e| e.to_str()) {
+            Some("md") => Format::Markdown,
+            _ => Format::Json,
+        },
+        (_, f) => f,
+    };
+    let text = match format {
+        Format::Terminal => report.to_terminal(),
+        Format::Json => report.to_json(),
+        Format::Markdown => report.to_markdown(),
+    };
+    match out {
+        Some(path) => {
+            write_atomically(path, &text).map_err(|e| {
+                CliError::harness(format!("{}: cannot write report: {e}", path.display()))
+            })?;
+            if !quiet {
+                print!("{}", report.to_terminal());
+                println!("report written to {}", path.display());
+            }
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
 }

@@ -9,11 +9,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::args::Format;
+use super::args::{emit, Format, Rendered};
 use super::CliError;
 use crate::exit;
 use crate::measure::{measure_pin, MeasureReport};
-use crate::report::write_atomically;
 
 /// Arguments of `kvaudit measure`.
 #[derive(Debug, Args)]
@@ -75,7 +74,7 @@ pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
     };
     let mut report = measure_pin(&a.target, a.model.as_deref()).map_err(CliError::harness)?;
     report.check_predictions(&predictions);
-    emit(&a, &report)?;
+    emit(&report, a.format, a.out.as_deref(), false)?;
     let falsified: Vec<&str> = report
         .predictions
         .iter()
@@ -101,28 +100,14 @@ pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
     }
 }
 
-fn emit(a: &MeasureArgs, report: &MeasureReport) -> Result<(), CliError> {
-    let format = match (&a.out, a.format) {
-        (Some(p), Format::Terminal) => match p.extension().and_then(|e| e.to_str()) {
-            Some("md") => Format::Markdown,
-            _ => Format::Json,
-        },
-        (_, f) => f,
-    };
-    let text = match format {
-        Format::Terminal => report.to_terminal(),
-        Format::Json => report.to_json(),
-        Format::Markdown => report.to_markdown(),
-    };
-    match &a.out {
-        Some(path) => {
-            write_atomically(path, &text).map_err(|e| {
-                CliError::harness(format!("{}: cannot write report: {e}", path.display()))
-            })?;
-            print!("{}", report.to_terminal());
-            println!("report written to {}", path.display());
-        }
-        None => print!("{text}"),
+impl Rendered for MeasureReport {
+    fn to_terminal(&self) -> String {
+        MeasureReport::to_terminal(self)
     }
-    Ok(())
+    fn to_json(&self) -> String {
+        MeasureReport::to_json(self)
+    }
+    fn to_markdown(&self) -> String {
+        MeasureReport::to_markdown(self)
+    }
 }
