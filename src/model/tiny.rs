@@ -89,20 +89,6 @@ impl TinyModelSpec {
         }
     }
 
-    /// One line for reports: layers, width, heads, vocabulary.
-    pub fn describe(&self) -> String {
-        format!(
-            "{} layer{}, n_embd {}, {} heads / {} KV heads of {}, vocabulary {}",
-            self.n_layer,
-            if self.n_layer == 1 { "" } else { "s" },
-            self.n_embd,
-            self.n_head,
-            self.n_head_kv,
-            self.head_dim(),
-            self.n_vocab
-        )
-    }
-
     /// Dimension of one attention head.
     pub fn head_dim(&self) -> u32 {
         self.n_embd / self.n_head
