@@ -110,26 +110,30 @@ impl Request {
         }
     }
 
-    /// Trace `i` again, or why the request is malformed.
-    fn trace(&self, i: usize) -> Result<Trace, String> {
+    /// Why the request is malformed: an index with no setup or op behind it.
+    fn validate(&self) -> Result<(), String> {
+        for (i, (si, oi)) in self.traces.iter().enumerate() {
+            if *si as usize >= self.setups.len() {
+                return Err(format!("trace {i}: no setup {si}"));
+            }
+            if let Some(k) = oi.iter().find(|&&k| k as usize >= self.ops.len()) {
+                return Err(format!("trace {i}: no op {k}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes `into` trace `i` of a validated request, reusing its buffers (this runs once per
+    /// trial).
+    fn fill(&self, i: usize, into: &mut Trace) {
         let (si, oi) = &self.traces[i];
-        let setup = self
-            .setups
-            .get(*si as usize)
-            .ok_or_else(|| format!("trace {i}: no setup {si}"))?;
-        let ops = oi
-            .iter()
-            .map(|&k| {
-                self.ops
-                    .get(k as usize)
-                    .cloned()
-                    .ok_or_else(|| format!("trace {i}: no op {k}"))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Trace {
-            setup: setup.clone(),
-            ops,
-        })
+        let setup = &self.setups[*si as usize];
+        if into.setup != *setup {
+            into.setup = setup.clone();
+        }
+        into.ops.clear();
+        into.ops
+            .extend(oi.iter().map(|&k| self.ops[k as usize].clone()));
     }
 }
 
@@ -958,10 +962,10 @@ pub fn worker_main(
     };
     // Warm up here, so that every child starts with the context open and the setup's state saved
     // (its resets then restore it). A failure is left for the child to report.
-    if let Some((_, traces)) = &first {
-        if let Some(t) = traces.first() {
+    if let Some(req) = &first {
+        if let Some(&(si, _)) = req.traces.first() {
             let _ = runner.run_last(&Trace {
-                setup: t.setup.clone(),
+                setup: req.setups[si as usize].clone(),
                 ops: vec![],
             });
         }
@@ -1026,11 +1030,7 @@ pub fn worker_main(
 
 /// Reads and decodes one request line: `Ok(None)` at the end of input; `Err(exit code)` after
 /// reporting a malformed request.
-#[allow(clippy::type_complexity)]
-fn read_request(
-    input: &mut impl BufRead,
-    out: &mut impl Write,
-) -> Result<Option<(Request, Vec<Trace>)>, i32> {
+fn read_request(input: &mut impl BufRead, out: &mut impl Write) -> Result<Option<Request>, i32> {
     let mut line = String::new();
     match input.read_line(&mut line) {
         Ok(0) => return Ok(None),
@@ -1039,12 +1039,7 @@ fn read_request(
     }
     let decoded = serde_json::from_str::<Request>(&line)
         .map_err(|e| e.to_string())
-        .and_then(|req| {
-            let traces = (0..req.traces.len())
-                .map(|i| req.trace(i))
-                .collect::<Result<Vec<Trace>, String>>()?;
-            Ok((req, traces))
-        });
+        .and_then(|req| req.validate().map(|()| req));
     match decoded {
         Ok(r) => Ok(Some(r)),
         Err(e) => {
@@ -1059,12 +1054,16 @@ fn read_request(
 /// end is a death the server reports.
 fn serve_requests(
     runner: &mut LocalRunner,
-    mut first: Option<(Request, Vec<Trace>)>,
+    mut first: Option<Request>,
     input: &mut impl BufRead,
     out: &mut impl Write,
 ) -> i32 {
+    let mut trace = Trace {
+        setup: Setup::default(),
+        ops: Vec::new(),
+    };
     loop {
-        let (req, traces) = match first.take() {
+        let req = match first.take() {
             Some(r) => r,
             None => match read_request(input, out) {
                 Ok(Some(r)) => r,
@@ -1072,7 +1071,7 @@ fn serve_requests(
                 Err(code) => return code,
             },
         };
-        let code = run_request(runner, &traces, &req, out);
+        let code = run_request(runner, &req, &mut trace, out);
         if code != 0 {
             return code;
         }
@@ -1086,23 +1085,24 @@ const DIED_MARKER: &str = "kvaudit-worker: child ended";
 /// already reported as [`Reply::Error`]).
 fn run_request(
     runner: &mut LocalRunner,
-    traces: &[Trace],
     req: &Request,
+    trace: &mut Trace,
     out: &mut impl Write,
 ) -> i32 {
-    for (trial, t) in traces.iter().enumerate() {
+    let n = req.traces.len();
+    for trial in 0..n {
+        req.fill(trial, trace);
         CURRENT_TRIAL.store(trial, Ordering::Relaxed);
         let result = if req.last_only {
-            runner.run_last(t)
+            runner.run_last(trace)
         } else {
-            runner.run(t)
+            runner.run(trace)
         };
         let (reply, failed) = match result {
             Ok(run) => (Reply::Run(WireRun::from(&run)), false),
             Err(e) => (Reply::Error(e.to_string()), true),
         };
-        let flush =
-            failed || req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == traces.len();
+        let flush = failed || req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == n;
         if !say(out, &reply, flush) || failed {
             return 3;
         }
@@ -1210,12 +1210,18 @@ mod tests {
         assert!(req.ops.len() <= 11, "{} ops", req.ops.len());
         let line = serde_json::to_string(&req).unwrap();
         let back: Request = serde_json::from_str(&line).unwrap();
+        back.validate().unwrap();
+        let mut into = Trace {
+            setup: Setup::default(),
+            ops: vec![],
+        };
         for (i, t) in traces.iter().enumerate() {
-            assert_eq!(&back.trace(i).unwrap(), t, "trace {i}");
+            back.fill(i, &mut into);
+            assert_eq!(&into, t, "trace {i}");
         }
         let mut bad = back;
         bad.traces[0].1.push(999);
-        assert!(bad.trace(0).unwrap_err().contains("no op 999"));
+        assert!(bad.validate().unwrap_err().contains("no op 999"));
     }
 
     #[test]
