@@ -5,7 +5,7 @@
 
 mod common;
 
-use kvaudit::registry::TargetSpec;
+use kvaudit::targets::registry::TargetSpec;
 
 fn main() {
     let depths: Vec<u32> = match common::number_flag("--depth") {

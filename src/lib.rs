@@ -1,33 +1,36 @@
 //! kvaudit: finds bugs in the KV caches of LLM inference engines by exhaustive, property-based
 //! and differential testing of their sequence-operation algebra.
 //!
-//! See ARCHITECTURE.md for the map. In short: [`op`] is the language of traces, [`domain`] turns
-//! a finite argument domain into ops, [`target`] is the [`target::CacheUnderTest`] trait that
-//! every cache implements, [`state`] reads a cache's own serialized state, [`oracle`] judges
-//! observations, [`runner`] runs traces, [`explore`] enumerates them, and [`report`] says what
-//! was found.
+//! The crate is layered; each layer imports only from the layers above it in this list (checked
+//! by `tests/it/tidy.rs`, see ARCHITECTURE.md):
+//!
+//! 0. [`base`]: the op algebra, domains, the [`CacheUnderTest`] trait, observations, the state
+//!    parser, exit codes.
+//! 1. [`model`]: the reference llama model (GGUF, tiny models, RoPE, forward pass).
+//! 2. [`oracles`]: the oracle registry (I1, I2, differential, crash) and the theorems T1-T3.
+//! 3. [`records`]: reports, findings, tallies, predictions: plain data.
+//! 4. [`running`]: trial runners and the judge.
+//! 5. [`targets`]: the native caches and llama.cpp, and the registry of target names.
+//! 6. [`engines`]: the exhaustive explorer, the fuzzer, the shrinker, measurements.
+//! 7. [`outputs`]: repro files and their replay, C reproducers.
+//!
+//! The command line is not part of the library: it lives in the `kvaudit` binary.
 #![warn(missing_docs)]
 
-pub mod cli;
-pub mod domain;
-pub mod exit;
-pub mod explore;
-pub mod fuzz;
-pub mod judge;
-pub mod llama;
-pub mod measure;
+pub mod base;
+pub mod engines;
 pub mod model;
-pub mod native;
-pub mod native_tensor;
-pub mod op;
-pub mod oracle;
-pub mod prereg;
-pub mod registry;
-pub mod report;
-pub mod repro;
-pub mod repro_c;
-pub mod runner;
-pub mod shrink;
-pub mod state;
-pub mod target;
-pub mod theorems;
+pub mod oracles;
+pub mod outputs;
+pub mod records;
+pub mod running;
+pub mod targets;
+
+pub use base::domain::Domain;
+pub use base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
+pub use base::target::{CacheUnderTest, HarnessError, OpOutcome, StepObservation, TargetInfo};
+pub use engines::explore::{run_exhaustive, ExhaustiveConfig};
+pub use oracles::{OracleId, Violation};
+pub use records::report::{Finding, Report};
+pub use running::judge::{Judge, Judgement};
+pub use targets::registry::TargetSpec;

@@ -1,10 +1,12 @@
 //! The `kvaudit` binary: glue over the library (see `kvaudit --help`).
 
+mod cli;
+
 use clap::Parser;
 
 fn main() {
-    let cli = kvaudit::cli::Cli::parse();
-    match kvaudit::cli::run(cli) {
+    let cli = cli::Cli::parse();
+    match cli::run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("kvaudit: error: {}", e.message);

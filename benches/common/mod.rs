@@ -4,10 +4,10 @@
 // Each benchmark uses part of this.
 #![allow(dead_code)]
 
-use kvaudit::domain::Domain;
-use kvaudit::explore::{run_exhaustive, ExhaustiveConfig};
-use kvaudit::registry::TargetSpec;
-use kvaudit::report::{Report, Shard};
+use kvaudit::base::domain::Domain;
+use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
+use kvaudit::targets::registry::TargetSpec;
+use kvaudit::records::report::{Report, Shard};
 
 // The same allocator as the `kvaudit` binary, so the figures are the tool's.
 #[global_allocator]

@@ -1,4 +1,4 @@
-//! libFuzzer target: a trace drawn by `kvaudit::fuzz::FuzzTrace` (the `arbitrary` twin of the
+//! libFuzzer target: a trace drawn by `kvaudit::engines::fuzz::FuzzTrace` (the `arbitrary` twin of the
 //! proptest generator), run on the native cache and judged on every step.
 //!
 //! It panics when an oracle listed in `KVAUDIT_FUZZ_ORACLES` (default `I1,crash`) is violated;
@@ -9,10 +9,10 @@
 
 use std::cell::RefCell;
 
-use kvaudit::fuzz::FuzzTrace;
-use kvaudit::judge::Judge;
-use kvaudit::oracle::OracleId;
-use kvaudit::registry::TargetSpec;
+use kvaudit::engines::fuzz::FuzzTrace;
+use kvaudit::running::judge::Judge;
+use kvaudit::oracles::OracleId;
+use kvaudit::targets::registry::TargetSpec;
 use libfuzzer_sys::fuzz_target;
 
 fn env_list(name: &str, default: &str) -> Vec<String> {

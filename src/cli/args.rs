@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::CliError;
-use crate::domain::{parse_range, Domain, DomainOverrides, PRESETS};
-use crate::registry::TargetSpec;
-use crate::report::{write_atomically, Report};
+use kvaudit::base::domain::{parse_range, Domain, DomainOverrides, PRESETS};
+use kvaudit::targets::registry::TargetSpec;
+use kvaudit::records::report::{write_atomically, Report};
 
 /// The runner factories of a target and of the optional second one (`--vs`); an unknown name
 /// or a fault the target cannot take is a usage error.
@@ -17,8 +17,8 @@ pub fn factories(
     b: Option<&TargetSpec>,
 ) -> Result<
     (
-        Box<crate::explore::RunnerFactory<'static>>,
-        Option<Box<crate::explore::RunnerFactory<'static>>>,
+        Box<kvaudit::engines::explore::RunnerFactory<'static>>,
+        Option<Box<kvaudit::engines::explore::RunnerFactory<'static>>>,
     ),
     CliError,
 > {
@@ -36,7 +36,7 @@ pub fn record_on_specs(labels: &[String]) -> Result<Vec<TargetSpec>, CliError> {
     labels
         .iter()
         .map(|l| {
-            let spec = crate::repro::parse_label(l)
+            let spec = kvaudit::outputs::repro::parse_label(l)
                 .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
             spec.factory()
                 .map(drop)

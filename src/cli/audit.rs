@@ -5,9 +5,9 @@ use clap::Args;
 use super::args::{factories, DomainArgs, OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
-use crate::exit;
-use crate::explore::{run_exhaustive, ExhaustiveConfig};
-use crate::report::Shard;
+use kvaudit::base::exit;
+use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
+use kvaudit::records::report::Shard;
 
 /// Arguments of `kvaudit audit`.
 #[derive(Debug, Args)]
@@ -84,9 +84,9 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     let domain = a.domain.resolve()?;
     let shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
     let predictions = match &a.prereg {
-        Some(p) => crate::prereg::read(p).map_err(CliError::usage)?,
+        Some(p) => kvaudit::records::prereg::read(p).map_err(CliError::usage)?,
         None if std::path::Path::new("PREREG.md").exists() => {
-            crate::prereg::read("PREREG.md".as_ref()).unwrap_or_default()
+            kvaudit::records::prereg::read("PREREG.md".as_ref()).unwrap_or_default()
         }
         None => Vec::new(),
     };
@@ -108,7 +108,7 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     };
     let mut display = Display::new(&a.out);
     let mut report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
-    report.prediction = crate::prereg::check(&predictions, &report);
+    report.prediction = kvaudit::records::prereg::check(&predictions, &report);
     a.out.emit(&report)?;
     Ok(if report.has_findings() {
         exit::FINDINGS

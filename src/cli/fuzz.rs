@@ -1,7 +1,7 @@
 //! `kvaudit fuzz`: random traces, every oracle after every op, each failure shrunk to a minimal
 //! repro file. `--oracles` picks the oracles, the numerical theorems T1-T3 among them: those drive
 //! a `CacheUnderTest` directly rather than through a runner, the one
-//! [`crate::registry::TargetSpec::theorem_target`] builds with the requested window.
+//! [`kvaudit::targets::registry::TargetSpec::theorem_target`] builds with the requested window.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -12,17 +12,17 @@ use clap::Args;
 use super::args::{factories, record_on_specs, OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
-use crate::exit;
-use crate::fuzz::{run_fuzz_with, FuzzConfig, GenConfig};
-use crate::oracle::OracleId;
-use crate::registry::TargetSpec;
-use crate::report::{write_atomically, Report};
-use crate::repro::{
+use kvaudit::base::exit;
+use kvaudit::engines::fuzz::{run_fuzz_with, FuzzConfig, GenConfig};
+use kvaudit::oracles::OracleId;
+use kvaudit::targets::registry::TargetSpec;
+use kvaudit::records::report::{write_atomically, Report};
+use kvaudit::outputs::repro::{
     check_date, measure, targets_of, today_utc, Expect, Found, Repro, TargetExpectation,
 };
-use crate::shrink::ShrinkConfig;
-use crate::theorems::oracle::TheoremChecker;
-use crate::theorems::{Theorem, Tolerance};
+use kvaudit::engines::shrink::ShrinkConfig;
+use kvaudit::engines::theorem_check::TheoremChecker;
+use kvaudit::oracles::theorems::{Theorem, Tolerance};
 
 /// Arguments of `kvaudit fuzz`.
 #[derive(Debug, Args)]

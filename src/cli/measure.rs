@@ -1,5 +1,5 @@
 //! `kvaudit measure --target llama.cpp@VERSION`: the numerical oracles T1-T3 measured on a real
-//! llama.cpp build ([`crate::measure`]), each figure with its stated tolerance, and the
+//! llama.cpp build ([`kvaudit::engines::measure`]), each figure with its stated tolerance, and the
 //! `[[measurement]]` predictions of PREREG.md checked against them.
 //!
 //! Exit codes: 0 every prediction held, 1 a prediction was falsified, 2 bad command line or
@@ -11,8 +11,8 @@ use clap::Args;
 
 use super::args::{emit, Format, Rendered};
 use super::CliError;
-use crate::exit;
-use crate::measure::{measure_pin, MeasureReport};
+use kvaudit::base::exit;
+use kvaudit::engines::measure::{measure_pin, MeasureReport};
 
 /// Arguments of `kvaudit measure`.
 #[derive(Debug, Args)]
@@ -43,7 +43,7 @@ pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
             a.target
         )));
     }
-    crate::llama::pins::Pin::parse(&a.target).map_err(|e| CliError::usage(format!("{e:#}")))?;
+    kvaudit::targets::llama::pins::Pin::parse(&a.target).map_err(|e| CliError::usage(format!("{e:#}")))?;
     if let Some(m) = &a.model {
         if !m.is_file() {
             return Err(CliError::usage(format!(
@@ -52,7 +52,7 @@ pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
             )));
         }
         // The native reference must run the model too: a file it cannot read is bad input.
-        crate::model::forward::Model::load(m)
+        kvaudit::model::forward::Model::load(m)
             .map_err(|e| CliError::usage(format!("--model {}: {e:#}", m.display())))?;
     }
     let prereg_text = match &a.prereg {
@@ -63,7 +63,7 @@ pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
         None => std::fs::read_to_string("PREREG.md").ok(),
     };
     let predictions = match &prereg_text {
-        Some(text) => crate::prereg::parse_measurements(text).map_err(|e| {
+        Some(text) => kvaudit::records::prereg::parse_measurements(text).map_err(|e| {
             let name = a
                 .prereg
                 .as_ref()

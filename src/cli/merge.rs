@@ -6,8 +6,8 @@ use clap::Args;
 
 use super::args::OutputArgs;
 use super::CliError;
-use crate::exit;
-use crate::report::{merge, Report};
+use kvaudit::base::exit;
+use kvaudit::records::report::{merge, Report};
 
 /// Arguments of `kvaudit merge`.
 #[derive(Debug, Args)]

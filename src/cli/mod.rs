@@ -1,6 +1,6 @@
 //! The command line: one clap-derive `Command` enum, one file per subcommand.
 //!
-//! Every subcommand returns an exit code (see [`crate::exit`]) or a [`CliError`] that carries
+//! Every subcommand returns an exit code (see [`kvaudit::base::exit`]) or a [`CliError`] that carries
 //! its own code, so `main` stays tiny and nothing panics on bad input.
 
 mod args;
@@ -18,9 +18,9 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 
-use crate::exit;
+use kvaudit::base::exit;
 
-pub use args::{DomainArgs, OutputArgs, TargetArgs};
+
 
 /// kvaudit: audits the KV caches of LLM inference engines.
 #[derive(Debug, Parser)]
@@ -84,8 +84,8 @@ impl CliError {
     }
 }
 
-impl From<crate::target::HarnessError> for CliError {
-    fn from(e: crate::target::HarnessError) -> Self {
+impl From<kvaudit::base::target::HarnessError> for CliError {
+    fn from(e: kvaudit::base::target::HarnessError) -> Self {
         CliError::harness(e.to_string())
     }
 }

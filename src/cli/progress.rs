@@ -3,7 +3,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::args::{MessageFormat, OutputArgs};
-use crate::report::Event;
+use kvaudit::records::report::Event;
 
 /// Consumes events: a progress bar on stderr, JSON lines on stderr, or nothing.
 pub struct Display {

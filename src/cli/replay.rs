@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::CliError;
-use crate::exit;
-use crate::registry::TargetSpec;
-use crate::report::write_atomically;
-use crate::repro::{junit_xml, replay_file, repro_files, FileResult, ReplayFilter, Status};
+use kvaudit::base::exit;
+use kvaudit::targets::registry::TargetSpec;
+use kvaudit::records::report::write_atomically;
+use kvaudit::outputs::repro::{junit_xml, replay_file, repro_files, FileResult, ReplayFilter, Status};
 
 /// Arguments of `kvaudit replay`.
 #[derive(Debug, Args)]

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::CliError;
-use crate::exit;
-use crate::repro_c::{emit_c, read_input};
+use kvaudit::base::exit;
+use kvaudit::outputs::c_repro::{emit_c, read_input};
 
 /// What to emit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -49,13 +49,13 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
     }
     let model = match &a.model {
         Some(m) => m.clone(),
-        None => crate::model::tiny::try_audit_model_path()
+        None => kvaudit::model::tiny::try_audit_model_path()
             .map_err(|e| CliError::harness(format!("tiny model: {e:#}")))?,
     };
     let Emit::C = a.emit;
     let program = emit_c(&input, &model);
     match &a.out {
-        Some(p) => crate::report::write_atomically(p, &program)
+        Some(p) => kvaudit::records::report::write_atomically(p, &program)
             .map_err(|e| CliError::harness(format!("{}: cannot write: {e}", p.display())))?,
         None if !a.check => print!("{program}"),
         None => {}
@@ -68,8 +68,8 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
         .clone()
         .ok_or_else(|| CliError::usage("--check needs --target llama.cpp@VERSION[+assert]"))?;
     let pin =
-        crate::llama::pins::Pin::parse(&label).map_err(|e| CliError::usage(format!("{e:#}")))?;
-    let built = crate::llama::build::ensure_built(&crate::llama::build::BuildSpec::new(pin), true)
+        kvaudit::targets::llama::pins::Pin::parse(&label).map_err(|e| CliError::usage(format!("{e:#}")))?;
+    let built = kvaudit::targets::llama::build::ensure_built(&kvaudit::targets::llama::build::BuildSpec::new(pin), true)
         .map_err(|e| CliError::harness(format!("building {label}: {e:#}")))?;
     let dir = std::env::temp_dir().join(format!("kvaudit-repro-{}", std::process::id()));
     std::fs::create_dir_all(&dir)

@@ -7,16 +7,16 @@ use clap::Args;
 
 use super::args::{factories, record_on_specs};
 use super::CliError;
-use crate::exit;
-use crate::judge::Judge;
-use crate::oracle::OracleId;
-use crate::registry::TargetSpec;
-use crate::report::{write_atomically, Finding};
-use crate::repro::{
+use kvaudit::base::exit;
+use kvaudit::running::judge::Judge;
+use kvaudit::oracles::OracleId;
+use kvaudit::targets::registry::TargetSpec;
+use kvaudit::records::report::{write_atomically, Finding};
+use kvaudit::outputs::repro::{
     check_date, load_trace_or_repro, measure, targets_of, today_utc, Expect, Found, Repro,
     TargetExpectation,
 };
-use crate::shrink::{shrink, FailureMode, ShrinkConfig};
+use kvaudit::engines::shrink::{shrink, FailureMode, ShrinkConfig};
 
 /// Arguments of `kvaudit shrink`.
 #[derive(Debug, Args)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use super::CliError;
-use crate::exit;
+use kvaudit::base::exit;
 
 /// Arguments of `kvaudit target`.
 #[derive(Debug, Args)]
@@ -41,9 +41,9 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
             force,
         } => {
             for label in labels {
-                crate::llama::pins::Pin::parse(&label)
+                kvaudit::targets::llama::pins::Pin::parse(&label)
                     .map_err(|e| CliError::usage(format!("{e:#}")))?;
-                let built = crate::llama::build::build_command(&label, llama_src.as_deref(), force)
+                let built = kvaudit::targets::llama::build::build_command(&label, llama_src.as_deref(), force)
                     .map_err(|e| CliError::harness(format!("{e:#}")))?;
                 println!("{}", built.so_path.display());
             }
@@ -52,7 +52,7 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
         TargetWhat::List => {
             println!("native  (faults: {})", native_kv::Faults::NAMES.join(", "));
             println!("native+tensors  (the same, with K/V rows and a forward pass; same faults)");
-            for label in crate::llama::pins::known_labels()
+            for label in kvaudit::targets::llama::pins::known_labels()
                 .map_err(|e| CliError::harness(format!("{e:#}")))?
             {
                 println!("{label}");

@@ -5,10 +5,10 @@ use libtest_mimic::Trial;
 use serde::Deserialize;
 use serde_json::Value;
 
-use kvaudit::domain::Domain;
-use kvaudit::explore::{run_exhaustive, ExhaustiveConfig};
-use kvaudit::registry::TargetSpec;
-use kvaudit::report::{merge, Report, Shard};
+use kvaudit::base::domain::Domain;
+use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
+use kvaudit::targets::registry::TargetSpec;
+use kvaudit::records::report::{merge, Report, Shard};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -8,7 +8,7 @@
 
 use libtest_mimic::Trial;
 
-use kvaudit::repro::{check, Repro, Status};
+use kvaudit::outputs::repro::{check, Repro, Status};
 
 pub fn trials() -> Vec<Trial> {
     let dir = super::root().join("corpora");

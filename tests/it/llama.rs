@@ -8,12 +8,12 @@ use libtest_mimic::Trial;
 use serde::Deserialize;
 use serde_json::Value;
 
-use kvaudit::domain::Domain;
-use kvaudit::llama::target::ResetMode;
-use kvaudit::llama::worker::WorkerRunner;
-use kvaudit::op::{Op, Setup, Trace};
-use kvaudit::registry::llama_worker_spec;
-use kvaudit::runner::{TrialEnd, TrialRunner};
+use kvaudit::base::domain::Domain;
+use kvaudit::targets::llama::target::ResetMode;
+use kvaudit::targets::llama::worker::WorkerRunner;
+use kvaudit::base::op::{Op, Setup, Trace};
+use kvaudit::targets::registry::llama_worker_spec;
+use kvaudit::running::runner::{TrialEnd, TrialRunner};
 
 #[derive(Deserialize)]
 #[serde(tag = "check", rename_all = "snake_case", deny_unknown_fields)]

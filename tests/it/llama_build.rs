@@ -3,7 +3,7 @@
 //! These are plain functions, not tests: `main.rs` decides when to run them (a first build
 //! takes minutes per pin and variant; later calls hit the cache in `$KVAUDIT_CACHE_DIR`).
 //! They check what LLAMA-FACTS states about the pins, against the real builds:
-//! - every pin's release build compiles through `kvaudit::llama::build`, exports only the
+//! - every pin's release build compiles through `kvaudit::targets::llama::build`, exports only the
 //!   shim's symbols, and loads side by side with the others in one process;
 //! - each shim reports its pin label, ABI and `LLAMA_STATE_SEQ_VERSION` as pins.toml records;
 //! - the doubled same-stream `seq_cp` leaves seq 1 at pos_min/max 0/2 with no serialized cells
@@ -13,9 +13,9 @@
 use std::path::Path;
 
 use anyhow::{bail, ensure, Context as _, Result};
-use kvaudit::llama::build::{ensure_built, BuildSpec, BuiltShim};
-use kvaudit::llama::ffi::{ContextParams, LlamaShim};
-use kvaudit::llama::pins::{known_pins, Pin, Variant};
+use kvaudit::targets::llama::build::{ensure_built, BuildSpec, BuiltShim};
+use kvaudit::targets::llama::ffi::{ContextParams, LlamaShim};
+use kvaudit::targets::llama::pins::{known_pins, Pin, Variant};
 
 /// Builds (or finds in the cache) the release build of every pin in pins.toml, loads all of
 /// them into this process, and checks each one's identity against pins.toml.

@@ -1,13 +1,13 @@
 //! Numerical measurements on llama.cpp (`tests/data/measure/*.json`): each file names a pin, runs
-//! `kvaudit::measure::measure_pin` on it (building the pin first if it is not built; a pin that
+//! `kvaudit::engines::measure::measure_pin` on it (building the pin first if it is not built; a pin that
 //! cannot be built fails the test, saying why) and states bounds on the figures, in the form of
 //! PREREG.md's `[[measurement]]` entries (`equal`, `max_le`, `min_gt`).
 
 use libtest_mimic::Trial;
 use serde::Deserialize;
 
-use kvaudit::measure::measure_pin;
-use kvaudit::prereg::MeasurementPrediction;
+use kvaudit::engines::measure::measure_pin;
+use kvaudit::records::prereg::MeasurementPrediction;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -9,11 +9,11 @@ use libtest_mimic::Trial;
 use serde::Deserialize;
 
 use kvaudit::model::forward::Model;
-use kvaudit::native::parse_faults;
-use kvaudit::native_tensor::NativeTensorTarget;
-use kvaudit::op::{SeqId, Trace};
-use kvaudit::theorems::t3::BoundRow;
-use kvaudit::theorems::{
+use kvaudit::targets::native::parse_faults;
+use kvaudit::targets::native_tensor::NativeTensorTarget;
+use kvaudit::base::op::{SeqId, Trace};
+use kvaudit::oracles::theorems::t3::BoundRow;
+use kvaudit::oracles::theorems::{
     check_pair, check_pair_on, t1, t2, t3, Continuation, Judgement, Pair, Theorem, Tolerance,
 };
 
@@ -136,7 +136,7 @@ fn run(case: &Case) -> Result<Judgement, String> {
     let hd = reference.hparams().head_dim;
     let mut target = NativeTensorTarget::new(target_model, faults);
     let exact = Tolerance::EXACT;
-    let harness = |e: kvaudit::target::HarnessError| e.to_string();
+    let harness = |e: kvaudit::base::target::HarnessError| e.to_string();
     match &case.check {
         Check::Placement { trace } => {
             t1::check_placement(&mut target, trace, &reference, exact).map_err(harness)

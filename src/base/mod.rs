@@ -1,0 +1,10 @@
+//! Layer 0, the base: the op algebra, argument domains, the [`target::CacheUnderTest`] trait and
+//! its observations, the one parser of serialized state, and exit codes.
+//!
+//! Nothing here imports from any other layer of kvaudit.
+
+pub mod domain;
+pub mod exit;
+pub mod op;
+pub mod state;
+pub mod target;

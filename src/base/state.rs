@@ -1,0 +1,409 @@
+//! The one parser of llama.cpp's per-sequence state format (`llama_state_seq_get_data`).
+//!
+//! Every target, native or real, reports its resident cells through these bytes, so the ground
+//! truth of the oracles is the cache's *own serialized state*, never a re-implementation of it
+//! (shared/seeds/004: "confound-immune ground truth").
+//!
+//! Layout (little-endian; src/llama-context.cpp `state_seq_get_data`, src/llama-kv-cache.cpp
+//! `state_write`, `state_write_meta`, `state_write_data`):
+//!
+//! ```text
+//! u32 magic 0xaf143cd8, i32 seq_id
+//! per cache (an iSWA memory writes the base cache, then the windowed one):
+//!   u32 n_stream
+//!   per stream: u32 cell_count (0: nothing more for this stream)
+//!     per cell: i32 pos, u32 n_seq_id, n_seq_id x i32 seq id
+//!     u32 v_trans, u32 n_layer, [u32 n_rot_k, u32 n_rot_v: state-seq version >= 4]
+//!     per layer K: i32 type, u64 row bytes, cell_count rows
+//!     per layer V: same when !v_trans; else i32 type, u32 element bytes, u32 n_embd_v_gqa,
+//!                  then n_embd_v_gqa x cell_count elements
+//! ```
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::base::op::{Pos, SeqId};
+
+/// The word `state_seq_get_data` writes first.
+pub const STATE_SEQ_MAGIC: u32 = 0xaf14_3cd8;
+
+/// Which variant of the format a target writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StateFormat {
+    /// `LLAMA_STATE_SEQ_VERSION >= 4` writes `n_rot_k` and `n_rot_v` after `n_layer`.
+    pub rot_fields: bool,
+}
+
+/// Where and why the bytes did not parse.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("seq state byte {offset}: expected {expected}")]
+pub struct ParseError {
+    /// Byte offset of the problem.
+    pub offset: usize,
+    /// What the parser expected there.
+    pub expected: String,
+}
+
+/// One cell of the state: its position and where its sequence ids are in
+/// [`StreamState::seq_ids`] (one allocation per stream, not per cell).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateCell {
+    /// The cell's position.
+    pub pos: Pos,
+    /// Index of the cell's first sequence id in the stream's `seq_ids`.
+    pub seqs_at: u32,
+    /// Number of sequence ids written for it (only the requested one, for a per-sequence dump).
+    pub n_seq: u32,
+}
+
+/// The rows of one layer's K or V tensor, borrowed from the state bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerRows<'a> {
+    /// ggml type id (0 = F32, 1 = F16).
+    pub ggml_type: i32,
+    /// Bytes per row (per cell); for transposed V, bytes per element.
+    pub row_bytes: u64,
+    /// For transposed V: number of elements per cell (`n_embd_v_gqa`); else 0.
+    pub n_embd_v_gqa: u32,
+    /// The raw data: cell_count rows (or, transposed, n_embd_v_gqa x cell_count elements).
+    pub data: &'a [u8],
+}
+
+/// The tensor section of one stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvSection<'a> {
+    /// V stored transposed (no flash attention).
+    pub v_trans: bool,
+    /// Number of layers.
+    pub n_layer: u32,
+    /// `(n_rot_k, n_rot_v)` where the format has them.
+    pub n_rot: Option<(u32, u32)>,
+    /// K per layer.
+    pub k: Vec<LayerRows<'a>>,
+    /// V per layer.
+    pub v: Vec<LayerRows<'a>>,
+}
+
+/// One stream's cells and tensors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamState<'a> {
+    /// The cells, in cell order.
+    pub cells: Vec<StateCell>,
+    /// The sequence ids of all cells, back to back.
+    pub seq_ids: Vec<SeqId>,
+    /// The tensor section (absent when the stream has no cells).
+    pub kv: Option<KvSection<'a>>,
+}
+
+/// A whole parsed per-sequence state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeqState<'a> {
+    /// The sequence id in the header (-1: the whole cache).
+    pub seq_id: SeqId,
+    /// Per cache (one, or two for an iSWA memory), per stream.
+    pub caches: Vec<Vec<StreamState<'a>>>,
+}
+
+impl StreamState<'_> {
+    /// The sequence ids written for `cell`.
+    pub fn seqs_of(&self, cell: &StateCell) -> &[SeqId] {
+        &self.seq_ids[cell.seqs_at as usize..(cell.seqs_at + cell.n_seq) as usize]
+    }
+}
+
+impl SeqState<'_> {
+    /// Positions of the cells of the first (base) cache, every stream, sorted: the resident
+    /// positions as a multiset.
+    pub fn resident_positions(&self) -> Vec<Pos> {
+        let mut v: Vec<Pos> = self
+            .caches
+            .first()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s.cells.iter().map(|c| c.pos))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], ParseError> {
+        if self.bytes.len() - self.at < n {
+            return Err(ParseError {
+                offset: self.at,
+                expected: format!(
+                    "{what} ({n} bytes), found {} bytes left",
+                    self.bytes.len() - self.at
+                ),
+            });
+        }
+        let s = &self.bytes[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, ParseError> {
+        Ok(u32::from_le_bytes(
+            self.take(4, what)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    fn i32(&mut self, what: &str) -> Result<i32, ParseError> {
+        Ok(i32::from_le_bytes(
+            self.take(4, what)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, ParseError> {
+        Ok(u64::from_le_bytes(
+            self.take(8, what)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    fn fail<T>(&self, offset: usize, expected: String) -> Result<T, ParseError> {
+        Err(ParseError { offset, expected })
+    }
+
+    fn done(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+}
+
+/// Parses the bytes of `llama_state_seq_get_data`.
+pub fn parse_seq_state(bytes: &[u8], format: StateFormat) -> Result<SeqState<'_>, ParseError> {
+    let mut r = Reader { bytes, at: 0 };
+    let magic = r.u32("magic")?;
+    if magic != STATE_SEQ_MAGIC {
+        return r.fail(
+            0,
+            format!("magic 0x{STATE_SEQ_MAGIC:08x}, found 0x{magic:08x}"),
+        );
+    }
+    let seq_id = r.i32("seq_id")?;
+    let mut caches = Vec::new();
+    while !r.done() {
+        caches.push(parse_cache(&mut r, format)?);
+    }
+    if caches.is_empty() {
+        return r.fail(r.at, "n_stream of at least one cache".into());
+    }
+    Ok(SeqState { seq_id, caches })
+}
+
+fn parse_cache<'a>(
+    r: &mut Reader<'a>,
+    format: StateFormat,
+) -> Result<Vec<StreamState<'a>>, ParseError> {
+    let at = r.at;
+    let n_stream = r.u32("n_stream")?;
+    if n_stream == 0 || n_stream > 256 {
+        return r.fail(at, format!("n_stream in 1..=256, found {n_stream}"));
+    }
+    (0..n_stream).map(|_| parse_stream(r, format)).collect()
+}
+
+fn parse_stream<'a>(
+    r: &mut Reader<'a>,
+    format: StateFormat,
+) -> Result<StreamState<'a>, ParseError> {
+    let at = r.at;
+    let cell_count = r.u32("cell_count")?;
+    if cell_count as usize > r.bytes.len() / 8 {
+        return r.fail(
+            at,
+            format!(
+                "a cell_count that fits the {} bytes, found {cell_count}",
+                r.bytes.len()
+            ),
+        );
+    }
+    if cell_count == 0 {
+        return Ok(StreamState {
+            cells: Vec::new(),
+            seq_ids: Vec::new(),
+            kv: None,
+        });
+    }
+    let mut cells = Vec::with_capacity(cell_count as usize);
+    let mut seq_ids = Vec::with_capacity(cell_count as usize);
+    for _ in 0..cell_count {
+        let pos = r.i32("cell pos")?;
+        let at = r.at;
+        let n_seq = r.u32("cell n_seq_id")?;
+        if n_seq > 256 {
+            return r.fail(at, format!("n_seq_id <= 256, found {n_seq}"));
+        }
+        let seqs_at = seq_ids.len() as u32;
+        for _ in 0..n_seq {
+            seq_ids.push(r.i32("cell seq id")?);
+        }
+        cells.push(StateCell {
+            pos,
+            seqs_at,
+            n_seq,
+        });
+    }
+    let at = r.at;
+    let v_trans = match r.u32("v_trans")? {
+        0 => false,
+        1 => true,
+        x => return r.fail(at, format!("v_trans 0 or 1, found {x}")),
+    };
+    let n_layer = r.u32("n_layer")?;
+    let n_rot = if format.rot_fields {
+        Some((r.u32("n_rot_k")?, r.u32("n_rot_v")?))
+    } else {
+        None
+    };
+    let rows = |r: &mut Reader<'a>, what: &str| -> Result<LayerRows<'a>, ParseError> {
+        let ggml_type = r.i32(&format!("{what} type"))?;
+        let row_bytes = r.u64(&format!("{what} row bytes"))?;
+        let n = row_bytes
+            .checked_mul(cell_count as u64)
+            .filter(|&n| n <= r.bytes.len() as u64);
+        let Some(n) = n else {
+            return r.fail(
+                r.at,
+                format!("{cell_count} {what} rows of {row_bytes} bytes"),
+            );
+        };
+        let data = r.take(n as usize, &format!("{what} rows"))?;
+        Ok(LayerRows {
+            ggml_type,
+            row_bytes,
+            n_embd_v_gqa: 0,
+            data,
+        })
+    };
+    let k = (0..n_layer)
+        .map(|_| rows(r, "K"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let v = if !v_trans {
+        (0..n_layer)
+            .map(|_| rows(r, "V"))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        let mut v = Vec::new();
+        for _ in 0..n_layer {
+            let ggml_type = r.i32("V type")?;
+            let el = r.u32("V element bytes")? as u64;
+            let n_embd = r.u32("V n_embd_v_gqa")?;
+            let n = el * n_embd as u64 * cell_count as u64;
+            if n > r.bytes.len() as u64 {
+                return r.fail(r.at, format!("{n} bytes of transposed V"));
+            }
+            let data = r.take(n as usize, "transposed V")?;
+            v.push(LayerRows {
+                ggml_type,
+                row_bytes: el,
+                n_embd_v_gqa: n_embd,
+                data,
+            });
+        }
+        v
+    };
+    Ok(StreamState {
+        cells,
+        seq_ids,
+        kv: Some(KvSection {
+            v_trans,
+            n_layer,
+            n_rot,
+            k,
+            v,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(ws: &[u32]) -> Vec<u8> {
+        ws.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn empty_sequence() {
+        let b = words(&[STATE_SEQ_MAGIC, 1, 1, 0]);
+        let s = parse_seq_state(&b, StateFormat::default()).unwrap();
+        assert_eq!(s.seq_id, 1);
+        assert_eq!(s.resident_positions(), Vec::<Pos>::new());
+    }
+
+    #[test]
+    fn cells_and_f32_rows() {
+        // 2 cells (pos 3 and 1, seq 0), 1 layer, K rows of 8 bytes, V not transposed.
+        let mut b = words(&[STATE_SEQ_MAGIC, 0, 1, 2, 3, 1, 0, 1, 1, 0, 0, 1]);
+        b.extend(words(&[0])); // K type F32
+        b.extend(8u64.to_le_bytes());
+        b.extend([1u8; 16]);
+        b.extend(words(&[0]));
+        b.extend(8u64.to_le_bytes());
+        b.extend([2u8; 16]);
+        let s = parse_seq_state(&b, StateFormat::default()).unwrap();
+        assert_eq!(s.resident_positions(), vec![1, 3]);
+        let kv = s.caches[0][0].kv.as_ref().unwrap();
+        assert_eq!(
+            (kv.n_layer, kv.k[0].data.len(), kv.v[0].data[0]),
+            (1, 16, 2)
+        );
+    }
+
+    #[test]
+    fn rot_fields_and_transposed_v() {
+        let mut b = words(&[STATE_SEQ_MAGIC, 0, 1, 1, 5, 1, 0, 1, 1, 7, 7]);
+        b.extend(words(&[0]));
+        b.extend(4u64.to_le_bytes());
+        b.extend([9u8; 4]);
+        b.extend(words(&[0, 4, 1])); // V type, element bytes, n_embd_v_gqa
+        b.extend([8u8; 4]);
+        let s = parse_seq_state(&b, StateFormat { rot_fields: true }).unwrap();
+        let kv = s.caches[0][0].kv.as_ref().unwrap();
+        assert_eq!(kv.n_rot, Some((7, 7)));
+        assert!(kv.v_trans);
+        assert_eq!(kv.v[0].n_embd_v_gqa, 1);
+    }
+
+    #[test]
+    fn two_caches_are_read_in_turn() {
+        let b = words(&[STATE_SEQ_MAGIC, 0, 1, 1, 4, 1, 0, 0, 0, 1, 0]);
+        let s = parse_seq_state(&b, StateFormat::default()).unwrap();
+        assert_eq!(s.caches.len(), 2);
+        assert_eq!(s.resident_positions(), vec![4]);
+    }
+
+    #[test]
+    fn broken_bytes_name_the_offset() {
+        let e = parse_seq_state(&words(&[0xdead_beef, 0]), StateFormat::default()).unwrap_err();
+        assert_eq!(e.offset, 0);
+        assert!(e.expected.contains("magic"));
+        let e = parse_seq_state(
+            &words(&[STATE_SEQ_MAGIC, 0, 1, 2, 0, 1]),
+            StateFormat::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.offset, 24);
+        let e = parse_seq_state(
+            &words(&[STATE_SEQ_MAGIC, 0, 1, 1, 0, 1, 0, 2]),
+            StateFormat::default(),
+        )
+        .unwrap_err();
+        assert!(e.expected.contains("v_trans"), "{e}");
+        let e = parse_seq_state(
+            &words(&[STATE_SEQ_MAGIC, 0, 1, 1, 0, 1, 0, 0, 1, 0]),
+            StateFormat::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("row bytes") || e.to_string().contains("K"),
+            "{e}"
+        );
+    }
+}

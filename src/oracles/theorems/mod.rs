@@ -1,0 +1,679 @@
+//! Numerical oracles T1-T3 (shared/seeds/000): bit-exactness theorems about a KV cache's tensors,
+//! checked as metamorphic relations on any target that exposes them.
+//!
+//! - **T1, placement and read-back** ([`t1`]): every K/V row read from the target's serialized
+//!   state at (layer, cell, KV head) equals the row an independent reference computes for that
+//!   token at that position; a state round trip (serialize, restore into a fresh cache,
+//!   serialize) is byte-identical and gives the same next logits.
+//! - **T2, eviction == never saw the span** ([`t2`]): removing a span and shifting the survivors
+//!   down leaves a cache equal (K/V rows, logits, greedy continuation) to a fresh one that decoded
+//!   only the survivors at their new positions, when no survivor attended the span; evicting too
+//!   late, or not at all, is not equal.
+//! - **T3, window and prefix** ([`t3`]): the sliding window hides exactly the keys whose absolute
+//!   position is out of range, so it survives eviction, is a no-op when unset and equals an
+//!   explicitly `-inf`-masked reference; reusing a copied prefix and decoding a suffix equals
+//!   decoding prefix and suffix fresh.
+//!
+//! A check returns a [`Judgement`]: a [`Verdict`] holding the [`Measurement`] (max |Δ| of K, V and
+//! logits as f64, greedy token flips, whether the structure matched) and whether it is within the
+//! stated [`Tolerance`] (0 for the native target: equality of `f32::to_bits`), or `Unsupported`
+//! when the target exposes no rows, logits or restore. A violated theorem is a verdict, never an
+//! `Err`; `Err` is the harness breaking.
+//!
+//! Everything here drives targets only through [`CacheUnderTest`] and reads rows only from the
+//! target's own serialized state (through [`crate::base::state`]), so a second target exposing the same
+//! observations (llama.cpp: `llama_get_logits_ith`, `llama_state_seq_set_data`) plugs in
+//! unchanged. The references ([`reference::Reference`], [`Model::forward_sequence`]) never touch
+//! a target. Pairs can be derived from a trace ([`derive_pair`]) for random exploration.
+//!
+//! [`Model::forward_sequence`]: crate::model::forward::Model::forward_sequence
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::base::op::{Op, Pos, SeqId, Trace};
+use crate::base::state::{parse_seq_state, LayerRows, StateFormat};
+use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
+
+
+pub mod pair;
+pub mod reference;
+pub mod t1;
+pub mod t2;
+pub mod t3;
+
+pub use pair::{check_pair, check_pair_on, Continuation, Pair};
+
+/// Which theorem of the seed document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Theorem {
+    /// Placement and read-back.
+    T1,
+    /// Eviction == never saw the span.
+    T2,
+    /// Window masking by absolute position; prefix reuse == recompute.
+    T3,
+}
+
+impl Theorem {
+    /// Every theorem, in order.
+    pub const ALL: [Theorem; 3] = [Theorem::T1, Theorem::T2, Theorem::T3];
+
+    /// The name used in files and on command lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Theorem::T1 => "T1",
+            Theorem::T2 => "T2",
+            Theorem::T3 => "T3",
+        }
+    }
+
+    /// Looks a theorem up by name (`T2`, `t2`).
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for Theorem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How far two observations may be apart and still count as equal.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tolerance {
+    /// Largest accepted |Δ| of any K, V or logit value; 0 means bit-identical (`f32::to_bits`
+    /// equality, so `-0.0` and `0.0` differ).
+    pub max_abs_delta: f64,
+}
+
+impl Tolerance {
+    /// Bit-for-bit: what the native target is held to.
+    pub const EXACT: Tolerance = Tolerance { max_abs_delta: 0.0 };
+
+    /// Whether `m` is within this tolerance (and structurally equal, with no token flip).
+    pub fn accepts(&self, m: &Measurement) -> bool {
+        if !m.structure_equal || m.token_flips > 0 {
+            return false;
+        }
+        if self.max_abs_delta == 0.0 {
+            m.bit_identical
+        } else {
+            m.max_abs_delta() <= self.max_abs_delta
+        }
+    }
+}
+
+/// Which quantity a compared value belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quantity {
+    /// A K row.
+    K,
+    /// A V row.
+    V,
+    /// Logits.
+    Logits,
+}
+
+/// What a comparison measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// Number of f32 values compared.
+    pub values_compared: u64,
+    /// Largest |Δ| over compared K values.
+    pub k_max_abs_delta: f64,
+    /// Largest |Δ| over compared V values.
+    pub v_max_abs_delta: f64,
+    /// Largest |Δ| over compared logits.
+    pub logits_max_abs_delta: f64,
+    /// Greedy continuation steps whose token differs (plus any difference in length).
+    pub token_flips: usize,
+    /// The shapes matched: same resident positions, same op outcomes, same state bytes where
+    /// bytes are compared.
+    pub structure_equal: bool,
+    /// Structure equal and every compared value has the same bits.
+    pub bit_identical: bool,
+    /// Where the first difference was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_difference: Option<String>,
+}
+
+impl Default for Measurement {
+    fn default() -> Self {
+        Measurement {
+            values_compared: 0,
+            k_max_abs_delta: 0.0,
+            v_max_abs_delta: 0.0,
+            logits_max_abs_delta: 0.0,
+            token_flips: 0,
+            structure_equal: true,
+            bit_identical: true,
+            first_difference: None,
+        }
+    }
+}
+
+impl Measurement {
+    /// The largest |Δ| of any compared value.
+    pub fn max_abs_delta(&self) -> f64 {
+        self.k_max_abs_delta
+            .max(self.v_max_abs_delta)
+            .max(self.logits_max_abs_delta)
+    }
+
+    fn note(&mut self, at: impl FnOnce() -> String) {
+        if self.first_difference.is_none() {
+            self.first_difference = Some(at());
+        }
+    }
+
+    /// Compares two equally long runs of values of one quantity; `at` names the place of the
+    /// first differing value (called at most once per measurement).
+    pub fn compare(
+        &mut self,
+        what: Quantity,
+        a: &[f32],
+        b: &[f32],
+        at: impl FnOnce(usize) -> String,
+    ) {
+        if a.len() != b.len() {
+            let (la, lb) = (a.len(), b.len());
+            self.mismatch(|| format!("{} ({la} values vs {lb})", at(0)));
+            return;
+        }
+        let mut first = None;
+        let mut max = 0.0f64;
+        for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+            if x.to_bits() == y.to_bits() {
+                continue;
+            }
+            first.get_or_insert(i);
+            let d = (f64::from(x) - f64::from(y)).abs();
+            max = max.max(if d.is_nan() { f64::INFINITY } else { d });
+        }
+        self.values_compared += a.len() as u64;
+        let slot = match what {
+            Quantity::K => &mut self.k_max_abs_delta,
+            Quantity::V => &mut self.v_max_abs_delta,
+            Quantity::Logits => &mut self.logits_max_abs_delta,
+        };
+        *slot = slot.max(max);
+        if let Some(i) = first {
+            self.bit_identical = false;
+            let (x, y) = (a[i], b[i]);
+            self.note(|| format!("{}: {x:e} vs {y:e}", at(i)));
+        }
+    }
+
+    /// Records a structural difference.
+    pub fn mismatch(&mut self, what: impl FnOnce() -> String) {
+        self.structure_equal = false;
+        self.bit_identical = false;
+        self.note(what);
+    }
+
+    /// Compares two greedy continuations token by token.
+    pub fn tokens(&mut self, a: &[u32], b: &[u32]) {
+        let flips = a.iter().zip(b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
+        if flips > 0 {
+            self.token_flips += flips;
+            self.bit_identical = false;
+            self.note(|| format!("greedy continuation {a:?} vs {b:?}"));
+        }
+    }
+
+    /// Folds another measurement into this one (maxima, sums, first difference kept).
+    pub fn absorb(&mut self, o: &Measurement) {
+        self.values_compared += o.values_compared;
+        self.k_max_abs_delta = self.k_max_abs_delta.max(o.k_max_abs_delta);
+        self.v_max_abs_delta = self.v_max_abs_delta.max(o.v_max_abs_delta);
+        self.logits_max_abs_delta = self.logits_max_abs_delta.max(o.logits_max_abs_delta);
+        self.token_flips += o.token_flips;
+        self.structure_equal &= o.structure_equal;
+        self.bit_identical &= o.bit_identical;
+        if self.first_difference.is_none() {
+            self.first_difference = o.first_difference.clone();
+        }
+    }
+}
+
+/// A judged check: what was measured and whether the theorem's relation held.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The theorem.
+    pub theorem: Theorem,
+    /// Which check (`placement`, `round trip`, `pair`, ...).
+    pub check: String,
+    /// Whether the relation held within the tolerance.
+    pub holds: bool,
+    /// The tolerance judged against.
+    pub tolerance: Tolerance,
+    /// What was measured.
+    pub measurement: Measurement,
+}
+
+impl Verdict {
+    /// Judges `measurement` against `tolerance`.
+    pub fn judge(
+        theorem: Theorem,
+        check: &str,
+        tolerance: Tolerance,
+        measurement: Measurement,
+    ) -> Self {
+        Verdict {
+            theorem,
+            check: check.into(),
+            holds: tolerance.accepts(&measurement),
+            tolerance,
+            measurement,
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = &self.measurement;
+        write!(
+            f,
+            "{} {}: {} (max|Δ| {:e}: K {:e}, V {:e}, logits {:e}; {} token flip(s); {} values; tolerance {:e})",
+            self.theorem,
+            self.check,
+            if self.holds { "holds" } else { "violated" },
+            m.max_abs_delta(),
+            m.k_max_abs_delta,
+            m.v_max_abs_delta,
+            m.logits_max_abs_delta,
+            m.token_flips,
+            m.values_compared,
+            self.tolerance.max_abs_delta
+        )?;
+        if let Some(d) = &m.first_difference {
+            write!(f, "; first difference: {d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A check either judged, or not applicable to the target (neither a pass nor a failure).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "judgement", rename_all = "snake_case")]
+pub enum Judgement {
+    /// Measured and judged.
+    Judged(Verdict),
+    /// The target does not expose what the check needs.
+    Unsupported {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl fmt::Display for Judgement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Judgement::Judged(v) => v.fmt(f),
+            Judgement::Unsupported { reason } => write!(f, "unsupported: {reason}"),
+        }
+    }
+}
+
+/// One resident cell of a sequence with its rows, per layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CellRows {
+    /// The cell's position.
+    pub pos: Pos,
+    /// K row per layer.
+    pub k: Vec<Vec<f32>>,
+    /// V row per layer.
+    pub v: Vec<Vec<f32>>,
+}
+
+/// The resident cells of one sequence with their rows, in position order (cells at one position
+/// ordered by their K bits, so equal multisets compare equal whatever the cell layout).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqRows {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Layers in the state (0: the target serializes no tensors).
+    pub n_layer: usize,
+    /// The cells.
+    pub cells: Vec<CellRows>,
+}
+
+impl SeqRows {
+    /// Builds the canonical (position, then K bits) order.
+    pub fn new(seq: SeqId, n_layer: usize, mut cells: Vec<CellRows>) -> Self {
+        let key =
+            |c: &CellRows| -> Vec<u32> { c.k.iter().flatten().map(|x| x.to_bits()).collect() };
+        cells.sort_by(|a, b| a.pos.cmp(&b.pos).then_with(|| key(a).cmp(&key(b))));
+        SeqRows {
+            seq,
+            n_layer,
+            cells,
+        }
+    }
+
+    /// The resident positions, ascending.
+    pub fn positions(&self) -> Vec<Pos> {
+        self.cells.iter().map(|c| c.pos).collect()
+    }
+}
+
+/// IEEE half to single (exact), for F16 caches (llama.cpp's default K/V type).
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let frac = u32::from(h & 0x3ff);
+    let bits = match exp {
+        0 if frac == 0 => sign,
+        0 => {
+            let (mut e, mut f) = (127 - 15 + 1, frac);
+            while f & 0x400 == 0 {
+                f <<= 1;
+                e -= 1;
+            }
+            sign | (e << 23) | ((f & 0x3ff) << 13)
+        }
+        0x1f => sign | 0x7f80_0000 | (frac << 13),
+        _ => sign | ((exp + 127 - 15) << 23) | (frac << 13),
+    };
+    f32::from_bits(bits)
+}
+
+fn element(data: &[u8], ggml_type: i32, i: usize) -> Result<f32, String> {
+    match ggml_type {
+        0 => Ok(f32::from_le_bytes(
+            data[4 * i..4 * i + 4].try_into().expect("4 bytes"),
+        )),
+        1 => Ok(f16_to_f32(u16::from_le_bytes(
+            data[2 * i..2 * i + 2].try_into().expect("2 bytes"),
+        ))),
+        t => Err(format!("ggml type {t} rows are not read (F32 and F16 are)")),
+    }
+}
+
+fn element_bytes(ggml_type: i32) -> Result<usize, String> {
+    match ggml_type {
+        0 => Ok(4),
+        1 => Ok(2),
+        t => Err(format!("ggml type {t} rows are not read (F32 and F16 are)")),
+    }
+}
+
+/// Rows of one layer: one `Vec` per cell.
+fn layer_rows(
+    rows: &LayerRows<'_>,
+    n_cells: usize,
+    transposed: bool,
+) -> Result<Vec<Vec<f32>>, String> {
+    if transposed {
+        let w = rows.n_embd_v_gqa as usize;
+        if rows.row_bytes as usize != element_bytes(rows.ggml_type)? {
+            return Err(format!(
+                "transposed V with {}-byte elements",
+                rows.row_bytes
+            ));
+        }
+        (0..n_cells)
+            .map(|i| {
+                (0..w)
+                    .map(|j| element(rows.data, rows.ggml_type, j * n_cells + i))
+                    .collect()
+            })
+            .collect()
+    } else {
+        let el = element_bytes(rows.ggml_type)?;
+        let rb = rows.row_bytes as usize;
+        if rb % el != 0 {
+            return Err(format!("rows of {rb} bytes are not whole elements of {el}"));
+        }
+        (0..n_cells)
+            .map(|i| {
+                let row = &rows.data[i * rb..(i + 1) * rb];
+                (0..rb / el)
+                    .map(|j| element(row, rows.ggml_type, j))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// The cells and rows of `seq` from `llama_state_seq_get_data` bytes (the base cache of an iSWA
+/// memory; every stream).
+pub fn read_seq_rows(seq: SeqId, bytes: &[u8], format: StateFormat) -> Result<SeqRows, String> {
+    let state = parse_seq_state(bytes, format).map_err(|e| e.to_string())?;
+    let mut cells = Vec::new();
+    let mut n_layer = 0;
+    for stream in state.caches.first().into_iter().flatten() {
+        let Some(kv) = &stream.kv else { continue };
+        let n = stream.cells.len();
+        n_layer = kv.n_layer as usize;
+        let k: Vec<Vec<Vec<f32>>> =
+            kv.k.iter()
+                .map(|r| layer_rows(r, n, false))
+                .collect::<Result<_, _>>()?;
+        let v: Vec<Vec<Vec<f32>>> =
+            kv.v.iter()
+                .map(|r| layer_rows(r, n, kv.v_trans))
+                .collect::<Result<_, _>>()?;
+        for (i, c) in stream.cells.iter().enumerate() {
+            cells.push(CellRows {
+                pos: c.pos,
+                k: k.iter().map(|l| l[i].clone()).collect(),
+                v: v.iter().map(|l| l[i].clone()).collect(),
+            });
+        }
+    }
+    Ok(SeqRows::new(seq, n_layer, cells))
+}
+
+/// Compares the rows of two sequences, K and V per (layer, position, KV head); positions present
+/// on one side only are a structural difference. `label` prefixes places in the measurement.
+pub fn compare_rows(m: &mut Measurement, a: &SeqRows, b: &SeqRows, head_dim: usize, label: &str) {
+    if a.positions() != b.positions() {
+        let (pa, pb) = (a.positions(), b.positions());
+        m.mismatch(|| format!("{label} seq {}: resident positions {pa:?} vs {pb:?}", a.seq));
+    }
+    // An empty sequence serializes no tensor section at all, so its layer count says nothing.
+    if a.n_layer != b.n_layer && !a.cells.is_empty() && !b.cells.is_empty() {
+        let (la, lb) = (a.n_layer, b.n_layer);
+        m.mismatch(|| format!("{label} seq {}: {la} layers vs {lb}", a.seq));
+        return;
+    }
+    // Merge-walk by position so that rows at common positions are measured even when the sets
+    // differ.
+    let (mut i, mut j) = (0, 0);
+    while i < a.cells.len() && j < b.cells.len() {
+        let (x, y) = (&a.cells[i], &b.cells[j]);
+        match x.pos.cmp(&y.pos) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                for l in 0..a.n_layer {
+                    for (what, name, ra, rb) in [
+                        (Quantity::K, "K", &x.k[l], &y.k[l]),
+                        (Quantity::V, "V", &x.v[l], &y.v[l]),
+                    ] {
+                        let heads = ra.len().max(1).div_ceil(head_dim.max(1));
+                        for h in 0..heads {
+                            let r = h * head_dim..((h + 1) * head_dim).min(ra.len());
+                            let (ha, hb) = (
+                                ra.get(r.clone()).unwrap_or(&[]),
+                                rb.get(r.clone()).unwrap_or(&[]),
+                            );
+                            m.compare(what, ha, hb, |d| {
+                                format!(
+                                    "{label} seq {} layer {l} pos {} kv head {h} {name}[{d}]",
+                                    a.seq, x.pos
+                                )
+                            });
+                        }
+                    }
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+}
+
+/// Resets `target` to the trace's setup and applies its ops. `Ok(Err(reason))`: the target does
+/// not support an op.
+pub fn run_trace(
+    target: &mut dyn CacheUnderTest,
+    trace: &Trace,
+) -> Result<Result<Vec<OpOutcome>, String>, HarnessError> {
+    target.reset(&trace.setup)?;
+    let mut outcomes = Vec::with_capacity(trace.ops.len());
+    for op in &trace.ops {
+        let o = target.apply(op)?;
+        if let OpOutcome::Unsupported { reason } = &o {
+            return Ok(Err(format!("{op}: {reason}")));
+        }
+        outcomes.push(o);
+    }
+    Ok(Ok(outcomes))
+}
+
+/// Decodes one token into `seq` at the next position; its logits, or why not.
+pub fn decode_one(
+    target: &mut dyn CacheUnderTest,
+    seq: SeqId,
+    token: u32,
+) -> Result<Result<Vec<f32>, String>, HarnessError> {
+    let op = Op::Decode(crate::base::op::Decode::tokens(seq, &[token as i32]));
+    match target.apply(&op)? {
+        OpOutcome::Decoded { rc: 0 } => match target.last_logits()? {
+            Some(l) => Ok(Ok(l)),
+            None => Ok(Err(format!("{} exposes no logits", target.info().name))),
+        },
+        other => Ok(Err(format!("{op}: {other:?}"))),
+    }
+}
+
+/// The pair a theorem derives from `trace` for random exploration (`kvaudit fuzz --oracles`):
+/// T2 the never-saw partner of its last eviction ([`t2::never_saw_pair`]), T3 the fresh recompute
+/// of its last prefix copy ([`t3::prefix_pair`]) or, with a window, the trace without an eviction
+/// of keys no later query can see ([`t3::out_of_window_pair`]). `None` when the trace has no such
+/// shape or the relation would not have to hold (a survivor saw the span). T1 needs no partner:
+/// [`t1::check_placement`] judges any trace.
+pub fn derive_pair(theorem: Theorem, trace: &Trace, window: Option<u32>) -> Option<Pair> {
+    match theorem {
+        Theorem::T1 => None,
+        Theorem::T2 => t2::never_saw_pair(trace),
+        Theorem::T3 => {
+            t3::prefix_pair(trace).or_else(|| window.and_then(|w| t3::out_of_window_pair(trace, w)))
+        }
+    }
+}
+
+/// How a pair was derived from a trace (a theorem may have several derivations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Derivation {
+    /// T2: the never-saw partner of the last eviction ([`t2::never_saw_pair`]).
+    NeverSaw,
+    /// T3: the fresh recompute of the last prefix copy ([`t3::prefix_pair`]).
+    Prefix,
+    /// T3 with a window: the trace without its last eviction, of keys no later query can see
+    /// ([`t3::out_of_window_pair`]).
+    OutOfWindow,
+}
+
+impl Derivation {
+    /// The name used in reports (as in `tests/data/theorems`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Derivation::NeverSaw => "never_saw",
+            Derivation::Prefix => "prefix",
+            Derivation::OutOfWindow => "out_of_window",
+        }
+    }
+
+    /// The derivations of `theorem` (none for T1, which needs no partner).
+    pub fn of(theorem: Theorem) -> &'static [Derivation] {
+        match theorem {
+            Theorem::T1 => &[],
+            Theorem::T2 => &[Derivation::NeverSaw],
+            Theorem::T3 => &[Derivation::Prefix, Derivation::OutOfWindow],
+        }
+    }
+
+    /// The pair this derivation gives for `trace` under `window`, if any.
+    pub fn derive(self, trace: &Trace, window: Option<u32>) -> Option<Pair> {
+        match self {
+            Derivation::NeverSaw => t2::never_saw_pair(trace),
+            Derivation::Prefix => t3::prefix_pair(trace),
+            Derivation::OutOfWindow => window.and_then(|w| t3::out_of_window_pair(trace, w)),
+        }
+    }
+}
+
+impl fmt::Display for Derivation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Every pair `theorem` derives from `trace`, by derivation: [`derive_pair`] stops at the first,
+/// while random exploration judges each (a trace may end with both a prefix copy and an
+/// out-of-window eviction, and each is a T3 relation of its own).
+pub fn derive_pairs(
+    theorem: Theorem,
+    trace: &Trace,
+    window: Option<u32>,
+) -> Vec<(Derivation, Pair)> {
+    Derivation::of(theorem)
+        .iter()
+        .filter_map(|&d| d.derive(trace, window).map(|p| (d, p)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_floats_decode_exactly() {
+        for (h, f) in [
+            (0x3c00u16, 1.0f32),
+            (0xc000, -2.0),
+            (0x0001, 2f32.powi(-24)),
+            (0x7bff, 65504.0),
+            (0x8000, -0.0),
+        ] {
+            assert_eq!(f16_to_f32(h).to_bits(), f.to_bits(), "{h:#x}");
+        }
+        assert!(f16_to_f32(0x7e00).is_nan());
+    }
+
+    #[test]
+    fn measurement_is_bitwise_and_locates_the_difference() {
+        let mut m = Measurement::default();
+        m.compare(Quantity::K, &[1.0, 2.0], &[1.0, 2.0], |_| "x".into());
+        assert!(m.bit_identical && Tolerance::EXACT.accepts(&m));
+        m.compare(Quantity::V, &[0.0], &[-0.0], |i| format!("v[{i}]"));
+        assert!(!m.bit_identical);
+        assert_eq!(m.max_abs_delta(), 0.0);
+        assert!(!Tolerance::EXACT.accepts(&m));
+        assert!(Tolerance {
+            max_abs_delta: 1e-6
+        }
+        .accepts(&m));
+        m.compare(Quantity::Logits, &[1.0], &[1.5], |_| "l".into());
+        assert_eq!(m.logits_max_abs_delta, 0.5);
+        assert_eq!(m.first_difference.as_deref(), Some("v[0]: 0e0 vs -0e0"));
+        m.tokens(&[1, 2, 3], &[1, 4]);
+        assert_eq!(m.token_flips, 2);
+    }
+
+    #[test]
+    fn theorem_names_round_trip() {
+        for t in Theorem::ALL {
+            assert_eq!(Theorem::from_name(&t.name().to_lowercase()), Some(t));
+        }
+    }
+}

@@ -1,0 +1,977 @@
+//! Repro files: a minimal failing trace stored as a value, plus what it shows and where.
+//!
+//! proptest's `proptest-regressions/` stores seeds, which stop reproducing when a generator
+//! changes; a repro file stores the trace itself (setup and ops, in the op JSON of
+//! [`crate::base::op`]), the oracle and kind of violation, the step where it shows, what was observed
+//! and expected there, and per target whether the oracle `fails` there or `holds`. It is JSON,
+//! written by [`Repro::to_text`] in one stable layout (one op per line, fixed key order,
+//! trailing newline) so that it reads well in a bug report and diffs well in review.
+//!
+//! `fails` means: on that target the oracle is first violated at the recorded step, with the
+//! recorded kind, sequence and observation (compared exactly); an entry may override step,
+//! kind, sequence and observation where one target fails differently. `holds` means the oracle
+//! is never violated on the trace. [`check`] replays one expectation; a bug that went away is
+//! news too ([`Status::Fixed`]). A target that cannot be built or driven is
+//! [`Status::Unavailable`], never a pass.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::running::judge::{Judge, Judgement};
+use crate::base::op::{Op, SeqId, Trace};
+use crate::oracles::OracleId;
+use crate::targets::registry::TargetSpec;
+use crate::records::report::Finding;
+
+/// What a target does on the trace, as recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expect {
+    /// The oracle is first violated at the recorded step, as recorded.
+    Fails,
+    /// The oracle is never violated.
+    Holds,
+}
+
+/// One target (or pair of targets, for the differential oracle) and what the trace does there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetExpectation {
+    /// Target name, as on the command line (`native`, `llama.cpp@0.1.156`).
+    pub target: String,
+    /// Injected faults (native only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
+    /// The second target, for the differential oracle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs: Option<String>,
+    /// Faults of the second target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vs_faults: Vec<String>,
+    /// What the trace does there.
+    pub expect: Expect,
+    /// Where this target fails at another step than the file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
+    /// Where this target fails with another kind than the file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Where this target fails on another sequence than the file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<SeqId>,
+    /// Where this target observes something else than the file's `observed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<Value>,
+}
+
+impl TargetExpectation {
+    /// An expectation on `target` (and `vs`), with no overrides.
+    pub fn new(target: &TargetSpec, vs: Option<&TargetSpec>, expect: Expect) -> Self {
+        TargetExpectation {
+            target: target.name.clone(),
+            faults: target.faults.clone(),
+            vs: vs.map(|v| v.name.clone()),
+            vs_faults: vs.map(|v| v.faults.clone()).unwrap_or_default(),
+            expect,
+            step: None,
+            kind: None,
+            seq: None,
+            observed: None,
+        }
+    }
+
+    /// The target spec, and the second one.
+    pub fn specs(&self) -> (TargetSpec, Option<TargetSpec>) {
+        (
+            TargetSpec::new(&self.target, &self.faults),
+            self.vs
+                .as_ref()
+                .map(|v| TargetSpec::new(v, &self.vs_faults)),
+        )
+    }
+
+    /// `native[refcount]`, or `A vs B`: what test names and messages call it.
+    pub fn label(&self) -> String {
+        let one = |name: &str, faults: &[String]| {
+            let mut s = name.to_string();
+            for f in faults {
+                s.push_str(&format!("[{f}]"));
+            }
+            s
+        };
+        let a = one(&self.target, &self.faults);
+        match &self.vs {
+            Some(vs) => format!("{a} vs {}", one(vs, &self.vs_faults)),
+            None => a,
+        }
+    }
+}
+
+/// The target(s) a violation of `oracle` belongs to, given the run's targets `a` and `b`: the
+/// pair for the differential oracle, `b` alone for `b`'s own crash (`on_vs`), else `a` alone
+/// (I1 and I2 judge target A only).
+pub fn targets_of(
+    oracle: OracleId,
+    on_vs: bool,
+    a: &TargetSpec,
+    b: Option<&TargetSpec>,
+) -> (TargetSpec, Option<TargetSpec>) {
+    match (b, oracle, on_vs) {
+        (Some(b), OracleId::Differential, _) => (a.clone(), Some(b.clone())),
+        (Some(b), _, true) => (b.clone(), None),
+        _ => (a.clone(), None),
+    }
+}
+
+/// How a repro was found, when a fuzz run or a shrink made it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Found {
+    /// The fuzz seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// The fuzz case (from 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub case: Option<u64>,
+    /// Length of the trace before shrinking.
+    pub length: usize,
+    /// Its first failing step.
+    pub step: usize,
+    /// Target executions the shrink took.
+    pub shrink_executions: u64,
+}
+
+/// A repro file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Repro {
+    /// One line: what the trace does.
+    pub repro: String,
+    /// One line: why, in the target's code.
+    pub postmortem: String,
+    /// The date (UTC, `YYYY-MM-DD`) the repro was recorded.
+    pub since: String,
+    /// Which oracle.
+    pub oracle: OracleId,
+    /// The kind of violation.
+    pub kind: String,
+    /// Setup and ops.
+    pub trace: Trace,
+    /// 1-based step where the violation first shows.
+    pub step: usize,
+    /// The sequence concerned, where there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<SeqId>,
+    /// What the target said at that step.
+    pub observed: Value,
+    /// What the oracle expected.
+    pub expected: Value,
+    /// Per target: fails or holds.
+    pub targets: Vec<TargetExpectation>,
+    /// How it was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<Found>,
+}
+
+fn compact<T: Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).expect("repro values serialize")
+}
+
+fn op_lines(s: &mut String, indent: &str, ops: &[Op]) {
+    if ops.is_empty() {
+        s.push_str("[]");
+        return;
+    }
+    s.push_str("[\n");
+    for (i, op) in ops.iter().enumerate() {
+        let comma = if i + 1 < ops.len() { "," } else { "" };
+        let _ = writeln!(s, "{indent}  {}{comma}", op.to_json());
+    }
+    s.push_str(indent);
+    s.push(']');
+}
+
+/// The ops of a trace as a short, file-name-safe string: `seq_cp_seq_cp_seq_keep`.
+fn op_names(ops: &[Op], most: usize) -> String {
+    let mut names: Vec<&str> = ops.iter().take(most).map(Op::name).collect();
+    if ops.len() > most {
+        names.push("etc");
+    }
+    names.join("_")
+}
+
+impl Repro {
+    /// A repro of `f`, recorded on `since`, with these expectations.
+    pub fn from_finding(
+        f: &Finding,
+        since: &str,
+        targets: Vec<TargetExpectation>,
+        found: Option<Found>,
+    ) -> Self {
+        let names: Vec<&str> = f.trace.ops.iter().map(Op::name).collect();
+        let seq = f.seq.map(|s| format!(" (seq {s})")).unwrap_or_default();
+        Repro {
+            repro: format!(
+                "{}: {} {}{seq} at step {}",
+                names.join(", "),
+                f.oracle,
+                f.kind,
+                f.step
+            ),
+            postmortem: String::new(),
+            since: since.to_string(),
+            oracle: f.oracle,
+            kind: f.kind.clone(),
+            trace: f.trace.clone(),
+            step: f.step,
+            seq: f.seq,
+            observed: f.observed.clone(),
+            expected: f.expected.clone(),
+            targets,
+            found,
+        }
+    }
+
+    /// A file name for it: oracle and op names, e.g. `i1_seq_cp_seq_cp_seq_keep.json`.
+    pub fn file_name(&self) -> String {
+        format!(
+            "{}_{}.json",
+            self.oracle.name().to_ascii_lowercase(),
+            op_names(&self.trace.ops, 6)
+        )
+    }
+
+    /// The file text: JSON in one stable layout, one op per line, trailing newline.
+    pub fn to_text(&self) -> String {
+        let mut s = String::from("{\n");
+        let _ = writeln!(s, "  \"repro\": {},", compact(&self.repro));
+        let _ = writeln!(s, "  \"postmortem\": {},", compact(&self.postmortem));
+        let _ = writeln!(s, "  \"since\": {},", compact(&self.since));
+        let _ = writeln!(s, "  \"oracle\": {},", compact(&self.oracle));
+        let _ = writeln!(s, "  \"kind\": {},", compact(&self.kind));
+        let setup = &self.trace.setup;
+        s.push_str("  \"trace\": {\n    \"setup\": {\n");
+        let _ = writeln!(s, "      \"n_ctx\": {},", setup.n_ctx);
+        let _ = writeln!(s, "      \"n_seq_max\": {},", setup.n_seq_max);
+        s.push_str("      \"ops\": ");
+        op_lines(&mut s, "      ", &setup.ops);
+        s.push_str("\n    },\n    \"ops\": ");
+        op_lines(&mut s, "    ", &self.trace.ops);
+        s.push_str("\n  },\n");
+        let _ = writeln!(s, "  \"step\": {},", self.step);
+        if let Some(seq) = self.seq {
+            let _ = writeln!(s, "  \"seq\": {seq},");
+        }
+        let _ = writeln!(s, "  \"observed\": {},", compact(&self.observed));
+        let _ = writeln!(s, "  \"expected\": {},", compact(&self.expected));
+        s.push_str("  \"targets\": [\n");
+        for (i, t) in self.targets.iter().enumerate() {
+            let comma = if i + 1 < self.targets.len() { "," } else { "" };
+            let _ = writeln!(s, "    {}{comma}", compact(t));
+        }
+        s.push_str("  ]");
+        if let Some(found) = &self.found {
+            let _ = write!(s, ",\n  \"found\": {}", compact(found));
+        }
+        s.push_str("\n}\n");
+        s
+    }
+
+    /// Parses and checks a repro file's text. Errors say where (line and column) and what.
+    pub fn parse(text: &str) -> Result<Repro, String> {
+        let r: Repro = serde_json::from_str(text)
+            .map_err(|e| format!("{}not a kvaudit repro file: {}", at(&e), message(&e)))?;
+        r.validate()?;
+        Ok(r)
+    }
+
+    /// Reads and parses a repro file; errors name the file.
+    pub fn load(path: &Path) -> Result<Repro, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Checks what the JSON schema cannot.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.trace.ops.len();
+        let in_trace = |step: usize, what: &str| {
+            if step == 0 || step > n {
+                Err(format!(
+                    "{what}: {step} is not a step of the trace's {n} ops"
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        in_trace(self.step, "\"step\"")?;
+        if self.targets.is_empty() {
+            return Err("\"targets\": at least one target expectation is needed".into());
+        }
+        for t in &self.targets {
+            if let Some(step) = t.step {
+                in_trace(step, &format!("target {}: \"step\"", t.label()))?;
+            }
+            if (self.oracle == OracleId::Differential) != t.vs.is_some() {
+                return Err(format!(
+                    "target {}: a differential repro needs \"vs\" on every target, other oracles none",
+                    t.label()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `line L, column C: ` of a JSON error.
+fn at(e: &serde_json::Error) -> String {
+    format!("line {}, column {}: ", e.line(), e.column())
+}
+
+/// A JSON error's message without serde's own ` at line L column C` suffix.
+fn message(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    s.strip_suffix(&suffix).unwrap_or(&s).to_string()
+}
+
+/// Reads a file that holds either a repro or a bare trace (`{"setup": .., "ops": [..]}`).
+pub fn load_trace_or_repro(path: &Path) -> Result<(Trace, Option<Repro>), String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let at = |e: serde_json::Error, what: &str| {
+        format!(
+            "{}: {}not a {what}: {}",
+            path.display(),
+            at(&e),
+            message(&e)
+        )
+    };
+    let v: Value = serde_json::from_str(&text).map_err(|e| at(e, "JSON file"))?;
+    if v.get("trace").is_some() {
+        let r = Repro::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok((r.trace.clone(), Some(r)))
+    } else {
+        let t: Trace = serde_json::from_str(&text).map_err(|e| at(e, "trace or repro file"))?;
+        Ok((t, None))
+    }
+}
+
+/// The outcome of replaying one expectation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Status {
+    /// The recorded expectation still holds.
+    Confirmed(String),
+    /// Recorded as failing, and now the oracle holds: the bug looks fixed on this target.
+    Fixed(String),
+    /// Recorded as holding, and now the oracle fails.
+    Regressed(String),
+    /// Recorded as failing, and it fails otherwise (another step, kind or observation).
+    Changed(String),
+    /// No expectation is recorded for this target; this is what it does.
+    Unrecorded(String),
+    /// The target could not be built or driven, or stopped at an unsupported op: the
+    /// expectation could not be checked.
+    Unavailable(String),
+}
+
+impl Status {
+    /// True if replay should pass: confirmed, or nothing recorded to contradict.
+    pub fn passed(&self) -> bool {
+        matches!(self, Status::Confirmed(_) | Status::Unrecorded(_))
+    }
+
+    /// A short word for tables.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Status::Confirmed(_) => "ok",
+            Status::Fixed(_) => "FIXED",
+            Status::Regressed(_) => "REGRESSED",
+            Status::Changed(_) => "CHANGED",
+            Status::Unrecorded(_) => "unrecorded",
+            Status::Unavailable(_) => "UNAVAILABLE",
+        }
+    }
+
+    /// What happened, in a sentence or two.
+    pub fn detail(&self) -> &str {
+        match self {
+            Status::Confirmed(d)
+            | Status::Fixed(d)
+            | Status::Regressed(d)
+            | Status::Changed(d)
+            | Status::Unrecorded(d)
+            | Status::Unavailable(d) => d,
+        }
+    }
+}
+
+/// One expectation replayed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EntryResult {
+    /// The target's label.
+    pub label: String,
+    /// What happened.
+    pub status: Status,
+    /// Target executions spent.
+    pub executions: u64,
+}
+
+fn describe(step: usize, kind: &str, seq: Option<SeqId>, observed: &Value) -> String {
+    let seq = seq.map(|s| format!(", seq {s}")).unwrap_or_default();
+    format!("at step {step} ({kind}{seq}) with observed {observed}")
+}
+
+/// Runs the repro's trace on `entry`'s target(s) and judges every step.
+fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(Judgement, u64), String> {
+    let (a, b) = entry.specs();
+    let fa = a.factory()?;
+    let fb = b.map(|b| b.factory()).transpose()?;
+    let mut judge = Judge::new(fa.as_ref(), fb.as_deref()).map_err(|e| e.to_string())?;
+    let j = judge.run(&repro.trace).map_err(|e| e.to_string())?;
+    Ok((j, judge.executions()))
+}
+
+/// Replays one expectation of `repro`.
+pub fn check(repro: &Repro, entry: &TargetExpectation) -> EntryResult {
+    let label = entry.label();
+    let (j, executions) = match run_on(repro, entry) {
+        Ok(x) => x,
+        Err(e) => {
+            return EntryResult {
+                label,
+                status: Status::Unavailable(format!("not available: {e}")),
+                executions: 0,
+            }
+        }
+    };
+    let status = judge_expectation(repro, entry, &j);
+    EntryResult {
+        label,
+        status,
+        executions,
+    }
+}
+
+/// Compares what the oracles said about the repro's trace with `entry`'s expectation.
+pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &Judgement) -> Status {
+    let oracle = repro.oracle;
+    let first = j.first(oracle);
+    if let Some((step, reason)) = &j.unsupported {
+        if !matches!(first, Some(v) if v.step < *step) {
+            return Status::Unavailable(format!(
+                "step {step} is unsupported by the target ({reason}): {oracle} cannot be judged past step {}",
+                step - 1
+            ));
+        }
+    }
+    let want_step = entry.step.unwrap_or(repro.step);
+    let want_kind = entry.kind.as_deref().unwrap_or(&repro.kind);
+    let want_seq = entry.seq.or(repro.seq);
+    let want_observed = entry.observed.as_ref().unwrap_or(&repro.observed);
+    let want = describe(want_step, want_kind, want_seq, want_observed);
+    let n = repro.trace.ops.len();
+    match (entry.expect, first) {
+        (Expect::Fails, None) => Status::Fixed(format!(
+            "recorded: {oracle} fails first {want}; now {oracle} holds on all {n} steps: \
+             the bug looks fixed on this target (record \"expect\": \"holds\" if so)"
+        )),
+        (Expect::Fails, Some(v)) => {
+            let got = describe(
+                v.step,
+                &v.violation.kind,
+                v.violation.seq,
+                &v.violation.observed,
+            );
+            if v.step == want_step
+                && v.violation.kind == want_kind
+                && v.violation.seq == want_seq
+                && &v.violation.observed == want_observed
+            {
+                Status::Confirmed(format!("{oracle} fails first {got}, as recorded"))
+            } else {
+                Status::Changed(format!(
+                    "recorded: {oracle} fails first {want}; now it fails first {got}"
+                ))
+            }
+        }
+        (Expect::Holds, None) => {
+            Status::Confirmed(format!("{oracle} holds on all {n} steps, as recorded"))
+        }
+        (Expect::Holds, Some(v)) => Status::Regressed(format!(
+            "recorded: {oracle} holds on all {n} steps; now it fails first {}",
+            describe(
+                v.step,
+                &v.violation.kind,
+                v.violation.seq,
+                &v.violation.observed
+            )
+        )),
+    }
+}
+
+/// Measures what the repro's trace does on a target: the expectation to record for it, with
+/// overrides where it fails otherwise than the file says. `Err` if the target is unavailable or
+/// stops at an unsupported op.
+pub fn measure(
+    repro: &Repro,
+    target: &TargetSpec,
+    vs: Option<&TargetSpec>,
+) -> Result<TargetExpectation, String> {
+    let mut entry = TargetExpectation::new(target, vs, Expect::Holds);
+    let (j, _) = run_on(repro, &entry)?;
+    if let Status::Unavailable(why) = judge_expectation(repro, &entry, &j) {
+        return Err(why);
+    }
+    if let Some(v) = j.first(repro.oracle) {
+        entry.expect = Expect::Fails;
+        if v.step != repro.step {
+            entry.step = Some(v.step);
+        }
+        if v.violation.kind != repro.kind {
+            entry.kind = Some(v.violation.kind.clone());
+        }
+        if v.violation.seq != repro.seq {
+            entry.seq = v.violation.seq;
+        }
+        if v.violation.observed != repro.observed {
+            entry.observed = Some(v.violation.observed.clone());
+        }
+    }
+    Ok(entry)
+}
+
+/// Parses `name[fault][fault]` (a target label) into a spec.
+pub fn parse_label(label: &str) -> Result<TargetSpec, String> {
+    let (name, rest) = match label.find('[') {
+        Some(i) => (&label[..i], &label[i..]),
+        None => (label, ""),
+    };
+    let mut faults = Vec::new();
+    let mut rest = rest;
+    while !rest.is_empty() {
+        let end = rest
+            .find(']')
+            .filter(|_| rest.starts_with('['))
+            .ok_or_else(|| format!("target '{label}': expected NAME or NAME[fault][fault]"))?;
+        faults.push(rest[1..end].to_string());
+        rest = &rest[end + 1..];
+    }
+    if name.is_empty() {
+        return Err(format!("target '{label}': no name"));
+    }
+    Ok(TargetSpec::new(name, &faults))
+}
+
+/// One repro file replayed.
+#[derive(Clone, Debug)]
+pub struct FileResult {
+    /// The file.
+    pub path: PathBuf,
+    /// Its expectations replayed, or why the file could not be read.
+    pub entries: Result<Vec<EntryResult>, String>,
+    /// Wall time, in seconds.
+    pub elapsed_s: f64,
+}
+
+impl FileResult {
+    /// The file's stem: the test case's name.
+    pub fn name(&self) -> String {
+        self.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// True if every expectation was confirmed.
+    pub fn passed(&self) -> bool {
+        self.entries
+            .as_ref()
+            .is_ok_and(|es| es.iter().all(|e| e.status.passed()))
+    }
+
+    /// True if the harness could not check something (unreadable file, unavailable target).
+    pub fn harness_error(&self) -> bool {
+        match &self.entries {
+            Err(_) => true,
+            Ok(es) => es
+                .iter()
+                .any(|e| matches!(e.status, Status::Unavailable(_))),
+        }
+    }
+}
+
+/// Which expectations of a file to replay.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayFilter {
+    /// Only this target (or pair); a target the file records nothing for is run and reported
+    /// as [`Status::Unrecorded`].
+    pub target: Option<(TargetSpec, Option<TargetSpec>)>,
+}
+
+/// Replays the expectations of one repro.
+pub fn replay(repro: &Repro, filter: &ReplayFilter) -> Vec<EntryResult> {
+    let Some((a, b)) = &filter.target else {
+        return repro.targets.iter().map(|e| check(repro, e)).collect();
+    };
+    let wanted = TargetExpectation::new(a, b.as_ref(), Expect::Holds);
+    let mine: Vec<&TargetExpectation> = repro
+        .targets
+        .iter()
+        .filter(|e| e.label() == wanted.label())
+        .collect();
+    if !mine.is_empty() {
+        return mine.into_iter().map(|e| check(repro, e)).collect();
+    }
+    let status = match measure(repro, a, b.as_ref()) {
+        Ok(m) => Status::Unrecorded(match m.expect {
+            Expect::Holds => format!(
+                "no expectation recorded; {} holds on every step",
+                repro.oracle
+            ),
+            Expect::Fails => format!(
+                "no expectation recorded; {} fails first at step {}",
+                repro.oracle,
+                m.step.unwrap_or(repro.step)
+            ),
+        }),
+        Err(e) => Status::Unavailable(format!("not available: {e}")),
+    };
+    vec![EntryResult {
+        label: wanted.label(),
+        status,
+        executions: 0,
+    }]
+}
+
+/// Replays one file.
+pub fn replay_file(path: &Path, filter: &ReplayFilter) -> FileResult {
+    let started = Instant::now();
+    let entries = Repro::load(path).map(|r| replay(&r, filter));
+    FileResult {
+        path: path.to_path_buf(),
+        entries,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// The repro files a path names: the file itself, or a folder's `*.json`, sorted.
+pub fn repro_files(path: &Path) -> Result<Vec<PathBuf>, String> {
+    if !path.is_dir() {
+        if !path.exists() {
+            return Err(format!("{}: no such file or folder", path.display()));
+        }
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("json"))
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JUnit XML: one test case per repro file, a failure per changed expectation, an error where
+/// the harness could not check one.
+pub fn junit_xml(results: &[FileResult]) -> String {
+    let failures = results
+        .iter()
+        .filter(|r| !r.passed() && !r.harness_error())
+        .count();
+    let errors = results.iter().filter(|r| r.harness_error()).count();
+    let time: f64 = results.iter().map(|r| r.elapsed_s).sum();
+    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        s,
+        "<testsuites name=\"kvaudit replay\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" time=\"{time:.3}\">",
+        results.len()
+    );
+    let _ = writeln!(
+        s,
+        "  <testsuite name=\"kvaudit replay\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" time=\"{time:.3}\">",
+        results.len()
+    );
+    for r in results {
+        let _ = write!(
+            s,
+            "    <testcase classname=\"kvaudit.replay\" name=\"{}\" file=\"{}\" time=\"{:.3}\">",
+            xml_escape(&r.name()),
+            xml_escape(&r.path.display().to_string()),
+            r.elapsed_s
+        );
+        match &r.entries {
+            Err(e) => {
+                let _ = write!(
+                    s,
+                    "\n      <error type=\"harness\" message=\"{}\"/>\n    ",
+                    xml_escape(e)
+                );
+            }
+            Ok(entries) => {
+                let bad: Vec<&EntryResult> =
+                    entries.iter().filter(|e| !e.status.passed()).collect();
+                if let Some(first) = bad.first() {
+                    let tag = if r.harness_error() {
+                        "error"
+                    } else {
+                        "failure"
+                    };
+                    let body: Vec<String> = bad
+                        .iter()
+                        .map(|e| format!("{}: {}: {}", e.label, e.status.word(), e.status.detail()))
+                        .collect();
+                    let _ = write!(
+                        s,
+                        "\n      <{tag} type=\"{}\" message=\"{}\">{}</{tag}>",
+                        first.status.word().to_ascii_lowercase(),
+                        xml_escape(&format!("{}: {}", first.label, first.status.word())),
+                        xml_escape(&body.join("\n"))
+                    );
+                }
+                let out: Vec<String> = entries
+                    .iter()
+                    .map(|e| format!("{}: {}: {}", e.label, e.status.word(), e.status.detail()))
+                    .collect();
+                let _ = write!(
+                    s,
+                    "\n      <system-out>{}</system-out>\n    ",
+                    xml_escape(&out.join("\n"))
+                );
+            }
+        }
+        s.push_str("</testcase>\n");
+    }
+    s.push_str("  </testsuite>\n</testsuites>\n");
+    s
+}
+
+/// Today's date in UTC, `YYYY-MM-DD`.
+pub fn today_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    civil_date((secs / 86_400) as i64)
+}
+
+/// The date of a day number (days since 1970-01-01), proleptic Gregorian (H. Hinnant's
+/// `civil_from_days`).
+fn civil_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Checks a `YYYY-MM-DD` date.
+pub fn check_date(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let ok = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+        && (1..=12).contains(&s[5..7].parse::<u32>().unwrap_or(0))
+        && (1..=31).contains(&s[8..10].parse::<u32>().unwrap_or(0));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!("date '{s}': expected YYYY-MM-DD"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::op::{Decode, Setup};
+
+    fn seed_repro() -> Repro {
+        let cp = Op::SeqCp {
+            src: 0,
+            dst: 1,
+            p0: 0,
+            p1: 3,
+        };
+        Repro {
+            repro: "seq_cp twice then seq_keep leaves a stale seq_pos_max".into(),
+            postmortem: "seq_cp adds dst without checking seq_has".into(),
+            since: "2026-11-29".into(),
+            oracle: OracleId::I1,
+            kind: "pos_min and pos_max stale on an empty sequence".into(),
+            trace: Trace {
+                setup: Setup {
+                    n_ctx: 256,
+                    n_seq_max: 2,
+                    ops: vec![Op::Decode(Decode::next(0, 7))],
+                },
+                ops: vec![cp.clone(), cp, Op::SeqKeep { seq: 0 }],
+            },
+            step: 3,
+            seq: Some(1),
+            observed: serde_json::json!({"pos_min": 0, "pos_max": 2}),
+            expected: serde_json::json!({"pos_min": -1, "pos_max": -1, "cells": []}),
+            targets: vec![
+                TargetExpectation::new(
+                    &TargetSpec::new("native", &["refcount".into()]),
+                    None,
+                    Expect::Fails,
+                ),
+                TargetExpectation::new(&TargetSpec::new("native", &[]), None, Expect::Holds),
+            ],
+            found: None,
+        }
+    }
+
+    #[test]
+    fn repro_files_round_trip_byte_for_byte() {
+        let r = seed_repro();
+        let text = r.to_text();
+        assert!(text.ends_with("}\n"));
+        assert!(
+            text.contains("\n      {\"op\":\"seq_keep\",\"seq\":0}\n    ]\n"),
+            "{text}"
+        );
+        let back = Repro::parse(&text).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.to_text(), text);
+        let with_found = Repro {
+            found: Some(Found {
+                seed: Some(1),
+                case: Some(4),
+                length: 40,
+                step: 33,
+                shrink_executions: 100,
+            }),
+            trace: Trace {
+                setup: Setup::default(),
+                ..r.trace.clone()
+            },
+            ..r
+        };
+        let text = with_found.to_text();
+        assert!(text.contains("\"ops\": []"), "{text}");
+        assert_eq!(Repro::parse(&text).unwrap().to_text(), text);
+    }
+
+    #[test]
+    fn expectations_are_replayed_and_news_is_news() {
+        let r = seed_repro();
+        let res: Vec<Status> = r.targets.iter().map(|e| check(&r, e).status).collect();
+        assert!(res.iter().all(Status::passed), "{res:?}");
+        // A changed observation names the step.
+        let mut edited = r.clone();
+        edited.observed = serde_json::json!({"pos_min": 0, "pos_max": 3});
+        let s = check(&edited, &edited.targets[0]).status;
+        assert!(matches!(s, Status::Changed(_)), "{s:?}");
+        assert!(s.detail().contains("step 3"), "{}", s.detail());
+        // "fails" on a target where it holds: fixed is news.
+        let mut fixed = r.clone();
+        fixed.targets[1].expect = Expect::Fails;
+        let s = check(&fixed, &fixed.targets[1]).status;
+        assert!(matches!(s, Status::Fixed(_)), "{s:?}");
+        // An unknown target is unavailable, not a pass.
+        let mut gone = r.clone();
+        gone.targets[0].target = "vllm".into();
+        let s = check(&gone, &gone.targets[0]).status;
+        assert!(matches!(s, Status::Unavailable(_)) && !s.passed(), "{s:?}");
+    }
+
+    #[test]
+    fn measure_records_what_a_target_does() {
+        let r = seed_repro();
+        let m = measure(&r, &TargetSpec::new("native", &["refcount".into()]), None).unwrap();
+        assert_eq!(m, r.targets[0]);
+        let m = measure(&r, &TargetSpec::new("native", &[]), None).unwrap();
+        assert_eq!(m.expect, Expect::Holds);
+    }
+
+    #[test]
+    fn malformed_files_say_where() {
+        let e = Repro::parse("{\n  \"repro\": \"x\",\n  \"oracle\": \"I9\"\n}").unwrap_err();
+        assert!(e.starts_with("line 3, column"), "{e}");
+        let mut r = seed_repro();
+        r.step = 4;
+        let e = Repro::parse(&r.to_text()).unwrap_err();
+        assert!(e.contains("\"step\": 4"), "{e}");
+    }
+
+    #[test]
+    fn junit_has_one_case_per_file() {
+        let r = seed_repro();
+        let ok = FileResult {
+            path: "corpora/a.json".into(),
+            entries: Ok(r.targets.iter().map(|e| check(&r, e)).collect()),
+            elapsed_s: 0.001,
+        };
+        let mut edited = r.clone();
+        edited.step = 2;
+        let bad = FileResult {
+            path: "corpora/b<&>.json".into(),
+            entries: Ok(vec![check(&edited, &edited.targets[0])]),
+            elapsed_s: 0.002,
+        };
+        let broken = FileResult {
+            path: "corpora/c.json".into(),
+            entries: Err("corpora/c.json: line 1, column 1: EOF".into()),
+            elapsed_s: 0.0,
+        };
+        let xml = junit_xml(&[ok, bad, broken]);
+        assert!(xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"));
+        assert!(
+            xml.contains("tests=\"3\" failures=\"1\" errors=\"1\""),
+            "{xml}"
+        );
+        assert_eq!(xml.matches("<testcase ").count(), 3);
+        assert!(xml.contains("name=\"b&lt;&amp;&gt;\""), "{xml}");
+        assert!(xml.contains("<failure type=\"changed\""), "{xml}");
+        assert!(xml.contains("<error type=\"harness\""), "{xml}");
+        assert_eq!(xml.matches("</testcase>").count(), 3);
+    }
+
+    #[test]
+    fn labels_parse_back() {
+        let s = parse_label("native[refcount][seq_rm_off_by_one]").unwrap();
+        assert_eq!(s.faults, ["refcount", "seq_rm_off_by_one"]);
+        assert_eq!(
+            parse_label("llama.cpp@0.1.156").unwrap().name,
+            "llama.cpp@0.1.156"
+        );
+        assert!(parse_label("native[refcount").is_err());
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(20_786), "2026-11-29");
+        assert!(check_date("2026-11-29").is_ok());
+        assert!(check_date("2026-13-01").is_err());
+        assert!(check_date("29/11/2026").is_err());
+    }
+}

@@ -1,0 +1,6 @@
+//! Layer 3, records: what a run found, as plain data: reports, findings, counts, predictions.
+//!
+//! Records import the base and the oracles only: they never run anything.
+
+pub mod prereg;
+pub mod report;

@@ -1,0 +1,601 @@
+//! Reports: one event stream, three renderings (terminal table, JSON, Markdown), and merging.
+//!
+//! Explorers emit [`Event`]s; the command line feeds them to a progress display and, with
+//! `--message-format json`, prints them as JSON lines. The final [`Report`] is written as JSON
+//! (`--format json`, `--out FILE`) or Markdown, always atomically (temp file + rename), so an
+//! interrupted run never leaves half a report. [`merge`] combines shard reports into the report
+//! an unsharded run gives.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tabled::{settings::Style, Table, Tabled};
+
+use crate::base::domain::Domain;
+use crate::engines::explore::{total_trials, Tally};
+use crate::base::op::{SeqId, Trace};
+use crate::oracles::OracleId;
+use crate::base::target::TargetInfo;
+
+/// This run's share of the work: shard `index` of `count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// K, from 0.
+    pub index: usize,
+    /// M, at least 1.
+    pub count: usize,
+}
+
+impl Shard {
+    /// The whole run.
+    pub const WHOLE: Shard = Shard { index: 0, count: 1 };
+
+    /// Parses `K/M`.
+    pub fn parse(s: &str) -> Result<Shard, String> {
+        let (k, m) = s
+            .split_once('/')
+            .ok_or_else(|| format!("shard '{s}': expected K/M, e.g. 0/3"))?;
+        let k: usize = k
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard '{s}': K is not a number"))?;
+        let m: usize = m
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard '{s}': M is not a number"))?;
+        Shard::new(k, m).map_err(|e| format!("shard '{s}': {e}"))
+    }
+
+    /// A checked shard.
+    pub fn new(index: usize, count: usize) -> Result<Shard, String> {
+        if count == 0 || index >= count {
+            return Err(format!("need 0 <= K < M, got K = {index}, M = {count}"));
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// Per-oracle figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OracleStats {
+    /// Trials on which the oracle was evaluated.
+    pub checked: u64,
+    /// Trials whose last step violated it.
+    pub violations: u64,
+    /// Shortest violating trial length.
+    pub first_depth: Option<u32>,
+}
+
+impl OracleStats {
+    /// Adds `o` into `self`.
+    pub fn merge(&mut self, o: &OracleStats) {
+        self.checked += o.checked;
+        self.violations += o.violations;
+        self.first_depth = match (self.first_depth, o.first_depth) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// One distinct finding with its smallest representative trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Which oracle.
+    pub oracle: OracleId,
+    /// The class of violation.
+    pub kind: String,
+    /// The target (or `A vs B`) it was seen on.
+    pub target: String,
+    /// Length of the representative trace.
+    pub depth: u32,
+    /// Global index of the representative trial in the enumeration order.
+    pub trial_index: u64,
+    /// 1-based step at which the violation is observed.
+    pub step: usize,
+    /// The sequence concerned, where there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<SeqId>,
+    /// The representative trace (setup + ops, as op JSON).
+    pub trace: Trace,
+    /// What the target said at that step.
+    pub observed: Value,
+    /// What the oracle expected.
+    pub expected: Value,
+}
+
+impl Finding {
+    /// What makes two findings the same finding: oracle, target, kind of violation and the op
+    /// at the violating step. Each signature keeps one representative.
+    pub fn signature(&self) -> String {
+        Self::signature_of(
+            self.oracle,
+            &self.target,
+            &self.kind,
+            self.trace.ops[self.step - 1].name(),
+        )
+    }
+
+    /// The signature of a finding not yet built.
+    pub fn signature_of(oracle: OracleId, target: &str, kind: &str, op_name: &str) -> String {
+        format!("{oracle}|{target}|{kind}|{op_name}")
+    }
+}
+
+/// Wall-clock figures (left out of merge comparisons; summed by merge).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Seconds.
+    pub elapsed_s: f64,
+    /// Trials per second.
+    pub trials_per_s: f64,
+}
+
+/// The result of an audit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// kvaudit version.
+    pub kvaudit: String,
+    /// Target under audit.
+    pub target: TargetInfo,
+    /// Second target for the differential oracle, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs: Option<TargetInfo>,
+    /// The domain.
+    pub domain: Domain,
+    /// Longest trace.
+    pub depth: u32,
+    /// Which part of the work this report covers.
+    pub shard: Shard,
+    /// Trials run.
+    pub trials: u64,
+    /// Trials stopped by an unsupported op (not judged).
+    pub unsupported: u64,
+    /// Per oracle.
+    pub oracles: BTreeMap<OracleId, OracleStats>,
+    /// Distinct findings, by oracle then depth.
+    pub findings: Vec<Finding>,
+    /// Wall clock.
+    pub timing: Timing,
+    /// Prediction vs outcome, when PREREG.md has a prediction for this run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prediction: Vec<crate::records::prereg::PredictionCheck>,
+    /// For a fuzz run: the seed, the generator and how each finding was shrunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuzz: Option<crate::engines::fuzz::FuzzSummary>,
+}
+
+impl Report {
+    /// Builds the report of a (possibly partial) run.
+    pub fn new(
+        target: TargetInfo,
+        vs: Option<TargetInfo>,
+        domain: Domain,
+        depth: u32,
+        shard: Shard,
+        tally: Tally,
+        timing: Timing,
+    ) -> Report {
+        let mut oracles = tally.oracles;
+        let mut wanted = vec![OracleId::I1, OracleId::I2, OracleId::Crash];
+        if vs.is_some() {
+            wanted.push(OracleId::Differential);
+        }
+        for o in wanted {
+            oracles.entry(o).or_default();
+        }
+        let mut findings: Vec<Finding> = tally.findings.into_values().collect();
+        findings.sort_by(|a, b| {
+            (a.oracle, a.depth, a.trial_index, &a.kind).cmp(&(
+                b.oracle,
+                b.depth,
+                b.trial_index,
+                &b.kind,
+            ))
+        });
+        Report {
+            kvaudit: env!("CARGO_PKG_VERSION").into(),
+            target,
+            vs,
+            domain,
+            depth,
+            shard,
+            trials: tally.trials,
+            unsupported: tally.unsupported,
+            oracles,
+            findings,
+            timing,
+            prediction: Vec::new(),
+            fuzz: None,
+        }
+    }
+
+    fn prediction_lines(&self) -> Vec<String> {
+        let show = |o: &crate::records::prereg::OraclePrediction| match (o.violated, o.first_depth) {
+            (false, _) => "holds".to_string(),
+            (true, Some(d)) => format!("violated, first at depth {d}"),
+            (true, None) => "violated".to_string(),
+        };
+        self.prediction
+            .iter()
+            .map(|c| {
+                let verdict = if c.confirmed {
+                    "confirmed"
+                } else {
+                    "FALSIFIED"
+                };
+                format!(
+                    "{}: predicted {}; outcome {}: {verdict}",
+                    c.oracle,
+                    show(&c.predicted),
+                    show(&c.outcome)
+                )
+            })
+            .collect()
+    }
+
+    /// True if any oracle was violated (a fuzz run's theorem oracles included).
+    pub fn has_findings(&self) -> bool {
+        !self.findings.is_empty()
+            || self
+                .fuzz
+                .as_ref()
+                .is_some_and(|fz| !fz.theorem_findings.is_empty())
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("reports always serialize") + "\n"
+    }
+
+    /// The per-oracle table, for terminals.
+    pub fn oracle_table(&self) -> String {
+        #[derive(Tabled)]
+        struct Row {
+            oracle: String,
+            checked: u64,
+            violations: u64,
+            #[tabled(rename = "first depth")]
+            first_depth: String,
+            findings: usize,
+        }
+        let rows = self.oracles.iter().map(|(id, s)| Row {
+            oracle: id.to_string(),
+            checked: s.checked,
+            violations: s.violations,
+            first_depth: s.first_depth.map_or("-".into(), |d| d.to_string()),
+            findings: self.findings.iter().filter(|f| f.oracle == *id).count(),
+        });
+        Table::new(rows).with(Style::rounded()).to_string()
+    }
+
+    /// "no findings", saying which requested theorems never checked a case: a theorem that
+    /// judged nothing must not read as a clean result.
+    fn no_findings_line(&self) -> String {
+        let unchecked: Vec<&str> = self
+            .fuzz
+            .iter()
+            .flat_map(|fz| &fz.theorems)
+            .filter(|t| t.checked == 0)
+            .map(|t| t.theorem.name())
+            .collect();
+        if unchecked.is_empty() {
+            "no findings".into()
+        } else {
+            format!(
+                "no findings, but {} never checked a case",
+                unchecked.join(", ")
+            )
+        }
+    }
+
+    fn heading(&self) -> String {
+        let vs = self
+            .vs
+            .as_ref()
+            .map(|v| format!(" vs {}", v.label()))
+            .unwrap_or_default();
+        let shard = if self.shard.count > 1 {
+            format!(", shard {}/{}", self.shard.index, self.shard.count)
+        } else {
+            String::new()
+        };
+        if let Some(fz) = &self.fuzz {
+            return format!(
+                "{}{vs}: fuzz seed {}, traces of {}..={} ops: {} cases ({} unsupported) in {:.2} s",
+                self.target.label(),
+                fz.seed,
+                fz.generator.min_len,
+                fz.generator.max_len,
+                self.trials,
+                self.unsupported,
+                self.timing.elapsed_s
+            );
+        }
+        format!(
+            "{}{vs}: domain {} ({} ops), depth {}{shard}: {} trials ({} unsupported) in {:.2} s",
+            self.target.label(),
+            self.domain.name,
+            self.domain.ops().len(),
+            self.depth,
+            self.trials,
+            self.unsupported,
+            self.timing.elapsed_s
+        )
+    }
+
+    /// The terminal rendering: heading, table, one block per finding.
+    pub fn to_terminal(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{}", self.heading());
+        // A fuzz run of theorem oracles alone judges no observation oracle: no empty table.
+        if !self.oracles.is_empty() {
+            let _ = writeln!(s, "{}", self.oracle_table());
+        }
+        if !self.prediction.is_empty() {
+            let _ = writeln!(s, "\nPREREG.md, prediction vs outcome:");
+            for l in self.prediction_lines() {
+                let _ = writeln!(s, "  {l}");
+            }
+        }
+        for (i, f) in self.findings.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "\nfinding {}: {} {} on {} (depth {}, step {})",
+                i + 1,
+                f.oracle,
+                f.kind,
+                f.target,
+                f.depth,
+                f.step
+            );
+            let _ = write!(s, "{}", f.trace);
+            let _ = writeln!(s, "  observed: {}", f.observed);
+            let _ = writeln!(s, "  expected: {}", f.expected);
+            if let Some(r) = self.fuzz.as_ref().and_then(|fz| fz.findings.get(i)) {
+                let _ = writeln!(s, "  {}", r.summary());
+            }
+        }
+        if let Some(fz) = &self.fuzz {
+            s.push_str(&fz.theorems_terminal(self.findings.len()));
+        }
+        if !self.has_findings() {
+            let _ = writeln!(s, "\n{}", self.no_findings_line());
+        }
+        s
+    }
+
+    /// The Markdown rendering.
+    pub fn to_markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# kvaudit report: {}\n", self.target.label());
+        let _ = writeln!(s, "{}\n", self.heading());
+        let targets: Vec<String> = std::iter::once(&self.target)
+            .chain(self.vs.as_ref())
+            .map(|t| {
+                // A llama.cpp target's version is its pin, already in its name.
+                let version =
+                    (!t.name.ends_with(&t.version)).then(|| format!("version {}", t.version));
+                let model = t.model.as_ref().map(|m| format!("model `{m}`"));
+                let about: Vec<String> = version.into_iter().chain(model).collect();
+                if about.is_empty() {
+                    format!("`{}`", t.label())
+                } else {
+                    format!("`{}` ({})", t.label(), about.join(", "))
+                }
+            })
+            .collect();
+        let _ = writeln!(s, "Targets: {}.\n", targets.join(", "));
+        // As in the terminal: no empty table for a fuzz run of theorem oracles alone.
+        if !self.oracles.is_empty() {
+            let _ = writeln!(
+                s,
+                "| oracle | checked | violations | first depth | findings |"
+            );
+            let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+            for (id, st) in &self.oracles {
+                let n = self.findings.iter().filter(|f| f.oracle == *id).count();
+                let fd = st.first_depth.map_or("-".into(), |d| d.to_string());
+                let _ = writeln!(
+                    s,
+                    "| {id} | {} | {} | {fd} | {n} |",
+                    st.checked, st.violations
+                );
+            }
+        }
+        if !self.prediction.is_empty() {
+            let _ = writeln!(s, "\n## Prediction (PREREG.md) vs outcome\n");
+            for l in self.prediction_lines() {
+                let _ = writeln!(s, "- {l}");
+            }
+        }
+        for (i, f) in self.findings.iter().enumerate() {
+            let _ = writeln!(s, "\n## Finding {}: {} {}\n", i + 1, f.oracle, f.kind);
+            let _ = writeln!(
+                s,
+                "On `{}`, depth {}, observed after step {}.\n",
+                f.target, f.depth, f.step
+            );
+            let _ = writeln!(s, "```text\n{}```\n", f.trace);
+            let ops: Vec<String> = f.trace.ops.iter().map(|o| o.to_json()).collect();
+            let _ = writeln!(s, "Ops (JSON): `[{}]`\n", ops.join(","));
+            let _ = writeln!(
+                s,
+                "- observed: `{}`\n- expected: `{}`",
+                f.observed, f.expected
+            );
+            if let Some(r) = self.fuzz.as_ref().and_then(|fz| fz.findings.get(i)) {
+                let _ = writeln!(s, "- {}", r.summary());
+            }
+        }
+        if let Some(fz) = &self.fuzz {
+            s.push_str(&fz.theorems_markdown(self.findings.len()));
+        }
+        if !self.has_findings() {
+            let line = self.no_findings_line();
+            let _ = writeln!(s, "\n{}{}.", line[..1].to_uppercase(), &line[1..]);
+        }
+        s
+    }
+}
+
+/// What a run tells its displays as it goes.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The run starts.
+    Start {
+        /// Target A.
+        target: TargetInfo,
+        /// Target B.
+        vs: Option<TargetInfo>,
+        /// Domain name.
+        domain: String,
+        /// Depth.
+        depth: u32,
+        /// Ops in the domain.
+        ops: usize,
+        /// Trials this run will do.
+        trials: u64,
+        /// Shard.
+        shard: Shard,
+    },
+    /// Trials done so far.
+    Progress {
+        /// Done.
+        done: u64,
+        /// Of.
+        total: u64,
+        /// Seconds since start.
+        elapsed_s: f64,
+    },
+    /// A distinct finding.
+    Finding(Finding),
+    /// The run is over.
+    Done(Box<Report>),
+    /// A fuzz run starts.
+    FuzzStart {
+        /// Target A.
+        target: TargetInfo,
+        /// Target B.
+        vs: Option<TargetInfo>,
+        /// The seed.
+        seed: u64,
+        /// Cases to run (`None`: until the time limit).
+        cases: Option<u64>,
+        /// Shortest generated trace.
+        min_len: usize,
+        /// Longest generated trace.
+        max_len: usize,
+        /// Time limit in seconds.
+        time_s: Option<f64>,
+    },
+    /// A fuzz failure was shrunk.
+    Shrunk {
+        /// Oracle.
+        oracle: OracleId,
+        /// Kind of violation.
+        kind: String,
+        /// The case that failed.
+        case: u64,
+        /// Its length.
+        length: usize,
+        /// Its first failing step.
+        step: usize,
+        /// Length after shrinking.
+        shrunk_len: usize,
+        /// Target executions the shrink took.
+        executions: u64,
+        /// Seconds the shrink took.
+        elapsed_s: f64,
+        /// False if it came to a finding already made.
+        new: bool,
+    },
+}
+
+/// Combines shard reports into the report of the whole run. Fails (with the reason) unless the
+/// reports are shards of one run that cover every shard exactly once.
+pub fn merge(reports: Vec<Report>) -> Result<Report, String> {
+    let first = reports.first().ok_or("no reports to merge")?.clone();
+    if reports.iter().any(|r| r.fuzz.is_some()) {
+        return Err("fuzz reports cannot be merged (they are not shards of an enumeration)".into());
+    }
+    let m = first.shard.count;
+    let mut seen = vec![false; m];
+    let mut tally = Tally::default();
+    let mut timing = Timing::default();
+    for (i, r) in reports.into_iter().enumerate() {
+        let who = |r: &Report| {
+            serde_json::to_value((&r.target, &r.vs, &r.domain, r.depth)).expect("serializes")
+        };
+        if who(&r) != who(&first) {
+            return Err(format!(
+                "report {} is of another run (target, domain or depth differ)",
+                i + 1
+            ));
+        }
+        if r.shard.count != m {
+            return Err(format!(
+                "report {} is shard {}/{}, others are of {m}",
+                i + 1,
+                r.shard.index,
+                r.shard.count
+            ));
+        }
+        if std::mem::replace(&mut seen[r.shard.index], true) {
+            return Err(format!("shard {}/{m} given twice", r.shard.index));
+        }
+        timing.elapsed_s += r.timing.elapsed_s;
+        let mut t = Tally {
+            trials: r.trials,
+            unsupported: r.unsupported,
+            oracles: r.oracles,
+            findings: BTreeMap::new(),
+        };
+        for f in r.findings {
+            t.findings.insert(f.signature(), f);
+        }
+        tally.merge(t);
+    }
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        return Err(format!("shard {missing}/{m} is missing"));
+    }
+    let expected = total_trials(first.domain.ops().len() as u64, first.depth);
+    if tally.trials != expected {
+        return Err(format!(
+            "merged {} trials, the run has {expected}",
+            tally.trials
+        ));
+    }
+    timing.trials_per_s = tally.trials as f64 / timing.elapsed_s.max(1e-9);
+    Ok(Report::new(
+        first.target,
+        first.vs,
+        first.domain,
+        first.depth,
+        Shard::WHOLE,
+        tally,
+        timing,
+    ))
+}
+
+/// Writes `text` to `path` atomically: a temp file in the same folder, then a rename.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report".into());
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}

@@ -1,0 +1,298 @@
+//! Judging a whole run: every step of a trace, every oracle, the first violation of each.
+//!
+//! The exhaustive explorer judges a trial on its last step only, because every prefix of a trial
+//! is a trial of its own there. A random trace, a trace being shrunk or a repro file has no such
+//! prefixes: [`judge_run`] walks every step and returns, per oracle, the *first* step that
+//! violates it, using the oracles of [`crate::oracles`] unchanged. [`Judge`] runs traces on a
+//! target (and on a second one for the differential oracle) and counts the target executions
+//! that took; the fuzzer, the shrinker and replay all go through it.
+//!
+//! A decode the target rejects (`rc != 0`) and an op it refuses are observations like any other:
+//! they are findings only when an oracle says so. An unsupported op ends the judged prefix.
+
+use serde::{Deserialize, Serialize};
+
+use crate::engines::explore::{crash_kind, RunnerFactory};
+use crate::base::op::Trace;
+use crate::oracles::{
+    check_differential, check_invariants, differential_holds, invariants_hold, OracleId, Violation,
+};
+use crate::running::runner::{TrialEnd, TrialRun, TrialRunner};
+use crate::base::target::{HarnessError, TargetInfo};
+
+/// An oracle's first violation in a trace, and where.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepViolation {
+    /// 1-based step of the first violating op (0: the setup crashed).
+    pub step: usize,
+    /// What was violated there.
+    pub violation: Violation,
+    /// The violation is target B's own (B crashed), not A's nor the pair's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_vs: bool,
+}
+
+/// What the oracles say about one run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Judgement {
+    /// The first violation of each violated oracle, in [`OracleId`] order.
+    pub violations: Vec<StepViolation>,
+    /// Steps judged: the ops every target ran and was observed after.
+    pub steps: usize,
+    /// The step (1-based) and reason where a target said an op is unsupported, if one did.
+    pub unsupported: Option<(usize, String)>,
+}
+
+impl Judgement {
+    /// The first violation of `oracle`, if any.
+    pub fn first(&self, oracle: OracleId) -> Option<&StepViolation> {
+        self.violations
+            .iter()
+            .find(|v| v.violation.oracle == oracle)
+    }
+
+    /// True if no oracle was violated.
+    pub fn holds(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+fn unsupported_at(run: &TrialRun) -> Option<(usize, String)> {
+    match &run.end {
+        TrialEnd::Unsupported { step, reason } => Some((*step, reason.clone())),
+        _ => None,
+    }
+}
+
+/// Judges every step of `a` (and of `b`, the same trace on a second target): I1 and I2 on `a`,
+/// the differential oracle on the steps both ran, crashes of either.
+pub fn judge_run(a: &TrialRun, b: Option<&TrialRun>) -> Judgement {
+    let mut out = Judgement {
+        steps: b.map_or(a.steps.len(), |b| a.steps.len().min(b.steps.len())),
+        unsupported: unsupported_at(a).or_else(|| b.and_then(unsupported_at)),
+        ..Judgement::default()
+    };
+    let first_i1 = a.steps.iter().position(|s| !invariants_hold(s).0);
+    let first_i2 = a.steps.iter().position(|s| !invariants_hold(s).1);
+    for (oracle, at) in [(OracleId::I1, first_i1), (OracleId::I2, first_i2)] {
+        if let Some(i) = at {
+            let (v1, v2) = check_invariants(&a.steps[i]);
+            let v = if oracle == OracleId::I1 { v1 } else { v2 };
+            out.violations.push(StepViolation {
+                step: i + 1,
+                violation: v.expect("the oracle failed above"),
+                on_vs: false,
+            });
+        }
+    }
+    if let Some(b) = b {
+        let at = a
+            .steps
+            .iter()
+            .zip(&b.steps)
+            .position(|(x, y)| !differential_holds(x, y));
+        if let Some(i) = at {
+            out.violations.push(StepViolation {
+                step: i + 1,
+                violation: check_differential(&a.steps[i], &b.steps[i]).expect("failed above"),
+                on_vs: false,
+            });
+        }
+    }
+    let crashes = std::iter::once((false, a)).chain(b.map(|b| (true, b)));
+    let crash = crashes
+        .filter_map(|(on_vs, run)| match &run.end {
+            TrialEnd::Crashed { step, message } => Some((*step, on_vs, message)),
+            _ => None,
+        })
+        .min_by_key(|(step, _, _)| *step);
+    if let Some((step, on_vs, message)) = crash {
+        out.violations.push(StepViolation {
+            step,
+            violation: Violation {
+                oracle: OracleId::Crash,
+                kind: crash_kind(message),
+                seq: None,
+                observed: serde_json::json!({ "crash": message }),
+                expected: serde_json::json!("the op returns"),
+            },
+            on_vs,
+        });
+    }
+    out
+}
+
+/// Runs traces on a target (and a second one, for the differential oracle) and judges them.
+pub struct Judge {
+    a: Box<dyn TrialRunner>,
+    b: Option<Box<dyn TrialRunner>>,
+    info_a: TargetInfo,
+    info_b: Option<TargetInfo>,
+    executions: u64,
+}
+
+impl Judge {
+    /// A judge over one runner from each factory.
+    pub fn new(a: &RunnerFactory<'_>, b: Option<&RunnerFactory<'_>>) -> Result<Self, HarnessError> {
+        let a = a()?;
+        let b = b.map(|f| f()).transpose()?;
+        Ok(Self::from_runners(a, b))
+    }
+
+    /// A judge over these runners.
+    pub fn from_runners(a: Box<dyn TrialRunner>, b: Option<Box<dyn TrialRunner>>) -> Self {
+        let (info_a, info_b) = (a.info(), b.as_ref().map(|b| b.info()));
+        Judge {
+            a,
+            b,
+            info_a,
+            info_b,
+            executions: 0,
+        }
+    }
+
+    /// Target A.
+    pub fn target(&self) -> &TargetInfo {
+        &self.info_a
+    }
+
+    /// Target B, if any.
+    pub fn vs(&self) -> Option<&TargetInfo> {
+        self.info_b.as_ref()
+    }
+
+    /// `A`, or `A vs B`: the label findings carry.
+    pub fn label(&self) -> String {
+        match &self.info_b {
+            Some(b) => format!("{} vs {}", self.info_a.label(), b.label()),
+            None => self.info_a.label(),
+        }
+    }
+
+    /// The target(s) a violation belongs to: the pair for the differential oracle, B for B's
+    /// own crash, A otherwise (I1 and I2 judge A only).
+    pub fn label_of(&self, v: &StepViolation) -> String {
+        match (&self.info_b, v.violation.oracle, v.on_vs) {
+            (Some(_), OracleId::Differential, _) => self.label(),
+            (Some(b), _, true) => b.label(),
+            _ => self.info_a.label(),
+        }
+    }
+
+    /// Target executions so far: one per trace per target.
+    pub fn executions(&self) -> u64 {
+        self.executions
+    }
+
+    /// Runs `trace` on every target and judges every step.
+    pub fn run(&mut self, trace: &Trace) -> Result<Judgement, HarnessError> {
+        let traces = std::slice::from_ref(trace);
+        let a = self.a.run_batch(traces)?.pop().expect("one run per trace");
+        self.executions += 1;
+        let b = match &mut self.b {
+            Some(b) => {
+                self.executions += 1;
+                Some(b.run_batch(traces)?.pop().expect("one run per trace"))
+            }
+            None => None,
+        };
+        Ok(judge_run(&a, b.as_ref()))
+    }
+}
+
+/// A judge of the native target with `faults`, for tests.
+#[cfg(test)]
+pub(crate) fn native_judge(faults: &[&str]) -> Judge {
+    let faults: Vec<String> = faults.iter().map(|s| s.to_string()).collect();
+    let f = crate::targets::registry::TargetSpec::new("native", &faults)
+        .factory()
+        .unwrap();
+    Judge::new(f.as_ref(), None).unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::op::{Decode, Op, Setup};
+    use crate::targets::registry::TargetSpec;
+
+    use super::native_judge as judge;
+
+    fn seed_trace(ops: Vec<Op>) -> Trace {
+        Trace {
+            setup: Setup {
+                ops: vec![Op::Decode(Decode::next(0, 7))],
+                ..Setup::default()
+            },
+            ops,
+        }
+    }
+
+    #[test]
+    fn every_step_is_judged_and_the_first_violation_kept() {
+        let cp = Op::SeqCp {
+            src: 0,
+            dst: 1,
+            p0: 0,
+            p1: 3,
+        };
+        let rm = Op::SeqRm {
+            seq: 0,
+            p0: 2,
+            p1: 5,
+        };
+        // I2 breaks at step 1 and stays broken; I1 breaks at step 4 (after the double copy and
+        // the keep), and stays broken at step 5.
+        let trace = seed_trace(vec![
+            rm,
+            cp.clone(),
+            cp,
+            Op::SeqKeep { seq: 0 },
+            Op::Decode(Decode::next(2, 1)),
+        ]);
+        let j = judge(&["refcount"]).run(&trace).unwrap();
+        assert_eq!(j.steps, 5);
+        assert_eq!(j.first(OracleId::I2).unwrap().step, 1);
+        let i1 = j.first(OracleId::I1).unwrap();
+        assert_eq!(i1.step, 4);
+        assert_eq!(i1.violation.seq, Some(1));
+    }
+
+    #[test]
+    fn a_rejected_decode_is_an_observation_not_a_finding() {
+        // Seq 0 ends at position 6; an explicit decode at 20 fails batch validation (rc -1),
+        // and a context of 256 cells has no room for 300 tokens (rc 1).
+        let trace = seed_trace(vec![
+            Op::Decode(Decode {
+                pos: Some(20),
+                ..Decode::next(0, 1)
+            }),
+            Op::Decode(Decode::next(1, 300)),
+        ]);
+        let mut j = judge(&[]);
+        let verdict = j.run(&trace).unwrap();
+        assert!(verdict.holds(), "{:?}", verdict.violations);
+        assert_eq!(j.executions(), 1);
+    }
+
+    #[test]
+    fn differential_names_the_first_diverging_step() {
+        let fa = TargetSpec::new("native", &[]).factory().unwrap();
+        let fb = TargetSpec::new("native", &["seq_rm_off_by_one".into()])
+            .factory()
+            .unwrap();
+        let mut j = Judge::new(fa.as_ref(), Some(fb.as_ref())).unwrap();
+        let trace = seed_trace(vec![
+            Op::SeqKeep { seq: 0 },
+            Op::SeqRm {
+                seq: 0,
+                p0: 0,
+                p1: 3,
+            },
+        ]);
+        let v = j.run(&trace).unwrap();
+        assert_eq!(v.first(OracleId::Differential).unwrap().step, 2);
+        assert_eq!(j.executions(), 2);
+        assert_eq!(j.label(), "native vs native[seq_rm_off_by_one]");
+    }
+}

@@ -1,0 +1,336 @@
+//! Running traces: reset, apply each op, observe after each op.
+//!
+//! [`TrialRunner`] is what explorers drive: a batch of traces in, one [`TrialRun`] per trace out.
+//! [`LocalRunner`] runs a [`CacheUnderTest`] in this process. When the target can [`fork`]
+//! itself exactly, the runner keeps the states after each op of the previous trace and resumes
+//! the next trace from the longest shared prefix, so an exhaustive enumeration in lexicographic
+//! order applies each op of the tree once. Targets that cannot fork are reset and replayed from
+//! the start for every trace (never restored mid-trace: see [`CacheUnderTest::fork`]).
+//!
+//! [`fork`]: CacheUnderTest::fork
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::base::op::{Op, SeqId, Setup, Trace};
+use crate::base::target::{
+    observe, CacheUnderTest, HarnessError, OpOutcome, StepObservation, TargetInfo,
+};
+
+/// How a trial ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "end", rename_all = "snake_case")]
+pub enum TrialEnd {
+    /// Every op ran and was observed.
+    Completed,
+    /// The target does not support the op at `step` (1-based); the trial is unjudged from there.
+    Unsupported {
+        /// 1-based step.
+        step: usize,
+        /// Why.
+        reason: String,
+    },
+    /// The target crashed (abort, signal, hang) at `step` (1-based; 0 = during reset).
+    Crashed {
+        /// 1-based step.
+        step: usize,
+        /// Signal, exit status or message, and what the target printed last.
+        message: String,
+    },
+}
+
+/// The observations of one trial: one per op that ran, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrialRun {
+    /// Observation after each op.
+    pub steps: Vec<Arc<StepObservation>>,
+    /// How the trial ended.
+    pub end: TrialEnd,
+}
+
+/// Something that runs traces against one target and reports what it observed.
+pub trait TrialRunner: Send {
+    /// Who the target is.
+    fn info(&self) -> TargetInfo;
+
+    /// Runs each trace from its setup. A crash of the target is a [`TrialEnd::Crashed`], not an
+    /// error; `Err` means the harness broke.
+    fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError>;
+
+    /// Like [`TrialRunner::run_batch`], but each completed run holds the observation after its
+    /// last op only (a replaying target then serializes its state once per trial, not once per
+    /// op). Exhaustive explorers, which know each prefix's verdict from the prefix's own trial,
+    /// use this.
+    fn run_batch_last(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        let mut runs = self.run_batch(traces)?;
+        for r in &mut runs {
+            keep_last(r);
+        }
+        Ok(runs)
+    }
+
+    /// [`TrialRunner::run_batch_last`] in two halves, so that a caller can judge the previous
+    /// batch while a target in another process runs this one: this half hands `traces` over and
+    /// returns; [`TrialRunner::finish_batch_last`] waits for the results. One batch at a time:
+    /// finish a batch before starting the next. By default nothing runs until the finish.
+    fn start_batch_last(&mut self, traces: Vec<Trace>) -> Result<StartedBatch, HarnessError> {
+        Ok(StartedBatch {
+            traces,
+            sent: false,
+        })
+    }
+
+    /// The results of the batch [`TrialRunner::start_batch_last`] started, with its traces.
+    fn finish_batch_last(
+        &mut self,
+        batch: StartedBatch,
+    ) -> Result<(Vec<Trace>, Vec<TrialRun>), HarnessError> {
+        let runs = self.run_batch_last(&batch.traces)?;
+        Ok((batch.traces, runs))
+    }
+}
+
+/// A batch handed to a runner by [`TrialRunner::start_batch_last`], not finished yet.
+#[must_use = "finish the batch with TrialRunner::finish_batch_last"]
+pub struct StartedBatch {
+    /// The traces, in order.
+    pub traces: Vec<Trace>,
+    /// Whether the runner has already sent them to its target (a worker process).
+    pub(crate) sent: bool,
+}
+
+/// Drops every observation but the last of a completed run.
+pub fn keep_last(run: &mut TrialRun) {
+    if run.end == TrialEnd::Completed && run.steps.len() > 1 {
+        run.steps.drain(..run.steps.len() - 1);
+    }
+}
+
+struct Frame {
+    op: Op,
+    state: Box<dyn CacheUnderTest + Send>,
+    obs: Arc<StepObservation>,
+}
+
+/// Runs a [`CacheUnderTest`] in this process.
+pub struct LocalRunner {
+    target: Box<dyn CacheUnderTest + Send>,
+    info: TargetInfo,
+    can_fork: bool,
+    /// For forking targets: the setup the stack was built from, the state right after it, and
+    /// the states after each op of the previous trace.
+    base: Option<(Setup, Vec<SeqId>, Box<dyn CacheUnderTest + Send>)>,
+    stack: Vec<Frame>,
+}
+
+impl LocalRunner {
+    /// A runner over `target`.
+    pub fn new(target: Box<dyn CacheUnderTest + Send>) -> Self {
+        let info = target.info();
+        let can_fork = target.fork().is_some();
+        LocalRunner {
+            target,
+            info,
+            can_fork,
+            base: None,
+            stack: Vec::new(),
+        }
+    }
+
+    /// Runs one trace, observing after every op.
+    pub fn run(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
+        if self.can_fork {
+            self.run_forking(trace)
+        } else {
+            self.run_replay(trace, false)
+        }
+    }
+
+    /// Runs one trace; the run holds the observation after the last op only.
+    pub fn run_last(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
+        let mut run = if self.can_fork {
+            self.run_forking(trace)?
+        } else {
+            self.run_replay(trace, true)?
+        };
+        keep_last(&mut run);
+        Ok(run)
+    }
+
+    fn run_replay(&mut self, trace: &Trace, last_only: bool) -> Result<TrialRun, HarnessError> {
+        let seqs = trace.observed_seqs();
+        self.target.reset(&trace.setup)?;
+        let mut steps = Vec::with_capacity(trace.ops.len());
+        for (i, op) in trace.ops.iter().enumerate() {
+            let outcome = self.target.apply(op)?;
+            if last_only
+                && i + 1 < trace.ops.len()
+                && !matches!(outcome, OpOutcome::Unsupported { .. })
+            {
+                continue;
+            }
+            if let OpOutcome::Unsupported { reason } = &outcome {
+                return Ok(TrialRun {
+                    steps,
+                    end: TrialEnd::Unsupported {
+                        step: i + 1,
+                        reason: reason.clone(),
+                    },
+                });
+            }
+            steps.push(Arc::new(observe(
+                self.target.as_mut(),
+                self.info.state_format,
+                &seqs,
+                outcome,
+            )?));
+        }
+        Ok(TrialRun {
+            steps,
+            end: TrialEnd::Completed,
+        })
+    }
+
+    fn run_forking(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
+        let seqs = trace.observed_seqs();
+        let same_base =
+            matches!(&self.base, Some((setup, s, _)) if *setup == trace.setup && *s == seqs);
+        if !same_base {
+            self.target.reset(&trace.setup)?;
+            let state = self.target.fork().expect("target forked before");
+            self.base = Some((trace.setup.clone(), seqs.clone(), state));
+            self.stack.clear();
+        }
+        let shared = self
+            .stack
+            .iter()
+            .zip(&trace.ops)
+            .take_while(|(f, op)| f.op == **op)
+            .count();
+        self.stack.truncate(shared.min(trace.ops.len()));
+        let format = self.info.state_format;
+        for (i, op) in trace.ops.iter().enumerate().skip(self.stack.len()) {
+            let parent = match self.stack.last() {
+                Some(f) => &f.state,
+                None => &self.base.as_ref().expect("base set above").2,
+            };
+            let mut state = parent.fork().expect("forking target");
+            let outcome = state.apply(op)?;
+            if let OpOutcome::Unsupported { reason } = &outcome {
+                let steps = self.stack.iter().map(|f| f.obs.clone()).collect();
+                return Ok(TrialRun {
+                    steps,
+                    end: TrialEnd::Unsupported {
+                        step: i + 1,
+                        reason: reason.clone(),
+                    },
+                });
+            }
+            let obs = Arc::new(observe(state.as_mut(), format, &seqs, outcome)?);
+            self.stack.push(Frame {
+                op: op.clone(),
+                state,
+                obs,
+            });
+        }
+        let steps = self
+            .stack
+            .iter()
+            .take(trace.ops.len())
+            .map(|f| f.obs.clone())
+            .collect();
+        Ok(TrialRun {
+            steps,
+            end: TrialEnd::Completed,
+        })
+    }
+}
+
+impl TrialRunner for LocalRunner {
+    fn info(&self) -> TargetInfo {
+        self.info.clone()
+    }
+
+    fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        traces.iter().map(|t| self.run(t)).collect()
+    }
+
+    fn run_batch_last(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        traces.iter().map(|t| self.run_last(t)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::targets::native::NativeTarget;
+    use crate::base::op::Decode;
+
+    fn seed_setup() -> Setup {
+        Setup {
+            ops: vec![Op::Decode(Decode::next(0, 7))],
+            ..Setup::default()
+        }
+    }
+
+    /// A native target that cannot fork, to drive the replay path.
+    struct NoFork(NativeTarget);
+
+    impl CacheUnderTest for NoFork {
+        fn info(&self) -> TargetInfo {
+            self.0.info()
+        }
+        fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+            self.0.reset(setup)
+        }
+        fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
+            self.0.apply(op)
+        }
+        fn seq_pos_min(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
+            self.0.seq_pos_min(seq)
+        }
+        fn seq_pos_max(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
+            self.0.seq_pos_max(seq)
+        }
+        fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
+            self.0.seq_state(seq)
+        }
+    }
+
+    #[test]
+    fn forking_and_replay_give_the_same_observations() {
+        let faults = native_kv::Faults {
+            refcount: true,
+            ..Default::default()
+        };
+        let mut fork = LocalRunner::new(Box::new(NativeTarget::new(faults)));
+        let mut replay = LocalRunner::new(Box::new(NoFork(NativeTarget::new(faults))));
+        let cp = Op::SeqCp {
+            src: 0,
+            dst: 1,
+            p0: 0,
+            p1: 3,
+        };
+        let traces: Vec<Trace> = [
+            vec![cp.clone()],
+            vec![cp.clone(), cp.clone()],
+            vec![cp.clone(), cp.clone(), Op::SeqKeep { seq: 0 }],
+            vec![cp.clone(), Op::SeqKeep { seq: 0 }],
+            vec![Op::Clear, cp.clone(), cp.clone(), Op::SeqKeep { seq: 0 }],
+        ]
+        .into_iter()
+        .map(|ops| Trace {
+            setup: seed_setup(),
+            ops,
+        })
+        .collect();
+        assert_eq!(
+            fork.run_batch(&traces).unwrap(),
+            replay.run_batch(&traces).unwrap()
+        );
+        let last = fork.run(&traces[2]).unwrap();
+        let seq1 = &last.steps[2].seqs[1];
+        assert_eq!((seq1.pos_min, seq1.pos_max, seq1.cells.len()), (0, 2, 0));
+    }
+}

@@ -1,0 +1,267 @@
+//! The llama.cpp pins kvaudit knows, and the labels that name them.
+//!
+//! `targets/llama.cpp/pins.toml` is the one place pins are recorded; it is embedded here with
+//! `include_str!`, so the binary knows its pins without the source tree. A label names a pin
+//! and a build variant: `llama.cpp@0.1.156` is the release build (`-DNDEBUG`, as shipped),
+//! `llama.cpp@0.1.156+assert` the same sources with llama.cpp's `assert`s compiled in.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+use anyhow::{bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+/// The text of `targets/llama.cpp/pins.toml`, as compiled into this binary.
+pub const PINS_TOML: &str = include_str!("../../../targets/llama.cpp/pins.toml");
+
+/// The target name in a pin label (`llama.cpp@VERSION`).
+pub const TARGET: &str = "llama.cpp";
+
+/// The suffix of the assert variant in a pin label.
+pub const ASSERT_SUFFIX: &str = "+assert";
+
+/// What pins.toml records about one pin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinInfo {
+    /// The crates.io crate that vendors llama.cpp (`llama-cpp-sys-2`).
+    #[serde(rename = "crate")]
+    pub crate_name: String,
+    /// The crate version, e.g. `0.1.156`.
+    pub version: String,
+    /// `LLAMA_VERSION_MAJOR.MINOR.PATCH` expected in the tree's CMakeLists.txt.
+    pub llama_version: String,
+    /// `GGML_VERSION_MAJOR.MINOR.PATCH` expected in the tree's ggml/CMakeLists.txt.
+    pub ggml_version: String,
+    /// `LLAMA_STATE_SEQ_VERSION`: the `llama_state_seq_get_data` format (2 or 4).
+    pub state_seq_version: u32,
+    /// Whether the K/V state writes `u32 n_rot_k, u32 n_rot_v` after `v_trans, n_layer`.
+    pub kv_state_has_n_rot: bool,
+    /// The type of `llama_kv_cells::seq_pos`: `refcount-map` or `pos-cell-set`.
+    pub seq_pos_bookkeeping: String,
+    /// Why this pin is recorded.
+    #[serde(default)]
+    pub note: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PinsFile {
+    pins: BTreeMap<String, PinInfo>,
+}
+
+/// How a pin's sources are compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// `-O3 -DNDEBUG`: what users of the pin run.
+    Release,
+    /// `-O3` without `NDEBUG`: llama.cpp's `assert`s abort where release builds carry on.
+    Assert,
+}
+
+impl Variant {
+    /// The name used in cache directories and manifests (`release`, `assert`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Variant::Release => "release",
+            Variant::Assert => "assert",
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A known pin and a build variant, parsed from a label such as `llama.cpp@0.1.156+assert`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pin {
+    /// The `llama-cpp-sys-2` crate version.
+    pub version: String,
+    /// Release or assert build.
+    pub variant: Variant,
+}
+
+impl Pin {
+    /// Parses a label and checks that pins.toml knows the version.
+    pub fn parse(label: &str) -> Result<Pin> {
+        let label = label.trim();
+        let rest = match label.split_once('@') {
+            Some((target, rest)) if target == TARGET => rest,
+            Some((target, _)) => bail!(
+                "pin label `{label}`: unknown target `{target}`, expected `{TARGET}@VERSION[{ASSERT_SUFFIX}]`"
+            ),
+            None => bail!("pin label `{label}`: expected `{TARGET}@VERSION[{ASSERT_SUFFIX}]`"),
+        };
+        let (version, variant) = match rest.split_once('+') {
+            None => (rest, Variant::Release),
+            Some((version, "assert")) => (version, Variant::Assert),
+            Some((_, other)) => bail!(
+                "pin label `{label}`: unknown variant `+{other}`, the only variant is `{ASSERT_SUFFIX}`"
+            ),
+        };
+        if version.is_empty() {
+            bail!("pin label `{label}`: empty version");
+        }
+        if !known_pins()?.contains_key(version) {
+            bail!(
+                "pin label `{label}`: llama.cpp pin `{version}` is not in targets/llama.cpp/pins.toml (known: {})",
+                known_labels()?.join(", ")
+            );
+        }
+        Ok(Pin {
+            version: version.to_string(),
+            variant,
+        })
+    }
+
+    /// The canonical label, e.g. `llama.cpp@0.1.156+assert`.
+    pub fn label(&self) -> String {
+        match self.variant {
+            Variant::Release => format!("{TARGET}@{}", self.version),
+            Variant::Assert => format!("{TARGET}@{}{ASSERT_SUFFIX}", self.version),
+        }
+    }
+
+    /// What pins.toml records about this pin.
+    pub fn info(&self) -> Result<&'static PinInfo> {
+        known_pins()?
+            .get(&self.version)
+            .with_context(|| format!("llama.cpp pin `{}` is not in pins.toml", self.version))
+    }
+}
+
+impl fmt::Display for Pin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+impl FromStr for Pin {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Pin> {
+        Pin::parse(s)
+    }
+}
+
+/// Parses the text of a pins.toml file, checking that every table key equals its `version`.
+pub fn parse_pins_toml(text: &str) -> Result<BTreeMap<String, PinInfo>> {
+    let file: PinsFile = toml::from_str(text).context("parsing pins.toml")?;
+    for (key, info) in &file.pins {
+        if key != &info.version {
+            bail!(
+                "pins.toml: [pins.\"{key}\"] has version = \"{}\"",
+                info.version
+            );
+        }
+        if !matches!(info.state_seq_version, 2 | 4) {
+            bail!("pins.toml: [pins.\"{key}\"] state_seq_version must be 2 or 4");
+        }
+        if info.kv_state_has_n_rot != (info.state_seq_version >= 4) {
+            bail!(
+                "pins.toml: [pins.\"{key}\"] kv_state_has_n_rot = {} contradicts state_seq_version = {}",
+                info.kv_state_has_n_rot,
+                info.state_seq_version
+            );
+        }
+    }
+    Ok(file.pins)
+}
+
+/// The pins compiled into this binary, by version.
+pub fn known_pins() -> Result<&'static BTreeMap<String, PinInfo>> {
+    static PINS: OnceLock<std::result::Result<BTreeMap<String, PinInfo>, String>> = OnceLock::new();
+    PINS.get_or_init(|| parse_pins_toml(PINS_TOML).map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("embedded targets/llama.cpp/pins.toml: {e}"))
+}
+
+/// Every label the known pins accept: each version, release and assert.
+pub fn known_labels() -> Result<Vec<String>> {
+    Ok(known_pins()?
+        .keys()
+        .flat_map(|v| {
+            [Variant::Release, Variant::Assert].map(|variant| {
+                Pin {
+                    version: v.clone(),
+                    variant,
+                }
+                .label()
+            })
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_pins_parse_and_hold_both_pins() {
+        let pins = known_pins().unwrap();
+        let old = &pins["0.1.156"];
+        assert_eq!(old.crate_name, "llama-cpp-sys-2");
+        assert_eq!(old.state_seq_version, 2);
+        assert!(!old.kv_state_has_n_rot);
+        let new = &pins["0.1.161"];
+        assert_eq!(new.state_seq_version, 4);
+        assert!(new.kv_state_has_n_rot);
+        assert_eq!(new.llama_version, "0.6.0");
+        assert_eq!(new.ggml_version, "0.26.0");
+    }
+
+    #[test]
+    fn labels_parse_to_pin_and_variant() {
+        let p = Pin::parse("llama.cpp@0.1.156").unwrap();
+        assert_eq!(
+            p,
+            Pin {
+                version: "0.1.156".into(),
+                variant: Variant::Release
+            }
+        );
+        let p: Pin = "llama.cpp@0.1.161+assert".parse().unwrap();
+        assert_eq!(p.variant, Variant::Assert);
+        assert_eq!(p.label(), "llama.cpp@0.1.161+assert");
+        assert_eq!(p.to_string(), "llama.cpp@0.1.161+assert");
+        assert_eq!(p.info().unwrap().version, "0.1.161");
+    }
+
+    #[test]
+    fn bad_labels_say_what_is_wrong() {
+        let err = |l: &str| format!("{:#}", Pin::parse(l).unwrap_err());
+        assert!(err("llama.cpp@0.1.999").contains("not in targets/llama.cpp/pins.toml"));
+        assert!(err("llama.cpp@0.1.999").contains("llama.cpp@0.1.156+assert"));
+        assert!(err("vllm@0.1.156").contains("unknown target `vllm`"));
+        assert!(err("llama.cpp@0.1.156+debug").contains("unknown variant `+debug`"));
+        assert!(err("0.1.156").contains("expected `llama.cpp@VERSION"));
+        assert!(err("llama.cpp@").contains("empty version"));
+    }
+
+    #[test]
+    fn pins_toml_is_checked() {
+        let bad_key = r#"
+            [pins."1.0"]
+            crate = "llama-cpp-sys-2"
+            version = "2.0"
+            llama_version = "0.1.0"
+            ggml_version = "0.1.0"
+            state_seq_version = 2
+            kv_state_has_n_rot = false
+            seq_pos_bookkeeping = "refcount-map"
+        "#;
+        assert!(format!("{:#}", parse_pins_toml(bad_key).unwrap_err()).contains("has version"));
+        let contradiction = bad_key.replace("\"2.0\"", "\"1.0\"").replace("= 2", "= 4");
+        assert!(
+            format!("{:#}", parse_pins_toml(&contradiction).unwrap_err()).contains("contradicts")
+        );
+        let unknown_field = bad_key.replace("\"2.0\"", "\"1.0\"") + "\nfoo = 1\n";
+        assert!(parse_pins_toml(&unknown_field).is_err());
+    }
+}

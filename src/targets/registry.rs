@@ -1,0 +1,182 @@
+//! Target names to runners: `native` and `native+tensors` (optionally with faults) and, where
+//! built, `llama.cpp@PIN`.
+//!
+//! The one place that knows which targets exist; explorers and commands get runners from here and
+//! never name a target type themselves.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use native_kv::Faults;
+
+use crate::engines::explore::RunnerFactory;
+use crate::model::forward::Model;
+use crate::targets::native::{parse_faults, NativeTarget};
+use crate::running::runner::{LocalRunner, TrialRunner};
+use crate::base::target::{CacheUnderTest, HarnessError};
+
+/// A target as named on the command line, plus injected faults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetSpec {
+    /// `native`, or `llama.cpp@VERSION[+assert]`.
+    pub name: String,
+    /// Faults to inject (native only).
+    pub faults: Vec<String>,
+    /// A model file for llama.cpp targets (default: the generated tiny model).
+    pub model: Option<PathBuf>,
+}
+
+impl TargetSpec {
+    /// A spec from a name and a fault list.
+    pub fn new(name: &str, faults: &[String]) -> Self {
+        TargetSpec {
+            name: name.to_string(),
+            faults: faults.to_vec(),
+            model: None,
+        }
+    }
+
+    /// Whether the theorem oracles can judge this target: only `native+tensors` serializes K/V
+    /// rows and exposes logits in process; for any other target the `Err` says why not.
+    pub fn check_theorem_target(&self) -> Result<(), String> {
+        use crate::targets::native_tensor::NAME as TENSORS;
+        if self.name == TENSORS {
+            return Ok(());
+        }
+        Err(format!(
+            "the theorem oracles need a target that serializes K/V rows and exposes logits in process, i.e. --target {TENSORS}; '{}' cannot be judged ({})",
+            self.name,
+            if self.name.starts_with("llama.cpp@") {
+                // llama.cpp runs only in worker processes during a fuzz run, and its figures
+                // are measurements, not bit-exact verdicts.
+                "on llama.cpp, where only measurements make sense, use `kvaudit measure`"
+            } else {
+                "it has no tensors"
+            }
+        ))
+    }
+
+    /// The in-process target the theorem oracles drive (`kvaudit fuzz --oracles T1,T2,T3`) and
+    /// the reference model they judge it against, both with the sliding window `window`. The
+    /// reference is loaded on its own: it shares no state with the target.
+    pub fn theorem_target(
+        &self,
+        window: Option<u32>,
+    ) -> Result<(Box<dyn CacheUnderTest + Send>, Arc<Model>), String> {
+        use crate::targets::native_tensor::NativeTensorTarget;
+        self.check_theorem_target()?;
+        let faults = parse_faults(&self.faults)?;
+        let load = || NativeTensorTarget::default_model(window).map_err(|e| e.to_string());
+        let target = NativeTensorTarget::new(load()?, faults);
+        Ok((Box::new(target), load()?))
+    }
+
+    /// Checks the spec and returns a factory that makes one runner per call.
+    pub fn factory(&self) -> Result<Box<RunnerFactory<'static>>, String> {
+        match self.name.as_str() {
+            "native" => {
+                let faults: Faults = parse_faults(&self.faults)?;
+                Ok(Box::new(
+                    move || -> Result<Box<dyn TrialRunner>, HarnessError> {
+                        Ok(Box::new(LocalRunner::new(Box::new(NativeTarget::new(
+                            faults,
+                        )))))
+                    },
+                ))
+            }
+            crate::targets::native_tensor::NAME => {
+                let faults: Faults = parse_faults(&self.faults)?;
+                let model = crate::targets::native_tensor::load_model(self.model.as_deref())
+                    .map_err(|e| e.to_string())?;
+                Ok(Box::new(
+                    move || -> Result<Box<dyn TrialRunner>, HarnessError> {
+                        Ok(Box::new(LocalRunner::new(Box::new(
+                            crate::targets::native_tensor::NativeTensorTarget::new(model.clone(), faults),
+                        ))))
+                    },
+                ))
+            }
+            other if other.starts_with("llama.cpp@") => {
+                if !self.faults.is_empty() {
+                    return Err(format!(
+                        "faults can only be injected into the native target, not {other}"
+                    ));
+                }
+                llama_factory(other, self.model.as_deref())
+            }
+            other => Err(format!(
+                "unknown target '{other}' (known: native, native+tensors, llama.cpp@VERSION[+assert])"
+            )),
+        }
+    }
+}
+
+/// How long one llama.cpp trial may take before it counts as a hang.
+pub const LLAMA_TRIAL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Builds the pin if needed (a progress line on stderr) and describes the worker process that
+/// serves it.
+pub fn llama_worker_spec(
+    name: &str,
+    model: Option<&std::path::Path>,
+) -> Result<crate::targets::llama::worker::WorkerSpec, String> {
+    use crate::targets::llama::build::{ensure_built, BuildSpec};
+    use crate::targets::llama::pins::Pin;
+    use crate::targets::llama::target::ResetMode;
+    let pin = Pin::parse(name).map_err(|e| format!("{e:#}"))?;
+    let info = pin.info().map_err(|e| format!("{e:#}"))?;
+    let built = ensure_built(&BuildSpec::new(pin.clone()), true)
+        .map_err(|e| format!("building {name}: {e:#}"))?;
+    let model = match model {
+        Some(m) => m.to_path_buf(),
+        None => {
+            crate::model::tiny::try_audit_model_path().map_err(|e| format!("tiny model: {e:#}"))?
+        }
+    };
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the kvaudit executable: {e}"))?;
+    Ok(crate::targets::llama::worker::WorkerSpec {
+        exe: worker_exe(exe),
+        shim: built.so_path.clone(),
+        model,
+        label: pin.label(),
+        format: crate::base::state::StateFormat {
+            rot_fields: info.kv_state_has_n_rot,
+        },
+        timeout: LLAMA_TRIAL_TIMEOUT,
+        reset: ResetMode::Restore,
+    })
+}
+
+/// A factory that starts one crash-isolated worker process per runner.
+fn llama_factory(
+    name: &str,
+    model: Option<&std::path::Path>,
+) -> Result<Box<RunnerFactory<'static>>, String> {
+    use crate::targets::llama::worker::WorkerRunner;
+    let spec = llama_worker_spec(name, model)?;
+    Ok(Box::new(
+        move || -> Result<Box<dyn TrialRunner>, HarnessError> {
+            Ok(Box::new(WorkerRunner::new(spec.clone())?))
+        },
+    ))
+}
+
+/// The binary that serves `kvaudit worker`: this one, unless this is a test or bench binary, in
+/// which case the `kvaudit` binary next to it (cargo builds it for integration tests), or the one
+/// named by `KVAUDIT_EXE`.
+fn worker_exe(current: PathBuf) -> PathBuf {
+    if let Some(p) = std::env::var_os("KVAUDIT_EXE") {
+        return PathBuf::from(p);
+    }
+    if current.file_stem().is_some_and(|s| s == "kvaudit") {
+        return current;
+    }
+    // target/<profile>/deps/it-HASH -> target/<profile>/kvaudit
+    let mut dir = current.parent().map(PathBuf::from).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.join("kvaudit")
+}
