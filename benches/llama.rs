@@ -16,14 +16,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use kvaudit::base::domain::Domain;
+use kvaudit::base::op::Trace;
+use kvaudit::base::state::StateFormat;
+use kvaudit::running::runner::LocalRunner;
 use kvaudit::targets::llama::build::{ensure_built, BuildSpec};
 use kvaudit::targets::llama::ffi::LlamaShim;
 use kvaudit::targets::llama::pins::Pin;
 use kvaudit::targets::llama::target::{LlamaTarget, ResetMode};
-use kvaudit::base::op::Trace;
 use kvaudit::targets::registry::TargetSpec;
-use kvaudit::running::runner::LocalRunner;
-use kvaudit::base::state::StateFormat;
 
 /// `limit` depth-3 traces of the seed domain, spread evenly over all of them (every k-th in
 /// enumeration order), so each op appears in every position about as often as in the audit.

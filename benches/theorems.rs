@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use kvaudit::targets::native_tensor::NativeTensorTarget;
 use kvaudit::base::op::Trace;
-use kvaudit::targets::registry::TargetSpec;
 use kvaudit::oracles::theorems::{check_pair, t1, t2, t3, Judgement, Tolerance};
+use kvaudit::targets::native_tensor::NativeTensorTarget;
+use kvaudit::targets::registry::TargetSpec;
 
 fn trace(json: &str) -> Trace {
     serde_json::from_str(json).expect("bench trace")

@@ -6,8 +6,8 @@
 
 use kvaudit::base::domain::Domain;
 use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
-use kvaudit::targets::registry::TargetSpec;
 use kvaudit::records::report::{Report, Shard};
+use kvaudit::targets::registry::TargetSpec;
 
 // The same allocator as the `kvaudit` binary, so the figures are the tool's.
 #[global_allocator]

@@ -5,6 +5,7 @@
 
 pub mod domain;
 pub mod exit;
+pub mod files;
 pub mod op;
 pub mod state;
 pub mod target;

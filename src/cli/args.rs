@@ -6,8 +6,9 @@ use clap::{Args, ValueEnum};
 
 use super::CliError;
 use kvaudit::base::domain::{parse_range, Domain, DomainOverrides, PRESETS};
+use kvaudit::base::files::write_atomically;
+use kvaudit::records::report::Report;
 use kvaudit::targets::registry::TargetSpec;
-use kvaudit::records::report::{write_atomically, Report};
 
 /// The runner factories of a target and of the optional second one (`--vs`); an unknown name
 /// or a fault the target cannot take is a usage error.

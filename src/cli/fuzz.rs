@@ -13,16 +13,17 @@ use super::args::{factories, record_on_specs, OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
 use kvaudit::base::exit;
+use kvaudit::base::files::write_atomically;
 use kvaudit::engines::fuzz::{run_fuzz_with, FuzzConfig, GenConfig};
-use kvaudit::oracles::OracleId;
-use kvaudit::targets::registry::TargetSpec;
-use kvaudit::records::report::{write_atomically, Report};
-use kvaudit::outputs::repro::{
-    check_date, measure, targets_of, today_utc, Expect, Found, Repro, TargetExpectation,
-};
 use kvaudit::engines::shrink::ShrinkConfig;
 use kvaudit::engines::theorem_check::TheoremChecker;
 use kvaudit::oracles::theorems::{Theorem, Tolerance};
+use kvaudit::oracles::OracleId;
+use kvaudit::outputs::repro::{
+    check_date, measure, targets_of, today_utc, Expect, Found, Repro, TargetExpectation,
+};
+use kvaudit::records::report::Report;
+use kvaudit::targets::registry::TargetSpec;
 
 /// Arguments of `kvaudit fuzz`.
 #[derive(Debug, Args)]

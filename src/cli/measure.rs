@@ -43,7 +43,8 @@ pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
             a.target
         )));
     }
-    kvaudit::targets::llama::pins::Pin::parse(&a.target).map_err(|e| CliError::usage(format!("{e:#}")))?;
+    kvaudit::targets::llama::pins::Pin::parse(&a.target)
+        .map_err(|e| CliError::usage(format!("{e:#}")))?;
     if let Some(m) = &a.model {
         if !m.is_file() {
             return Err(CliError::usage(format!(

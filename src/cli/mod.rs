@@ -20,8 +20,6 @@ use clap::{Parser, Subcommand};
 
 use kvaudit::base::exit;
 
-
-
 /// kvaudit: audits the KV caches of LLM inference engines.
 #[derive(Debug, Parser)]
 #[command(name = "kvaudit", version, about, long_about = None)]

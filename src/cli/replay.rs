@@ -7,9 +7,11 @@ use clap::Args;
 
 use super::CliError;
 use kvaudit::base::exit;
+use kvaudit::base::files::write_atomically;
+use kvaudit::outputs::repro::{
+    junit_xml, replay_file, repro_files, FileResult, ReplayFilter, Status,
+};
 use kvaudit::targets::registry::TargetSpec;
-use kvaudit::records::report::write_atomically;
-use kvaudit::outputs::repro::{junit_xml, replay_file, repro_files, FileResult, ReplayFilter, Status};
 
 /// Arguments of `kvaudit replay`.
 #[derive(Debug, Args)]

@@ -55,7 +55,7 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
     let Emit::C = a.emit;
     let program = emit_c(&input, &model);
     match &a.out {
-        Some(p) => kvaudit::records::report::write_atomically(p, &program)
+        Some(p) => kvaudit::base::files::write_atomically(p, &program)
             .map_err(|e| CliError::harness(format!("{}: cannot write: {e}", p.display())))?,
         None if !a.check => print!("{program}"),
         None => {}
@@ -67,10 +67,13 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
         .target
         .clone()
         .ok_or_else(|| CliError::usage("--check needs --target llama.cpp@VERSION[+assert]"))?;
-    let pin =
-        kvaudit::targets::llama::pins::Pin::parse(&label).map_err(|e| CliError::usage(format!("{e:#}")))?;
-    let built = kvaudit::targets::llama::build::ensure_built(&kvaudit::targets::llama::build::BuildSpec::new(pin), true)
-        .map_err(|e| CliError::harness(format!("building {label}: {e:#}")))?;
+    let pin = kvaudit::targets::llama::pins::Pin::parse(&label)
+        .map_err(|e| CliError::usage(format!("{e:#}")))?;
+    let built = kvaudit::targets::llama::build::ensure_built(
+        &kvaudit::targets::llama::build::BuildSpec::new(pin),
+        true,
+    )
+    .map_err(|e| CliError::harness(format!("building {label}: {e:#}")))?;
     let dir = std::env::temp_dir().join(format!("kvaudit-repro-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| CliError::harness(format!("{}: {e}", dir.display())))?;

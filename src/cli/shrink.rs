@@ -8,15 +8,16 @@ use clap::Args;
 use super::args::{factories, record_on_specs};
 use super::CliError;
 use kvaudit::base::exit;
-use kvaudit::running::judge::Judge;
+use kvaudit::base::files::write_atomically;
+use kvaudit::engines::shrink::{shrink, FailureMode, ShrinkConfig};
 use kvaudit::oracles::OracleId;
-use kvaudit::targets::registry::TargetSpec;
-use kvaudit::records::report::{write_atomically, Finding};
 use kvaudit::outputs::repro::{
     check_date, load_trace_or_repro, measure, targets_of, today_utc, Expect, Found, Repro,
     TargetExpectation,
 };
-use kvaudit::engines::shrink::{shrink, FailureMode, ShrinkConfig};
+use kvaudit::records::report::Finding;
+use kvaudit::running::judge::Judge;
+use kvaudit::targets::registry::TargetSpec;
 
 /// Arguments of `kvaudit shrink`.
 #[derive(Debug, Args)]

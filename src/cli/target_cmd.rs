@@ -43,8 +43,12 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
             for label in labels {
                 kvaudit::targets::llama::pins::Pin::parse(&label)
                     .map_err(|e| CliError::usage(format!("{e:#}")))?;
-                let built = kvaudit::targets::llama::build::build_command(&label, llama_src.as_deref(), force)
-                    .map_err(|e| CliError::harness(format!("{e:#}")))?;
+                let built = kvaudit::targets::llama::build::build_command(
+                    &label,
+                    llama_src.as_deref(),
+                    force,
+                )
+                .map_err(|e| CliError::harness(format!("{e:#}")))?;
                 println!("{}", built.so_path.display());
             }
             Ok(exit::CLEAN)

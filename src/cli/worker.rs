@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::CliError;
+use kvaudit::base::state::StateFormat;
 use kvaudit::targets::llama::target::ResetMode;
 use kvaudit::targets::llama::worker::worker_main;
-use kvaudit::base::state::StateFormat;
 
 /// Arguments of `kvaudit worker`.
 #[derive(Debug, Args)]

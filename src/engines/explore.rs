@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 
 use crate::base::domain::Domain;
 use crate::base::op::{Op, Trace};
+use crate::base::target::{HarnessError, TargetInfo};
 use crate::oracles::{
     check_differential, check_invariants, differential_holds, invariants_hold, OracleId, Violation,
 };
 use crate::records::report::{Event, Finding, OracleStats, Report, Shard, Timing};
 use crate::running::runner::{StartedBatch, TrialEnd, TrialRun, TrialRunner};
-use crate::base::target::{HarnessError, TargetInfo};
 
 /// Makes one runner per thread.
 pub type RunnerFactory<'a> = dyn Fn() -> Result<Box<dyn TrialRunner>, HarnessError> + Sync + 'a;

@@ -34,15 +34,15 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde::{Deserialize, Serialize};
 
 use crate::base::domain::Domain;
-use crate::engines::explore::{RunnerFactory, Tally};
-use crate::running::judge::Judge;
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
-use crate::oracles::OracleId;
-use crate::records::report::{Event, Finding, Report, Shard, Timing};
-use crate::engines::shrink::{shape, shrink_tree, shrink_tree_by, FailureMode, ShrinkConfig};
 use crate::base::target::HarnessError;
+use crate::engines::explore::{RunnerFactory, Tally};
+use crate::engines::shrink::{shape, shrink_tree, shrink_tree_by, FailureMode, ShrinkConfig};
 use crate::engines::theorem_check::{StillViolated, TheoremChecker};
 use crate::oracles::theorems::{Derivation, Judgement as TheoremJudgement, Theorem, Verdict};
+use crate::oracles::OracleId;
+use crate::records::report::{Event, Finding, Report, Shard, Timing};
+use crate::running::judge::Judge;
 
 /// What the generator draws from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -35,17 +35,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::op::{default_token, Decode, Op, Pos, SeqId, Setup, Trace};
+use crate::base::state::StateFormat;
+use crate::base::target::{CacheUnderTest, HarnessError};
+use crate::model::forward::{argmax, Model, VecKvStore};
+use crate::oracles::theorems::{decode_one, read_seq_rows, run_trace, CellRows, SeqRows};
+use crate::records::prereg::MeasurementPrediction;
 use crate::targets::llama::build::{ensure_built, BuildSpec, BuiltShim};
 use crate::targets::llama::ffi::{LlamaContext, LlamaShim};
 use crate::targets::llama::pins::Pin;
 use crate::targets::llama::target::{LlamaTarget, ResetMode};
-use crate::model::forward::{argmax, Model, VecKvStore};
 use crate::targets::native_tensor::NativeTensorTarget;
-use crate::base::op::{default_token, Decode, Op, Pos, SeqId, Setup, Trace};
-use crate::records::prereg::MeasurementPrediction;
-use crate::base::state::StateFormat;
-use crate::base::target::{CacheUnderTest, HarnessError};
-use crate::oracles::theorems::{decode_one, read_seq_rows, run_trace, CellRows, SeqRows};
 
 /// `ggml_type` id of F32, the K and V cache type of every context here.
 pub const GGML_TYPE_F32: u32 = 0;
@@ -968,7 +968,8 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, S
                 .map_or(model_path.display().to_string(), |n| {
                     n.to_string_lossy().into_owned()
                 }),
-            sha256: crate::targets::llama::build::file_sha256(&model_path).map_err(|e| format!("{e:#}"))?,
+            sha256: crate::targets::llama::build::file_sha256(&model_path)
+                .map_err(|e| format!("{e:#}"))?,
             n_layer: hp.n_layer,
             n_embd: hp.n_embd,
             n_head: hp.n_head,
@@ -1393,7 +1394,8 @@ mod tests {
         };
         f.push("T2.logits_max_abs", "T2", 2e-3, TOL_T2_LOGITS, None);
         r.figures = f.figures;
-        let ps = crate::records::prereg::parse_measurements(include_str!("../../PREREG.md")).unwrap();
+        let ps =
+            crate::records::prereg::parse_measurements(include_str!("../../PREREG.md")).unwrap();
         r.check_predictions(&ps);
         let row = |q: &str| r.predictions.iter().find(|p| p.quantity == q).unwrap();
         assert!(!row("T2.logits_max_abs").confirmed);

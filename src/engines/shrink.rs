@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 use proptest::strategy::ValueTree;
 use serde::{Deserialize, Serialize};
 
-use crate::running::judge::{Judge, Judgement, StepViolation};
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
-use crate::oracles::{OracleId, Violation};
 use crate::base::target::HarnessError;
+use crate::oracles::{OracleId, Violation};
+use crate::running::judge::{Judge, Judgement, StepViolation};
 
 /// How a trace fails: the oracle, and the kind of violation. Shrinking keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

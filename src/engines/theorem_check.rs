@@ -13,10 +13,10 @@
 
 use std::sync::Arc;
 
-use crate::model::forward::Model;
 use crate::base::op::Trace;
-use crate::engines::shrink::Predicate;
 use crate::base::target::{CacheUnderTest, HarnessError, TargetInfo};
+use crate::engines::shrink::Predicate;
+use crate::model::forward::Model;
 
 use crate::oracles::theorems::pair::check_pair;
 use crate::oracles::theorems::t1::check_placement;
@@ -175,9 +175,10 @@ mod tests {
 
     fn checker(faults: &[&str], window: Option<u32>) -> TheoremChecker {
         let faults: Vec<String> = faults.iter().map(|s| s.to_string()).collect();
-        let (target, reference) = crate::targets::registry::TargetSpec::new("native+tensors", &faults)
-            .theorem_target(window)
-            .unwrap();
+        let (target, reference) =
+            crate::targets::registry::TargetSpec::new("native+tensors", &faults)
+                .theorem_target(window)
+                .unwrap();
         TheoremChecker::new(target, reference, window, Tolerance::EXACT)
     }
 

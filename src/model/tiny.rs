@@ -12,7 +12,6 @@
 //! file and renamed, so concurrent callers never see a partial file) and returns its path.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
@@ -245,29 +244,8 @@ pub fn write_tiny_model(spec: &TinyModelSpec, path: &Path) -> anyhow::Result<()>
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("creating directory {}", dir.display()))?;
-    let file_name = path
-        .file_name()
-        .with_context(|| format!("{} has no file name", path.display()))?
-        .to_string_lossy()
-        .into_owned();
-    let tmp = dir.join(format!(
-        ".{file_name}.tmp.{}.{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("renaming {} to {}", tmp.display(), path.display())
-    })?;
-    Ok(())
+    crate::base::files::write_atomically(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// The directory cached artefacts go to: `$KVAUDIT_CACHE_DIR`, else `$XDG_CACHE_HOME/kvaudit`,
@@ -338,12 +316,7 @@ mod tests {
     use super::*;
     use crate::model::gguf::GgufFile;
 
-    fn sha256_hex(bytes: &[u8]) -> String {
-        Sha256::digest(bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    }
+    use crate::base::files::sha256_hex;
 
     #[test]
     fn same_spec_gives_identical_bytes() {

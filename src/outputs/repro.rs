@@ -21,11 +21,11 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::running::judge::{Judge, Judgement};
 use crate::base::op::{Op, SeqId, Trace};
 use crate::oracles::OracleId;
-use crate::targets::registry::TargetSpec;
 use crate::records::report::Finding;
+use crate::running::judge::{Judge, Judgement};
+use crate::targets::registry::TargetSpec;
 
 /// What a target does on the trace, as recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,17 +8,16 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tabled::{settings::Style, Table, Tabled};
 
 use crate::base::domain::Domain;
-use crate::engines::explore::{total_trials, Tally};
 use crate::base::op::{SeqId, Trace};
-use crate::oracles::OracleId;
 use crate::base::target::TargetInfo;
+use crate::engines::explore::{total_trials, Tally};
+use crate::oracles::OracleId;
 
 /// This run's share of the work: shard `index` of `count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -214,7 +213,8 @@ impl Report {
     }
 
     fn prediction_lines(&self) -> Vec<String> {
-        let show = |o: &crate::records::prereg::OraclePrediction| match (o.violated, o.first_depth) {
+        let show = |o: &crate::records::prereg::OraclePrediction| match (o.violated, o.first_depth)
+        {
             (false, _) => "holds".to_string(),
             (true, Some(d)) => format!("violated, first at depth {d}"),
             (true, None) => "violated".to_string(),
@@ -580,22 +580,4 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, String> {
         tally,
         timing,
     ))
-}
-
-/// Writes `text` to `path` atomically: a temp file in the same folder, then a rename.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "report".into());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }

@@ -12,13 +12,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engines::explore::{crash_kind, RunnerFactory};
 use crate::base::op::Trace;
+use crate::base::target::{HarnessError, TargetInfo};
+use crate::engines::explore::{crash_kind, RunnerFactory};
 use crate::oracles::{
     check_differential, check_invariants, differential_holds, invariants_hold, OracleId, Violation,
 };
 use crate::running::runner::{TrialEnd, TrialRun, TrialRunner};
-use crate::base::target::{HarnessError, TargetInfo};
 
 /// An oracle's first violation in a trace, and where.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -264,8 +264,8 @@ impl TrialRunner for LocalRunner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::targets::native::NativeTarget;
     use crate::base::op::Decode;
+    use crate::targets::native::NativeTarget;
 
     fn seed_setup() -> Setup {
         Setup {

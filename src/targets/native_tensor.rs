@@ -23,10 +23,10 @@ use std::sync::Arc;
 use native_kv::tensors::TensorShape;
 use native_kv::{CacheConfig, CellCache, Faults};
 
-use crate::model::forward::{KvEntry, KvStore, Model};
-use crate::targets::native::batch_of;
 use crate::base::op::{Op, Pos, SeqId, Setup};
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
+use crate::model::forward::{KvEntry, KvStore, Model};
+use crate::targets::native::batch_of;
 
 /// The name of this target on the command line and in reports.
 pub const NAME: &str = "native+tensors";
@@ -240,9 +240,9 @@ impl CacheUnderTest for NativeTensorTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::forward::max_abs_diff;
     use crate::base::op::Decode;
     use crate::base::state::{parse_seq_state, StateFormat};
+    use crate::model::forward::max_abs_diff;
 
     const PROMPT: [i32; 7] = [1, 17, 42, 5, 63, 8, 30];
 

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use native_kv::Faults;
 
+use crate::base::target::{CacheUnderTest, HarnessError};
 use crate::engines::explore::RunnerFactory;
 use crate::model::forward::Model;
-use crate::targets::native::{parse_faults, NativeTarget};
 use crate::running::runner::{LocalRunner, TrialRunner};
-use crate::base::target::{CacheUnderTest, HarnessError};
+use crate::targets::native::{parse_faults, NativeTarget};
 
 /// A target as named on the command line, plus injected faults.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use kvaudit::base::domain::Domain;
 use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
-use kvaudit::targets::registry::TargetSpec;
 use kvaudit::records::report::{merge, Report, Shard};
+use kvaudit::targets::registry::TargetSpec;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -9,11 +9,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use kvaudit::base::domain::Domain;
+use kvaudit::base::op::{Op, Setup, Trace};
+use kvaudit::running::runner::{TrialEnd, TrialRunner};
 use kvaudit::targets::llama::target::ResetMode;
 use kvaudit::targets::llama::worker::WorkerRunner;
-use kvaudit::base::op::{Op, Setup, Trace};
 use kvaudit::targets::registry::llama_worker_spec;
-use kvaudit::running::runner::{TrialEnd, TrialRunner};
 
 #[derive(Deserialize)]
 #[serde(tag = "check", rename_all = "snake_case", deny_unknown_fields)]

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use libtest_mimic::Trial;
 use serde::Deserialize;
 
-use kvaudit::model::forward::Model;
-use kvaudit::targets::native::parse_faults;
-use kvaudit::targets::native_tensor::NativeTensorTarget;
 use kvaudit::base::op::{SeqId, Trace};
+use kvaudit::model::forward::Model;
 use kvaudit::oracles::theorems::t3::BoundRow;
 use kvaudit::oracles::theorems::{
     check_pair, check_pair_on, t1, t2, t3, Continuation, Judgement, Pair, Theorem, Tolerance,
 };
+use kvaudit::targets::native::parse_faults;
+use kvaudit::targets::native_tensor::NativeTensorTarget;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

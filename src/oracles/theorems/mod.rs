@@ -36,7 +36,6 @@ use crate::base::op::{Op, Pos, SeqId, Trace};
 use crate::base::state::{parse_seq_state, LayerRows, StateFormat};
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
 
-
 pub mod pair;
 pub mod reference;
 pub mod t1;

@@ -6,9 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::forward::argmax;
 use crate::base::op::{SeqId, Trace};
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
+use crate::model::forward::argmax;
 
 use super::{
     compare_rows, decode_one, read_seq_rows, run_trace, Judgement, Measurement, Quantity, SeqRows,

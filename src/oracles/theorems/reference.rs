@@ -16,9 +16,9 @@
 
 use std::collections::BTreeSet;
 
+use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
 use crate::model::forward::{key_visible, KvEntry, KvStore, Model};
 use crate::model::rope::rope_rotated;
-use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
 
 use super::{CellRows, SeqRows};
 

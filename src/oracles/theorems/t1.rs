@@ -15,9 +15,9 @@
 //!   same rows. With the window unset this is the seed's "window unset is a no-op" witness; with a
 //!   window, "windowed forward equals the `-inf`-masked reference".
 
-use crate::model::forward::Model;
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
+use crate::model::forward::Model;
 
 use super::reference::Reference;
 use super::{

@@ -14,9 +14,9 @@
 //!
 //! [`never_saw_partner`] derives the partner from a trace; it is the fuzz seam.
 
-use crate::model::forward::Model;
 use crate::base::op::{Op, SeqId, Trace};
 use crate::base::target::{CacheUnderTest, HarnessError};
+use crate::model::forward::Model;
 
 use super::pair::{Continuation, Pair};
 use super::reference::fresh_prefill_partner;
@@ -88,7 +88,11 @@ pub(crate) fn recompute_pair(theorem: Theorem, trace: &Trace, partner: Trace, se
 /// shifted up by 3, A copied to seq 1, `span` (3 tokens) decoded there after it and copied into
 /// seq 0 at 4..7, then evicted, and B shifted back. B never attended the span.
 #[cfg(test)]
-pub(crate) fn never_saw_witness(setup: crate::base::op::Setup, prefill: Vec<Op>, span: Op) -> Trace {
+pub(crate) fn never_saw_witness(
+    setup: crate::base::op::Setup,
+    prefill: Vec<Op>,
+    span: Op,
+) -> Trace {
     let mut ops = prefill;
     ops.extend([
         Op::SeqAdd {

@@ -1121,7 +1121,7 @@ fn hex(bytes: &[u8]) -> String {
 /// sha256 of a file, hex.
 pub fn file_sha256(path: &Path) -> Result<String> {
     let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(hex(&Sha256::digest(bytes)))
+    Ok(crate::base::files::sha256_hex(bytes))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -33,9 +33,9 @@ use serde::{Deserialize, Serialize};
 use super::ffi::LlamaShim;
 use super::target::{LlamaTarget, ResetMode};
 use crate::base::op::{Op, Pos, SeqId, Setup, Trace};
-use crate::running::runner::{LocalRunner, StartedBatch, TrialEnd, TrialRun, TrialRunner};
 use crate::base::state::StateFormat;
 use crate::base::target::{HarnessError, OpOutcome, SeqObservation, StepObservation, TargetInfo};
+use crate::running::runner::{LocalRunner, StartedBatch, TrialEnd, TrialRun, TrialRunner};
 
 /// What a worker is started with.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,76 @@
+//! Files: atomic writes and content hashes, the one copy of each.
+//!
+//! Every file kvaudit writes for a user or a cache (reports, repro files, models, build
+//! manifests) goes through [`write_atomically`], so a reader never sees half a file; content
+//! hashes are sha256 as lowercase hex ([`sha256_hex`]).
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest, Sha256};
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same folder (created when
+/// missing), then a rename. The temporary name is unique per process and call, so concurrent
+/// writers of the same path never share one.
+pub fn write_atomically(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} has no file name", path.display()),
+        )
+    })?;
+    let tmp = dir.join(format!(
+        ".{}.{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// sha256 of `bytes`, lowercase hex.
+pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
+    Sha256::digest(bytes.as_ref())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// sha256 of a file's contents, lowercase hex.
+pub fn file_sha256(path: &Path) -> io::Result<String> {
+    Ok(sha256_hex(std::fs::read(path)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_of_the_empty_string() {
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn an_atomic_write_replaces_the_file_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub").join("a.json");
+        write_atomically(&path, "one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        let entries = std::fs::read_dir(path.parent().unwrap()).unwrap().count();
+        assert_eq!(entries, 1);
+    }
+}
