@@ -42,6 +42,7 @@ pub fn seed_audit(spec: &TargetSpec, depth: u32, threads: usize) -> Report {
         shard: Shard::WHOLE,
         threads,
         batch: 2048,
+        oracles: kvaudit::oracles::Registry::builtin(),
     };
     run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit runs")
 }

@@ -294,6 +294,13 @@ pub fn parse_range(s: &str) -> Result<[Pos; 2], String> {
     Ok([end(a)?, end(b)?])
 }
 
+/// Number of trials of length `1..=depth` over `n` ops: sum of n^k.
+pub fn total_trials(n: u64, depth: u32) -> u64 {
+    (1..=depth)
+        .map(|k| n.saturating_pow(k))
+        .fold(0u64, u64::saturating_add)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

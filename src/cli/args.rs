@@ -18,8 +18,8 @@ pub fn factories(
     b: Option<&TargetSpec>,
 ) -> Result<
     (
-        Box<kvaudit::engines::explore::RunnerFactory<'static>>,
-        Option<Box<kvaudit::engines::explore::RunnerFactory<'static>>>,
+        Box<kvaudit::running::runner::RunnerFactory<'static>>,
+        Option<Box<kvaudit::running::runner::RunnerFactory<'static>>>,
     ),
     CliError,
 > {

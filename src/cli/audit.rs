@@ -7,6 +7,7 @@ use super::progress::Display;
 use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
+use kvaudit::oracles::Registry;
 use kvaudit::records::report::Shard;
 
 /// Arguments of `kvaudit audit`.
@@ -105,10 +106,11 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
         shard,
         threads,
         batch: a.batch,
+        oracles: Registry::builtin(),
     };
     let mut display = Display::new(&a.out);
     let mut report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
-    report.prediction = kvaudit::records::prereg::check(&predictions, &report);
+    report.prediction = report.check_predictions(&predictions);
     a.out.emit(&report)?;
     Ok(if report.has_findings() {
         exit::FINDINGS

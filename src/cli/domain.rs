@@ -4,8 +4,8 @@ use clap::Args;
 
 use super::args::DomainArgs;
 use super::CliError;
+use kvaudit::base::domain::total_trials;
 use kvaudit::base::exit;
-use kvaudit::engines::explore::total_trials;
 
 /// Arguments of `kvaudit domain`.
 #[derive(Debug, Args)]

@@ -18,7 +18,7 @@ use kvaudit::engines::fuzz::{run_fuzz_with, FuzzConfig, GenConfig};
 use kvaudit::engines::shrink::ShrinkConfig;
 use kvaudit::engines::theorem_check::TheoremChecker;
 use kvaudit::oracles::theorems::{Theorem, Tolerance};
-use kvaudit::oracles::OracleId;
+use kvaudit::oracles::{OracleId, Reads, Registry};
 use kvaudit::outputs::repro::{
     check_date, measure, targets_of, today_utc, Expect, Found, Repro, TargetExpectation,
 };
@@ -183,26 +183,30 @@ pub fn write_repros(dir: &std::path::Path, repros: &[Repro]) -> Result<Vec<PathB
     Ok(paths)
 }
 
-/// The oracles of `--oracles`: observation oracles (`None` when the list is empty: the default
-/// set) and theorems, each once, in the order given.
+/// The oracles of `--oracles`, looked up in the registry: observation oracles (`None` when the
+/// list is empty: the default set) and theorems (oracles that run traces), each once, in the
+/// order given.
 pub fn parse_oracles(list: &[String]) -> Result<(Option<Vec<OracleId>>, Vec<Theorem>), String> {
     if list.is_empty() {
         return Ok((None, Vec::new()));
     }
+    let registry = Registry::builtin();
     let (mut obs, mut thm) = (Vec::new(), Vec::new());
     for name in list.iter().map(|n| n.trim()) {
-        if let Some(t) = Theorem::from_name(name) {
+        let oracle = registry.find(name).ok_or_else(|| {
+            format!(
+                "--oracles: unknown oracle '{name}' (known: {})",
+                registry.names().join(", ")
+            )
+        })?;
+        if oracle.reads() == Reads::Runs {
+            let t = Theorem::from_name(oracle.id().name())
+                .expect("every oracle that runs traces is a theorem");
             if !thm.contains(&t) {
                 thm.push(t);
             }
-        } else if let Some(o) = OracleId::from_name(name) {
-            if !obs.contains(&o) {
-                obs.push(o);
-            }
-        } else {
-            return Err(format!(
-                "--oracles: unknown oracle '{name}' (known: I1, I2, crash, differential, T1, T2, T3)"
-            ));
+        } else if !obs.contains(&oracle.id()) {
+            obs.push(oracle.id());
         }
     }
     Ok((Some(obs), thm))
@@ -224,14 +228,15 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
     gen.setup.n_seq_max = a.n_seq_max;
     gen.validate().map_err(CliError::usage)?;
     let (oracles, theorems) = parse_oracles(&a.oracles).map_err(CliError::usage)?;
-    if oracles
-        .as_ref()
-        .is_some_and(|o| o.contains(&OracleId::Differential))
-        && a.target.vs.is_none()
-    {
-        return Err(CliError::usage(
-            "--oracles differential compares two targets: give the second with --vs",
-        ));
+    let registry = Registry::builtin();
+    let needs_vs = oracles
+        .iter()
+        .flatten()
+        .find(|o| registry.get(**o).is_some_and(|o| o.reads() == Reads::Pair));
+    if let (Some(o), None) = (needs_vs, &a.target.vs) {
+        return Err(CliError::usage(format!(
+            "--oracles {o} compares two targets: give the second with --vs"
+        )));
     }
     let mut theorem_target = None;
     if !theorems.is_empty() {

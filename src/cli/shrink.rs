@@ -10,7 +10,7 @@ use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::base::files::write_atomically;
 use kvaudit::engines::shrink::{shrink, FailureMode, ShrinkConfig};
-use kvaudit::oracles::OracleId;
+use kvaudit::oracles::{Reads, Registry};
 use kvaudit::outputs::repro::{
     check_date, load_trace_or_repro, measure, targets_of, today_utc, Expect, Found, Repro,
     TargetExpectation,
@@ -64,9 +64,11 @@ pub fn run(a: ShrinkArgs) -> Result<i32, CliError> {
         .oracle
         .as_deref()
         .map(|o| {
-            OracleId::from_name(o).ok_or_else(|| {
+            let observing = Registry::builtin().only(|o| o.reads() != Reads::Runs);
+            observing.find(o).map(|o| o.id()).ok_or_else(|| {
                 CliError::usage(format!(
-                    "--oracle '{o}': one of I1, I2, differential, crash"
+                    "--oracle '{o}': one of {}",
+                    observing.names().join(", ")
                 ))
             })
         })

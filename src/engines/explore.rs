@@ -21,22 +21,17 @@
 //!
 //! The explorer does not know which target it drives: it sees [`TrialRunner`]s only.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::base::domain::Domain;
+use crate::base::domain::{total_trials, Domain};
 use crate::base::op::{Op, Trace};
 use crate::base::target::{HarnessError, TargetInfo};
-use crate::oracles::{
-    check_differential, check_invariants, differential_holds, invariants_hold, OracleId, Violation,
-};
-use crate::records::report::{Event, Finding, OracleStats, Report, Shard, Timing};
-use crate::running::runner::{StartedBatch, TrialEnd, TrialRun, TrialRunner};
-
-/// Makes one runner per thread.
-pub type RunnerFactory<'a> = dyn Fn() -> Result<Box<dyn TrialRunner>, HarnessError> + Sync + 'a;
+use crate::oracles::{Oracle, Reads, Registry, Seen};
+use crate::records::report::{Event, Report, Shard, Timing};
+use crate::records::tally::Tally;
+use crate::running::runner::{RunnerFactory, StartedBatch, TrialEnd, TrialRun, TrialRunner};
 
 /// What an exhaustive audit runs.
 pub struct ExhaustiveConfig {
@@ -50,13 +45,8 @@ pub struct ExhaustiveConfig {
     pub threads: usize,
     /// Traces sent to a runner at once.
     pub batch: usize,
-}
-
-/// Number of trials of length `1..=depth` over `n` ops: sum of n^k.
-pub fn total_trials(n: u64, depth: u32) -> u64 {
-    (1..=depth)
-        .map(|k| n.saturating_pow(k))
-        .fold(0u64, u64::saturating_add)
+    /// The oracles that judge each trial (those of them that read observations).
+    pub oracles: Registry,
 }
 
 /// A unit of work: all trials of one depth that start with one op.
@@ -85,20 +75,17 @@ impl Chunk {
     }
 }
 
-/// Per oracle, one bit per trial of a depth: "violated at some step of this trial".
+/// Per tracked oracle, one bit per trial of a depth: "violated at some step of this trial".
 struct EverBits {
-    bits: [Vec<AtomicU64>; 3],
+    bits: Vec<Vec<AtomicU64>>,
 }
 
-/// The oracles whose freshness is tracked, in [`EverBits`] order.
-const TRACKED: [OracleId; 3] = [OracleId::I1, OracleId::I2, OracleId::Differential];
-
 impl EverBits {
-    fn new(n_trials: u64) -> Self {
+    fn new(tracked: usize, n_trials: u64) -> Self {
         let words = n_trials.div_ceil(64) as usize;
         let make = || (0..words).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
         EverBits {
-            bits: [make(), make(), make()],
+            bits: (0..tracked).map(|_| make()).collect(),
         }
     }
 
@@ -111,70 +98,52 @@ impl EverBits {
     }
 }
 
-/// Whether each tracked oracle was violated at some step before a trial's last op.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Prior {
-    /// Per oracle in I1, I2, differential order.
-    pub violated: [bool; 3],
+/// A set of tracked oracles, by their index in [`Judges::tracked`]: one bit each.
+pub type OracleBits = u64;
+
+/// The oracles an exhaustive run asks, split by what they read. Step and pair oracles are
+/// *tracked*: whether they failed at an earlier step of a trial is known from its prefix.
+pub struct Judges {
+    /// Tracked oracles (step oracles on A, then pair oracles), at most 64.
+    tracked: Vec<&'static dyn Oracle>,
+    /// Crash oracles.
+    crash: Vec<&'static dyn Oracle>,
 }
 
-/// Counts and findings of part of a run; merged by addition and minimum.
-#[derive(Clone, Debug, Default)]
-pub struct Tally {
-    /// Trials run.
-    pub trials: u64,
-    /// Trials stopped by an unsupported op.
-    pub unsupported: u64,
-    /// Per oracle.
-    pub oracles: BTreeMap<OracleId, OracleStats>,
-    /// Best representative per finding signature.
-    pub findings: BTreeMap<String, Finding>,
-}
-
-impl Tally {
-    /// Adds `other` into `self`.
-    pub fn merge(&mut self, other: Tally) {
-        self.trials += other.trials;
-        self.unsupported += other.unsupported;
-        for (id, s) in other.oracles {
-            self.oracles.entry(id).or_default().merge(&s);
-        }
-        for (sig, f) in other.findings {
-            self.offer(sig, f);
-        }
-    }
-
-    fn offer(&mut self, sig: String, f: Finding) {
-        match self.findings.get(&sig) {
-            Some(old) if (old.depth, old.trial_index) <= (f.depth, f.trial_index) => {}
-            _ => {
-                self.findings.insert(sig, f);
-            }
-        }
-    }
-
-    fn count(&mut self, oracle: OracleId, depth: u32, violated: bool) {
-        let s = self.oracles.entry(oracle).or_default();
-        s.checked += 1;
-        if violated {
-            s.violations += 1;
-            s.first_depth = Some(s.first_depth.map_or(depth, |d| d.min(depth)));
+impl Judges {
+    /// The oracles of `oracles` that judge a run with or without a second target.
+    pub fn new(oracles: &Registry, with_vs: bool) -> Judges {
+        let observing: Vec<_> = oracles.observing(with_vs).collect();
+        let tracked: Vec<_> = observing
+            .iter()
+            .copied()
+            .filter(|o| matches!(o.reads(), Reads::Step | Reads::Pair))
+            .collect();
+        assert!(tracked.len() <= 64, "at most 64 observation oracles");
+        Judges {
+            tracked,
+            crash: observing
+                .into_iter()
+                .filter(|o| o.reads() == Reads::Crash)
+                .collect(),
         }
     }
 
     /// Judges one trial (and its partner on a second target, if any) on the observation after
-    /// its last op, and records the result. `prior` says which oracles already failed at an
-    /// earlier step (then a violation now is counted but is not a new finding). Returns which
-    /// tracked oracles fail now, or `None` when the trial was not judged (crash, unsupported op).
+    /// its last op, and records the result in `tally`. `prior` says which tracked oracles
+    /// already failed at an earlier step (then a violation now is counted but is not a new
+    /// finding). Returns which tracked oracles fail now, or `None` when the trial was not
+    /// judged (crash, unsupported op).
     pub fn judge(
-        &mut self,
+        &self,
+        tally: &mut Tally,
         trace: &Trace,
         index: u64,
         a: (&TargetInfo, &TrialRun),
         b: Option<(&TargetInfo, &TrialRun)>,
-        prior: Prior,
-    ) -> Option<[bool; 3]> {
-        self.trials += 1;
+        prior: OracleBits,
+    ) -> Option<OracleBits> {
+        tally.trials += 1;
         let depth = trace.ops.len() as u32;
         let mut judged = true;
         let mut crashed = false;
@@ -188,105 +157,72 @@ impl Tally {
                     // Steps after a crash do not run, so a crash is fresh only at the trace's
                     // last op; longer traces through the same crash are counted, not recorded.
                     if *step == trace.ops.len() {
-                        let v = Violation {
-                            oracle: OracleId::Crash,
-                            kind: crash_kind(message),
-                            seq: None,
-                            observed: serde_json::json!({ "crash": message }),
-                            expected: serde_json::json!("the op returns"),
-                        };
-                        self.record(trace, index, *step, info, v);
+                        let op = step.checked_sub(1).and_then(|i| trace.ops.get(i));
+                        let seen = Seen::Crash { op, message };
+                        for oracle in &self.crash {
+                            if let Some(v) = oracle.check(&seen) {
+                                tally.record(trace, index, *step, &info.label(), v);
+                            }
+                        }
                     }
                 }
             }
         }
-        self.count(OracleId::Crash, depth, crashed);
+        for oracle in &self.crash {
+            tally.count(oracle.id(), depth, crashed);
+        }
         if !judged {
             let unsupported = [Some(a), b]
                 .into_iter()
                 .flatten()
                 .any(|(_, r)| matches!(r.end, TrialEnd::Unsupported { .. }));
-            self.unsupported += u64::from(unsupported);
+            tally.unsupported += u64::from(unsupported);
             return None;
         }
         let (info_a, run_a) = a;
+        let op = trace.ops.last().expect("a trial has at least one op");
         let last = run_a
             .steps
             .last()
             .expect("a completed trial has its last observation");
-        let (i1, i2) = invariants_hold(last);
-        let mut now = [!i1, !i2, false];
-        for (k, oracle) in [(0, OracleId::I1), (1, OracleId::I2)] {
-            self.count(oracle, depth, now[k]);
-            if now[k] && !prior.violated[k] {
-                let (v1, v2) = check_invariants(last);
-                let v = if k == 0 { v1 } else { v2 };
-                self.record(
-                    trace,
-                    index,
-                    trace.ops.len(),
-                    info_a,
-                    v.expect("the oracle failed above"),
-                );
-            }
-        }
-        if let Some((info_b, run_b)) = b {
-            let last_b = run_b
+        let last_b = b.map(|(info_b, run_b)| {
+            let step = run_b
                 .steps
                 .last()
                 .expect("a completed trial has its last observation");
-            now[2] = !differential_holds(last, last_b);
-            self.count(OracleId::Differential, depth, now[2]);
-            if now[2] && !prior.violated[2] {
-                let v = check_differential(last, last_b).expect("failed above");
-                let label = TargetInfo {
-                    name: format!("{} vs {}", info_a.label(), info_b.label()),
-                    ..info_a.clone()
-                };
-                self.record(trace, index, trace.ops.len(), &label, v);
+            (info_b, step)
+        });
+        let mut now: OracleBits = 0;
+        for (k, oracle) in self.tracked.iter().enumerate() {
+            let (seen, label) = match (oracle.reads(), last_b) {
+                (Reads::Pair, Some((info_b, step_b))) => (
+                    Seen::Pair {
+                        op,
+                        a: last,
+                        b: step_b,
+                    },
+                    format!("{} vs {}", info_a.label(), info_b.label()),
+                ),
+                (Reads::Pair, None) => continue,
+                _ => (Seen::Step { op, after: last }, info_a.label()),
+            };
+            let violated = !oracle.holds(&seen);
+            tally.count(oracle.id(), depth, violated);
+            if violated {
+                now |= 1 << k;
+                if prior & (1 << k) == 0 {
+                    let v = oracle.check(&seen).unwrap_or_else(|| {
+                        panic!(
+                            "oracle {} does not hold but reports no violation",
+                            oracle.id()
+                        )
+                    });
+                    tally.record(trace, index, trace.ops.len(), &label, v);
+                }
             }
         }
         Some(now)
     }
-
-    fn record(
-        &mut self,
-        trace: &Trace,
-        index: u64,
-        step: usize,
-        target: &TargetInfo,
-        v: Violation,
-    ) {
-        let sig = Finding::signature_of(
-            v.oracle,
-            &target.label(),
-            &v.kind,
-            trace.ops[step - 1].name(),
-        );
-        if matches!(self.findings.get(&sig), Some(old) if (old.depth, old.trial_index) <= (trace.ops.len() as u32, index))
-        {
-            return;
-        }
-        let f = Finding {
-            oracle: v.oracle,
-            kind: v.kind,
-            target: target.label(),
-            depth: trace.ops.len() as u32,
-            trial_index: index,
-            step,
-            seq: v.seq,
-            trace: trace.clone(),
-            observed: v.observed,
-            expected: v.expected,
-        };
-        self.offer(f.signature(), f);
-    }
-}
-
-/// The class of a crash message, for telling crash findings apart.
-pub fn crash_kind(message: &str) -> String {
-    let first = message.lines().next().unwrap_or("crash");
-    first.chars().take(80).collect()
 }
 
 /// Runs an exhaustive audit; `sink` sees the event stream (start, progress, findings, done).
@@ -312,6 +248,7 @@ pub fn run_exhaustive(
         .collect::<Result<_, HarnessError>>()?;
     let info_a = runners[0].0.info();
     let info_b = runners[0].1.as_ref().map(|b| b.info());
+    let judges = Judges::new(&cfg.oracles, info_b.is_some());
     sink(&Event::Start {
         target: info_a.clone(),
         vs: info_b.clone(),
@@ -328,7 +265,7 @@ pub fn run_exhaustive(
     let mut prev: Option<EverBits> = None;
     for depth in 1..=cfg.depth {
         let mine = chunks(ops.len(), depth, cfg.shard);
-        let ever = EverBits::new(n.pow(depth));
+        let ever = EverBits::new(judges.tracked.len(), n.pow(depth));
         let next_chunk = AtomicUsize::new(0);
         let (tx, rx) = mpsc::channel::<Result<Tally, HarnessError>>();
         let mut results = Vec::with_capacity(threads);
@@ -346,6 +283,7 @@ pub fn run_exhaustive(
                     ever: &ever,
                     info_a: &info_a,
                     info_b: info_b.as_ref(),
+                    judges: &judges,
                 };
                 scope.spawn(move || {
                     let r = ctx.run(ra.as_mut(), rb.as_deref_mut());
@@ -374,6 +312,7 @@ pub fn run_exhaustive(
         prev = Some(ever);
     }
     let elapsed = started.elapsed().as_secs_f64();
+    tally.asked(judges.tracked.iter().chain(&judges.crash).map(|o| o.id()));
     let report = Report::new(
         info_a,
         info_b,
@@ -408,6 +347,7 @@ struct DepthWork<'a> {
     ever: &'a EverBits,
     info_a: &'a TargetInfo,
     info_b: Option<&'a TargetInfo>,
+    judges: &'a Judges,
 }
 
 /// A batch out at the runners, with each trace's index within its depth.
@@ -521,13 +461,15 @@ impl DepthWork<'_> {
             };
             // The prefix (all ops but the last) is trial index / n of the previous depth, in the
             // same lexicographic numbering.
-            let prior = match self.prev {
-                Some(prev) => Prior {
-                    violated: [0, 1, 2].map(|k| prev.get(k, index / n)),
-                },
-                None => Prior::default(),
+            let tracked = self.judges.tracked.len();
+            let prior: OracleBits = match self.prev {
+                Some(prev) => (0..tracked)
+                    .filter(|&k| prev.get(k, index / n))
+                    .fold(0, |bits, k| bits | 1 << k),
+                None => 0,
             };
-            let now = tally.judge(
+            let now = self.judges.judge(
+                tally,
                 trace,
                 depth_base + index,
                 (self.info_a, &done.ra[j]),
@@ -535,8 +477,8 @@ impl DepthWork<'_> {
                 prior,
             );
             if let Some(now) = now {
-                for k in 0..TRACKED.len() {
-                    if now[k] || prior.violated[k] {
+                for k in 0..tracked {
+                    if (now | prior) & (1 << k) != 0 {
                         self.ever.set(k, index);
                     }
                 }

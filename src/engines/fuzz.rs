@@ -36,13 +36,14 @@ use serde::{Deserialize, Serialize};
 use crate::base::domain::Domain;
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
 use crate::base::target::HarnessError;
-use crate::engines::explore::{RunnerFactory, Tally};
 use crate::engines::shrink::{shape, shrink_tree, shrink_tree_by, FailureMode, ShrinkConfig};
 use crate::engines::theorem_check::{StillViolated, TheoremChecker};
 use crate::oracles::theorems::{Derivation, Judgement as TheoremJudgement, Theorem, Verdict};
 use crate::oracles::OracleId;
-use crate::records::report::{Event, Finding, Report, Shard, Timing};
+use crate::records::report::{Event, Finding, FindingKey, Report, Shard, Timing};
+use crate::records::tally::Tally;
 use crate::running::judge::Judge;
+use crate::running::runner::RunnerFactory;
 
 /// What the generator draws from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1104,19 +1105,17 @@ pub fn run_fuzz_with(
     });
     let wanted = match &cfg.oracles {
         Some(list) => list.clone(),
-        None => {
-            let mut w = vec![OracleId::I1, OracleId::I2, OracleId::Crash];
-            if info_b.is_some() {
-                w.push(OracleId::Differential);
-            }
-            w
-        }
+        None => judge
+            .oracles()
+            .observing(info_b.is_some())
+            .map(|o| o.id())
+            .collect(),
     };
     let started = Instant::now();
     let mut last_progress = started;
     let mut tally = Tally::default();
     // Per signature: shrinks done, and the shape the first one came to.
-    let mut by_signature: BTreeMap<String, (u32, String)> = BTreeMap::new();
+    let mut by_signature: BTreeMap<FindingKey, (u32, String)> = BTreeMap::new();
     let mut records: BTreeMap<String, ShrinkRecord> = BTreeMap::new();
     let (mut shrink_executions, mut shrink_elapsed) = (0u64, Duration::ZERO);
     let mut case = 0u64;
@@ -1172,7 +1171,7 @@ pub fn run_fuzz_with(
             let mode = FailureMode::of(&v.violation);
             let who = judge.label_of(v);
             let signature =
-                Finding::signature_of(mode.oracle, &who, &mode.kind, trace.ops[v.step - 1].name());
+                FindingKey::new(mode.oracle, &who, &mode.kind, trace.ops[v.step - 1].name());
             if let Some((done, first_shape)) = by_signature.get(&signature) {
                 if *done >= cfg.shrinks_per_signature {
                     if let Some(r) = records.get_mut(first_shape) {
@@ -1235,7 +1234,11 @@ pub fn run_fuzz_with(
                     duplicates: 0,
                 },
             );
-            tally.findings.insert(shape, finding);
+            let key = FindingKey {
+                shape,
+                ..finding.key()
+            };
+            tally.findings.insert(key, finding);
         }
         case += 1;
         if last_progress.elapsed() >= Duration::from_millis(100) {
@@ -1248,6 +1251,7 @@ pub fn run_fuzz_with(
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
+    tally.asked(wanted.iter().copied());
     let mut report = Report::new(
         info_a,
         info_b,
@@ -1271,8 +1275,6 @@ pub fn run_fuzz_with(
             records[&format!("{}|{}", f.target, shape(&mode, &f.trace))].clone()
         })
         .collect();
-    // Only the oracles asked for are in the table (Report::new adds the default ones).
-    report.oracles.retain(|o, _| wanted.contains(o));
     let (theorem_executions, stats, theorem_findings) = match theorems {
         Some(t) => {
             let mut f: Vec<TheoremFinding> = t.findings.into_values().collect();

@@ -44,15 +44,32 @@ pub struct ReproInput {
 pub fn read_input(path: &Path) -> Result<ReproInput, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| {
+    let input: ReproInput = serde_json::from_str(&text).map_err(|e| {
         format!(
             "{}: line {}, column {}: {e}",
             path.display(),
             e.line(),
             e.column()
         )
-    })
+    })?;
+    if !C_CHECKED.contains(&input.oracle) {
+        return Err(format!(
+            "{}: oracle {} has no check in C reproducers (they check {})",
+            path.display(),
+            input.oracle,
+            C_CHECKED.map(|o| o.name()).join(", ")
+        ));
+    }
+    Ok(input)
 }
+
+/// The oracles whose check a C reproducer states in C.
+pub const C_CHECKED: [OracleId; 4] = [
+    OracleId::I1,
+    OracleId::I2,
+    OracleId::DIFFERENTIAL,
+    OracleId::CRASH,
+];
 
 fn c_array(v: &[i32]) -> String {
     v.iter()
@@ -269,7 +286,7 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         OracleId::I2 => {
             let _ = writeln!(s, "        for (int i = 1; i < n; i++) if (cells[i] - cells[i - 1] > 1) {{ printf(\"I2 violated: positions %d..%d missing\\n\", cells[i - 1] + 1, cells[i] - 1); reproduced = 1; }}");
         }
-        OracleId::Differential => {
+        OracleId::DIFFERENTIAL => {
             let e = &input.expected;
             let emin = e.get("pos_min").and_then(Value::as_i64).unwrap_or(-1);
             let emax = e.get("pos_max").and_then(Value::as_i64).unwrap_or(-1);
@@ -303,12 +320,14 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
             );
             let _ = writeln!(s, "        if (!same) {{ printf(\"differs from the reference: seq_pos_min {emin}, seq_pos_max {emax}, {} cells\\n\"); reproduced = 1; }}", ecells.len());
         }
-        OracleId::Crash => {
+        OracleId::CRASH => {
             let _ = writeln!(s, "        (void)tmin; (void)tmax;");
         }
+        // `read_input` refuses every other oracle.
+        other => unreachable!("no C check for oracle {other}"),
     }
     let _ = writeln!(s, "    }}");
-    if input.oracle == OracleId::Crash {
+    if input.oracle == OracleId::CRASH {
         let _ = writeln!(
             s,
             "    printf(\"no crash: the finding does not reproduce\\n\");"

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::base::op::{Op, SeqId, Trace};
-use crate::oracles::OracleId;
+use crate::oracles::{OracleId, Reads, Registry};
 use crate::records::report::Finding;
 use crate::running::judge::{Judge, Judgement};
 use crate::targets::registry::TargetSpec;
@@ -120,8 +120,11 @@ pub fn targets_of(
     a: &TargetSpec,
     b: Option<&TargetSpec>,
 ) -> (TargetSpec, Option<TargetSpec>) {
-    match (b, oracle, on_vs) {
-        (Some(b), OracleId::Differential, _) => (a.clone(), Some(b.clone())),
+    let pair = Registry::builtin()
+        .get(oracle)
+        .is_some_and(|o| o.reads() == Reads::Pair);
+    match (b, pair, on_vs) {
+        (Some(b), true, _) => (a.clone(), Some(b.clone())),
         (Some(b), _, true) => (b.clone(), None),
         _ => (a.clone(), None),
     }
@@ -309,6 +312,17 @@ impl Repro {
             }
         };
         in_trace(self.step, "\"step\"")?;
+        let reads = Registry::builtin().get(self.oracle).map(|o| o.reads());
+        let pair = match reads {
+            Some(Reads::Step) | Some(Reads::Crash) => false,
+            Some(Reads::Pair) => true,
+            _ => {
+                return Err(format!(
+                    "\"oracle\": {} runs traces of its own; repro files hold findings of the oracles that judge observations",
+                    self.oracle
+                ))
+            }
+        };
         if self.targets.is_empty() {
             return Err("\"targets\": at least one target expectation is needed".into());
         }
@@ -316,10 +330,11 @@ impl Repro {
             if let Some(step) = t.step {
                 in_trace(step, &format!("target {}: \"step\"", t.label()))?;
             }
-            if (self.oracle == OracleId::Differential) != t.vs.is_some() {
+            if pair != t.vs.is_some() {
                 return Err(format!(
-                    "target {}: a differential repro needs \"vs\" on every target, other oracles none",
-                    t.label()
+                    "target {}: a repro of {}, which compares two targets, needs \"vs\" on every target; other oracles none",
+                    t.label(),
+                    self.oracle
                 ));
             }
         }

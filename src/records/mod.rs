@@ -4,3 +4,4 @@
 
 pub mod prereg;
 pub mod report;
+pub mod tally;

@@ -4,12 +4,12 @@
 //! run (`target`, optional `vs`, `domain`, `depth`) and, per oracle, `{ violated, first_depth }`;
 //! and `[[measurement]]` tables, each a bound on one measured quantity of the numerical oracles.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::oracles::OracleId;
-use crate::records::report::Report;
+use crate::oracles::{OracleId, Registry};
 
 /// What was predicted for one oracle.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,7 +24,6 @@ pub struct OraclePrediction {
 
 /// One `[[prediction]]`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Prediction {
     /// Target label.
     pub target: String,
@@ -35,18 +34,16 @@ pub struct Prediction {
     pub domain: String,
     /// Depth.
     pub depth: u32,
-    /// I1.
-    #[serde(rename = "I1", default)]
-    pub i1: Option<OraclePrediction>,
-    /// I2.
-    #[serde(rename = "I2", default)]
-    pub i2: Option<OraclePrediction>,
-    /// Differential.
-    #[serde(default)]
-    pub differential: Option<OraclePrediction>,
-    /// Crash.
-    #[serde(default)]
-    pub crash: Option<OraclePrediction>,
+    /// Per oracle, by its name (`I1 = { violated = false }`): any oracle of the registry.
+    #[serde(flatten)]
+    pub oracles: BTreeMap<String, OraclePrediction>,
+}
+
+impl Prediction {
+    /// The prediction for `oracle`, if there is one.
+    pub fn of(&self, oracle: OracleId) -> Option<&OraclePrediction> {
+        self.oracles.get(oracle.name())
+    }
 }
 
 #[derive(Deserialize)]
@@ -141,38 +138,66 @@ pub fn read(path: &Path) -> Result<Vec<Prediction>, String> {
     parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Parses the audit predictions of every ```toml block of a PREREG.md text.
+/// Parses the audit predictions of every ```toml block of a PREREG.md text. Every key of a
+/// prediction besides its run names an oracle of the registry.
 pub fn parse(text: &str) -> Result<Vec<Prediction>, String> {
-    Ok(toml_blocks(text)?
+    let predictions: Vec<Prediction> = toml_blocks(text)?
         .into_iter()
         .flat_map(|f| f.prediction)
-        .collect())
+        .collect();
+    let registry = Registry::builtin();
+    for p in &predictions {
+        if let Some(name) = p
+            .oracles
+            .keys()
+            .find(|n| OracleId::known(n).and_then(|o| registry.get(o)).is_none())
+        {
+            return Err(format!(
+                "prediction for {} (domain {}, depth {}): unknown oracle '{name}' (known: {})",
+                p.target,
+                p.domain,
+                p.depth,
+                registry.names().join(", ")
+            ));
+        }
+    }
+    Ok(predictions)
 }
 
-/// The predictions that match `report`'s run, checked against its outcome.
-pub fn check(predictions: &[Prediction], report: &Report) -> Vec<PredictionCheck> {
-    let vs = report.vs.as_ref().map(|v| v.label());
+/// The run a report is of, as predictions name it.
+pub struct RunName<'a> {
+    /// Target label.
+    pub target: &'a str,
+    /// Second target's label.
+    pub vs: Option<&'a str>,
+    /// Domain name.
+    pub domain: &'a str,
+    /// Depth.
+    pub depth: u32,
+}
+
+/// The prediction for `run`, checked against its outcome: `outcome` gives, per oracle the run
+/// asked, whether it was violated and first at which depth.
+pub fn check(
+    predictions: &[Prediction],
+    run: &RunName<'_>,
+    outcome: impl Fn(OracleId) -> Option<OraclePrediction>,
+) -> Vec<PredictionCheck> {
     let Some(p) = predictions.iter().find(|p| {
-        p.target == report.target.label()
-            && p.vs == vs
-            && p.domain == report.domain.name
-            && p.depth == report.depth
+        p.target == run.target
+            && p.vs.as_deref() == run.vs
+            && p.domain == run.domain
+            && p.depth == run.depth
     }) else {
         return Vec::new();
     };
     let mut rows = Vec::new();
-    for (oracle, pred) in [
-        (OracleId::I1, &p.i1),
-        (OracleId::I2, &p.i2),
-        (OracleId::Differential, &p.differential),
-        (OracleId::Crash, &p.crash),
-    ] {
-        let (Some(pred), Some(stats)) = (pred, report.oracles.get(&oracle)) else {
+    for (name, pred) in &p.oracles {
+        let Some(oracle) = OracleId::known(name) else {
             continue;
         };
-        let outcome = OraclePrediction {
-            violated: stats.violations > 0,
-            first_depth: stats.first_depth,
+        let Some(outcome) = outcome(oracle) else {
+            continue;
         };
         let confirmed = pred.violated == outcome.violated
             && (pred.first_depth.is_none() || pred.first_depth == outcome.first_depth);
@@ -183,6 +208,7 @@ pub fn check(predictions: &[Prediction], report: &Report) -> Vec<PredictionCheck
             confirmed,
         });
     }
+    rows.sort_by_key(|r| r.oracle);
     rows
 }
 
@@ -196,7 +222,8 @@ mod tests {
         let ps = parse(text).unwrap();
         assert!(ps
             .iter()
-            .any(|p| p.target == "llama.cpp@0.1.156" && p.i1.as_ref().is_some_and(|o| o.violated)));
+            .any(|p| p.target == "llama.cpp@0.1.156"
+                && p.of(OracleId::I1).is_some_and(|o| o.violated)));
         let ms = parse_measurements(text).unwrap();
         assert!(ms
             .iter()

@@ -13,11 +13,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tabled::{settings::Style, Table, Tabled};
 
+use crate::base::domain::total_trials;
 use crate::base::domain::Domain;
 use crate::base::op::{SeqId, Trace};
 use crate::base::target::TargetInfo;
-use crate::engines::explore::{total_trials, Tally};
 use crate::oracles::OracleId;
+use crate::records::prereg::{self, OraclePrediction, Prediction, PredictionCheck, RunName};
+use crate::records::tally::Tally;
 
 /// This run's share of the work: shard `index` of `count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,21 +108,46 @@ pub struct Finding {
     pub expected: Value,
 }
 
+/// What makes two findings the same finding: oracle, target, kind of violation and the op at
+/// the violating step (and, for a fuzz run, the shape of the minimal trace). Each key keeps one
+/// representative.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FindingKey {
+    /// The oracle.
+    pub oracle: OracleId,
+    /// The target (or `A vs B`).
+    pub target: String,
+    /// The kind of violation.
+    pub kind: String,
+    /// The name of the op at the violating step.
+    pub op: &'static str,
+    /// The shape of the shrunk trace, for fuzz findings (empty for exhaustive runs, whose
+    /// representative is the smallest trial).
+    pub shape: String,
+}
+
+impl FindingKey {
+    /// The key of a finding not yet built.
+    pub fn new(oracle: OracleId, target: &str, kind: &str, op: &'static str) -> FindingKey {
+        FindingKey {
+            oracle,
+            target: target.into(),
+            kind: kind.into(),
+            op,
+            shape: String::new(),
+        }
+    }
+}
+
 impl Finding {
-    /// What makes two findings the same finding: oracle, target, kind of violation and the op
-    /// at the violating step. Each signature keeps one representative.
-    pub fn signature(&self) -> String {
-        Self::signature_of(
+    /// This finding's key.
+    pub fn key(&self) -> FindingKey {
+        FindingKey::new(
             self.oracle,
             &self.target,
             &self.kind,
             self.trace.ops[self.step - 1].name(),
         )
-    }
-
-    /// The signature of a finding not yet built.
-    pub fn signature_of(oracle: OracleId, target: &str, kind: &str, op_name: &str) -> String {
-        format!("{oracle}|{target}|{kind}|{op_name}")
     }
 }
 
@@ -161,14 +188,15 @@ pub struct Report {
     pub timing: Timing,
     /// Prediction vs outcome, when PREREG.md has a prediction for this run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub prediction: Vec<crate::records::prereg::PredictionCheck>,
+    pub prediction: Vec<PredictionCheck>,
     /// For a fuzz run: the seed, the generator and how each finding was shrunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuzz: Option<crate::engines::fuzz::FuzzSummary>,
 }
 
 impl Report {
-    /// Builds the report of a (possibly partial) run.
+    /// Builds the report of a (possibly partial) run. Its oracle table lists the oracles of
+    /// `tally` (see [`Tally::asked`]).
     pub fn new(
         target: TargetInfo,
         vs: Option<TargetInfo>,
@@ -178,14 +206,7 @@ impl Report {
         tally: Tally,
         timing: Timing,
     ) -> Report {
-        let mut oracles = tally.oracles;
-        let mut wanted = vec![OracleId::I1, OracleId::I2, OracleId::Crash];
-        if vs.is_some() {
-            wanted.push(OracleId::Differential);
-        }
-        for o in wanted {
-            oracles.entry(o).or_default();
-        }
+        let oracles = tally.oracles;
         let mut findings: Vec<Finding> = tally.findings.into_values().collect();
         findings.sort_by(|a, b| {
             (a.oracle, a.depth, a.trial_index, &a.kind).cmp(&(
@@ -213,8 +234,7 @@ impl Report {
     }
 
     fn prediction_lines(&self) -> Vec<String> {
-        let show = |o: &crate::records::prereg::OraclePrediction| match (o.violated, o.first_depth)
-        {
+        let show = |o: &OraclePrediction| match (o.violated, o.first_depth) {
             (false, _) => "holds".to_string(),
             (true, Some(d)) => format!("violated, first at depth {d}"),
             (true, None) => "violated".to_string(),
@@ -235,6 +255,24 @@ impl Report {
                 )
             })
             .collect()
+    }
+
+    /// The predictions of PREREG.md that match this run, checked against its outcome.
+    pub fn check_predictions(&self, predictions: &[Prediction]) -> Vec<PredictionCheck> {
+        let vs = self.vs.as_ref().map(|v| v.label());
+        let target = self.target.label();
+        let run = RunName {
+            target: &target,
+            vs: vs.as_deref(),
+            domain: &self.domain.name,
+            depth: self.depth,
+        };
+        prereg::check(predictions, &run, |oracle| {
+            self.oracles.get(&oracle).map(|stats| OraclePrediction {
+                violated: stats.violations > 0,
+                first_depth: stats.first_depth,
+            })
+        })
     }
 
     /// True if any oracle was violated (a fuzz run's theorem oracles included).
@@ -556,7 +594,7 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, String> {
             findings: BTreeMap::new(),
         };
         for f in r.findings {
-            t.findings.insert(f.signature(), f);
+            t.findings.insert(f.key(), f);
         }
         tally.merge(t);
     }

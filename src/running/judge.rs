@@ -14,11 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::op::Trace;
 use crate::base::target::{HarnessError, TargetInfo};
-use crate::engines::explore::{crash_kind, RunnerFactory};
-use crate::oracles::{
-    check_differential, check_invariants, differential_holds, invariants_hold, OracleId, Violation,
-};
-use crate::running::runner::{TrialEnd, TrialRun, TrialRunner};
+use crate::oracles::{OracleId, Reads, Registry, Seen, Violation};
+use crate::running::runner::{RunnerFactory, TrialEnd, TrialRun, TrialRunner};
 
 /// An oracle's first violation in a trace, and where.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -64,60 +61,70 @@ fn unsupported_at(run: &TrialRun) -> Option<(usize, String)> {
     }
 }
 
-/// Judges every step of `a` (and of `b`, the same trace on a second target): I1 and I2 on `a`,
-/// the differential oracle on the steps both ran, crashes of either.
-pub fn judge_run(a: &TrialRun, b: Option<&TrialRun>) -> Judgement {
+/// Judges every step of `a` (and of `b`, the same trace on a second target) with every oracle
+/// of `oracles` that observes: step oracles on `a`, pair oracles on the steps both ran, crash
+/// oracles on a crash of either (the earlier one).
+pub fn judge_run(
+    oracles: &Registry,
+    trace: &Trace,
+    a: &TrialRun,
+    b: Option<&TrialRun>,
+) -> Judgement {
     let mut out = Judgement {
         steps: b.map_or(a.steps.len(), |b| a.steps.len().min(b.steps.len())),
         unsupported: unsupported_at(a).or_else(|| b.and_then(unsupported_at)),
         ..Judgement::default()
     };
-    let first_i1 = a.steps.iter().position(|s| !invariants_hold(s).0);
-    let first_i2 = a.steps.iter().position(|s| !invariants_hold(s).1);
-    for (oracle, at) in [(OracleId::I1, first_i1), (OracleId::I2, first_i2)] {
-        if let Some(i) = at {
-            let (v1, v2) = check_invariants(&a.steps[i]);
-            let v = if oracle == OracleId::I1 { v1 } else { v2 };
-            out.violations.push(StepViolation {
-                step: i + 1,
-                violation: v.expect("the oracle failed above"),
-                on_vs: false,
-            });
-        }
-    }
-    if let Some(b) = b {
-        let at = a
-            .steps
-            .iter()
-            .zip(&b.steps)
-            .position(|(x, y)| !differential_holds(x, y));
-        if let Some(i) = at {
-            out.violations.push(StepViolation {
-                step: i + 1,
-                violation: check_differential(&a.steps[i], &b.steps[i]).expect("failed above"),
-                on_vs: false,
-            });
-        }
-    }
     let crashes = std::iter::once((false, a)).chain(b.map(|b| (true, b)));
     let crash = crashes
         .filter_map(|(on_vs, run)| match &run.end {
-            TrialEnd::Crashed { step, message } => Some((*step, on_vs, message)),
+            TrialEnd::Crashed { step, message } => Some((*step, on_vs, message.as_str())),
             _ => None,
         })
         .min_by_key(|(step, _, _)| *step);
-    if let Some((step, on_vs, message)) = crash {
-        out.violations.push(StepViolation {
-            step,
-            violation: Violation {
-                oracle: OracleId::Crash,
-                kind: crash_kind(message),
-                seq: None,
-                observed: serde_json::json!({ "crash": message }),
-                expected: serde_json::json!("the op returns"),
-            },
-            on_vs,
-        });
+    for oracle in oracles.observing(b.is_some()) {
+        let first = match oracle.reads() {
+            Reads::Step => a.steps.iter().enumerate().find_map(|(i, after)| {
+                let seen = Seen::Step {
+                    op: &trace.ops[i],
+                    after,
+                };
+                (!oracle.holds(&seen)).then(|| (i + 1, oracle.check(&seen), false))
+            }),
+            Reads::Pair => {
+                let b = b.expect("pair oracles observe runs with a second target");
+                a.steps
+                    .iter()
+                    .zip(&b.steps)
+                    .enumerate()
+                    .find_map(|(i, (x, y))| {
+                        let seen = Seen::Pair {
+                            op: &trace.ops[i],
+                            a: x,
+                            b: y,
+                        };
+                        (!oracle.holds(&seen)).then(|| (i + 1, oracle.check(&seen), false))
+                    })
+            }
+            Reads::Crash => crash.and_then(|(step, on_vs, message)| {
+                let op = step.checked_sub(1).and_then(|i| trace.ops.get(i));
+                let seen = Seen::Crash { op, message };
+                (!oracle.holds(&seen)).then(|| (step, oracle.check(&seen), on_vs))
+            }),
+            Reads::Runs => None,
+        };
+        if let Some((step, violation, on_vs)) = first {
+            out.violations.push(StepViolation {
+                step,
+                violation: violation.unwrap_or_else(|| {
+                    panic!(
+                        "oracle {} does not hold but reports no violation",
+                        oracle.id()
+                    )
+                }),
+                on_vs,
+            });
+        }
     }
     out
 }
@@ -128,6 +135,7 @@ pub struct Judge {
     b: Option<Box<dyn TrialRunner>>,
     info_a: TargetInfo,
     info_b: Option<TargetInfo>,
+    oracles: Registry,
     executions: u64,
 }
 
@@ -147,8 +155,20 @@ impl Judge {
             b,
             info_a,
             info_b,
+            oracles: Registry::builtin(),
             executions: 0,
         }
+    }
+
+    /// This judge, asking `oracles` instead of the built-in ones.
+    pub fn with_oracles(mut self, oracles: Registry) -> Self {
+        self.oracles = oracles;
+        self
+    }
+
+    /// The oracles this judge asks.
+    pub fn oracles(&self) -> &Registry {
+        &self.oracles
     }
 
     /// Target A.
@@ -172,8 +192,12 @@ impl Judge {
     /// The target(s) a violation belongs to: the pair for the differential oracle, B for B's
     /// own crash, A otherwise (I1 and I2 judge A only).
     pub fn label_of(&self, v: &StepViolation) -> String {
-        match (&self.info_b, v.violation.oracle, v.on_vs) {
-            (Some(_), OracleId::Differential, _) => self.label(),
+        let pair = self
+            .oracles
+            .get(v.violation.oracle)
+            .is_some_and(|o| o.reads() == Reads::Pair);
+        match (&self.info_b, pair, v.on_vs) {
+            (Some(_), true, _) => self.label(),
             (Some(b), _, true) => b.label(),
             _ => self.info_a.label(),
         }
@@ -196,7 +220,7 @@ impl Judge {
             }
             None => None,
         };
-        Ok(judge_run(&a, b.as_ref()))
+        Ok(judge_run(&self.oracles, trace, &a, b.as_ref()))
     }
 }
 
@@ -291,7 +315,7 @@ mod tests {
             },
         ]);
         let v = j.run(&trace).unwrap();
-        assert_eq!(v.first(OracleId::Differential).unwrap().step, 2);
+        assert_eq!(v.first(OracleId::DIFFERENTIAL).unwrap().step, 2);
         assert_eq!(j.executions(), 2);
         assert_eq!(j.label(), "native vs native[seq_rm_off_by_one]");
     }

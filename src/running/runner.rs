@@ -49,6 +49,9 @@ pub struct TrialRun {
     pub end: TrialEnd,
 }
 
+/// Makes one runner per thread.
+pub type RunnerFactory<'a> = dyn Fn() -> Result<Box<dyn TrialRunner>, HarnessError> + Sync + 'a;
+
 /// Something that runs traces against one target and reports what it observed.
 pub trait TrialRunner: Send {
     /// Who the target is.

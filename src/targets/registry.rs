@@ -11,8 +11,8 @@ use std::time::Duration;
 use native_kv::Faults;
 
 use crate::base::target::{CacheUnderTest, HarnessError};
-use crate::engines::explore::RunnerFactory;
 use crate::model::forward::Model;
+use crate::running::runner::RunnerFactory;
 use crate::running::runner::{LocalRunner, TrialRunner};
 use crate::targets::native::{parse_faults, NativeTarget};
 

@@ -63,6 +63,7 @@ fn run(case: &AuditCase, shard: Shard) -> Result<Report, String> {
         shard,
         threads: 2,
         batch: 1024,
+        oracles: kvaudit::oracles::Registry::builtin(),
     };
     run_exhaustive(&cfg, a.as_ref(), b.as_deref(), &mut |_| {}).map_err(|e| e.to_string())
 }

@@ -1,0 +1,164 @@
+//! **Differential**: two targets given the same trace give the same observation after every op:
+//! the same op outcome (decode return code, `seq_rm`'s boolean), the same accessor answers and
+//! the same resident positions as multisets per sequence (cell order is an implementation detail
+//! and is not compared).
+
+use serde_json::{json, Value};
+
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::target::{OpOutcome, SeqObservation, StepObservation};
+
+/// The oracle.
+pub struct Differential;
+
+/// The differential oracle holds on one step.
+pub fn differential_holds(a: &StepObservation, b: &StepObservation) -> bool {
+    same_outcome(&a.outcome, &b.outcome)
+        && a.seqs.len() == b.seqs.len()
+        && a.seqs
+            .iter()
+            .zip(&b.seqs)
+            .all(|(x, y)| x.cells == y.cells && x.pos_min == y.pos_min && x.pos_max == y.pos_max)
+}
+
+fn same_outcome(a: &OpOutcome, b: &OpOutcome) -> bool {
+    match (a, b) {
+        (OpOutcome::Done { returned: x }, OpOutcome::Done { returned: y }) => x == y,
+        (OpOutcome::Decoded { rc: x }, OpOutcome::Decoded { rc: y }) => x == y,
+        (OpOutcome::Refused { .. }, OpOutcome::Refused { .. }) => true,
+        (OpOutcome::Unsupported { .. }, OpOutcome::Unsupported { .. }) => true,
+        _ => false,
+    }
+}
+
+fn outcome_class(o: &OpOutcome) -> Value {
+    match o {
+        OpOutcome::Done { returned } => json!({ "outcome": "done", "returned": returned }),
+        OpOutcome::Decoded { rc } => json!({ "outcome": "decoded", "rc": rc }),
+        OpOutcome::Refused { .. } => json!({ "outcome": "refused" }),
+        OpOutcome::Unsupported { .. } => json!({ "outcome": "unsupported" }),
+    }
+}
+
+/// The differential oracle on one step: target A's observation against target B's.
+pub fn check_differential(a: &StepObservation, b: &StepObservation) -> Option<Violation> {
+    if differential_holds(a, b) {
+        return None;
+    }
+    let (oa, ob) = (outcome_class(&a.outcome), outcome_class(&b.outcome));
+    if oa != ob {
+        return Some(Violation {
+            oracle: OracleId::DIFFERENTIAL,
+            kind: "op outcome differs".into(),
+            seq: None,
+            observed: oa,
+            expected: ob,
+        });
+    }
+    for (sa, sb) in a.seqs.iter().zip(&b.seqs) {
+        let kind = if sa.cells != sb.cells {
+            "resident positions differ"
+        } else if sa.pos_min != sb.pos_min || sa.pos_max != sb.pos_max {
+            "accessors differ"
+        } else {
+            continue;
+        };
+        let view = |s: &SeqObservation| json!({ "pos_min": s.pos_min, "pos_max": s.pos_max, "cells": s.cells });
+        return Some(Violation {
+            oracle: OracleId::DIFFERENTIAL,
+            kind: kind.into(),
+            seq: Some(sa.seq),
+            observed: view(sa),
+            expected: view(sb),
+        });
+    }
+    None
+}
+
+impl Oracle for Differential {
+    fn id(&self) -> OracleId {
+        OracleId::DIFFERENTIAL
+    }
+
+    fn summary(&self) -> &'static str {
+        "two targets given the same trace agree after every op: outcome, accessors, resident positions"
+    }
+
+    fn reads(&self) -> Reads {
+        Reads::Pair
+    }
+
+    fn kinds(&self) -> &'static [&'static str] {
+        &[
+            "op outcome differs",
+            "resident positions differ",
+            "accessors differ",
+        ]
+    }
+
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        &[
+            PositiveControl {
+                fault: "seq_rm_off_by_one",
+                target: "native vs native[seq_rm_off_by_one]",
+                seed_depth: Some(1),
+                evidence: "audits/native_vs_off_by_one_d1.json",
+            },
+            PositiveControl {
+                fault: "refcount",
+                target: "native vs native[refcount]",
+                seed_depth: Some(3),
+                evidence: "audits/native_vs_refcount_d3.json",
+            },
+        ]
+    }
+
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Pair { a, b, .. } => differential_holds(a, b),
+            _ => true,
+        }
+    }
+
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        match seen {
+            Seen::Pair { a, b, .. } => check_differential(a, b),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(pos_min: i32, pos_max: i32, cells: &[i32]) -> SeqObservation {
+        SeqObservation {
+            seq: 1,
+            pos_min,
+            pos_max,
+            cells: cells.to_vec(),
+        }
+    }
+
+    #[test]
+    fn differential_compares_multisets_not_order() {
+        let step = |cells: &[i32], rc: i32| StepObservation {
+            outcome: OpOutcome::Decoded { rc },
+            seqs: vec![seq(0, 2, cells)],
+        };
+        assert!(check_differential(&step(&[0, 1, 2], 0), &step(&[0, 1, 2], 0)).is_none());
+        assert_eq!(
+            check_differential(&step(&[0, 1, 2], 0), &step(&[0, 1, 2], -1))
+                .unwrap()
+                .kind,
+            "op outcome differs"
+        );
+        assert_eq!(
+            check_differential(&step(&[0, 1, 2], 0), &step(&[0, 1, 1, 2], 0))
+                .unwrap()
+                .kind,
+            "resident positions differ"
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! **I1**, accessor exactness (shared/seeds/004, "Result" 1): `seq_pos_min`/`seq_pos_max` equal
+//! the smallest/largest position among the sequence's cells *in its own serialized state*, -1/-1
+//! when it has none. llama.h on `llama_memory_seq_pos_min`/`_max`: "return -1 if the sequence is
+//! empty". Checked on every observed sequence.
+
+use serde_json::json;
+
+use super::{true_extremes, Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::target::SeqObservation;
+
+/// The oracle.
+pub struct I1;
+
+/// I1 holds on one sequence (no allocation: the explorer's hot path).
+pub fn i1_holds(s: &SeqObservation) -> bool {
+    (s.pos_min, s.pos_max) == true_extremes(s)
+}
+
+/// I1 on one sequence.
+pub fn check_i1(s: &SeqObservation) -> Option<Violation> {
+    if i1_holds(s) {
+        return None;
+    }
+    let (min, max) = true_extremes(s);
+    let which = match (s.pos_min != min, s.pos_max != max) {
+        (true, true) => "pos_min and pos_max",
+        (true, false) => "pos_min",
+        _ => "pos_max",
+    };
+    let kind = if s.cells.is_empty() {
+        format!("{which} stale on an empty sequence")
+    } else {
+        format!("{which} disagree with the cells")
+    };
+    Some(Violation {
+        oracle: OracleId::I1,
+        kind,
+        seq: Some(s.seq),
+        observed: json!({ "pos_min": s.pos_min, "pos_max": s.pos_max }),
+        expected: json!({ "pos_min": min, "pos_max": max, "cells": s.cells }),
+    })
+}
+
+impl Oracle for I1 {
+    fn id(&self) -> OracleId {
+        OracleId::I1
+    }
+
+    fn summary(&self) -> &'static str {
+        "seq_pos_min/seq_pos_max equal the extremes of the sequence's cells in its serialized state (-1 when empty)"
+    }
+
+    fn reads(&self) -> Reads {
+        Reads::Step
+    }
+
+    fn kinds(&self) -> &'static [&'static str] {
+        &[
+            "pos_min stale on an empty sequence",
+            "pos_max stale on an empty sequence",
+            "pos_min and pos_max stale on an empty sequence",
+            "pos_min disagree with the cells",
+            "pos_max disagree with the cells",
+            "pos_min and pos_max disagree with the cells",
+        ]
+    }
+
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        &[
+            PositiveControl {
+                fault: "refcount",
+                target: "native[refcount]",
+                seed_depth: Some(3),
+                evidence: "audits/native_refcount_d3.json",
+            },
+            PositiveControl {
+                fault: "seq_add_stale_index",
+                target: "native[seq_add_stale_index]",
+                seed_depth: Some(1),
+                evidence: "audits/native_seq_add_stale_index_d2.json",
+            },
+        ]
+    }
+
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Step { after, .. } => after.seqs.iter().all(i1_holds),
+            _ => true,
+        }
+    }
+
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        match seen {
+            Seen::Step { after, .. } => after.seqs.iter().find_map(check_i1),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn seq(pos_min: i32, pos_max: i32, cells: &[i32]) -> SeqObservation {
+        SeqObservation {
+            seq: 1,
+            pos_min,
+            pos_max,
+            cells: cells.to_vec(),
+        }
+    }
+
+    #[test]
+    fn i1_accepts_exact_accessors_and_the_empty_answer() {
+        assert!(check_i1(&seq(0, 6, &[0, 1, 5, 6])).is_none());
+        assert!(check_i1(&seq(-1, -1, &[])).is_none());
+        assert!(check_i1(&seq(0, 0, &[0, 0])).is_none());
+    }
+
+    #[test]
+    fn i1_positive_control_stale_on_empty() {
+        let v = check_i1(&seq(0, 2, &[])).expect("stale extremum must be caught");
+        assert_eq!(v.kind, "pos_min and pos_max stale on an empty sequence");
+        assert_eq!(v.expected["pos_max"], -1);
+        assert!(I1.kinds().contains(&v.kind.as_str()));
+    }
+
+    #[test]
+    fn i1_positive_control_forced_mismatch() {
+        let v = check_i1(&seq(0, 6, &[0, 1, 2, 3, 6, 7, 8])).unwrap();
+        assert_eq!(v.kind, "pos_max disagree with the cells");
+    }
+}

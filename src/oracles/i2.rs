@@ -1,0 +1,109 @@
+//! **I2**, contiguity (shared/seeds/004, "Result" 2; llama.h on `llama_memory_seq_pos_max`: "all
+//! positions in the range [pos_min, pos_max] are guaranteed to be present in the memory").
+//! Checked on the serialized cells' own extremes, so that I2 speaks of the resident set and a
+//! stale accessor is I1's finding alone.
+
+use serde_json::json;
+
+use super::{true_extremes, Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::target::SeqObservation;
+
+/// The oracle.
+pub struct I2;
+
+/// I2 holds on one sequence: sorted cells never skip a position.
+pub fn i2_holds(s: &SeqObservation) -> bool {
+    s.cells.windows(2).all(|w| w[1] - w[0] <= 1)
+}
+
+/// I2 on one sequence: the positions missing from [min, max] of the resident cells.
+pub fn check_i2(s: &SeqObservation) -> Option<Violation> {
+    if i2_holds(s) {
+        return None;
+    }
+    let (min, max) = true_extremes(s);
+    let mut missing = Vec::new();
+    let mut next = min;
+    for &p in &s.cells {
+        while next < p {
+            missing.push(next);
+            next += 1;
+        }
+        next = p + 1;
+    }
+    if missing.is_empty() {
+        return None;
+    }
+    Some(Violation {
+        oracle: OracleId::I2,
+        kind: "hole in [pos_min, pos_max]".into(),
+        seq: Some(s.seq),
+        observed: json!({ "cells": s.cells, "missing": missing }),
+        expected: json!({ "cells": (min..=max).collect::<Vec<_>>() }),
+    })
+}
+
+impl Oracle for I2 {
+    fn id(&self) -> OracleId {
+        OracleId::I2
+    }
+
+    fn summary(&self) -> &'static str {
+        "every position in [pos_min, pos_max] of a sequence's serialized cells is resident"
+    }
+
+    fn reads(&self) -> Reads {
+        Reads::Step
+    }
+
+    fn kinds(&self) -> &'static [&'static str] {
+        &["hole in [pos_min, pos_max]"]
+    }
+
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        // No fault is needed: an interior `seq_rm` leaves a hole in every cache that honours
+        // it, llama.cpp's and the native one alike (a documented difference with llama.h).
+        &[PositiveControl {
+            fault: "none: interior seq_rm",
+            target: "native",
+            seed_depth: Some(1),
+            evidence: "audits/native_seed_d3.json",
+        }]
+    }
+
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Step { after, .. } => after.seqs.iter().all(i2_holds),
+            _ => true,
+        }
+    }
+
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        match seen {
+            Seen::Step { after, .. } => after.seqs.iter().find_map(check_i2),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(pos_min: i32, pos_max: i32, cells: &[i32]) -> SeqObservation {
+        SeqObservation {
+            seq: 1,
+            pos_min,
+            pos_max,
+            cells: cells.to_vec(),
+        }
+    }
+
+    #[test]
+    fn i2_finds_the_injected_hole() {
+        let v = check_i2(&seq(0, 6, &[0, 1, 5, 6])).expect("hole must be caught");
+        assert_eq!(v.observed["missing"], json!([2, 3, 4]));
+        assert!(check_i2(&seq(0, 6, &[0, 1, 2, 3, 4, 5, 6])).is_none());
+        assert!(check_i2(&seq(0, 1, &[0, 0, 1, 1])).is_none());
+    }
+}
