@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::wire::{
-    parse_reply_line, read_line_limited, skip_line, LineRead, Reply, Request, WireError,
+    parse_reply_line, read_line_limited, LineRead, Reply, Request, WireError, DIED_MARKER,
     MAX_REPLY_LINE_BYTES,
 };
 use super::WorkerSpec;
@@ -21,8 +21,6 @@ use crate::base::target::{HarnessError, TargetInfo};
 use crate::running::runner::{StartedBatch, TrialEnd, TrialRun, TrialRunner};
 use crate::targets::llama::sys;
 use crate::targets::llama::target::ResetMode;
-
-use super::wire::DIED_MARKER;
 
 /// One reply as the reader thread decoded it.
 type ReplyLine = Result<Reply, WireError>;
@@ -234,17 +232,10 @@ impl WorkerRunner {
                 loop {
                     match read_line_limited(&mut reader, &mut line, MAX_REPLY_LINE_BYTES) {
                         Ok(LineRead::Line) => group.push(parse_reply_line(&line)),
-                        Ok(LineRead::TooLong) => {
-                            group.push(Err(WireError::TooLong {
-                                what: "reply",
-                                limit: MAX_REPLY_LINE_BYTES,
-                            }));
-                            if !matches!(skip_line(&mut reader), Ok(true)) {
-                                let _ = tx.send(Some(group));
-                                let _ = tx.send(None);
-                                return;
-                            }
-                        }
+                        Ok(LineRead::TooLong) => group.push(Err(WireError::TooLong {
+                            what: "reply",
+                            limit: MAX_REPLY_LINE_BYTES,
+                        })),
                         Ok(LineRead::End) | Err(_) => {
                             if !group.is_empty() {
                                 let _ = tx.send(Some(group));

@@ -293,18 +293,19 @@ pub(super) enum LineRead {
     Line,
     /// The input had ended.
     End,
-    /// The line went past the limit; what was read of it is dropped and the rest is unread.
+    /// The line went past the limit: it was read to its end but not kept.
     TooLong,
 }
 
-/// Reads one line into `line` (cleared first, newline removed), buffering at most `limit` bytes
-/// of it.
+/// Reads one line into `line` (cleared first, newline removed), keeping at most `limit` bytes of
+/// it: a longer line is read to its end and dropped, so the next call starts at the next line.
 pub(super) fn read_line_limited(
     input: &mut impl BufRead,
     line: &mut Vec<u8>,
     limit: usize,
 ) -> io::Result<LineRead> {
     line.clear();
+    let mut too_long = false;
     loop {
         let available = match input.fill_buf() {
             Ok(b) => b,
@@ -312,49 +313,31 @@ pub(super) fn read_line_limited(
             Err(e) => return Err(e),
         };
         if available.is_empty() {
-            return Ok(if line.is_empty() {
-                LineRead::End
-            } else {
-                LineRead::Line
+            return Ok(match (too_long, line.is_empty()) {
+                (true, _) => LineRead::TooLong,
+                (false, true) => LineRead::End,
+                (false, false) => LineRead::Line,
             });
         }
         let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
             Some(i) => (&available[..i], true),
             None => (available, false),
         };
-        if line.len() + chunk.len() > limit {
-            line.clear();
-            return Ok(LineRead::TooLong);
+        if !too_long && line.len() + chunk.len() > limit {
+            too_long = true;
+            *line = Vec::new();
         }
-        line.extend_from_slice(chunk);
+        if !too_long {
+            line.extend_from_slice(chunk);
+        }
         let used = chunk.len() + usize::from(found);
         input.consume(used);
         if found {
-            return Ok(LineRead::Line);
-        }
-    }
-}
-
-/// Skips the rest of the current line (after [`LineRead::TooLong`]); false at the end of input.
-pub(super) fn skip_line(input: &mut impl BufRead) -> io::Result<bool> {
-    loop {
-        let available = match input.fill_buf() {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if available.is_empty() {
-            return Ok(false);
-        }
-        match available.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                input.consume(i + 1);
-                return Ok(true);
-            }
-            None => {
-                let n = available.len();
-                input.consume(n);
-            }
+            return Ok(if too_long {
+                LineRead::TooLong
+            } else {
+                LineRead::Line
+            });
         }
     }
 }
@@ -557,11 +540,9 @@ mod tests {
             (r, String::from_utf8(line.clone()).unwrap())
         };
         assert_eq!(next(&mut reader), (LineRead::Line, "short".into()));
-        assert_eq!(next(&mut reader).0, LineRead::TooLong);
-        assert!(skip_line(&mut reader).unwrap());
+        assert_eq!(next(&mut reader), (LineRead::TooLong, "".into()));
         assert_eq!(next(&mut reader), (LineRead::Line, "ok".into()));
         assert_eq!(next(&mut reader).0, LineRead::TooLong);
-        assert!(!skip_line(&mut reader).unwrap());
         assert_eq!(next(&mut reader), (LineRead::End, "".into()));
         let mut exact = &b"0123456789\n"[..];
         assert_eq!(
