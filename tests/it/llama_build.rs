@@ -8,12 +8,13 @@
 //! - each shim reports its pin label, ABI and `LLAMA_STATE_SEQ_VERSION` as pins.toml records;
 //! - the doubled same-stream `seq_cp` leaves seq 1 at pos_min/max 0/2 with no serialized cells
 //!   on 0.1.156 (and the next decode into seq 1 at pos 0 fails with -1), and at -1/-1 on
-//!   0.1.161 (the decode succeeds).
+//!   0.1.161 (the decode succeeds);
+//! - a cache entry whose library was changed is refused with its hashes, not loaded or rebuilt.
 
 use std::path::Path;
 
 use anyhow::{bail, ensure, Context as _, Result};
-use kvaudit::targets::llama::build::{ensure_built, BuildSpec, BuiltShim};
+use kvaudit::targets::llama::build::{ensure_built, BuildSpec, BuiltShim, SO_NAME};
 use kvaudit::targets::llama::ffi::{ContextParams, LlamaShim};
 use kvaudit::targets::llama::pins::{known_pins, Pin, Variant};
 
@@ -179,5 +180,76 @@ pub fn wrong_abi_is_refused() -> Result<()> {
         err.contains("99") && err.contains("ABI"),
         "unexpected error: {err}"
     );
+    Ok(())
+}
+
+/// A cache entry whose library changed after it was built is refused, not loaded and not
+/// rebuilt: the release build of the first pin is copied into a fresh cache, one byte of its
+/// `libkvaudit_shim.so` is flipped, and `ensure_built` over that cache must fail with one line
+/// naming the file, the recorded and the actual sha256.
+pub fn tampered_entry_is_refused() -> Result<()> {
+    let (version, _) = known_pins()?
+        .iter()
+        .next()
+        .context("pins.toml holds no pin")?;
+    let pin = Pin {
+        version: version.clone(),
+        variant: Variant::Release,
+    };
+    let built = ensure_built(&BuildSpec::new(pin.clone()), false)
+        .with_context(|| format!("building {pin}"))?;
+    let cache = tempfile::tempdir()?;
+    let entry_name = built.dir.file_name().context("entry without a name")?;
+    let copy = cache.path().join("llama.cpp").join(entry_name);
+    copy_dir(&built.dir, &copy)?;
+    let spec = BuildSpec {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..BuildSpec::new(pin.clone())
+    };
+    // The copy is a valid entry of the same key: found, not built again.
+    let found = ensure_built(&spec, false)?;
+    ensure!(
+        !found.fresh && found.dir == copy,
+        "the copied entry was not taken from the cache: {}",
+        found.dir.display()
+    );
+
+    let so = copy.join(SO_NAME);
+    let mut bytes = std::fs::read(&so)?;
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    std::fs::write(&so, &bytes)?;
+    let actual = kvaudit::base::files::file_sha256(&so)?;
+    let err = match ensure_built(&spec, false) {
+        Ok(b) => bail!(
+            "a tampered entry was accepted ({}, fresh: {})",
+            b.so_path.display(),
+            b.fresh
+        ),
+        Err(e) => e.to_string(),
+    };
+    ensure!(
+        err.lines().count() == 1
+            && err.contains(&so.display().to_string())
+            && err.contains(&built.manifest.so_sha256)
+            && err.contains(&actual),
+        "unexpected refusal: {err}"
+    );
+    // Refused, not replaced: the tampered bytes are still there.
+    ensure!(std::fs::read(&so)? == bytes, "the entry was rebuilt");
+    Ok(())
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
     Ok(())
 }

@@ -57,6 +57,10 @@ fn main() {
         run(llama_build::wrong_abi_is_refused),
     ));
     trials.push(Trial::test(
+        "llama_build::tampered_entry_is_refused",
+        run(llama_build::tampered_entry_is_refused),
+    ));
+    trials.push(Trial::test(
         "llama_build::both_pins_build_load_side_by_side_and_match_llama_facts",
         run(|| {
             let model = kvaudit::model::tiny::try_default_model_path()?;

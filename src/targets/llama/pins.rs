@@ -10,8 +10,14 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
-use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
+
+use super::error::LlamaError;
+
+/// A [`LlamaError::Pin`] with `message`.
+fn pin_error(message: String) -> LlamaError {
+    LlamaError::Pin { message }
+}
 
 /// The text of `targets/llama.cpp/pins.toml`, as compiled into this binary.
 pub const PINS_TOML: &str = include_str!("../../../targets/llama.cpp/pins.toml");
@@ -89,30 +95,30 @@ pub struct Pin {
 
 impl Pin {
     /// Parses a label and checks that pins.toml knows the version.
-    pub fn parse(label: &str) -> Result<Pin> {
+    pub fn parse(label: &str) -> Result<Pin, LlamaError> {
         let label = label.trim();
         let rest = match label.split_once('@') {
             Some((target, rest)) if target == TARGET => rest,
-            Some((target, _)) => bail!(
+            Some((target, _)) => return Err(pin_error(format!(
                 "pin label `{label}`: unknown target `{target}`, expected `{TARGET}@VERSION[{ASSERT_SUFFIX}]`"
-            ),
-            None => bail!("pin label `{label}`: expected `{TARGET}@VERSION[{ASSERT_SUFFIX}]`"),
+            ))),
+            None => return Err(pin_error(format!("pin label `{label}`: expected `{TARGET}@VERSION[{ASSERT_SUFFIX}]`"))),
         };
         let (version, variant) = match rest.split_once('+') {
             None => (rest, Variant::Release),
             Some((version, "assert")) => (version, Variant::Assert),
-            Some((_, other)) => bail!(
+            Some((_, other)) => return Err(pin_error(format!(
                 "pin label `{label}`: unknown variant `+{other}`, the only variant is `{ASSERT_SUFFIX}`"
-            ),
+            ))),
         };
         if version.is_empty() {
-            bail!("pin label `{label}`: empty version");
+            return Err(pin_error(format!("pin label `{label}`: empty version")));
         }
         if !known_pins()?.contains_key(version) {
-            bail!(
+            return Err(pin_error(format!(
                 "pin label `{label}`: llama.cpp pin `{version}` is not in targets/llama.cpp/pins.toml (known: {})",
                 known_labels()?.join(", ")
-            );
+            )));
         }
         Ok(Pin {
             version: version.to_string(),
@@ -129,10 +135,13 @@ impl Pin {
     }
 
     /// What pins.toml records about this pin.
-    pub fn info(&self) -> Result<&'static PinInfo> {
-        known_pins()?
-            .get(&self.version)
-            .with_context(|| format!("llama.cpp pin `{}` is not in pins.toml", self.version))
+    pub fn info(&self) -> Result<&'static PinInfo, LlamaError> {
+        known_pins()?.get(&self.version).ok_or_else(|| {
+            pin_error(format!(
+                "llama.cpp pin `{}` is not in pins.toml",
+                self.version
+            ))
+        })
     }
 }
 
@@ -143,47 +152,50 @@ impl fmt::Display for Pin {
 }
 
 impl FromStr for Pin {
-    type Err = anyhow::Error;
+    type Err = LlamaError;
 
-    fn from_str(s: &str) -> Result<Pin> {
+    fn from_str(s: &str) -> Result<Pin, LlamaError> {
         Pin::parse(s)
     }
 }
 
 /// Parses the text of a pins.toml file, checking that every table key equals its `version`.
-pub fn parse_pins_toml(text: &str) -> Result<BTreeMap<String, PinInfo>> {
-    let file: PinsFile = toml::from_str(text).context("parsing pins.toml")?;
+pub fn parse_pins_toml(text: &str) -> Result<BTreeMap<String, PinInfo>, LlamaError> {
+    let file: PinsFile =
+        toml::from_str(text).map_err(|e| pin_error(format!("parsing pins.toml: {e}")))?;
     for (key, info) in &file.pins {
         if key != &info.version {
-            bail!(
+            return Err(pin_error(format!(
                 "pins.toml: [pins.\"{key}\"] has version = \"{}\"",
                 info.version
-            );
+            )));
         }
         if !matches!(info.state_seq_version, 2 | 4) {
-            bail!("pins.toml: [pins.\"{key}\"] state_seq_version must be 2 or 4");
+            return Err(pin_error(format!(
+                "pins.toml: [pins.\"{key}\"] state_seq_version must be 2 or 4"
+            )));
         }
         if info.kv_state_has_n_rot != (info.state_seq_version >= 4) {
-            bail!(
+            return Err(pin_error(format!(
                 "pins.toml: [pins.\"{key}\"] kv_state_has_n_rot = {} contradicts state_seq_version = {}",
                 info.kv_state_has_n_rot,
                 info.state_seq_version
-            );
+            )));
         }
     }
     Ok(file.pins)
 }
 
 /// The pins compiled into this binary, by version.
-pub fn known_pins() -> Result<&'static BTreeMap<String, PinInfo>> {
-    static PINS: OnceLock<std::result::Result<BTreeMap<String, PinInfo>, String>> = OnceLock::new();
-    PINS.get_or_init(|| parse_pins_toml(PINS_TOML).map_err(|e| format!("{e:#}")))
+pub fn known_pins() -> Result<&'static BTreeMap<String, PinInfo>, LlamaError> {
+    static PINS: OnceLock<Result<BTreeMap<String, PinInfo>, String>> = OnceLock::new();
+    PINS.get_or_init(|| parse_pins_toml(PINS_TOML).map_err(|e| e.to_string()))
         .as_ref()
-        .map_err(|e| anyhow::anyhow!("embedded targets/llama.cpp/pins.toml: {e}"))
+        .map_err(|e| pin_error(format!("embedded targets/llama.cpp/pins.toml: {e}")))
 }
 
 /// Every label the known pins accept: each version, release and assert.
-pub fn known_labels() -> Result<Vec<String>> {
+pub fn known_labels() -> Result<Vec<String>, LlamaError> {
     Ok(known_pins()?
         .keys()
         .flat_map(|v| {

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim};
+use super::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim, ShimError};
 use crate::base::op::{Op, Pos, SeqId, Setup};
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
@@ -208,7 +208,7 @@ impl CacheUnderTest for LlamaTarget {
 
 /// Performs one op on a llama.cpp context: the one mapping from [`Op`] to the memory API and
 /// `llama_decode` (a token outside the vocabulary is unsupported, not sent).
-pub fn apply_op(c: &mut LlamaContext, op: &Op) -> anyhow::Result<OpOutcome> {
+pub fn apply_op(c: &mut LlamaContext, op: &Op) -> Result<OpOutcome, ShimError> {
     let returned = match *op {
         Op::SeqRm { seq, p0, p1 } => Some(c.seq_rm(seq, p0, p1)?),
         Op::SeqCp { src, dst, p0, p1 } => {

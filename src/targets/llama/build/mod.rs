@@ -1,0 +1,339 @@
+//! Builds one llama.cpp pin into a cached `libkvaudit_shim.so`, without cmake.
+//!
+//! The recipe is LLAMA-FACTS "Building without cmake": three groups of sources found by glob
+//! rules (ggml core, the ggml CPU backend, llama), compiled with the `cc` crate used as a library
+//! at run time, all groups at once so both cores stay busy, then one `c++ -shared` link of every
+//! object plus the shim (`targets/llama.cpp/kvaudit_shim.c`, embedded in this binary) with an
+//! export map that leaves only `kvaudit_shim_*` visible.
+//!
+//! One file per concern:
+//! - `fetch`: where the sources come from (`cargo fetch` of the pin's crate, or
+//!   `--llama-src DIR`), globbing, and the tree's fingerprint;
+//! - `cmake`: versions, options and define names read from the tree's CMake files;
+//! - `recipe`: the compile units (sources, defines, flags, includes) of a tree and variant;
+//! - `toolchain`: the host check and the compilers `cc` picks;
+//! - `compile` and `link`: running the compilers, the archiver and the linker;
+//! - `progress`: the progress display;
+//! - `cache`: the cache root (private to the user), its lock, the key, and verified entries.
+//!
+//! The key hashes everything that changes the output: pin, variant, recipe (sources, defines,
+//! flags), shim text, compiler identity and version, the environment variables `cc` reads, and
+//! the sources' paths, sizes and modification times.
+
+mod cache;
+mod cmake;
+mod compile;
+mod fetch;
+mod link;
+mod progress;
+mod recipe;
+mod toolchain;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+pub use self::cache::{
+    cache_root, file_sha256, prepare_cache_root, MANIFEST_NAME, SO_NAME, STATIC_LIB_NAME,
+};
+pub use self::cmake::{cmake_define_names, cmake_version, unknown_cmake_defines, version_header};
+pub use self::fetch::{cargo_home, locate_or_fetch};
+pub use self::recipe::{CompileUnit, Lang, Recipe};
+pub use super::shim::{BuildManifest, BuiltShim, UnitRecord, SHIM_HEADER, SHIM_SOURCE};
+
+use self::cache::{cache_key, entry_dir, install_entry, load_entry, BuildLock};
+use self::compile::Compilation;
+use self::fetch::{glob_sources, normalize_tree, tree_fingerprint};
+use self::link::{archive, link_flags, link_shared, EXPORT_MAP};
+use self::progress::Progress;
+use self::recipe::{check_tree_versions, RECIPE_VERSION};
+use self::toolchain::{check_host, Toolchain};
+use super::error::{IoContext as _, LlamaError};
+use super::pins::Pin;
+use super::shim::SHIM_ABI;
+
+/// What to build: a pin and variant, where its sources are, and where the cache is.
+#[derive(Debug, Clone)]
+pub struct BuildSpec {
+    /// The pin and variant.
+    pub pin: Pin,
+    /// A user-given llama.cpp tree (the directory with `include/llama.h`, or a directory with a
+    /// `llama.cpp/` subdirectory such as an unpacked `llama-cpp-sys-2` crate). `None`: fetch
+    /// the pin's crate with cargo.
+    pub llama_src: Option<PathBuf>,
+    /// Rebuild even when a cache entry with the same key exists.
+    pub force: bool,
+    /// Cache root; `None`: [`cache_root`].
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl BuildSpec {
+    /// A spec for `pin` with the pin's own sources and the default cache.
+    pub fn new(pin: Pin) -> BuildSpec {
+        BuildSpec {
+            pin,
+            llama_src: None,
+            force: false,
+            cache_dir: None,
+        }
+    }
+}
+
+/// `kvaudit target build LABEL [--llama-src DIR] [--force]`: builds (or finds in the cache) the
+/// shim for `label` with a progress display, and prints where it is.
+pub fn build_command(
+    label: &str,
+    llama_src: Option<&Path>,
+    force: bool,
+) -> Result<BuiltShim, LlamaError> {
+    let pin = Pin::parse(label)?;
+    let spec = BuildSpec {
+        pin,
+        llama_src: llama_src.map(Path::to_path_buf),
+        force,
+        cache_dir: None,
+    };
+    let built = ensure_built(&spec, true)?;
+    eprintln!(
+        "{}: {} ({})",
+        built.pin,
+        built.so_path.display(),
+        if built.fresh {
+            format!("built in {:.0} s", built.manifest.build_seconds)
+        } else {
+            "cached".to_string()
+        }
+    );
+    Ok(built)
+}
+
+/// Returns the cached build for `spec`, building it first when the cache has no entry for the
+/// current key (or `spec.force` is set). With `progress`, reports progress on stderr. A cache
+/// entry that fails verification (a changed library, a manifest that contradicts itself) is an
+/// error, not a reason to rebuild: see the `cache` module.
+pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, LlamaError> {
+    check_host()?;
+    let info = spec.pin.info()?;
+    let cache = match &spec.cache_dir {
+        Some(dir) => dir.clone(),
+        None => cache_root()?,
+    };
+    prepare_cache_root(&cache)?;
+    let src = match &spec.llama_src {
+        Some(dir) => normalize_tree(dir)?,
+        None => locate_or_fetch(info, &cache, progress)?,
+    };
+    let recipe = Recipe::for_tree(&src, &spec.pin)?;
+    check_tree_versions(&spec.pin, info, &recipe, &src);
+    let unknown_defines = unknown_cmake_defines(&src, &recipe)?;
+    if !unknown_defines.is_empty() {
+        eprintln!(
+            "warning: {}: {} names defines that kvaudit neither passes nor knows: {}. A define \
+             left out switches a feature off silently: check whether the default cmake build \
+             sets it, then pass it or list it in CMAKE_DEFINES_NOT_PASSED \
+             (src/targets/llama/build/cmake.rs).",
+            spec.pin,
+            src.join("**/CMakeLists.txt").display(),
+            unknown_defines.join(", ")
+        );
+    }
+    let toolchain = Toolchain::detect(&cache)?;
+    let key = cache_key(
+        &spec.pin,
+        &recipe,
+        &toolchain,
+        &tree_fingerprint(&src, &recipe)?,
+    )?;
+    let entry = entry_dir(&cache, &spec.pin, &key);
+    if !spec.force {
+        if let Some(built) = load_entry(&entry, &key, &spec.pin)? {
+            return Ok(built);
+        }
+    }
+    // One build at a time per cache, across threads and processes (parallel tests ask for pins
+    // at once): a build already uses every core, and two builds of one key would race on its
+    // entry. Whoever waited finds the entry built and takes it.
+    let _lock = BuildLock::acquire(&cache, progress)?;
+    if !spec.force {
+        if let Some(built) = load_entry(&entry, &key, &spec.pin)? {
+            return Ok(built);
+        }
+    }
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    install_entry(&entry, &key, &spec.pin, spec.force, |tmp| {
+        let build = EntryBuild {
+            pin: &spec.pin,
+            src: &src,
+            recipe: &recipe,
+            toolchain: &toolchain,
+            key: &key,
+            entry: &entry,
+            tmp,
+            progress,
+        };
+        build.run(unknown_defines, started, clock)
+    })
+}
+
+/// One build of a cache entry into its temporary directory `tmp`.
+struct EntryBuild<'a> {
+    pin: &'a Pin,
+    src: &'a Path,
+    recipe: &'a Recipe,
+    toolchain: &'a Toolchain,
+    key: &'a str,
+    /// Where the entry will be once built.
+    entry: &'a Path,
+    tmp: &'a Path,
+    progress: bool,
+}
+
+impl EntryBuild<'_> {
+    /// Writes the generated headers and the shim, compiles, archives, links, and writes the
+    /// manifest last (an entry without a manifest is never used).
+    fn run(
+        &self,
+        unknown_cmake_defines: Vec<String>,
+        started: SystemTime,
+        clock: Instant,
+    ) -> Result<BuildManifest, LlamaError> {
+        let (tmp, src, recipe) = (self.tmp, self.src, self.recipe);
+        let gen = tmp.join("gen");
+        let shim_dir = tmp.join("shim");
+        let include = tmp.join("include");
+        for d in [&gen, &shim_dir, &include] {
+            fs::create_dir_all(d).context_io(|| format!("creating {}", d.display()))?;
+        }
+        for (path, text) in [
+            (gen.join("ggml-version.h"), recipe.ggml_version_h.as_str()),
+            (gen.join("llama-version.h"), recipe.llama_version_h.as_str()),
+            (shim_dir.join("kvaudit_shim.h"), SHIM_HEADER),
+            (shim_dir.join("kvaudit_shim.c"), SHIM_SOURCE),
+            (shim_dir.join("exports.map"), EXPORT_MAP),
+        ] {
+            fs::write(&path, text).context_io(|| format!("writing {}", path.display()))?;
+        }
+        for dir in ["include", "ggml/include"] {
+            for rel in glob_sources(src, dir, false, &["h"], &[])? {
+                let name = Path::new(&rel).file_name().unwrap_or_default();
+                fs::copy(src.join(&rel), include.join(name))
+                    .context_io(|| format!("copying {rel}"))?;
+            }
+        }
+
+        let compilation = Compilation::configure(recipe, src, &gen, &shim_dir, &tmp.join("obj"));
+        let units_record = compilation.records(tmp, self.entry)?;
+        let display = Progress::new(self.progress, self.pin, recipe.n_sources() + 1);
+        let (llama_objects, shim_objects) = compilation.run(&display, clock)?;
+
+        // libllama_all.a, for standalone C reproducers.
+        let static_lib = tmp.join(STATIC_LIB_NAME);
+        archive(&llama_objects, &static_lib, &tmp.join("obj"))?;
+
+        // The shared object: all objects and the shim, only kvaudit_shim_* exported.
+        let so = tmp.join(SO_NAME);
+        let soname = format!(
+            "libkvaudit_shim-{}-{}-{}.so",
+            self.pin.version,
+            self.pin.variant,
+            &self.key[..16]
+        );
+        let flags = link_flags(&shim_dir.join("exports.map"), &soname);
+        link_shared(
+            &self.toolchain.cxx,
+            &flags,
+            &so,
+            &llama_objects,
+            &shim_objects,
+        )?;
+        fs::remove_dir_all(tmp.join("obj")).ok();
+
+        let mut link_command = vec![self.toolchain.cxx.display().to_string()];
+        link_command.extend(flags);
+        link_command.extend([
+            "-o".to_string(),
+            self.entry.join(SO_NAME).display().to_string(),
+        ]);
+        link_command.push(format!("<{} objects> <shim object>", llama_objects.len()));
+        link_command.extend(["-lpthread".to_string(), "-lm".to_string()]);
+
+        let finished = SystemTime::now();
+        let secs = |t: SystemTime| {
+            t.duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        };
+        let manifest = BuildManifest {
+            pin: self.pin.label(),
+            version: self.pin.version.clone(),
+            variant: self.pin.variant,
+            key: self.key.to_string(),
+            recipe_version: RECIPE_VERSION,
+            shim_abi: SHIM_ABI,
+            source_dir: src.to_path_buf(),
+            llama_version: recipe.llama_version.clone(),
+            ggml_version: recipe.ggml_version.clone(),
+            compiler_version: self.toolchain.version.clone(),
+            units: units_record,
+            link_command,
+            unknown_cmake_defines,
+            started_unix: secs(started),
+            finished_unix: secs(finished),
+            build_seconds: clock.elapsed().as_secs_f64(),
+            so_sha256: file_sha256(&so)?,
+            static_lib_sha256: file_sha256(&static_lib)?,
+        };
+        // Written last: an entry without a manifest is never used.
+        let manifest_path = tmp.join(MANIFEST_NAME);
+        let text = serde_json::to_string_pretty(&manifest).map_err(|e| LlamaError::Cache {
+            path: manifest_path.clone(),
+            message: format!("serializing the manifest: {e}"),
+        })?;
+        fs::write(&manifest_path, text)
+            .context_io(|| format!("writing {}", manifest_path.display()))?;
+        Ok(manifest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::targets::llama::pins::Variant;
+
+    #[test]
+    fn a_llama_src_that_is_a_symlink_loop_is_one_line_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let looped = dir.path().join("loop");
+        std::os::unix::fs::symlink(&looped, &looped).unwrap();
+        let spec = BuildSpec {
+            pin: Pin {
+                version: "0.1.156".into(),
+                variant: Variant::Release,
+            },
+            llama_src: Some(looped.clone()),
+            force: false,
+            cache_dir: Some(dir.path().join("cache")),
+        };
+        let err = ensure_built(&spec, false).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&looped.display().to_string())
+                && err.contains("cannot read this llama.cpp tree"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn globbing_does_not_follow_a_link_back_up_the_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        fs::create_dir_all(src.join("sub")).unwrap();
+        fs::write(src.join("a.cpp"), "").unwrap();
+        fs::write(src.join("sub/b.cpp"), "").unwrap();
+        std::os::unix::fs::symlink(&src, src.join("sub/up")).unwrap();
+        std::os::unix::fs::symlink(src.join("a.cpp"), src.join("sub/c.cpp")).unwrap();
+        let found = glob_sources(dir.path(), "src", true, &["cpp"], &[]).unwrap();
+        assert_eq!(found, ["src/a.cpp", "src/sub/b.cpp", "src/sub/c.cpp"]);
+    }
+}

@@ -1,0 +1,63 @@
+//! Crash isolation: llama.cpp runs in a worker process, so an abort is a finding, not the end.
+//!
+//! The parent ([`WorkerRunner`], a [`TrialRunner`]) starts `kvaudit worker` with the shim and the
+//! model, sends batches of traces as JSON lines on its stdin (in a compact form, see [`wire`])
+//! and reads one [`TrialRun`] per trace back, flushed in groups. The worker ([`worker_main`]) is
+//! a fork server: it loads everything once, warms a context up, and forks a child that runs the
+//! traces with a [`LocalRunner`] over a [`LlamaTarget`]. Before every op the child records
+//! (trial, step); a signal handler for SIGABRT, SIGSEGV, SIGFPE, SIGBUS and SIGILL writes them to
+//! stderr and lets the signal kill the child. The server then reports the death and forks a new
+//! child from its warm state; the parent turns the missing result into [`TrialEnd::Crashed`] with
+//! the signal, the step and the last lines llama.cpp printed (the failed `GGML_ASSERT` or
+//! `assert`) and goes on with the rest of the batch. A trial that gives no answer within the
+//! timeout is a hang: SIGABRT to the worker, which the server forwards to the child, and the
+//! trial is a crash finding too. Should the server itself die, the parent starts a new worker.
+//!
+//! The target is deterministic, so a trace whose first `step` ops crashed once crashes again: the
+//! parent remembers crashing prefixes and answers later traces that start with one without
+//! running them (this keeps `+assert` audits, where thousands of traces share a crashing prefix,
+//! from crashing thousands of times).
+//!
+//! - [`wire`]: the line protocol, bounded and typed on both sides;
+//! - `parent`: [`WorkerRunner`] and how a death reads back;
+//! - `server`: [`worker_main`], the fork server and its children.
+//!
+//! The signal handlers, `fork`, `waitpid` and every other libc call live in
+//! [`super::sys`].
+
+mod parent;
+mod server;
+pub mod wire;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use self::parent::{crash_detail, WorkerRunner};
+pub use self::server::worker_main;
+use super::target::ResetMode;
+use crate::base::state::StateFormat;
+
+#[cfg(doc)]
+use {
+    super::target::LlamaTarget,
+    crate::running::runner::{LocalRunner, TrialEnd, TrialRun, TrialRunner},
+};
+
+/// What a worker is started with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerSpec {
+    /// The `kvaudit` executable (normally `std::env::current_exe()`).
+    pub exe: PathBuf,
+    /// The built shim.
+    pub shim: PathBuf,
+    /// The model file.
+    pub model: PathBuf,
+    /// Target label for reports (`llama.cpp@0.1.156+assert`).
+    pub label: String,
+    /// The pin's state format.
+    pub format: StateFormat,
+    /// No answer for one trial within this long is a hang.
+    pub timeout: Duration,
+    /// How the worker resets between trials.
+    pub reset: ResetMode,
+}

@@ -1,0 +1,217 @@
+//! The worker side of crash isolation: `kvaudit worker`, a fork server over a [`LlamaTarget`].
+//!
+//! The process (as AFL's fork server) loads the shim and the model once, reads the first request,
+//! opens the context and builds that request's setup (a warm-up trial with no ops), then forks a
+//! child that runs the request and every later one, reading them from stdin itself. A child that
+//! dies takes only itself down: the server reports `Reply::Died` and forks a new child from the
+//! same warm state, which reads the next request. Without it every crash cost a new process
+//! (exec, dynamic loading, model, context and setup: about 25 ms; an `+assert` depth-3 audit
+//! crashes about 2,000 times). A child lives until it dies or stdin closes, since a fork per
+//! request costs a fifth of a release audit's time in copy-on-write faults.
+//!
+//! Every libc call (fork, signals, waitpid, _exit, mallopt) goes through [`sys`].
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use super::wire::{read_request, write_reply, Reply, Request, WireRun, DIED_MARKER, REPLY_GROUP};
+use crate::base::op::{Op, Setup, Trace};
+use crate::base::state::StateFormat;
+use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
+use crate::running::runner::{LocalRunner, TrialRunner as _};
+use crate::targets::llama::ffi::LlamaShim;
+use crate::targets::llama::sys;
+use crate::targets::llama::target::{LlamaTarget, ResetMode};
+
+/// A [`LlamaTarget`] wrapper that records the step before each op, for the fatal-signal report.
+struct Stepped(LlamaTarget);
+
+impl CacheUnderTest for Stepped {
+    fn info(&self) -> TargetInfo {
+        self.0.info()
+    }
+    fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        sys::reset_current_step();
+        self.0.reset(setup)
+    }
+    fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
+        sys::advance_current_step();
+        self.0.apply(op)
+    }
+    fn seq_pos_min(&mut self, seq: i32) -> Result<i32, HarnessError> {
+        self.0.seq_pos_min(seq)
+    }
+    fn seq_pos_max(&mut self, seq: i32) -> Result<i32, HarnessError> {
+        self.0.seq_pos_max(seq)
+    }
+    fn seq_state(&mut self, seq: i32) -> Result<Vec<u8>, HarnessError> {
+        self.0.seq_state(seq)
+    }
+}
+
+/// The worker process: `kvaudit worker --shim SO --model GGUF --label L [--rot-fields]
+/// [--rebuild-resets]`. Returns the process exit code (0: stdin closed; 3: a harness error,
+/// reported as a `Reply::Error` line when the parent can still read it).
+pub fn worker_main(
+    shim: &Path,
+    model: &Path,
+    label: &str,
+    format: StateFormat,
+    reset: ResetMode,
+) -> i32 {
+    sys::install_fatal_signal_report();
+    sys::keep_freed_memory();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let loaded = match LlamaShim::load(shim) {
+        Ok(s) => s,
+        Err(e) => {
+            write_reply(&mut out, &Reply::Error(e.to_string()), true);
+            return 3;
+        }
+    };
+    let target = LlamaTarget::new(loaded, model, label, format, reset);
+    let mut runner = LocalRunner::new(Box::new(Stepped(target)));
+    if !write_reply(&mut out, &Reply::Ready(runner.info()), true) {
+        return 3;
+    }
+    let mut line = Vec::new();
+    let mut input = std::io::BufReader::new(std::io::stdin());
+    let mut first = match next_request(&mut input, &mut line, &mut out) {
+        Ok(Some(r)) => Some(r),
+        Ok(None) => return 0,
+        Err(code) => return code,
+    };
+    // Warm up here, so that every child starts with the context open and the setup's state saved
+    // (its resets then restore it). A failure is left for the child to report.
+    if let Some(setup) = first.as_ref().and_then(Request::first_setup) {
+        let _ = runner.run_last(&Trace {
+            setup: setup.clone(),
+            ops: vec![],
+        });
+    }
+    if !input.buffer().is_empty() {
+        // The parent sends one request at a time and waits for its replies: bytes beyond the first
+        // line would be read by the first child only and lost to later ones.
+        write_reply(
+            &mut out,
+            &Reply::Error("a second request arrived before the first was answered".into()),
+            true,
+        );
+        return 3;
+    }
+    sys::install_sigabrt_forwarding();
+    let server = std::process::id();
+    loop {
+        if out.flush().is_err() {
+            return 3;
+        }
+        let forked = sys::fork_and_run(|| {
+            // A child outliving its server would keep the pipes open: die with the server.
+            sys::kill_me_when_parent_dies();
+            if std::os::unix::process::parent_id() != server {
+                return 3;
+            }
+            sys::install_fatal_signal_report();
+            serve_requests(&mut runner, first.take(), &mut input, &mut line, &mut out)
+        });
+        let pid = match forked {
+            Ok(pid) => pid,
+            Err(e) => {
+                write_reply(&mut out, &Reply::Error(format!("fork failed: {e}")), true);
+                return 3;
+            }
+        };
+        // Only the child reads stdin from here on; a later child reads it afresh.
+        first = None;
+        sys::set_sigabrt_forwarding_target(pid);
+        let status = sys::wait_for_child(pid);
+        sys::set_sigabrt_forwarding_target(0);
+        let ended =
+            <std::process::ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw(status);
+        if let Some(code @ (0 | 3)) = ended.code() {
+            // stdin closed (0) or the child reported a harness error itself (3).
+            return code;
+        }
+        // The child's last words are on stderr before this line: the parent reads up to it.
+        eprintln!("{DIED_MARKER}");
+        if !write_reply(&mut out, &Reply::Died(status), true) {
+            return 3;
+        }
+        input = std::io::BufReader::new(std::io::stdin());
+    }
+}
+
+/// The next request: `Ok(None)` at the end of input; `Err(exit code)` after reporting a
+/// malformed, oversized or unreadable one.
+fn next_request(
+    input: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    out: &mut impl Write,
+) -> Result<Option<Request>, i32> {
+    read_request(input, line).map_err(|e| {
+        write_reply(out, &Reply::Error(format!("bad request: {e}")), true);
+        3
+    })
+}
+
+/// The fork server's child: runs `first` (the request the server read) and then every request on
+/// stdin. Exit codes: 0 stdin closed, 3 a harness error (reported as `Reply::Error`); any other
+/// end is a death the server reports.
+fn serve_requests(
+    runner: &mut LocalRunner,
+    mut first: Option<Request>,
+    input: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    out: &mut impl Write,
+) -> i32 {
+    let mut trace = Trace {
+        setup: Setup::default(),
+        ops: Vec::new(),
+    };
+    loop {
+        let req = match first.take() {
+            Some(r) => r,
+            None => match next_request(input, line, out) {
+                Ok(Some(r)) => r,
+                Ok(None) => return 0,
+                Err(code) => return code,
+            },
+        };
+        let code = run_request(runner, &req, &mut trace, out);
+        if code != 0 {
+            return code;
+        }
+    }
+}
+
+/// Runs one request's trials (0: done; 3: a harness error, already reported as `Reply::Error`).
+fn run_request(
+    runner: &mut LocalRunner,
+    req: &Request,
+    trace: &mut Trace,
+    out: &mut impl Write,
+) -> i32 {
+    let n = req.len();
+    for trial in 0..n {
+        req.fill(trial, trace);
+        sys::set_current_trial(trial);
+        let result = if req.last_only {
+            runner.run_last(trace)
+        } else {
+            runner.run(trace)
+        };
+        let (reply, failed) = match result {
+            Ok(run) => (Reply::Run(WireRun::from(&run)), false),
+            Err(e) => (Reply::Error(e.to_string()), true),
+        };
+        let flush = failed || req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == n;
+        if !write_reply(out, &reply, flush) || failed {
+            return 3;
+        }
+    }
+    if out.flush().is_err() {
+        return 3;
+    }
+    0
+}
