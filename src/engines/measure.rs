@@ -39,7 +39,9 @@ use crate::base::op::{default_token, Decode, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError};
 use crate::model::forward::{argmax, Model, VecKvStore};
-use crate::oracles::theorems::{decode_one, read_seq_rows, run_trace, CellRows, SeqRows};
+use crate::oracles::theorems::{
+    decode_one, read_seq_rows, run_trace, CellRows, SeqRows, TheoremError,
+};
 use crate::records::prereg::MeasurementPrediction;
 use crate::targets::llama::build::{ensure_built, BuildSpec, BuiltShim};
 use crate::targets::llama::ffi::{LlamaContext, LlamaShim};
@@ -493,9 +495,10 @@ fn run_side(
 ) -> Result<Side, String> {
     let name = target.info().name;
     let fail = |m: String| format!("{name}: {m}");
-    let outcomes = run_trace(target, trace)
-        .map_err(|e| e.to_string())?
-        .map_err(&fail)?;
+    let outcomes = run_trace(target, trace).map_err(|e| match e {
+        TheoremError::Harness(h) => h.to_string(),
+        other => fail(other.to_string()),
+    })?;
     for (op, o) in trace.ops.iter().zip(&outcomes) {
         if !o.took_effect() {
             return Err(fail(format!("{op} did not take effect: {o:?}")));
@@ -513,9 +516,10 @@ fn run_side(
     for _ in 0..n_greedy {
         let t = argmax(&l);
         greedy.push(t);
-        l = decode_one(target, seq, t)
-            .map_err(|e| e.to_string())?
-            .map_err(|m| fail(format!("greedy decode: {m}")))?;
+        l = decode_one(target, seq, t).map_err(|e| match e {
+            TheoremError::Harness(h) => h.to_string(),
+            other => fail(format!("greedy decode: {other}")),
+        })?;
     }
     Ok(Side {
         rows,
