@@ -73,7 +73,10 @@ pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
         })?,
         None => Vec::new(),
     };
-    let mut report = measure_pin(&a.target, a.model.as_deref()).map_err(CliError::harness)?;
+    let mut report = measure_pin(&a.target, a.model.as_deref()).map_err(|e| CliError {
+        code: e.exit_code(),
+        message: e.to_string(),
+    })?;
     report.check_predictions(&predictions);
     emit(&report, a.format, a.out.as_deref(), false)?;
     let falsified: Vec<&str> = report

@@ -35,10 +35,9 @@
 
 use std::path::Path;
 
-use anyhow::{bail, ensure, Context};
-
 use super::gguf::{GgufFile, GgufValue};
 use super::rope::rope_row;
+use super::ModelError;
 
 /// Shape and numeric hyper-parameters of a loaded model.
 #[derive(Clone, Debug, PartialEq)]
@@ -317,23 +316,36 @@ fn ffn_block(layer: &Layer, x_after_attn: &[f32], eps: f32) -> Vec<f32> {
         .collect()
 }
 
+/// `return Err(ModelError::Invalid(..))` unless the condition holds: the shape checks of
+/// [`Model::from_gguf`].
+macro_rules! ensure_model {
+    ($cond:expr, $($message:tt)+) => {
+        if !$cond {
+            return Err(ModelError::Invalid(format!($($message)+)));
+        }
+    };
+}
+
 impl Model {
     /// Loads a `llama`-architecture GGUF (F32, F16 or BF16 tensors; converted to f32).
-    pub fn load(path: impl AsRef<Path>) -> anyhow::Result<Model> {
+    pub fn load(path: impl AsRef<Path>) -> Result<Model, ModelError> {
         let path = path.as_ref();
         let file = GgufFile::open(path)?;
-        Self::from_gguf(&file).with_context(|| format!("loading model {}", path.display()))
+        Self::from_gguf(&file).map_err(|e| ModelError::Load {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })
     }
 
     /// Builds the model from an opened GGUF file.
-    pub fn from_gguf(f: &GgufFile) -> anyhow::Result<Model> {
+    pub fn from_gguf(f: &GgufFile) -> Result<Model, ModelError> {
         let arch = f.get_str("general.architecture")?;
-        ensure!(
+        ensure_model!(
             arch == "llama",
             "architecture {arch:?} is not supported (only \"llama\")"
         );
         let key = |k: &str| format!("llama.{k}");
-        let u32_key = |k: &str| -> anyhow::Result<usize> { Ok(f.get_u32(&key(k))? as usize) };
+        let u32_key = |k: &str| -> Result<usize, ModelError> { Ok(f.get_u32(&key(k))? as usize) };
 
         let n_embd = u32_key("embedding_length")?;
         let n_layer = u32_key("block_count")?;
@@ -347,18 +359,18 @@ impl Model {
         let rms_eps = f.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
         let rope_freq_base = f.get_f32_opt(&key("rope.freq_base"))?.unwrap_or(10000.0);
         let sliding_window = f.get_u32_opt(&key("attention.sliding_window"))?;
-        ensure!(
+        ensure_model!(
             n_layer > 0 && n_embd > 0 && n_head > 0 && n_head_kv > 0 && n_ff > 0,
             "model sizes must be positive"
         );
-        ensure!(
+        ensure_model!(
             n_head % n_head_kv == 0,
             "n_head {n_head} is not a multiple of n_head_kv {n_head_kv}"
         );
         let head_dim = match f.get_u32_opt(&key("attention.key_length"))? {
             Some(v) => v as usize,
             None => {
-                ensure!(
+                ensure_model!(
                     n_embd % n_head == 0,
                     "n_embd {n_embd} is not a multiple of n_head {n_head}"
                 );
@@ -366,32 +378,36 @@ impl Model {
             }
         };
         if let Some(v) = f.get_u32_opt(&key("attention.value_length"))? {
-            ensure!(
+            ensure_model!(
                 v as usize == head_dim,
                 "value head size {v} differs from key head size {head_dim}: not supported"
             );
         }
         if let Some(n_rot) = f.get_u32_opt(&key("rope.dimension_count"))? {
-            ensure!(
+            ensure_model!(
                 n_rot as usize == head_dim,
                 "partial RoPE (n_rot {n_rot} != head_dim {head_dim}) is not supported"
             );
         }
-        ensure!(head_dim % 2 == 0, "head_dim {head_dim} must be even");
+        ensure_model!(head_dim % 2 == 0, "head_dim {head_dim} must be even");
         match f.get(&key("rope.scaling.type")) {
             None => {}
             Some(GgufValue::String(s)) if s == "none" || s == "linear" && rope_scale_is_one(f) => {}
-            Some(other) => bail!("RoPE scaling {other:?} is not supported"),
+            Some(other) => {
+                return Err(ModelError::Invalid(format!(
+                    "RoPE scaling {other:?} is not supported"
+                )))
+            }
         }
         if let Some(n) = f.get_u32_opt(&key("expert_count"))? {
-            ensure!(n == 0, "mixture-of-experts models are not supported");
+            ensure_model!(n == 0, "mixture-of-experts models are not supported");
         }
-        ensure!(
+        ensure_model!(
             sliding_window != Some(0),
             "a sliding window of 0 hides every key"
         );
         for t in &f.tensors {
-            ensure!(
+            ensure_model!(
                 !t.name.ends_with(".bias") && t.name != "rope_freqs.weight",
                 "tensor {:?} is not supported by this reference (no biases, no RoPE frequency factors)",
                 t.name
@@ -400,9 +416,9 @@ impl Model {
         let n_vocab = match f.get_u32_opt(&key("vocab_size"))? {
             Some(v) => v as usize,
             None => {
-                let info = f
-                    .tensor_info("token_embd.weight")
-                    .context("tensor \"token_embd.weight\" is missing")?;
+                let info = f.tensor_info("token_embd.weight").ok_or_else(|| {
+                    ModelError::Invalid("tensor \"token_embd.weight\" is missing".into())
+                })?;
                 *info.dims.get(1).unwrap_or(&1) as usize
             }
         };
@@ -422,17 +438,17 @@ impl Model {
         };
         let q_w = hparams.q_width();
         let kv_w = hparams.kv_width();
-        let tensor = |name: &str, dims: &[usize]| -> anyhow::Result<Vec<f32>> {
+        let tensor = |name: &str, dims: &[usize]| -> Result<Vec<f32>, ModelError> {
             let info = f
                 .tensor_info(name)
-                .with_context(|| format!("tensor {name:?} is missing"))?;
+                .ok_or_else(|| ModelError::Invalid(format!("tensor {name:?} is missing")))?;
             let pad = |d: &[u64]| {
                 let mut v = d.to_vec();
                 v.resize(4, 1);
                 v
             };
             let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
-            ensure!(
+            ensure_model!(
                 pad(&info.dims) == pad(&want),
                 "tensor {name:?} has dims {:?}, expected {want:?}",
                 info.dims

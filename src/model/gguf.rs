@@ -864,29 +864,8 @@ impl GgufFile {
     }
 }
 
-/// IEEE half to single precision, exact (every f16 is representable as f32).
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h >> 15) << 31;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let mant = u32::from(h & 0x3ff);
-    let bits = match (exp, mant) {
-        (0, 0) => sign,
-        (0, m) => {
-            // Subnormal: normalise the mantissa.
-            let mut e: i32 = 1;
-            let mut m = m;
-            while m & 0x400 == 0 {
-                m <<= 1;
-                e -= 1;
-            }
-            let m = m & 0x3ff;
-            sign | (((e + 127 - 15) as u32) << 23) | (m << 13)
-        }
-        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
-        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
-    };
-    f32::from_bits(bits)
-}
+/// IEEE half to single precision, exact: the crate's one decoder, shared with the state parser.
+pub use crate::base::state::f16_to_f32;
 
 /// Builds a GGUF v3 file in memory: metadata in insertion order, then F32 tensors in insertion
 /// order, each at the next multiple of [`GGUF_DEFAULT_ALIGNMENT`]. The output depends only on what

@@ -14,7 +14,47 @@
 //! Architecture invariant: nothing here calls into llama.cpp; the reference is independent of the
 //! targets it judges.
 
+use std::path::PathBuf;
+
+use thiserror::Error;
+
 pub mod forward;
 pub mod gguf;
 pub mod rope;
 pub mod tiny;
+
+/// Why a model could not be read, generated or cached.
+///
+/// Exit codes depend on where the model came from, so callers choose them: a model file the user
+/// named (`--model`) that does not load ([`ModelError::Gguf`], [`ModelError::Invalid`],
+/// [`ModelError::Load`]) is bad input, exit 2 (`USAGE`); the generated tiny model failing
+/// ([`ModelError::Spec`]) or not being cached ([`ModelError::Write`]), or a model a harness
+/// loads by itself not loading, is the harness breaking, exit 3 (`HARNESS`).
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// The GGUF file does not read or parse.
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+    /// A GGUF file, but not a llama model this reference runs (architecture, shapes, tensors).
+    #[error("{0}")]
+    Invalid(String),
+    /// Loading the model at `path` failed.
+    #[error("loading model {}: {source}", path.display())]
+    Load {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: Box<ModelError>,
+    },
+    /// A tiny model spec whose shape llama.cpp or the forward pass cannot run.
+    #[error("{0}")]
+    Spec(String),
+    /// The generated model could not be written.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}

@@ -47,7 +47,7 @@ pub fn trials() -> Vec<Trial> {
 fn check(path: &std::path::Path) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let case: Case = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let report = measure_pin(&case.target, None)?;
+    let report = measure_pin(&case.target, None).map_err(|e| e.to_string())?;
     let mut failures = Vec::new();
     for b in &case.expect {
         let p = MeasurementPrediction {

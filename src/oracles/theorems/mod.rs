@@ -31,10 +31,13 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 use crate::base::op::{Op, Pos, SeqId, Trace};
-use crate::base::state::{parse_seq_state, LayerRows, StateFormat};
+use crate::base::state::{parse_seq_rows, RowError, StateFormat};
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
+
+pub use crate::base::state::CellRows;
 
 pub mod pair;
 pub mod reference;
@@ -319,17 +322,6 @@ impl fmt::Display for Judgement {
     }
 }
 
-/// One resident cell of a sequence with its rows, per layer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CellRows {
-    /// The cell's position.
-    pub pos: Pos,
-    /// K row per layer.
-    pub k: Vec<Vec<f32>>,
-    /// V row per layer.
-    pub v: Vec<Vec<f32>>,
-}
-
 /// The resident cells of one sequence with their rows, in position order (cells at one position
 /// ordered by their K bits, so equal multisets compare equal whatever the cell layout).
 #[derive(Clone, Debug, PartialEq)]
@@ -361,112 +353,91 @@ impl SeqRows {
     }
 }
 
-/// IEEE half to single (exact), for F16 caches (llama.cpp's default K/V type).
-fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h >> 15) << 31;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let frac = u32::from(h & 0x3ff);
-    let bits = match exp {
-        0 if frac == 0 => sign,
-        0 => {
-            let (mut e, mut f) = (127 - 15 + 1, frac);
-            while f & 0x400 == 0 {
-                f <<= 1;
-                e -= 1;
-            }
-            sign | (e << 23) | ((f & 0x3ff) << 13)
-        }
-        0x1f => sign | 0x7f80_0000 | (frac << 13),
-        _ => sign | ((exp + 127 - 15) << 23) | (frac << 13),
-    };
-    f32::from_bits(bits)
-}
-
-fn element(data: &[u8], ggml_type: i32, i: usize) -> Result<f32, String> {
-    match ggml_type {
-        0 => Ok(f32::from_le_bytes(
-            data[4 * i..4 * i + 4].try_into().expect("4 bytes"),
-        )),
-        1 => Ok(f16_to_f32(u16::from_le_bytes(
-            data[2 * i..2 * i + 2].try_into().expect("2 bytes"),
-        ))),
-        t => Err(format!("ggml type {t} rows are not read (F32 and F16 are)")),
-    }
-}
-
-fn element_bytes(ggml_type: i32) -> Result<usize, String> {
-    match ggml_type {
-        0 => Ok(4),
-        1 => Ok(2),
-        t => Err(format!("ggml type {t} rows are not read (F32 and F16 are)")),
-    }
-}
-
-/// Rows of one layer: one `Vec` per cell.
-fn layer_rows(
-    rows: &LayerRows<'_>,
-    n_cells: usize,
-    transposed: bool,
-) -> Result<Vec<Vec<f32>>, String> {
-    if transposed {
-        let w = rows.n_embd_v_gqa as usize;
-        if rows.row_bytes as usize != element_bytes(rows.ggml_type)? {
-            return Err(format!(
-                "transposed V with {}-byte elements",
-                rows.row_bytes
-            ));
-        }
-        (0..n_cells)
-            .map(|i| {
-                (0..w)
-                    .map(|j| element(rows.data, rows.ggml_type, j * n_cells + i))
-                    .collect()
-            })
-            .collect()
-    } else {
-        let el = element_bytes(rows.ggml_type)?;
-        let rb = rows.row_bytes as usize;
-        if rb % el != 0 {
-            return Err(format!("rows of {rb} bytes are not whole elements of {el}"));
-        }
-        (0..n_cells)
-            .map(|i| {
-                let row = &rows.data[i * rb..(i + 1) * rb];
-                (0..rb / el)
-                    .map(|j| element(row, rows.ggml_type, j))
-                    .collect()
-            })
-            .collect()
-    }
-}
-
 /// The cells and rows of `seq` from `llama_state_seq_get_data` bytes (the base cache of an iSWA
-/// memory; every stream).
-pub fn read_seq_rows(seq: SeqId, bytes: &[u8], format: StateFormat) -> Result<SeqRows, String> {
-    let state = parse_seq_state(bytes, format).map_err(|e| e.to_string())?;
-    let mut cells = Vec::new();
-    let mut n_layer = 0;
-    for stream in state.caches.first().into_iter().flatten() {
-        let Some(kv) = &stream.kv else { continue };
-        let n = stream.cells.len();
-        n_layer = kv.n_layer as usize;
-        let k: Vec<Vec<Vec<f32>>> =
-            kv.k.iter()
-                .map(|r| layer_rows(r, n, false))
-                .collect::<Result<_, _>>()?;
-        let v: Vec<Vec<Vec<f32>>> =
-            kv.v.iter()
-                .map(|r| layer_rows(r, n, kv.v_trans))
-                .collect::<Result<_, _>>()?;
-        for (i, c) in stream.cells.iter().enumerate() {
-            cells.push(CellRows {
-                pos: c.pos,
-                k: k.iter().map(|l| l[i].clone()).collect(),
-                v: v.iter().map(|l| l[i].clone()).collect(),
-            });
+/// memory; every stream), decoded by [`crate::base::state::parse_seq_rows`].
+pub fn read_seq_rows(seq: SeqId, bytes: &[u8], format: StateFormat) -> Result<SeqRows, RowError> {
+    let rows = parse_seq_rows(bytes, format)?;
+    Ok(SeqRows::new(seq, rows.n_layer, rows.cells))
+}
+
+/// Why a step of a check stopped before the check could judge.
+///
+/// Exit codes: [`TheoremError::Unsupported`] never leaves a check (it is the judgement
+/// [`Judgement::Unsupported`], neither a pass nor a failure; [`TheoremError::into_judgement`]);
+/// where a caller needs every step to run (`kvaudit measure`) it is the harness breaking, exit 3
+/// (`HARNESS`), as the other variants always are.
+#[derive(Debug, Error)]
+pub enum TheoremError {
+    /// The target does not expose what the check needs: rows in its state, logits, restore, or
+    /// an op of the trace.
+    #[error("{reason}")]
+    Unsupported {
+        /// Why.
+        reason: String,
+    },
+    /// The target's serialized state does not decode to rows.
+    #[error("target {target}: state of seq {seq}: {source}")]
+    Rows {
+        /// Which target.
+        target: String,
+        /// Which sequence was dumped.
+        seq: SeqId,
+        /// What did not decode.
+        source: RowError,
+    },
+    /// The target failed.
+    #[error(transparent)]
+    Harness(#[from] HarnessError),
+}
+
+impl TheoremError {
+    /// A target's "not supported", as an error of the step that needed it.
+    pub fn unsupported(reason: impl Into<String>) -> Self {
+        TheoremError::Unsupported {
+            reason: reason.into(),
         }
     }
-    Ok(SeqRows::new(seq, n_layer, cells))
+
+    /// What a check returns for this error: [`Judgement::Unsupported`], or the harness error
+    /// (rows that do not decode keep today's [`HarnessError::Target`] message).
+    pub fn into_judgement(self) -> Result<Judgement, HarnessError> {
+        match self {
+            TheoremError::Unsupported { reason } => Ok(Judgement::Unsupported { reason }),
+            TheoremError::Rows {
+                target,
+                seq,
+                source,
+            } => Err(HarnessError::Target {
+                target,
+                message: format!("state of seq {seq}: {source}"),
+            }),
+            TheoremError::Harness(e) => Err(e),
+        }
+    }
+}
+
+/// Reads the rows of `seq` from `target`'s serialized state. A target that serializes no K/V
+/// rows for a non-empty sequence is [`TheoremError::Unsupported`].
+pub fn target_rows(target: &mut dyn CacheUnderTest, seq: SeqId) -> Result<SeqRows, TheoremError> {
+    let format = target.info().state_format;
+    let bytes = target.seq_state(seq)?;
+    let rows = read_seq_rows(seq, &bytes, format).map_err(|source| TheoremError::Rows {
+        target: target.info().name,
+        seq,
+        source,
+    })?;
+    if rows.n_layer == 0 && !rows.cells.is_empty() {
+        return Err(TheoremError::unsupported(format!(
+            "{} serializes no K/V rows",
+            target.info().name
+        )));
+    }
+    Ok(rows)
+}
+
+/// Judges a check's steps: an unsupported step is the judgement [`Judgement::Unsupported`].
+pub(crate) fn judged(r: Result<Judgement, TheoremError>) -> Result<Judgement, HarnessError> {
+    r.or_else(TheoremError::into_judgement)
 }
 
 /// Compares the rows of two sequences, K and V per (layer, position, KV head); positions present
@@ -519,37 +490,41 @@ pub fn compare_rows(m: &mut Measurement, a: &SeqRows, b: &SeqRows, head_dim: usi
     }
 }
 
-/// Resets `target` to the trace's setup and applies its ops. `Ok(Err(reason))`: the target does
-/// not support an op.
+/// Resets `target` to the trace's setup and applies its ops; [`TheoremError::Unsupported`] when
+/// the target does not support an op.
 pub fn run_trace(
     target: &mut dyn CacheUnderTest,
     trace: &Trace,
-) -> Result<Result<Vec<OpOutcome>, String>, HarnessError> {
+) -> Result<Vec<OpOutcome>, TheoremError> {
     target.reset(&trace.setup)?;
     let mut outcomes = Vec::with_capacity(trace.ops.len());
     for op in &trace.ops {
         let o = target.apply(op)?;
         if let OpOutcome::Unsupported { reason } = &o {
-            return Ok(Err(format!("{op}: {reason}")));
+            return Err(TheoremError::unsupported(format!("{op}: {reason}")));
         }
         outcomes.push(o);
     }
-    Ok(Ok(outcomes))
+    Ok(outcomes)
 }
 
-/// Decodes one token into `seq` at the next position; its logits, or why not.
+/// Decodes one token into `seq` at the next position; its logits. [`TheoremError::Unsupported`]
+/// when the decode does not succeed or the target exposes no logits.
 pub fn decode_one(
     target: &mut dyn CacheUnderTest,
     seq: SeqId,
     token: u32,
-) -> Result<Result<Vec<f32>, String>, HarnessError> {
+) -> Result<Vec<f32>, TheoremError> {
     let op = Op::Decode(crate::base::op::Decode::tokens(seq, &[token as i32]));
     match target.apply(&op)? {
         OpOutcome::Decoded { rc: 0 } => match target.last_logits()? {
-            Some(l) => Ok(Ok(l)),
-            None => Ok(Err(format!("{} exposes no logits", target.info().name))),
+            Some(l) => Ok(l),
+            None => Err(TheoremError::unsupported(format!(
+                "{} exposes no logits",
+                target.info().name
+            ))),
         },
-        other => Ok(Err(format!("{op}: {other:?}"))),
+        other => Err(TheoremError::unsupported(format!("{op}: {other:?}"))),
     }
 }
 
@@ -634,20 +609,6 @@ pub fn derive_pairs(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn half_floats_decode_exactly() {
-        for (h, f) in [
-            (0x3c00u16, 1.0f32),
-            (0xc000, -2.0),
-            (0x0001, 2f32.powi(-24)),
-            (0x7bff, 65504.0),
-            (0x8000, -0.0),
-        ] {
-            assert_eq!(f16_to_f32(h).to_bits(), f.to_bits(), "{h:#x}");
-        }
-        assert!(f16_to_f32(0x7e00).is_nan());
-    }
 
     #[test]
     fn measurement_is_bitwise_and_locates_the_difference() {

@@ -11,8 +11,8 @@ use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::model::forward::argmax;
 
 use super::{
-    compare_rows, decode_one, read_seq_rows, run_trace, Judgement, Measurement, Quantity, SeqRows,
-    Theorem, Tolerance, Verdict,
+    compare_rows, decode_one, judged, run_trace, target_rows, Judgement, Measurement, Quantity,
+    SeqRows, Theorem, TheoremError, Tolerance, Verdict,
 };
 
 /// A greedy continuation after the trace, in `seq`.
@@ -58,34 +58,19 @@ pub struct SideObservation {
     pub continuation_stopped: Option<String>,
 }
 
-/// Runs `trace` on `target` and observes it. `Ok(Err(reason))`: the target cannot show what is
-/// asked (no rows in its state, no logits, an unsupported op).
+/// Runs `trace` on `target` and observes it. [`TheoremError::Unsupported`]: the target cannot
+/// show what is asked (no rows in its state, no logits, an unsupported op).
 pub fn observe_side(
     target: &mut dyn CacheUnderTest,
     trace: &Trace,
     rows: &[SeqId],
     continuation: Option<(SeqId, Option<u32>, usize)>,
-) -> Result<Result<SideObservation, String>, HarnessError> {
-    let outcomes = match run_trace(target, trace)? {
-        Ok(o) => o,
-        Err(reason) => return Ok(Err(reason)),
-    };
-    let format = target.info().state_format;
-    let mut seq_rows = Vec::with_capacity(rows.len());
-    for &s in rows {
-        let bytes = target.seq_state(s)?;
-        let r = read_seq_rows(s, &bytes, format).map_err(|e| HarnessError::Target {
-            target: target.info().name,
-            message: format!("state of seq {s}: {e}"),
-        })?;
-        if r.n_layer == 0 && !r.cells.is_empty() {
-            return Ok(Err(format!(
-                "{} serializes no K/V rows",
-                target.info().name
-            )));
-        }
-        seq_rows.push(r);
-    }
+) -> Result<SideObservation, TheoremError> {
+    let outcomes = run_trace(target, trace)?;
+    let seq_rows = rows
+        .iter()
+        .map(|&s| target_rows(target, s))
+        .collect::<Result<Vec<_>, _>>()?;
     let last_logits = target.last_logits()?;
     let mut steps = Vec::new();
     let mut stopped = None;
@@ -94,7 +79,7 @@ pub fn observe_side(
             (Some(t), _) => Some(t),
             (None, Some(l)) => Some(argmax(l)),
             (None, None) => {
-                return Ok(Err(format!(
+                return Err(TheoremError::unsupported(format!(
                     "{} exposes no logits to continue from",
                     target.info().name
                 )))
@@ -102,28 +87,29 @@ pub fn observe_side(
         };
         for _ in 0..=n {
             let Some(t) = token else { break };
-            match decode_one(target, seq, t)? {
+            match decode_one(target, seq, t) {
                 Ok(l) => {
                     token = Some(argmax(&l));
                     steps.push((t, l));
                 }
-                Err(why) => {
+                Err(TheoremError::Unsupported { reason }) => {
                     if target.last_logits()?.is_none() {
-                        return Ok(Err(why));
+                        return Err(TheoremError::Unsupported { reason });
                     }
-                    stopped = Some(why);
+                    stopped = Some(reason);
                     break;
                 }
+                Err(e) => return Err(e),
             }
         }
     }
-    Ok(Ok(SideObservation {
+    Ok(SideObservation {
         outcomes,
         rows: seq_rows,
         last_logits,
         continuation: steps,
         continuation_stopped: stopped,
-    }))
+    })
 }
 
 /// Measures one pair's two observations against each other. `head_dim` locates differences.
@@ -174,7 +160,7 @@ fn observe_pair_side(
     target: &mut dyn CacheUnderTest,
     pair: &Pair,
     i: usize,
-) -> Result<Result<SideObservation, String>, HarnessError> {
+) -> Result<SideObservation, TheoremError> {
     let pick = |s: (SeqId, SeqId)| if i == 0 { s.0 } else { s.1 };
     let rows: Vec<SeqId> = pair.rows.iter().map(|&r| pick(r)).collect();
     let cont = pair
@@ -187,18 +173,13 @@ fn observe_pair_side(
 
 fn judge(
     pair: &Pair,
-    a: Result<SideObservation, String>,
-    b: Result<SideObservation, String>,
+    a: &SideObservation,
+    b: &SideObservation,
     tolerance: Tolerance,
     head_dim: usize,
 ) -> Judgement {
-    match (a, b) {
-        (Ok(a), Ok(b)) => {
-            let m = measure(&a, &b, pair, head_dim);
-            Judgement::Judged(Verdict::judge(pair.theorem, "pair", tolerance, m))
-        }
-        (Err(reason), _) | (_, Err(reason)) => Judgement::Unsupported { reason },
-    }
+    let m = measure(a, b, pair, head_dim);
+    Judgement::Judged(Verdict::judge(pair.theorem, "pair", tolerance, m))
 }
 
 /// Runs both sides of `pair` on one target, one after the other, and judges them against
@@ -209,9 +190,8 @@ pub fn check_pair(
     tolerance: Tolerance,
     head_dim: usize,
 ) -> Result<Judgement, HarnessError> {
-    let a = observe_pair_side(target, pair, 0)?;
-    let b = observe_pair_side(target, pair, 1)?;
-    Ok(judge(pair, a, b, tolerance, head_dim))
+    let sides = both_sides(|i| observe_pair_side(target, pair, i));
+    judged(sides.map(|(a, b)| judge(pair, &a, &b, tolerance, head_dim)))
 }
 
 /// Runs the left side on `left` and the right side on `right` (two configurations of a target,
@@ -223,7 +203,26 @@ pub fn check_pair_on(
     tolerance: Tolerance,
     head_dim: usize,
 ) -> Result<Judgement, HarnessError> {
-    let a = observe_pair_side(left, pair, 0)?;
-    let b = observe_pair_side(right, pair, 1)?;
-    Ok(judge(pair, a, b, tolerance, head_dim))
+    let sides = both_sides(|i| match i {
+        0 => observe_pair_side(left, pair, 0),
+        _ => observe_pair_side(right, pair, 1),
+    });
+    judged(sides.map(|(a, b)| judge(pair, &a, &b, tolerance, head_dim)))
+}
+
+/// Observes side 0, then side 1. A harness error stops at once; an unsupported left side still
+/// lets the right one run (whose harness error then wins), and is the reason given otherwise.
+fn both_sides(
+    mut side: impl FnMut(usize) -> Result<SideObservation, TheoremError>,
+) -> Result<(SideObservation, SideObservation), TheoremError> {
+    let a = match side(0) {
+        Err(e) if !matches!(e, TheoremError::Unsupported { .. }) => return Err(e),
+        a => a,
+    };
+    let b = side(1);
+    match (a, b) {
+        (_, Err(e)) if !matches!(e, TheoremError::Unsupported { .. }) => Err(e),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+        (Ok(a), Ok(b)) => Ok((a, b)),
+    }
 }

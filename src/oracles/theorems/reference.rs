@@ -16,11 +16,52 @@
 
 use std::collections::BTreeSet;
 
+use thiserror::Error;
+
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
 use crate::model::forward::{key_visible, KvEntry, KvStore, Model};
 use crate::model::rope::rope_rotated;
 
 use super::{CellRows, SeqRows};
+
+/// Why the reference does not apply or follow an op.
+///
+/// Never an exit code: a trace the reference cannot follow is a structural mismatch in the
+/// measurement, and one it deems invalid derives no partner.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ReferenceError {
+    /// A sequence id outside `0..n_seq_max`.
+    #[error("invalid sequence id {0}")]
+    InvalidSeq(SeqId),
+    /// A decode that names no sequence.
+    #[error("a decode with no sequence")]
+    NoSequence,
+    /// A batch that does not continue a sequence at its largest position + 1.
+    #[error("sequence {seq} is at {max}, the batch starts at {start}")]
+    NotContinuing {
+        /// The sequence.
+        seq: SeqId,
+        /// Its largest position.
+        max: Pos,
+        /// Where the batch starts.
+        start: Pos,
+    },
+    /// Sequences coupled in one token whose positions differ.
+    #[error("sequences {0:?} are coupled but have diverged")]
+    Diverged(Vec<SeqId>),
+    /// A negative token id.
+    #[error("a negative token id")]
+    NegativeToken,
+    /// More tokens than the context holds.
+    #[error("the batch does not fit the context")]
+    DoesNotFit,
+    /// `seq_div` by 0.
+    #[error("seq_div by 0")]
+    DivByZero,
+    /// A token outside the model's vocabulary.
+    #[error("token {0} is outside the vocabulary")]
+    OutsideVocabulary(i32),
+}
 
 /// One layer's rows of an entry.
 #[derive(Clone, Debug, PartialEq)]
@@ -163,9 +204,9 @@ impl<'m> Reference<'m> {
         SeqRows::new(seq, n_layer, cells)
     }
 
-    fn seq_ok(&self, s: SeqId) -> Result<(), String> {
+    fn seq_ok(&self, s: SeqId) -> Result<(), ReferenceError> {
         if s < 0 || s as u32 >= self.n_seq_max {
-            return Err(format!("invalid sequence id {s}"));
+            return Err(ReferenceError::InvalidSeq(s));
         }
         Ok(())
     }
@@ -181,8 +222,8 @@ impl<'m> Reference<'m> {
 
     /// The positions a decode's tokens take: explicit ones as given, "next" ones from the largest
     /// position of the token's first sequence (as llama.cpp's batch allocator).
-    pub fn resolve(&self, d: &Decode) -> Result<Vec<Pos>, String> {
-        let first = *d.seqs.first().ok_or("a decode with no sequence")?;
+    pub fn resolve(&self, d: &Decode) -> Result<Vec<Pos>, ReferenceError> {
+        let first = *d.seqs.first().ok_or(ReferenceError::NoSequence)?;
         for &s in &d.seqs {
             self.seq_ok(s)?;
         }
@@ -195,16 +236,17 @@ impl<'m> Reference<'m> {
     /// express: every sequence of the batch continues at its largest position + 1, sequences
     /// coupled in one token have not diverged, token ids are not negative, and the batch fits the
     /// context. (Judging a target, use [`Reference::follow`], which trusts its outcome.)
-    pub fn apply(&mut self, op: &Op) -> Result<(), String> {
+    pub fn apply(&mut self, op: &Op) -> Result<(), ReferenceError> {
         if let Op::Decode(d) = op {
             let pos = self.resolve(d)?;
             for &s in &d.seqs {
                 let max = self.max_pos(s);
                 if max >= 0 && pos[0] != max + 1 {
-                    return Err(format!(
-                        "sequence {s} is at {max}, the batch starts at {}",
-                        pos[0]
-                    ));
+                    return Err(ReferenceError::NotContinuing {
+                        seq: s,
+                        max,
+                        start: pos[0],
+                    });
                 }
             }
             // llama_batch_allocr::init: sequences coupled in one token must not have diverged.
@@ -213,16 +255,13 @@ impl<'m> Reference<'m> {
                 (ps.clone().min(), ps.max())
             };
             if d.seqs.iter().any(|&s| extent(s) != extent(d.seqs[0])) {
-                return Err(format!(
-                    "sequences {:?} are coupled but have diverged",
-                    d.seqs
-                ));
+                return Err(ReferenceError::Diverged(d.seqs.clone()));
             }
             if d.token_ids().iter().any(|&t| t < 0) {
-                return Err("a negative token id".into());
+                return Err(ReferenceError::NegativeToken);
             }
             if self.entries.len() + pos.len() > self.n_ctx as usize {
-                return Err("the batch does not fit the context".into());
+                return Err(ReferenceError::DoesNotFit);
             }
         }
         self.follow(op)
@@ -230,7 +269,7 @@ impl<'m> Reference<'m> {
 
     /// Applies `op` as a target reported it took effect; `Err` when it cannot be followed (an
     /// invalid sequence id, a token outside the model's vocabulary).
-    pub fn follow(&mut self, op: &Op) -> Result<(), String> {
+    pub fn follow(&mut self, op: &Op) -> Result<(), ReferenceError> {
         match *op {
             Op::SeqRm { seq, p0, p1 } => {
                 if seq != -1 {
@@ -273,7 +312,7 @@ impl<'m> Reference<'m> {
             Op::SeqDiv { seq, p0, p1, d } => {
                 self.seq_ok(seq)?;
                 if d == 0 {
-                    return Err("seq_div by 0".into());
+                    return Err(ReferenceError::DivByZero);
                 }
                 self.move_entries(seq, span(p0, p1), |p| p / d);
             }
@@ -310,7 +349,7 @@ impl<'m> Reference<'m> {
         });
     }
 
-    fn decode(&mut self, d: &Decode) -> Result<(), String> {
+    fn decode(&mut self, d: &Decode) -> Result<(), ReferenceError> {
         let pos = self.resolve(d)?;
         let tokens = d.token_ids();
         let first = d.seqs[0];
@@ -320,7 +359,7 @@ impl<'m> Reference<'m> {
                 .iter()
                 .find(|&&t| t < 0 || t as usize >= m.hparams().n_vocab)
             {
-                return Err(format!("token {t} is outside the vocabulary"));
+                return Err(ReferenceError::OutsideVocabulary(*t));
             }
         }
         for (&token, &p) in tokens.iter().zip(&pos) {

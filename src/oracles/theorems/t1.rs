@@ -21,36 +21,18 @@ use crate::model::forward::Model;
 
 use super::reference::Reference;
 use super::{
-    compare_rows, decode_one, read_seq_rows, run_trace, Judgement, Measurement, Quantity, SeqRows,
-    Theorem, Tolerance, Verdict,
+    compare_rows, decode_one, judged, run_trace, target_rows, Judgement, Measurement, Quantity,
+    SeqRows, Theorem, TheoremError, Tolerance, Verdict,
 };
 
-fn rows_of(
-    target: &mut dyn CacheUnderTest,
-    seq: SeqId,
-) -> Result<Result<SeqRows, String>, HarnessError> {
-    let format = target.info().state_format;
-    let bytes = target.seq_state(seq)?;
-    let rows = read_seq_rows(seq, &bytes, format).map_err(|e| HarnessError::Target {
-        target: target.info().name,
-        message: format!("state of seq {seq}: {e}"),
-    })?;
-    if rows.n_layer == 0 && !rows.cells.is_empty() {
-        return Ok(Err(format!(
-            "{} serializes no K/V rows",
-            target.info().name
-        )));
-    }
-    Ok(Ok(rows))
-}
-
-/// Runs `trace` on `target` beside the reference and measures every step. `Ok(Err(reason))`:
-/// the target cannot show rows or logits, or does not support an op.
+/// Runs `trace` on `target` beside the reference and measures every step.
+/// [`TheoremError::Unsupported`]: the target cannot show rows or logits, or does not support an
+/// op.
 pub(crate) fn placement<'m>(
     target: &mut dyn CacheUnderTest,
     trace: &Trace,
     model: &'m Model,
-) -> Result<Result<(Measurement, Reference<'m>), String>, HarnessError> {
+) -> Result<(Measurement, Reference<'m>), TheoremError> {
     let mut m = Measurement::default();
     target.reset(&trace.setup)?;
     let mut reference = Reference::new(&trace.setup, Some(model));
@@ -64,7 +46,7 @@ pub(crate) fn placement<'m>(
     for (step, op) in trace.ops.iter().enumerate() {
         let outcome = target.apply(op)?;
         if let OpOutcome::Unsupported { reason } = outcome {
-            return Ok(Err(format!("{op}: {reason}")));
+            return Err(TheoremError::unsupported(format!("{op}: {reason}")));
         }
         if !outcome.took_effect() {
             continue;
@@ -74,15 +56,15 @@ pub(crate) fn placement<'m>(
         }
         let label = format!("after step {} ({op}):", step + 1);
         for &s in &seqs {
-            let rows = match rows_of(target, s)? {
-                Ok(r) => r,
-                Err(reason) => return Ok(Err(reason)),
-            };
+            let rows = target_rows(target, s)?;
             compare_rows(&mut m, &rows, &reference.seq_rows(s), hd, &label);
         }
         if matches!(op, Op::Decode(_)) {
             let Some(logits) = target.last_logits()? else {
-                return Ok(Err(format!("{} exposes no logits", target.info().name)));
+                return Err(TheoremError::unsupported(format!(
+                    "{} exposes no logits",
+                    target.info().name
+                )));
             };
             match reference.last_logits() {
                 Some(r) => m.compare(Quantity::Logits, &logits, r, |i| {
@@ -92,7 +74,7 @@ pub(crate) fn placement<'m>(
             }
         }
     }
-    Ok(Ok((m, reference)))
+    Ok((m, reference))
 }
 
 /// T1 placement over `trace` (see the module documentation), judged against `tolerance`.
@@ -115,10 +97,10 @@ pub(crate) fn judge_placement(
     model: &Model,
     tolerance: Tolerance,
 ) -> Result<Judgement, HarnessError> {
-    Ok(match placement(target, trace, model)? {
-        Ok((m, _)) => Judgement::Judged(Verdict::judge(theorem, name, tolerance, m)),
-        Err(reason) => Judgement::Unsupported { reason },
-    })
+    judged(
+        placement(target, trace, model)
+            .map(|(m, _)| Judgement::Judged(Verdict::judge(theorem, name, tolerance, m))),
+    )
 }
 
 /// T1 state round trip: run `trace`, serialize `seq`, decode `probe` into it; then restore the
@@ -132,27 +114,29 @@ pub fn check_round_trip(
     tolerance: Tolerance,
     head_dim: usize,
 ) -> Result<Judgement, HarnessError> {
-    let unsupported = |reason: String| Ok(Judgement::Unsupported { reason });
-    if let Err(reason) = run_trace(target, trace)? {
-        return unsupported(reason);
-    }
+    judged(round_trip(target, trace, seq, probe, tolerance, head_dim))
+}
+
+fn round_trip(
+    target: &mut dyn CacheUnderTest,
+    trace: &Trace,
+    seq: SeqId,
+    probe: u32,
+    tolerance: Tolerance,
+    head_dim: usize,
+) -> Result<Judgement, TheoremError> {
+    run_trace(target, trace)?;
     let mut m = Measurement::default();
     let before = target.seq_state(seq)?;
-    let rows_before = match rows_of(target, seq)? {
-        Ok(r) => r,
-        Err(reason) => return unsupported(reason),
-    };
-    let logits_before = match decode_one(target, seq, probe)? {
-        Ok(l) => l,
-        Err(reason) => return unsupported(reason),
-    };
+    let rows_before = target_rows(target, seq)?;
+    let logits_before = decode_one(target, seq, probe)?;
     target.reset(&Setup {
         ops: Vec::new(),
         ..trace.setup.clone()
     })?;
     match target.set_seq_state(seq, &before)? {
         OpOutcome::Done { .. } => {}
-        OpOutcome::Unsupported { reason } => return unsupported(reason),
+        OpOutcome::Unsupported { reason } => return Err(TheoremError::Unsupported { reason }),
         other => {
             m.mismatch(|| format!("restoring the state of seq {seq}: {other:?}"));
             return Ok(Judgement::Judged(Verdict::judge(
@@ -171,14 +155,20 @@ pub fn check_round_trip(
             format!("state bytes differ after the round trip ({lb} vs {la} bytes, first at {at:?})")
         });
     }
-    if let Ok(rows_after) = rows_of(target, seq)? {
-        compare_rows(&mut m, &rows_before, &rows_after, head_dim, "round trip:");
+    match target_rows(target, seq) {
+        Ok(rows_after) => compare_rows(&mut m, &rows_before, &rows_after, head_dim, "round trip:"),
+        // Rows vanished after the restore: the logits below still judge the round trip.
+        Err(TheoremError::Unsupported { .. }) => {}
+        Err(e) => return Err(e),
     }
-    match decode_one(target, seq, probe)? {
+    match decode_one(target, seq, probe) {
         Ok(l) => m.compare(Quantity::Logits, &logits_before, &l, |i| {
             format!("next logits after the round trip [{i}]")
         }),
-        Err(why) => m.mismatch(|| format!("decode after the round trip: {why}")),
+        Err(TheoremError::Unsupported { reason }) => {
+            m.mismatch(|| format!("decode after the round trip: {reason}"))
+        }
+        Err(e) => return Err(e),
     }
     Ok(Judgement::Judged(Verdict::judge(
         Theorem::T1,
@@ -199,17 +189,23 @@ pub fn check_paths(
     theorem: Theorem,
     tolerance: Tolerance,
 ) -> Result<Judgement, HarnessError> {
+    judged(paths(target, traces, seq, model, theorem, tolerance))
+}
+
+fn paths(
+    target: &mut dyn CacheUnderTest,
+    traces: &[Trace],
+    seq: SeqId,
+    model: &Model,
+    theorem: Theorem,
+    tolerance: Tolerance,
+) -> Result<Judgement, TheoremError> {
     let mut m = Measurement::default();
     let mut first: Option<SeqRows> = None;
     let hd = model.hparams().head_dim;
     for (i, trace) in traces.iter().enumerate() {
-        let reference = match placement(target, trace, model)? {
-            Ok((pm, r)) => {
-                m.absorb(&pm);
-                r
-            }
-            Err(reason) => return Ok(Judgement::Unsupported { reason }),
-        };
+        let (pm, reference) = placement(target, trace, model)?;
+        m.absorb(&pm);
         let entries = reference.seq_entries(seq);
         let tokens: Vec<u32> = entries.iter().map(|e| e.token).collect();
         let positions: Vec<i32> = entries.iter().map(|e| e.pos).collect();
@@ -224,10 +220,7 @@ pub fn check_paths(
             }
             _ => m.mismatch(|| format!("{label} no logits, or no tokens in seq {seq}")),
         }
-        let rows = match rows_of(target, seq)? {
-            Ok(r) => r,
-            Err(reason) => return Ok(Judgement::Unsupported { reason }),
-        };
+        let rows = target_rows(target, seq)?;
         match &first {
             None => first = Some(rows),
             Some(r0) => compare_rows(&mut m, r0, &rows, hd, &format!("path 0 vs {label}")),
