@@ -47,6 +47,7 @@ use crate::model::forward::Model;
 use crate::model::ModelError;
 use crate::oracles::theorems::TheoremError;
 use crate::targets::llama::build::{ensure_built, BuildSpec, BuiltShim};
+use crate::targets::llama::error::{LlamaError, ShimError};
 use crate::targets::llama::ffi::{LlamaContext, LlamaShim};
 use crate::targets::llama::pins::Pin;
 use crate::targets::llama::target::{LlamaTarget, ResetMode};
@@ -82,19 +83,19 @@ pub const GGML_TYPE_F32: u32 = 0;
 #[derive(Debug, Error)]
 pub enum MeasureError {
     /// The label is not a pin pins.toml knows.
-    #[error("{0:#}")]
-    Pin(anyhow::Error),
+    #[error("{0}")]
+    Pin(LlamaError),
     /// The pin did not build.
-    #[error("building {label}: {cause:#}")]
+    #[error("building {label}: {cause}")]
     Build {
         /// The pin label.
         label: String,
         /// Why.
-        cause: anyhow::Error,
+        cause: LlamaError,
     },
     /// The built shim did not load.
-    #[error("{0:#}")]
-    Shim(anyhow::Error),
+    #[error("{0}")]
+    Shim(LlamaError),
     /// The generated tiny model could not be made.
     #[error("tiny model: {0}")]
     TinyModel(ModelError),
@@ -110,14 +111,14 @@ pub enum MeasureError {
         source: std::io::Error,
     },
     /// A llama.cpp context call failed.
-    #[error("{label}: {call}: {cause:#}")]
+    #[error("{label}: {call}: {cause}")]
     Context {
         /// The pin label.
         label: String,
         /// The call (`state_get`, `state_set`).
         call: &'static str,
         /// Why.
-        cause: anyhow::Error,
+        cause: ShimError,
     },
     /// A decode of T1's round trip did not succeed.
     #[error("{label}: the {what} decode returned {outcome:?}")]
@@ -195,7 +196,7 @@ impl MeasureError {
     }
 
     /// A llama.cpp context call of `label` failed.
-    fn context(label: &str, call: &'static str, cause: anyhow::Error) -> Self {
+    fn context(label: &str, call: &'static str, cause: ShimError) -> Self {
         MeasureError::Context {
             label: label.into(),
             call,
@@ -306,7 +307,7 @@ fn loaded_shim(built: &BuiltShim) -> Result<LlamaShim, MeasureError> {
     if let Some(shim) = shims.get(&built.so_path) {
         return Ok(shim.clone());
     }
-    let shim = LlamaShim::load_built(built).map_err(MeasureError::Shim)?;
+    let shim = LlamaShim::load_built(built).map_err(|e| MeasureError::Shim(e.into()))?;
     shims.insert(built.so_path.clone(), shim.clone());
     Ok(shim)
 }
