@@ -38,12 +38,14 @@ pub fn write_atomically(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> 
     })
 }
 
+/// `bytes` as lowercase hex (a digest kvaudit computed itself, e.g. of several files).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// sha256 of `bytes`, lowercase hex.
 pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
-    Sha256::digest(bytes.as_ref())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(bytes.as_ref()))
 }
 
 /// sha256 of a file's contents, lowercase hex.

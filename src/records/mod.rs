@@ -2,6 +2,8 @@
 //!
 //! Records import the base and the oracles only: they never run anything.
 
+pub mod finding;
+pub mod fuzz;
 pub mod prereg;
 pub mod report;
 pub mod tally;

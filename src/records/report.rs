@@ -10,16 +10,16 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tabled::{settings::Style, Table, Tabled};
 
 use crate::base::domain::total_trials;
 use crate::base::domain::Domain;
-use crate::base::op::{SeqId, Trace};
 use crate::base::target::TargetInfo;
 use crate::oracles::OracleId;
 use crate::records::prereg::{self, OraclePrediction, Prediction, PredictionCheck, RunName};
 use crate::records::tally::Tally;
+
+pub use crate::records::finding::{Finding, FindingKey, OracleStats};
 
 /// This run's share of the work: shard `index` of `count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,98 +56,6 @@ impl Shard {
             return Err(format!("need 0 <= K < M, got K = {index}, M = {count}"));
         }
         Ok(Shard { index, count })
-    }
-}
-
-/// Per-oracle figures.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OracleStats {
-    /// Trials on which the oracle was evaluated.
-    pub checked: u64,
-    /// Trials whose last step violated it.
-    pub violations: u64,
-    /// Shortest violating trial length.
-    pub first_depth: Option<u32>,
-}
-
-impl OracleStats {
-    /// Adds `o` into `self`.
-    pub fn merge(&mut self, o: &OracleStats) {
-        self.checked += o.checked;
-        self.violations += o.violations;
-        self.first_depth = match (self.first_depth, o.first_depth) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-    }
-}
-
-/// One distinct finding with its smallest representative trace.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    /// Which oracle.
-    pub oracle: OracleId,
-    /// The class of violation.
-    pub kind: String,
-    /// The target (or `A vs B`) it was seen on.
-    pub target: String,
-    /// Length of the representative trace.
-    pub depth: u32,
-    /// Global index of the representative trial in the enumeration order.
-    pub trial_index: u64,
-    /// 1-based step at which the violation is observed.
-    pub step: usize,
-    /// The sequence concerned, where there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seq: Option<SeqId>,
-    /// The representative trace (setup + ops, as op JSON).
-    pub trace: Trace,
-    /// What the target said at that step.
-    pub observed: Value,
-    /// What the oracle expected.
-    pub expected: Value,
-}
-
-/// What makes two findings the same finding: oracle, target, kind of violation and the op at
-/// the violating step (and, for a fuzz run, the shape of the minimal trace). Each key keeps one
-/// representative.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FindingKey {
-    /// The oracle.
-    pub oracle: OracleId,
-    /// The target (or `A vs B`).
-    pub target: String,
-    /// The kind of violation.
-    pub kind: String,
-    /// The name of the op at the violating step.
-    pub op: &'static str,
-    /// The shape of the shrunk trace, for fuzz findings (empty for exhaustive runs, whose
-    /// representative is the smallest trial).
-    pub shape: String,
-}
-
-impl FindingKey {
-    /// The key of a finding not yet built.
-    pub fn new(oracle: OracleId, target: &str, kind: &str, op: &'static str) -> FindingKey {
-        FindingKey {
-            oracle,
-            target: target.into(),
-            kind: kind.into(),
-            op,
-            shape: String::new(),
-        }
-    }
-}
-
-impl Finding {
-    /// This finding's key.
-    pub fn key(&self) -> FindingKey {
-        FindingKey::new(
-            self.oracle,
-            &self.target,
-            &self.kind,
-            self.trace.ops[self.step - 1].name(),
-        )
     }
 }
 
@@ -191,7 +99,7 @@ pub struct Report {
     pub prediction: Vec<PredictionCheck>,
     /// For a fuzz run: the seed, the generator and how each finding was shrunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fuzz: Option<crate::engines::fuzz::FuzzSummary>,
+    pub fuzz: Option<crate::records::fuzz::FuzzSummary>,
 }
 
 impl Report {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::base::op::Trace;
 use crate::oracles::{OracleId, Violation};
-use crate::records::report::{Finding, FindingKey, OracleStats};
+use crate::records::finding::{Finding, FindingKey, OracleStats};
 
 /// Counts and findings of part of a run; merged by addition and minimum.
 #[derive(Clone, Debug, Default)]

@@ -7,6 +7,10 @@
 //!   reproducers on real llama.cpp builds.
 //! - `tests/data/theorems/*.json`: the numerical oracles T1-T3 on `native+tensors`: seed witnesses,
 //!   negative controls and injected faults.
+//! - `oracles.rs`: the oracle registry: a registered test oracle is judged everywhere, and every
+//!   positive control the registry lists fires where it says.
+//! - `tidy.rs`: the architecture's invariants, read from the source (layers, `unsafe`, one state
+//!   parser, module docs).
 
 mod audits;
 mod cli;
@@ -14,7 +18,9 @@ mod corpus;
 mod llama;
 mod llama_build;
 mod measure;
+mod oracles;
 mod theorems;
+mod tidy;
 
 use std::path::{Path, PathBuf};
 
@@ -71,6 +77,8 @@ fn main() {
         }),
     ));
     trials.extend(measure::trials());
+    trials.extend(oracles::trials());
     trials.extend(theorems::trials());
+    trials.extend(tidy::trials());
     libtest_mimic::run(&args, trials).exit();
 }

@@ -10,7 +10,8 @@
 //!   handler that writes the current trial and step, as set with [`set_current_trial`] and
 //!   [`advance_current_step`], then dies of the signal) and [`install_sigabrt_forwarding`] (the
 //!   server passes SIGABRT on to its running child). The handlers make only async-signal-safe
-//!   calls and never allocate.
+//!   calls and never allocate. [`hold_sigabrt`], [`release_sigabrt`] and
+//!   [`discard_held_sigabrt`] keep a hang's SIGABRT for the child it is meant for.
 //! - Allocator tuning: [`keep_freed_memory`] (`mallopt(3)`).
 
 use std::fs::File;
@@ -282,6 +283,48 @@ pub fn install_sigabrt_forwarding() {
             libc::SIGABRT,
             on_sigabrt_in_server as extern "C" fn(libc::c_int) as libc::sighandler_t,
         );
+    }
+}
+
+/// Whether SIGABRT is held back (pending) instead of delivered, in this thread.
+fn mask_sigabrt(how: libc::c_int) {
+    // SAFETY: the set is a local initialised by sigemptyset before use; pthread_sigmask only
+    // reads it, and a null old-set pointer is allowed.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGABRT);
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
+/// Holds SIGABRT back: in the fork server between trials, a "this trial hangs" SIGABRT from the
+/// parent waits until there is a child to forward it to ([`release_sigabrt`]) instead of
+/// killing the server (the parent may time out before the server has forked the child). A
+/// forked child inherits the mask and must call [`release_sigabrt`] itself.
+pub fn hold_sigabrt() {
+    mask_sigabrt(libc::SIG_BLOCK);
+}
+
+/// Delivers SIGABRT again, including one that arrived while it was held.
+pub fn release_sigabrt() {
+    mask_sigabrt(libc::SIG_UNBLOCK);
+}
+
+/// Drops a SIGABRT that arrived while held: after a child has ended, a late "this trial hangs"
+/// was meant for it, not for the next child. Call with SIGABRT held.
+pub fn discard_held_sigabrt() {
+    // SAFETY: local sets initialised before use; a zero timeout makes sigtimedwait poll, and it
+    // only consumes a pending SIGABRT (held, so no handler runs).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGABRT);
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        while libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) == libc::SIGABRT {}
     }
 }
 

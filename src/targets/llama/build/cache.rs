@@ -22,10 +22,9 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::fetch::non_empty_env;
-use super::link::link_flags;
+use super::recipe::link_flags;
 use super::recipe::{Recipe, RECIPE_VERSION};
 use super::toolchain::Toolchain;
 use crate::targets::llama::error::{IoContext as _, LlamaError};
@@ -170,13 +169,10 @@ pub(super) fn cache_key(
         what: "hashing the cache key".into(),
         message: e.to_string(),
     })?;
-    Ok(hex(&Sha256::digest(bytes)))
+    Ok(crate::base::files::sha256_hex(bytes))
 }
 
 /// Lowercase hex of `bytes`.
-pub(super) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// sha256 of a file, hex; the error names the file.
 pub fn file_sha256(path: &Path) -> Result<String, LlamaError> {

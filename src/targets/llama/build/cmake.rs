@@ -4,11 +4,6 @@
 //! the recipe neither passes nor knows to be irrelevant.
 
 use std::collections::BTreeSet;
-use std::fs;
-use std::path::Path;
-
-use super::recipe::Recipe;
-use crate::targets::llama::error::LlamaError;
 
 /// Names in the pins' CMake `add_compile_definitions` / `target_compile_definitions` calls
 /// that the recipe deliberately does not pass, with the reason. A name in a pin's CMake files
@@ -201,33 +196,10 @@ pub(super) const CMAKE_FILES: &[&str] = &[
     "ggml/src/ggml-cpu/CMakeLists.txt",
 ];
 
-/// Define names in the tree's CMake files that the recipe neither passes nor lists in
-/// `CMAKE_DEFINES_NOT_PASSED`.
-pub fn unknown_cmake_defines(src: &Path, recipe: &Recipe) -> Result<Vec<String>, LlamaError> {
-    let mut known = recipe.passed_define_names();
-    known.extend(
-        CMAKE_DEFINES_NOT_PASSED
-            .iter()
-            .map(|(n, _)| n.split('=').next().unwrap_or(n).to_string()),
-    );
-    let mut unknown = BTreeSet::new();
-    for rel in CMAKE_FILES {
-        let path = src.join(rel);
-        let Ok(text) = fs::read_to_string(&path) else {
-            continue;
-        };
-        unknown.extend(
-            cmake_define_names(&text)
-                .into_iter()
-                .filter(|n| !known.contains(n)),
-        );
-    }
-    Ok(unknown.into_iter().collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::fetch::{cargo_home, find_in_registry};
+    use super::super::recipe::{unknown_cmake_defines, Recipe};
     use super::*;
     use crate::targets::llama::pins::{Pin, Variant};
 

@@ -5,11 +5,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::progress::Progress;
+use super::progress::{Progress, UnitLog};
 use super::recipe::{CompileUnit, Lang, Recipe};
 use super::toolchain::base_build;
 use crate::targets::llama::error::LlamaError;
@@ -23,37 +23,6 @@ fn resolve(path: &str, src: &Path, gen: &Path, shim: &Path) -> PathBuf {
         }
     }
     PathBuf::from(path)
-}
-
-/// Collects what `cc` reports while compiling: compile starts (for progress) and the stderr of
-/// failing commands.
-#[derive(Default)]
-pub(super) struct UnitLog {
-    pub(super) started: AtomicUsize,
-    stderr: Mutex<Vec<String>>,
-}
-
-impl cc::BuildMessageLogger for UnitLog {
-    fn log(
-        &self,
-        kind: cc::BuildMessageKind,
-        msg: cc::BuildMessage<'_>,
-        _extra: &dyn std::any::Any,
-    ) {
-        match kind {
-            cc::BuildMessageKind::CompileCommand => {
-                self.started.fetch_add(1, Ordering::Relaxed);
-            }
-            cc::BuildMessageKind::StderrForwarding | cc::BuildMessageKind::CommandFailed { .. } => {
-                if let Ok(mut lines) = self.stderr.lock() {
-                    if lines.len() < 200 {
-                        lines.push(msg.to_string());
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 fn configure_unit(

@@ -16,7 +16,7 @@ use std::time::UNIX_EPOCH;
 use sha2::{Digest, Sha256};
 
 use super::cmake::CMAKE_FILES;
-use super::recipe::Recipe;
+use super::recipe::{glob_sources, Recipe};
 use crate::targets::llama::error::{IoContext as _, LlamaError};
 use crate::targets::llama::pins::PinInfo;
 
@@ -147,65 +147,6 @@ pub(super) fn find_in_registry(
     Ok(found.into_iter().next())
 }
 
-/// Files directly in `dir` (or below it, with `recursive`) whose extension is one of `exts`,
-/// as paths relative to `root`, sorted. Folders of `dir` named in `skip_top` are left out, and
-/// so is every symlink to a directory; a symlink to a file counts as the file.
-pub(super) fn glob_sources(
-    root: &Path,
-    dir: &str,
-    recursive: bool,
-    exts: &[&str],
-    skip_top: &[&str],
-) -> Result<Vec<String>, LlamaError> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.join(dir)];
-    while let Some(d) = stack.pop() {
-        let entries = fs::read_dir(&d).context_io(|| format!("listing {}", d.display()))?;
-        for entry in entries {
-            let entry = entry.context_io(|| format!("listing {}", d.display()))?;
-            let path = entry.path();
-            let kind = entry
-                .file_type()
-                .context_io(|| format!("reading {}", path.display()))?;
-            let is_dir = if kind.is_symlink() {
-                // Followed for files only: a link to a directory could lead back up the tree.
-                let target = fs::metadata(&path).map_err(|e| LlamaError::Source {
-                    path: path.clone(),
-                    message: format!("unreadable symlink: {e}"),
-                })?;
-                if target.is_dir() {
-                    continue;
-                }
-                false
-            } else {
-                kind.is_dir()
-            };
-            let rel = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .replace('\\', "/");
-            if is_dir {
-                let below = path.strip_prefix(root.join(dir)).unwrap_or(&path);
-                let top = below
-                    .components()
-                    .next()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned());
-                if recursive && !top.is_some_and(|t| skip_top.contains(&t.as_str())) {
-                    stack.push(path);
-                }
-            } else if path
-                .extension()
-                .is_some_and(|e| exts.iter().any(|x| e == *x))
-            {
-                out.push(rel);
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
 /// Paths, sizes and modification times of every compiled source and every header and CMake
 /// file next to them: a change in the tree changes the key, like make's timestamps.
 pub(super) fn tree_fingerprint(src: &Path, recipe: &Recipe) -> Result<String, LlamaError> {
@@ -243,5 +184,5 @@ pub(super) fn tree_fingerprint(src: &Path, recipe: &Recipe) -> Result<String, Ll
             mtime.subsec_nanos()
         ));
     }
-    Ok(super::cache::hex(&h.finalize()))
+    Ok(crate::base::files::hex(&h.finalize()))
 }

@@ -13,23 +13,6 @@ use crate::targets::llama::error::{IoContext as _, LlamaError};
 use crate::targets::llama::pins::Variant;
 use crate::targets::llama::shim::BuiltShim;
 
-/// The version script of the shared object: the shim's functions and nothing else.
-pub(super) const EXPORT_MAP: &str = "{ global: kvaudit_shim_*; local: *; };\n";
-
-/// The flags of the shared-object link, `export_map` being a file with [`EXPORT_MAP`].
-pub(super) fn link_flags(export_map: &Path, soname: &str) -> Vec<String> {
-    vec![
-        "-shared".into(),
-        format!("-Wl,-soname,{soname}"),
-        format!("-Wl,--version-script={}", export_map.display()),
-        // Calls inside the .so bind to its own copies, never to another pin's.
-        "-Wl,-Bsymbolic".into(),
-        // Without it a missing source file still "links", with undefined symbols.
-        "-Wl,--no-undefined".into(),
-        "-Wl,--exclude-libs,ALL".into(),
-    ]
-}
-
 /// Archives `objects` into `static_lib` with the archiver `cc` picks.
 pub(super) fn archive(
     objects: &[PathBuf],

@@ -36,17 +36,19 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub use self::cache::{
     cache_root, file_sha256, prepare_cache_root, MANIFEST_NAME, SO_NAME, STATIC_LIB_NAME,
 };
-pub use self::cmake::{cmake_define_names, cmake_version, unknown_cmake_defines, version_header};
+pub use self::cmake::{cmake_define_names, cmake_version, version_header};
 pub use self::fetch::{cargo_home, locate_or_fetch};
+pub use self::recipe::unknown_cmake_defines;
 pub use self::recipe::{CompileUnit, Lang, Recipe};
 pub use super::shim::{BuildManifest, BuiltShim, UnitRecord, SHIM_HEADER, SHIM_SOURCE};
 
 use self::cache::{cache_key, entry_dir, install_entry, load_entry, BuildLock};
 use self::compile::Compilation;
-use self::fetch::{glob_sources, normalize_tree, tree_fingerprint};
-use self::link::{archive, link_flags, link_shared, EXPORT_MAP};
+use self::fetch::{normalize_tree, tree_fingerprint};
+use self::link::{archive, link_shared};
 use self::progress::Progress;
 use self::recipe::{check_tree_versions, RECIPE_VERSION};
+use self::recipe::{glob_sources, link_flags, EXPORT_MAP};
 use self::toolchain::{check_host, Toolchain};
 use super::error::{IoContext as _, LlamaError};
 use super::pins::Pin;

@@ -2,11 +2,10 @@
 //! otherwise (CI logs), fed by what the `cc` crate reports per compile unit.
 
 use std::io::IsTerminal as _;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::compile::UnitLog;
 use super::recipe::CompileUnit;
 use crate::targets::llama::pins::Pin;
 
@@ -101,6 +100,37 @@ impl Progress {
                 self.label,
                 elapsed.as_secs_f64()
             );
+        }
+    }
+}
+
+/// Collects what `cc` reports while compiling: compile starts (for progress) and the stderr of
+/// failing commands.
+#[derive(Default)]
+pub(super) struct UnitLog {
+    pub(super) started: AtomicUsize,
+    pub(super) stderr: Mutex<Vec<String>>,
+}
+
+impl cc::BuildMessageLogger for UnitLog {
+    fn log(
+        &self,
+        kind: cc::BuildMessageKind,
+        msg: cc::BuildMessage<'_>,
+        _extra: &dyn std::any::Any,
+    ) {
+        match kind {
+            cc::BuildMessageKind::CompileCommand => {
+                self.started.fetch_add(1, Ordering::Relaxed);
+            }
+            cc::BuildMessageKind::StderrForwarding | cc::BuildMessageKind::CommandFailed { .. } => {
+                if let Ok(mut lines) = self.stderr.lock() {
+                    if lines.len() < 200 {
+                        lines.push(msg.to_string());
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }

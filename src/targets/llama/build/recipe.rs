@@ -9,8 +9,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::cmake::{cmake_option_default, cmake_version, version_header};
-use super::fetch::glob_sources;
+use super::cmake::{
+    cmake_define_names, cmake_option_default, cmake_version, version_header,
+    CMAKE_DEFINES_NOT_PASSED, CMAKE_FILES,
+};
+
 use crate::targets::llama::error::{IoContext as _, LlamaError};
 use crate::targets::llama::pins::{Pin, PinInfo, Variant};
 
@@ -294,6 +297,106 @@ pub(super) fn check_tree_versions(pin: &Pin, info: &PinInfo, recipe: &Recipe, sr
             pin
         );
     }
+}
+
+/// The version script of the shared object: the shim's functions and nothing else.
+pub(super) const EXPORT_MAP: &str = "{ global: kvaudit_shim_*; local: *; };\n";
+
+/// The flags of the shared-object link, `export_map` being a file with [`EXPORT_MAP`].
+pub(super) fn link_flags(export_map: &Path, soname: &str) -> Vec<String> {
+    vec![
+        "-shared".into(),
+        format!("-Wl,-soname,{soname}"),
+        format!("-Wl,--version-script={}", export_map.display()),
+        // Calls inside the .so bind to its own copies, never to another pin's.
+        "-Wl,-Bsymbolic".into(),
+        // Without it a missing source file still "links", with undefined symbols.
+        "-Wl,--no-undefined".into(),
+        "-Wl,--exclude-libs,ALL".into(),
+    ]
+}
+
+/// Define names in the tree's CMake files that the recipe neither passes nor lists in
+/// `CMAKE_DEFINES_NOT_PASSED`.
+pub fn unknown_cmake_defines(src: &Path, recipe: &Recipe) -> Result<Vec<String>, LlamaError> {
+    let mut known = recipe.passed_define_names();
+    known.extend(
+        CMAKE_DEFINES_NOT_PASSED
+            .iter()
+            .map(|(n, _)| n.split('=').next().unwrap_or(n).to_string()),
+    );
+    let mut unknown = BTreeSet::new();
+    for rel in CMAKE_FILES {
+        let path = src.join(rel);
+        let Ok(text) = fs::read_to_string(&path) else {
+            continue;
+        };
+        unknown.extend(
+            cmake_define_names(&text)
+                .into_iter()
+                .filter(|n| !known.contains(n)),
+        );
+    }
+    Ok(unknown.into_iter().collect())
+}
+
+/// Files directly in `dir` (or below it, with `recursive`) whose extension is one of `exts`,
+/// as paths relative to `root`, sorted. Folders of `dir` named in `skip_top` are left out, and
+/// so is every symlink to a directory; a symlink to a file counts as the file.
+pub(super) fn glob_sources(
+    root: &Path,
+    dir: &str,
+    recursive: bool,
+    exts: &[&str],
+    skip_top: &[&str],
+) -> Result<Vec<String>, LlamaError> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.join(dir)];
+    while let Some(d) = stack.pop() {
+        let entries = fs::read_dir(&d).context_io(|| format!("listing {}", d.display()))?;
+        for entry in entries {
+            let entry = entry.context_io(|| format!("listing {}", d.display()))?;
+            let path = entry.path();
+            let kind = entry
+                .file_type()
+                .context_io(|| format!("reading {}", path.display()))?;
+            let is_dir = if kind.is_symlink() {
+                // Followed for files only: a link to a directory could lead back up the tree.
+                let target = fs::metadata(&path).map_err(|e| LlamaError::Source {
+                    path: path.clone(),
+                    message: format!("unreadable symlink: {e}"),
+                })?;
+                if target.is_dir() {
+                    continue;
+                }
+                false
+            } else {
+                kind.is_dir()
+            };
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .replace('\\', "/");
+            if is_dir {
+                let below = path.strip_prefix(root.join(dir)).unwrap_or(&path);
+                let top = below
+                    .components()
+                    .next()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned());
+                if recursive && !top.is_some_and(|t| skip_top.contains(&t.as_str())) {
+                    stack.push(path);
+                }
+            } else if path
+                .extension()
+                .is_some_and(|e| exts.iter().any(|x| e == *x))
+            {
+                out.push(rel);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 #[cfg(test)]

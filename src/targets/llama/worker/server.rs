@@ -101,6 +101,8 @@ pub fn worker_main(
         return 3;
     }
     sys::install_sigabrt_forwarding();
+    // From here on a SIGABRT is a trial's hang: held until a child runs it (see hold_sigabrt).
+    sys::hold_sigabrt();
     let server = std::process::id();
     loop {
         if out.flush().is_err() {
@@ -113,6 +115,7 @@ pub fn worker_main(
                 return 3;
             }
             sys::install_fatal_signal_report();
+            sys::release_sigabrt();
             serve_requests(&mut runner, first.take(), &mut input, &mut line, &mut out)
         });
         let pid = match forked {
@@ -125,8 +128,11 @@ pub fn worker_main(
         // Only the child reads stdin from here on; a later child reads it afresh.
         first = None;
         sys::set_sigabrt_forwarding_target(pid);
+        sys::release_sigabrt();
         let status = sys::wait_for_child(pid);
+        sys::hold_sigabrt();
         sys::set_sigabrt_forwarding_target(0);
+        sys::discard_held_sigabrt();
         let ended =
             <std::process::ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw(status);
         if let Some(code @ (0 | 3)) = ended.code() {

@@ -1,0 +1,340 @@
+//! The record of a fuzz run: what its generator drew from ([`GenConfig`]), how each finding was
+//! found and shrunk ([`ShrinkRecord`]), what each theorem oracle judged ([`TheoremStats`],
+//! [`TheoremFinding`]), as the `fuzz` part of a report ([`FuzzSummary`]). Plain data with its
+//! renderings; the fuzzer that fills it is `engines::fuzz`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
+use crate::oracles::theorems::{Derivation, Theorem, Verdict};
+
+/// What the generator draws from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenConfig {
+    /// Where every trace starts (kept fixed by the shrinker). Its `n_seq_max` is the number of
+    /// sequences the ops name.
+    pub setup: Setup,
+    /// Shortest trace.
+    pub min_len: usize,
+    /// Longest trace.
+    pub max_len: usize,
+    /// Largest position in a range or an explicit decode position.
+    pub pos_cap: Pos,
+    /// Largest `|delta|` of a `seq_add`.
+    pub max_delta: Pos,
+    /// Largest divisor of a `seq_div` (the smallest is 2).
+    pub max_divisor: i32,
+    /// Most tokens in one decode.
+    pub max_tokens: u32,
+    /// Theorems to bias the draws towards (`kvaudit fuzz --oracles T2,T3`): with T2 or T3 here,
+    /// each trace is a random prefix followed by one or two chunks shaped so that the theorem's
+    /// derivations find a partner ([`theorem_trace_strategy`]). Empty: the plain generator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub theorems: Vec<Theorem>,
+    /// The target's sliding window, when it has one: the biased generator then also draws
+    /// evictions of keys out of every later query's window (T3's out-of-window pairs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        GenConfig::with_max_len(64)
+    }
+}
+
+impl GenConfig {
+    /// The default generator for traces of `max_len / 2 ..= max_len` ops: the seed's setup
+    /// (positions 0..6 in seq 0) in a context of 4 sequences.
+    pub fn with_max_len(max_len: usize) -> Self {
+        GenConfig {
+            setup: Setup {
+                n_ctx: 256,
+                n_seq_max: 4,
+                ops: vec![Op::Decode(Decode::next(0, 7))],
+            },
+            min_len: (max_len / 2).max(1),
+            max_len,
+            pos_cap: 32,
+            max_delta: 8,
+            max_divisor: 4,
+            max_tokens: 4,
+            theorems: Vec::new(),
+            window: None,
+        }
+    }
+
+    /// Checks the bounds before anything runs.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_len == 0 {
+            return Err("--max-len must be at least 1".into());
+        }
+        if self.min_len == 0 || self.min_len > self.max_len {
+            return Err(format!(
+                "--min-len must be in 1..={} (--max-len), got {}",
+                self.max_len, self.min_len
+            ));
+        }
+        if self.setup.n_seq_max < 2 {
+            return Err("the context needs at least 2 sequences to fork".into());
+        }
+        if self.pos_cap < 2 || self.max_delta < 1 || self.max_divisor < 2 || self.max_tokens < 1 {
+            return Err("pos_cap >= 2, max_delta >= 1, max_divisor >= 2, max_tokens >= 1".into());
+        }
+        Ok(())
+    }
+
+    /// The number of sequences the ops name.
+    pub fn n_seqs(&self) -> SeqId {
+        self.setup.n_seq_max as SeqId
+    }
+}
+
+/// How one finding of a fuzz run was found and shrunk (same order as the report's findings).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShrinkRecord {
+    /// Target(s), oracle, kind and op names of the minimal trace: what findings are told
+    /// apart by.
+    pub shape: String,
+    /// The case (from 0) that found it first.
+    pub case: u64,
+    /// Length of that case's trace.
+    pub length: usize,
+    /// The first step of that trace that violated the oracle.
+    pub step: usize,
+    /// Length of the shrunk trace.
+    pub shrunk_len: usize,
+    /// Target executions the shrink took.
+    pub executions: u64,
+    /// Wall time the shrink took, in seconds.
+    pub elapsed_s: f64,
+    /// True if the shrink reached its fixed point (see [`crate::engines::shrink`]).
+    pub minimal: bool,
+    /// Later failing cases that came to the same finding.
+    pub duplicates: u64,
+}
+
+impl ShrinkRecord {
+    /// One line: how the finding was found and what shrinking it took.
+    pub fn summary(&self) -> String {
+        format!(
+            "found by case {} ({} ops, first fails at step {}); shrunk to {} ops{} in {} executions, {:.3} s; {} more failing case(s) came to it",
+            self.case,
+            self.length,
+            self.step,
+            self.shrunk_len,
+            if self.minimal { " (minimal)" } else { " (budget ran out)" },
+            self.executions,
+            self.elapsed_s,
+            self.duplicates
+        )
+    }
+}
+
+/// The fuzz-specific part of a report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FuzzSummary {
+    /// The seed.
+    pub seed: u64,
+    /// The generator.
+    pub generator: GenConfig,
+    /// Cases run.
+    pub cases: u64,
+    /// Target executions, cases and shrinking together.
+    pub executions: u64,
+    /// Of which shrinking.
+    pub shrink_executions: u64,
+    /// Wall time spent shrinking, in seconds.
+    pub shrink_elapsed_s: f64,
+    /// One per finding, in the report's order.
+    pub findings: Vec<ShrinkRecord>,
+    /// The oracles asked for with `--oracles` (absent: the default set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracles: Option<Vec<String>>,
+    /// Per theorem checked (`--oracles T1,T2,T3`): how many cases it judged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub theorems: Vec<TheoremStats>,
+    /// Violated theorems, one per theorem, derivation and shape of the shrunk trace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub theorem_findings: Vec<TheoremFinding>,
+}
+
+/// What one theorem did over a fuzz run. Every case is offered to it; a case from which no pair
+/// derives is `no_pair`, neither a pass nor a failure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TheoremStats {
+    /// The theorem.
+    pub theorem: Theorem,
+    /// Cases offered.
+    pub cases: u64,
+    /// Cases judged by at least one check (T1: every case the target could show).
+    pub checked: u64,
+    /// Cases no derivation gave a pair for.
+    pub no_pair: u64,
+    /// Cases whose every check was unsupported by the target.
+    pub unsupported: u64,
+    /// Cases with a violated check.
+    pub violations: u64,
+    /// Judged checks per derivation (`placement` for T1).
+    pub pairs: BTreeMap<String, u64>,
+}
+
+impl TheoremStats {
+    /// The share of the cases that were judged.
+    pub fn checked_fraction(&self) -> f64 {
+        self.checked as f64 / (self.cases.max(1)) as f64
+    }
+
+    /// One line: cases, judged, no pair, unsupported, violated, pairs by derivation.
+    pub fn summary(&self) -> String {
+        let by: Vec<String> = self.pairs.iter().map(|(d, n)| format!("{d} {n}")).collect();
+        format!(
+            "{}: {} cases, {} checked ({:.1}%), {} no pair, {} unsupported, {} violated; checks: {}",
+            self.theorem.name(),
+            self.cases,
+            self.checked,
+            100.0 * self.checked_fraction(),
+            self.no_pair,
+            self.unsupported,
+            self.violations,
+            if by.is_empty() { "none".to_string() } else { by.join(", ") }
+        ) + if self.checked == 0 {
+            " (never checked: this run says nothing about it)"
+        } else {
+            ""
+        }
+    }
+}
+
+/// A violated theorem: the shrunk trace, its partner and the verdict, and how it was found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TheoremFinding {
+    /// The theorem.
+    pub theorem: Theorem,
+    /// How the pair was derived (absent for T1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derivation: Option<Derivation>,
+    /// The target it was seen on.
+    pub target: String,
+    /// Theorem, derivation and op names of the shrunk trace: what findings are told apart by.
+    pub shape: String,
+    /// The shrunk trace (the pair's left side).
+    pub trace: Trace,
+    /// Its derived partner (the right side), for T2 and T3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partner: Option<Trace>,
+    /// The verdict on the shrunk trace.
+    pub verdict: Verdict,
+    /// The case (from 0) that found it first.
+    pub case: u64,
+    /// Length of that case's trace.
+    pub length: usize,
+    /// Length of the shrunk trace.
+    pub shrunk_len: usize,
+    /// Target executions the shrink took.
+    pub executions: u64,
+    /// Wall time the shrink took, in seconds.
+    pub elapsed_s: f64,
+    /// True if the shrink reached its fixed point.
+    pub minimal: bool,
+    /// Later failing cases that came to the same finding.
+    pub duplicates: u64,
+}
+
+impl TheoremFinding {
+    /// One line: how the finding was found and what shrinking it took.
+    pub fn summary(&self) -> String {
+        format!(
+            "found by case {} ({} ops); shrunk to {} ops{} in {} executions, {:.3} s; {} more failing case(s) came to it",
+            self.case,
+            self.length,
+            self.shrunk_len,
+            if self.minimal { " (minimal)" } else { " (budget ran out)" },
+            self.executions,
+            self.elapsed_s,
+            self.duplicates
+        )
+    }
+
+    fn title(&self) -> String {
+        match self.derivation {
+            Some(d) => format!("{} {} pair violated on {}", self.theorem, d, self.target),
+            None => format!("{} placement violated on {}", self.theorem, self.target),
+        }
+    }
+}
+
+impl FuzzSummary {
+    /// The theorem part of the terminal report (empty without theorem oracles); `numbered`
+    /// findings came before.
+    pub fn theorems_terminal(&self, numbered: usize) -> String {
+        let mut s = String::new();
+        if self.theorems.is_empty() {
+            return s;
+        }
+        let _ = writeln!(
+            s,
+            "\ntheorem oracles (window {}):",
+            window_text(self.generator.window)
+        );
+        for t in &self.theorems {
+            let _ = writeln!(s, "  {}", t.summary());
+        }
+        for (i, f) in self.theorem_findings.iter().enumerate() {
+            let _ = writeln!(s, "\nfinding {}: {}", numbered + i + 1, f.title());
+            let _ = write!(s, "{}", f.trace);
+            if let Some(p) = &f.partner {
+                let _ = writeln!(s, "  partner:");
+                let _ = write!(s, "{p}");
+            }
+            let _ = writeln!(s, "  {}", f.verdict);
+            let _ = writeln!(s, "  {}", f.summary());
+        }
+        s
+    }
+
+    /// The theorem part of the Markdown report (empty without theorem oracles).
+    pub fn theorems_markdown(&self, numbered: usize) -> String {
+        let mut s = String::new();
+        if self.theorems.is_empty() {
+            return s;
+        }
+        let _ = writeln!(
+            s,
+            "\n## Theorem oracles\n\nWindow {}.\n\n| theorem | cases | checked | no pair | unsupported | violated | checks |\n|---|---:|---:|---:|---:|---:|---|",
+            window_text(self.generator.window)
+        );
+        for t in &self.theorems {
+            let by: Vec<String> = t.pairs.iter().map(|(d, n)| format!("{d} {n}")).collect();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} ({:.1}%) | {} | {} | {} | {} |",
+                t.theorem.name(),
+                t.cases,
+                t.checked,
+                100.0 * t.checked_fraction(),
+                t.no_pair,
+                t.unsupported,
+                t.violations,
+                by.join(", ")
+            );
+        }
+        for (i, f) in self.theorem_findings.iter().enumerate() {
+            let _ = writeln!(s, "\n## Finding {}: {}\n", numbered + i + 1, f.title());
+            let _ = writeln!(s, "```text\n{}```\n", f.trace);
+            if let Some(p) = &f.partner {
+                let _ = writeln!(s, "Partner:\n\n```text\n{p}```\n");
+            }
+            let _ = writeln!(s, "- verdict: {}\n- {}", f.verdict, f.summary());
+        }
+        s
+    }
+}
+
+fn window_text(w: Option<u32>) -> String {
+    w.map_or("unset".into(), |w| w.to_string())
+}

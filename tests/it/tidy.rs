@@ -1,0 +1,623 @@
+//! Tidy checks (as rust-analyzer's `tidy.rs`): the invariants of ARCHITECTURE.md that the
+//! compiler does not enforce, read from the source text of `src/`.
+//!
+//! - `tidy::layers`: a module imports only from its own layer or the layers before it (base,
+//!   model, oracles, records, running, targets, engines, outputs), and no two modules import each
+//!   other in a circle (a module and its own parent or child do not count: Rust's `mod` tree
+//!   puts those edges in every folder).
+//! - `tidy::unsafe_code`: `unsafe` appears only in the modules that talk to foreign code or the
+//!   OS (`targets/llama/ffi.rs`, `targets/llama/sys.rs`).
+//! - `tidy::one_state_parser`: only `base/state.rs` decodes binary state (and `model/gguf.rs` its
+//!   own file format): nothing else calls `from_le_bytes`.
+//! - `tidy::module_docs`: every module starts with `//!` docs.
+//! - `tidy::cli_outside_the_library`: the command line lives in the binary.
+//!
+//! Test code (`#[cfg(test)]` items) is left out: tests may reach any layer. Each check also runs
+//! on a small made-up tree that breaks it (`tidy::checks_catch_*`), so a check that can no longer
+//! fail fails there.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use libtest_mimic::Trial;
+
+/// The layers, lowest first: a module may import from its own layer and the ones before it.
+pub const LAYERS: [&str; 8] = [
+    "base", "model", "oracles", "records", "running", "targets", "engines", "outputs",
+];
+
+/// Modules allowed to hold `unsafe` code.
+const UNSAFE_ALLOWED: [&str; 2] = ["targets/llama/ffi.rs", "targets/llama/sys.rs"];
+
+/// Modules allowed to decode binary formats by hand.
+const BYTE_DECODERS: [&str; 2] = ["base/state.rs", "model/gguf.rs"];
+
+/// A source file of the library: its path under `src/` and its text.
+pub struct Source {
+    path: String,
+    text: String,
+}
+
+impl Source {
+    /// A made-up file, for the checks' own tests.
+    pub fn new(path: &str, text: &str) -> Source {
+        Source {
+            path: path.into(),
+            text: text.into(),
+        }
+    }
+
+    /// Its module path (`oracles::i1` for `oracles/i1.rs`, `oracles` for `oracles/mod.rs`).
+    fn module(&self) -> Vec<String> {
+        let p = self.path.trim_end_matches(".rs");
+        let mut parts: Vec<String> = p.split('/').map(String::from).collect();
+        if parts.last().is_some_and(|l| l == "mod" || l == "lib") {
+            parts.pop();
+        }
+        parts
+    }
+
+    /// The code without comments and `#[cfg(test)]` items.
+    fn code(&self) -> String {
+        strip_tests(&strip_comments(&self.text))
+    }
+}
+
+/// Every `.rs` file of the library under `src/` (not the binary: `main.rs` and `cli/`).
+pub fn library_sources() -> Vec<Source> {
+    let src = super::root().join("src");
+    let mut out = Vec::new();
+    walk(&src, &src, &mut out);
+    out.retain(|s| s.path != "main.rs" && !s.path.starts_with("cli/"));
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<Source>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            walk(root, &p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            let rel = p
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{rel}: {e}"));
+            out.push(Source { path: rel, text });
+        }
+    }
+}
+
+/// Drops `//` comments (line, doc and trailing) and the contents of string literals, so that
+/// paths in prose and strings do not count as imports.
+fn strip_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let mut in_str = false;
+        let mut prev = '\0';
+        let mut kept = String::new();
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            if in_str {
+                if c == '"' && prev != '\\' {
+                    in_str = false;
+                    kept.push('"');
+                }
+                prev = if prev == '\\' && c == '\\' { '\0' } else { c };
+                i += 1;
+                continue;
+            }
+            if c == '"' && !(prev == '\'' && chars.get(i + 1) == Some(&'\'')) {
+                in_str = true;
+                kept.push('"');
+            } else if c == '/' && chars.get(i + 1) == Some(&'/') {
+                break;
+            } else {
+                kept.push(c);
+            }
+            prev = c;
+            i += 1;
+        }
+        out.push_str(&kept);
+        out.push('\n');
+    }
+    out
+}
+
+/// Drops every item marked `#[cfg(test)]` (up to its closing brace, or its `;`).
+fn strip_tests(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let item = &rest[at..];
+        let open = item.find('{');
+        let semi = item.find(';');
+        let end = match (open, semi) {
+            (Some(o), Some(s)) if s < o => s + 1,
+            (Some(o), _) => {
+                let mut depth = 0usize;
+                let mut end = item.len();
+                for (i, c) in item[o..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = o + i + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                end
+            }
+            (None, Some(s)) => s + 1,
+            (None, None) => item.len(),
+        };
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The module paths a file's code refers to: `crate::a::b::C` gives `[a, b, C]` (resolved to a
+/// module later), `super::x` is resolved against the file's own module. Grouped imports
+/// (`crate::{a::x, b}`) give one path per member.
+fn references(src: &Source) -> Vec<Vec<String>> {
+    let code = src.code();
+    let me = src.module();
+    let mut out = Vec::new();
+    let bytes: Vec<char> = code.chars().collect();
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts = |w: &str| {
+            code_at(&bytes, i, w)
+                && (i == 0 || !ident(bytes[i - 1]))
+                && code_at(&bytes, i + w.len(), "::")
+        };
+        let (base, len) = if starts("crate") {
+            (Vec::new(), "crate".len())
+        } else if starts("super") {
+            // `super::super::x` from a::b::c is `a::x`; a `mod.rs` is its folder's module.
+            let mut base = me.clone();
+            let mut j = i;
+            while code_at(&bytes, j, "super::") {
+                base.pop();
+                j += "super::".len();
+            }
+            out.extend(
+                path_list(&bytes, j)
+                    .into_iter()
+                    .map(|p| [base.clone(), p].concat()),
+            );
+            i = j;
+            continue;
+        } else {
+            i += 1;
+            continue;
+        };
+        let j = i + len + 2;
+        out.extend(
+            path_list(&bytes, j)
+                .into_iter()
+                .map(|p| [base.clone(), p].concat()),
+        );
+        i = j;
+    }
+    out
+}
+
+fn code_at(bytes: &[char], i: usize, w: &str) -> bool {
+    w.chars()
+        .enumerate()
+        .all(|(k, c)| bytes.get(i + k) == Some(&c))
+}
+
+/// The paths starting at `j`: `a::b::C` or `{a::x, b::{y, z}}`.
+fn path_list(bytes: &[char], j: usize) -> Vec<Vec<String>> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    if bytes.get(j) == Some(&'{') {
+        let mut depth = 0;
+        let mut end = j;
+        for (k, &c) in bytes[j..].iter().enumerate() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = j + k;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let inner: String = bytes[j + 1..end].iter().collect();
+        let mut out = Vec::new();
+        let mut depth = 0;
+        let mut start = 0;
+        let inner_chars: Vec<char> = inner.chars().collect();
+        for (k, &c) in inner_chars.iter().enumerate() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    out.extend(path_list(&trimmed(&inner_chars[start..k]), 0));
+                    start = k + 1;
+                }
+                _ => {}
+            }
+        }
+        out.extend(path_list(&trimmed(&inner_chars[start..]), 0));
+        return out;
+    }
+    let mut path = Vec::new();
+    let mut k = j;
+    loop {
+        let s = k;
+        while bytes.get(k).is_some_and(|&c| ident(c)) {
+            k += 1;
+        }
+        if k == s {
+            if bytes.get(k) == Some(&'{') {
+                return path_list(bytes, k)
+                    .into_iter()
+                    .map(|p| [path.clone(), p].concat())
+                    .collect();
+            }
+            break;
+        }
+        path.push(bytes[s..k].iter().collect());
+        if code_at(bytes, k, "::") {
+            k += 2;
+        } else {
+            break;
+        }
+    }
+    if path.is_empty() || path == ["self"] {
+        Vec::new()
+    } else {
+        vec![path]
+    }
+}
+
+fn trimmed(c: &[char]) -> Vec<char> {
+    let s: String = c.iter().collect();
+    s.trim().chars().collect()
+}
+
+/// The module a path names: its longest prefix that is a module of `modules`.
+fn module_of(path: &[String], modules: &BTreeSet<Vec<String>>) -> Option<Vec<String>> {
+    (1..=path.len())
+        .rev()
+        .map(|n| path[..n].to_vec())
+        .find(|p| modules.contains(p))
+}
+
+fn layer_of(module: &[String]) -> Option<usize> {
+    LAYERS
+        .iter()
+        .position(|l| module.first().is_some_and(|m| m == l))
+}
+
+/// Imports against the layer order, and cycles between modules.
+pub fn check_layers(sources: &[Source]) -> Result<(), String> {
+    let modules: BTreeSet<Vec<String>> = sources.iter().map(|s| s.module()).collect();
+    let mut problems = Vec::new();
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for s in sources {
+        let me = s.module();
+        let Some(my_layer) = layer_of(&me) else {
+            if !me.is_empty() {
+                problems.push(format!(
+                    "src/{}: in no layer (layers: {})",
+                    s.path,
+                    LAYERS.join(", ")
+                ));
+            }
+            continue;
+        };
+        for r in references(s) {
+            let Some(target) = module_of(&r, &modules) else {
+                continue;
+            };
+            if let Some(l) = layer_of(&target) {
+                if l > my_layer {
+                    problems.push(format!(
+                        "src/{}: imports {} (layer {}) from layer {} ({})",
+                        s.path,
+                        r.join("::"),
+                        LAYERS[l],
+                        LAYERS[my_layer],
+                        "a layer imports only from itself and the layers before it"
+                    ));
+                }
+            }
+            let related = target.starts_with(&me) || me.starts_with(&target);
+            if !related {
+                edges.entry(me.clone()).or_default().insert(target);
+            }
+        }
+    }
+    for cycle in find_cycles(&edges) {
+        problems.push(format!(
+            "import cycle: {}",
+            cycle
+                .iter()
+                .map(|m| m.join("::"))
+                .collect::<Vec<_>>()
+                .join(" -> ")
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// Every import cycle: one per strongly connected set of modules (Tarjan's algorithm), each
+/// shown as a path around it.
+fn find_cycles(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Vec<String>>> {
+    struct Tarjan<'e> {
+        edges: &'e BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        index: BTreeMap<Vec<String>, (usize, usize)>,
+        stack: Vec<Vec<String>>,
+        on_stack: BTreeSet<Vec<String>>,
+        sccs: Vec<Vec<Vec<String>>>,
+    }
+    impl Tarjan<'_> {
+        fn visit(&mut self, m: &Vec<String>) {
+            let n = self.index.len();
+            self.index.insert(m.clone(), (n, n));
+            self.stack.push(m.clone());
+            self.on_stack.insert(m.clone());
+            for w in self.edges.get(m).into_iter().flatten() {
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.index[m].1.min(self.index[w].1);
+                    self.index.get_mut(m).unwrap().1 = low;
+                } else if self.on_stack.contains(w) {
+                    let low = self.index[m].1.min(self.index[w].0);
+                    self.index.get_mut(m).unwrap().1 = low;
+                }
+            }
+            if self.index[m].0 == self.index[m].1 {
+                let mut scc = Vec::new();
+                loop {
+                    let w = self.stack.pop().unwrap();
+                    self.on_stack.remove(&w);
+                    let done = &w == m;
+                    scc.push(w);
+                    if done {
+                        break;
+                    }
+                }
+                if scc.len() > 1 {
+                    self.sccs.push(scc);
+                }
+            }
+        }
+    }
+    let mut t = Tarjan {
+        edges,
+        index: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        sccs: Vec::new(),
+    };
+    for m in edges.keys() {
+        if !t.index.contains_key(m) {
+            t.visit(m);
+        }
+    }
+    // A path around each set: from its smallest module, along edges inside the set, back.
+    t.sccs
+        .into_iter()
+        .map(|scc| {
+            let inside: BTreeSet<_> = scc.into_iter().collect();
+            let start = inside.iter().next().unwrap().clone();
+            let mut path = vec![start.clone()];
+            let mut seen = BTreeSet::from([start.clone()]);
+            let mut at = start.clone();
+            loop {
+                let next = edges[&at].iter().filter(|w| inside.contains(*w));
+                let back = next.clone().find(|w| **w == start);
+                match (back, next.clone().find(|w| !seen.contains(*w))) {
+                    (Some(w), _) => {
+                        path.push(w.clone());
+                        break;
+                    }
+                    (None, Some(w)) => {
+                        seen.insert(w.clone());
+                        path.push(w.clone());
+                        at = w.clone();
+                    }
+                    (None, None) => break,
+                }
+            }
+            path
+        })
+        .collect()
+}
+
+fn has_word(code: &str, word: &str) -> bool {
+    code.match_indices(word).any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        let after = code[i + word.len()..].chars().next();
+        let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        !ident(before) && !ident(after)
+    })
+}
+
+/// `unsafe` only where [`UNSAFE_ALLOWED`] says.
+pub fn check_unsafe(sources: &[Source]) -> Result<(), String> {
+    let bad: Vec<&str> = sources
+        .iter()
+        .filter(|s| !UNSAFE_ALLOWED.contains(&s.path.as_str()))
+        .filter(|s| has_word(&strip_comments(&s.text), "unsafe"))
+        .map(|s| s.path.as_str())
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "unsafe outside {}: {}",
+            UNSAFE_ALLOWED.join(", "),
+            bad.join(", ")
+        ))
+    }
+}
+
+/// Binary decoding only where [`BYTE_DECODERS`] says.
+pub fn check_one_state_parser(sources: &[Source]) -> Result<(), String> {
+    let bad: Vec<&str> = sources
+        .iter()
+        .filter(|s| !BYTE_DECODERS.contains(&s.path.as_str()))
+        .filter(|s| {
+            let code = s.code();
+            code.contains("from_le_bytes")
+                || code.contains("from_be_bytes")
+                || code.contains("from_ne_bytes")
+        })
+        .map(|s| s.path.as_str())
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "bytes decoded outside {} (the state format has one parser, base/state.rs): {}",
+            BYTE_DECODERS.join(", "),
+            bad.join(", ")
+        ))
+    }
+}
+
+/// Every module starts with `//!` docs.
+pub fn check_module_docs(sources: &[Source]) -> Result<(), String> {
+    let bad: Vec<&str> = sources
+        .iter()
+        .filter(|s| !s.text.trim_start().starts_with("//!"))
+        .map(|s| s.path.as_str())
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("modules without //! docs: {}", bad.join(", ")))
+    }
+}
+
+fn run(
+    f: fn(&[Source]) -> Result<(), String>,
+) -> impl FnOnce() -> Result<(), libtest_mimic::Failed> {
+    move || super::outcome(f(&library_sources()))
+}
+
+fn must_fail(
+    f: fn(&[Source]) -> Result<(), String>,
+    tree: Vec<Source>,
+    says: &'static str,
+) -> impl FnOnce() -> Result<(), libtest_mimic::Failed> {
+    move || {
+        super::outcome(match f(&tree) {
+            Ok(()) => Err("the check passed a tree that breaks it".into()),
+            Err(e) if e.contains(says) => Ok(()),
+            Err(e) => Err(format!("the check failed, but without \"{says}\": {e}")),
+        })
+    }
+}
+
+pub fn trials() -> Vec<Trial> {
+    let lib_rs = super::root().join("src/lib.rs");
+    vec![
+        Trial::test("tidy::layers", run(check_layers)),
+        Trial::test("tidy::unsafe_code", run(check_unsafe)),
+        Trial::test("tidy::one_state_parser", run(check_one_state_parser)),
+        Trial::test("tidy::module_docs", run(check_module_docs)),
+        Trial::test("tidy::cli_outside_the_library", move || {
+            let text = std::fs::read_to_string(&lib_rs).map_err(|e| e.to_string())?;
+            super::outcome(if has_word(&strip_comments(&text), "cli") {
+                Err(
+                    "src/lib.rs declares or uses `cli`: the command line lives in the binary"
+                        .into(),
+                )
+            } else {
+                Ok(())
+            })
+        }),
+        Trial::test(
+            "tidy::checks_catch_an_import_against_the_layers",
+            must_fail(
+                check_layers,
+                vec![
+                    Source::new("base/op.rs", "//! x\nuse crate::engines::explore::run;\n"),
+                    Source::new("engines/explore.rs", "//! x\npub fn run() {}\n"),
+                ],
+                "src/base/op.rs: imports engines::explore::run (layer engines) from layer base",
+            ),
+        ),
+        Trial::test(
+            "tidy::checks_catch_a_cycle_in_a_layer",
+            must_fail(
+                check_layers,
+                vec![
+                    Source::new(
+                        "records/a.rs",
+                        "//! x\nuse crate::records::{b::B, c};\npub struct A;\n",
+                    ),
+                    Source::new("records/b.rs", "//! x\npub struct B(super::a::A);\n"),
+                    Source::new(
+                        "records/c.rs",
+                        "//! x\n#[cfg(test)]\nmod tests { use crate::engines::x; }\n",
+                    ),
+                ],
+                "import cycle: records::a -> records::b -> records::a",
+            ),
+        ),
+        Trial::test(
+            "tidy::checks_ignore_tests_comments_and_strings",
+            move || {
+                let tree = vec![
+                    Source::new(
+                        "base/op.rs",
+                        "//! see [`crate::engines::explore`]\nconst S: &str = \"crate::engines::x\"; // crate::outputs\n#[cfg(test)]\nmod tests {\n    use crate::engines::explore;\n}\n",
+                    ),
+                    Source::new("engines/explore.rs", "//! x\n"),
+                ];
+                super::outcome(check_layers(&tree))
+            },
+        ),
+        Trial::test("tidy::checks_catch_unsafe_and_a_second_parser", move || {
+            let tree = vec![Source::new(
+                "engines/fuzz.rs",
+                "//! x\nfn f(b: [u8; 4]) -> u32 { unsafe { u32::from_le_bytes(b) } }\n",
+            )];
+            let u = check_unsafe(&tree).err().unwrap_or_default();
+            let p = check_one_state_parser(&tree).err().unwrap_or_default();
+            let d = check_module_docs(&[Source::new("base/x.rs", "fn f() {}\n")])
+                .err()
+                .unwrap_or_default();
+            super::outcome(
+                if u.contains("engines/fuzz.rs")
+                    && p.contains("engines/fuzz.rs")
+                    && d.contains("base/x.rs")
+                {
+                    Ok(())
+                } else {
+                    Err(format!("unsafe: {u:?}; parser: {p:?}; docs: {d:?}"))
+                },
+            )
+        }),
+    ]
+}
