@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::error::Error;
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup};
 
 /// A finite argument domain.
@@ -134,14 +135,14 @@ impl Domain {
 
     /// Loads a domain file: TOML naming an optional `preset` (default `seed`) and overriding any
     /// field of it.
-    pub fn from_file(path: &Path) -> Result<Domain, String> {
+    pub fn from_file(path: &Path) -> Result<Domain, Error> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-        Self::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+        Self::from_toml(&text).map_err(|e| e.context(path.display()))
     }
 
     /// Parses domain TOML (see [`Domain::from_file`]).
-    pub fn from_toml(text: &str) -> Result<Domain, String> {
+    pub fn from_toml(text: &str) -> Result<Domain, Error> {
         let file: DomainOverrides = toml::from_str(text).map_err(|e| {
             let at = e
                 .span()
@@ -158,7 +159,7 @@ impl Domain {
     }
 
     /// Checks that the domain makes sense before anything runs.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Error> {
         if self.seqs.is_empty() {
             return Err("seqs: at least one sequence is needed".into());
         }
@@ -170,7 +171,8 @@ impl Domain {
             return Err(format!(
                 "seqs: {s} is outside 0..{} (setup.n_seq_max)",
                 self.setup.n_seq_max
-            ));
+            )
+            .into());
         }
         if self.divisors.contains(&0) {
             return Err(
@@ -348,12 +350,12 @@ mod tests {
     #[test]
     fn malformed_toml_names_line_and_field() {
         let e = Domain::from_toml("seqs = [0, 1]\nrangez = [[0, 2]]\n").unwrap_err();
-        assert!(e.starts_with("line 2"), "{e}");
-        assert!(e.contains("rangez"), "{e}");
+        assert!(e.message.starts_with("line 2"), "{e}");
+        assert!(e.message.contains("rangez"), "{e}");
         let e = Domain::from_toml("preset = \"nope\"").unwrap_err();
-        assert!(e.contains("unknown preset"), "{e}");
+        assert!(e.message.contains("unknown preset"), "{e}");
         let e = Domain::from_toml("seqs = [0, -3]").unwrap_err();
-        assert!(e.contains("outside"), "{e}");
+        assert!(e.message.contains("outside"), "{e}");
     }
 
     #[test]

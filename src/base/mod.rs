@@ -4,6 +4,7 @@
 //! Nothing here imports from any other layer of kvaudit.
 
 pub mod domain;
+pub mod error;
 pub mod exit;
 pub mod files;
 pub mod op;

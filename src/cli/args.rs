@@ -23,11 +23,8 @@ pub fn factories(
     ),
     CliError,
 > {
-    let fa = a.factory().map_err(CliError::usage)?;
-    let fb = b
-        .map(|s| s.factory())
-        .transpose()
-        .map_err(CliError::usage)?;
+    let fa = a.factory()?;
+    let fb = b.map(|s| s.factory()).transpose()?;
     Ok((fa, fb))
 }
 
@@ -41,7 +38,7 @@ pub fn record_on_specs(labels: &[String]) -> Result<Vec<TargetSpec>, CliError> {
                 .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
             spec.factory()
                 .map(drop)
-                .map_err(|e| CliError::usage(format!("--record-on: {e}")))?;
+                .map_err(|e| CliError::from(e.context("--record-on")))?;
             Ok(spec)
         })
         .collect()

@@ -261,7 +261,7 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
             gen.theorems = theorems.clone();
             gen.window = a.window;
         }
-        theorem_target = Some(spec.theorem_target(a.window).map_err(CliError::usage)?);
+        theorem_target = Some(spec.theorem_target(a.window)?);
     } else if a.window.is_some() || a.no_theorem_bias {
         return Err(CliError::usage(
             "--window and --no-theorem-bias apply to the theorem oracles (--oracles T1,T2,T3)",

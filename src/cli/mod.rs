@@ -82,6 +82,15 @@ impl CliError {
     }
 }
 
+impl From<kvaudit::base::error::Error> for CliError {
+    fn from(e: kvaudit::base::error::Error) -> Self {
+        CliError {
+            code: e.exit_code(),
+            message: e.message,
+        }
+    }
+}
+
 impl From<kvaudit::base::target::HarnessError> for CliError {
     fn from(e: kvaudit::base::target::HarnessError) -> Self {
         CliError::harness(e.to_string())

@@ -50,9 +50,9 @@ pub fn run(a: ReplayArgs) -> Result<i32, CliError> {
         }),
     };
     if let Some((x, y)) = &filter.target {
-        x.factory().map(drop).map_err(CliError::usage)?;
+        x.factory().map(drop)?;
         if let Some(y) = y {
-            y.factory().map(drop).map_err(CliError::usage)?;
+            y.factory().map(drop)?;
         }
     }
     let mut files = Vec::new();

@@ -13,6 +13,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::base::error::Error;
 use crate::base::op::{Op, Trace};
 use crate::oracles::OracleId;
 
@@ -41,7 +42,7 @@ pub struct ReproInput {
 }
 
 /// Reads a repro file or a finding (any JSON object with `oracle` and `trace`).
-pub fn read_input(path: &Path) -> Result<ReproInput, String> {
+pub fn read_input(path: &Path) -> Result<ReproInput, Error> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let input: ReproInput = serde_json::from_str(&text).map_err(|e| {
@@ -58,7 +59,8 @@ pub fn read_input(path: &Path) -> Result<ReproInput, String> {
             path.display(),
             input.oracle,
             C_CHECKED.map(|o| o.name()).join(", ")
-        ));
+        )
+        .into());
     }
     Ok(input)
 }

@@ -21,6 +21,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::base::error::Error;
 use crate::base::op::{Op, SeqId, Trace};
 use crate::oracles::{OracleId, Reads, Registry};
 use crate::records::report::Finding;
@@ -285,7 +286,7 @@ impl Repro {
     }
 
     /// Parses and checks a repro file's text. Errors say where (line and column) and what.
-    pub fn parse(text: &str) -> Result<Repro, String> {
+    pub fn parse(text: &str) -> Result<Repro, Error> {
         let r: Repro = serde_json::from_str(text)
             .map_err(|e| format!("{}not a kvaudit repro file: {}", at(&e), message(&e)))?;
         r.validate()?;
@@ -293,14 +294,14 @@ impl Repro {
     }
 
     /// Reads and parses a repro file; errors name the file.
-    pub fn load(path: &Path) -> Result<Repro, String> {
+    pub fn load(path: &Path) -> Result<Repro, Error> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        Self::parse(&text).map_err(|e| e.context(path.display()))
     }
 
     /// Checks what the JSON schema cannot.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Error> {
         let n = self.trace.ops.len();
         let in_trace = |step: usize, what: &str| {
             if step == 0 || step > n {
@@ -320,7 +321,7 @@ impl Repro {
                 return Err(format!(
                     "\"oracle\": {} runs traces of its own; repro files hold findings of the oracles that judge observations",
                     self.oracle
-                ))
+                ).into())
             }
         };
         if self.targets.is_empty() {
@@ -335,7 +336,7 @@ impl Repro {
                     "target {}: a repro of {}, which compares two targets, needs \"vs\" on every target; other oracles none",
                     t.label(),
                     self.oracle
-                ));
+                ).into());
             }
         }
         Ok(())
@@ -355,7 +356,7 @@ fn message(e: &serde_json::Error) -> String {
 }
 
 /// Reads a file that holds either a repro or a bare trace (`{"setup": .., "ops": [..]}`).
-pub fn load_trace_or_repro(path: &Path) -> Result<(Trace, Option<Repro>), String> {
+pub fn load_trace_or_repro(path: &Path) -> Result<(Trace, Option<Repro>), Error> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let at = |e: serde_json::Error, what: &str| {
@@ -536,11 +537,11 @@ pub fn measure(
     repro: &Repro,
     target: &TargetSpec,
     vs: Option<&TargetSpec>,
-) -> Result<TargetExpectation, String> {
+) -> Result<TargetExpectation, Error> {
     let mut entry = TargetExpectation::new(target, vs, Expect::Holds);
-    let (j, _) = run_on(repro, &entry)?;
+    let (j, _) = run_on(repro, &entry).map_err(Error::harness)?;
     if let Status::Unavailable(why) = judge_expectation(repro, &entry, &j) {
-        return Err(why);
+        return Err(Error::harness(why));
     }
     if let Some(v) = j.first(repro.oracle) {
         entry.expect = Expect::Fails;
@@ -561,7 +562,7 @@ pub fn measure(
 }
 
 /// Parses `name[fault][fault]` (a target label) into a spec.
-pub fn parse_label(label: &str) -> Result<TargetSpec, String> {
+pub fn parse_label(label: &str) -> Result<TargetSpec, Error> {
     let (name, rest) = match label.find('[') {
         Some(i) => (&label[..i], &label[i..]),
         None => (label, ""),
@@ -577,7 +578,7 @@ pub fn parse_label(label: &str) -> Result<TargetSpec, String> {
         rest = &rest[end + 1..];
     }
     if name.is_empty() {
-        return Err(format!("target '{label}': no name"));
+        return Err(format!("target '{label}': no name").into());
     }
     Ok(TargetSpec::new(name, &faults))
 }
@@ -666,7 +667,9 @@ pub fn replay(repro: &Repro, filter: &ReplayFilter) -> Vec<EntryResult> {
 /// Replays one file.
 pub fn replay_file(path: &Path, filter: &ReplayFilter) -> FileResult {
     let started = Instant::now();
-    let entries = Repro::load(path).map(|r| replay(&r, filter));
+    let entries = Repro::load(path)
+        .map(|r| replay(&r, filter))
+        .map_err(String::from);
     FileResult {
         path: path.to_path_buf(),
         entries,
@@ -675,10 +678,10 @@ pub fn replay_file(path: &Path, filter: &ReplayFilter) -> FileResult {
 }
 
 /// The repro files a path names: the file itself, or a folder's `*.json`, sorted.
-pub fn repro_files(path: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn repro_files(path: &Path) -> Result<Vec<PathBuf>, Error> {
     if !path.is_dir() {
         if !path.exists() {
-            return Err(format!("{}: no such file or folder", path.display()));
+            return Err(format!("{}: no such file or folder", path.display()).into());
         }
         return Ok(vec![path.to_path_buf()]);
     }
@@ -805,7 +808,7 @@ fn civil_date(days: i64) -> String {
 }
 
 /// Checks a `YYYY-MM-DD` date.
-pub fn check_date(s: &str) -> Result<String, String> {
+pub fn check_date(s: &str) -> Result<String, Error> {
     let b = s.as_bytes();
     let ok = b.len() == 10
         && b[4] == b'-'
@@ -818,7 +821,7 @@ pub fn check_date(s: &str) -> Result<String, String> {
     if ok {
         Ok(s.to_string())
     } else {
-        Err(format!("date '{s}': expected YYYY-MM-DD"))
+        Err(format!("date '{s}': expected YYYY-MM-DD").into())
     }
 }
 
@@ -930,11 +933,11 @@ mod tests {
     #[test]
     fn malformed_files_say_where() {
         let e = Repro::parse("{\n  \"repro\": \"x\",\n  \"oracle\": \"I9\"\n}").unwrap_err();
-        assert!(e.starts_with("line 3, column"), "{e}");
+        assert!(e.message.starts_with("line 3, column"), "{e}");
         let mut r = seed_repro();
         r.step = 4;
         let e = Repro::parse(&r.to_text()).unwrap_err();
-        assert!(e.contains("\"step\": 4"), "{e}");
+        assert!(e.message.contains("\"step\": 4"), "{e}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::error::Error;
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
 use crate::oracles::theorems::{Derivation, Theorem, Verdict};
 
@@ -69,7 +70,7 @@ impl GenConfig {
     }
 
     /// Checks the bounds before anything runs.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Error> {
         if self.max_len == 0 {
             return Err("--max-len must be at least 1".into());
         }
@@ -77,7 +78,8 @@ impl GenConfig {
             return Err(format!(
                 "--min-len must be in 1..={} (--max-len), got {}",
                 self.max_len, self.min_len
-            ));
+            )
+            .into());
         }
         if self.setup.n_seq_max < 2 {
             return Err("the context needs at least 2 sequences to fork".into());

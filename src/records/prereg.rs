@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::error::Error;
 use crate::oracles::{OracleId, Registry};
 
 /// What was predicted for one oracle.
@@ -84,7 +85,7 @@ impl MeasurementPrediction {
 }
 
 /// Reads the measurement predictions of every ```toml block of a PREREG.md text.
-pub fn parse_measurements(text: &str) -> Result<Vec<MeasurementPrediction>, String> {
+pub fn parse_measurements(text: &str) -> Result<Vec<MeasurementPrediction>, Error> {
     Ok(toml_blocks(text)?
         .into_iter()
         .flat_map(|f| f.measurement)
@@ -132,15 +133,15 @@ pub struct PredictionCheck {
 }
 
 /// Reads the predictions in a PREREG.md.
-pub fn read(path: &Path) -> Result<Vec<Prediction>, String> {
+pub fn read(path: &Path) -> Result<Vec<Prediction>, Error> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    parse(&text).map_err(|e| e.context(path.display()))
 }
 
 /// Parses the audit predictions of every ```toml block of a PREREG.md text. Every key of a
 /// prediction besides its run names an oracle of the registry.
-pub fn parse(text: &str) -> Result<Vec<Prediction>, String> {
+pub fn parse(text: &str) -> Result<Vec<Prediction>, Error> {
     let predictions: Vec<Prediction> = toml_blocks(text)?
         .into_iter()
         .flat_map(|f| f.prediction)
@@ -158,7 +159,8 @@ pub fn parse(text: &str) -> Result<Vec<Prediction>, String> {
                 p.domain,
                 p.depth,
                 registry.names().join(", ")
-            ));
+            )
+            .into());
         }
     }
     Ok(predictions)
@@ -233,6 +235,6 @@ mod tests {
     #[test]
     fn errors_name_the_line() {
         let e = parse("# x\n\n```toml\n[[prediction]]\ntarget = 1\n```\n").unwrap_err();
-        assert!(e.starts_with("line 5"), "{e}");
+        assert!(e.message.starts_with("line 5"), "{e}");
     }
 }

@@ -14,6 +14,7 @@ use tabled::{settings::Style, Table, Tabled};
 
 use crate::base::domain::total_trials;
 use crate::base::domain::Domain;
+use crate::base::error::Error;
 use crate::base::target::TargetInfo;
 use crate::oracles::OracleId;
 use crate::records::prereg::{self, OraclePrediction, Prediction, PredictionCheck, RunName};
@@ -35,7 +36,7 @@ impl Shard {
     pub const WHOLE: Shard = Shard { index: 0, count: 1 };
 
     /// Parses `K/M`.
-    pub fn parse(s: &str) -> Result<Shard, String> {
+    pub fn parse(s: &str) -> Result<Shard, Error> {
         let (k, m) = s
             .split_once('/')
             .ok_or_else(|| format!("shard '{s}': expected K/M, e.g. 0/3"))?;
@@ -47,13 +48,13 @@ impl Shard {
             .trim()
             .parse()
             .map_err(|_| format!("shard '{s}': M is not a number"))?;
-        Shard::new(k, m).map_err(|e| format!("shard '{s}': {e}"))
+        Shard::new(k, m).map_err(|e| e.context(format!("shard '{s}'")))
     }
 
     /// A checked shard.
-    pub fn new(index: usize, count: usize) -> Result<Shard, String> {
+    pub fn new(index: usize, count: usize) -> Result<Shard, Error> {
         if count == 0 || index >= count {
-            return Err(format!("need 0 <= K < M, got K = {index}, M = {count}"));
+            return Err(format!("need 0 <= K < M, got K = {index}, M = {count}").into());
         }
         Ok(Shard { index, count })
     }
@@ -464,7 +465,7 @@ pub enum Event {
 
 /// Combines shard reports into the report of the whole run. Fails (with the reason) unless the
 /// reports are shards of one run that cover every shard exactly once.
-pub fn merge(reports: Vec<Report>) -> Result<Report, String> {
+pub fn merge(reports: Vec<Report>) -> Result<Report, Error> {
     let first = reports.first().ok_or("no reports to merge")?.clone();
     if reports.iter().any(|r| r.fuzz.is_some()) {
         return Err("fuzz reports cannot be merged (they are not shards of an enumeration)".into());
@@ -481,7 +482,8 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, String> {
             return Err(format!(
                 "report {} is of another run (target, domain or depth differ)",
                 i + 1
-            ));
+            )
+            .into());
         }
         if r.shard.count != m {
             return Err(format!(
@@ -489,10 +491,11 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, String> {
                 i + 1,
                 r.shard.index,
                 r.shard.count
-            ));
+            )
+            .into());
         }
         if std::mem::replace(&mut seen[r.shard.index], true) {
-            return Err(format!("shard {}/{m} given twice", r.shard.index));
+            return Err(format!("shard {}/{m} given twice", r.shard.index).into());
         }
         timing.elapsed_s += r.timing.elapsed_s;
         let mut t = Tally {
@@ -507,14 +510,11 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, String> {
         tally.merge(t);
     }
     if let Some(missing) = seen.iter().position(|s| !s) {
-        return Err(format!("shard {missing}/{m} is missing"));
+        return Err(format!("shard {missing}/{m} is missing").into());
     }
     let expected = total_trials(first.domain.ops().len() as u64, first.depth);
     if tally.trials != expected {
-        return Err(format!(
-            "merged {} trials, the run has {expected}",
-            tally.trials
-        ));
+        return Err(format!("merged {} trials, the run has {expected}", tally.trials).into());
     }
     timing.trials_per_s = tally.trials as f64 / timing.elapsed_s.max(1e-9);
     Ok(Report::new(

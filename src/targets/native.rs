@@ -5,6 +5,7 @@
 
 use native_kv::{BatchToken, CacheConfig, CellCache, Faults};
 
+use crate::base::error::Error;
 use crate::base::op::{Op, Pos, SeqId, Setup};
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
@@ -35,7 +36,7 @@ impl NativeTarget {
 }
 
 /// Parses a comma-separated fault list (`refcount,seq_rm_off_by_one`).
-pub fn parse_faults(list: &[String]) -> Result<Faults, String> {
+pub fn parse_faults(list: &[String]) -> Result<Faults, Error> {
     let mut faults = Faults::default();
     for name in list
         .iter()
@@ -47,7 +48,8 @@ pub fn parse_faults(list: &[String]) -> Result<Faults, String> {
             return Err(format!(
                 "unknown fault '{name}' (known: {})",
                 Faults::NAMES.join(", ")
-            ));
+            )
+            .into());
         }
     }
     Ok(faults)

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use native_kv::Faults;
 
+use crate::base::error::Error;
 use crate::base::target::{CacheUnderTest, HarnessError};
 use crate::model::forward::Model;
 use crate::running::runner::RunnerFactory;
@@ -39,7 +40,7 @@ impl TargetSpec {
 
     /// Whether the theorem oracles can judge this target: only `native+tensors` serializes K/V
     /// rows and exposes logits in process; for any other target the `Err` says why not.
-    pub fn check_theorem_target(&self) -> Result<(), String> {
+    pub fn check_theorem_target(&self) -> Result<(), Error> {
         use crate::targets::native_tensor::NAME as TENSORS;
         if self.name == TENSORS {
             return Ok(());
@@ -54,7 +55,7 @@ impl TargetSpec {
             } else {
                 "it has no tensors"
             }
-        ))
+        ).into())
     }
 
     /// The in-process target the theorem oracles drive (`kvaudit fuzz --oracles T1,T2,T3`) and
@@ -63,17 +64,18 @@ impl TargetSpec {
     pub fn theorem_target(
         &self,
         window: Option<u32>,
-    ) -> Result<(Box<dyn CacheUnderTest + Send>, Arc<Model>), String> {
+    ) -> Result<(Box<dyn CacheUnderTest + Send>, Arc<Model>), Error> {
         use crate::targets::native_tensor::NativeTensorTarget;
         self.check_theorem_target()?;
         let faults = parse_faults(&self.faults)?;
-        let load = || NativeTensorTarget::default_model(window).map_err(|e| e.to_string());
+        let load =
+            || NativeTensorTarget::default_model(window).map_err(|e| Error::harness(e.to_string()));
         let target = NativeTensorTarget::new(load()?, faults);
         Ok((Box::new(target), load()?))
     }
 
     /// Checks the spec and returns a factory that makes one runner per call.
-    pub fn factory(&self) -> Result<Box<RunnerFactory<'static>>, String> {
+    pub fn factory(&self) -> Result<Box<RunnerFactory<'static>>, Error> {
         match self.name.as_str() {
             "native" => {
                 let faults: Faults = parse_faults(&self.faults)?;
@@ -101,13 +103,13 @@ impl TargetSpec {
                 if !self.faults.is_empty() {
                     return Err(format!(
                         "faults can only be injected into the native target, not {other}"
-                    ));
+                    ).into());
                 }
                 llama_factory(other, self.model.as_deref())
             }
             other => Err(format!(
                 "unknown target '{other}' (known: native, native+tensors, llama.cpp@VERSION[+assert])"
-            )),
+            ).into()),
         }
     }
 }
@@ -120,22 +122,21 @@ pub const LLAMA_TRIAL_TIMEOUT: Duration = Duration::from_secs(20);
 pub fn llama_worker_spec(
     name: &str,
     model: Option<&std::path::Path>,
-) -> Result<crate::targets::llama::worker::WorkerSpec, String> {
+) -> Result<crate::targets::llama::worker::WorkerSpec, Error> {
     use crate::targets::llama::build::{ensure_built, BuildSpec};
     use crate::targets::llama::pins::Pin;
     use crate::targets::llama::target::ResetMode;
-    let pin = Pin::parse(name).map_err(|e| format!("{e:#}"))?;
-    let info = pin.info().map_err(|e| format!("{e:#}"))?;
+    let pin = Pin::parse(name).map_err(|e| Error::input(format!("{e:#}")))?;
+    let info = pin.info().map_err(|e| Error::input(format!("{e:#}")))?;
     let built = ensure_built(&BuildSpec::new(pin.clone()), true)
-        .map_err(|e| format!("building {name}: {e:#}"))?;
+        .map_err(|e| Error::harness(format!("building {name}: {e:#}")))?;
     let model = match model {
         Some(m) => m.to_path_buf(),
-        None => {
-            crate::model::tiny::try_audit_model_path().map_err(|e| format!("tiny model: {e:#}"))?
-        }
+        None => crate::model::tiny::try_audit_model_path()
+            .map_err(|e| Error::harness(format!("tiny model: {e:#}")))?,
     };
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the kvaudit executable: {e}"))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::harness(format!("cannot find the kvaudit executable: {e}")))?;
     Ok(crate::targets::llama::worker::WorkerSpec {
         exe: worker_exe(exe),
         shim: built.so_path.clone(),
@@ -153,7 +154,7 @@ pub fn llama_worker_spec(
 fn llama_factory(
     name: &str,
     model: Option<&std::path::Path>,
-) -> Result<Box<RunnerFactory<'static>>, String> {
+) -> Result<Box<RunnerFactory<'static>>, Error> {
     use crate::targets::llama::worker::WorkerRunner;
     let spec = llama_worker_spec(name, model)?;
     Ok(Box::new(

@@ -66,7 +66,7 @@ impl Oracle for BelowEight {
 static BELOW_EIGHT_ORACLE: BelowEight = BelowEight;
 
 fn factory(label: &str) -> Result<Box<RunnerFactory<'static>>, String> {
-    parse_label(label)?.factory()
+    Ok(parse_label(label)?.factory()?)
 }
 
 fn audit(oracles: Registry, a: &str, b: Option<&str>, depth: u32) -> Result<Report, String> {

@@ -10,6 +10,7 @@
 //! - `tidy::one_state_parser`: only `base/state.rs` decodes binary state (and `model/gguf.rs` its
 //!   own file format): nothing else calls `from_le_bytes`.
 //! - `tidy::module_docs`: every module starts with `//!` docs.
+//! - `tidy::error_style`: no public function returns `Result<_, String>`.
 //! - `tidy::cli_outside_the_library`: the command line lives in the binary.
 //!
 //! Test code (`#[cfg(test)]` items) is left out: tests may reach any layer. Each check also runs
@@ -504,6 +505,37 @@ pub fn check_one_state_parser(sources: &[Source]) -> Result<(), String> {
     }
 }
 
+/// No public function of the library returns `Result<_, String>`: failures are
+/// `base::error::Error` (or a layer's own typed error), whose kind decides the exit code.
+pub fn check_error_style(sources: &[Source]) -> Result<(), String> {
+    let mut bad = Vec::new();
+    for s in sources {
+        let code = s.code();
+        for (at, _) in code.match_indices("pub fn ") {
+            let sig_end = code[at..].find(['{', ';']).map_or(code.len(), |e| at + e);
+            let sig: String = code[at..sig_end]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            if sig.contains("-> Result<") && sig.trim_end().ends_with(", String>") {
+                let name = sig["pub fn ".len()..]
+                    .split(['(', '<'])
+                    .next()
+                    .unwrap_or("?");
+                bad.push(format!("src/{}: {name}", s.path));
+            }
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "public functions returning Result<_, String> (use base::error::Error): {}",
+            bad.join(", ")
+        ))
+    }
+}
+
 /// Every module starts with `//!` docs.
 pub fn check_module_docs(sources: &[Source]) -> Result<(), String> {
     let bad: Vec<&str> = sources
@@ -545,6 +577,18 @@ pub fn trials() -> Vec<Trial> {
         Trial::test("tidy::unsafe_code", run(check_unsafe)),
         Trial::test("tidy::one_state_parser", run(check_one_state_parser)),
         Trial::test("tidy::module_docs", run(check_module_docs)),
+        Trial::test("tidy::error_style", run(check_error_style)),
+        Trial::test(
+            "tidy::checks_catch_a_string_error",
+            must_fail(
+                check_error_style,
+                vec![Source::new(
+                    "base/x.rs",
+                    "//! x\npub fn parse(\n    s: &str,\n) -> Result<u32, String> {\n    todo!()\n}\n",
+                )],
+                "src/base/x.rs: parse",
+            ),
+        ),
         Trial::test("tidy::cli_outside_the_library", move || {
             let text = std::fs::read_to_string(&lib_rs).map_err(|e| e.to_string())?;
             super::outcome(if has_word(&strip_comments(&text), "cli") {
