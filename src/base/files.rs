@@ -2,7 +2,8 @@
 //!
 //! Every file kvaudit writes for a user or a cache (reports, repro files, models, build
 //! manifests) goes through [`write_atomically`], so a reader never sees half a file; content
-//! hashes are sha256 as lowercase hex ([`sha256_hex`]).
+//! hashes are sha256 as lowercase hex ([`sha256_hex`]). Input files a user may have been sent
+//! (repro files, reports, domain files) are read through [`read_text_limited`].
 
 use std::io;
 use std::path::Path;
@@ -35,6 +36,39 @@ pub fn write_atomically(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> 
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// Reads a UTF-8 text file of at most `max_bytes` bytes. A larger file is refused before it is
+/// read (and a device that never ends, such as `/dev/zero`, after `max_bytes + 1` bytes), so a
+/// hostile input cannot make kvaudit allocate without bound. Errors name the file.
+pub fn read_text_limited(path: &Path, max_bytes: u64) -> Result<String, String> {
+    use std::io::Read as _;
+    let cannot = |e: io::Error| format!("{}: cannot read: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let too_large = |n: u64| {
+        format!(
+            "{}: {n} bytes or more, larger than the {max_bytes}-byte limit for this input",
+            path.display()
+        )
+    };
+    let len = file.metadata().map_err(cannot)?.len();
+    if len > max_bytes {
+        return Err(too_large(len));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(too_large(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{}: byte {}: not UTF-8 text",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
     })
 }
 

@@ -18,6 +18,11 @@
 //!     per layer V: same when !v_trans; else i32 type, u32 element bytes, u32 n_embd_v_gqa,
 //!                  then n_embd_v_gqa x cell_count elements
 //! ```
+//!
+//! The bytes come from a target (a llama.cpp build, through the worker), so they are input: every
+//! count is checked against the bytes left before anything is allocated for it (a cell takes at
+//! least 8 bytes, a layer's K and V at least 24), sizes are multiplied with overflow checks, and every
+//! failure is a [`ParseError`] naming the byte offset.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -173,6 +178,31 @@ impl<'a> Reader<'a> {
     fn done(&self) -> bool {
         self.at == self.bytes.len()
     }
+
+    fn left(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    /// Fails at `offset` unless `count` records of at least `min_size` bytes each fit in what is
+    /// left: the bound on every count before a loop or an allocation sized by it.
+    fn check_fits(
+        &self,
+        offset: usize,
+        count: u32,
+        min_size: usize,
+        what: &str,
+    ) -> Result<(), ParseError> {
+        if (count as usize).saturating_mul(min_size) > self.left() {
+            return self.fail(
+                offset,
+                format!(
+                    "a {what} whose records fit the {} bytes left, found {count}",
+                    self.left()
+                ),
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Parses the bytes of `llama_state_seq_get_data`.
@@ -214,15 +244,8 @@ fn parse_stream<'a>(
 ) -> Result<StreamState<'a>, ParseError> {
     let at = r.at;
     let cell_count = r.u32("cell_count")?;
-    if cell_count as usize > r.bytes.len() / 8 {
-        return r.fail(
-            at,
-            format!(
-                "a cell_count that fits the {} bytes, found {cell_count}",
-                r.bytes.len()
-            ),
-        );
-    }
+    // A cell is at least i32 pos + u32 n_seq_id.
+    r.check_fits(at, cell_count, 8, "cell_count")?;
     if cell_count == 0 {
         return Ok(StreamState {
             cells: Vec::new(),
@@ -239,6 +262,7 @@ fn parse_stream<'a>(
         if n_seq > 256 {
             return r.fail(at, format!("n_seq_id <= 256, found {n_seq}"));
         }
+        r.check_fits(at, n_seq, 4, "n_seq_id")?;
         let seqs_at = seq_ids.len() as u32;
         for _ in 0..n_seq {
             seq_ids.push(r.i32("cell seq id")?);
@@ -255,7 +279,10 @@ fn parse_stream<'a>(
         1 => true,
         x => return r.fail(at, format!("v_trans 0 or 1, found {x}")),
     };
+    let n_layer_at = r.at;
     let n_layer = r.u32("n_layer")?;
+    // A layer is at least i32 type + u64 row bytes (K), as much again for V.
+    r.check_fits(n_layer_at, n_layer, 24, "n_layer")?;
     let n_rot = if format.rot_fields {
         Some((r.u32("n_rot_k")?, r.u32("n_rot_v")?))
     } else {
@@ -266,7 +293,7 @@ fn parse_stream<'a>(
         let row_bytes = r.u64(&format!("{what} row bytes"))?;
         let n = row_bytes
             .checked_mul(cell_count as u64)
-            .filter(|&n| n <= r.bytes.len() as u64);
+            .filter(|&n| n <= r.left() as u64);
         let Some(n) = n else {
             return r.fail(
                 r.at,
@@ -294,10 +321,16 @@ fn parse_stream<'a>(
             let ggml_type = r.i32("V type")?;
             let el = r.u32("V element bytes")? as u64;
             let n_embd = r.u32("V n_embd_v_gqa")?;
-            let n = el * n_embd as u64 * cell_count as u64;
-            if n > r.bytes.len() as u64 {
-                return r.fail(r.at, format!("{n} bytes of transposed V"));
-            }
+            let n = el
+                .checked_mul(n_embd as u64)
+                .and_then(|n| n.checked_mul(cell_count as u64))
+                .filter(|&n| n <= r.left() as u64);
+            let Some(n) = n else {
+                return r.fail(
+                    r.at,
+                    format!("{cell_count} x {n_embd} transposed V elements of {el} bytes"),
+                );
+            };
             let data = r.take(n as usize, "transposed V")?;
             v.push(LayerRows {
                 ggml_type,
@@ -319,6 +352,28 @@ fn parse_stream<'a>(
             v,
         }),
     })
+}
+
+/// Fuzz target `seq_state` (`fuzz/fuzz_targets/seq_state.rs`, and `tests/it/fuzz_seeds.rs` over
+/// its seeds): any bytes, in both formats, parse or fail with an offset inside the input; a
+/// parsed state's cells and rows lie inside it. Panics otherwise.
+#[doc(hidden)]
+pub fn fuzz_seq_state(data: &[u8]) {
+    for rot_fields in [false, true] {
+        match parse_seq_state(data, StateFormat { rot_fields }) {
+            Err(e) => assert!(e.offset <= data.len(), "{e}"),
+            Ok(state) => {
+                for stream in state.caches.iter().flatten() {
+                    for cell in &stream.cells {
+                        assert_eq!(stream.seqs_of(cell).len(), cell.n_seq as usize);
+                    }
+                    let rows = stream.kv.iter().flat_map(|kv| kv.k.iter().chain(&kv.v));
+                    assert!(rows.map(|l| l.data.len()).sum::<usize>() <= data.len());
+                }
+                let _ = state.resident_positions();
+            }
+        }
+    }
 }
 
 #[cfg(test)]
