@@ -14,7 +14,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::base::files::read_text_limited;
+use crate::base::files::{check_input_size, read_text_limited};
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup};
 
 /// The largest domain file read (1 MiB; the presets are a few hundred bytes).
@@ -216,12 +216,7 @@ impl Domain {
 
     /// Parses domain TOML (see [`Domain::from_file`]).
     pub fn from_toml(text: &str) -> Result<Domain, String> {
-        if text.len() as u64 > MAX_DOMAIN_FILE_BYTES {
-            return Err(format!(
-                "{} bytes, larger than the {MAX_DOMAIN_FILE_BYTES}-byte limit for a domain file",
-                text.len()
-            ));
-        }
+        check_input_size(text.len() as u64, MAX_DOMAIN_FILE_BYTES, "a domain file")?;
         let file: DomainOverrides = toml::from_str(text).map_err(|e| {
             let at = e
                 .span()

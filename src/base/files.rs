@@ -39,6 +39,16 @@ pub fn write_atomically(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> 
     })
 }
 
+/// `Err` naming the limit when `len` bytes of `what` (e.g. "a repro file") exceed `max_bytes`.
+pub fn check_input_size(len: u64, max_bytes: u64, what: &str) -> Result<(), String> {
+    if len > max_bytes {
+        return Err(format!(
+            "{len} bytes or more, larger than the {max_bytes}-byte limit for {what}"
+        ));
+    }
+    Ok(())
+}
+
 /// Reads a UTF-8 text file of at most `max_bytes` bytes. A larger file is refused before it is
 /// read (and a device that never ends, such as `/dev/zero`, after `max_bytes + 1` bytes), so a
 /// hostile input cannot make kvaudit allocate without bound. Errors name the file.
@@ -47,22 +57,14 @@ pub fn read_text_limited(path: &Path, max_bytes: u64) -> Result<String, String> 
     let cannot = |e: io::Error| format!("{}: cannot read: {e}", path.display());
     let file = std::fs::File::open(path).map_err(cannot)?;
     let too_large = |n: u64| {
-        format!(
-            "{}: {n} bytes or more, larger than the {max_bytes}-byte limit for this input",
-            path.display()
-        )
+        check_input_size(n, max_bytes, "this input").map_err(|e| format!("{}: {e}", path.display()))
     };
-    let len = file.metadata().map_err(cannot)?.len();
-    if len > max_bytes {
-        return Err(too_large(len));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
+    too_large(file.metadata().map_err(cannot)?.len())?;
+    let mut bytes = Vec::new();
     file.take(max_bytes + 1)
         .read_to_end(&mut bytes)
         .map_err(cannot)?;
-    if bytes.len() as u64 > max_bytes {
-        return Err(too_large(bytes.len() as u64));
-    }
+    too_large(bytes.len() as u64)?;
     String::from_utf8(bytes).map_err(|e| {
         format!(
             "{}: byte {}: not UTF-8 text",

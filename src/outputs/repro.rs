@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use crate::base::domain::check_trace_limits;
-use crate::base::files::{read_text_limited, write_atomically};
+use crate::base::files::{check_input_size, read_text_limited, write_atomically};
 use crate::base::op::{Op, SeqId, Trace};
 use crate::oracles::OracleId;
 use crate::records::report::{terminal_text, Finding};
@@ -356,12 +356,7 @@ impl Repro {
 
     /// Parses and checks a repro file's text. Errors say where (line and column) and what.
     pub fn parse(text: &str) -> Result<Repro, String> {
-        if text.len() as u64 > MAX_REPRO_BYTES {
-            return Err(format!(
-                "{} bytes, larger than the {MAX_REPRO_BYTES}-byte limit for a repro file",
-                text.len()
-            ));
-        }
+        check_input_size(text.len() as u64, MAX_REPRO_BYTES, "a repro file")?;
         let r: Repro = serde_json::from_str(text)
             .map_err(|e| format!("{}not a kvaudit repro file: {}", at(&e), message(&e)))?;
         r.validate()?;
@@ -392,6 +387,10 @@ impl Repro {
         check_one_line("postmortem", &self.postmortem)?;
         check_one_line("since", &self.since)?;
         check_one_line("kind", &self.kind)?;
+        // Replay prints these as JSON, which escapes C0 controls but not DEL or C1 (U+009B is a
+        // one-byte CSI to some terminals).
+        check_one_line("observed", &self.observed.to_string())?;
+        check_one_line("expected", &self.expected.to_string())?;
         if self.targets.is_empty() {
             return Err("\"targets\": at least one target expectation is needed".into());
         }
@@ -403,6 +402,9 @@ impl Repro {
                 .chain(&t.kind);
             for name in names {
                 check_one_line("targets", name)?;
+            }
+            if let Some(observed) = &t.observed {
+                check_one_line("targets", &observed.to_string())?;
             }
             if let Some(step) = t.step {
                 in_trace(step, &format!("target {}: \"step\"", t.label()))?;

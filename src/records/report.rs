@@ -20,6 +20,7 @@ use serde_json::Value;
 use tabled::{settings::Style, Table, Tabled};
 
 use crate::base::domain::{check_trace_limits, Domain};
+use crate::base::files::check_input_size;
 use crate::base::op::{SeqId, Trace};
 use crate::base::target::TargetInfo;
 use crate::engines::explore::{total_trials, Tally};
@@ -327,12 +328,7 @@ impl Report {
 
     /// Parses a JSON report (`--format json`), at most [`MAX_REPORT_BYTES`]. Errors say where.
     pub fn parse(text: &str) -> Result<Report, String> {
-        if text.len() as u64 > MAX_REPORT_BYTES {
-            return Err(format!(
-                "{} bytes, larger than the {MAX_REPORT_BYTES}-byte limit for a report",
-                text.len()
-            ));
-        }
+        check_input_size(text.len() as u64, MAX_REPORT_BYTES, "a report")?;
         let r: Report = serde_json::from_str(text).map_err(|e| {
             format!(
                 "line {}, column {}: not a kvaudit JSON report: {}",

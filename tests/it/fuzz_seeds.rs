@@ -18,6 +18,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use libtest_mimic::Trial;
+use proptest::prelude::Rng as _;
+use proptest::test_runner::{RngAlgorithm, TestRng};
 use serde_json::{json, Value};
 
 /// Mutations run per seed.
@@ -69,16 +71,18 @@ fn seeds(target: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
     Ok(v)
 }
 
-/// splitmix64: a fixed-seed generator, so the mutations are the same on every run.
-struct Rng(u64);
+/// A fixed-seed generator (proptest's ChaCha), so the mutations are the same on every run.
+struct Rng(TestRng);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        Rng(TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
+    }
+
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: usize) -> usize {
@@ -179,7 +183,7 @@ fn run_target(target: &str, body: Body) -> Result<(), String> {
         run_one(target, body, &format!("seed {name}"), data)?;
     }
     for (k, (name, data)) in seeds.iter().enumerate() {
-        let mut rng = Rng(0x6b76_6175_6469_7400 ^ (k as u64) << 32 ^ target.len() as u64);
+        let mut rng = Rng::new(0x6b76_6175_6469_7400 ^ (k as u64) << 32 ^ target.len() as u64);
         for m in 0..MUTATIONS_PER_SEED {
             let input = mutate(data, &seeds, &mut rng);
             run_one(
@@ -288,24 +292,30 @@ fn generated_seeds() -> Result<Vec<(&'static str, String, Vec<u8>)>, String> {
     };
     let tiny = tiny_model_bytes(&spec).map_err(|e| format!("{e:#}"))?;
     add("gguf", "tiny-llama.gguf", tiny.clone());
+    // One key of each of the 13 value types, then two tensors.
     let mut w = GgufWriter::new();
-    w.add_kv("u8", GgufValue::U8(1))
-        .add_kv("i16", GgufValue::I16(-2))
-        .add_kv("bool", GgufValue::Bool(true))
-        .add_kv("f64", GgufValue::F64(0.5))
-        .add_kv("i64", GgufValue::I64(-7))
-        .add_kv("s", GgufValue::String("*/ text".into()))
-        .add_kv(
-            "arr",
-            GgufValue::Array(
-                GgufValueType::String,
-                vec![
-                    GgufValue::String("a".into()),
-                    GgufValue::String("bc".into()),
-                ],
-            ),
-        )
-        .add_tensor_f32("t0", &[3], vec![1.0, -2.0, 3.5])
+    let values = [
+        GgufValue::U8(1),
+        GgufValue::I8(-1),
+        GgufValue::U16(2),
+        GgufValue::I16(-2),
+        GgufValue::U32(3),
+        GgufValue::I32(-3),
+        GgufValue::F32(0.25),
+        GgufValue::Bool(true),
+        GgufValue::String("*/ text".into()),
+        GgufValue::U64(4),
+        GgufValue::I64(-4),
+        GgufValue::F64(0.5),
+        GgufValue::Array(
+            GgufValueType::I32,
+            vec![GgufValue::I32(5), GgufValue::I32(6)],
+        ),
+    ];
+    for (i, v) in values.into_iter().enumerate() {
+        w.add_kv(format!("key.{i}"), v);
+    }
+    w.add_tensor_f32("t0", &[3], vec![1.0, -2.0, 3.5])
         .add_tensor_f32("t1", &[2, 2], vec![0.0; 4]);
     add("gguf", "every-type.gguf", w.to_bytes());
     add(

@@ -523,6 +523,13 @@ fn repro_files_refuse_or_round_trip() -> Result<(), String> {
             }
         }
     }
+    // `observed` is printed as JSON, which escapes C0 controls but not C1 ones.
+    let mut v = base.clone();
+    v["observed"] = json!({ "pos_max": "\u{9b}31m" });
+    match Repro::parse(&v.to_string()) {
+        Err(e) if e.contains("observed") => {}
+        other => failures.push(format!("a C1 control in observed: {other:?}")),
+    }
     // An error quoting a hostile value does not carry its control characters.
     let mut v = base.clone();
     v["oracle"] = json!("\u{1b}[2J\u{9b}");
