@@ -19,10 +19,10 @@
 //!                  then n_embd_v_gqa x cell_count elements
 //! ```
 //!
-//! The bytes come from a target (a llama.cpp build, through the worker), so they are input: every
-//! count is checked against the bytes left before anything is allocated for it (a cell takes at
-//! least 8 bytes, a layer's K and V at least 24), sizes are multiplied with overflow checks, and every
-//! failure is a [`ParseError`] naming the byte offset.
+//! The bytes come from a target (a llama.cpp build, through the worker), so they are input: no
+//! count allocates or loops beyond what the bytes can hold (cells: the input's length / 8; seq
+//! ids per cell: 256; streams: 256; a layer reads 12 bytes or fails), sizes are multiplied with
+//! overflow checks, and every failure is a [`ParseError`] naming the byte offset.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -178,31 +178,6 @@ impl<'a> Reader<'a> {
     fn done(&self) -> bool {
         self.at == self.bytes.len()
     }
-
-    fn left(&self) -> usize {
-        self.bytes.len() - self.at
-    }
-
-    /// Fails at `offset` unless `count` records of at least `min_size` bytes each fit in what is
-    /// left: the bound on every count before a loop or an allocation sized by it.
-    fn check_fits(
-        &self,
-        offset: usize,
-        count: u32,
-        min_size: usize,
-        what: &str,
-    ) -> Result<(), ParseError> {
-        if (count as usize).saturating_mul(min_size) > self.left() {
-            return self.fail(
-                offset,
-                format!(
-                    "a {what} whose records fit the {} bytes left, found {count}",
-                    self.left()
-                ),
-            );
-        }
-        Ok(())
-    }
 }
 
 /// Parses the bytes of `llama_state_seq_get_data`.
@@ -244,8 +219,17 @@ fn parse_stream<'a>(
 ) -> Result<StreamState<'a>, ParseError> {
     let at = r.at;
     let cell_count = r.u32("cell_count")?;
-    // A cell is at least i32 pos + u32 n_seq_id.
-    r.check_fits(at, cell_count, 8, "cell_count")?;
+    // A cell is at least i32 pos + u32 n_seq_id: the count is bounded by the input's length (so
+    // is the allocation below); a count that overruns what is left fails where the bytes end.
+    if cell_count as usize > r.bytes.len() / 8 {
+        return r.fail(
+            at,
+            format!(
+                "a cell_count that fits the {} bytes, found {cell_count}",
+                r.bytes.len()
+            ),
+        );
+    }
     if cell_count == 0 {
         return Ok(StreamState {
             cells: Vec::new(),
@@ -262,7 +246,6 @@ fn parse_stream<'a>(
         if n_seq > 256 {
             return r.fail(at, format!("n_seq_id <= 256, found {n_seq}"));
         }
-        r.check_fits(at, n_seq, 4, "n_seq_id")?;
         let seqs_at = seq_ids.len() as u32;
         for _ in 0..n_seq {
             seq_ids.push(r.i32("cell seq id")?);
@@ -279,10 +262,9 @@ fn parse_stream<'a>(
         1 => true,
         x => return r.fail(at, format!("v_trans 0 or 1, found {x}")),
     };
-    let n_layer_at = r.at;
+    // Each layer reads at least 12 bytes before it can fail, and nothing is allocated ahead for
+    // `n_layer`: a huge count ends where the bytes do.
     let n_layer = r.u32("n_layer")?;
-    // A layer is at least i32 type + u64 row bytes (K), as much again for V.
-    r.check_fits(n_layer_at, n_layer, 24, "n_layer")?;
     let n_rot = if format.rot_fields {
         Some((r.u32("n_rot_k")?, r.u32("n_rot_v")?))
     } else {
@@ -293,7 +275,7 @@ fn parse_stream<'a>(
         let row_bytes = r.u64(&format!("{what} row bytes"))?;
         let n = row_bytes
             .checked_mul(cell_count as u64)
-            .filter(|&n| n <= r.left() as u64);
+            .filter(|&n| n <= r.bytes.len() as u64);
         let Some(n) = n else {
             return r.fail(
                 r.at,
@@ -324,7 +306,7 @@ fn parse_stream<'a>(
             let n = el
                 .checked_mul(n_embd as u64)
                 .and_then(|n| n.checked_mul(cell_count as u64))
-                .filter(|&n| n <= r.left() as u64);
+                .filter(|&n| n <= r.bytes.len() as u64);
             let Some(n) = n else {
                 return r.fail(
                     r.at,
