@@ -34,6 +34,8 @@ const TARGETS: [(&str, Body); 5] = [
     ("domain_toml", kvaudit::base::domain::fuzz_domain_toml),
     ("gguf", kvaudit::model::gguf::fuzz_gguf),
     ("seq_state", kvaudit::base::state::fuzz_seq_state),
+    // ("worker_wire", ...): the worker's request/reply format, with its body beside the worker's
+    // parser, goes here (and in fuzz/Cargo.toml) when that target is written.
 ];
 
 pub fn trials() -> Vec<Trial> {
