@@ -5,13 +5,89 @@
 //! overrides fields; the command line overrides fields again. The order of the op list is part
 //! of the contract: exhaustive audits enumerate traces lexicographically over it, so the first
 //! violating trace of a kind is the smallest one in that order.
+//!
+//! A domain file may come from someone else: it is read up to [`MAX_DOMAIN_FILE_BYTES`], and
+//! [`Domain::validate`] bounds the op list ([`MAX_DOMAIN_OPS`], counted before it is built) and the
+//! setup ([`check_setup_limits`]) before anything allocates in proportion to them.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::base::error::Error;
+use crate::base::files::{check_input_size, read_text_limited};
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup};
+
+/// The largest domain file read (1 MiB; the presets are a few hundred bytes).
+pub const MAX_DOMAIN_FILE_BYTES: u64 = 1 << 20;
+/// Most ops a domain may enumerate (the `wide` preset has fewer than 100; an exhaustive audit
+/// runs ops^depth traces, so a larger list is never what a user wants).
+pub const MAX_DOMAIN_OPS: u64 = 10_000;
+/// Most setup ops.
+pub const MAX_SETUP_OPS: usize = 10_000;
+/// Largest `n_ctx` a setup may ask for (cells a target allocates before the first op).
+pub const MAX_N_CTX: u32 = 1 << 20;
+/// Largest `n_seq_max` (llama.cpp's `LLAMA_MAX_SEQ` is 256).
+pub const MAX_N_SEQ_MAX: u32 = 256;
+
+/// Checks a setup read from a file (domain or repro) against [`MAX_N_CTX`], [`MAX_N_SEQ_MAX`] and
+/// [`MAX_SETUP_OPS`], and each setup decode's token count against `n_ctx`.
+pub fn check_setup_limits(s: &Setup) -> Result<(), Error> {
+    if s.n_ctx == 0 || s.n_ctx > MAX_N_CTX {
+        return Err(format!("setup.n_ctx {} is outside 1..={MAX_N_CTX}", s.n_ctx).into());
+    }
+    if s.n_seq_max == 0 || s.n_seq_max > MAX_N_SEQ_MAX {
+        return Err(format!(
+            "setup.n_seq_max {} is outside 1..={MAX_N_SEQ_MAX}",
+            s.n_seq_max
+        )
+        .into());
+    }
+    if s.ops.len() > MAX_SETUP_OPS {
+        return Err(format!(
+            "setup.ops: {} ops, more than the limit of {MAX_SETUP_OPS}",
+            s.ops.len()
+        )
+        .into());
+    }
+    check_decodes_fit(&s.ops, s.n_ctx, "setup op")
+}
+
+/// Most ops a trace read from a file may hold (its setup counts apart, see
+/// [`check_setup_limits`]).
+pub const MAX_TRACE_OPS: usize = 100_000;
+
+/// Checks a trace read from a file (a repro, a report's finding): the setup within
+/// [`check_setup_limits`], at most [`MAX_TRACE_OPS`] ops, no decode of more tokens than `n_ctx`.
+/// Replaying, shrinking or emitting a trace allocates in proportion to these.
+pub fn check_trace_limits(t: &crate::base::op::Trace) -> Result<(), Error> {
+    check_setup_limits(&t.setup)?;
+    if t.ops.len() > MAX_TRACE_OPS {
+        return Err(format!(
+            "{} ops, more than the limit of {MAX_TRACE_OPS}",
+            t.ops.len()
+        )
+        .into());
+    }
+    check_decodes_fit(&t.ops, t.setup.n_ctx, "op")
+}
+
+/// Every decode in `ops` asks for at most `n_ctx` tokens (`what` names the list in the error).
+pub fn check_decodes_fit(ops: &[Op], n_ctx: u32, what: &str) -> Result<(), Error> {
+    for (i, op) in ops.iter().enumerate() {
+        if let Op::Decode(d) = op {
+            if d.n > n_ctx {
+                return Err(format!(
+                    "{what} {}: decode of {} tokens, more than n_ctx {n_ctx}",
+                    i + 1,
+                    d.n
+                )
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
 
 /// A finite argument domain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,13 +212,13 @@ impl Domain {
     /// Loads a domain file: TOML naming an optional `preset` (default `seed`) and overriding any
     /// field of it.
     pub fn from_file(path: &Path) -> Result<Domain, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let text = read_text_limited(path, MAX_DOMAIN_FILE_BYTES)?;
         Self::from_toml(&text).map_err(|e| e.context(path.display()))
     }
 
     /// Parses domain TOML (see [`Domain::from_file`]).
     pub fn from_toml(text: &str) -> Result<Domain, Error> {
+        check_input_size(text.len() as u64, MAX_DOMAIN_FILE_BYTES, "a domain file")?;
         let file: DomainOverrides = toml::from_str(text).map_err(|e| {
             let at = e
                 .span()
@@ -158,8 +234,49 @@ impl Domain {
         Ok(d)
     }
 
+    /// How many ops [`Domain::ops`] lists at most, counted without building them (duplicate
+    /// sequences make the real list shorter), saturating.
+    fn op_count_bound(&self) -> u64 {
+        let n = |v: usize| v as u64;
+        let (seqs, ranges) = (n(self.seqs.len()), n(self.ranges.len()));
+        let per_seq_range = 1 + n(self.deltas.len()) + n(self.divisors.len());
+        let copies = if self.copies {
+            seqs.saturating_mul(seqs).saturating_mul(ranges)
+        } else {
+            0
+        };
+        (seqs + u64::from(self.rm_all))
+            .saturating_mul(ranges)
+            .saturating_add(copies)
+            .saturating_add(seqs.saturating_mul(ranges).saturating_mul(per_seq_range))
+            .saturating_add(seqs.saturating_mul(1 + n(self.decode_next.len())))
+            .saturating_add(1)
+    }
+
+    /// Checks the size limits alone: the setup ([`check_setup_limits`]) and the op count
+    /// ([`MAX_DOMAIN_OPS`]), without building the op list. A report read back checks its domain
+    /// this way before rendering it.
+    pub fn check_limits(&self) -> Result<(), Error> {
+        check_setup_limits(&self.setup)?;
+        if self.op_count_bound() > MAX_DOMAIN_OPS {
+            return Err(format!(
+                "the domain would list up to {} ops, more than the limit of {MAX_DOMAIN_OPS}",
+                self.op_count_bound()
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     /// Checks that the domain makes sense before anything runs.
     pub fn validate(&self) -> Result<(), Error> {
+        self.check_limits()?;
+        if let Some(&n) = self.decode_next.iter().find(|&&n| n > self.setup.n_ctx) {
+            return Err(Error::input(format!(
+                "decode_next: {n} tokens, more than setup.n_ctx {}",
+                self.setup.n_ctx
+            )));
+        }
         if self.seqs.is_empty() {
             return Err("seqs: at least one sequence is needed".into());
         }
@@ -188,7 +305,7 @@ impl Domain {
 }
 
 fn line_col(text: &str, byte: usize) -> String {
-    let before = &text[..byte.min(text.len())];
+    let before = text.get(..byte).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
     format!("line {line}, column {col}: ")
@@ -301,6 +418,21 @@ pub fn total_trials(n: u64, depth: u32) -> u64 {
     (1..=depth)
         .map(|k| n.saturating_pow(k))
         .fold(0u64, u64::saturating_add)
+}
+
+/// Fuzz target `domain_toml` (`fuzz/fuzz_targets/domain_toml.rs`, and `tests/it/fuzz_seeds.rs`
+/// over its seeds): any bytes either fail to parse with an error or give a domain that
+/// validates and lists at most [`MAX_DOMAIN_OPS`] ops. Panics otherwise.
+#[doc(hidden)]
+pub fn fuzz_domain_toml(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(d) = Domain::from_toml(text) {
+        let ops = d.ops();
+        assert!(!ops.is_empty() && ops.len() as u64 <= MAX_DOMAIN_OPS);
+        assert_eq!(d.validate(), Ok(()));
+    }
 }
 
 #[cfg(test)]

@@ -2,13 +2,16 @@
 //!
 //! Every file kvaudit writes for a user or a cache (reports, repro files, models, build
 //! manifests) goes through [`write_atomically`], so a reader never sees half a file; content
-//! hashes are sha256 as lowercase hex ([`sha256_hex`]).
+//! hashes are sha256 as lowercase hex ([`sha256_hex`]). Input files a user may have been sent
+//! (repro files, reports, domain files) are read through [`read_text_limited`].
 
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
+
+use crate::base::error::Error;
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same folder (created when
 /// missing), then a rename. The temporary name is unique per process and call, so concurrent
@@ -41,6 +44,42 @@ pub fn write_atomically(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> 
 /// `bytes` as lowercase hex (a digest kvaudit computed itself, e.g. of several files).
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `Err` naming the limit when `len` bytes of `what` (e.g. "a repro file") exceed `max_bytes`.
+pub fn check_input_size(len: u64, max_bytes: u64, what: &str) -> Result<(), Error> {
+    if len > max_bytes {
+        return Err(format!(
+            "{len} bytes or more, larger than the {max_bytes}-byte limit for {what}"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Reads a UTF-8 text file of at most `max_bytes` bytes. A larger file is refused before it is
+/// read (and a device that never ends, such as `/dev/zero`, after `max_bytes + 1` bytes), so a
+/// hostile input cannot make kvaudit allocate without bound. Errors name the file.
+pub fn read_text_limited(path: &Path, max_bytes: u64) -> Result<String, Error> {
+    use std::io::Read as _;
+    let cannot = |e: io::Error| format!("{}: cannot read: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let too_large = |n: u64| {
+        check_input_size(n, max_bytes, "this input").map_err(|e| e.context(path.display()))
+    };
+    too_large(file.metadata().map_err(cannot)?.len())?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    too_large(bytes.len() as u64)?;
+    String::from_utf8(bytes).map_err(|e| {
+        Error::input(format!(
+            "{}: byte {}: not UTF-8 text",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 /// sha256 of `bytes`, lowercase hex.

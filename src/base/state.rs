@@ -21,6 +21,11 @@
 //!
 //! [`parse_seq_rows`] decodes the K/V rows of the same bytes to f32 (F32 and F16 rows, transposed
 //! V undone): rows, like cells, are read from a target's state only here.
+//!
+//! The bytes come from a target (a llama.cpp build, through the worker), so they are input: no
+//! count allocates or loops beyond what the bytes can hold (cells: the input's length / 8; seq
+//! ids per cell: 256; streams: 256; a layer reads 12 bytes or fails), sizes are multiplied with
+//! overflow checks, and every failure is a [`ParseError`] naming the byte offset.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -217,6 +222,8 @@ fn parse_stream<'a>(
 ) -> Result<StreamState<'a>, ParseError> {
     let at = r.at;
     let cell_count = r.u32("cell_count")?;
+    // A cell is at least i32 pos + u32 n_seq_id: the count is bounded by the input's length (so
+    // is the allocation below); a count that overruns what is left fails where the bytes end.
     if cell_count as usize > r.bytes.len() / 8 {
         return r.fail(
             at,
@@ -258,6 +265,8 @@ fn parse_stream<'a>(
         1 => true,
         x => return r.fail(at, format!("v_trans 0 or 1, found {x}")),
     };
+    // Each layer reads at least 12 bytes before it can fail, and nothing is allocated ahead for
+    // `n_layer`: a huge count ends where the bytes do.
     let n_layer = r.u32("n_layer")?;
     let n_rot = if format.rot_fields {
         Some((r.u32("n_rot_k")?, r.u32("n_rot_v")?))
@@ -297,10 +306,16 @@ fn parse_stream<'a>(
             let ggml_type = r.i32("V type")?;
             let el = r.u32("V element bytes")? as u64;
             let n_embd = r.u32("V n_embd_v_gqa")?;
-            let n = el * n_embd as u64 * cell_count as u64;
-            if n > r.bytes.len() as u64 {
-                return r.fail(r.at, format!("{n} bytes of transposed V"));
-            }
+            let n = el
+                .checked_mul(n_embd as u64)
+                .and_then(|n| n.checked_mul(cell_count as u64))
+                .filter(|&n| n <= r.bytes.len() as u64);
+            let Some(n) = n else {
+                return r.fail(
+                    r.at,
+                    format!("{cell_count} x {n_embd} transposed V elements of {el} bytes"),
+                );
+            };
             let data = r.take(n as usize, "transposed V")?;
             v.push(LayerRows {
                 ggml_type,
@@ -421,6 +436,28 @@ impl LayerRows<'_> {
                     (0..rb / el).map(|j| element(row, t, j)).collect()
                 })
                 .collect())
+        }
+    }
+}
+
+/// Fuzz target `seq_state` (`fuzz/fuzz_targets/seq_state.rs`, and `tests/it/fuzz_seeds.rs` over
+/// its seeds): any bytes, in both formats, parse or fail with an offset inside the input; a
+/// parsed state's cells and rows lie inside it. Panics otherwise.
+#[doc(hidden)]
+pub fn fuzz_seq_state(data: &[u8]) {
+    for rot_fields in [false, true] {
+        match parse_seq_state(data, StateFormat { rot_fields }) {
+            Err(e) => assert!(e.offset <= data.len(), "{e}"),
+            Ok(state) => {
+                for stream in state.caches.iter().flatten() {
+                    for cell in &stream.cells {
+                        assert_eq!(stream.seqs_of(cell).len(), cell.n_seq as usize);
+                    }
+                    let rows = stream.kv.iter().flat_map(|kv| kv.k.iter().chain(&kv.v));
+                    assert!(rows.map(|l| l.data.len()).sum::<usize>() <= data.len());
+                }
+                let _ = state.resident_positions();
+            }
         }
     }
 }

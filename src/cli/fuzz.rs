@@ -13,14 +13,14 @@ use super::args::{factories, record_on_specs, OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
 use kvaudit::base::exit;
-use kvaudit::base::files::write_atomically;
 use kvaudit::engines::fuzz::{run_fuzz_with, FuzzConfig, GenConfig};
 use kvaudit::engines::shrink::ShrinkConfig;
 use kvaudit::engines::theorem_check::TheoremChecker;
 use kvaudit::oracles::theorems::{Theorem, Tolerance};
 use kvaudit::oracles::{OracleId, Reads, Registry};
 use kvaudit::outputs::repro::{
-    check_date, measure, targets_of, today_utc, Expect, Found, Repro, TargetExpectation,
+    check_date, measure, safe_file_name, targets_of, today_utc, write_output, Expect, Found, Repro,
+    TargetExpectation,
 };
 use kvaudit::records::report::Report;
 use kvaudit::targets::registry::TargetSpec;
@@ -167,7 +167,8 @@ pub fn write_repros(dir: &std::path::Path, repros: &[Repro]) -> Result<Vec<PathB
     let mut used = BTreeSet::new();
     let mut paths = Vec::new();
     for r in repros {
-        let base = r.file_name();
+        // file_name() is safe already; a name is still never trusted to stay in `dir`.
+        let base = safe_file_name(&r.file_name());
         let stem = base.trim_end_matches(".json").to_string();
         let mut name = base;
         let mut k = 2;
@@ -176,8 +177,7 @@ pub fn write_repros(dir: &std::path::Path, repros: &[Repro]) -> Result<Vec<PathB
             k += 1;
         }
         let path = dir.join(&name);
-        write_atomically(&path, &r.to_text())
-            .map_err(|e| CliError::harness(format!("{}: cannot write: {e}", path.display())))?;
+        write_output(&path, &r.to_text()).map_err(CliError::harness)?;
         paths.push(path);
     }
     Ok(paths)

@@ -23,16 +23,7 @@ pub struct MergeArgs {
 pub fn run(m: MergeArgs) -> Result<i32, CliError> {
     let mut reports = Vec::new();
     for p in &m.reports {
-        let text = std::fs::read_to_string(p)
-            .map_err(|e| CliError::usage(format!("{}: cannot read: {e}", p.display())))?;
-        let r: Report = serde_json::from_str(&text).map_err(|e| {
-            CliError::usage(format!(
-                "{}: line {}, column {}: not a kvaudit JSON report: {e}",
-                p.display(),
-                e.line(),
-                e.column()
-            ))
-        })?;
+        let r = Report::load(p).map_err(CliError::usage)?;
         reports.push(r);
     }
     let merged = merge(reports).map_err(CliError::usage)?;

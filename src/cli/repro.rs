@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::outputs::c_repro::{emit_c, read_input};
+use kvaudit::outputs::repro::write_output;
 
 /// What to emit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -55,8 +56,7 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
     let Emit::C = a.emit;
     let program = emit_c(&input, &model);
     match &a.out {
-        Some(p) => kvaudit::base::files::write_atomically(p, &program)
-            .map_err(|e| CliError::harness(format!("{}: cannot write: {e}", p.display())))?,
+        Some(p) => write_output(p, &program).map_err(CliError::harness)?,
         None if !a.check => print!("{program}"),
         None => {}
     }
@@ -74,9 +74,22 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
         true,
     )
     .map_err(|e| CliError::harness(format!("building {label}: {e:#}")))?;
-    let dir = std::env::temp_dir().join(format!("kvaudit-repro-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| CliError::harness(format!("{}: {e}", dir.display())))?;
+    // A folder this run creates (create_dir fails on one that exists, so a folder or link planted
+    // under the predictable name is never written into), private to the user.
+    let dir = std::env::temp_dir().join(format!(
+        "kvaudit-repro-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| CliError::harness(format!("{}: {e}", dir.display())))?;
+    }
     let src = dir.join("repro.c");
     let bin = dir.join("repro");
     std::fs::write(&src, &program)

@@ -8,12 +8,11 @@ use clap::Args;
 use super::args::{factories, record_on_specs};
 use super::CliError;
 use kvaudit::base::exit;
-use kvaudit::base::files::write_atomically;
 use kvaudit::engines::shrink::{shrink, FailureMode, ShrinkConfig};
 use kvaudit::oracles::{Reads, Registry};
 use kvaudit::outputs::repro::{
-    check_date, load_trace_or_repro, measure, targets_of, today_utc, Expect, Found, Repro,
-    TargetExpectation,
+    check_date, load_trace_or_repro, measure, targets_of, today_utc, write_output, Expect, Found,
+    Repro, TargetExpectation,
 };
 use kvaudit::records::report::Finding;
 use kvaudit::running::judge::Judge;
@@ -173,8 +172,7 @@ pub fn run(a: ShrinkArgs) -> Result<i32, CliError> {
     let text = repro.to_text();
     match &a.out {
         Some(p) => {
-            write_atomically(p, &text)
-                .map_err(|e| CliError::harness(format!("{}: cannot write: {e}", p.display())))?;
+            write_output(p, &text).map_err(CliError::harness)?;
             if !a.quiet {
                 eprintln!("repro written to {}", p.display());
             }

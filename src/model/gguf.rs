@@ -11,6 +11,11 @@
 //! The reader never panics on malformed input: every problem is a [`GgufError`] that names the byte
 //! offset at which it was found. Tensor data is read on demand, so opening a multi-gigabyte file
 //! only reads its header.
+//!
+//! A GGUF file may come from anywhere, so the header is bounded before anything is allocated for
+//! it: every count must fit in the bytes left, and the header as a whole, each string, each array
+//! and the key and tensor counts stay under the `MAX_GGUF_*` limits below (far above any real
+//! model: a 256k-token vocabulary is one array of 256k strings of a few bytes each).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,6 +32,18 @@ pub const GGUF_VERSION: u32 = 3;
 pub const GGUF_DEFAULT_ALIGNMENT: u64 = 32;
 /// The key that overrides [`GGUF_DEFAULT_ALIGNMENT`].
 pub const GGUF_KEY_ALIGNMENT: &str = "general.alignment";
+
+/// The header (key/value pairs and tensor infos) must end before this byte (128 MiB; the largest
+/// vocabularies take tens of MiB).
+pub const MAX_GGUF_HEADER_BYTES: u64 = 128 << 20;
+/// Longest string (key, string value, tensor name): 16 MiB, room for any chat template.
+pub const MAX_GGUF_STRING_BYTES: u64 = 16 << 20;
+/// Most elements in one array value (vocabularies and merge lists are a few 100k).
+pub const MAX_GGUF_ARRAY_LEN: u64 = 1 << 22;
+/// Most key/value pairs.
+pub const MAX_GGUF_KV: u64 = 1 << 16;
+/// Most tensors (a large model has a few thousand).
+pub const MAX_GGUF_TENSORS: u64 = 1 << 16;
 
 /// ggml's limit on tensor dimensions (`GGML_MAX_DIMS` in `ggml/include/ggml.h`).
 const GGML_MAX_DIMS: u32 = 4;
@@ -435,6 +452,15 @@ struct Cursor<R> {
 
 impl<R: Read> Cursor<R> {
     fn bytes(&mut self, n: u64, what: &dyn Fn() -> String) -> Result<Vec<u8>, GgufError> {
+        if self.offset.saturating_add(n) > MAX_GGUF_HEADER_BYTES {
+            return Err(GgufError::Malformed {
+                offset: self.offset,
+                what: format!(
+                    "{} ({n} bytes) would end past the {MAX_GGUF_HEADER_BYTES}-byte header limit",
+                    what()
+                ),
+            });
+        }
         let remaining = self.file_len.saturating_sub(self.offset);
         if n > remaining {
             return Err(GgufError::Truncated {
@@ -479,6 +505,14 @@ impl<R: Read> Cursor<R> {
     fn string(&mut self, what: &str) -> Result<String, GgufError> {
         let start = self.offset;
         let len = self.u64(&format!("length of {what}"))?;
+        if len > MAX_GGUF_STRING_BYTES {
+            return Err(GgufError::Malformed {
+                offset: start,
+                what: format!(
+                    "{what} is {len} bytes long, more than the {MAX_GGUF_STRING_BYTES}-byte limit"
+                ),
+            });
+        }
         let raw = self.bytes(len, &|| format!("{what} ({len} bytes)"))?;
         String::from_utf8(raw).map_err(|e| GgufError::Malformed {
             offset: start,
@@ -528,6 +562,14 @@ impl<R: Read> Cursor<R> {
                 let n_at = self.offset;
                 let n = self.u64(&format!("element count of {what}"))?;
                 let remaining = self.file_len.saturating_sub(self.offset);
+                if n > MAX_GGUF_ARRAY_LEN {
+                    return Err(GgufError::Malformed {
+                        offset: n_at,
+                        what: format!(
+                            "{what}: array of {n} elements, more than the limit of {MAX_GGUF_ARRAY_LEN}"
+                        ),
+                    });
+                }
                 if n.checked_mul(elem.min_size())
                     .map_or(true, |b| b > remaining)
                 {
@@ -562,7 +604,15 @@ impl GgufFile {
             source,
         };
         let file = File::open(&path).map_err(io)?;
-        let file_len = file.metadata().map_err(io)?.len();
+        let meta = file.metadata().map_err(io)?;
+        // A folder opens on Linux and reads as an error much later; say what it is.
+        if !meta.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
+        let file_len = meta.len();
         let cursor = Cursor {
             inner: BufReader::new(file),
             offset: 0,
@@ -591,10 +641,16 @@ impl GgufFile {
         if version != GGUF_VERSION {
             return Err(GgufError::UnsupportedVersion { version });
         }
-        let count = |c: &mut Cursor<R>, what: &str, min_size: u64| -> Result<u64, GgufError> {
+        let count = |c: &mut Cursor<R>, what: &str, min_size: u64, most: u64| {
             let at = c.offset;
             let n = c.i64(what)?;
             let remaining = c.file_len.saturating_sub(c.offset);
+            if n > 0 && n as u64 > most {
+                return Err(GgufError::Malformed {
+                    offset: at,
+                    what: format!("{what} is {n}, more than the limit of {most}"),
+                });
+            }
             if n < 0 || (n as u64).saturating_mul(min_size) > remaining {
                 return Err(GgufError::Malformed {
                     offset: at,
@@ -603,8 +659,8 @@ impl GgufFile {
             }
             Ok(n as u64)
         };
-        let n_tensors = count(&mut c, "tensor count", 8 + 4 + 4 + 8)?;
-        let n_kv = count(&mut c, "key/value count", 8 + 4)?;
+        let n_tensors = count(&mut c, "tensor count", 8 + 4 + 4 + 8, MAX_GGUF_TENSORS)?;
+        let n_kv = count(&mut c, "key/value count", 8 + 4, MAX_GGUF_KV)?;
 
         let mut metadata = Vec::with_capacity(n_kv as usize);
         let mut key_index = HashMap::new();
@@ -860,6 +916,25 @@ impl GgufFile {
                 f.read_exact(&mut buf).map_err(|_| oob())?;
                 Ok(buf)
             }
+        }
+    }
+}
+
+/// Fuzz target `gguf` (`fuzz/fuzz_targets/gguf.rs`, and `tests/it/fuzz_seeds.rs` over its seeds):
+/// any bytes open as a GGUF file or fail with a [`GgufError`]; every key and tensor of one that
+/// opens can be asked for, with a value or an error. Panics otherwise.
+#[doc(hidden)]
+pub fn fuzz_gguf(data: &[u8]) {
+    let Ok(f) = GgufFile::from_bytes(data.to_vec()) else {
+        return;
+    };
+    for (key, _) in &f.metadata {
+        assert!(f.get(key).is_some());
+        let _ = (f.get_u32(key), f.get_f32(key), f.get_str(key));
+    }
+    for t in &f.tensors {
+        if let Ok(values) = f.tensor_f32(&t.name) {
+            assert_eq!(values.len() as u64, t.n_elements());
         }
     }
 }

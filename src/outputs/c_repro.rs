@@ -6,6 +6,12 @@
 //! at the finding's step checks the oracle itself, from the context's own serialized state. Exit
 //! codes: 1 = the finding reproduces, 0 = it does not, 2 = the program could not set up (model or
 //! context failed). A crash finding reproduces by crashing (the shell sees 128 + signal).
+//!
+//! The input is hostile: repro files travel between users, and `--check` compiles and runs what
+//! this module writes. No text from the input reaches the program except through
+//! [`c_string_literal`] (every byte that is not printable ASCII, and `"`, `\`, `?`, as an escape)
+//! or [`c_comment_lines`] (printable ASCII only, `*/` and `/*` broken, one ` * ` line per input
+//! line). Numbers are formatted from integers. `tests/it/hostile.rs` checks it with a compiler.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -14,8 +20,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::base::error::Error;
+use crate::base::files::read_text_limited;
 use crate::base::op::{Op, Trace};
 use crate::oracles::OracleId;
+use crate::outputs::repro::{check_trace_limits, MAX_REPRO_BYTES};
+use crate::records::report::terminal_text;
 
 /// What a reproducer needs from a repro file or a report finding.
 #[derive(Clone, Debug, Deserialize)]
@@ -41,28 +50,97 @@ pub struct ReproInput {
     pub target: Option<Value>,
 }
 
-/// Reads a repro file or a finding (any JSON object with `oracle` and `trace`).
+/// Reads a repro file or a finding (any JSON object with `oracle` and `trace`), at most
+/// [`MAX_REPRO_BYTES`], with a trace inside the [`check_trace_limits`] bounds.
 pub fn read_input(path: &Path) -> Result<ReproInput, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-    let input: ReproInput = serde_json::from_str(&text).map_err(|e| {
-        format!(
-            "{}: line {}, column {}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        )
-    })?;
+    let text = read_text_limited(path, MAX_REPRO_BYTES)?;
+    let input = parse_input(&text).map_err(|e| e.context(path.display()))?;
     if !C_CHECKED.contains(&input.oracle) {
-        return Err(format!(
+        return Err(Error::input(format!(
             "{}: oracle {} has no check in C reproducers (they check {})",
             path.display(),
             input.oracle,
             C_CHECKED.map(|o| o.name()).join(", ")
-        )
-        .into());
+        )));
     }
     Ok(input)
+}
+
+/// Parses a reproducer's input (see [`read_input`]); errors say where.
+pub fn parse_input(text: &str) -> Result<ReproInput, Error> {
+    let input: ReproInput = serde_json::from_str(text).map_err(|e| {
+        // serde quotes the offending value, which the file's author chose.
+        let what = terminal_text(&e.to_string());
+        format!("line {}, column {}: {what}", e.line(), e.column())
+    })?;
+    check_trace_limits(&input.trace)?;
+    Ok(input)
+}
+
+/// `s` as a C string literal, escaped by construction: printable ASCII other than `"`, `\` and
+/// `?` as itself, `"` `\` `?` with a backslash (`\?` keeps `??/` from being a trigraph), every
+/// other byte (control characters, NUL, each byte of a UTF-8 sequence) as a three-digit octal
+/// escape, which cannot run into the next character the way a hex escape does.
+pub fn c_string_literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for &b in s.as_bytes() {
+        match b {
+            b'"' | b'\\' | b'?' => {
+                out.push('\\');
+                out.push(b as char);
+            }
+            0x20..=0x7e => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\{b:03o}");
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `s` as the text of lines inside a `/* ... */` comment: one line per input line, each only
+/// printable ASCII. `*/` (which would end the comment) and `/*` become `* /` and `/ *`; any other
+/// character, including a tab, a backslash (a line splice) and non-ASCII (bidirectional
+/// overrides make code read otherwise than it compiles), is written as `\u{..}` text.
+pub fn c_comment_lines(s: &str) -> Vec<String> {
+    s.split('\n')
+        .map(|line| {
+            let mut out = String::with_capacity(line.len());
+            let mut prev = ' ';
+            for c in line.chars() {
+                match c {
+                    '/' if prev == '*' => out.push_str(" /"),
+                    '*' if prev == '/' => out.push_str(" *"),
+                    '\\' => out.push_str("\\u{5c}"),
+                    ' '..='~' => out.push(c),
+                    c => {
+                        let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                    }
+                }
+                prev = c;
+            }
+            out
+        })
+        .collect()
+}
+
+/// What input text must never change in a generated program: its preprocessor lines, comment
+/// delimiters and NUL bytes, counted (`#` lines, `/*`, `*/`, NULs) and the preprocessor lines
+/// themselves. Two programs for the same trace, one with hostile free text and one without,
+/// have the same shape.
+pub fn program_shape(program: &str) -> (Vec<&str>, usize, usize, usize) {
+    let directives = program
+        .lines()
+        .filter(|l| l.trim_start().starts_with('#'))
+        .collect();
+    (
+        directives,
+        program.matches("/*").count(),
+        program.matches("*/").count(),
+        program.matches('\0').count(),
+    )
 }
 
 /// The oracles whose check a C reproducer states in C.
@@ -83,8 +161,9 @@ fn c_array(v: &[i32]) -> String {
 fn emit_op(out: &mut String, op: &Op, label: &str) {
     let _ = writeln!(
         out,
-        "    printf(\"{label}: %s\\n\", \"{}\");",
-        op.to_string().replace('"', "\\\"")
+        "    printf(\"%s: %s\\n\", {}, {});",
+        c_string_literal(label),
+        c_string_literal(&op.to_string())
     );
     match op {
         Op::SeqRm { seq, p0, p1 } => {
@@ -173,14 +252,17 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     };
     let mut s = String::new();
     let ops_json: Vec<String> = t.ops.iter().map(Op::to_json).collect();
-    let _ = writeln!(
-        s,
-        "/* kvaudit reproducer: {} {}",
-        input.oracle,
-        input.kind.clone().unwrap_or_default()
-    );
+    let kind = c_comment_lines(input.kind.as_deref().unwrap_or_default());
+    let _ = writeln!(s, "/* kvaudit reproducer: {} {}", input.oracle, kind[0]);
+    for line in &kind[1..] {
+        let _ = writeln!(s, " *   {line}");
+    }
     if let Some(target) = &input.target {
-        let _ = writeln!(s, " * Seen on: {target}");
+        let target = c_comment_lines(&target.to_string());
+        let _ = writeln!(s, " * Seen on: {}", target[0]);
+        for line in &target[1..] {
+            let _ = writeln!(s, " *   {line}");
+        }
     }
     let _ = writeln!(
         s,
@@ -209,12 +291,8 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     let _ = writeln!(s, "int main(int argc, char **argv) {{");
     let _ = writeln!(
         s,
-        "    const char *model_path = argc > 1 ? argv[1] : \"{}\";",
-        model
-            .display()
-            .to_string()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
+        "    const char *model_path = argc > 1 ? argv[1] : {};",
+        c_string_literal(&model.display().to_string())
     );
     let _ = writeln!(s, "    llama_log_set(quiet, NULL);");
     let _ = writeln!(s, "    llama_backend_init();");
@@ -409,6 +487,38 @@ static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int c
 }
 
 "#;
+
+/// Fuzz target `repro_json` (`fuzz/fuzz_targets/repro_json.rs`, and `tests/it/fuzz_seeds.rs` over
+/// its seeds): any bytes either fail to parse with an error, or give a repro that writes back to
+/// text that parses to the same repro, under a safe file name; any bytes that read as a
+/// reproducer's input give a C program with the same preprocessor lines and comment delimiters
+/// as the same input with its free text removed ([`program_shape`]).
+/// Panics otherwise.
+#[doc(hidden)]
+pub fn fuzz_repro_json(data: &[u8]) {
+    use crate::outputs::repro::{safe_file_name, Repro};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(r) = Repro::parse(text) {
+        let again = r.to_text();
+        assert_eq!(Repro::parse(&again).as_ref(), Ok(&r), "{again}");
+        let name = r.file_name();
+        assert_eq!(safe_file_name(&name), name);
+    }
+    if let Ok(input) = parse_input(text) {
+        let model = Path::new("/tmp/model.gguf");
+        let program = emit_c(&input, model);
+        let mut plain = input.clone();
+        plain.kind = None;
+        plain.target = None;
+        assert_eq!(
+            program_shape(&program),
+            program_shape(&emit_c(&plain, model)),
+            "{program}"
+        );
+    }
+}
 
 #[cfg(test)]
 mod tests {

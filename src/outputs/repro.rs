@@ -13,6 +13,11 @@
 //! is never violated on the trace. [`check`] replays one expectation; a bug that went away is
 //! news too ([`Status::Fixed`]). A target that cannot be built or driven is
 //! [`Status::Unavailable`], never a pass.
+//!
+//! Repro files travel (bug reports, CI), so a file is hostile until parsed: it is read up to
+//! [`MAX_REPRO_BYTES`], its trace must stay inside [`check_trace_limits`] (shared with reports, in `base::domain`), and its free-text
+//! fields may hold no control characters. Files written from repros get names made by
+//! [`safe_file_name`] and are written by [`write_output`], which refuses a symlink.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -21,12 +26,80 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::base::domain::check_trace_limits;
 use crate::base::error::Error;
+use crate::base::files::{check_input_size, read_text_limited, write_atomically};
 use crate::base::op::{Op, SeqId, Trace};
 use crate::oracles::{OracleId, Reads, Registry};
-use crate::records::report::Finding;
+use crate::records::report::{terminal_text, Finding};
 use crate::running::judge::{Judge, Judgement};
 use crate::targets::registry::TargetSpec;
+
+/// The largest repro or trace file kvaudit reads (64 MiB): far above any shrunk repro (a few KB)
+/// or fuzz trace, small enough that parsing one cannot exhaust memory.
+pub const MAX_REPRO_BYTES: u64 = 64 << 20;
+/// Longest file name [`safe_file_name`] makes, in bytes (file systems allow 255).
+pub const MAX_FILE_NAME_BYTES: usize = 120;
+
+/// `name` as a file name that stays in the folder it is joined to: ASCII letters, digits, `-`,
+/// `_` and `.` only (a path separator, NUL, control character or anything else becomes `_`), no
+/// leading `.` (no `..`, no hidden file), at most [`MAX_FILE_NAME_BYTES`] bytes (the extension
+/// kept), never empty.
+pub fn safe_file_name(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '_',
+        })
+        .collect();
+    while s.starts_with('.') {
+        s.replace_range(..1, "_");
+    }
+    if s.len() > MAX_FILE_NAME_BYTES {
+        let ext = s
+            .rfind('.')
+            .map(|i| s[i..].to_string())
+            .filter(|e| e.len() <= 16)
+            .unwrap_or_default();
+        s.truncate(MAX_FILE_NAME_BYTES - ext.len());
+        s.push_str(&ext);
+    }
+    if s.is_empty() {
+        s.push('_');
+    }
+    s
+}
+
+/// Writes a file kvaudit made (a repro, a C reproducer) to `path`, atomically, unless `path` is a
+/// symlink: a link planted where an output goes would otherwise redirect the write (the rename
+/// replaces the link, but a user who made one meant something else), so it is refused.
+pub fn write_output(path: &Path, text: &str) -> Result<(), Error> {
+    if path
+        .symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        return Err(format!(
+            "{}: is a symbolic link; refusing to write through it",
+            path.display()
+        )
+        .into());
+    }
+    write_atomically(path, text)
+        .map_err(|e| Error::harness(format!("{}: cannot write: {e}", path.display())))
+}
+
+/// Fields of a repro file that are one line of text: no control characters (they would rewrite
+/// a terminal or split a line of a report).
+fn check_one_line(field: &str, text: &str) -> Result<(), String> {
+    match text.char_indices().find(|(_, c)| c.is_control()) {
+        Some((at, c)) => Err(format!(
+            "\"{field}\": control character U+{:04X} at byte {at}; the field is one line of text",
+            c as u32
+        )),
+        None => Ok(()),
+    }
+}
 
 /// What a target does on the trace, as recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,13 +313,15 @@ impl Repro {
         }
     }
 
-    /// A file name for it: oracle and op names, e.g. `i1_seq_cp_seq_cp_seq_keep.json`.
+    /// A file name for it: oracle and op names, e.g. `i1_seq_cp_seq_cp_seq_keep.json`, made
+    /// safe by [`safe_file_name`] (names come from kvaudit's own enums today; the check keeps it
+    /// so if a name ever comes from a file).
     pub fn file_name(&self) -> String {
-        format!(
+        safe_file_name(&format!(
             "{}_{}.json",
             self.oracle.name().to_ascii_lowercase(),
             op_names(&self.trace.ops, 6)
-        )
+        ))
     }
 
     /// The file text: JSON in one stable layout, one op per line, trailing newline.
@@ -287,6 +362,7 @@ impl Repro {
 
     /// Parses and checks a repro file's text. Errors say where (line and column) and what.
     pub fn parse(text: &str) -> Result<Repro, Error> {
+        check_input_size(text.len() as u64, MAX_REPRO_BYTES, "a repro file")?;
         let r: Repro = serde_json::from_str(text)
             .map_err(|e| format!("{}not a kvaudit repro file: {}", at(&e), message(&e)))?;
         r.validate()?;
@@ -295,8 +371,7 @@ impl Repro {
 
     /// Reads and parses a repro file; errors name the file.
     pub fn load(path: &Path) -> Result<Repro, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let text = read_text_limited(path, MAX_REPRO_BYTES)?;
         Self::parse(&text).map_err(|e| e.context(path.display()))
     }
 
@@ -313,6 +388,15 @@ impl Repro {
             }
         };
         in_trace(self.step, "\"step\"")?;
+        check_trace_limits(&self.trace).map_err(|e| format!("\"trace\": {e}"))?;
+        check_one_line("repro", &self.repro)?;
+        check_one_line("postmortem", &self.postmortem)?;
+        check_one_line("since", &self.since)?;
+        check_one_line("kind", &self.kind)?;
+        // Replay prints these as JSON, which escapes C0 controls but not DEL or C1 (U+009B is a
+        // one-byte CSI to some terminals).
+        check_one_line("observed", &self.observed.to_string())?;
+        check_one_line("expected", &self.expected.to_string())?;
         let reads = Registry::builtin().get(self.oracle).map(|o| o.reads());
         let pair = match reads {
             Some(Reads::Step) | Some(Reads::Crash) => false,
@@ -328,6 +412,17 @@ impl Repro {
             return Err("\"targets\": at least one target expectation is needed".into());
         }
         for t in &self.targets {
+            let names = std::iter::once(&t.target)
+                .chain(&t.faults)
+                .chain(&t.vs)
+                .chain(&t.vs_faults)
+                .chain(&t.kind);
+            for name in names {
+                check_one_line("targets", name)?;
+            }
+            if let Some(observed) = &t.observed {
+                check_one_line("targets", &observed.to_string())?;
+            }
             if let Some(step) = t.step {
                 in_trace(step, &format!("target {}: \"step\"", t.label()))?;
             }
@@ -348,17 +443,17 @@ fn at(e: &serde_json::Error) -> String {
     format!("line {}, column {}: ", e.line(), e.column())
 }
 
-/// A JSON error's message without serde's own ` at line L column C` suffix.
+/// A JSON error's message without serde's own ` at line L column C` suffix, safe for a
+/// terminal (serde quotes the offending value, which the file's author chose).
 fn message(e: &serde_json::Error) -> String {
     let s = e.to_string();
     let suffix = format!(" at line {} column {}", e.line(), e.column());
-    s.strip_suffix(&suffix).unwrap_or(&s).to_string()
+    terminal_text(s.strip_suffix(&suffix).unwrap_or(&s))
 }
 
 /// Reads a file that holds either a repro or a bare trace (`{"setup": .., "ops": [..]}`).
 pub fn load_trace_or_repro(path: &Path) -> Result<(Trace, Option<Repro>), Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let text = read_text_limited(path, MAX_REPRO_BYTES)?;
     let at = |e: serde_json::Error, what: &str| {
         format!(
             "{}: {}not a {what}: {}",
@@ -373,6 +468,7 @@ pub fn load_trace_or_repro(path: &Path) -> Result<(Trace, Option<Repro>), Error>
         Ok((r.trace.clone(), Some(r)))
     } else {
         let t: Trace = serde_json::from_str(&text).map_err(|e| at(e, "trace or repro file"))?;
+        check_trace_limits(&t).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok((t, None))
     }
 }

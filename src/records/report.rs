@@ -5,6 +5,12 @@
 //! (`--format json`, `--out FILE`) or Markdown, always atomically (temp file + rename), so an
 //! interrupted run never leaves half a report. [`merge`] combines shard reports into the report
 //! an unsharded run gives.
+//!
+//! Free text in a report (target names, model file names, domain names, kinds of violation) may
+//! come from a file someone sent: the renderings put it through [`terminal_text`] (no control
+//! characters reach a terminal) and [`markdown_text`] / [`markdown_code`] (no text ends a code
+//! span, adds a table column, starts a line or carries HTML). A report read back is at most
+//! [`MAX_REPORT_BYTES`] ([`Report::load`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,15 +18,88 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use tabled::{settings::Style, Table, Tabled};
 
-use crate::base::domain::total_trials;
-use crate::base::domain::Domain;
+use crate::base::domain::{check_trace_limits, total_trials, Domain};
 use crate::base::error::Error;
+use crate::base::files::check_input_size;
 use crate::base::target::TargetInfo;
 use crate::oracles::OracleId;
 use crate::records::prereg::{self, OraclePrediction, Prediction, PredictionCheck, RunName};
 use crate::records::tally::Tally;
 
 pub use crate::records::finding::{Finding, FindingKey, OracleStats};
+
+/// The largest JSON report read back (`kvaudit merge`): 64 MiB, far above a report's size (its
+/// findings are distinct and shrunk), small enough that parsing one cannot exhaust memory.
+pub const MAX_REPORT_BYTES: u64 = 64 << 20;
+/// Most shards a report read back may say the run had ([`merge`] keeps one flag per shard).
+pub const MAX_REPORT_SHARDS: usize = 1 << 16;
+/// Deepest run a report read back may describe (figures such as the trial count are computed
+/// per depth).
+pub const MAX_REPORT_DEPTH: u32 = 10_000;
+
+/// Characters a terminal acts on rather than prints: C0 and C1 controls (ESC starts escape
+/// sequences, U+009B is a one-byte CSI) and the bidirectional overrides and isolates, which make
+/// text display in another order than it reads.
+fn acts_on_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` for a terminal, on one line: every character a terminal acts on (newlines included) as a
+/// `\u{..}` escape.
+pub fn terminal_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if acts_on_terminal(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `s` as Markdown text that renders as itself inside a line, a heading or a table cell: control
+/// characters (newlines included) become spaces; `|` (a table column), `` ` `` (a code span),
+/// `\`, `*`, `_`, `[`, `]`, `#` and `~` are backslash-escaped; `<`, `>` and `&` become entities, so
+/// no HTML tag or entity passes.
+pub fn markdown_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '|' | '`' | '\\' | '*' | '_' | '[' | ']' | '#' | '~' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            c if acts_on_terminal(c) => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` as a Markdown code span, backticks included: delimited by one backtick more than the
+/// longest run of backticks inside (CommonMark's rule), padded with a space where `s` starts or
+/// ends with one; control characters (newlines included) become spaces and `|` is written `\|`
+/// so a span in a table cell keeps the row's columns (GitHub-flavoured tables split on `|`
+/// before code spans are parsed).
+pub fn markdown_code(s: &str) -> String {
+    let body: String = s
+        .chars()
+        .map(|c| if acts_on_terminal(c) { ' ' } else { c })
+        .collect::<String>()
+        .replace('|', "\\|");
+    let longest_run = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest_run + 1);
+    let pad = if body.starts_with('`') || body.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{body}{pad}{fence}")
+}
 
 /// This run's share of the work: shard `index` of `count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -193,6 +272,60 @@ impl Report {
                 .is_some_and(|fz| !fz.theorem_findings.is_empty())
     }
 
+    /// Parses a JSON report (`--format json`), at most [`MAX_REPORT_BYTES`]. Errors say where.
+    pub fn parse(text: &str) -> Result<Report, Error> {
+        check_input_size(text.len() as u64, MAX_REPORT_BYTES, "a report")?;
+        let r: Report = serde_json::from_str(text).map_err(|e| {
+            format!(
+                "line {}, column {}: not a kvaudit JSON report: {}",
+                e.line(),
+                e.column(),
+                terminal_text(&e.to_string())
+            )
+        })?;
+        r.check_limits()?;
+        Ok(r)
+    }
+
+    /// What rendering and merging rely on and JSON cannot say: a shard inside its run, a depth,
+    /// domain and traces inside the input limits, each finding's step a step of its trace.
+    fn check_limits(&self) -> Result<(), String> {
+        Shard::new(self.shard.index, self.shard.count).map_err(|e| format!("\"shard\": {e}"))?;
+        if self.shard.count > MAX_REPORT_SHARDS {
+            return Err(format!(
+                "\"shard\": {} shards, more than the limit of {MAX_REPORT_SHARDS}",
+                self.shard.count
+            ));
+        }
+        if self.depth > MAX_REPORT_DEPTH {
+            return Err(format!(
+                "\"depth\": {}, more than the limit of {MAX_REPORT_DEPTH}",
+                self.depth
+            ));
+        }
+        self.domain
+            .check_limits()
+            .map_err(|e| format!("\"domain\": {e}"))?;
+        for (i, f) in self.findings.iter().enumerate() {
+            check_trace_limits(&f.trace).map_err(|e| format!("finding {}: {e}", i + 1))?;
+            if f.step == 0 || f.step > f.trace.ops.len() {
+                return Err(format!(
+                    "finding {}: step {} is not a step of its trace's {} ops",
+                    i + 1,
+                    f.step,
+                    f.trace.ops.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and parses a JSON report; errors name the file.
+    pub fn load(path: &std::path::Path) -> Result<Report, Error> {
+        let text = crate::base::files::read_text_limited(path, MAX_REPORT_BYTES)?;
+        Self::parse(&text).map_err(|e| e.context(path.display()))
+    }
+
     /// Pretty JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("reports always serialize") + "\n"
@@ -239,11 +372,12 @@ impl Report {
         }
     }
 
-    fn heading(&self) -> String {
+    /// The one-line summary; `text` escapes free text for where it goes.
+    fn heading(&self, text: fn(&str) -> String) -> String {
         let vs = self
             .vs
             .as_ref()
-            .map(|v| format!(" vs {}", v.label()))
+            .map(|v| format!(" vs {}", text(&v.label())))
             .unwrap_or_default();
         let shard = if self.shard.count > 1 {
             format!(", shard {}/{}", self.shard.index, self.shard.count)
@@ -253,7 +387,7 @@ impl Report {
         if let Some(fz) = &self.fuzz {
             return format!(
                 "{}{vs}: fuzz seed {}, traces of {}..={} ops: {} cases ({} unsupported) in {:.2} s",
-                self.target.label(),
+                text(&self.target.label()),
                 fz.seed,
                 fz.generator.min_len,
                 fz.generator.max_len,
@@ -264,8 +398,8 @@ impl Report {
         }
         format!(
             "{}{vs}: domain {} ({} ops), depth {}{shard}: {} trials ({} unsupported) in {:.2} s",
-            self.target.label(),
-            self.domain.name,
+            text(&self.target.label()),
+            text(&self.domain.name),
             self.domain.ops().len(),
             self.depth,
             self.trials,
@@ -277,7 +411,7 @@ impl Report {
     /// The terminal rendering: heading, table, one block per finding.
     pub fn to_terminal(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "{}", self.heading());
+        let _ = writeln!(s, "{}", self.heading(terminal_text));
         // A fuzz run of theorem oracles alone judges no observation oracle: no empty table.
         if !self.oracles.is_empty() {
             let _ = writeln!(s, "{}", self.oracle_table());
@@ -294,8 +428,8 @@ impl Report {
                 "\nfinding {}: {} {} on {} (depth {}, step {})",
                 i + 1,
                 f.oracle,
-                f.kind,
-                f.target,
+                terminal_text(&f.kind),
+                terminal_text(&f.target),
                 f.depth,
                 f.step
             );
@@ -312,26 +446,38 @@ impl Report {
         if !self.has_findings() {
             let _ = writeln!(s, "\n{}", self.no_findings_line());
         }
-        s
+        // Whatever a field let through (a JSON string with a C1 control), no line acts on the
+        // terminal.
+        s.split('\n')
+            .map(terminal_text)
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// The Markdown rendering.
     pub fn to_markdown(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "# kvaudit report: {}\n", self.target.label());
-        let _ = writeln!(s, "{}\n", self.heading());
+        let _ = writeln!(
+            s,
+            "# kvaudit report: {}\n",
+            markdown_text(&self.target.label())
+        );
+        let _ = writeln!(s, "{}\n", self.heading(markdown_text));
         let targets: Vec<String> = std::iter::once(&self.target)
             .chain(self.vs.as_ref())
             .map(|t| {
                 // A llama.cpp target's version is its pin, already in its name.
-                let version =
-                    (!t.name.ends_with(&t.version)).then(|| format!("version {}", t.version));
-                let model = t.model.as_ref().map(|m| format!("model `{m}`"));
+                let version = (!t.name.ends_with(&t.version))
+                    .then(|| format!("version {}", markdown_text(&t.version)));
+                let model = t
+                    .model
+                    .as_ref()
+                    .map(|m| format!("model {}", markdown_code(m)));
                 let about: Vec<String> = version.into_iter().chain(model).collect();
                 if about.is_empty() {
-                    format!("`{}`", t.label())
+                    markdown_code(&t.label())
                 } else {
-                    format!("`{}` ({})", t.label(), about.join(", "))
+                    format!("{} ({})", markdown_code(&t.label()), about.join(", "))
                 }
             })
             .collect();
@@ -360,19 +506,32 @@ impl Report {
             }
         }
         for (i, f) in self.findings.iter().enumerate() {
-            let _ = writeln!(s, "\n## Finding {}: {} {}\n", i + 1, f.oracle, f.kind);
             let _ = writeln!(
                 s,
-                "On `{}`, depth {}, observed after step {}.\n",
-                f.target, f.depth, f.step
+                "\n## Finding {}: {} {}\n",
+                i + 1,
+                f.oracle,
+                markdown_text(&f.kind)
+            );
+            let _ = writeln!(
+                s,
+                "On {}, depth {}, observed after step {}.\n",
+                markdown_code(&f.target),
+                f.depth,
+                f.step
             );
             let _ = writeln!(s, "```text\n{}```\n", f.trace);
             let ops: Vec<String> = f.trace.ops.iter().map(|o| o.to_json()).collect();
-            let _ = writeln!(s, "Ops (JSON): `[{}]`\n", ops.join(","));
             let _ = writeln!(
                 s,
-                "- observed: `{}`\n- expected: `{}`",
-                f.observed, f.expected
+                "Ops (JSON): {}\n",
+                markdown_code(&format!("[{}]", ops.join(",")))
+            );
+            let _ = writeln!(
+                s,
+                "- observed: {}\n- expected: {}",
+                markdown_code(&f.observed.to_string()),
+                markdown_code(&f.expected.to_string())
             );
             if let Some(r) = self.fuzz.as_ref().and_then(|fz| fz.findings.get(i)) {
                 let _ = writeln!(s, "- {}", r.summary());
@@ -387,6 +546,71 @@ impl Report {
         }
         s
     }
+}
+
+/// Checks that every Markdown table in `md` (a run of lines starting with `|`) has as many
+/// columns on every row as in its header; an escaped `\|` is not a column separator. The check
+/// the hostile-input test and the `report_json` fuzz target apply to a rendered report.
+pub fn check_markdown_tables(md: &str) -> Result<(), Error> {
+    let columns = |line: &str| {
+        let mut n = 0;
+        let mut escaped = false;
+        for c in line.chars() {
+            match c {
+                '|' if !escaped => n += 1,
+                '\\' if !escaped => {
+                    escaped = true;
+                    continue;
+                }
+                _ => {}
+            }
+            escaped = false;
+        }
+        n
+    };
+    let mut header: Option<usize> = None;
+    for (i, line) in md.lines().enumerate() {
+        if !line.starts_with('|') {
+            header = None;
+            continue;
+        }
+        let n = columns(line);
+        match header {
+            None => header = Some(n),
+            Some(h) if h != n => {
+                return Err(format!(
+                    "line {}: {} column separators, the table's header has {h}: {line}",
+                    i + 1,
+                    n
+                )
+                .into())
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Fuzz target `report_json` (`fuzz/fuzz_targets/report_json.rs`, and `tests/it/fuzz_seeds.rs`
+/// over its seeds): any bytes parse as a report or fail with an error; a report that parses
+/// renders for a terminal with no control character but newlines, and as Markdown whose tables
+/// keep their columns. Panics otherwise.
+#[doc(hidden)]
+pub fn fuzz_report_json(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(report) = Report::parse(text) else {
+        return;
+    };
+    let terminal = report.to_terminal();
+    if let Some(c) = terminal.chars().find(|&c| c != '\n' && acts_on_terminal(c)) {
+        panic!("U+{:04X} reaches the terminal", c as u32);
+    }
+    if let Err(e) = check_markdown_tables(&report.to_markdown()) {
+        panic!("{e}");
+    }
+    let _ = report.to_json();
 }
 
 /// What a run tells its displays as it goes.

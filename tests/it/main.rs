@@ -5,6 +5,8 @@
 //! - `tests/data/cli/cases.json`: command lines, with the exit code and output they must give.
 //! - `tests/data/llama/*.json`: crash isolation, `+assert` aborts, fast-reset honesty and C
 //!   reproducers on real llama.cpp builds.
+//! - `tests/it/hostile.rs`: hostile strings in every free-text field, through every emitter.
+//! - `fuzz/seeds/<target>/`: each fuzz target's body over its seeds and their mutations.
 //! - `tests/data/theorems/*.json`: the numerical oracles T1-T3 on `native+tensors`: seed witnesses,
 //!   negative controls and injected faults.
 //! - `oracles.rs`: the oracle registry: a registered test oracle is judged everywhere, and every
@@ -15,6 +17,8 @@
 mod audits;
 mod cli;
 mod corpus;
+mod fuzz_seeds;
+mod hostile;
 mod llama;
 mod llama_build;
 mod measure;
@@ -54,6 +58,8 @@ fn main() {
     trials.extend(audits::trials());
     trials.extend(cli::trials());
     trials.extend(corpus::trials());
+    trials.extend(fuzz_seeds::trials());
+    trials.extend(hostile::trials());
     trials.extend(llama::trials());
     let run = |f: fn() -> anyhow::Result<()>| {
         move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
