@@ -11,6 +11,7 @@
 mod audits;
 mod cli;
 mod corpus;
+mod docs;
 mod llama;
 mod llama_build;
 mod measure;
@@ -48,6 +49,7 @@ fn main() {
     trials.extend(audits::trials());
     trials.extend(cli::trials());
     trials.extend(corpus::trials());
+    trials.extend(docs::trials());
     trials.extend(llama::trials());
     let run = |f: fn() -> anyhow::Result<()>| {
         move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
