@@ -1,8 +1,9 @@
 //! Keeps the README honest: a short page that opens with the two commands a newcomer needs, the
 //! test command being the one CI runs, and no relative link in README.md or docs/*.md pointing at
-//! a file that does not exist. The manual lives in docs/ (nextest's README is a few lines and a
+//! a file or heading that does not exist. The manual lives in docs/ (nextest's README is a few lines and a
 //! link); a README that grows back into a manual fails here.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use libtest_mimic::Trial;
@@ -176,26 +177,73 @@ fn link_targets(markdown: &str) -> Vec<(usize, String)> {
     targets
 }
 
+/// The anchors GitHub gives the headings of a Markdown text: lower case, spaces as hyphens,
+/// punctuation other than `-` and `_` dropped, `-1`, `-2`, ... after repeats.
+fn heading_anchors(markdown: &str) -> HashSet<String> {
+    let mut anchors = HashSet::new();
+    let mut in_code_block = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code_block = !in_code_block;
+        }
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
+        if in_code_block {
+            continue;
+        }
+        let slug: String = heading
+            .trim_start_matches('#')
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let mut anchor = slug.clone();
+        let mut repeat = 0;
+        while !anchors.insert(anchor.clone()) {
+            repeat += 1;
+            anchor = format!("{slug}-{repeat}");
+        }
+    }
+    anchors
+}
+
 fn relative_links_resolve() -> Result<(), String> {
     let mut broken = Vec::new();
     let mut checked = 0;
     for doc in documents()? {
         let text = read(&doc)?;
+        let shown = doc
+            .strip_prefix(root())
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
         for (line, target) in link_targets(&text) {
-            let is_external = target.contains("://") || target.starts_with("mailto:");
-            let file = target.split('#').next().unwrap_or("");
-            if is_external || file.is_empty() {
+            if target.contains("://") || target.starts_with("mailto:") {
                 continue;
             }
             checked += 1;
-            let path = doc.parent().unwrap_or(&root()).join(file);
+            let (file, anchor) = match target.split_once('#') {
+                Some((file, anchor)) => (file, Some(anchor)),
+                None => (target.as_str(), None),
+            };
+            let path = if file.is_empty() {
+                doc.clone()
+            } else {
+                doc.parent().unwrap_or(&root()).join(file)
+            };
             if !path.exists() {
-                let shown = doc
-                    .strip_prefix(root())
-                    .unwrap_or(&doc)
-                    .display()
-                    .to_string();
-                broken.push(format!("{shown}:{line}: {target}"));
+                broken.push(format!("{shown}:{line}: {target}: no such file"));
+                continue;
+            }
+            let Some(anchor) = anchor else { continue };
+            if path.extension().and_then(|e| e.to_str()) != Some("md") {
+                continue;
+            }
+            if !heading_anchors(&read(&path)?).contains(anchor) {
+                broken.push(format!("{shown}:{line}: {target}: no such heading"));
             }
         }
     }
@@ -205,9 +253,6 @@ fn relative_links_resolve() -> Result<(), String> {
     if broken.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "relative links to files that do not exist:\n{}",
-            broken.join("\n")
-        ))
+        Err(format!("broken relative links:\n{}", broken.join("\n")))
     }
 }
