@@ -17,6 +17,7 @@
 mod audits;
 mod cli;
 mod corpus;
+mod docs;
 mod fuzz_seeds;
 mod hostile;
 mod llama;
@@ -58,6 +59,7 @@ fn main() {
     trials.extend(audits::trials());
     trials.extend(cli::trials());
     trials.extend(corpus::trials());
+    trials.extend(docs::trials());
     trials.extend(fuzz_seeds::trials());
     trials.extend(hostile::trials());
     trials.extend(llama::trials());
