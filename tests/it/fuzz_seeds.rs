@@ -11,8 +11,7 @@
 //! `cargo fuzz run` found crashing go in the same folder under their libFuzzer names
 //! (`crash-<sha1>`), and stay there as regression seeds.
 //!
-//! The worker wire format (`llama::worker` requests and replies) gets a `worker_wire` target,
-//! added here and in `fuzz/Cargo.toml`, when its parser grows a fuzz body.
+//! `worker_wire` reads the worker's request and reply lines (`targets::llama::worker::wire`).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -28,14 +27,16 @@ pub const MUTATIONS_PER_SEED: u64 = 2_000;
 type Body = fn(&[u8]);
 
 /// The fuzz targets with a body in the library, by `fuzz/fuzz_targets/` name.
-const TARGETS: [(&str, Body); 5] = [
+const TARGETS: [(&str, Body); 6] = [
     ("repro_json", kvaudit::outputs::c_repro::fuzz_repro_json),
     ("report_json", kvaudit::records::report::fuzz_report_json),
     ("domain_toml", kvaudit::base::domain::fuzz_domain_toml),
     ("gguf", kvaudit::model::gguf::fuzz_gguf),
     ("seq_state", kvaudit::base::state::fuzz_seq_state),
-    // ("worker_wire", ...): the worker's request/reply format, with its body beside the worker's
-    // parser, goes here (and in fuzz/Cargo.toml) when that target is written.
+    (
+        "worker_wire",
+        kvaudit::targets::llama::worker::wire::fuzz_worker_wire,
+    ),
 ];
 
 pub fn trials() -> Vec<Trial> {

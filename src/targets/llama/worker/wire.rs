@@ -368,9 +368,89 @@ pub(super) fn write_reply(out: &mut impl Write, reply: &Reply, flush: bool) -> b
     ok && (!flush || out.flush().is_ok())
 }
 
+/// Fuzz target `worker_wire` (`fuzz/fuzz_targets/worker_wire.rs`, and `tests/it/fuzz_seeds.rs`
+/// over its seeds): any bytes, as a request line and as a reply line, decode or fail with a
+/// [`WireError`]; every trace of a request that decodes can be filled (its indices were
+/// checked), and a run reply that decodes turns into a `TrialRun`. Panics otherwise.
+#[doc(hidden)]
+pub fn fuzz_worker_wire(data: &[u8]) {
+    if let Ok(req) = parse_request_line(data) {
+        let mut trace = Trace {
+            setup: Setup::default(),
+            ops: Vec::new(),
+        };
+        for i in 0..req.len() {
+            req.fill(i, &mut trace);
+        }
+        let _ = req.first_setup();
+    }
+    if let Ok(Reply::Run(run)) = parse_reply_line(data) {
+        let _ = TrialRun::from(run);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The seeds of the `worker_wire` fuzz target (`fuzz/seeds/worker_wire/`) are real lines of
+    /// this wire: a request for seed-domain traces, a run reply, a death and an error.
+    /// `KVAUDIT_BLESS_SEEDS=1` writes them; otherwise they must be what this code writes.
+    #[test]
+    fn the_fuzz_seeds_are_real_lines() {
+        let d = crate::base::domain::Domain::preset("seed").unwrap();
+        let ops = d.ops();
+        let traces: Vec<Trace> = (0..6)
+            .map(|i| Trace {
+                setup: d.setup.clone(),
+                ops: vec![ops[i * 7].clone(), ops[(i * 11) % ops.len()].clone()],
+            })
+            .collect();
+        let seq = SeqObservation {
+            seq: 0,
+            pos_min: 0,
+            pos_max: 6,
+            cells: vec![0, 1, 2, 3, 4, 5, 6],
+        };
+        let run = TrialRun {
+            steps: vec![Arc::new(StepObservation {
+                outcome: OpOutcome::Done {
+                    returned: Some(true),
+                },
+                seqs: vec![seq],
+            })],
+            end: TrialEnd::Crashed {
+                step: 2,
+                message: "signal SIGABRT".into(),
+            },
+        };
+        let line = |r: &Reply| {
+            let mut v = serde_json::to_vec(r).unwrap();
+            v.push(b'\n');
+            v
+        };
+        let seeds = [
+            ("gen-request", Request::new(&traces, true, false).to_line()),
+            ("gen-reply-run", line(&Reply::Run(WireRun::from(&run)))),
+            ("gen-reply-died", line(&Reply::Died(134))),
+            ("gen-reply-error", line(&Reply::Error("bad request".into()))),
+        ];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/worker_wire");
+        for (name, bytes) in seeds {
+            let path = dir.join(name);
+            if std::env::var_os("KVAUDIT_BLESS_SEEDS").is_some() {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            let on_disk = std::fs::read(&path).unwrap_or_default();
+            assert_eq!(
+                on_disk,
+                bytes,
+                "{} is stale: KVAUDIT_BLESS_SEEDS=1 rewrites it",
+                path.display()
+            );
+        }
+    }
 
     #[test]
     fn requests_carry_each_setup_and_op_once_and_give_the_traces_back() {
