@@ -9,7 +9,14 @@ fn main() {
     match cli::run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("kvaudit: error: {}", e.message);
+            // Messages quote inputs (file contents, target output): nothing in them may act on
+            // the terminal, line breaks aside.
+            let lines: Vec<String> = e
+                .message
+                .lines()
+                .map(kvaudit::records::report::terminal_text)
+                .collect();
+            eprintln!("kvaudit: error: {}", lines.join("\n"));
             std::process::exit(e.code);
         }
     }

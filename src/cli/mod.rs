@@ -9,6 +9,7 @@ mod domain;
 mod fuzz;
 mod measure;
 mod merge;
+mod oracles;
 mod progress;
 mod replay;
 mod repro;
@@ -36,6 +37,8 @@ pub enum Command {
     Audit(audit::AuditArgs),
     /// Print a domain's ops, in enumeration order, and their count.
     Domain(domain::DomainCmd),
+    /// List the oracles: what each checks and reads, and the positive controls that show it fires.
+    Oracles(oracles::OraclesArgs),
     /// Merge shard reports (JSON) into the report of the whole run.
     Merge(merge::MergeArgs),
     /// Random traces, every oracle after every op; each failure shrunk to a repro file.
@@ -103,6 +106,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Audit(a) => audit::run(a),
         Command::Domain(d) => domain::run(d),
         Command::Merge(m) => merge::run(m),
+        Command::Oracles(o) => oracles::run(o),
         Command::Fuzz(f) => fuzz::run(f),
         Command::Shrink(s) => shrink::run(s),
         Command::Replay(r) => replay::run(r),
