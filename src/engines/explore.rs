@@ -194,17 +194,17 @@ impl Judges {
         });
         let mut now: OracleBits = 0;
         for (k, oracle) in self.tracked.iter().enumerate() {
-            let (seen, label) = match (oracle.reads(), last_b) {
+            let (seen, vs) = match (oracle.reads(), last_b) {
                 (Reads::Pair, Some((info_b, step_b))) => (
                     Seen::Pair {
                         op,
                         a: last,
                         b: step_b,
                     },
-                    format!("{} vs {}", info_a.label(), info_b.label()),
+                    Some(info_b),
                 ),
                 (Reads::Pair, None) => continue,
-                _ => (Seen::Step { op, after: last }, info_a.label()),
+                _ => (Seen::Step { op, after: last }, None),
             };
             let violated = !oracle.holds(&seen);
             tally.count(oracle.id(), depth, violated);
@@ -217,6 +217,11 @@ impl Judges {
                             oracle.id()
                         )
                     });
+                    // Labels are built only here: most trials record nothing.
+                    let label = match vs {
+                        Some(info_b) => format!("{} vs {}", info_a.label(), info_b.label()),
+                        None => info_a.label(),
+                    };
                     tally.record(trace, index, trace.ops.len(), &label, v);
                 }
             }

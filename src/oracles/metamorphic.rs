@@ -9,6 +9,7 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 
 /// One theorem, as an oracle.
 pub struct TheoremOracle {
+    id: OracleId,
     theorem: Theorem,
     summary: &'static str,
     kinds: &'static [&'static str],
@@ -24,6 +25,7 @@ impl TheoremOracle {
 
 /// T1, placement and read-back.
 pub static T1: TheoremOracle = TheoremOracle {
+    id: OracleId::builtin(4, "T1"),
     theorem: Theorem::T1,
     summary: "K/V rows land in and read back from the right (layer, position, KV head) slot; a state round trip is exact",
     kinds: &["placement*", "round trip*"],
@@ -45,6 +47,7 @@ pub static T1: TheoremOracle = TheoremOracle {
 
 /// T2, evicting a span == never having seen it.
 pub static T2: TheoremOracle = TheoremOracle {
+    id: OracleId::builtin(5, "T2"),
     theorem: Theorem::T2,
     summary:
         "evicting a span and shifting the survivors equals a fresh cache that never saw the span",
@@ -59,6 +62,7 @@ pub static T2: TheoremOracle = TheoremOracle {
 
 /// T3, the sliding window keyed off absolute positions; prefix reuse == recompute.
 pub static T3: TheoremOracle = TheoremOracle {
+    id: OracleId::builtin(6, "T3"),
     theorem: Theorem::T3,
     summary: "the sliding-window mask is keyed off absolute positions; a copied prefix plus a suffix prefill equals full recompute",
     kinds: &["window bound*", "prefix*", "out of window*"],
@@ -72,7 +76,7 @@ pub static T3: TheoremOracle = TheoremOracle {
 
 impl Oracle for TheoremOracle {
     fn id(&self) -> OracleId {
-        OracleId::new(self.theorem.name())
+        self.id
     }
 
     fn summary(&self) -> &'static str {

@@ -27,46 +27,57 @@ use crate::base::op::{Op, SeqId};
 use crate::base::target::StepObservation;
 
 /// An oracle's name: what reports, repro files, PREREG.md and `--oracles` call it. Ordered as
-/// the built-in registry lists oracles (report order), other names after them by name.
+/// the built-in registry lists oracles (report order), other names after them by name. The rank
+/// is carried in the id, so that comparing ids (the explorer counts per oracle on every trial)
+/// compares two numbers first.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct OracleId(&'static str);
+pub struct OracleId {
+    rank: u16,
+    name: &'static str,
+}
 
 impl OracleId {
     /// I1, accessor exactness ([`i1`]).
-    pub const I1: OracleId = OracleId("I1");
+    pub const I1: OracleId = OracleId::builtin(0, "I1");
     /// I2, contiguity ([`i2`]).
-    pub const I2: OracleId = OracleId("I2");
+    pub const I2: OracleId = OracleId::builtin(1, "I2");
     /// Two targets agree ([`differential`]).
-    pub const DIFFERENTIAL: OracleId = OracleId("differential");
+    pub const DIFFERENTIAL: OracleId = OracleId::builtin(2, "differential");
     /// The target crashed ([`crash`]).
-    pub const CRASH: OracleId = OracleId("crash");
+    pub const CRASH: OracleId = OracleId::builtin(3, "crash");
+
+    /// The id of a built-in oracle: `rank` is its place in [`BUILTIN`] (checked by a test).
+    pub(crate) const fn builtin(rank: u16, name: &'static str) -> OracleId {
+        OracleId { rank, name }
+    }
 
     /// An id for a new oracle (a `const` in the oracle's own file).
     pub const fn new(name: &'static str) -> OracleId {
-        OracleId(name)
+        OracleId {
+            rank: u16::MAX,
+            name,
+        }
     }
 
     /// The name used in reports and files.
     pub fn name(self) -> &'static str {
-        self.0
+        self.name
     }
 
     /// The id of the oracle called `name` (any case), among the built-in oracles and those
     /// registered in this process ([`Registry::with`]); `None` for a name kvaudit does not know.
     pub fn known(name: &str) -> Option<OracleId> {
-        if let Some(o) = BUILTIN.iter().find(|o| o.id().0.eq_ignore_ascii_case(name)) {
+        if let Some(o) = BUILTIN
+            .iter()
+            .find(|o| o.id().name.eq_ignore_ascii_case(name))
+        {
             return Some(o.id());
         }
         let names = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
         names
             .iter()
             .find(|n| n.eq_ignore_ascii_case(name))
-            .map(|n| OracleId(n))
-    }
-
-    fn rank(self) -> (usize, &'static str) {
-        let at = BUILTIN.iter().position(|o| o.id().0 == self.0);
-        (at.unwrap_or(usize::MAX), self.0)
+            .map(|n| OracleId::new(n))
     }
 }
 
@@ -82,25 +93,25 @@ impl PartialOrd for OracleId {
 
 impl Ord for OracleId {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.rank().cmp(&other.rank())
+        (self.rank, self.name).cmp(&(other.rank, other.name))
     }
 }
 
 impl fmt::Display for OracleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
+        f.write_str(self.name)
     }
 }
 
 impl fmt::Debug for OracleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
+        f.write_str(self.name)
     }
 }
 
 impl Serialize for OracleId {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.0)
+        s.serialize_str(self.name)
     }
 }
 
@@ -308,7 +319,7 @@ impl Registry {
         REGISTERED
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(oracle.id().0);
+            .insert(oracle.id().name);
         self.oracles.push(oracle);
         self
     }
@@ -381,6 +392,13 @@ mod tests {
         assert_eq!(OracleId::known("i1"), Some(OracleId::I1));
         let e = serde_json::from_str::<OracleId>("\"I9\"").unwrap_err();
         assert!(e.to_string().starts_with("unknown oracle 'I9'"), "{e}");
+    }
+
+    #[test]
+    fn builtin_ranks_are_their_places_in_the_registry() {
+        for (i, o) in BUILTIN.iter().enumerate() {
+            assert_eq!(usize::from(o.id().rank), i, "{}", o.id());
+        }
     }
 
     #[test]
