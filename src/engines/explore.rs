@@ -98,7 +98,7 @@ impl EverBits {
     }
 }
 
-/// A set of tracked oracles, by their index in [`Judges::tracked`]: one bit each.
+/// A set of tracked oracles (a `Judges`' step and pair oracles), by index: one bit each.
 pub type OracleBits = u64;
 
 /// The oracles an exhaustive run asks, split by what they read. Step and pair oracles are

@@ -1,9 +1,9 @@
 //! The theorems as oracles of random exploration (`kvaudit fuzz --oracles T1,T2,T3`).
 //!
-//! A fuzz case is one trace. T1 judges it as it is ([`super::t1::check_placement`]: every row
+//! A fuzz case is one trace. T1 judges it as it is ([`crate::oracles::theorems::t1::check_placement`]: every row
 //! and every decode's logits against the reference replay). T2 and T3 need a partner: each of
 //! the theorem's [`Derivation`]s is offered the trace, and where one gives a [`Pair`], both
-//! sides run on the target and the pair's [`Verdict`](super::Verdict) is judged against the target's
+//! sides run on the target and the pair's [`Verdict`](crate::oracles::theorems::Verdict) is judged against the target's
 //! [`Tolerance`]. A trace no derivation accepts is *no pair*: neither a pass nor a failure, and
 //! counted apart, so a run that checked nothing cannot pass for a clean one. A target that cannot
 //! show rows or logits gives `Unsupported`, a third outcome.

@@ -33,7 +33,7 @@ pub struct GenConfig {
     pub max_tokens: u32,
     /// Theorems to bias the draws towards (`kvaudit fuzz --oracles T2,T3`): with T2 or T3 here,
     /// each trace is a random prefix followed by one or two chunks shaped so that the theorem's
-    /// derivations find a partner ([`theorem_trace_strategy`]). Empty: the plain generator.
+    /// derivations find a partner ([`crate::engines::fuzz::theorem_trace_strategy`]). Empty: the plain generator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub theorems: Vec<Theorem>,
     /// The target's sliding window, when it has one: the biased generator then also draws
