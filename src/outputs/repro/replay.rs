@@ -1,0 +1,322 @@
+//! Replaying a repro file: each recorded expectation run on its target(s) and judged, with a
+//! status per expectation (confirmed, fixed, regressed, changed, unrecorded, unavailable), and
+//! measuring what a trace does on a new target.
+
+use super::*;
+
+/// The outcome of replaying one expectation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Status {
+    /// The recorded expectation still holds.
+    Confirmed(String),
+    /// Recorded as failing, and now the oracle holds: the bug looks fixed on this target.
+    Fixed(String),
+    /// Recorded as holding, and now the oracle fails.
+    Regressed(String),
+    /// Recorded as failing, and it fails otherwise (another step, kind or observation).
+    Changed(String),
+    /// No expectation is recorded for this target; this is what it does.
+    Unrecorded(String),
+    /// The target could not be built or driven, or stopped at an unsupported op: the
+    /// expectation could not be checked.
+    Unavailable(String),
+}
+
+impl Status {
+    /// True if replay should pass: confirmed, or nothing recorded to contradict.
+    pub fn passed(&self) -> bool {
+        matches!(self, Status::Confirmed(_) | Status::Unrecorded(_))
+    }
+
+    /// A short word for tables.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Status::Confirmed(_) => "ok",
+            Status::Fixed(_) => "FIXED",
+            Status::Regressed(_) => "REGRESSED",
+            Status::Changed(_) => "CHANGED",
+            Status::Unrecorded(_) => "unrecorded",
+            Status::Unavailable(_) => "UNAVAILABLE",
+        }
+    }
+
+    /// What happened, in a sentence or two.
+    pub fn detail(&self) -> &str {
+        match self {
+            Status::Confirmed(d)
+            | Status::Fixed(d)
+            | Status::Regressed(d)
+            | Status::Changed(d)
+            | Status::Unrecorded(d)
+            | Status::Unavailable(d) => d,
+        }
+    }
+}
+
+/// One expectation replayed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EntryResult {
+    /// The target's label.
+    pub label: String,
+    /// What happened.
+    pub status: Status,
+    /// Target executions spent.
+    pub executions: u64,
+}
+
+fn describe(step: usize, kind: &str, seq: Option<SeqId>, observed: &Value) -> String {
+    let seq = seq.map(|s| format!(", seq {s}")).unwrap_or_default();
+    format!("at step {step} ({kind}{seq}) with observed {observed}")
+}
+
+/// Runs the repro's trace on `entry`'s target(s) and judges every step.
+fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(Judgement, u64), String> {
+    let (a, b) = entry.specs();
+    let fa = a.factory()?;
+    let fb = b.map(|b| b.factory()).transpose()?;
+    let mut judge = Judge::new(fa.as_ref(), fb.as_deref()).map_err(|e| e.to_string())?;
+    let j = judge.run(&repro.trace).map_err(|e| e.to_string())?;
+    Ok((j, judge.executions()))
+}
+
+/// Replays one expectation of `repro`.
+pub fn check(repro: &Repro, entry: &TargetExpectation) -> EntryResult {
+    let label = entry.label();
+    let (j, executions) = match run_on(repro, entry) {
+        Ok(x) => x,
+        Err(e) => {
+            return EntryResult {
+                label,
+                status: Status::Unavailable(format!("not available: {e}")),
+                executions: 0,
+            }
+        }
+    };
+    let status = judge_expectation(repro, entry, &j);
+    EntryResult {
+        label,
+        status,
+        executions,
+    }
+}
+
+/// Compares what the oracles said about the repro's trace with `entry`'s expectation.
+pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &Judgement) -> Status {
+    let oracle = repro.oracle;
+    let first = j.first(oracle);
+    if let Some((step, reason)) = &j.unsupported {
+        if !matches!(first, Some(v) if v.step < *step) {
+            return Status::Unavailable(format!(
+                "step {step} is unsupported by the target ({reason}): {oracle} cannot be judged past step {}",
+                step - 1
+            ));
+        }
+    }
+    let want_step = entry.step.unwrap_or(repro.step);
+    let want_kind = entry.kind.as_deref().unwrap_or(&repro.kind);
+    let want_seq = entry.seq.or(repro.seq);
+    let want_observed = entry.observed.as_ref().unwrap_or(&repro.observed);
+    let want = describe(want_step, want_kind, want_seq, want_observed);
+    let n = repro.trace.ops.len();
+    match (entry.expect, first) {
+        (Expect::Fails, None) => Status::Fixed(format!(
+            "recorded: {oracle} fails first {want}; now {oracle} holds on all {n} steps: \
+             the bug looks fixed on this target (record \"expect\": \"holds\" if so)"
+        )),
+        (Expect::Fails, Some(v)) => {
+            let got = describe(
+                v.step,
+                &v.violation.kind,
+                v.violation.seq,
+                &v.violation.observed,
+            );
+            if v.step == want_step
+                && v.violation.kind == want_kind
+                && v.violation.seq == want_seq
+                && &v.violation.observed == want_observed
+            {
+                Status::Confirmed(format!("{oracle} fails first {got}, as recorded"))
+            } else {
+                Status::Changed(format!(
+                    "recorded: {oracle} fails first {want}; now it fails first {got}"
+                ))
+            }
+        }
+        (Expect::Holds, None) => {
+            Status::Confirmed(format!("{oracle} holds on all {n} steps, as recorded"))
+        }
+        (Expect::Holds, Some(v)) => Status::Regressed(format!(
+            "recorded: {oracle} holds on all {n} steps; now it fails first {}",
+            describe(
+                v.step,
+                &v.violation.kind,
+                v.violation.seq,
+                &v.violation.observed
+            )
+        )),
+    }
+}
+
+/// Measures what the repro's trace does on a target: the expectation to record for it, with
+/// overrides where it fails otherwise than the file says. `Err` if the target is unavailable or
+/// stops at an unsupported op.
+pub fn measure(
+    repro: &Repro,
+    target: &TargetSpec,
+    vs: Option<&TargetSpec>,
+) -> Result<TargetExpectation, Error> {
+    let mut entry = TargetExpectation::new(target, vs, Expect::Holds);
+    let (j, _) = run_on(repro, &entry).map_err(Error::harness)?;
+    if let Status::Unavailable(why) = judge_expectation(repro, &entry, &j) {
+        return Err(Error::harness(why));
+    }
+    if let Some(v) = j.first(repro.oracle) {
+        entry.expect = Expect::Fails;
+        if v.step != repro.step {
+            entry.step = Some(v.step);
+        }
+        if v.violation.kind != repro.kind {
+            entry.kind = Some(v.violation.kind.clone());
+        }
+        if v.violation.seq != repro.seq {
+            entry.seq = v.violation.seq;
+        }
+        if v.violation.observed != repro.observed {
+            entry.observed = Some(v.violation.observed.clone());
+        }
+    }
+    Ok(entry)
+}
+
+/// Parses `name[fault][fault]` (a target label) into a spec.
+pub fn parse_label(label: &str) -> Result<TargetSpec, Error> {
+    let (name, rest) = match label.find('[') {
+        Some(i) => (&label[..i], &label[i..]),
+        None => (label, ""),
+    };
+    let mut faults = Vec::new();
+    let mut rest = rest;
+    while !rest.is_empty() {
+        let end = rest
+            .find(']')
+            .filter(|_| rest.starts_with('['))
+            .ok_or_else(|| format!("target '{label}': expected NAME or NAME[fault][fault]"))?;
+        faults.push(rest[1..end].to_string());
+        rest = &rest[end + 1..];
+    }
+    if name.is_empty() {
+        return Err(format!("target '{label}': no name").into());
+    }
+    Ok(TargetSpec::new(name, &faults))
+}
+
+/// One repro file replayed.
+#[derive(Clone, Debug)]
+pub struct FileResult {
+    /// The file.
+    pub path: PathBuf,
+    /// Its expectations replayed, or why the file could not be read.
+    pub entries: Result<Vec<EntryResult>, String>,
+    /// Wall time, in seconds.
+    pub elapsed_s: f64,
+}
+
+impl FileResult {
+    /// The file's stem: the test case's name.
+    pub fn name(&self) -> String {
+        self.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// True if every expectation was confirmed.
+    pub fn passed(&self) -> bool {
+        self.entries
+            .as_ref()
+            .is_ok_and(|es| es.iter().all(|e| e.status.passed()))
+    }
+
+    /// True if the harness could not check something (unreadable file, unavailable target).
+    pub fn harness_error(&self) -> bool {
+        match &self.entries {
+            Err(_) => true,
+            Ok(es) => es
+                .iter()
+                .any(|e| matches!(e.status, Status::Unavailable(_))),
+        }
+    }
+}
+
+/// Which expectations of a file to replay.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayFilter {
+    /// Only this target (or pair); a target the file records nothing for is run and reported
+    /// as [`Status::Unrecorded`].
+    pub target: Option<(TargetSpec, Option<TargetSpec>)>,
+}
+
+/// Replays the expectations of one repro.
+pub fn replay(repro: &Repro, filter: &ReplayFilter) -> Vec<EntryResult> {
+    let Some((a, b)) = &filter.target else {
+        return repro.targets.iter().map(|e| check(repro, e)).collect();
+    };
+    let wanted = TargetExpectation::new(a, b.as_ref(), Expect::Holds);
+    let mine: Vec<&TargetExpectation> = repro
+        .targets
+        .iter()
+        .filter(|e| e.label() == wanted.label())
+        .collect();
+    if !mine.is_empty() {
+        return mine.into_iter().map(|e| check(repro, e)).collect();
+    }
+    let status = match measure(repro, a, b.as_ref()) {
+        Ok(m) => Status::Unrecorded(match m.expect {
+            Expect::Holds => format!(
+                "no expectation recorded; {} holds on every step",
+                repro.oracle
+            ),
+            Expect::Fails => format!(
+                "no expectation recorded; {} fails first at step {}",
+                repro.oracle,
+                m.step.unwrap_or(repro.step)
+            ),
+        }),
+        Err(e) => Status::Unavailable(format!("not available: {e}")),
+    };
+    vec![EntryResult {
+        label: wanted.label(),
+        status,
+        executions: 0,
+    }]
+}
+
+/// Replays one file.
+pub fn replay_file(path: &Path, filter: &ReplayFilter) -> FileResult {
+    let started = Instant::now();
+    let entries = Repro::load(path)
+        .map(|r| replay(&r, filter))
+        .map_err(String::from);
+    FileResult {
+        path: path.to_path_buf(),
+        entries,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// The repro files a path names: the file itself, or a folder's `*.json`, sorted.
+pub fn repro_files(path: &Path) -> Result<Vec<PathBuf>, Error> {
+    if !path.is_dir() {
+        if !path.exists() {
+            return Err(format!("{}: no such file or folder", path.display()).into());
+        }
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("json"))
+        .collect();
+    v.sort();
+    Ok(v)
+}
