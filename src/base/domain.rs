@@ -129,6 +129,7 @@ impl Domain {
                 n_ctx: 256,
                 n_seq_max: 2,
                 ops: vec![Op::Decode(Decode::next(0, 7))],
+                ..Setup::default()
             },
             seqs: vec![0, 1],
             ranges: vec![[0, 3], [2, 5], [4, 7], [-1, -1]],

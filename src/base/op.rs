@@ -70,6 +70,143 @@ pub enum Op {
     Clear,
     /// `llama_decode` of a batch.
     Decode(Decode),
+    /// `llama_state_seq_get_data(ctx, buf, size, seq)` (`_ext` with `flags` when non-zero) into
+    /// the in-trace buffer `slot`, replacing what it held. Returns whether bytes were written.
+    StateSeqSave {
+        /// The sequence saved.
+        seq: SeqId,
+        /// The buffer written.
+        slot: Slot,
+        /// `llama_state_seq_flags` (0: the plain call).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        flags: u32,
+    },
+    /// `llama_state_seq_set_data(ctx, buf, size, seq)` (`_ext` with `flags` when non-zero) of the
+    /// bytes in `slot`, optionally damaged first (`truncate`, `flip`), into `seq`: possibly not
+    /// the sequence it was saved from. Returns whether llama.cpp read the bytes (non-zero).
+    StateSeqLoad {
+        /// The destination sequence.
+        seq: SeqId,
+        /// The buffer read.
+        slot: Slot,
+        /// `llama_state_seq_flags` (0: the plain call).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        flags: u32,
+        /// Keep only the first `truncate` bytes before the load (a damaged buffer).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        truncate: Option<u32>,
+        /// XOR the byte at this offset with 0xff before the load (ignored past the end).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        flip: Option<u32>,
+    },
+    /// `llama_state_get_data(ctx, buf, size)`: the whole context into the buffer `slot`.
+    StateSave {
+        /// The buffer written.
+        slot: Slot,
+    },
+    /// `llama_state_set_data(ctx, buf, size)` of the bytes in `slot` (optionally damaged).
+    StateLoad {
+        /// The buffer read.
+        slot: Slot,
+        /// Keep only the first `truncate` bytes before the load (a damaged buffer).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        truncate: Option<u32>,
+        /// XOR the byte at this offset with 0xff before the load (ignored past the end).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        flip: Option<u32>,
+    },
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// The name of an in-trace state buffer: 1 to 16 characters from `[a-z0-9_]`, so that it is a
+/// valid C identifier suffix in a generated reproducer and cannot carry anything else.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Slot(String);
+
+impl Slot {
+    /// The most characters a slot name may have.
+    pub const MAX_LEN: usize = 16;
+
+    /// A slot named `name`, or why the name is not one.
+    pub fn new(name: &str) -> Result<Slot, String> {
+        let ok = !name.is_empty()
+            && name.len() <= Self::MAX_LEN
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if ok {
+            Ok(Slot(name.to_string()))
+        } else {
+            Err(format!(
+                "slot name {name:?}: use 1 to {} characters from [a-z0-9_]",
+                Self::MAX_LEN
+            ))
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Slot {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Slot::new(&s)
+    }
+}
+
+impl From<Slot> for String {
+    fn from(s: Slot) -> String {
+        s.0
+    }
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'a> Arbitrary<'a> for Slot {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(Slot(["a", "b", "s"][u.int_in_range(0..=2)?].to_string()))
+    }
+}
+
+/// `bytes` as a damaged-buffer load sees them: cut to `truncate` bytes, then the byte at `flip`
+/// XORed with 0xff (ignored past the end). A failed load must leave the cache as llama.h
+/// documents, and these are the ways to make one fail.
+pub fn damaged(bytes: &[u8], truncate: Option<u32>, flip: Option<u32>) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    if let Some(n) = truncate {
+        out.truncate(n as usize);
+    }
+    if let Some(b) = flip.and_then(|at| out.get_mut(at as usize)) {
+        *b ^= 0xff;
+    }
+    out
+}
+
+/// How damage reads in a display: empty, or ` (truncated to N bytes, byte K flipped)`.
+fn describe_damage(truncate: Option<u32>, flip: Option<u32>) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = truncate {
+        parts.push(format!("truncated to {n} bytes"));
+    }
+    if let Some(at) = flip {
+        parts.push(format!("byte {at} flipped"));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
 }
 
 /// A decode of `n` tokens into one or more sequences.
@@ -222,7 +359,22 @@ impl Op {
             Op::SeqDiv { .. } => "seq_div",
             Op::Clear => "clear",
             Op::Decode(_) => "decode",
+            Op::StateSeqSave { .. } => "state_seq_save",
+            Op::StateSeqLoad { .. } => "state_seq_load",
+            Op::StateSave { .. } => "state_save",
+            Op::StateLoad { .. } => "state_load",
         }
+    }
+
+    /// Whether the op saves or loads state (the `state_*` ops).
+    pub fn is_state_op(&self) -> bool {
+        matches!(
+            self,
+            Op::StateSeqSave { .. }
+                | Op::StateSeqLoad { .. }
+                | Op::StateSave { .. }
+                | Op::StateLoad { .. }
+        )
     }
 
     /// Calls `f` with each sequence id the op names (not -1).
@@ -236,12 +388,14 @@ impl Op {
             Op::SeqRm { seq, .. }
             | Op::SeqKeep { seq }
             | Op::SeqAdd { seq, .. }
-            | Op::SeqDiv { seq, .. } => g(*seq),
+            | Op::SeqDiv { seq, .. }
+            | Op::StateSeqSave { seq, .. }
+            | Op::StateSeqLoad { seq, .. } => g(*seq),
             Op::SeqCp { src, dst, .. } => {
                 g(*src);
                 g(*dst);
             }
-            Op::Clear => {}
+            Op::Clear | Op::StateSave { .. } | Op::StateLoad { .. } => {}
             Op::Decode(d) => d.seqs.iter().for_each(|&s| g(s)),
         }
     }
@@ -284,6 +438,32 @@ impl fmt::Display for Op {
                 range(*p0, *p1)
             ),
             Op::Clear => write!(f, "llama_memory_clear(mem, true)"),
+            Op::StateSeqSave { seq, slot, flags } => match flags {
+                0 => write!(f, "{slot} = llama_state_seq_get_data(ctx, .., {seq})"),
+                _ => write!(f, "{slot} = llama_state_seq_get_data_ext(ctx, .., {seq}, {flags})"),
+            },
+            Op::StateSeqLoad {
+                seq,
+                slot,
+                flags,
+                truncate,
+                flip,
+            } => {
+                let d = describe_damage(*truncate, *flip);
+                match flags {
+                    0 => write!(f, "llama_state_seq_set_data(ctx, {slot}{d}, {seq})"),
+                    _ => write!(f, "llama_state_seq_set_data_ext(ctx, {slot}{d}, {seq}, {flags})"),
+                }
+            }
+            Op::StateSave { slot } => write!(f, "{slot} = llama_state_get_data(ctx, ..)"),
+            Op::StateLoad {
+                slot,
+                truncate,
+                flip,
+            } => {
+                let d = describe_damage(*truncate, *flip);
+                write!(f, "llama_state_set_data(ctx, {slot}{d})")
+            }
             Op::Decode(d) => {
                 let seqs = d
                     .seqs
@@ -309,19 +489,54 @@ impl fmt::Display for Op {
     }
 }
 
-/// The cache a trace starts from: its shape and the ops that build the initial state.
+/// The cache a trace starts from: its shape, the context settings it runs under, and the ops
+/// that build the initial state.
+///
+/// Every field but `n_ctx`, `n_seq_max` and `ops` is left out of the JSON when it has its
+/// default, so repro files written before the field existed read back as the same setup.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Setup {
     /// Context size in cells (llama.cpp pads it to a multiple of 256).
     #[serde(default = "default_n_ctx")]
     pub n_ctx: u32,
-    /// Number of sequences the context is made for (`n_seq_max`; the stream is unified).
+    /// Number of sequences the context is made for (`n_seq_max`).
     #[serde(default = "default_n_seq_max")]
     pub n_seq_max: u32,
+    /// One KV stream shared by every sequence (`kv_unified`, default here: true). False is
+    /// llama.cpp's own default: one stream of `n_ctx / n_seq_max` cells per sequence.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub kv_unified: bool,
+    /// Logical batch size (`n_batch`); `None`: llama.cpp's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_batch: Option<u32>,
+    /// Physical batch size (`n_ubatch`); a decode longer than this is split. `None`: default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_ubatch: Option<u32>,
+    /// Flash attention on (default off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub flash_attn: bool,
+    /// The K cache's element type.
+    #[serde(default, skip_serializing_if = "CacheType::is_default")]
+    pub type_k: CacheType,
+    /// The V cache's element type.
+    #[serde(default, skip_serializing_if = "CacheType::is_default")]
+    pub type_v: CacheType,
     /// Ops run before the trace; not checked and not counted.
     #[serde(default)]
     pub ops: Vec<Op>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn default_n_ctx() -> u32 {
@@ -337,8 +552,146 @@ impl Default for Setup {
         Setup {
             n_ctx: default_n_ctx(),
             n_seq_max: default_n_seq_max(),
+            kv_unified: true,
+            n_batch: None,
+            n_ubatch: None,
+            flash_attn: false,
+            type_k: CacheType::F16,
+            type_v: CacheType::F16,
             ops: Vec::new(),
         }
+    }
+}
+
+impl Setup {
+    /// The context settings in one line, for reports: `unified, n_ctx 256, n_seq_max 2, K/V
+    /// f16/f16, flash attention off` plus the batch sizes when set.
+    pub fn config_label(&self) -> String {
+        let mut s = format!(
+            "{}, n_ctx {}, n_seq_max {}, K/V {}/{}, flash attention {}",
+            if self.kv_unified {
+                "unified"
+            } else {
+                "one stream per sequence"
+            },
+            self.n_ctx,
+            self.n_seq_max,
+            self.type_k,
+            self.type_v,
+            if self.flash_attn { "on" } else { "off" }
+        );
+        if let Some(b) = self.n_batch {
+            s.push_str(&format!(", n_batch {b}"));
+        }
+        if let Some(u) = self.n_ubatch {
+            s.push_str(&format!(", n_ubatch {u}"));
+        }
+        s
+    }
+
+    /// The same setup under another configuration: `kv_unified=false`, `flash_attn=true`,
+    /// `n_ubatch=1`, `type_k=q8_0`, ... (comma-separated `key=value` pairs).
+    pub fn with_config(&self, spec: &str) -> Result<Setup, String> {
+        let mut s = self.clone();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("configuration {part:?}: expected key=value"))?;
+            let (k, v) = (k.trim(), v.trim());
+            let num = || {
+                v.parse::<u32>()
+                    .map_err(|_| format!("configuration {k}: {v:?} is not a number"))
+            };
+            let flag = || match v {
+                "true" | "on" | "1" => Ok(true),
+                "false" | "off" | "0" => Ok(false),
+                _ => Err(format!("configuration {k}: {v:?} is not true/false")),
+            };
+            match k {
+                "kv_unified" => s.kv_unified = flag()?,
+                "flash_attn" => s.flash_attn = flag()?,
+                "n_ctx" => s.n_ctx = num()?,
+                "n_seq_max" => s.n_seq_max = num()?,
+                "n_batch" => s.n_batch = Some(num()?),
+                "n_ubatch" => s.n_ubatch = Some(num()?),
+                "type_k" => s.type_k = v.parse()?,
+                "type_v" => s.type_v = v.parse()?,
+                _ => {
+                    return Err(format!(
+                        "unknown configuration key {k:?} (known: kv_unified, n_ctx, n_seq_max, \
+                         n_batch, n_ubatch, flash_attn, type_k, type_v)"
+                    ))
+                }
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// The element type of a K or V cache.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheType {
+    /// 16-bit float: llama.cpp's default.
+    #[default]
+    F16,
+    /// 32-bit float.
+    F32,
+    /// 8-bit blocks (`GGML_TYPE_Q8_0`).
+    Q8_0,
+    /// 4-bit blocks (`GGML_TYPE_Q4_0`).
+    Q4_0,
+}
+
+impl CacheType {
+    /// Every type, in the order presets and docs list them.
+    pub const ALL: [CacheType; 4] = [
+        CacheType::F16,
+        CacheType::F32,
+        CacheType::Q8_0,
+        CacheType::Q4_0,
+    ];
+
+    fn is_default(&self) -> bool {
+        *self == CacheType::F16
+    }
+
+    /// The `enum ggml_type` value.
+    pub fn ggml_type(self) -> u32 {
+        match self {
+            CacheType::F32 => 0,
+            CacheType::F16 => 1,
+            CacheType::Q4_0 => 2,
+            CacheType::Q8_0 => 8,
+        }
+    }
+
+    /// The name as in JSON and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheType::F16 => "f16",
+            CacheType::F32 => "f32",
+            CacheType::Q8_0 => "q8_0",
+            CacheType::Q4_0 => "q4_0",
+        }
+    }
+}
+
+impl fmt::Display for CacheType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for CacheType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        CacheType::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown cache type {s:?} (known: f16, f32, q8_0, q4_0)"))
     }
 }
 

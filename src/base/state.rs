@@ -204,6 +204,40 @@ pub fn parse_seq_state(bytes: &[u8], format: StateFormat) -> Result<SeqState<'_>
     Ok(SeqState { seq_id, caches })
 }
 
+/// The longest architecture name [`parse_whole_state`] accepts.
+const MAX_ARCH_NAME: u32 = 64;
+
+/// Parses the bytes of `llama_state_get_data` (u32 length and the model's architecture name,
+/// then the memory as in a per-sequence dump, listing every used cell with all its sequences)
+/// into the used cells of the base cache, every stream, in dump order.
+pub fn parse_whole_state(
+    bytes: &[u8],
+    format: StateFormat,
+) -> Result<Vec<crate::base::target::WholeCell>, ParseError> {
+    let mut r = Reader { bytes, at: 0 };
+    let len = r.u32("architecture name length")?;
+    if len > MAX_ARCH_NAME {
+        return r.fail(0, format!("an architecture name of at most {MAX_ARCH_NAME} bytes, found {len}"));
+    }
+    r.take(len as usize, "architecture name")?;
+    let mut caches = Vec::new();
+    while !r.done() {
+        caches.push(parse_cache(&mut r, format)?);
+    }
+    let Some(base) = caches.first() else {
+        return r.fail(r.at, "n_stream of at least one cache".into());
+    };
+    Ok(base
+        .iter()
+        .flat_map(|stream| {
+            stream.cells.iter().map(|c| crate::base::target::WholeCell {
+                pos: c.pos,
+                seqs: stream.seqs_of(c).to_vec(),
+            })
+        })
+        .collect())
+}
+
 fn parse_cache<'a>(
     r: &mut Reader<'a>,
     format: StateFormat,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::base::op::{Op, Pos, SeqId, Setup};
-use crate::base::state::{parse_seq_state, ParseError, StateFormat};
+use crate::base::state::{parse_seq_state, parse_whole_state, ParseError, StateFormat};
 
 /// Who a target is, for reports and repro files.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -60,6 +60,16 @@ pub enum HarnessError {
         seq: SeqId,
         /// The parse error.
         source: ParseError,
+    },
+    /// The target cannot take this configuration (e.g. a quantized V cache without flash
+    /// attention on llama.cpp, more sequences than the native cache holds): the trial is
+    /// unsupported, neither a pass nor a failure.
+    #[error("target {target} cannot take this configuration: {reason}")]
+    Unsupported {
+        /// Which target.
+        target: String,
+        /// Why.
+        reason: String,
     },
     /// The setup could not be built on this target.
     #[error("target {target}: setup failed at {op}: {message}")]
@@ -146,6 +156,93 @@ pub struct StepObservation {
     pub outcome: OpOutcome,
     /// Every observed sequence, in ascending id order.
     pub seqs: Vec<SeqObservation>,
+    /// The cells of the whole-context dump (`llama_state_get_data`), when [`Observe::whole`]
+    /// asked for them and the target has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub whole: Option<Vec<WholeCell>>,
+    /// The state round trip into a twin context, when [`Observe::round_trip`] asked for it and
+    /// the target can make a twin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_trip: Option<RoundTrip>,
+}
+
+impl StepObservation {
+    /// An observation of the accessors and per-sequence dumps only.
+    pub fn basic(outcome: OpOutcome, seqs: Vec<SeqObservation>) -> Self {
+        StepObservation {
+            outcome,
+            seqs,
+            whole: None,
+            round_trip: None,
+        }
+    }
+}
+
+/// One used cell of a whole-context dump: its position and the sequences it belongs to
+/// (every stream's cells, in dump order).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WholeCell {
+    /// The cell's position.
+    pub pos: Pos,
+    /// The sequences the dump lists for it (may be empty: a used cell of no sequence).
+    pub seqs: Vec<SeqId>,
+}
+
+/// What became of the cache's state saved and loaded into a fresh twin context of the same
+/// configuration (llama.h: `llama_state_get_data` / `llama_state_set_data`, and per sequence
+/// `llama_state_seq_get_data` / `llama_state_seq_set_data`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundTrip {
+    /// The whole-context load into the empty twin succeeded (returned non-zero).
+    pub whole_loaded: bool,
+    /// The twin's observation of every observed sequence after the whole-context load.
+    pub whole_twin: Vec<SeqObservation>,
+    /// The twin's whole-context dump is byte-identical to the one it was loaded from.
+    pub whole_same_bytes: bool,
+    /// Per observed sequence: its dump loaded into the emptied twin under the same id.
+    pub seqs: Vec<SeqRoundTrip>,
+}
+
+/// One sequence's round trip (see [`RoundTrip`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeqRoundTrip {
+    /// The load succeeded (returned non-zero).
+    pub loaded: bool,
+    /// The twin's observation of the sequence after every sequence was loaded.
+    pub twin: SeqObservation,
+    /// The twin's dump of the sequence is byte-identical to the one it was loaded from.
+    pub same_bytes: bool,
+}
+
+/// What [`observe`] looks at beyond the accessors and the per-sequence dumps. Oracles say what
+/// they need ([`crate::oracles::Oracle::observes`]); observing less is faster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Observe {
+    /// The whole-context dump's cells ([`StepObservation::whole`]).
+    pub whole: bool,
+    /// The round trip into a twin ([`StepObservation::round_trip`]).
+    pub round_trip: bool,
+}
+
+impl Observe {
+    /// Accessors and per-sequence dumps only.
+    pub const BASIC: Observe = Observe {
+        whole: false,
+        round_trip: false,
+    };
+    /// Everything.
+    pub const ALL: Observe = Observe {
+        whole: true,
+        round_trip: true,
+    };
+
+    /// What either asks for.
+    pub fn union(self, other: Observe) -> Observe {
+        Observe {
+            whole: self.whole || other.whole,
+            round_trip: self.round_trip || other.round_trip,
+        }
+    }
 }
 
 /// A KV cache under audit.
@@ -183,13 +280,35 @@ pub trait CacheUnderTest {
     }
 
     /// `llama_state_seq_set_data(bytes, seq)`: restores a sequence from bytes [`Self::seq_state`]
-    /// produced (T1's state round trip). `Done` when restored, `Refused` when the target rejected
-    /// the bytes, `Unsupported` when it cannot restore at all.
+    /// produced (T1's state round trip). `Done { returned: Some(loaded) }` with `loaded` false
+    /// when the target rejected the bytes (llama.cpp returned 0), `Unsupported` when it cannot
+    /// restore at all.
     fn set_seq_state(&mut self, seq: SeqId, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
         let _ = (seq, bytes);
         Ok(OpOutcome::Unsupported {
             reason: format!("{} cannot restore a sequence state", self.info().name),
         })
+    }
+
+    /// The bytes of `llama_state_get_data`: the whole context, laid out as
+    /// [`crate::base::state::parse_whole_state`] reads it. `None`: the target has no such dump.
+    fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+        Ok(None)
+    }
+
+    /// `llama_state_set_data(bytes)`: as [`Self::set_seq_state`], for the whole context.
+    fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        let _ = bytes;
+        Ok(OpOutcome::Unsupported {
+            reason: format!("{} cannot restore a whole state", self.info().name),
+        })
+    }
+
+    /// An empty twin of this target: the same configuration as the last [`Self::reset`], no
+    /// cells, sharing nothing with this one. The round trip loads this target's dumps into it.
+    /// `None`: the target cannot make one.
+    fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
+        Ok(None)
     }
 }
 
@@ -202,20 +321,109 @@ pub fn observe(
 ) -> Result<StepObservation, HarnessError> {
     let mut out = Vec::with_capacity(seqs.len());
     for &seq in seqs {
-        let pos_min = target.seq_pos_min(seq)?;
-        let pos_max = target.seq_pos_max(seq)?;
-        let bytes = target.seq_state(seq)?;
-        let parsed = parse_seq_state(&bytes, format).map_err(|source| HarnessError::State {
+        out.push(observe_seq(target, format, seq)?);
+    }
+    Ok(StepObservation::basic(outcome, out))
+}
+
+fn observe_seq(
+    target: &mut dyn CacheUnderTest,
+    format: StateFormat,
+    seq: SeqId,
+) -> Result<SeqObservation, HarnessError> {
+    let pos_min = target.seq_pos_min(seq)?;
+    let pos_max = target.seq_pos_max(seq)?;
+    let bytes = target.seq_state(seq)?;
+    let parsed = parse_seq_state(&bytes, format).map_err(|source| HarnessError::State {
+        target: target.info().name,
+        seq,
+        source,
+    })?;
+    Ok(SeqObservation {
+        seq,
+        pos_min,
+        pos_max,
+        cells: parsed.resident_positions(),
+    })
+}
+
+/// [`observe`], plus what `what` asks for and the target can give: the whole-context dump's
+/// cells, and the round trip into a twin.
+pub fn observe_with(
+    target: &mut dyn CacheUnderTest,
+    format: StateFormat,
+    seqs: &[SeqId],
+    outcome: OpOutcome,
+    what: Observe,
+) -> Result<StepObservation, HarnessError> {
+    let mut obs = observe(target, format, seqs, outcome)?;
+    if !(what.whole || what.round_trip) {
+        return Ok(obs);
+    }
+    let Some(whole) = target.state_get()? else {
+        return Ok(obs);
+    };
+    if what.whole {
+        let cells = parse_whole_state(&whole, format).map_err(|source| HarnessError::State {
             target: target.info().name,
-            seq,
+            seq: -1,
             source,
         })?;
-        out.push(SeqObservation {
-            seq,
-            pos_min,
-            pos_max,
-            cells: parsed.resident_positions(),
+        obs.whole = Some(cells);
+    }
+    if what.round_trip {
+        obs.round_trip = round_trip(target, format, seqs, &whole)?;
+    }
+    Ok(obs)
+}
+
+/// Loads `whole` (this target's whole-context dump) and then each sequence's dump into the
+/// target's twin, and observes the twin. `None` when the target has no twin or the twin cannot
+/// load state at all.
+fn round_trip(
+    target: &mut dyn CacheUnderTest,
+    format: StateFormat,
+    seqs: &[SeqId],
+    whole: &[u8],
+) -> Result<Option<RoundTrip>, HarnessError> {
+    let mut seq_bytes = Vec::with_capacity(seqs.len());
+    for &seq in seqs {
+        seq_bytes.push(target.seq_state(seq)?);
+    }
+    let Some(twin) = target.twin()? else {
+        return Ok(None);
+    };
+    let whole_loaded = match twin.state_set(whole)? {
+        OpOutcome::Unsupported { .. } => return Ok(None),
+        o => o == OpOutcome::Done { returned: Some(true) },
+    };
+    let mut whole_twin = Vec::with_capacity(seqs.len());
+    for &seq in seqs {
+        whole_twin.push(observe_seq(twin, format, seq)?);
+    }
+    let whole_same_bytes = twin.state_get()?.as_deref() == Some(whole);
+    twin.apply(&crate::base::op::Op::Clear)?;
+    let mut loaded = Vec::with_capacity(seqs.len());
+    for (&seq, bytes) in seqs.iter().zip(&seq_bytes) {
+        match twin.set_seq_state(seq, bytes)? {
+            OpOutcome::Unsupported { .. } => return Ok(None),
+            o => loaded.push(o == OpOutcome::Done { returned: Some(true) }),
+        }
+    }
+    let mut per_seq = Vec::with_capacity(seqs.len());
+    for ((&seq, bytes), loaded) in seqs.iter().zip(&seq_bytes).zip(loaded) {
+        let obs = observe_seq(twin, format, seq)?;
+        let same_bytes = twin.seq_state(seq)? == *bytes;
+        per_seq.push(SeqRoundTrip {
+            loaded,
+            twin: obs,
+            same_bytes,
         });
     }
-    Ok(StepObservation { outcome, seqs: out })
+    Ok(Some(RoundTrip {
+        whole_loaded,
+        whole_twin,
+        whole_same_bytes,
+        seqs: per_seq,
+    }))
 }

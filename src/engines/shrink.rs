@@ -405,12 +405,14 @@ fn swap_seqs(op: &Op, a: SeqId, b: SeqId) -> Op {
         Op::SeqRm { seq, .. }
         | Op::SeqKeep { seq }
         | Op::SeqAdd { seq, .. }
-        | Op::SeqDiv { seq, .. } => *seq = sw(*seq),
+        | Op::SeqDiv { seq, .. }
+        | Op::StateSeqSave { seq, .. }
+        | Op::StateSeqLoad { seq, .. } => *seq = sw(*seq),
         Op::SeqCp { src, dst, .. } => {
             *src = sw(*src);
             *dst = sw(*dst);
         }
-        Op::Clear => {}
+        Op::Clear | Op::StateSave { .. } | Op::StateLoad { .. } => {}
         Op::Decode(d) => d.seqs.iter_mut().for_each(|s| *s = sw(*s)),
     }
     op
@@ -455,6 +457,23 @@ pub fn op_size(op: &Op) -> u64 {
             seq_size(*seq) + pos_size(*p0) + pos_size(*p1) + d.unsigned_abs() as u64
         }
         Op::Clear => 0,
+        Op::StateSeqSave { seq, flags, .. } => seq_size(*seq) + u64::from(*flags),
+        Op::StateSeqLoad {
+            seq,
+            flags,
+            truncate,
+            flip,
+            ..
+        } => {
+            seq_size(*seq)
+                + u64::from(*flags)
+                + truncate.map_or(0, |t| OPEN + u64::from(t))
+                + flip.map_or(0, |f| OPEN + u64::from(f))
+        }
+        Op::StateSave { .. } => 0,
+        Op::StateLoad { truncate, flip, .. } => {
+            truncate.map_or(0, |t| OPEN + u64::from(t)) + flip.map_or(0, |f| OPEN + u64::from(f))
+        }
         Op::Decode(d) => {
             d.n as u64
                 + d.seqs.iter().map(|&s| 1 + seq_size(s)).sum::<u64>()
@@ -628,7 +647,70 @@ pub fn simplifications(op: &Op, n_seqs: SeqId) -> Vec<Op> {
                 }
             }
         }
-        Op::Clear => {}
+        Op::Clear | Op::StateSave { .. } => {}
+        Op::StateSeqSave { seq, slot, flags } => {
+            for s in smaller_seqs(*seq, n_seqs) {
+                out.push(Op::StateSeqSave {
+                    seq: s,
+                    slot: slot.clone(),
+                    flags: *flags,
+                });
+            }
+            if *flags != 0 {
+                out.push(Op::StateSeqSave {
+                    seq: *seq,
+                    slot: slot.clone(),
+                    flags: 0,
+                });
+            }
+        }
+        Op::StateSeqLoad {
+            seq,
+            slot,
+            flags,
+            truncate,
+            flip,
+        } => {
+            let at = |seq, flags, truncate, flip| Op::StateSeqLoad {
+                seq,
+                slot: slot.clone(),
+                flags,
+                truncate,
+                flip,
+            };
+            for s in smaller_seqs(*seq, n_seqs) {
+                out.push(at(s, *flags, *truncate, *flip));
+            }
+            if *flags != 0 {
+                out.push(at(*seq, 0, *truncate, *flip));
+            }
+            if truncate.is_some() {
+                out.push(at(*seq, *flags, None, *flip));
+            }
+            if flip.is_some() {
+                out.push(at(*seq, *flags, *truncate, None));
+            }
+        }
+        Op::StateLoad {
+            slot,
+            truncate,
+            flip,
+        } => {
+            if truncate.is_some() {
+                out.push(Op::StateLoad {
+                    slot: slot.clone(),
+                    truncate: None,
+                    flip: *flip,
+                });
+            }
+            if flip.is_some() {
+                out.push(Op::StateLoad {
+                    slot: slot.clone(),
+                    truncate: *truncate,
+                    flip: None,
+                });
+            }
+        }
         Op::Decode(d) => out.extend(smaller_decodes(d, n_seqs).into_iter().map(Op::Decode)),
     }
     let size = op_size(op);
@@ -657,6 +739,7 @@ mod tests {
             n_ctx: 256,
             n_seq_max: 4,
             ops: vec![Op::Decode(Decode::next(0, 7))],
+            ..Setup::default()
         }
     }
 

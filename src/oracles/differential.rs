@@ -143,9 +143,8 @@ mod tests {
 
     #[test]
     fn differential_compares_multisets_not_order() {
-        let step = |cells: &[i32], rc: i32| StepObservation {
-            outcome: OpOutcome::Decoded { rc },
-            seqs: vec![seq(0, 2, cells)],
+        let step = |cells: &[i32], rc: i32| {
+            StepObservation::basic(OpOutcome::Decoded { rc }, vec![seq(0, 2, cells)])
         };
         assert!(check_differential(&step(&[0, 1, 2], 0), &step(&[0, 1, 2], 0)).is_none());
         assert_eq!(

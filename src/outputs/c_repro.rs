@@ -192,6 +192,10 @@ fn emit_op(out: &mut String, op: &Op, label: &str) {
         Op::Clear => {
             let _ = writeln!(out, "    llama_memory_clear(mem, true);");
         }
+        // Placeholder until the C reproducer learns the state ops (issue 10, in progress).
+        Op::StateSeqSave { .. } | Op::StateSeqLoad { .. } | Op::StateSave { .. } | Op::StateLoad { .. } => {
+            let _ = writeln!(out, "    fprintf(stderr, \"state ops are not emitted yet\\n\"); return 2;");
+        }
         Op::Decode(d) => {
             let tokens = d.token_ids();
             let pos: Vec<i32> = match d.pos {

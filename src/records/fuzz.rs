@@ -57,6 +57,7 @@ impl GenConfig {
                 n_ctx: 256,
                 n_seq_max: 4,
                 ops: vec![Op::Decode(Decode::next(0, 7))],
+                ..Setup::default()
             },
             min_len: (max_len / 2).max(1),
             max_len,

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::target::{
-    observe, CacheUnderTest, HarnessError, OpOutcome, StepObservation, TargetInfo,
+    observe_with, CacheUnderTest, HarnessError, Observe, OpOutcome, StepObservation, TargetInfo,
 };
 
 /// How a trial ended.
@@ -125,6 +125,19 @@ pub struct LocalRunner {
     /// the states after each op of the previous trace.
     base: Option<(Setup, Vec<SeqId>, Box<dyn CacheUnderTest + Send>)>,
     stack: Vec<Frame>,
+    observe: Observe,
+}
+
+/// A trial that ends before its first op because the target cannot take the setup's
+/// configuration ([`HarnessError::Unsupported`]).
+fn unsupported_setup(e: HarnessError) -> Result<TrialRun, HarnessError> {
+    match e {
+        HarnessError::Unsupported { reason, .. } => Ok(TrialRun {
+            steps: Vec::new(),
+            end: TrialEnd::Unsupported { step: 0, reason },
+        }),
+        other => Err(other),
+    }
 }
 
 impl LocalRunner {
@@ -138,7 +151,15 @@ impl LocalRunner {
             can_fork,
             base: None,
             stack: Vec::new(),
+            observe: Observe::ALL,
         }
+    }
+
+    /// The same runner observing only `what` beyond the accessors and per-sequence dumps
+    /// (default: everything the target can give).
+    pub fn with_observe(mut self, what: Observe) -> Self {
+        self.observe = what;
+        self
     }
 
     /// Runs one trace, observing after every op.
@@ -163,7 +184,9 @@ impl LocalRunner {
 
     fn run_replay(&mut self, trace: &Trace, last_only: bool) -> Result<TrialRun, HarnessError> {
         let seqs = trace.observed_seqs();
-        self.target.reset(&trace.setup)?;
+        if let Err(e) = self.target.reset(&trace.setup) {
+            return unsupported_setup(e);
+        }
         let mut steps = Vec::with_capacity(trace.ops.len());
         for (i, op) in trace.ops.iter().enumerate() {
             let outcome = self.target.apply(op)?;
@@ -182,11 +205,12 @@ impl LocalRunner {
                     },
                 });
             }
-            steps.push(Arc::new(observe(
+            steps.push(Arc::new(observe_with(
                 self.target.as_mut(),
                 self.info.state_format,
                 &seqs,
                 outcome,
+                self.observe,
             )?));
         }
         Ok(TrialRun {
@@ -200,7 +224,10 @@ impl LocalRunner {
         let same_base =
             matches!(&self.base, Some((setup, s, _)) if *setup == trace.setup && *s == seqs);
         if !same_base {
-            self.target.reset(&trace.setup)?;
+            if let Err(e) = self.target.reset(&trace.setup) {
+                self.base = None;
+                return unsupported_setup(e);
+            }
             let state = self.target.fork().expect("target forked before");
             self.base = Some((trace.setup.clone(), seqs.clone(), state));
             self.stack.clear();
@@ -230,7 +257,13 @@ impl LocalRunner {
                     },
                 });
             }
-            let obs = Arc::new(observe(state.as_mut(), format, &seqs, outcome)?);
+            let obs = Arc::new(observe_with(
+                state.as_mut(),
+                format,
+                &seqs,
+                outcome,
+                self.observe,
+            )?);
             self.stack.push(Frame {
                 op: op.clone(),
                 state,

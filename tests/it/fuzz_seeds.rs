@@ -335,6 +335,7 @@ fn generated_seeds() -> Result<Vec<(&'static str, String, Vec<u8>)>, String> {
         n_ctx: 256,
         n_seq_max: 2,
         ops: vec![Op::Decode(Decode::next(0, 5))],
+        ..Setup::default()
     };
     let ops = [
         Op::SeqCp {

@@ -50,6 +50,7 @@ pub(super) fn setup() -> Setup {
         n_ctx: N_CTX,
         n_seq_max: N_SEQ_MAX,
         ops: Vec::new(),
+        ..Setup::default()
     }
 }
 

@@ -55,6 +55,9 @@ pub enum ReferenceError {
     /// More tokens than the context holds.
     #[error("the batch does not fit the context")]
     DoesNotFit,
+    /// A state save or load: the theorems' reference model has no serialized form.
+    #[error("state save/load ops are outside the theorems' reference model")]
+    StateOp,
     /// `seq_div` by 0.
     #[error("seq_div by 0")]
     DivByZero,
@@ -318,6 +321,10 @@ impl<'m> Reference<'m> {
             }
             Op::Clear => self.entries.clear(),
             Op::Decode(ref d) => self.decode(d)?,
+            Op::StateSeqSave { .. }
+            | Op::StateSeqLoad { .. }
+            | Op::StateSave { .. }
+            | Op::StateLoad { .. } => return Err(ReferenceError::StateOp),
         }
         Ok(())
     }

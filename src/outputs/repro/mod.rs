@@ -508,6 +508,7 @@ mod tests {
                     n_ctx: 256,
                     n_seq_max: 2,
                     ops: vec![Op::Decode(Decode::next(0, 7))],
+                    ..Setup::default()
                 },
                 ops: vec![cp.clone(), cp, Op::SeqKeep { seq: 0 }],
             },

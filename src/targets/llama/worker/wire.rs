@@ -16,7 +16,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::op::{Op, Pos, SeqId, Setup, Trace};
-use crate::base::target::{OpOutcome, SeqObservation, StepObservation, TargetInfo};
+use crate::base::target::{
+    OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo, WholeCell,
+};
 use crate::running::runner::{TrialEnd, TrialRun};
 pub use crate::targets::llama::error::WireError;
 
@@ -179,7 +181,12 @@ pub struct WireRun(Vec<WireStep>, WireEnd);
 
 /// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells).
 #[derive(Debug, Serialize, Deserialize)]
-struct WireStep(WireOutcome, Vec<(SeqId, Pos, Pos, Vec<Pos>)>);
+struct WireStep(
+    WireOutcome,
+    Vec<(SeqId, Pos, Pos, Vec<Pos>)>,
+    Option<Vec<WholeCell>>,
+    Option<RoundTrip>,
+);
 
 #[derive(Debug, Serialize, Deserialize)]
 enum WireOutcome {
@@ -215,7 +222,7 @@ impl From<&TrialRun> for WireRun {
                     .iter()
                     .map(|q| (q.seq, q.pos_min, q.pos_max, q.cells.clone()))
                     .collect();
-                WireStep(outcome, seqs)
+                WireStep(outcome, seqs, st.whole.clone(), st.round_trip.clone())
             })
             .collect();
         let end = match &run.end {
@@ -230,7 +237,7 @@ impl From<WireRun> for TrialRun {
     fn from(WireRun(steps, end): WireRun) -> TrialRun {
         let steps = steps
             .into_iter()
-            .map(|WireStep(outcome, seqs)| {
+            .map(|WireStep(outcome, seqs, whole, round_trip)| {
                 let outcome = match outcome {
                     WireOutcome::D(returned) => OpOutcome::Done { returned },
                     WireOutcome::R(rc) => OpOutcome::Decoded { rc },
@@ -245,7 +252,12 @@ impl From<WireRun> for TrialRun {
                         cells,
                     })
                     .collect();
-                Arc::new(StepObservation { outcome, seqs })
+                Arc::new(StepObservation {
+                    outcome,
+                    seqs,
+                    whole,
+                    round_trip,
+                })
             })
             .collect();
         let end = match end {
@@ -413,12 +425,12 @@ mod tests {
             cells: vec![0, 1, 2, 3, 4, 5, 6],
         };
         let run = TrialRun {
-            steps: vec![Arc::new(StepObservation {
-                outcome: OpOutcome::Done {
+            steps: vec![Arc::new(StepObservation::basic(
+                OpOutcome::Done {
                     returned: Some(true),
                 },
-                seqs: vec![seq],
-            })],
+                vec![seq],
+            ))],
             end: TrialEnd::Crashed {
                 step: 2,
                 message: "signal SIGABRT".into(),
@@ -506,10 +518,7 @@ mod tests {
             },
         ];
         let step = |outcome| {
-            Arc::new(StepObservation {
-                outcome,
-                seqs: seqs.clone(),
-            })
+            Arc::new(StepObservation::basic(outcome, seqs.clone()))
         };
         let runs = [
             TrialRun {
