@@ -516,7 +516,7 @@ mod tests {
     #[test]
     fn arbitrary_traces_are_deterministic_and_in_domain() {
         let data: Vec<u8> = (0..4096u32)
-            .map(|i| (i * 2_654_435_761u32 >> 13) as u8)
+            .map(|i| (i.wrapping_mul(2_654_435_761u32) >> 13) as u8)
             .collect();
         let a = FuzzTrace::arbitrary(&mut Unstructured::new(&data)).unwrap();
         let b = FuzzTrace::arbitrary(&mut Unstructured::new(&data)).unwrap();
