@@ -8,5 +8,6 @@ pub mod error;
 pub mod exit;
 pub mod files;
 pub mod op;
+pub mod slots;
 pub mod state;
 pub mod target;

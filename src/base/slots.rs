@@ -1,0 +1,61 @@
+//! The in-trace state buffers that `state_seq_save` / `state_save` write and the loads read:
+//! one store per target, emptied at every reset, so a trace's buffers never outlive it.
+
+use std::collections::BTreeMap;
+
+use crate::base::op::{damaged, Slot};
+use crate::base::target::OpOutcome;
+
+/// Named byte buffers of one trial.
+#[derive(Clone, Debug, Default)]
+pub struct SlotStore {
+    slots: BTreeMap<Slot, Vec<u8>>,
+}
+
+impl SlotStore {
+    /// Forgets every buffer (at reset).
+    pub fn clear(&mut self) {
+        self.slots.clear();
+    }
+
+    /// Stores `bytes` under `slot`, replacing what it held.
+    pub fn save(&mut self, slot: &Slot, bytes: Vec<u8>) {
+        self.slots.insert(slot.clone(), bytes);
+    }
+
+    /// The bytes of `slot`, damaged as the load asks (`truncate`, `flip`); `Err` with the
+    /// outcome to report when the slot was never written in this trial (a load of nothing is
+    /// refused the same way on every target, so two targets still agree).
+    pub fn load(
+        &self,
+        slot: &Slot,
+        truncate: Option<u32>,
+        flip: Option<u32>,
+    ) -> Result<Vec<u8>, OpOutcome> {
+        match self.slots.get(slot) {
+            Some(bytes) => Ok(damaged(bytes, truncate, flip)),
+            None => Err(OpOutcome::Refused {
+                reason: format!("slot '{slot}' holds nothing: no save into it in this trial"),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_see_saved_bytes_damaged_as_asked_and_nothing_after_clear() {
+        let a = Slot::new("a").unwrap();
+        let mut s = SlotStore::default();
+        assert!(matches!(s.load(&a, None, None), Err(OpOutcome::Refused { .. })));
+        s.save(&a, vec![1, 2, 3, 4]);
+        assert_eq!(s.load(&a, None, None).unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(s.load(&a, Some(2), None).unwrap(), vec![1, 2]);
+        assert_eq!(s.load(&a, None, Some(1)).unwrap(), vec![1, 0xfd, 3, 4]);
+        assert_eq!(s.load(&a, Some(1), Some(3)).unwrap(), vec![1]);
+        s.clear();
+        assert!(s.load(&a, None, None).is_err());
+    }
+}
