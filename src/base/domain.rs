@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::error::Error;
 use crate::base::files::{check_input_size, read_text_limited};
-use crate::base::op::{Decode, Op, Pos, SeqId, Setup};
+use crate::base::op::{CacheType, Decode, Op, Pos, SeqId, Setup, Slot};
 
 /// The largest domain file read (1 MiB; the presets are a few hundred bytes).
 pub const MAX_DOMAIN_FILE_BYTES: u64 = 1 << 20;
@@ -115,10 +115,49 @@ pub struct Domain {
     pub clear: bool,
     /// For each n here, a decode of n tokens at "next" positions into each sequence.
     pub decode_next: Vec<u32>,
+    /// The ranges `seq_cp` uses, when not `ranges` (llama-server copies whole sequences only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_ranges: Option<Vec<[Pos; 2]>>,
+    /// Include a decode of one token into every sequence of `seqs` at once (`"seqs":[..]`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub decode_shared: bool,
+    /// Sequence ids at or above `n_seq_max` to decode one token into and `seq_rm` whole
+    /// (llama.cpp's unified cache accepts ids up to its internal maximum).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beyond_seqs: Vec<SeqId>,
+    /// Include the state ops: per sequence, `state_seq_save` into slot `a` and
+    /// `state_seq_load` from it (into every sequence); the whole context into / from slot `s`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub state: bool,
+    /// Non-zero `llama_state_seq_flags` values: each adds `_ext` saves and loads with them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_flags: Vec<u32>,
+    /// Byte counts to truncate a loaded buffer to: damaged loads, per sequence and whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_truncate: Vec<u32>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 2] = ["seed", "wide"];
+pub const PRESETS: [&str; 9] = [
+    "seed", "wide", "streams", "state", "batch", "full", "flash", "quant", "server",
+];
+
+/// One line per preset: what it exercises.
+pub const PRESET_SUMMARIES: [(&str, &str); 9] = [
+    ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
+    ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
+    ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
+    ("state", "seed plus state save/load of sequences and the whole context, with damaged loads"),
+    ("batch", "decodes split into ubatches (n_ubatch 2), one token into several sequences"),
+    ("full", "a context that fills: a decode that does not fit returns 1"),
+    ("flash", "seed with flash attention on"),
+    ("quant", "seed with q8_0 K/V caches (and flash attention, which quantized V needs)"),
+    ("server", "like llama-server with 4 slots: one stream per slot, whole-slot copies, slot save/restore, a filling context"),
+];
 
 impl Domain {
     /// A built-in preset by name.
@@ -140,6 +179,17 @@ impl Domain {
             keep: true,
             clear: true,
             decode_next: vec![1],
+            copy_ranges: None,
+            decode_shared: false,
+            beyond_seqs: Vec::new(),
+            state: false,
+            state_flags: Vec::new(),
+            load_truncate: Vec::new(),
+        };
+        let named = |name: &str, setup: Setup| Domain {
+            name: name.into(),
+            setup,
+            ..seed.clone()
         };
         match name {
             "seed" => Some(seed),
@@ -155,6 +205,82 @@ impl Domain {
                 divisors: vec![2, 3],
                 decode_next: vec![1, 2],
                 ..seed
+            }),
+            "streams" => Some(named(
+                "streams",
+                Setup {
+                    kv_unified: false,
+                    ..seed.setup.clone()
+                },
+            )),
+            "state" => Some(Domain {
+                state: true,
+                load_truncate: vec![12],
+                ..named("state", seed.setup.clone())
+            }),
+            "batch" => Some(Domain {
+                ranges: vec![[0, 3], [-1, -1]],
+                decode_next: vec![1, 5],
+                decode_shared: true,
+                ..named(
+                    "batch",
+                    Setup {
+                        n_batch: Some(8),
+                        n_ubatch: Some(2),
+                        ..seed.setup.clone()
+                    },
+                )
+            }),
+            "full" => Some(Domain {
+                ranges: vec![[0, 3], [-1, -1]],
+                decode_next: vec![1, 249],
+                ..named("full", seed.setup.clone())
+            }),
+            "flash" => Some(named(
+                "flash",
+                Setup {
+                    flash_attn: true,
+                    ..seed.setup.clone()
+                },
+            )),
+            "quant" => Some(named(
+                "quant",
+                Setup {
+                    flash_attn: true,
+                    type_k: CacheType::Q8_0,
+                    type_v: CacheType::Q8_0,
+                    ..seed.setup.clone()
+                },
+            )),
+            "server" => Some(Domain {
+                name: "server".into(),
+                setup: Setup {
+                    n_ctx: 256,
+                    n_seq_max: 4,
+                    kv_unified: false,
+                    n_batch: Some(64),
+                    n_ubatch: Some(16),
+                    ops: vec![
+                        Op::Decode(Decode::next(0, 7)),
+                        Op::Decode(Decode::next(1, 5)),
+                    ],
+                    ..Setup::default()
+                },
+                seqs: vec![0, 1, 2],
+                ranges: vec![[0, 3], [3, -1], [-1, -1]],
+                deltas: vec![-2],
+                divisors: vec![2],
+                rm_all: true,
+                copies: true,
+                copy_ranges: Some(vec![[-1, -1]]),
+                keep: true,
+                clear: true,
+                decode_next: vec![1, 20, 60],
+                decode_shared: false,
+                beyond_seqs: Vec::new(),
+                state: true,
+                state_flags: Vec::new(),
+                load_truncate: vec![12],
             }),
             _ => None,
         }
@@ -172,9 +298,10 @@ impl Domain {
             }
         }
         if self.copies {
+            let copy_ranges = self.copy_ranges.as_ref().unwrap_or(&self.ranges);
             for &src in &self.seqs {
                 for &dst in self.seqs.iter().filter(|&&d| d != src) {
-                    for &[p0, p1] in &self.ranges {
+                    for &[p0, p1] in copy_ranges {
                         ops.push(Op::SeqCp { src, dst, p0, p1 });
                     }
                 }
@@ -207,7 +334,70 @@ impl Domain {
                     .map(|&seq| Op::Decode(Decode::next(seq, n))),
             );
         }
+        if self.decode_shared && self.seqs.len() > 1 {
+            ops.push(Op::Decode(Decode {
+                seqs: self.seqs.clone(),
+                ..Decode::next(self.seqs[0], 1)
+            }));
+        }
+        for &seq in &self.beyond_seqs {
+            ops.push(Op::Decode(Decode::next(seq, 1)));
+            ops.push(Op::SeqRm {
+                seq,
+                p0: -1,
+                p1: -1,
+            });
+        }
+        if self.state {
+            self.push_state_ops(&mut ops);
+        }
         ops
+    }
+
+    /// The state ops of [`Domain::state`]: saves, then loads, then damaged loads; flags after.
+    fn push_state_ops(&self, ops: &mut Vec<Op>) {
+        let a = Slot::new("a").expect("a valid slot name");
+        let s = Slot::new("s").expect("a valid slot name");
+        for flags in std::iter::once(0).chain(self.state_flags.iter().copied()) {
+            for &seq in &self.seqs {
+                ops.push(Op::StateSeqSave {
+                    seq,
+                    slot: a.clone(),
+                    flags,
+                });
+            }
+            for &seq in &self.seqs {
+                ops.push(Op::StateSeqLoad {
+                    seq,
+                    slot: a.clone(),
+                    flags,
+                    truncate: None,
+                    flip: None,
+                });
+            }
+        }
+        ops.push(Op::StateSave { slot: s.clone() });
+        ops.push(Op::StateLoad {
+            slot: s.clone(),
+            truncate: None,
+            flip: None,
+        });
+        for &t in &self.load_truncate {
+            for &seq in &self.seqs {
+                ops.push(Op::StateSeqLoad {
+                    seq,
+                    slot: a.clone(),
+                    flags: 0,
+                    truncate: Some(t),
+                    flip: None,
+                });
+            }
+            ops.push(Op::StateLoad {
+                slot: s.clone(),
+                truncate: Some(t),
+                flip: None,
+            });
+        }
     }
 
     /// Loads a domain file: TOML naming an optional `preset` (default `seed`) and overriding any
@@ -241,8 +431,18 @@ impl Domain {
         let n = |v: usize| v as u64;
         let (seqs, ranges) = (n(self.seqs.len()), n(self.ranges.len()));
         let per_seq_range = 1 + n(self.deltas.len()) + n(self.divisors.len());
+        let copy_ranges = self.copy_ranges.as_ref().map_or(ranges, |r| n(r.len()));
         let copies = if self.copies {
-            seqs.saturating_mul(seqs).saturating_mul(ranges)
+            seqs.saturating_mul(seqs).saturating_mul(copy_ranges)
+        } else {
+            0
+        };
+        let state = if self.state {
+            let per_flags = seqs.saturating_mul(2);
+            per_flags
+                .saturating_mul(1 + n(self.state_flags.len()))
+                .saturating_add(2)
+                .saturating_add(n(self.load_truncate.len()).saturating_mul(seqs + 1))
         } else {
             0
         };
@@ -252,6 +452,8 @@ impl Domain {
             .saturating_add(seqs.saturating_mul(ranges).saturating_mul(per_seq_range))
             .saturating_add(seqs.saturating_mul(1 + n(self.decode_next.len())))
             .saturating_add(1)
+            .saturating_add(state)
+            .saturating_add(n(self.beyond_seqs.len()).saturating_mul(2))
     }
 
     /// Checks the size limits alone: the setup ([`check_setup_limits`]) and the op count
@@ -288,6 +490,17 @@ impl Domain {
         {
             return Err(format!(
                 "seqs: {s} is outside 0..{} (setup.n_seq_max)",
+                self.setup.n_seq_max
+            )
+            .into());
+        }
+        if let Some(s) = self
+            .beyond_seqs
+            .iter()
+            .find(|&&s| (s as u32) < self.setup.n_seq_max || s < 0 || s >= MAX_N_SEQ_MAX as i32)
+        {
+            return Err(format!(
+                "beyond_seqs: {s} is not in {}..{MAX_N_SEQ_MAX} (at or above setup.n_seq_max)",
                 self.setup.n_seq_max
             )
             .into());
@@ -340,6 +553,18 @@ pub struct DomainOverrides {
     pub clear: Option<bool>,
     /// Decode-next token counts.
     pub decode_next: Option<Vec<u32>>,
+    /// Ranges for copies.
+    pub copy_ranges: Option<Vec<[Pos; 2]>>,
+    /// Include the shared decode.
+    pub decode_shared: Option<bool>,
+    /// Sequence ids beyond n_seq_max.
+    pub beyond_seqs: Option<Vec<SeqId>>,
+    /// Include the state ops.
+    pub state: Option<bool>,
+    /// State flags.
+    pub state_flags: Option<Vec<u32>>,
+    /// Truncated loads.
+    pub load_truncate: Option<Vec<u32>>,
 }
 
 impl DomainOverrides {
@@ -386,6 +611,29 @@ impl DomainOverrides {
         }
         if let Some(v) = self.decode_next {
             d.decode_next = v;
+        }
+        let changed = changed
+            || self.copy_ranges.is_some()
+            || self.beyond_seqs.is_some()
+            || self.state_flags.is_some()
+            || self.load_truncate.is_some();
+        if let Some(v) = self.copy_ranges {
+            d.copy_ranges = Some(v);
+        }
+        if let Some(v) = self.decode_shared {
+            d.decode_shared = v;
+        }
+        if let Some(v) = self.beyond_seqs {
+            d.beyond_seqs = v;
+        }
+        if let Some(v) = self.state {
+            d.state = v;
+        }
+        if let Some(v) = self.state_flags {
+            d.state_flags = v;
+        }
+        if let Some(v) = self.load_truncate {
+            d.load_truncate = v;
         }
         match self.name {
             Some(n) => d.name = n,

@@ -164,6 +164,10 @@ pub struct StepObservation {
     /// the target can make a twin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round_trip: Option<RoundTrip>,
+    /// Every observed sequence right before the op, when [`Observe::before`] asked for it (the
+    /// contract oracles compare before and after).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Vec<SeqObservation>>,
 }
 
 impl StepObservation {
@@ -174,6 +178,7 @@ impl StepObservation {
             seqs,
             whole: None,
             round_trip: None,
+            before: None,
         }
     }
 }
@@ -222,6 +227,8 @@ pub struct Observe {
     pub whole: bool,
     /// The round trip into a twin ([`StepObservation::round_trip`]).
     pub round_trip: bool,
+    /// The sequences right before the op ([`StepObservation::before`]).
+    pub before: bool,
 }
 
 impl Observe {
@@ -229,11 +236,13 @@ impl Observe {
     pub const BASIC: Observe = Observe {
         whole: false,
         round_trip: false,
+        before: false,
     };
     /// Everything.
     pub const ALL: Observe = Observe {
         whole: true,
         round_trip: true,
+        before: true,
     };
 
     /// What either asks for.
@@ -241,6 +250,7 @@ impl Observe {
         Observe {
             whole: self.whole || other.whole,
             round_trip: self.round_trip || other.round_trip,
+            before: self.before || other.before,
         }
     }
 }
@@ -326,6 +336,17 @@ pub fn observe(
     Ok(StepObservation::basic(outcome, out))
 }
 
+/// The sequences `seqs` as they are now: what [`StepObservation::before`] holds.
+pub fn observe_seqs(
+    target: &mut dyn CacheUnderTest,
+    format: StateFormat,
+    seqs: &[SeqId],
+) -> Result<Vec<SeqObservation>, HarnessError> {
+    seqs.iter()
+        .map(|&seq| observe_seq(target, format, seq))
+        .collect()
+}
+
 fn observe_seq(
     target: &mut dyn CacheUnderTest,
     format: StateFormat,
@@ -395,7 +416,11 @@ fn round_trip(
     };
     let whole_loaded = match twin.state_set(whole)? {
         OpOutcome::Unsupported { .. } => return Ok(None),
-        o => o == OpOutcome::Done { returned: Some(true) },
+        o => {
+            o == OpOutcome::Done {
+                returned: Some(true),
+            }
+        }
     };
     let mut whole_twin = Vec::with_capacity(seqs.len());
     for &seq in seqs {
@@ -407,7 +432,11 @@ fn round_trip(
     for (&seq, bytes) in seqs.iter().zip(&seq_bytes) {
         match twin.set_seq_state(seq, bytes)? {
             OpOutcome::Unsupported { .. } => return Ok(None),
-            o => loaded.push(o == OpOutcome::Done { returned: Some(true) }),
+            o => loaded.push(
+                o == OpOutcome::Done {
+                    returned: Some(true),
+                },
+            ),
         }
     }
     let mut per_seq = Vec::with_capacity(seqs.len());

@@ -16,6 +16,7 @@ use kvaudit::targets::registry::TargetSpec;
 pub fn factories(
     a: &TargetSpec,
     b: Option<&TargetSpec>,
+    vs_config: Option<&str>,
 ) -> Result<
     (
         Box<kvaudit::running::runner::RunnerFactory<'static>>,
@@ -25,6 +26,22 @@ pub fn factories(
 > {
     let fa = a.factory()?;
     let fb = b.map(|s| s.factory()).transpose()?;
+    let fb = match (fb, vs_config) {
+        (Some(f), Some(config)) => {
+            let config = config.to_string();
+            kvaudit::base::op::Setup::default()
+                .with_config(&config)
+                .map_err(|e| CliError::usage(format!("--vs-config: {e}")))?;
+            let wrapped: Box<kvaudit::running::runner::RunnerFactory<'static>> =
+                Box::new(move || {
+                    let inner = f()?;
+                    let r = kvaudit::running::runner::Reconfigured::new(inner, &config)?;
+                    Ok(Box::new(r) as Box<dyn kvaudit::running::runner::TrialRunner>)
+                });
+            Some(wrapped)
+        }
+        (fb, _) => fb,
+    };
     Ok((fa, fb))
 }
 
@@ -57,16 +74,50 @@ pub struct TargetArgs {
     #[arg(long)]
     pub vs: Option<String>,
     /// Inject faults into the second target.
-    #[arg(long = "inject-b", value_delimiter = ',', requires = "vs")]
+    #[arg(long = "inject-b", value_delimiter = ',')]
     pub inject_b: Vec<String>,
+    /// Run the second target (default: the first one again) under another configuration,
+    /// e.g. `kv_unified=false` or `flash_attn=on,n_ubatch=1`: the configuration differential.
+    #[arg(long = "vs-config")]
+    pub vs_config: Option<String>,
 }
 
 impl TargetArgs {
     /// The target specs (A, optional B).
     pub fn specs(&self) -> (TargetSpec, Option<TargetSpec>) {
         let a = TargetSpec::new(&self.target, &self.inject);
-        let b = self.vs.as_ref().map(|v| TargetSpec::new(v, &self.inject_b));
+        let b = match (&self.vs, &self.vs_config) {
+            (Some(v), _) => Some(TargetSpec::new(v, &self.inject_b)),
+            (None, Some(_)) if self.inject_b.is_empty() => {
+                Some(TargetSpec::new(&self.target, &self.inject))
+            }
+            (None, Some(_)) => Some(TargetSpec::new(&self.target, &self.inject_b)),
+            (None, None) => None,
+        };
         (a, b)
+    }
+
+    /// Checks the combination of flags.
+    pub fn check(&self) -> Result<(), CliError> {
+        if !self.inject_b.is_empty() && self.vs.is_none() && self.vs_config.is_none() {
+            return Err(CliError::usage("--inject-b needs --vs or --vs-config"));
+        }
+        Ok(())
+    }
+
+    /// The oracles of a run with these targets: a configuration differential (`--vs-config`)
+    /// is judged by `config-differential`, which knows the documented differences between
+    /// configurations, and not by `differential`; two different targets the other way round.
+    pub fn registry(&self) -> kvaudit::oracles::Registry {
+        use kvaudit::oracles::{config_differential, OracleId};
+        let config_pair = self.vs_config.is_some();
+        kvaudit::oracles::Registry::builtin().only(move |o| {
+            if config_pair {
+                o.id() != OracleId::DIFFERENTIAL
+            } else {
+                o.id() != config_differential::ID
+            }
+        })
     }
 }
 

@@ -7,7 +7,6 @@ use super::progress::Display;
 use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
-use kvaudit::oracles::Registry;
 use kvaudit::records::report::Shard;
 
 /// Arguments of `kvaudit audit`.
@@ -82,6 +81,7 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     if a.batch == 0 {
         return Err(CliError::usage("--batch must be at least 1"));
     }
+    a.target.check()?;
     let domain = a.domain.resolve()?;
     let shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
     let predictions = match &a.prereg {
@@ -96,7 +96,7 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     if let Some(b) = spec_b.as_mut() {
         b.model = a.model.clone();
     }
-    let (fa, fb) = factories(&spec_a, spec_b.as_ref())?;
+    let (fa, fb) = factories(&spec_a, spec_b.as_ref(), a.target.vs_config.as_deref())?;
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -106,7 +106,7 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
         shard,
         threads,
         batch: a.batch,
-        oracles: Registry::builtin(),
+        oracles: a.target.registry(),
     };
     let mut display = Display::new(&a.out);
     let mut report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;

@@ -4,7 +4,7 @@ use clap::Args;
 
 use super::args::DomainArgs;
 use super::CliError;
-use kvaudit::base::domain::total_trials;
+use kvaudit::base::domain::{total_trials, PRESET_SUMMARIES};
 use kvaudit::base::exit;
 
 /// Arguments of `kvaudit domain`.
@@ -28,8 +28,9 @@ pub fn run(mut d: DomainCmd) -> Result<i32, CliError> {
     let domain = d.domain.resolve()?;
     let ops = domain.ops();
     println!(
-        "domain {}: setup n_ctx {}, n_seq_max {}",
-        domain.name, domain.setup.n_ctx, domain.setup.n_seq_max
+        "domain {}: setup {}",
+        domain.name,
+        domain.setup.config_label()
     );
     for op in &domain.setup.ops {
         println!(
@@ -50,5 +51,9 @@ pub fn run(mut d: DomainCmd) -> Result<i32, CliError> {
         total_trials(n, 3),
         total_trials(n, 4)
     );
+    println!("presets (--preset NAME):");
+    for (name, what) in PRESET_SUMMARIES {
+        println!("  {name:<8} {what}");
+    }
     Ok(exit::CLEAN)
 }

@@ -227,13 +227,26 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
     gen.pos_cap = a.pos_cap;
     gen.setup.n_seq_max = a.n_seq_max;
     gen.validate().map_err(CliError::usage)?;
+    a.target.check()?;
     let (oracles, theorems) = parse_oracles(&a.oracles).map_err(CliError::usage)?;
     let registry = Registry::builtin();
+    // A configuration pair is judged by config-differential, not differential (see
+    // TargetArgs::registry), unless --oracles says otherwise.
+    let oracles = oracles.or_else(|| {
+        a.target.vs_config.as_ref().map(|_| {
+            a.target
+                .registry()
+                .iter()
+                .filter(|o| o.reads() != Reads::Runs)
+                .map(|o| o.id())
+                .collect()
+        })
+    });
     let needs_vs = oracles
         .iter()
         .flatten()
         .find(|o| registry.get(**o).is_some_and(|o| o.reads() == Reads::Pair));
-    if let (Some(o), None) = (needs_vs, &a.target.vs) {
+    if let (Some(o), None, None) = (needs_vs, &a.target.vs, &a.target.vs_config) {
         return Err(CliError::usage(format!(
             "--oracles {o} compares two targets: give the second with --vs"
         )));
@@ -275,7 +288,7 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         None => today_utc(),
     };
     let (spec_a, spec_b) = a.target.specs();
-    let (fa, fb) = factories(&spec_a, spec_b.as_ref())?;
+    let (fa, fb) = factories(&spec_a, spec_b.as_ref(), a.target.vs_config.as_deref())?;
     let record_on = record_on_specs(&a.record_on)?;
     let cfg = FuzzConfig {
         seed: a.seed.unwrap_or_else(clock_seed),

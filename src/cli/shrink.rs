@@ -83,7 +83,7 @@ pub fn run(a: ShrinkArgs) -> Result<i32, CliError> {
             a.vs.as_ref().map(|v| TargetSpec::new(v, &a.inject_b)),
         ),
     };
-    let (fa, fb) = factories(&spec_a, spec_b.as_ref())?;
+    let (fa, fb) = factories(&spec_a, spec_b.as_ref(), None)?;
     let record_on = record_on_specs(&a.record_on)?;
     let date = match (&a.date, &input) {
         (Some(d), _) => check_date(d).map_err(|e| CliError::usage(format!("--date: {e}")))?,

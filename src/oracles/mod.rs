@@ -9,11 +9,15 @@
 //! [`Reads::Runs`]: they run metamorphic partner traces themselves, through
 //! [`crate::base::target::CacheUnderTest`] only.
 
+pub mod config_differential;
+pub mod conservation;
+pub mod contract;
 pub mod crash;
 pub mod differential;
 pub mod i1;
 pub mod i2;
 pub mod metamorphic;
+pub mod round_trip;
 pub mod theorems;
 
 use std::collections::BTreeSet;
@@ -24,7 +28,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::base::op::{Op, SeqId};
-use crate::base::target::StepObservation;
+use crate::base::target::{Observe, StepObservation};
 
 /// An oracle's name: what reports, repro files, PREREG.md and `--oracles` call it. Ordered as
 /// the built-in registry lists oracles (report order), other names after them by name. The rank
@@ -62,6 +66,12 @@ impl OracleId {
     /// The name used in reports and files.
     pub fn name(self) -> &'static str {
         self.name
+    }
+
+    /// An advisory oracle (its name ends in `?`) asks a person a question (llama.h is silent
+    /// and the reference behaviour differs): its findings are reported, never a failure.
+    pub fn advisory(self) -> bool {
+        self.name.ends_with('?')
     }
 
     /// The id of the oracle called `name` (any case), among the built-in oracles and those
@@ -267,10 +277,15 @@ pub trait Oracle: Send + Sync {
     fn holds(&self, seen: &Seen<'_>) -> bool;
     /// The violation, when [`Oracle::holds`] is false; `None` when it holds.
     fn check(&self, seen: &Seen<'_>) -> Option<Violation>;
+    /// What the runner must observe beyond accessors and per-sequence dumps for this oracle to
+    /// judge (a target that cannot give it leaves the oracle with nothing to judge: it holds).
+    fn observes(&self) -> Observe {
+        Observe::BASIC
+    }
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 7] = [
+pub static BUILTIN: [&dyn Oracle; 12] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -278,6 +293,11 @@ pub static BUILTIN: [&dyn Oracle; 7] = [
     &metamorphic::T1,
     &metamorphic::T2,
     &metamorphic::T3,
+    &conservation::Conservation,
+    &round_trip::RoundTripOracle,
+    &contract::Contract,
+    &contract::ContractQuestion,
+    &config_differential::ConfigDifferential,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.
@@ -350,6 +370,12 @@ impl Registry {
     /// report order.
     pub fn observing(&self, with_vs: bool) -> impl Iterator<Item = &'static dyn Oracle> + '_ {
         self.iter().filter(move |o| o.reads().observed(with_vs))
+    }
+
+    /// What the runner must observe for every oracle here.
+    pub fn observe(&self) -> Observe {
+        self.iter()
+            .fold(Observe::BASIC, |acc, o| acc.union(o.observes()))
     }
 
     /// Every name, for error messages.

@@ -263,9 +263,10 @@ impl Report {
         })
     }
 
-    /// True if any oracle was violated (a fuzz run's theorem oracles included).
+    /// True if any oracle was violated (a fuzz run's theorem oracles included); findings of
+    /// advisory oracles ([`OracleId::advisory`]) are questions, not failures, and do not count.
     pub fn has_findings(&self) -> bool {
-        !self.findings.is_empty()
+        self.findings.iter().any(|f| !f.oracle.advisory())
             || self
                 .fuzz
                 .as_ref()

@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::target::{
-    observe_with, CacheUnderTest, HarnessError, Observe, OpOutcome, StepObservation, TargetInfo,
+    observe_seqs, observe_with, CacheUnderTest, HarnessError, Observe, OpOutcome, SeqObservation,
+    StepObservation, TargetInfo,
 };
 
 /// How a trial ended.
@@ -126,6 +127,8 @@ pub struct LocalRunner {
     base: Option<(Setup, Vec<SeqId>, Box<dyn CacheUnderTest + Send>)>,
     stack: Vec<Frame>,
     observe: Observe,
+    /// The sequences right after the setup (what the first op's `before` is).
+    base_obs: Vec<SeqObservation>,
 }
 
 /// A trial that ends before its first op because the target cannot take the setup's
@@ -152,6 +155,7 @@ impl LocalRunner {
             base: None,
             stack: Vec::new(),
             observe: Observe::ALL,
+            base_obs: Vec::new(),
         }
     }
 
@@ -189,6 +193,16 @@ impl LocalRunner {
         }
         let mut steps = Vec::with_capacity(trace.ops.len());
         for (i, op) in trace.ops.iter().enumerate() {
+            let observed = !last_only || i + 1 == trace.ops.len();
+            let before = if self.observe.before && observed {
+                Some(observe_seqs(
+                    self.target.as_mut(),
+                    self.info.state_format,
+                    &seqs,
+                )?)
+            } else {
+                None
+            };
             let outcome = self.target.apply(op)?;
             if last_only
                 && i + 1 < trace.ops.len()
@@ -205,13 +219,15 @@ impl LocalRunner {
                     },
                 });
             }
-            steps.push(Arc::new(observe_with(
+            let mut obs = observe_with(
                 self.target.as_mut(),
                 self.info.state_format,
                 &seqs,
                 outcome,
                 self.observe,
-            )?));
+            )?;
+            obs.before = before;
+            steps.push(Arc::new(obs));
         }
         Ok(TrialRun {
             steps,
@@ -229,6 +245,11 @@ impl LocalRunner {
                 return unsupported_setup(e);
             }
             let state = self.target.fork().expect("target forked before");
+            self.base_obs = if self.observe.before {
+                observe_seqs(self.target.as_mut(), self.info.state_format, &seqs)?
+            } else {
+                Vec::new()
+            };
             self.base = Some((trace.setup.clone(), seqs.clone(), state));
             self.stack.clear();
         }
@@ -245,6 +266,10 @@ impl LocalRunner {
                 Some(f) => &f.state,
                 None => &self.base.as_ref().expect("base set above").2,
             };
+            let before = self.observe.before.then(|| match self.stack.last() {
+                Some(f) => f.obs.seqs.clone(),
+                None => self.base_obs.clone(),
+            });
             let mut state = parent.fork().expect("forking target");
             let outcome = state.apply(op)?;
             if let OpOutcome::Unsupported { reason } = &outcome {
@@ -257,13 +282,9 @@ impl LocalRunner {
                     },
                 });
             }
-            let obs = Arc::new(observe_with(
-                state.as_mut(),
-                format,
-                &seqs,
-                outcome,
-                self.observe,
-            )?);
+            let mut obs = observe_with(state.as_mut(), format, &seqs, outcome, self.observe)?;
+            obs.before = before;
+            let obs = Arc::new(obs);
             self.stack.push(Frame {
                 op: op.clone(),
                 state,
@@ -294,6 +315,61 @@ impl TrialRunner for LocalRunner {
 
     fn run_batch_last(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
         traces.iter().map(|t| self.run_last(t)).collect()
+    }
+}
+
+/// A runner that runs every trace under another configuration of its setup
+/// ([`Setup::with_config`]): the second side of a configuration differential (`--vs-config`).
+pub struct Reconfigured {
+    inner: Box<dyn TrialRunner>,
+    config: String,
+}
+
+impl Reconfigured {
+    /// `inner` with every setup changed by `config` (`kv_unified=false,n_ubatch=1`); the spec
+    /// is checked now.
+    pub fn new(inner: Box<dyn TrialRunner>, config: &str) -> Result<Self, HarnessError> {
+        Setup::default()
+            .with_config(config)
+            .map_err(|message| HarnessError::Target {
+                target: inner.info().name,
+                message,
+            })?;
+        Ok(Reconfigured {
+            inner,
+            config: config.to_string(),
+        })
+    }
+
+    fn rewrite(&self, traces: &[Trace]) -> Vec<Trace> {
+        traces
+            .iter()
+            .map(|t| Trace {
+                setup: t
+                    .setup
+                    .with_config(&self.config)
+                    .expect("checked in Reconfigured::new"),
+                ops: t.ops.clone(),
+            })
+            .collect()
+    }
+}
+
+impl TrialRunner for Reconfigured {
+    fn info(&self) -> TargetInfo {
+        let mut info = self.inner.info();
+        info.name = format!("{} ({})", info.name, self.config);
+        info
+    }
+
+    fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        let t = self.rewrite(traces);
+        self.inner.run_batch(&t)
+    }
+
+    fn run_batch_last(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
+        let t = self.rewrite(traces);
+        self.inner.run_batch_last(&t)
     }
 }
 

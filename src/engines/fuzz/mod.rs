@@ -87,6 +87,12 @@ fn fuzz_domain(g: &GenConfig) -> Domain {
         keep: true,
         clear: true,
         decode_next: Vec::new(),
+        copy_ranges: None,
+        decode_shared: false,
+        beyond_seqs: Vec::new(),
+        state: false,
+        state_flags: Vec::new(),
+        load_truncate: Vec::new(),
     }
 }
 

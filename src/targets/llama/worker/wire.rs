@@ -186,6 +186,7 @@ struct WireStep(
     Vec<(SeqId, Pos, Pos, Vec<Pos>)>,
     Option<Vec<WholeCell>>,
     Option<RoundTrip>,
+    Option<Vec<SeqObservation>>,
 );
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -222,7 +223,13 @@ impl From<&TrialRun> for WireRun {
                     .iter()
                     .map(|q| (q.seq, q.pos_min, q.pos_max, q.cells.clone()))
                     .collect();
-                WireStep(outcome, seqs, st.whole.clone(), st.round_trip.clone())
+                WireStep(
+                    outcome,
+                    seqs,
+                    st.whole.clone(),
+                    st.round_trip.clone(),
+                    st.before.clone(),
+                )
             })
             .collect();
         let end = match &run.end {
@@ -237,7 +244,7 @@ impl From<WireRun> for TrialRun {
     fn from(WireRun(steps, end): WireRun) -> TrialRun {
         let steps = steps
             .into_iter()
-            .map(|WireStep(outcome, seqs, whole, round_trip)| {
+            .map(|WireStep(outcome, seqs, whole, round_trip, before)| {
                 let outcome = match outcome {
                     WireOutcome::D(returned) => OpOutcome::Done { returned },
                     WireOutcome::R(rc) => OpOutcome::Decoded { rc },
@@ -257,6 +264,7 @@ impl From<WireRun> for TrialRun {
                     seqs,
                     whole,
                     round_trip,
+                    before,
                 })
             })
             .collect();
@@ -517,9 +525,7 @@ mod tests {
                 cells: vec![],
             },
         ];
-        let step = |outcome| {
-            Arc::new(StepObservation::basic(outcome, seqs.clone()))
-        };
+        let step = |outcome| Arc::new(StepObservation::basic(outcome, seqs.clone()));
         let runs = [
             TrialRun {
                 steps: vec![

@@ -1,0 +1,561 @@
+//! **Contracts**: what llama.h promises for each op, judged on the sequences' cells right before
+//! and right after it ([`crate::base::target::StepObservation::before`]).
+//!
+//! The promises are one table, [`CLAUSES`]: the op, llama.h's words (or, where llama.h is
+//! silent, the behaviour of llama.cpp's unified single-stream cache that stands in for them) and
+//! whether llama.h states it. A documented clause that does not hold is a `contract` finding; an
+//! undocumented one is a `contract?` finding ([`ContractQuestion`], advisory: for a person to
+//! judge, never a failure). Only ops that took effect are judged (a refused or unsupported op,
+//! a crash, have their own oracles), and only sequences that were observed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
+
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::op::{Op, Pos, SeqId};
+use crate::base::target::{Observe, OpOutcome, SeqObservation, StepObservation};
+
+/// The `contract` oracle: documented promises.
+pub struct Contract;
+/// The `contract?` oracle: where llama.h is silent and the reference behaviour differs.
+pub struct ContractQuestion;
+
+/// `contract`'s id.
+pub const ID: OracleId = OracleId::builtin(9, "contract");
+/// `contract?`'s id.
+pub const QUESTION_ID: OracleId = OracleId::builtin(10, "contract?");
+
+/// One promise about one op.
+#[derive(Clone, Copy, Debug)]
+pub struct Clause {
+    /// The violation kind when it does not hold (also its key in this table).
+    pub kind: &'static str,
+    /// The op it governs, as in JSON.
+    pub op: &'static str,
+    /// What is promised: llama.h's words where it has them.
+    pub promise: &'static str,
+    /// llama.h states it (`contract`); otherwise it is the reference behaviour (`contract?`).
+    pub documented: bool,
+}
+
+/// Every clause, in the order they are checked within an op.
+pub static CLAUSES: [Clause; 16] = [
+    Clause { kind: "seq_rm: whole-sequence removal failed", op: "seq_rm", promise: "Removing a whole sequence never fails", documented: true },
+    Clause { kind: "seq_rm: range not removed", op: "seq_rm", promise: "Removes all tokens that belong to the specified sequence and have positions in [p0, p1)", documented: true },
+    Clause { kind: "seq_rm: failed removal changed the cache", op: "seq_rm", promise: "(llama.h silent) a seq_rm that returns false leaves the cache as it was", documented: false },
+    Clause { kind: "seq_cp: copy differs from the source range", op: "seq_cp", promise: "Copy all tokens that belong to the specified sequence to another sequence", documented: true },
+    Clause { kind: "seq_cp: into a non-empty destination", op: "seq_cp", promise: "(llama.h silent) the destination keeps its cells and gains the source's range", documented: false },
+    Clause { kind: "seq_keep: other sequence kept", op: "seq_keep", promise: "Removes all tokens that do not belong to the specified sequence", documented: true },
+    Clause { kind: "seq_add: positions not shifted", op: "seq_add", promise: "Adds relative position delta to all tokens that belong to the specified sequence and have positions in [p0, p1)", documented: true },
+    Clause { kind: "seq_add: shared cells moved another sequence", op: "seq_add", promise: "(llama.h silent) tokens of other sequences keep their positions", documented: false },
+    Clause { kind: "seq_div: positions not divided", op: "seq_div", promise: "Integer division of the positions by factor of d > 1", documented: true },
+    Clause { kind: "seq_div: shared cells moved another sequence", op: "seq_div", promise: "(llama.h silent) tokens of other sequences keep their positions", documented: false },
+    Clause { kind: "clear: cells left", op: "clear", promise: "Clear the memory contents", documented: true },
+    Clause { kind: "decode: tokens not added", op: "decode", promise: "0 - success: the batch's tokens are in the memory at their positions", documented: true },
+    Clause { kind: "decode: failed decode changed the cache", op: "decode", promise: "Upon other return values [1, -1], the memory state is restored to the state before this call", documented: true },
+    Clause { kind: "state save: cache changed", op: "state_seq_save", promise: "Copy the state ... into the specified buffer (a read: the cache is unchanged)", documented: true },
+    Clause { kind: "state_seq_load: other sequence changed", op: "state_seq_load", promise: "Copy the sequence data ... into the specified sequence (only that sequence changes)", documented: true },
+    Clause { kind: "state load failed: cache changed", op: "state_seq_load", promise: "(llama.h silent: \"Zero: Failed to load\") a failed load leaves the destination as it was or empty, and the rest untouched", documented: false },
+];
+
+fn clause(kind: &str) -> &'static Clause {
+    CLAUSES
+        .iter()
+        .find(|c| c.kind == kind)
+        .unwrap_or_else(|| panic!("no clause {kind:?} in CLAUSES"))
+}
+
+type Cells = BTreeMap<SeqId, Vec<Pos>>;
+
+fn cells(seqs: &[SeqObservation]) -> Cells {
+    seqs.iter().map(|s| (s.seq, s.cells.clone())).collect()
+}
+
+fn in_range(p: Pos, p0: Pos, p1: Pos) -> bool {
+    p >= p0.max(0) && (p1 < 0 || p < p1)
+}
+
+fn sorted(mut v: Vec<Pos>) -> Vec<Pos> {
+    v.sort_unstable();
+    v
+}
+
+fn set(v: &[Pos]) -> BTreeSet<Pos> {
+    v.iter().copied().collect()
+}
+
+/// A breach: the clause and the sequence, with what was seen and what was promised.
+struct Breach {
+    kind: &'static str,
+    seq: Option<SeqId>,
+    observed: serde_json::Value,
+    expected: serde_json::Value,
+}
+
+fn breach(kind: &'static str, seq: SeqId, observed: &[Pos], expected: &[Pos]) -> Breach {
+    Breach {
+        kind,
+        seq: Some(seq),
+        observed: json!({ "cells": observed }),
+        expected: json!({ "cells": expected }),
+    }
+}
+
+/// Sequences other than `except` must be as they were.
+fn others_unchanged(kind: &'static str, b: &Cells, a: &Cells, except: &[SeqId]) -> Option<Breach> {
+    b.iter()
+        .filter(|(s, _)| !except.contains(s))
+        .find(|(s, cells)| a.get(s) != Some(cells))
+        .map(|(s, cells)| breach(kind, *s, a.get(s).map_or(&[][..], |v| v), cells))
+}
+
+/// `seq`'s cells after moving those in range with `f` (dropping any moved below 0).
+fn moved(cells: &[Pos], p0: Pos, p1: Pos, f: impl Fn(Pos) -> Pos) -> Vec<Pos> {
+    sorted(
+        cells
+            .iter()
+            .map(|&p| if in_range(p, p0, p1) { f(p) } else { p })
+            .filter(|&p| p >= 0)
+            .collect(),
+    )
+}
+
+/// The first clause of the op that does not hold, documented or not.
+fn first_breach(op: &Op, outcome: &OpOutcome, b: &Cells, a: &Cells) -> Option<Breach> {
+    let returned = match outcome {
+        OpOutcome::Done { returned } => *returned,
+        OpOutcome::Decoded { .. } => None,
+        OpOutcome::Refused { .. } | OpOutcome::Unsupported { .. } => return None,
+    };
+    let get = |m: &Cells, s: SeqId| m.get(&s).cloned().unwrap_or_default();
+    match *op {
+        Op::SeqRm { seq, p0, p1 } => {
+            let whole = p0 <= 0 && p1 < 0;
+            if returned == Some(false) {
+                if whole {
+                    return Some(Breach {
+                        kind: "seq_rm: whole-sequence removal failed",
+                        seq: Some(seq),
+                        observed: json!({ "returned": false }),
+                        expected: json!({ "returned": true }),
+                    });
+                }
+                return others_unchanged("seq_rm: failed removal changed the cache", b, a, &[]);
+            }
+            for (&s, before) in b {
+                let want = if seq < 0 || s == seq {
+                    sorted(
+                        before
+                            .iter()
+                            .copied()
+                            .filter(|&p| !in_range(p, p0, p1))
+                            .collect(),
+                    )
+                } else {
+                    before.clone()
+                };
+                if get(a, s) != want {
+                    return Some(breach("seq_rm: range not removed", s, &get(a, s), &want));
+                }
+            }
+            None
+        }
+        Op::SeqCp { src, dst, p0, p1 } => {
+            if src == dst || !b.contains_key(&src) || !b.contains_key(&dst) {
+                return None;
+            }
+            if let Some(x) =
+                others_unchanged("seq_cp: copy differs from the source range", b, a, &[dst])
+            {
+                return Some(x);
+            }
+            let copied: Vec<Pos> = get(b, src)
+                .into_iter()
+                .filter(|&p| in_range(p, p0, p1))
+                .collect();
+            let had = get(b, dst);
+            let after = get(a, dst);
+            if had.is_empty() {
+                if after != copied {
+                    return Some(breach(
+                        "seq_cp: copy differs from the source range",
+                        dst,
+                        &after,
+                        &copied,
+                    ));
+                }
+            } else {
+                let want: BTreeSet<Pos> = set(&had).union(&set(&copied)).copied().collect();
+                if set(&after) != want {
+                    let want: Vec<Pos> = want.into_iter().collect();
+                    return Some(breach(
+                        "seq_cp: into a non-empty destination",
+                        dst,
+                        &after,
+                        &want,
+                    ));
+                }
+            }
+            None
+        }
+        Op::SeqKeep { seq } => {
+            for (&s, before) in b {
+                let want = if s == seq { before.clone() } else { Vec::new() };
+                if get(a, s) != want {
+                    return Some(breach(
+                        "seq_keep: other sequence kept",
+                        s,
+                        &get(a, s),
+                        &want,
+                    ));
+                }
+            }
+            None
+        }
+        Op::SeqAdd { seq, p0, p1, delta } => shift_breach(
+            b,
+            a,
+            seq,
+            moved(&get(b, seq), p0, p1, |p| p + delta),
+            "seq_add: positions not shifted",
+            "seq_add: shared cells moved another sequence",
+        ),
+        Op::SeqDiv { seq, p0, p1, d } if d > 0 => shift_breach(
+            b,
+            a,
+            seq,
+            moved(&get(b, seq), p0, p1, |p| p / d),
+            "seq_div: positions not divided",
+            "seq_div: shared cells moved another sequence",
+        ),
+        Op::SeqDiv { .. } => None,
+        Op::Clear => a
+            .iter()
+            .find(|(_, c)| !c.is_empty())
+            .map(|(s, c)| breach("clear: cells left", *s, c, &[])),
+        Op::Decode(ref d) => match outcome {
+            OpOutcome::Decoded { rc: 0 } => {
+                let start = match d.pos {
+                    Some(p) => p,
+                    None => get(b, d.seqs[0]).last().map_or(0, |m| m + 1),
+                };
+                let new: Vec<Pos> = (0..d.n as Pos).map(|i| start + i).collect();
+                for (&s, before) in b {
+                    let mut want = before.clone();
+                    if d.seqs.contains(&s) {
+                        want.extend(&new);
+                    }
+                    let want = sorted(want);
+                    if get(a, s) != want {
+                        return Some(breach("decode: tokens not added", s, &get(a, s), &want));
+                    }
+                }
+                None
+            }
+            OpOutcome::Decoded { rc: 1 | -1 } => {
+                others_unchanged("decode: failed decode changed the cache", b, a, &[])
+            }
+            _ => None,
+        },
+        Op::StateSeqSave { .. } | Op::StateSave { .. } => {
+            others_unchanged("state save: cache changed", b, a, &[])
+        }
+        Op::StateSeqLoad { seq, .. } => {
+            if returned == Some(true) {
+                return others_unchanged("state_seq_load: other sequence changed", b, a, &[seq]);
+            }
+            if let Some(x) = others_unchanged("state load failed: cache changed", b, a, &[seq]) {
+                return Some(x);
+            }
+            let after = get(a, seq);
+            (after != get(b, seq) && !after.is_empty()).then(|| {
+                breach(
+                    "state load failed: cache changed",
+                    seq,
+                    &after,
+                    &get(b, seq),
+                )
+            })
+        }
+        Op::StateLoad { .. } => None,
+    }
+}
+
+/// The moved sequence must hold `want`; another sequence that changed is a documented breach
+/// unless it shared a moved cell's position with `seq` before (llama.cpp moves shared cells
+/// for every sequence in them; llama.h does not say).
+fn shift_breach(
+    b: &Cells,
+    a: &Cells,
+    seq: SeqId,
+    want: Vec<Pos>,
+    kind: &'static str,
+    shared_kind: &'static str,
+) -> Option<Breach> {
+    if !b.contains_key(&seq) {
+        return None;
+    }
+    let after = a.get(&seq).cloned().unwrap_or_default();
+    if after != want {
+        return Some(breach(kind, seq, &after, &want));
+    }
+    let mine = set(&b[&seq]);
+    for (&s, before) in b.iter().filter(|(s, _)| **s != seq) {
+        let now = a.get(&s).cloned().unwrap_or_default();
+        if now != *before {
+            let shared = before.iter().any(|p| mine.contains(p));
+            let k = if shared { shared_kind } else { kind };
+            return Some(breach(k, s, &now, before));
+        }
+    }
+    None
+}
+
+/// The first breach in `after` (against `after.before`) of a clause with `documented`, if any.
+pub fn check_contract(op: &Op, after: &StepObservation, documented: bool) -> Option<Violation> {
+    let before = after.before.as_ref()?;
+    let x = first_breach(op, &after.outcome, &cells(before), &cells(&after.seqs))?;
+    let c = clause(x.kind);
+    (c.documented == documented).then(|| Violation {
+        oracle: if documented { ID } else { QUESTION_ID },
+        kind: c.kind.into(),
+        seq: x.seq,
+        observed: x.observed,
+        expected: merge(x.expected, c.promise),
+    })
+}
+
+fn merge(mut expected: serde_json::Value, promise: &str) -> serde_json::Value {
+    if let Some(o) = expected.as_object_mut() {
+        o.insert("llama.h".into(), json!(promise));
+    }
+    expected
+}
+
+/// The violation kinds of the clauses with `documented`.
+fn kinds_of(documented: bool) -> &'static [&'static str] {
+    static DOC: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    static UNDOC: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let cell = if documented { &DOC } else { &UNDOC };
+    cell.get_or_init(|| {
+        CLAUSES
+            .iter()
+            .filter(|c| c.documented == documented)
+            .map(|c| c.kind)
+            .collect()
+    })
+}
+
+fn judge(seen: &Seen<'_>, documented: bool) -> Option<Violation> {
+    match seen {
+        Seen::Step { op, after } => check_contract(op, after, documented),
+        _ => None,
+    }
+}
+
+const OBSERVES: Observe = Observe {
+    before: true,
+    ..Observe::BASIC
+};
+
+impl Oracle for Contract {
+    fn id(&self) -> OracleId {
+        ID
+    }
+    fn summary(&self) -> &'static str {
+        "each op does to the sequences' cells what llama.h says it does (table: oracles::contract::CLAUSES)"
+    }
+    fn reads(&self) -> Reads {
+        Reads::Step
+    }
+    fn kinds(&self) -> &'static [&'static str] {
+        kinds_of(true)
+    }
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        &[PositiveControl {
+            fault: "keep_noop",
+            target: "native[keep_noop]",
+            seed_depth: Some(1),
+            evidence: "oracles/contract_keep_noop.json",
+        }]
+    }
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        judge(seen, true).is_none()
+    }
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        judge(seen, true)
+    }
+    fn observes(&self) -> Observe {
+        OBSERVES
+    }
+}
+
+impl Oracle for ContractQuestion {
+    fn id(&self) -> OracleId {
+        QUESTION_ID
+    }
+    fn summary(&self) -> &'static str {
+        "advisory: where llama.h is silent, each op does what llama.cpp's unified single-stream cache does"
+    }
+    fn reads(&self) -> Reads {
+        Reads::Step
+    }
+    fn kinds(&self) -> &'static [&'static str] {
+        kinds_of(false)
+    }
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        // llama.cpp's own shared-cell seq_add is the control: a copied prefix shifted in one
+        // sequence moves in the other (reachable in the seed domain at depth 2).
+        &[PositiveControl {
+            fault: "none: seq_add of a copied prefix",
+            target: "native",
+            seed_depth: Some(2),
+            evidence: "oracles/contract_question_shared_shift.json",
+        }]
+    }
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        judge(seen, false).is_none()
+    }
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        judge(seen, false)
+    }
+    fn observes(&self) -> Observe {
+        OBSERVES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::op::Decode;
+
+    fn seqs(v: &[(SeqId, &[Pos])]) -> Vec<SeqObservation> {
+        v.iter()
+            .map(|&(seq, c)| SeqObservation {
+                seq,
+                pos_min: c.first().copied().unwrap_or(-1),
+                pos_max: c.last().copied().unwrap_or(-1),
+                cells: c.to_vec(),
+            })
+            .collect()
+    }
+
+    fn step(
+        outcome: OpOutcome,
+        before: &[(SeqId, &[Pos])],
+        after: &[(SeqId, &[Pos])],
+    ) -> StepObservation {
+        let mut s = StepObservation::basic(outcome, seqs(after));
+        s.before = Some(seqs(before));
+        s
+    }
+
+    const DONE: OpOutcome = OpOutcome::Done { returned: None };
+
+    #[test]
+    fn every_clause_kind_is_in_the_table_once() {
+        let kinds: BTreeSet<_> = CLAUSES.iter().map(|c| c.kind).collect();
+        assert_eq!(kinds.len(), CLAUSES.len());
+    }
+
+    #[test]
+    fn honest_ops_hold() {
+        let keep = step(DONE, &[(0, &[0, 1]), (1, &[0])], &[(0, &[0, 1]), (1, &[])]);
+        assert!(check_contract(&Op::SeqKeep { seq: 0 }, &keep, true).is_none());
+        let cp = step(
+            DONE,
+            &[(0, &[0, 1, 2]), (1, &[])],
+            &[(0, &[0, 1, 2]), (1, &[0, 1])],
+        );
+        assert!(check_contract(
+            &Op::SeqCp {
+                src: 0,
+                dst: 1,
+                p0: 0,
+                p1: 2
+            },
+            &cp,
+            true
+        )
+        .is_none());
+        let dec = step(
+            OpOutcome::Decoded { rc: 0 },
+            &[(0, &[0, 1])],
+            &[(0, &[0, 1, 2, 3])],
+        );
+        assert!(check_contract(&Op::Decode(Decode::next(0, 2)), &dec, true).is_none());
+        let rm = step(
+            OpOutcome::Done {
+                returned: Some(true),
+            },
+            &[(0, &[0, 1, 2, 3])],
+            &[(0, &[0, 3])],
+        );
+        assert!(check_contract(
+            &Op::SeqRm {
+                seq: 0,
+                p0: 1,
+                p1: 3
+            },
+            &rm,
+            true
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn forced_mismatches_are_caught() {
+        let keep = step(DONE, &[(0, &[0, 1]), (1, &[0])], &[(0, &[0, 1]), (1, &[0])]);
+        let v = check_contract(&Op::SeqKeep { seq: 0 }, &keep, true).unwrap();
+        assert_eq!(v.kind, "seq_keep: other sequence kept");
+        assert_eq!(v.seq, Some(1));
+        let rm = step(
+            OpOutcome::Done {
+                returned: Some(false),
+            },
+            &[(0, &[0, 1])],
+            &[(0, &[0, 1])],
+        );
+        let v = check_contract(
+            &Op::SeqRm {
+                seq: 0,
+                p0: -1,
+                p1: -1,
+            },
+            &rm,
+            true,
+        )
+        .unwrap();
+        assert_eq!(v.kind, "seq_rm: whole-sequence removal failed");
+        let full = step(OpOutcome::Decoded { rc: 1 }, &[(0, &[0])], &[(0, &[0, 1])]);
+        let v = check_contract(&Op::Decode(Decode::next(0, 1)), &full, true).unwrap();
+        assert_eq!(v.kind, "decode: failed decode changed the cache");
+    }
+
+    #[test]
+    fn silent_clauses_are_questions_not_contract_findings() {
+        // llama.cpp moves a shared cell for both sequences.
+        let add = step(
+            DONE,
+            &[(0, &[0, 1]), (1, &[0, 1])],
+            &[(0, &[2, 3]), (1, &[2, 3])],
+        );
+        let op = Op::SeqAdd {
+            seq: 0,
+            p0: 0,
+            p1: -1,
+            delta: 2,
+        };
+        assert!(check_contract(&op, &add, true).is_none());
+        let q = check_contract(&op, &add, false).unwrap();
+        assert_eq!(q.oracle, QUESTION_ID);
+        assert_eq!(q.kind, "seq_add: shared cells moved another sequence");
+    }
+
+    #[test]
+    fn no_before_means_nothing_to_judge() {
+        let s = StepObservation::basic(DONE, seqs(&[(0, &[0])]));
+        assert!(check_contract(&Op::Clear, &s, true).is_none());
+    }
+}

@@ -1,0 +1,205 @@
+//! **Round trip**: what is saved comes back. After every op the runner saves the whole context
+//! (`llama_state_get_data`) and each observed sequence (`llama_state_seq_get_data`), loads them
+//! into an empty twin context of the same configuration (`llama_state_set_data`, and
+//! `llama_state_seq_set_data` sequence by sequence), and observes the twin
+//! ([`crate::base::target::RoundTrip`]). The twin must answer the accessors and hold the cells
+//! the original does, and a second dump must give the same bytes. A load that fails (returns 0)
+//! on bytes the target itself wrote is a finding too: llama.h offers no other way to restore.
+
+use serde_json::json;
+
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::target::{Observe, SeqObservation, StepObservation};
+
+/// The oracle.
+pub struct RoundTripOracle;
+
+/// Its id.
+pub const ID: OracleId = OracleId::builtin(8, "round-trip");
+
+fn seq_view(s: &SeqObservation) -> serde_json::Value {
+    json!({ "pos_min": s.pos_min, "pos_max": s.pos_max, "cells": s.cells })
+}
+
+fn same(a: &SeqObservation, b: &SeqObservation) -> bool {
+    a.pos_min == b.pos_min && a.pos_max == b.pos_max && a.cells == b.cells
+}
+
+fn violation(
+    kind: &str,
+    seq: Option<i32>,
+    observed: serde_json::Value,
+    expected: serde_json::Value,
+) -> Violation {
+    Violation {
+        oracle: ID,
+        kind: kind.into(),
+        seq,
+        observed,
+        expected,
+    }
+}
+
+/// The first way the round trip in `after` differs from `after` itself, if any (`None` also when
+/// the target made no round trip).
+pub fn check_round_trip(after: &StepObservation) -> Option<Violation> {
+    let rt = after.round_trip.as_ref()?;
+    if !rt.whole_loaded {
+        return Some(violation(
+            "whole load failed",
+            None,
+            json!("llama_state_set_data returned 0"),
+            json!("the bytes llama_state_get_data wrote load"),
+        ));
+    }
+    for (orig, twin) in after.seqs.iter().zip(&rt.whole_twin) {
+        if !same(orig, twin) {
+            return Some(violation(
+                "whole load differs",
+                Some(orig.seq),
+                seq_view(twin),
+                seq_view(orig),
+            ));
+        }
+    }
+    for (orig, s) in after.seqs.iter().zip(&rt.seqs) {
+        if !s.loaded {
+            return Some(violation(
+                "seq load failed",
+                Some(orig.seq),
+                json!("llama_state_seq_set_data returned 0"),
+                json!("the bytes llama_state_seq_get_data wrote load"),
+            ));
+        }
+        if !same(orig, &s.twin) {
+            return Some(violation(
+                "seq load differs",
+                Some(orig.seq),
+                seq_view(&s.twin),
+                seq_view(orig),
+            ));
+        }
+    }
+    if !rt.whole_same_bytes {
+        return Some(violation(
+            "whole redump differs",
+            None,
+            json!("the twin's llama_state_get_data bytes differ"),
+            json!("the bytes it was loaded from"),
+        ));
+    }
+    if let Some((orig, _)) = after.seqs.iter().zip(&rt.seqs).find(|(_, s)| !s.same_bytes) {
+        return Some(violation(
+            "seq redump differs",
+            Some(orig.seq),
+            json!("the twin's llama_state_seq_get_data bytes differ"),
+            json!("the bytes it was loaded from"),
+        ));
+    }
+    None
+}
+
+impl Oracle for RoundTripOracle {
+    fn id(&self) -> OracleId {
+        ID
+    }
+
+    fn summary(&self) -> &'static str {
+        "whole and per-sequence state saved after any op loads into a fresh twin and reads back the same"
+    }
+
+    fn reads(&self) -> Reads {
+        Reads::Step
+    }
+
+    fn kinds(&self) -> &'static [&'static str] {
+        &[
+            "whole load failed",
+            "whole load differs",
+            "seq load failed",
+            "seq load differs",
+            "whole redump differs",
+            "seq redump differs",
+        ]
+    }
+
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        &[PositiveControl {
+            fault: "restore_drops_last_cell",
+            target: "native[restore_drops_last_cell]",
+            seed_depth: Some(1),
+            evidence: "oracles/round_trip_restore_drops_last_cell.json",
+        }]
+    }
+
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Step { after, .. } => check_round_trip(after).is_none(),
+            _ => true,
+        }
+    }
+
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        match seen {
+            Seen::Step { after, .. } => check_round_trip(after),
+            _ => None,
+        }
+    }
+
+    fn observes(&self) -> Observe {
+        Observe {
+            round_trip: true,
+            ..Observe::BASIC
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::target::{OpOutcome, RoundTrip, SeqRoundTrip};
+
+    fn seq(seq: i32, cells: &[i32]) -> SeqObservation {
+        SeqObservation {
+            seq,
+            pos_min: cells.first().copied().unwrap_or(-1),
+            pos_max: cells.last().copied().unwrap_or(-1),
+            cells: cells.to_vec(),
+        }
+    }
+
+    fn step(orig: &[i32], twin: &[i32]) -> StepObservation {
+        let mut s = StepObservation::basic(OpOutcome::Done { returned: None }, vec![seq(0, orig)]);
+        s.round_trip = Some(RoundTrip {
+            whole_loaded: true,
+            whole_twin: vec![seq(0, twin)],
+            whole_same_bytes: true,
+            seqs: vec![SeqRoundTrip {
+                loaded: true,
+                twin: seq(0, orig),
+                same_bytes: true,
+            }],
+        });
+        s
+    }
+
+    #[test]
+    fn an_exact_round_trip_holds() {
+        assert!(check_round_trip(&step(&[0, 1, 2], &[0, 1, 2])).is_none());
+    }
+
+    #[test]
+    fn forced_mismatches_are_caught() {
+        let v = check_round_trip(&step(&[0, 1, 2], &[0, 1])).unwrap();
+        assert_eq!(v.kind, "whole load differs");
+        let mut s = step(&[0, 1], &[0, 1]);
+        s.round_trip.as_mut().unwrap().seqs[0].loaded = false;
+        assert_eq!(check_round_trip(&s).unwrap().kind, "seq load failed");
+        let mut s = step(&[0, 1], &[0, 1]);
+        s.round_trip.as_mut().unwrap().seqs[0].same_bytes = false;
+        assert_eq!(check_round_trip(&s).unwrap().kind, "seq redump differs");
+        let mut s = step(&[0, 1], &[0, 1]);
+        s.round_trip.as_mut().unwrap().whole_loaded = false;
+        assert_eq!(check_round_trip(&s).unwrap().kind, "whole load failed");
+    }
+}
