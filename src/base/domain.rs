@@ -233,7 +233,7 @@ impl Domain {
             }),
             "full" => Some(Domain {
                 ranges: vec![[0, 3], [-1, -1]],
-                decode_next: vec![1, 249],
+                decode_next: vec![1, 250],
                 ..named("full", seed.setup.clone())
             }),
             "flash" => Some(named(
