@@ -8,7 +8,8 @@
 //! ([`kvaudit::model::tiny::TinyModelSpec::audit`]) unless `--model FILE` names another. Figures
 //! only; asserts nothing. `--pin 0.1.161` picks one pin, `--trials N` caps the in-process runs
 //! (default: all 117,649 depth-3 trials; fewer are spread evenly over them; the naive harness
-//! gets the first 1,000); `--only audit|restore|naive` runs one part (for profiling one path).
+//! gets the first 1,000); `--only audit|presets|restore|naive` runs one part (for profiling one
+//! path). `presets` prints the depth-2 `server` preset audit's trials/s beside the `seed` one's.
 
 mod common;
 
@@ -84,6 +85,20 @@ fn audit(label: &str, model: &Path, workers: usize) {
     );
 }
 
+/// Depth-2 audits of the `seed` and `server` presets side by side, every oracle on (the server
+/// preset's trials save, load and round-trip state: they cost more).
+fn presets(label: &str, model: &Path, workers: usize) {
+    let mut spec = TargetSpec::new(label, &[]);
+    spec.model = Some(model.to_path_buf());
+    for preset in ["seed", "server"] {
+        let report = common::preset_audit(&spec, preset, 2, workers);
+        println!(
+            "{label}: depth-2 {preset} audit, {workers} worker process(es): {} trials in {:.2} s = {:.0} trials/s",
+            report.trials, report.timing.elapsed_s, report.timing.trials_per_s
+        );
+    }
+}
+
 fn main() {
     let flag = common::flag;
     let pins: Vec<String> = match flag("--pin") {
@@ -96,8 +111,8 @@ fn main() {
     let only = flag("--only");
     if let Some(o) = &only {
         assert!(
-            ["audit", "restore", "naive"].contains(&o.as_str()),
-            "--only takes audit, restore or naive, not {o:?}"
+            ["audit", "presets", "restore", "naive"].contains(&o.as_str()),
+            "--only takes audit, presets, restore or naive, not {o:?}"
         );
     }
     let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
@@ -122,6 +137,9 @@ fn main() {
             if cores > 1 {
                 audit(&label, &model, cores);
             }
+        }
+        if runs("presets") {
+            presets(&label, &model, cores);
         }
         let traces = depth3_traces(limit);
         let fast = runs("restore").then(|| {

@@ -35,9 +35,15 @@ pub fn threads() -> usize {
 
 /// The exhaustive audit of the seed domain to `depth` on `spec`, with `threads` runners.
 pub fn seed_audit(spec: &TargetSpec, depth: u32, threads: usize) -> Report {
+    preset_audit(spec, "seed", depth, threads)
+}
+
+/// The exhaustive audit of the preset domain `preset` to `depth` on `spec`, with `threads`
+/// runners and every built-in oracle.
+pub fn preset_audit(spec: &TargetSpec, preset: &str, depth: u32, threads: usize) -> Report {
     let factory = spec.factory().expect("target");
     let cfg = ExhaustiveConfig {
-        domain: Domain::preset("seed").unwrap(),
+        domain: Domain::preset(preset).expect("a preset"),
         depth,
         shard: Shard::WHOLE,
         threads,

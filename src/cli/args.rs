@@ -109,15 +109,7 @@ impl TargetArgs {
     /// is judged by `config-differential`, which knows the documented differences between
     /// configurations, and not by `differential`; two different targets the other way round.
     pub fn registry(&self) -> kvaudit::oracles::Registry {
-        use kvaudit::oracles::{config_differential, OracleId};
-        let config_pair = self.vs_config.is_some();
-        kvaudit::oracles::Registry::builtin().only(move |o| {
-            if config_pair {
-                o.id() != OracleId::DIFFERENTIAL
-            } else {
-                o.id() != config_differential::ID
-            }
-        })
+        kvaudit::oracles::Registry::for_run(self.vs_config.is_some())
     }
 }
 

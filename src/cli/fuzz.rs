@@ -52,6 +52,13 @@ pub struct FuzzArgs {
     /// Sequences of the context (`n_seq_max`); ops name all of them.
     #[arg(long, default_value_t = 4)]
     n_seq_max: u32,
+    /// The context's configuration, as `--vs-config` takes it: `kv_unified=false`,
+    /// `n_ubatch=2`, `flash_attn=on`, `type_k=q8_0`, ...
+    #[arg(long)]
+    config: Option<String>,
+    /// Draw state saves and loads (sequences and the whole context) too.
+    #[arg(long)]
+    state: bool,
     /// Failures of one signature (oracle, kind, op at the failing step) to shrink; later ones
     /// are counted against the first one's finding.
     #[arg(long, default_value_t = 1)]
@@ -226,6 +233,13 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
     }
     gen.pos_cap = a.pos_cap;
     gen.setup.n_seq_max = a.n_seq_max;
+    if let Some(c) = &a.config {
+        gen.setup = gen
+            .setup
+            .with_config(c)
+            .map_err(|e| CliError::usage(format!("--config: {e}")))?;
+    }
+    gen.state = a.state;
     gen.validate().map_err(CliError::usage)?;
     a.target.check()?;
     let (oracles, theorems) = parse_oracles(&a.oracles).map_err(CliError::usage)?;

@@ -328,6 +328,20 @@ impl Registry {
         }
     }
 
+    /// The built-in oracles for a run of one target, or of two (`pair`), or of one target under
+    /// two configurations (`config_pair`): a configuration pair is judged by
+    /// `config-differential`, which knows the documented differences between configurations,
+    /// and not by `differential`; two different targets the other way round.
+    pub fn for_run(config_pair: bool) -> Registry {
+        Registry::builtin().only(move |o| {
+            if config_pair {
+                o.id() != OracleId::DIFFERENTIAL
+            } else {
+                o.id() != config_differential::ID
+            }
+        })
+    }
+
     /// This registry plus `oracle` (after the others). Panics on a duplicate id: two oracles
     /// of one name would make reports ambiguous.
     pub fn with(mut self, oracle: &'static dyn Oracle) -> Registry {

@@ -40,6 +40,14 @@ pub struct GenConfig {
     /// evictions of keys out of every later query's window (T3's out-of-window pairs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<u32>,
+    /// Draw the state ops too: saves and (sometimes truncated) loads of sequences into named
+    /// slots, and of the whole context.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub state: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Default for GenConfig {
@@ -67,6 +75,7 @@ impl GenConfig {
             max_tokens: 4,
             theorems: Vec::new(),
             window: None,
+            state: false,
         }
     }
 

@@ -21,11 +21,18 @@ struct AuditCase {
     vs: Option<String>,
     #[serde(default)]
     inject_b: Vec<String>,
+    /// The second target is the first one under this configuration (`--vs-config`).
+    #[serde(default)]
+    vs_config: Option<String>,
     domain: String,
     depth: u32,
     #[serde(default)]
     shards: Option<usize>,
     expect: Expect,
+    /// What the same audit without any injected fault must report: a positive control fails
+    /// with its fault and passes without.
+    #[serde(default)]
+    clean: Option<Expect>,
 }
 
 #[derive(Deserialize)]
@@ -39,12 +46,17 @@ struct Expect {
 }
 
 pub fn trials() -> Vec<Trial> {
-    super::data_files(&super::root().join("tests/data/audits"), "json")
+    let root = super::root().join("tests/data");
+    ["audits", "oracles"]
         .into_iter()
-        .map(|(name, path)| {
-            Trial::test(format!("audit::{name}"), move || {
-                super::outcome(check(&path))
-            })
+        .flat_map(|dir| {
+            super::data_files(&root.join(dir), "json")
+                .into_iter()
+                .map(move |(name, path)| {
+                    Trial::test(format!("{dir}::{name}"), move || {
+                        super::outcome(check(&path))
+                    })
+                })
         })
         .collect()
 }
@@ -52,18 +64,30 @@ pub fn trials() -> Vec<Trial> {
 fn run(case: &AuditCase, shard: Shard) -> Result<Report, String> {
     let domain = Domain::preset(&case.domain).ok_or(format!("no preset {}", case.domain))?;
     let a = TargetSpec::new(&case.target, &case.inject).factory()?;
-    let b = case
-        .vs
-        .as_ref()
-        .map(|v| TargetSpec::new(v, &case.inject_b).factory())
-        .transpose()?;
+    let b = match (&case.vs, &case.vs_config) {
+        (Some(v), _) => Some(TargetSpec::new(v, &case.inject_b).factory()?),
+        (None, Some(_)) => Some(TargetSpec::new(&case.target, &case.inject_b).factory()?),
+        (None, None) => None,
+    };
+    let b = match (b, &case.vs_config) {
+        (Some(f), Some(config)) => {
+            let config = config.clone();
+            let wrapped: Box<kvaudit::running::runner::RunnerFactory<'static>> =
+                Box::new(move || {
+                    let r = kvaudit::running::runner::Reconfigured::new(f()?, &config)?;
+                    Ok(Box::new(r) as Box<dyn kvaudit::running::runner::TrialRunner>)
+                });
+            Some(wrapped)
+        }
+        (b, _) => b,
+    };
     let cfg = ExhaustiveConfig {
         domain,
         depth: case.depth,
         shard,
         threads: 2,
         batch: 1024,
-        oracles: kvaudit::oracles::Registry::builtin(),
+        oracles: kvaudit::oracles::Registry::for_run(case.vs_config.is_some()),
     };
     run_exhaustive(&cfg, a.as_ref(), b.as_deref(), &mut |_| {}).map_err(|e| e.to_string())
 }
@@ -83,12 +107,38 @@ fn check(path: &std::path::Path) -> Result<(), String> {
     let case: AuditCase =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let report = run(&case, Shard::WHOLE)?;
+    expect(&case, &case.expect, &report)?;
+    if let Some(clean) = &case.clean {
+        let without = AuditCase {
+            inject: Vec::new(),
+            inject_b: Vec::new(),
+            clean: None,
+            shards: None,
+            expect: Expect {
+                trials: None,
+                oracles: Default::default(),
+                findings: Vec::new(),
+            },
+            about: String::new(),
+            target: case.target.clone(),
+            vs: case.vs.clone(),
+            vs_config: case.vs_config.clone(),
+            domain: case.domain.clone(),
+            depth: case.depth,
+        };
+        let report = run(&without, Shard::WHOLE)?;
+        expect(&without, clean, &report).map_err(|e| format!("without the fault: {e}"))?;
+    }
+    Ok(())
+}
+
+fn expect(case: &AuditCase, want: &Expect, report: &Report) -> Result<(), String> {
     if let Some(m) = case.shards {
         let parts = (0..m)
             .map(|k| run(&case, Shard::new(k, m).unwrap()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut merged = merge(parts)?;
-        let mut whole = report.clone();
+        let mut whole = (*report).clone();
         merged.timing = Default::default();
         whole.timing = Default::default();
         if merged != whole {
@@ -100,21 +150,21 @@ fn check(path: &std::path::Path) -> Result<(), String> {
         }
     }
     let json = serde_json::to_value(&report).map_err(|e| e.to_string())?;
-    if let Some(t) = case.expect.trials {
+    if let Some(t) = want.trials {
         if report.trials != t {
             return Err(format!("trials: {} expected {t}", report.trials));
         }
     }
-    for (oracle, want) in &case.expect.oracles {
+    for (oracle, w) in &want.oracles {
         let got = &json["oracles"][oracle];
-        if !contains(got, want) {
+        if !contains(got, w) {
             return Err(format!(
-                "oracle {oracle}: got {got}, expected {want}\n{}",
+                "oracle {oracle}: got {got}, expected {w}\n{}",
                 report.to_terminal()
             ));
         }
     }
-    for want in &case.expect.findings {
+    for want in &want.findings {
         let want_ops = want.get("ops").cloned();
         let found = report.findings.iter().any(|f| {
             let fj = serde_json::json!({

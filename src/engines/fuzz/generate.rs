@@ -7,7 +7,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-use crate::base::op::{Decode, Op, Pos, SeqId, Trace};
+use crate::base::op::{Decode, Op, Pos, SeqId, Slot, Trace};
 use crate::oracles::theorems::Theorem;
 use crate::records::fuzz::GenConfig;
 
@@ -109,8 +109,46 @@ fn decode(g: &GenConfig) -> BoxedStrategy<Decode> {
     .boxed()
 }
 
+/// A state op: a save or a load of a sequence (slot `a` or `b`) or of the whole context (slot
+/// `s`); one load in four is truncated.
+fn state_op(g: &GenConfig) -> BoxedStrategy<Op> {
+    let n = g.n_seqs();
+    let slot = || {
+        prop_oneof![Just("a"), Just("b")].prop_map(|s| Slot::new(s).expect("a valid slot name"))
+    };
+    let whole = || Slot::new("s").expect("a valid slot name");
+    let truncate = prop_oneof![3 => Just(None), 1 => (0u32..64).prop_map(Some)];
+    prop_oneof![
+        3 => (0..n, slot()).prop_map(|(seq, slot)| Op::StateSeqSave { seq, slot, flags: 0 }),
+        3 => (0..n, slot(), truncate.clone()).prop_map(|(seq, slot, truncate)| Op::StateSeqLoad {
+            seq,
+            slot,
+            flags: 0,
+            truncate,
+            flip: None,
+        }),
+        1 => Just(Op::StateSave { slot: whole() }),
+        1 => truncate.prop_map(move |truncate| Op::StateLoad {
+            slot: whole(),
+            truncate,
+            flip: None,
+        }),
+    ]
+    .boxed()
+}
+
 /// One op, any kind.
 pub fn op_strategy(g: &GenConfig) -> BoxedStrategy<Op> {
+    let memory = memory_op_strategy(g);
+    if g.state {
+        prop_oneof![5 => memory, 1 => state_op(g)].boxed()
+    } else {
+        memory
+    }
+}
+
+/// One memory op or decode.
+fn memory_op_strategy(g: &GenConfig) -> BoxedStrategy<Op> {
     let n = g.n_seqs();
     let max_div = g.max_divisor;
     prop_oneof![
