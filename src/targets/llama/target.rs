@@ -231,8 +231,13 @@ pub fn apply_op(c: &mut LlamaContext, op: &Op) -> Result<OpOutcome, ShimError> {
             c.clear(true)?;
             None
         }
-        Op::StateSeqSave { .. } | Op::StateSeqLoad { .. } | Op::StateSave { .. } | Op::StateLoad { .. } => {
-            return Ok(OpOutcome::Unsupported { reason: "state ops: not yet implemented for llama.cpp".into() })
+        Op::StateSeqSave { .. }
+        | Op::StateSeqLoad { .. }
+        | Op::StateSave { .. }
+        | Op::StateLoad { .. } => {
+            return Ok(OpOutcome::Unsupported {
+                reason: "state ops: not yet implemented for llama.cpp".into(),
+            })
         }
         Op::Decode(ref d) => {
             let tokens = d.token_ids();

@@ -742,7 +742,13 @@ impl CellCache {
 
     /// The cross-stream branch of `llama_kv_cache::seq_cp`.
     #[inline(never)]
-    fn seq_cp_streams(&mut self, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) -> Result<(), CacheError> {
+    fn seq_cp_streams(
+        &mut self,
+        src: SeqId,
+        dst: SeqId,
+        p0: Pos,
+        p1: Pos,
+    ) -> Result<(), CacheError> {
         let size = self.size() as i64;
         let partial = |p: Pos| p > 0 && (p as i64) + 1 < size;
         if partial(p0) || partial(p1) {
@@ -1117,8 +1123,7 @@ impl Stream {
             if !hit {
                 continue;
             }
-            let freed =
-                self.cells.seq_has(i, seq) && self.cells.seq_rm(i, seq, faults.orphan_cell);
+            let freed = self.cells.seq_has(i, seq) && self.cells.seq_rm(i, seq, faults.orphan_cell);
             if freed && new_head.is_none() {
                 new_head = Some(i);
             }
@@ -1170,6 +1175,10 @@ impl Stream {
 }
 
 mod state;
+pub use state::STATE_ARCH;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_streams;

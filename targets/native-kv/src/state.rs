@@ -381,7 +381,9 @@ impl CellCache {
             }
         }
         self.streams[s].head = 0;
-        let global: Vec<usize> = (0..cell_count as usize).map(|i| self.global(s, i)).collect();
+        let global: Vec<usize> = (0..cell_count as usize)
+            .map(|i| self.global(s, i))
+            .collect();
         if let Some(t) = &mut self.tensors {
             let cells = &self.streams[s].cells;
             for (i, &g) in global.iter().enumerate() {
@@ -393,7 +395,11 @@ impl CellCache {
 
     /// `state_read_data` for the cells `global` (numbered across streams), in order: the K/V
     /// section must match this cache's, and its rows are copied in.
-    fn restore_rows(&mut self, global: &[usize], r: &mut StateReader<'_>) -> Result<(), RestoreError> {
+    fn restore_rows(
+        &mut self,
+        global: &[usize],
+        r: &mut StateReader<'_>,
+    ) -> Result<(), RestoreError> {
         let v_trans = r.u32("v_trans")?;
         let n_layer = r.u32("n_layer")? as usize;
         let (want_layers, width) = self
