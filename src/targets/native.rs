@@ -283,12 +283,11 @@ fn load_on_device(
     let abort = |why: String| OpOutcome::Refused {
         reason: format!("llama.cpp aborts: {why}"),
     };
-    if bytes.len() < 8 || bytes[..4] != native_kv::STATE_SEQ_MAGIC.to_le_bytes() {
+    let Some(header_seq) = native_kv::state_seq_header(bytes) else {
         return abort(
             "ON_DEVICE load of bytes without a sequence-state header throws outside the try".into(),
         );
-    }
-    let header_seq = SeqId::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    };
     let Some(&saved) = ctx.device_saves.get(&header_seq) else {
         return abort(format!(
             "ON_DEVICE load of a state of seq {header_seq}, never saved ON_DEVICE in this context \

@@ -1175,7 +1175,7 @@ impl Stream {
 }
 
 mod state;
-pub use state::STATE_ARCH;
+pub use state::{state_seq_header, STATE_ARCH};
 
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,14 @@ use crate::{CellCache, RestoreError, SeqId, STATE_SEQ_MAGIC};
 /// e.g. `llama`; a load checks it first).
 pub const STATE_ARCH: &str = "native";
 
+/// The sequence id in the header of a sequence state (`llama_state_seq_get_data`), when the
+/// bytes start with the magic and hold the id.
+pub fn state_seq_header(bytes: &[u8]) -> Option<SeqId> {
+    let mut r = StateReader { bytes, at: 0 };
+    (r.u32("magic").ok()? == STATE_SEQ_MAGIC).then_some(())?;
+    r.i32("seq id").ok()
+}
+
 /// The layer count and K/V rows of `cells` (`state_write_data` with `v_trans` 0): per layer K
 /// (type F32, row bytes, rows), then per layer V. Out of line, so that the metadata-only
 /// serializer of the exhaustive audits' hot path stays as it was.
