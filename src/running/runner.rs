@@ -408,6 +408,18 @@ mod tests {
         fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
             self.0.seq_state(seq)
         }
+        fn set_seq_state(&mut self, seq: SeqId, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+            self.0.set_seq_state(seq, bytes)
+        }
+        fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+            self.0.state_get()
+        }
+        fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+            self.0.state_set(bytes)
+        }
+        fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
+            self.0.twin()
+        }
     }
 
     #[test]

@@ -1,20 +1,78 @@
 //! The adapter from the native cell cache (crate `native-kv`) to [`CacheUnderTest`].
 //!
 //! The cache itself knows nothing of kvaudit; this module maps ops onto its calls, its refusals
-//! onto [`OpOutcome::Refused`] and its decode errors onto `llama_decode` return codes.
+//! onto [`OpOutcome::Refused`] and its decode errors onto `llama_decode` return codes, and keeps
+//! what belongs to the context rather than the cache: the trial's state buffers
+//! ([`SlotStore`]) and what `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` saves keep on the side
+//! ([`ContextState`]).
+//!
+//! Setup mapping ([`cache_config`]): `n_ctx` is padded as llama.cpp pads it (a multiple of 256;
+//! with one stream per sequence, each stream holds `pad(n_ctx / n_seq_max, 256)` cells),
+//! `kv_unified` picks one stream or one per sequence. Flash attention, the K/V cache types and
+//! the batch sizes change how llama.cpp stores and computes rows, not the cell bookkeeping, so
+//! the native cache ignores them.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use native_kv::{BatchToken, CacheConfig, CellCache, Faults};
 
 use crate::base::error::Error;
-use crate::base::op::{Op, Pos, SeqId, Setup};
+use crate::base::op::{Op, Pos, SeqId, Setup, Slot};
+use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 
+/// `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` (llama.h): the tensor data of a sequence save stays in the
+/// context (`mem_storage[seq_id]`), the bytes carry the metadata only.
+pub const STATE_SEQ_FLAGS_ON_DEVICE: u32 = 2;
+
+/// The most cells the native cache allocates over all its streams: a setup beyond this is a
+/// configuration it cannot take.
+const MAX_CELLS: u64 = 1 << 20;
+
+/// What a llama.cpp context keeps beside its KV cache for the state ops, per trial: the
+/// in-trace buffers, and what `ON_DEVICE` sequence saves left in the context.
+#[derive(Clone, Debug, Default)]
+pub struct ContextState {
+    /// The trial's state buffers.
+    pub slots: SlotStore,
+    /// Per sequence id saved with `ON_DEVICE`: the number of cells of its last such save (the
+    /// size of the rows `mem_storage[seq_id]` holds, in cells).
+    device_saves: BTreeMap<SeqId, u32>,
+    /// Slots whose bytes were last written by an `ON_DEVICE` save: their rows are missing.
+    device_slots: BTreeSet<Slot>,
+}
+
+impl ContextState {
+    /// Forgets everything (at reset: a new context).
+    pub fn clear(&mut self) {
+        self.slots.clear();
+        self.device_saves.clear();
+        self.device_slots.clear();
+    }
+}
+
 /// The native target: a [`CellCache`] with optional faults.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct NativeTarget {
     faults: Faults,
     cache: CellCache,
+    context: ContextState,
+    /// The empty twin [`CacheUnderTest::twin`] hands out, made on first use.
+    twin: Option<Box<NativeTarget>>,
+}
+
+impl Clone for NativeTarget {
+    /// Everything but the twin, which is scratch space rebuilt on demand (the explorer forks
+    /// targets per op; copying a twin would double the cost for nothing).
+    fn clone(&self) -> Self {
+        NativeTarget {
+            faults: self.faults,
+            cache: self.cache.clone(),
+            context: self.context.clone(),
+            twin: None,
+        }
+    }
 }
 
 impl NativeTarget {
@@ -26,6 +84,8 @@ impl NativeTarget {
                 faults,
                 ..CacheConfig::default()
             }),
+            context: ContextState::default(),
+            twin: None,
         }
     }
 
@@ -55,8 +115,8 @@ pub fn parse_faults(list: &[String]) -> Result<Faults, Error> {
     Ok(faults)
 }
 
-/// Performs a memory op (not a decode) on a cell cache: the one mapping from [`Op`] to the
-/// native cache's calls, for every native target. A refusal of the cache is
+/// Performs a memory op (not a decode, not a state op) on a cell cache: the one mapping from
+/// [`Op`] to the native cache's calls, for every native target. A refusal of the cache is
 /// [`OpOutcome::Refused`].
 pub fn apply_memory_op(c: &mut CellCache, op: &Op) -> OpOutcome {
     let res = match *op {
@@ -74,7 +134,7 @@ pub fn apply_memory_op(c: &mut CellCache, op: &Op) -> OpOutcome {
         | Op::StateSave { .. }
         | Op::StateLoad { .. } => {
             return OpOutcome::Unsupported {
-                reason: "state ops: not yet implemented natively".into(),
+                reason: "state ops need the context: apply_state_op".into(),
             }
         }
         // Each native target decodes its own way (metadata only, or through the model).
@@ -90,6 +150,175 @@ pub fn apply_memory_op(c: &mut CellCache, op: &Op) -> OpOutcome {
             reason: e.to_string(),
         },
     }
+}
+
+/// A load's outcome: llama.h's "returns 0 on failure" is `returned: Some(false)`.
+pub(crate) fn loaded(res: Result<usize, native_kv::RestoreError>) -> OpOutcome {
+    OpOutcome::Done {
+        returned: Some(matches!(res, Ok(n) if n > 0)),
+    }
+}
+
+/// Performs a state op (`state_seq_save/load`, `state_save/load`) on a cell cache and its
+/// context, as llama.cpp's `llama_context` does (src/llama-context.cpp, `state_seq_get_data`,
+/// `state_seq_set_data`, `state_get_data`, `state_set_data`). `None` when `op` is no state op.
+///
+/// `device`: whether the target models `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE`. A plain KV cache
+/// ignores the flags (`GGML_UNUSED(flags)` in `llama_kv_cache::state_write/read`); the context
+/// does not: with `ON_DEVICE` a save writes the metadata into the bytes and keeps the rows in
+/// `mem_storage[seq]`, and a load reads the rows from `mem_storage[<seq id in the bytes>]`. What
+/// that does at the cell level is modelled here:
+/// - the bytes of an `ON_DEVICE` save have no rows; loaded without the flag they fail where the
+///   rows should be, and the destination sequence is emptied (as any failure after the cells);
+/// - an `ON_DEVICE` load of bytes too short for the header or with a bad magic throws outside
+///   llama.cpp's `try` (the process terminates), and one whose header names a sequence never
+///   saved `ON_DEVICE` in this context hits `GGML_ASSERT(mem_storage.find(..) != end)`: both
+///   abort, refused here;
+/// - an `ON_DEVICE` load that restores cells reads their rows from the device copy, whose size
+///   must match (`GGML_ABORT("memory buffer mismatch")`, or `mbufs.at` throwing in a destructor
+///   when the save held no rows): a different cell count aborts, refused here; bytes that carry
+///   rows of a plain save misread them as the next layer's header and fail like a bad K/V section.
+///
+/// Flag bit 1 (`PARTIAL_ONLY` / `SWA_ONLY`) matters to iSWA memories only and is ignored.
+pub fn apply_state_op(
+    c: &mut CellCache,
+    ctx: &mut ContextState,
+    op: &Op,
+    device: bool,
+) -> Option<OpOutcome> {
+    let unsupported = || OpOutcome::Unsupported {
+        reason: "LLAMA_STATE_SEQ_FLAGS_ON_DEVICE: device-side rows are not modelled on this target"
+            .into(),
+    };
+    Some(match op {
+        Op::StateSeqSave { seq, slot, flags } => {
+            let on_device = flags & STATE_SEQ_FLAGS_ON_DEVICE != 0;
+            if on_device && !device {
+                return Some(unsupported());
+            }
+            match c.state_seq_bytes(*seq) {
+                Ok(bytes) => {
+                    if on_device {
+                        ctx.device_saves.insert(*seq, cells_in(&bytes).unwrap_or(0));
+                        ctx.device_slots.insert(slot.clone());
+                    } else {
+                        ctx.device_slots.remove(slot);
+                    }
+                    let written = !bytes.is_empty();
+                    ctx.slots.save(slot, bytes);
+                    OpOutcome::Done {
+                        returned: Some(written),
+                    }
+                }
+                Err(e) => OpOutcome::Refused {
+                    reason: e.to_string(),
+                },
+            }
+        }
+        Op::StateSeqLoad {
+            seq,
+            slot,
+            flags,
+            truncate,
+            flip,
+        } => {
+            let on_device = flags & STATE_SEQ_FLAGS_ON_DEVICE != 0;
+            if on_device && !device {
+                return Some(unsupported());
+            }
+            let bytes = match ctx.slots.load(slot, *truncate, *flip) {
+                Ok(b) => b,
+                Err(refused) => return Some(refused),
+            };
+            if let Err(e) = c.check_seq(*seq) {
+                return Some(OpOutcome::Refused {
+                    reason: e.to_string(),
+                });
+            }
+            let rows_missing = ctx.device_slots.contains(slot);
+            if on_device {
+                return Some(load_on_device(c, ctx, *seq, &bytes, rows_missing));
+            }
+            let res = c.state_seq_set_bytes(*seq, &bytes);
+            if rows_missing && matches!(res, Ok(_)) && cells_in(&bytes).unwrap_or(0) > 0 {
+                // llama.cpp reads rows the bytes do not have: a failure after the cells.
+                c.seq_rm(*seq, -1, -1).expect("seq checked");
+                return Some(OpOutcome::Done {
+                    returned: Some(false),
+                });
+            }
+            loaded(res)
+        }
+        Op::StateSave { slot } => {
+            let bytes = c.state_bytes();
+            ctx.device_slots.remove(slot);
+            ctx.slots.save(slot, bytes);
+            OpOutcome::Done {
+                returned: Some(true),
+            }
+        }
+        Op::StateLoad {
+            slot,
+            truncate,
+            flip,
+        } => {
+            let bytes = match ctx.slots.load(slot, *truncate, *flip) {
+                Ok(b) => b,
+                Err(refused) => return Some(refused),
+            };
+            loaded(c.state_set_bytes(&bytes))
+        }
+        _ => return None,
+    })
+}
+
+/// An `ON_DEVICE` sequence load (see [`apply_state_op`]).
+fn load_on_device(
+    c: &mut CellCache,
+    ctx: &ContextState,
+    seq: SeqId,
+    bytes: &[u8],
+    rows_missing: bool,
+) -> OpOutcome {
+    let abort = |why: String| OpOutcome::Refused {
+        reason: format!("llama.cpp aborts: {why}"),
+    };
+    let Some(header_seq) = native_kv::state_seq_header(bytes) else {
+        return abort(
+            "ON_DEVICE load of bytes without a sequence-state header throws outside the try".into(),
+        );
+    };
+    let Some(&saved) = ctx.device_saves.get(&header_seq) else {
+        return abort(format!(
+            "ON_DEVICE load of a state of seq {header_seq}, never saved ON_DEVICE in this context \
+             (GGML_ASSERT mem_storage.find(seq_id_read) != end)"
+        ));
+    };
+    let res = c.state_seq_set_bytes(seq, bytes);
+    let read = match res {
+        Ok(_) => cells_in(bytes).unwrap_or(0),
+        Err(_) => return loaded(res),
+    };
+    if read > 0 && !rows_missing {
+        // The plain save's rows sit where the next layer's header is read.
+        c.seq_rm(seq, -1, -1).expect("seq checked");
+        return OpOutcome::Done {
+            returned: Some(false),
+        };
+    }
+    if read > 0 && read != saved {
+        return abort(format!(
+            "ON_DEVICE load of {read} cells from a device copy of {saved} (memory buffer mismatch)"
+        ));
+    }
+    loaded(res)
+}
+
+/// The number of cells over every stream of a sequence dump, when the bytes parse.
+fn cells_in(bytes: &[u8]) -> Option<u32> {
+    let crate::base::state::SeqState { caches, .. } =
+        crate::base::state::parse_seq_state(bytes, StateFormat::default()).ok()?;
+    Some(caches.first()?.iter().map(|s| s.cells.len() as u32).sum())
 }
 
 /// The batch of a decode op, one [`BatchToken`] per token.
@@ -123,18 +352,37 @@ pub(crate) fn cache_config(
     faults: Faults,
 ) -> Result<CacheConfig, HarnessError> {
     if setup.n_seq_max as usize > native_kv::MAX_SEQ {
-        return Err(HarnessError::Target {
+        return Err(HarnessError::Unsupported {
             target: name.into(),
-            message: format!(
+            reason: format!(
                 "n_seq_max {} above the native limit {}",
                 setup.n_seq_max,
                 native_kv::MAX_SEQ
             ),
         });
     }
+    // llama_context::llama_context: n_seq_max >= 1, n_ctx padded to 256, and per stream
+    // n_ctx_seq = pad(n_ctx / n_seq_max, 256) when not unified.
+    let pad = |n: u64| n.div_ceil(256) * 256;
+    let n_seq_max = setup.n_seq_max.max(1);
+    let n_ctx = pad(u64::from(setup.n_ctx));
+    let (per_stream, n_stream) = if setup.kv_unified {
+        (n_ctx, 1)
+    } else {
+        (pad(n_ctx / u64::from(n_seq_max)), u64::from(n_seq_max))
+    };
+    if per_stream == 0 || per_stream * n_stream > MAX_CELLS {
+        return Err(HarnessError::Unsupported {
+            target: name.into(),
+            reason: format!(
+                "{n_stream} stream(s) of {per_stream} cells: the native cache holds 1 to {MAX_CELLS} cells"
+            ),
+        });
+    }
     Ok(CacheConfig {
-        n_ctx: setup.n_ctx,
-        n_seq_max: setup.n_seq_max,
+        n_ctx: per_stream as u32,
+        n_seq_max,
+        unified: setup.kv_unified,
         faults,
     })
 }
@@ -151,11 +399,15 @@ impl CacheUnderTest for NativeTarget {
         } else {
             self.cache = CellCache::new(config);
         }
+        self.context.clear();
         crate::base::target::apply_setup_ops(self, setup)?;
         Ok(())
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
+        if let Some(outcome) = apply_state_op(&mut self.cache, &mut self.context, op, true) {
+            return Ok(outcome);
+        }
         Ok(match op {
             Op::Decode(d) => {
                 let rc = match self.cache.decode(&batch_of(d)) {
@@ -171,31 +423,70 @@ impl CacheUnderTest for NativeTarget {
     fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
         self.cache
             .seq_pos_min(seq)
-            .map_err(|e| HarnessError::Target {
-                target: "native".into(),
-                message: e.to_string(),
-            })
+            .map_err(|e| harness_error("native", e))
     }
 
     fn seq_pos_max(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
         self.cache
             .seq_pos_max(seq)
-            .map_err(|e| HarnessError::Target {
-                target: "native".into(),
-                message: e.to_string(),
-            })
+            .map_err(|e| harness_error("native", e))
     }
 
     fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
         self.cache
             .state_seq_bytes(seq)
-            .map_err(|e| HarnessError::Target {
-                target: "native".into(),
-                message: e.to_string(),
-            })
+            .map_err(|e| harness_error("native", e))
     }
 
     fn fork(&self) -> Option<Box<dyn CacheUnderTest + Send>> {
         Some(Box::new(self.clone()))
     }
+
+    fn set_seq_state(&mut self, seq: SeqId, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        Ok(set_seq_state(&mut self.cache, seq, bytes))
+    }
+
+    fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+        Ok(Some(self.cache.state_bytes()))
+    }
+
+    fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        Ok(loaded(self.cache.state_set_bytes(bytes)))
+    }
+
+    fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
+        let config = *self.cache.config();
+        let twin = self
+            .twin
+            .get_or_insert_with(|| Box::new(NativeTarget::new(self.faults)));
+        if *twin.cache.config() == config {
+            twin.cache.clear();
+        } else {
+            twin.cache = CellCache::new(config);
+        }
+        twin.context.clear();
+        Ok(Some(&mut **twin))
+    }
 }
+
+/// `llama_state_seq_set_data(bytes, seq)` on a cell cache: an invalid `seq` is refused, a load
+/// that fails is `returned: Some(false)` (llama.cpp returned 0).
+pub(crate) fn set_seq_state(c: &mut CellCache, seq: SeqId, bytes: &[u8]) -> OpOutcome {
+    if let Err(e) = c.check_seq(seq) {
+        return OpOutcome::Refused {
+            reason: e.to_string(),
+        };
+    }
+    loaded(c.state_seq_set_bytes(seq, bytes))
+}
+
+/// A cache refusal where the harness expected none (an accessor on an invalid sequence).
+pub(crate) fn harness_error(target: &str, e: impl std::fmt::Display) -> HarnessError {
+    HarnessError::Target {
+        target: target.into(),
+        message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -26,7 +26,7 @@ use native_kv::{CacheConfig, CellCache, Faults};
 use crate::base::op::{Op, Pos, SeqId, Setup};
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 use crate::model::forward::{KvEntry, KvStore, Model};
-use crate::targets::native::batch_of;
+use crate::targets::native::{apply_state_op, batch_of, loaded, set_seq_state, ContextState};
 
 /// The name of this target on the command line and in reports.
 pub const NAME: &str = "native+tensors";
@@ -56,12 +56,29 @@ pub fn load_model(path: Option<&Path>) -> Result<Arc<Model>, HarnessError> {
 }
 
 /// The native cell cache with a tensor payload, driven by `model`.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct NativeTensorTarget {
     faults: Faults,
     model: Arc<Model>,
     cache: CellCache,
     last_logits: Option<Vec<f32>>,
+    context: ContextState,
+    /// The empty twin [`CacheUnderTest::twin`] hands out, made on first use.
+    twin: Option<Box<NativeTensorTarget>>,
+}
+
+impl Clone for NativeTensorTarget {
+    /// Everything but the twin (scratch space, rebuilt on demand).
+    fn clone(&self) -> Self {
+        NativeTensorTarget {
+            faults: self.faults,
+            model: Arc::clone(&self.model),
+            cache: self.cache.clone(),
+            last_logits: self.last_logits.clone(),
+            context: self.context.clone(),
+            twin: None,
+        }
+    }
 }
 
 impl NativeTensorTarget {
@@ -80,6 +97,8 @@ impl NativeTensorTarget {
             model,
             cache,
             last_logits: None,
+            context: ContextState::default(),
+            twin: None,
         }
     }
 
@@ -196,11 +215,16 @@ impl CacheUnderTest for NativeTensorTarget {
             self.cache = CellCache::with_tensors(config, shape_for(&self.model));
         }
         self.last_logits = None;
+        self.context.clear();
         crate::base::target::apply_setup_ops(self, setup)?;
         Ok(())
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
+        // ON_DEVICE saves keep rows in the context: not modelled here (Unsupported).
+        if let Some(outcome) = apply_state_op(&mut self.cache, &mut self.context, op, false) {
+            return Ok(outcome);
+        }
         Ok(match op {
             Op::Decode(d) => self.decode(d),
             other => crate::targets::native::apply_memory_op(&mut self.cache, other),
@@ -228,12 +252,33 @@ impl CacheUnderTest for NativeTensorTarget {
     }
 
     fn set_seq_state(&mut self, seq: SeqId, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
-        Ok(match self.cache.state_seq_set_bytes(seq, bytes) {
-            Ok(_) => OpOutcome::Done { returned: None },
-            Err(e) => OpOutcome::Refused {
-                reason: e.to_string(),
-            },
-        })
+        Ok(set_seq_state(&mut self.cache, seq, bytes))
+    }
+
+    fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+        Ok(Some(self.cache.state_bytes()))
+    }
+
+    fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        Ok(loaded(self.cache.state_set_bytes(bytes)))
+    }
+
+    fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
+        let config = *self.cache.config();
+        let twin = self.twin.get_or_insert_with(|| {
+            Box::new(NativeTensorTarget::new(
+                Arc::clone(&self.model),
+                self.faults,
+            ))
+        });
+        if *twin.cache.config() == config {
+            twin.cache.clear();
+        } else {
+            twin.cache = CellCache::with_tensors(config, shape_for(&twin.model));
+        }
+        twin.last_logits = None;
+        twin.context.clear();
+        Ok(Some(&mut **twin))
     }
 }
 
@@ -300,12 +345,16 @@ mod tests {
         t.reset(&Setup::default()).unwrap();
         assert_eq!(
             t.set_seq_state(0, &bytes).unwrap(),
-            OpOutcome::Done { returned: None }
+            OpOutcome::Done {
+                returned: Some(true)
+            }
         );
         assert_eq!(t.seq_state(0).unwrap(), bytes);
-        assert!(matches!(
+        assert_eq!(
             t.set_seq_state(0, &bytes[..20]).unwrap(),
-            OpOutcome::Refused { .. }
-        ));
+            OpOutcome::Done {
+                returned: Some(false)
+            }
+        );
     }
 }

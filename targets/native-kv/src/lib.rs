@@ -67,11 +67,31 @@ pub struct Faults {
     /// Tensor payload: the rows of layer `l` land in the slot of layer `n_layer - 1 - l`. Caught
     /// by T1.
     pub kv_layer_swap: bool,
+    /// Whole-context and per-sequence loads ([`CellCache::state_set_bytes`],
+    /// [`CellCache::state_seq_set_bytes`]) lose the last cell they read, and still report
+    /// success. Positive control for the round-trip oracle: a dump loaded into an empty twin no
+    /// longer equals the original. Invisible to I1/I2 on one target (the index follows the
+    /// removal, no trace op loads state unless it asks to).
+    pub restore_drops_last_cell: bool,
+    /// When `seq_rm` removes a cell's last sequence, the cell stays used with no sequence (the
+    /// model of a `seq_rm` that forgets `used.erase`). Per-sequence dumps and accessors are
+    /// unaffected (I1, I2 see nothing); the whole-context dump lists a cell with no sequence.
+    /// Positive control for the conservation oracle.
+    pub orphan_cell: bool,
+    /// `seq_keep` does nothing. Positive control for the contract oracle: llama.h says
+    /// `llama_memory_seq_keep` "removes all tokens that do not belong to the specified sequence";
+    /// the index stays consistent with the cells, so I1/I2 see nothing.
+    pub keep_noop: bool,
+    /// Only with one stream per sequence (`kv_unified = false`): a partial `seq_rm` of one
+    /// sequence removes the whole sequence. Positive control for the configuration-differential
+    /// oracle: the same trace unified and per-sequence differs, while each configuration on its
+    /// own stays consistent (I1/I2).
+    pub streams_rm_whole: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 11] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -79,52 +99,81 @@ impl Faults {
         "window_index_keyed",
         "kv_head_swap",
         "kv_layer_swap",
+        "restore_drops_last_cell",
+        "orphan_cell",
+        "keep_noop",
+        "streams_rm_whole",
     ];
+
+    fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "refcount" => &mut self.refcount,
+            "seq_rm_off_by_one" => &mut self.seq_rm_off_by_one,
+            "seq_add_stale_index" => &mut self.seq_add_stale_index,
+            "seq_add_delta_rotation" => &mut self.seq_add_delta_rotation,
+            "window_index_keyed" => &mut self.window_index_keyed,
+            "kv_head_swap" => &mut self.kv_head_swap,
+            "kv_layer_swap" => &mut self.kv_layer_swap,
+            "restore_drops_last_cell" => &mut self.restore_drops_last_cell,
+            "orphan_cell" => &mut self.orphan_cell,
+            "keep_noop" => &mut self.keep_noop,
+            "streams_rm_whole" => &mut self.streams_rm_whole,
+            _ => return None,
+        })
+    }
 
     /// Turns on the fault called `name`; `false` if there is no such fault.
     pub fn enable(&mut self, name: &str) -> bool {
-        match name {
-            "refcount" => self.refcount = true,
-            "seq_rm_off_by_one" => self.seq_rm_off_by_one = true,
-            "seq_add_stale_index" => self.seq_add_stale_index = true,
-            "seq_add_delta_rotation" => self.seq_add_delta_rotation = true,
-            "window_index_keyed" => self.window_index_keyed = true,
-            "kv_head_swap" => self.kv_head_swap = true,
-            "kv_layer_swap" => self.kv_layer_swap = true,
-            _ => return false,
+        match self.flag_mut(name) {
+            Some(f) => {
+                *f = true;
+                true
+            }
+            None => false,
         }
-        true
     }
 
     /// The names of the faults that are on.
     pub fn enabled(&self) -> Vec<&'static str> {
-        let flags = [
-            self.refcount,
-            self.seq_rm_off_by_one,
-            self.seq_add_stale_index,
-            self.seq_add_delta_rotation,
-            self.window_index_keyed,
-            self.kv_head_swap,
-            self.kv_layer_swap,
-        ];
+        let mut probe = *self;
         Self::NAMES
             .iter()
-            .zip(flags)
-            .filter(|(_, on)| *on)
-            .map(|(name, _)| *name)
+            .filter(|name| probe.flag_mut(name).is_some_and(|f| *f))
+            .copied()
             .collect()
     }
 }
 
-/// The shape of a cache: how many cells and how many sequences.
+/// The shape of a cache: how many cells per stream, how many sequences, how many streams.
+///
+/// Only the cell bookkeeping is modelled: flash attention and the K/V cache types change how
+/// llama.cpp stores rows (transposed V, quantized blocks) but not which cells are used, where a
+/// token goes, or what the positions are, so they have no field here. Capacity does: a decode
+/// that does not fit its stream fails with rc 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheConfig {
-    /// Number of cells (llama.cpp pads `n_ctx` to a multiple of 256).
+    /// Number of cells *per stream* (llama.cpp's `kv_size`: `n_ctx` padded to a multiple of 256
+    /// when unified, `n_ctx_seq` = `pad(n_ctx / n_seq_max, 256)` per stream otherwise; the caller
+    /// pads, see `llama_context::llama_context` in src/llama-context.cpp).
     pub n_ctx: u32,
     /// Sequences `0..n_seq_max` are valid.
     pub n_seq_max: u32,
+    /// One stream shared by every sequence (`kv_unified`). False: one stream per sequence, as
+    /// `llama_kv_cache` makes when `n_stream = n_seq_max` (`seq_to_stream[s] = s`).
+    pub unified: bool,
     /// Deliberate bugs, for positive controls.
     pub faults: Faults,
+}
+
+impl CacheConfig {
+    /// The number of streams: 1 when unified, else one per sequence.
+    pub fn n_stream(&self) -> u32 {
+        if self.unified {
+            1
+        } else {
+            self.n_seq_max.max(1)
+        }
+    }
 }
 
 impl Default for CacheConfig {
@@ -132,6 +181,7 @@ impl Default for CacheConfig {
         CacheConfig {
             n_ctx: 256,
             n_seq_max: 4,
+            unified: true,
             faults: Faults::default(),
         }
     }
@@ -141,9 +191,24 @@ impl Default for CacheConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CacheError {
     /// A sequence id outside `0..n_seq_max` (or outside `-1..n_seq_max` where -1 means all).
+    /// llama.cpp: with one stream per sequence, `GGML_ASSERT(seq_id < seq_to_stream.size())`
+    /// aborts; unified, it accepts ids up to `LLAMA_MAX_SEQ` (256), which this model does not
+    /// track (one `u64` per cell).
     InvalidSeq(SeqId),
     /// `seq_div` with a divisor of 0 (llama.cpp divides by zero).
     ZeroDivisor,
+    /// A `seq_cp` between two streams of part of a sequence: llama.cpp aborts with
+    /// `GGML_ASSERT(is_full && "seq_cp() is only supported for full KV buffers")`.
+    PartialCrossStreamCopy {
+        /// Source sequence.
+        src: SeqId,
+        /// Destination sequence.
+        dst: SeqId,
+        /// Range start as given.
+        p0: Pos,
+        /// Range end as given.
+        p1: Pos,
+    },
 }
 
 impl fmt::Display for CacheError {
@@ -151,6 +216,11 @@ impl fmt::Display for CacheError {
         match self {
             CacheError::InvalidSeq(s) => write!(f, "invalid sequence id {s}"),
             CacheError::ZeroDivisor => write!(f, "seq_div with divisor 0"),
+            CacheError::PartialCrossStreamCopy { src, dst, p0, p1 } => write!(
+                f,
+                "seq_cp({src}, {dst}, {p0}, {p1}) copies part of a sequence across streams: \
+                 llama.cpp aborts (GGML_ASSERT: seq_cp() is only supported for full KV buffers)"
+            ),
         }
     }
 }
@@ -174,78 +244,6 @@ impl fmt::Display for RestoreError {
 }
 
 impl std::error::Error for RestoreError {}
-
-/// The layer count and K/V rows of `cells` (`state_write_data` with `v_trans` 0): per layer K
-/// (type F32, row bytes, rows), then per layer V. Out of line, so that the metadata-only
-/// serializer of the exhaustive audits' hot path stays as it was.
-#[inline(never)]
-fn write_rows_section(t: &TensorStore, cells: &[usize], out: &mut Vec<u8>) {
-    let n_layer = t.shape().n_layer;
-    let row_bytes = (t.width() * 4) as u64;
-    out.reserve(4 + 2 * n_layer * (12 + cells.len() * row_bytes as usize));
-    out.extend_from_slice(&(n_layer as u32).to_le_bytes());
-    for rows_of in [TensorStore::k, TensorStore::v] {
-        for l in 0..n_layer {
-            out.extend_from_slice(&0i32.to_le_bytes()); // GGML_TYPE_F32
-            out.extend_from_slice(&row_bytes.to_le_bytes());
-            for &i in cells {
-                for x in rows_of(t, i, l) {
-                    out.extend_from_slice(&x.to_le_bytes());
-                }
-            }
-        }
-    }
-}
-
-/// A little-endian reader over state bytes.
-struct StateReader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl StateReader<'_> {
-    fn fail<T>(&self, message: String) -> Result<T, RestoreError> {
-        Err(RestoreError {
-            offset: self.at,
-            message,
-        })
-    }
-
-    fn take<const N: usize>(&mut self, what: &str) -> Result<[u8; N], RestoreError> {
-        match self.bytes.get(self.at..self.at + N) {
-            Some(b) => {
-                self.at += N;
-                Ok(b.try_into().expect("N bytes"))
-            }
-            None => self.fail(format!(
-                "{what}: {N} bytes, found {}",
-                self.bytes.len() - self.at
-            )),
-        }
-    }
-
-    fn u32(&mut self, what: &str) -> Result<u32, RestoreError> {
-        self.take::<4>(what).map(u32::from_le_bytes)
-    }
-
-    fn i32(&mut self, what: &str) -> Result<i32, RestoreError> {
-        self.take::<4>(what).map(i32::from_le_bytes)
-    }
-
-    fn u64(&mut self, what: &str) -> Result<u64, RestoreError> {
-        self.take::<8>(what).map(u64::from_le_bytes)
-    }
-
-    fn f32_rows(&mut self, n: usize, what: &str) -> Result<Vec<f32>, RestoreError> {
-        let Some(b) = self.bytes.get(self.at..self.at + n * 4) else {
-            return self.fail(format!("{what}: {n} f32 values"));
-        };
-        self.at += n * 4;
-        Ok(b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect())
-    }
-}
 
 /// Why a decode was refused, with the return code `llama_decode` gives for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -416,10 +414,11 @@ impl Cells {
     }
 
     /// `seq_rm` of one cell holding `s`; true if the cell became empty.
-    fn seq_rm(&mut self, i: usize, s: SeqId) -> bool {
+    /// With `orphan` ([`Faults::orphan_cell`]) a cell that loses its last sequence stays used.
+    fn seq_rm(&mut self, i: usize, s: SeqId, orphan: bool) -> bool {
         self.seq[i] &= !(1u64 << s);
         self.seq_pos[s as usize].dec(self.pos[i]);
-        if self.seq[i] == 0 {
+        if self.seq[i] == 0 && !orphan {
             self.mark_empty(i);
             return true;
         }
@@ -508,28 +507,47 @@ impl Span {
     }
 }
 
-/// A KV cell cache with one stream, modelled on llama.cpp's.
+/// One stream: its cells and the head where the next slot search starts (`v_cells[s]`,
+/// `v_heads[s]` in `llama_kv_cache`).
+#[derive(Clone, Debug)]
+struct Stream {
+    cells: Cells,
+    head: u32,
+}
+
+/// A KV cell cache modelled on llama.cpp's `llama_kv_cache`: one stream shared by every sequence
+/// (unified), or one stream per sequence ([`CacheConfig::unified`] false).
+///
+/// Cells are numbered across streams: cell `i` of stream `s` is `s * n_ctx + i`
+/// ([`CellCache::decode`], [`CellCache::resident_cells`], [`CellCache::cell_pos`]); unified, that is
+/// the cell index itself.
 #[derive(Clone, Debug)]
 pub struct CellCache {
     config: CacheConfig,
-    cells: Cells,
-    head: u32,
+    /// One stream when unified, `n_seq_max` otherwise.
+    streams: Vec<Stream>,
     /// The tensor payload, when the cache carries one (boxed: a metadata-only cache, cloned on
-    /// every fork by the explorer, grows by one pointer).
+    /// every fork by the explorer, grows by one pointer). Indexed by cell number across streams.
     tensors: Option<Box<TensorStore>>,
 }
 
 impl CellCache {
     /// An empty cache.
+    ///
+    /// # Panics
+    /// When `n_seq_max` is above [`MAX_SEQ`].
     pub fn new(config: CacheConfig) -> Self {
         assert!(
             config.n_seq_max as usize <= MAX_SEQ,
             "n_seq_max above {MAX_SEQ}"
         );
-        CellCache {
-            config,
+        let stream = Stream {
             cells: Cells::new(config.n_ctx, config.n_seq_max),
             head: 0,
+        };
+        CellCache {
+            config,
+            streams: vec![stream; config.n_stream() as usize],
             tensors: None,
         }
     }
@@ -549,9 +567,33 @@ impl CellCache {
         self.tensors.as_deref()
     }
 
-    /// The position of `cell`, or `None` when it is empty or out of range.
+    /// Cells per stream.
+    fn size(&self) -> usize {
+        self.config.n_ctx as usize
+    }
+
+    /// The stream of sequence `seq` (`seq_to_stream`): 0 when unified, else `seq` itself.
+    #[inline]
+    fn stream_of(&self, seq: SeqId) -> usize {
+        if self.streams.len() == 1 {
+            0
+        } else {
+            seq as usize
+        }
+    }
+
+    /// The cell number of cell `i` of stream `s`.
+    #[inline]
+    fn global(&self, s: usize, i: usize) -> usize {
+        s * self.size() + i
+    }
+
+    /// The position of `cell` (numbered across streams), or `None` when it is empty or out of
+    /// range.
     pub fn cell_pos(&self, cell: usize) -> Option<Pos> {
-        match self.cells.pos.get(cell) {
+        let n = self.size().max(1);
+        let st = self.streams.get(cell / n)?;
+        match st.cells.pos.get(cell % n) {
             Some(&p) if p != -1 => Some(p),
             _ => None,
         }
@@ -574,11 +616,11 @@ impl CellCache {
     }
 
     /// The cells a query of sequence `seq` at `query_pos` attends in `layer`, oldest first: the
-    /// cells holding `seq` at a position `<= query_pos` whose rows for `layer` are written (a
-    /// token placed by the same decode but not yet computed is not), cut by the narrower of
-    /// `window` and the layer's own window at the first key whose *position* is in the window
-    /// ([`window_lo`]). Ordered by (position, cell), so attention does not depend on where
-    /// cells happen to lie, as the masked attention over a batch does not.
+    /// cells of the sequence's stream holding `seq` at a position `<= query_pos` whose rows for
+    /// `layer` are written (a token placed by the same decode but not yet computed is not), cut by
+    /// the narrower of `window` and the layer's own window at the first key whose *position* is
+    /// in the window ([`window_lo`]). Ordered by (position, cell), so attention does not depend on
+    /// where cells happen to lie, as the masked attention over a batch does not.
     ///
     /// # Panics
     /// When the cache has no tensor payload or `layer` is out of range.
@@ -594,14 +636,17 @@ impl CellCache {
             .tensors
             .as_ref()
             .expect("attention_cells: the cache has no tensor payload");
-        let mut keys: Vec<(Pos, usize)> = (0..self.end())
-            .filter(|&i| {
-                !self.cells.is_empty(i)
-                    && self.cells.seq_has(i, seq)
-                    && self.cells.pos[i] <= query_pos
-                    && t.written(i, layer)
+        let s = self.stream_of(seq);
+        let cells = &self.streams[s].cells;
+        let mut keys: Vec<(Pos, usize)> = (0..cells.used_max_p1 as usize)
+            .map(|i| (i, self.global(s, i)))
+            .filter(|&(i, g)| {
+                !cells.is_empty(i)
+                    && cells.seq_has(i, seq)
+                    && cells.pos[i] <= query_pos
+                    && t.written(g, layer)
             })
-            .map(|i| (self.cells.pos[i], i))
+            .map(|(i, g)| (cells.pos[i], g))
             .collect();
         keys.sort_unstable();
         let window = narrower_window(window, t.shape().windows[layer]);
@@ -619,106 +664,141 @@ impl CellCache {
         &self.config
     }
 
-    fn check_seq(&self, s: SeqId) -> Result<(), CacheError> {
+    /// `Ok` when `s` names a sequence of this cache (`0..n_seq_max`).
+    pub fn check_seq(&self, s: SeqId) -> Result<(), CacheError> {
         if s < 0 || s as u32 >= self.config.n_seq_max {
             return Err(CacheError::InvalidSeq(s));
         }
         Ok(())
     }
 
-    fn end(&self) -> usize {
-        self.cells.used_max_p1 as usize
-    }
-
-    /// `llama_memory_clear`: empties every cell.
+    /// `llama_memory_clear`: empties every cell of every stream.
     pub fn clear(&mut self) {
-        self.cells.reset();
-        self.head = 0;
+        for st in &mut self.streams {
+            st.cells.reset();
+            st.head = 0;
+        }
         if let Some(t) = &mut self.tensors {
             t.clear();
         }
     }
 
-    /// `llama_memory_seq_rm`: removes `seq` (every sequence when -1) from the cells whose position
-    /// is in `[p0, p1)`. Always true for this cache type, as in llama.cpp. The rows of a cell it
-    /// empties are dead: nothing reads an empty cell, and placement zeroes the rows again.
+    /// `llama_memory_seq_rm`: removes `seq` (every sequence when -1, in every stream) from the
+    /// cells of its stream whose position is in `[p0, p1)`. Always true for this cache type, as in
+    /// llama.cpp. The rows of a cell it empties are dead: nothing reads an empty cell, and
+    /// placement zeroes the rows again.
     pub fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError> {
-        if seq != -1 {
-            self.check_seq(seq)?;
+        let faults = self.config.faults;
+        let mut span = Span::new(p0, p1);
+        if seq == -1 {
+            for st in &mut self.streams {
+                st.seq_rm_all(span, faults.seq_rm_off_by_one);
+            }
+            return Ok(true);
         }
-        let span = Span::new(p0, p1);
-        let off_by_one = self.config.faults.seq_rm_off_by_one;
-        let mut new_head: Option<usize> = None;
-        for i in 0..self.end() {
-            if self.cells.is_empty(i) {
-                continue;
-            }
-            let p = self.cells.pos[i];
-            let hit = if off_by_one {
-                span.contains_inclusive(p)
-            } else {
-                span.contains(p)
-            };
-            if !hit {
-                continue;
-            }
-            let freed = if seq == -1 {
-                self.cells.rm(i);
-                true
-            } else {
-                self.cells.seq_has(i, seq) && self.cells.seq_rm(i, seq)
-            };
-            if freed && new_head.is_none() {
-                new_head = Some(i);
-            }
+        self.check_seq(seq)?;
+        if faults.streams_rm_whole && self.streams.len() > 1 {
+            span = Span::new(-1, -1);
         }
-        if let Some(h) = new_head {
-            if (h as u32) < self.head {
-                self.head = h as u32;
-            }
-        }
+        let s = self.stream_of(seq);
+        self.streams[s].seq_rm_one(seq, span, faults);
         Ok(true)
     }
 
-    /// `llama_memory_seq_cp` within one stream: adds `dst` to every cell of `src` in `[p0, p1)`.
+    /// `llama_memory_seq_cp`: within one stream, adds `dst` to every cell of `src` in `[p0, p1)`.
+    /// Across streams (one stream per sequence) only a whole sequence can be copied (a range
+    /// llama.cpp deems full: each end `<= 0` or `>= n_ctx - 1`), and it copies the stream: the
+    /// destination stream is emptied, then every cell of `src` lands at the same index with the
+    /// same position (and pending shift) holding `dst` only, and the destination head becomes the
+    /// source's. A partial cross-stream copy is refused ([`CacheError::PartialCrossStreamCopy`]).
     pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) -> Result<(), CacheError> {
         self.check_seq(src)?;
         self.check_seq(dst)?;
+        let (s0, s1) = (self.stream_of(src), self.stream_of(dst));
+        if s0 != s1 {
+            return self.seq_cp_streams(src, dst, p0, p1);
+        }
         if src == dst {
             return Ok(());
         }
         let span = Span::new(p0, p1);
-        for i in 0..self.end() {
-            if self.cells.is_empty(i) || !span.contains(self.cells.pos[i]) {
+        let refcount = self.config.faults.refcount;
+        let cells = &mut self.streams[s0].cells;
+        for i in 0..cells.used_max_p1 as usize {
+            if cells.is_empty(i) || !span.contains(cells.pos[i]) {
                 continue;
             }
-            if !self.cells.seq_has(i, src) {
+            if !cells.seq_has(i, src) {
                 continue;
             }
             // The check llama.cpp's seq_cp leaves out (see Faults::refcount).
-            if self.cells.seq_has(i, dst) && !self.config.faults.refcount {
+            if cells.seq_has(i, dst) && !refcount {
                 continue;
             }
-            self.cells.seq_add(i, dst);
+            cells.seq_add(i, dst);
         }
         Ok(())
     }
 
-    /// `llama_memory_seq_keep`: removes every sequence but `seq` from every cell.
-    pub fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError> {
-        self.check_seq(seq)?;
-        let mut new_head: Option<usize> = None;
-        for i in 0..self.end() {
-            if self.cells.is_empty(i) {
+    /// The cross-stream branch of `llama_kv_cache::seq_cp`.
+    #[inline(never)]
+    fn seq_cp_streams(
+        &mut self,
+        src: SeqId,
+        dst: SeqId,
+        p0: Pos,
+        p1: Pos,
+    ) -> Result<(), CacheError> {
+        let size = self.size() as i64;
+        let partial = |p: Pos| p > 0 && (p as i64) + 1 < size;
+        if partial(p0) || partial(p1) {
+            return Err(CacheError::PartialCrossStreamCopy { src, dst, p0, p1 });
+        }
+        let (s0, s1) = (self.stream_of(src), self.stream_of(dst));
+        let from = self.streams[s0].clone();
+        let to = &mut self.streams[s1];
+        to.cells.reset();
+        for i in 0..from.cells.used_max_p1 as usize {
+            if from.cells.is_empty(i) || !from.cells.seq_has(i, src) {
                 continue;
             }
-            if self.cells.seq_keep(i, seq) && new_head.is_none() {
+            to.cells.pos_set(i, from.cells.pos[i]);
+            to.cells.shift[i] = from.cells.shift[i];
+            to.cells.seq_add(i, dst);
+        }
+        to.head = from.head;
+        if let Some(t) = &mut self.tensors {
+            let n = self.config.n_ctx as usize;
+            for i in 0..from.cells.used_max_p1 as usize {
+                if !from.cells.is_empty(i) && from.cells.seq_has(i, src) {
+                    t.copy_cell(s0 * n + i, s1 * n + i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `llama_memory_seq_keep`: removes every sequence but `seq` from every cell of its stream
+    /// (other streams are untouched, as in llama.cpp).
+    pub fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError> {
+        self.check_seq(seq)?;
+        if self.config.faults.keep_noop {
+            return Ok(());
+        }
+        let s = self.stream_of(seq);
+        let st = &mut self.streams[s];
+        let mut new_head: Option<usize> = None;
+        for i in 0..st.cells.used_max_p1 as usize {
+            if st.cells.is_empty(i) {
+                continue;
+            }
+            if st.cells.seq_keep(i, seq) && new_head.is_none() {
                 new_head = Some(i);
             }
         }
         if let Some(h) = new_head {
-            if (h as u32) < self.head {
-                self.head = h as u32;
+            if (h as u32) < st.head {
+                st.head = h as u32;
             }
         }
         Ok(())
@@ -736,23 +816,26 @@ impl CellCache {
             return Ok(());
         }
         let reindex = !self.config.faults.seq_add_stale_index;
+        let s = self.stream_of(seq);
+        let base = self.global(s, 0);
+        let st = &mut self.streams[s];
         let mut new_head: Option<usize> = None;
-        for i in 0..self.end() {
-            if self.cells.is_empty(i) || !span.contains(self.cells.pos[i]) {
+        for i in 0..st.cells.used_max_p1 as usize {
+            if st.cells.is_empty(i) || !span.contains(st.cells.pos[i]) {
                 continue;
             }
-            if self.cells.seq_has(i, seq) {
-                let old = self.cells.pos[i];
-                if self.cells.pos_add(i, delta, reindex) {
+            if st.cells.seq_has(i, seq) {
+                let old = st.cells.pos[i];
+                if st.cells.pos_add(i, delta, reindex) {
                     if new_head.is_none() {
                         new_head = Some(i);
                     }
                 } else if let Some(t) = &mut self.tensors {
-                    t.reposition(i, old, self.cells.pos[i]);
+                    t.reposition(base + i, old, st.cells.pos[i]);
                 }
             }
         }
-        self.head = new_head.map_or(0, |h| h as u32);
+        st.head = new_head.map_or(0, |h| h as u32);
         Ok(())
     }
 
@@ -770,45 +853,58 @@ impl CellCache {
         if span.p0 == span.p1 {
             return Ok(());
         }
-        for i in 0..self.end() {
-            if self.cells.is_empty(i) || !span.contains(self.cells.pos[i]) {
+        let s = self.stream_of(seq);
+        let base = self.global(s, 0);
+        let cells = &mut self.streams[s].cells;
+        for i in 0..cells.used_max_p1 as usize {
+            if cells.is_empty(i) || !span.contains(cells.pos[i]) {
                 continue;
             }
-            if self.cells.seq_has(i, seq) {
-                let old = self.cells.pos[i];
-                self.cells.pos_div(i, d);
+            if cells.seq_has(i, seq) {
+                let old = cells.pos[i];
+                cells.pos_div(i, d);
                 if let Some(t) = &mut self.tensors {
-                    t.reposition(i, old, self.cells.pos[i]);
+                    t.reposition(base + i, old, cells.pos[i]);
                 }
             }
         }
         Ok(())
     }
 
+    /// The position index of `seq` (in its stream).
+    #[inline]
+    fn index_of(&self, seq: SeqId) -> &PosIndex {
+        &self.streams[self.stream_of(seq)].cells.seq_pos[seq as usize]
+    }
+
     /// `llama_memory_seq_pos_min`: the smallest position of `seq` according to the position
     /// index, -1 when empty.
     pub fn seq_pos_min(&self, seq: SeqId) -> Result<Pos, CacheError> {
         self.check_seq(seq)?;
-        Ok(self.cells.seq_pos[seq as usize].min())
+        Ok(self.index_of(seq).min())
     }
 
     /// `llama_memory_seq_pos_max`: the largest position of `seq` according to the position
     /// index, -1 when empty.
     pub fn seq_pos_max(&self, seq: SeqId) -> Result<Pos, CacheError> {
         self.check_seq(seq)?;
-        Ok(self.cells.seq_pos[seq as usize].max())
+        Ok(self.index_of(seq).max())
     }
 
-    /// Number of non-empty cells.
+    /// Number of non-empty cells, over every stream.
     pub fn used_cells(&self) -> u32 {
-        self.cells.used
+        self.streams.iter().map(|st| st.cells.used).sum()
     }
 
-    /// The resident cells, in cell order: (cell index, position, sequence bitset).
+    /// The resident cells, stream by stream in cell order: (cell number, position, sequence
+    /// bitset). A cell with no sequence (only under [`Faults::orphan_cell`], or loaded from a
+    /// whole-context state that lists one) has an empty bitset.
     pub fn resident_cells(&self) -> impl Iterator<Item = (usize, Pos, u64)> + '_ {
-        (0..self.end())
-            .filter(|&i| !self.cells.is_empty(i))
-            .map(|i| (i, self.cells.pos[i], self.cells.seq[i]))
+        self.streams.iter().enumerate().flat_map(move |(s, st)| {
+            (0..st.cells.used_max_p1 as usize)
+                .filter(|&i| !st.cells.is_empty(i))
+                .map(move |i| (self.global(s, i), st.cells.pos[i], st.cells.seq[i]))
+        })
     }
 
     /// Resolves the positions of a batch: explicit ones as given, "next" ones from the position
@@ -817,7 +913,7 @@ impl CellCache {
     pub fn resolve_positions(&self, batch: &[BatchToken]) -> Result<Vec<Pos>, DecodeError> {
         let n_seq = self.config.n_seq_max as usize;
         let mut next: Vec<Pos> = (0..n_seq)
-            .map(|s| self.cells.seq_pos[s].max() + 1)
+            .map(|s| self.index_of(s as SeqId).max() + 1)
             .collect();
         let mut out = Vec::with_capacity(batch.len());
         for (i, t) in batch.iter().enumerate() {
@@ -866,7 +962,7 @@ impl CellCache {
             distinct.sort_unstable();
             distinct.dedup();
             let (bmin, bmax) = (distinct[0], *distinct.last().unwrap());
-            let p0 = self.cells.seq_pos[s].max();
+            let p0 = self.index_of(s as SeqId).max();
             if p0 >= 0 && bmin != p0 + 1 {
                 return Err(DecodeError::InvalidBatch(format!(
                     "inconsistent sequence positions for sequence {s}: last position in the cache \
@@ -882,7 +978,7 @@ impl CellCache {
         for s0 in 0..n_seq {
             let mut bad = None;
             Cells::for_each_seq(coupled[s0], |s1| {
-                let (a, b) = (&self.cells.seq_pos[s0], &self.cells.seq_pos[s1 as usize]);
+                let (a, b) = (self.index_of(s0 as SeqId), self.index_of(s1));
                 if a.min() != b.min() || a.max() != b.max() {
                     bad = Some(s1);
                 }
@@ -914,6 +1010,133 @@ impl CellCache {
             }
         }
         Ok(())
+    }
+
+    /// `llama_decode` of a batch, metadata side: validate, find a slot in each stream the batch
+    /// touches, place the tokens. Returns the cells used (numbered across streams), in batch
+    /// order. On error the cache is unchanged. With a tensor payload the placed cells' rows are
+    /// zeroed, to be written by the model ([`CellCache::write_rows`]) token by token in batch
+    /// order.
+    ///
+    /// With one stream per sequence a token of several sequences cannot be placed
+    /// (`split_equal(.., sequential = true)` refuses coupled sequences, `init_batch` fails to
+    /// prepare): rc 1, as llama.cpp returns.
+    pub fn decode(&mut self, batch: &[BatchToken]) -> Result<Vec<usize>, DecodeError> {
+        if batch.is_empty() {
+            return Err(DecodeError::InvalidBatch("n_tokens == 0".into()));
+        }
+        let pos = self.resolve_positions(batch)?;
+        self.validate(batch, &pos)?;
+        let idxs = if self.streams.len() == 1 {
+            self.streams[0]
+                .find_slot(batch.len())
+                .ok_or(DecodeError::NoSlot)?
+        } else {
+            self.find_slots_per_stream(batch)?
+        };
+        for ((t, &p), &g) in batch.iter().zip(&pos).zip(&idxs) {
+            let (s, i) = (g / self.size(), g % self.size());
+            let cells = &mut self.streams[s].cells;
+            cells.pos_set(i, p);
+            for &q in &t.seqs {
+                cells.seq_add(i, q);
+            }
+            if let Some(ts) = &mut self.tensors {
+                ts.place(g, p);
+            }
+        }
+        let n = self.size();
+        for &g in &idxs {
+            self.streams[g / n].head = (g % n) as u32 + 1;
+        }
+        // Shifts are applied at the next decode (llama_kv_cache::update); the metadata forgets them.
+        for st in &mut self.streams {
+            st.cells.shift.iter_mut().for_each(|s| *s = 0);
+        }
+        Ok(idxs)
+    }
+
+    /// The slots of a batch with one stream per sequence: each stream searches for its own
+    /// tokens; all or nothing.
+    #[inline(never)]
+    fn find_slots_per_stream(&self, batch: &[BatchToken]) -> Result<Vec<usize>, DecodeError> {
+        if batch.iter().any(|t| t.seqs.len() > 1) {
+            return Err(DecodeError::NoSlot);
+        }
+        let mut out = vec![0usize; batch.len()];
+        for s in 0..self.streams.len() {
+            let mine: Vec<usize> = (0..batch.len())
+                .filter(|&k| self.stream_of(batch[k].seqs[0]) == s)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let idxs = self.streams[s]
+                .find_slot(mine.len())
+                .ok_or(DecodeError::NoSlot)?;
+            for (k, i) in mine.into_iter().zip(idxs) {
+                out[k] = self.global(s, i);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Stream {
+    /// `seq_rm(-1, ..)` on this stream: every cell in the span is removed.
+    fn seq_rm_all(&mut self, span: Span, off_by_one: bool) {
+        let mut new_head: Option<usize> = None;
+        for i in 0..self.cells.used_max_p1 as usize {
+            if self.cells.is_empty(i) {
+                continue;
+            }
+            let p = self.cells.pos[i];
+            let hit = if off_by_one {
+                span.contains_inclusive(p)
+            } else {
+                span.contains(p)
+            };
+            if !hit {
+                continue;
+            }
+            self.cells.rm(i);
+            if new_head.is_none() {
+                new_head = Some(i);
+            }
+        }
+        self.lower_head(new_head);
+    }
+
+    /// `seq_rm(seq, ..)` on this stream (the stream of `seq`).
+    fn seq_rm_one(&mut self, seq: SeqId, span: Span, faults: Faults) {
+        let mut new_head: Option<usize> = None;
+        for i in 0..self.cells.used_max_p1 as usize {
+            if self.cells.is_empty(i) {
+                continue;
+            }
+            let p = self.cells.pos[i];
+            let hit = if faults.seq_rm_off_by_one {
+                span.contains_inclusive(p)
+            } else {
+                span.contains(p)
+            };
+            if !hit {
+                continue;
+            }
+            let freed = self.cells.seq_has(i, seq) && self.cells.seq_rm(i, seq, faults.orphan_cell);
+            if freed && new_head.is_none() {
+                new_head = Some(i);
+            }
+        }
+        self.lower_head(new_head);
+    }
+
+    fn lower_head(&mut self, new_head: Option<usize>) {
+        if let Some(h) = new_head {
+            if (h as u32) < self.head {
+                self.head = h as u32;
+            }
+        }
     }
 
     /// `find_slot(ubatch, cont = false)` for one stream without a sliding window: the cells the
@@ -949,201 +1172,13 @@ impl CellCache {
             }
         }
     }
-
-    /// `llama_decode` of a batch, metadata side: validate, find a slot, place the tokens.
-    /// Returns the cells used, in batch order. On error the cache is unchanged. With a tensor
-    /// payload the placed cells' rows are zeroed, to be written by the model
-    /// ([`CellCache::write_rows`]) token by token in batch order.
-    pub fn decode(&mut self, batch: &[BatchToken]) -> Result<Vec<usize>, DecodeError> {
-        if batch.is_empty() {
-            return Err(DecodeError::InvalidBatch("n_tokens == 0".into()));
-        }
-        let pos = self.resolve_positions(batch)?;
-        self.validate(batch, &pos)?;
-        let idxs = self.find_slot(batch.len()).ok_or(DecodeError::NoSlot)?;
-        for ((t, &p), &idx) in batch.iter().zip(&pos).zip(&idxs) {
-            self.cells.pos_set(idx, p);
-            for &s in &t.seqs {
-                self.cells.seq_add(idx, s);
-            }
-            if let Some(ts) = &mut self.tensors {
-                ts.place(idx, p);
-            }
-        }
-        self.head = *idxs.last().expect("non-empty batch") as u32 + 1;
-        // Shifts are applied at the next decode (llama_kv_cache::update); the metadata forgets them.
-        self.cells.shift.iter_mut().for_each(|s| *s = 0);
-        Ok(idxs)
-    }
-
-    /// The bytes `llama_state_seq_get_data(ctx, seq)` would produce for this cache: the header
-    /// (magic, seq id), one stream, the cells of `seq` in cell order (each listing only `seq`,
-    /// as `state_write_meta` does for a specific sequence), then the K/V section
-    /// (`state_write_data`: `v_trans` 0, `n_layer`, then per layer the K rows of those cells, type
-    /// F32 (0) and `n_kv_heads * head_dim * 4` bytes a row, then the V rows likewise; without a
-    /// tensor payload, `n_layer` 0). `seq == -1` gives the whole cache, every cell with all its
-    /// sequences.
-    pub fn state_seq_bytes(&self, seq: SeqId) -> Result<Vec<u8>, CacheError> {
-        if seq != -1 {
-            self.check_seq(seq)?;
-        }
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&STATE_SEQ_MAGIC.to_le_bytes());
-        out.extend_from_slice(&seq.to_le_bytes());
-        out.extend_from_slice(&1u32.to_le_bytes()); // n_stream
-        let cells: Vec<usize> = (0..self.end())
-            .filter(|&i| !self.cells.is_empty(i) && (seq == -1 || self.cells.seq_has(i, seq)))
-            .collect();
-        out.extend_from_slice(&(cells.len() as u32).to_le_bytes());
-        if cells.is_empty() {
-            return Ok(out);
-        }
-        for &i in &cells {
-            out.extend_from_slice(&self.cells.pos[i].to_le_bytes());
-            let seqs: Vec<SeqId> = if seq == -1 {
-                let mut v = Vec::new();
-                Cells::for_each_seq(self.cells.seq[i], |s| v.push(s));
-                v
-            } else {
-                vec![seq]
-            };
-            out.extend_from_slice(&(seqs.len() as u32).to_le_bytes());
-            for s in seqs {
-                out.extend_from_slice(&s.to_le_bytes());
-            }
-        }
-        out.extend_from_slice(&0u32.to_le_bytes()); // v_trans
-        match &self.tensors {
-            None => out.extend_from_slice(&0u32.to_le_bytes()), // n_layer: no tensor payload
-            Some(t) => write_rows_section(t, &cells, &mut out),
-        }
-        Ok(out)
-    }
-
-    /// `llama_state_seq_set_data(ctx, bytes, seq)`: restores the cells and rows serialized by
-    /// [`CellCache::state_seq_bytes`] (of any sequence) into `seq`, as
-    /// `llama_kv_cache::state_read` does for one sequence: every cell must list exactly one
-    /// sequence; `seq` is emptied, the cells are placed by the decode slot search and take `seq`,
-    /// then the K/V section must match this cache's (same `v_trans`, layer count, type and row
-    /// size) and its rows are copied in. A state with no cells leaves `seq` as it is. Restored keys
-    /// have no pre-RoPE row, so a later `seq_add` can only compose a rotation onto them
-    /// ([`TensorStore::reposition`]). Returns the number of bytes read.
-    pub fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError> {
-        let refuse = |message: String| RestoreError { offset: 0, message };
-        if seq < 0 {
-            return Err(refuse(format!(
-                "restoring the whole cache (seq {seq}) is not modelled"
-            )));
-        }
-        self.check_seq(seq).map_err(|e| refuse(e.to_string()))?;
-        let mut r = StateReader { bytes, at: 0 };
-        let magic = r.u32("magic")?;
-        if magic != STATE_SEQ_MAGIC {
-            r.at = 0;
-            return r.fail(format!(
-                "magic 0x{STATE_SEQ_MAGIC:08x}, found 0x{magic:08x}"
-            ));
-        }
-        r.i32("seq id")?; // read and ignored, as llama.cpp does
-        let n_stream = r.u32("n_stream")?;
-        if n_stream != 1 {
-            return r.fail(format!("n_stream 1, found {n_stream}"));
-        }
-        let cell_count = r.u32("cell_count")?;
-        if cell_count == 0 {
-            return Ok(r.at);
-        }
-        self.seq_rm(seq, -1, -1).expect("seq checked");
-        let res = self.restore_cells(seq, cell_count, &mut r);
-        if res.is_err() {
-            self.seq_rm(seq, -1, -1).expect("seq checked");
-        }
-        res.map(|()| r.at)
-    }
-
-    fn restore_cells(
-        &mut self,
-        seq: SeqId,
-        cell_count: u32,
-        r: &mut StateReader<'_>,
-    ) -> Result<(), RestoreError> {
-        if cell_count as usize > self.cells.pos.len() {
-            return r.fail(format!(
-                "{cell_count} cells do not fit the {} of this cache",
-                self.cells.pos.len()
-            ));
-        }
-        let mut pos = Vec::with_capacity(cell_count as usize);
-        for _ in 0..cell_count {
-            let p = r.i32("cell pos")?;
-            if p < 0 {
-                return r.fail(format!("a cell position >= 0, found {p}"));
-            }
-            let n_seq = r.u32("cell n_seq_id")?;
-            if n_seq != 1 {
-                return r.fail(format!(
-                    "a cell with exactly one sequence id, found {n_seq} (invalid seq_id-agnostic kv cell)"
-                ));
-            }
-            r.i32("cell seq id")?;
-            pos.push(p);
-        }
-        let at = r.at;
-        let idxs = self.find_slot(pos.len()).ok_or_else(|| RestoreError {
-            offset: at,
-            message: format!("failed to find {cell_count} available cells"),
-        })?;
-        for (&idx, &p) in idxs.iter().zip(&pos) {
-            self.cells.pos_set(idx, p);
-            self.cells.seq_add(idx, seq);
-            if let Some(t) = &mut self.tensors {
-                t.place(idx, p);
-            }
-        }
-        self.head = *idxs.last().expect("cell_count > 0") as u32 + 1;
-
-        let v_trans = r.u32("v_trans")?;
-        if v_trans != 0 {
-            return r.fail(format!("v_trans 0 (this cache), found {v_trans}"));
-        }
-        let n_layer = r.u32("n_layer")? as usize;
-        let (want_layers, width) = self
-            .tensors
-            .as_ref()
-            .map_or((0, 0), |t| (t.shape().n_layer, t.width()));
-        if n_layer != want_layers {
-            return r.fail(format!(
-                "{want_layers} layers (this cache), found {n_layer}"
-            ));
-        }
-        for is_k in [true, false] {
-            let what = if is_k { "K" } else { "V" };
-            for l in 0..n_layer {
-                let ty = r.i32(&format!("{what} type"))?;
-                if ty != 0 {
-                    return r.fail(format!("{what} type 0 (F32) in layer {l}, found {ty}"));
-                }
-                let row_bytes = r.u64(&format!("{what} row bytes"))?;
-                if row_bytes != (width * 4) as u64 {
-                    return r.fail(format!(
-                        "{what} rows of {} bytes in layer {l}, found {row_bytes}",
-                        width * 4
-                    ));
-                }
-                for &idx in &idxs {
-                    let row = r.f32_rows(width, &format!("{what} row"))?;
-                    let t = self.tensors.as_mut().expect("n_layer > 0 means tensors");
-                    if is_k {
-                        t.restore(idx, l, Some(&row), None);
-                    } else {
-                        t.restore(idx, l, None, Some(&row));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
 }
+
+mod state;
+pub use state::{state_seq_header, STATE_ARCH};
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_streams;

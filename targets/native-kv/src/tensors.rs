@@ -263,6 +263,21 @@ impl TensorStore {
         self.written[cell] |= 1u64 << layer;
     }
 
+    /// Copies the rows and rotation of cell `from` into cell `to` (a cross-stream `seq_cp`, which
+    /// llama.cpp performs as a buffer copy of the whole stream at the next update).
+    pub(crate) fn copy_cell(&mut self, from: usize, to: usize) {
+        self.grow_to(from.max(to));
+        let (a, b) = (self.span(from), self.span(to));
+        for l in &mut self.layers {
+            l.k.copy_within(a.clone(), b.start);
+            l.k_raw.copy_within(a.clone(), b.start);
+            l.v.copy_within(a.clone(), b.start);
+        }
+        self.pos[to] = self.pos[from];
+        self.raw_valid[to] = self.raw_valid[from];
+        self.written[to] = self.written[from];
+    }
+
     /// Re-positions the key of `cell` from `old_pos` to `new_pos` on every layer: one rotation of
     /// its pre-RoPE row at `new_pos`, never a rotation of the rotated row by the delta. A cell
     /// restored from serialized state has no pre-RoPE row, and only the composed form is possible
