@@ -376,7 +376,7 @@ impl Oracle for Contract {
         &[PositiveControl {
             fault: "keep_noop",
             target: "native[keep_noop]",
-            seed_depth: Some(2),
+            seed_depth: Some(1),
             evidence: "oracles/contract_keep_noop.json",
         }]
     }

@@ -25,6 +25,9 @@ struct AuditCase {
     #[serde(default)]
     vs_config: Option<String>,
     domain: String,
+    /// Fields of the preset to override, as in a domain file.
+    #[serde(default)]
+    overrides: Option<Value>,
     depth: u32,
     #[serde(default)]
     shards: Option<usize>,
@@ -62,7 +65,13 @@ pub fn trials() -> Vec<Trial> {
 }
 
 fn run(case: &AuditCase, shard: Shard) -> Result<Report, String> {
-    let domain = Domain::preset(&case.domain).ok_or(format!("no preset {}", case.domain))?;
+    let mut domain = Domain::preset(&case.domain).ok_or(format!("no preset {}", case.domain))?;
+    if let Some(o) = &case.overrides {
+        let o: kvaudit::base::domain::DomainOverrides =
+            serde_json::from_value(o.clone()).map_err(|e| format!("overrides: {e}"))?;
+        o.apply(&mut domain);
+        domain.validate().map_err(|e| e.to_string())?;
+    }
     let a = TargetSpec::new(&case.target, &case.inject).factory()?;
     let b = match (&case.vs, &case.vs_config) {
         (Some(v), _) => Some(TargetSpec::new(v, &case.inject_b).factory()?),
@@ -124,6 +133,7 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             vs: case.vs.clone(),
             vs_config: case.vs_config.clone(),
             domain: case.domain.clone(),
+            overrides: case.overrides.clone(),
             depth: case.depth,
         };
         let report = run(&without, Shard::WHOLE)?;
