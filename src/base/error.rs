@@ -84,6 +84,12 @@ impl From<&str> for Error {
     }
 }
 
+impl From<crate::base::op::InvalidOp> for Error {
+    fn from(e: crate::base::op::InvalidOp) -> Error {
+        Error::input(e.0)
+    }
+}
+
 impl From<HarnessError> for Error {
     fn from(e: HarnessError) -> Error {
         Error::harness(e.to_string())

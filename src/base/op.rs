@@ -117,6 +117,11 @@ pub enum Op {
     },
 }
 
+/// An op or setup field that is not valid (a slot name, a configuration): the input's fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidOp(pub String);
+
 fn is_zero(v: &u32) -> bool {
     *v == 0
 }
@@ -132,7 +137,7 @@ impl Slot {
     pub const MAX_LEN: usize = 16;
 
     /// A slot named `name`, or why the name is not one.
-    pub fn new(name: &str) -> Result<Slot, String> {
+    pub fn new(name: &str) -> Result<Slot, InvalidOp> {
         let ok = !name.is_empty()
             && name.len() <= Self::MAX_LEN
             && name
@@ -141,10 +146,10 @@ impl Slot {
         if ok {
             Ok(Slot(name.to_string()))
         } else {
-            Err(format!(
+            Err(InvalidOp(format!(
                 "slot name {name:?}: use 1 to {} characters from [a-z0-9_]",
                 Self::MAX_LEN
-            ))
+            )))
         }
     }
 
@@ -157,7 +162,7 @@ impl Slot {
 impl TryFrom<String> for Slot {
     type Error = String;
     fn try_from(s: String) -> Result<Self, String> {
-        Slot::new(&s)
+        Slot::new(&s).map_err(|e| e.to_string())
     }
 }
 
@@ -597,7 +602,11 @@ impl Setup {
 
     /// The same setup under another configuration: `kv_unified=false`, `flash_attn=true`,
     /// `n_ubatch=1`, `type_k=q8_0`, ... (comma-separated `key=value` pairs).
-    pub fn with_config(&self, spec: &str) -> Result<Setup, String> {
+    pub fn with_config(&self, spec: &str) -> Result<Setup, InvalidOp> {
+        self.with_config_text(spec).map_err(InvalidOp)
+    }
+
+    fn with_config_text(&self, spec: &str) -> Result<Setup, String> {
         let mut s = self.clone();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part

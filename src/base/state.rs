@@ -204,16 +204,23 @@ pub fn parse_seq_state(bytes: &[u8], format: StateFormat) -> Result<SeqState<'_>
     Ok(SeqState { seq_id, caches })
 }
 
+/// One used cell of a whole-context dump: its position and the sequences it belongs to
+/// (every stream's cells, in dump order).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WholeCell {
+    /// The cell's position.
+    pub pos: Pos,
+    /// The sequences the dump lists for it (may be empty: a used cell of no sequence).
+    pub seqs: Vec<SeqId>,
+}
+
 /// The longest architecture name [`parse_whole_state`] accepts.
 const MAX_ARCH_NAME: u32 = 64;
 
 /// Parses the bytes of `llama_state_get_data` (u32 length and the model's architecture name,
 /// then the memory as in a per-sequence dump, listing every used cell with all its sequences)
 /// into the used cells of the base cache, every stream, in dump order.
-pub fn parse_whole_state(
-    bytes: &[u8],
-    format: StateFormat,
-) -> Result<Vec<crate::base::target::WholeCell>, ParseError> {
+pub fn parse_whole_state(bytes: &[u8], format: StateFormat) -> Result<Vec<WholeCell>, ParseError> {
     let mut r = Reader { bytes, at: 0 };
     let len = r.u32("architecture name length")?;
     if len > MAX_ARCH_NAME {
@@ -233,7 +240,7 @@ pub fn parse_whole_state(
     Ok(base
         .iter()
         .flat_map(|stream| {
-            stream.cells.iter().map(|c| crate::base::target::WholeCell {
+            stream.cells.iter().map(|c| WholeCell {
                 pos: c.pos,
                 seqs: stream.seqs_of(c).to_vec(),
             })

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::base::op::{Op, Pos, SeqId, Setup};
-use crate::base::state::{parse_seq_state, parse_whole_state, ParseError, StateFormat};
+use crate::base::state::{parse_seq_state, parse_whole_state, ParseError, StateFormat, WholeCell};
 
 /// Who a target is, for reports and repro files.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -181,16 +181,6 @@ impl StepObservation {
             before: None,
         }
     }
-}
-
-/// One used cell of a whole-context dump: its position and the sequences it belongs to
-/// (every stream's cells, in dump order).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WholeCell {
-    /// The cell's position.
-    pub pos: Pos,
-    /// The sequences the dump lists for it (may be empty: a used cell of no sequence).
-    pub seqs: Vec<SeqId>,
 }
 
 /// What became of the cache's state saved and loaded into a fresh twin context of the same

@@ -114,7 +114,8 @@ impl Oracle for Conservation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::base::target::{OpOutcome, SeqObservation, WholeCell};
+    use crate::base::state::WholeCell;
+    use crate::base::target::{OpOutcome, SeqObservation};
 
     fn step(seqs: &[(SeqId, &[Pos])], whole: &[(Pos, &[SeqId])]) -> StepObservation {
         let mut s = StepObservation::basic(

@@ -333,7 +333,7 @@ impl Reconfigured {
             .with_config(config)
             .map_err(|message| HarnessError::Target {
                 target: inner.info().name,
-                message,
+                message: message.to_string(),
             })?;
         Ok(Reconfigured {
             inner,

@@ -113,9 +113,8 @@ fn decode(g: &GenConfig) -> BoxedStrategy<Decode> {
 /// `s`); one load in four is truncated.
 fn state_op(g: &GenConfig) -> BoxedStrategy<Op> {
     let n = g.n_seqs();
-    let slot = || {
-        prop_oneof![Just("a"), Just("b")].prop_map(|s| Slot::new(s).expect("a valid slot name"))
-    };
+    let slot =
+        || prop_oneof![Just("a"), Just("b")].prop_map(|s| Slot::new(s).expect("a valid slot name"));
     let whole = || Slot::new("s").expect("a valid slot name");
     let truncate = prop_oneof![3 => Just(None), 1 => (0u32..64).prop_map(Some)];
     prop_oneof![

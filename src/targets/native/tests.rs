@@ -5,7 +5,8 @@
 use super::*;
 use crate::base::op::{Decode, Trace};
 use crate::base::state::parse_whole_state;
-use crate::base::target::{Observe, WholeCell};
+use crate::base::state::WholeCell;
+use crate::base::target::Observe;
 use crate::running::runner::LocalRunner;
 use crate::targets::native_tensor::NativeTensorTarget;
 

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::op::{Op, Pos, SeqId, Setup, Trace};
-use crate::base::target::{
-    OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo, WholeCell,
-};
+use crate::base::state::WholeCell;
+use crate::base::target::{OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo};
 use crate::running::runner::{TrialEnd, TrialRun};
 pub use crate::targets::llama::error::WireError;
 
