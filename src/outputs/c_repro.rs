@@ -193,8 +193,14 @@ fn emit_op(out: &mut String, op: &Op, label: &str) {
             let _ = writeln!(out, "    llama_memory_clear(mem, true);");
         }
         // Placeholder until the C reproducer learns the state ops (issue 10, in progress).
-        Op::StateSeqSave { .. } | Op::StateSeqLoad { .. } | Op::StateSave { .. } | Op::StateLoad { .. } => {
-            let _ = writeln!(out, "    fprintf(stderr, \"state ops are not emitted yet\\n\"); return 2;");
+        Op::StateSeqSave { .. }
+        | Op::StateSeqLoad { .. }
+        | Op::StateSave { .. }
+        | Op::StateLoad { .. } => {
+            let _ = writeln!(
+                out,
+                "    fprintf(stderr, \"state ops are not emitted yet\\n\"); return 2;"
+            );
         }
         Op::Decode(d) => {
             let tokens = d.token_ids();

@@ -36,6 +36,7 @@ pub use self::parent::{crash_detail, WorkerRunner};
 pub use self::server::worker_main;
 use super::target::ResetMode;
 use crate::base::state::StateFormat;
+use crate::base::target::Observe;
 
 #[cfg(doc)]
 use {
@@ -60,4 +61,34 @@ pub struct WorkerSpec {
     pub timeout: Duration,
     /// How the worker resets between trials.
     pub reset: ResetMode,
+    /// What the worker observes after each op beyond the accessors and per-sequence dumps
+    /// (passed at spawn: `--observe`, see [`observe_arg`]).
+    pub observe: Observe,
+}
+
+/// `--observe`'s value for `what`: `basic`, `whole`, `round-trip` or `all`.
+pub fn observe_arg(what: Observe) -> &'static str {
+    match (what.whole, what.round_trip) {
+        (false, false) => "basic",
+        (true, false) => "whole",
+        (false, true) => "round-trip",
+        (true, true) => "all",
+    }
+}
+
+/// The [`Observe`] an `--observe` value names (the inverse of [`observe_arg`]).
+pub fn parse_observe_arg(arg: &str) -> Option<Observe> {
+    Some(match arg {
+        "basic" => Observe::BASIC,
+        "whole" => Observe {
+            whole: true,
+            round_trip: false,
+        },
+        "round-trip" => Observe {
+            whole: false,
+            round_trip: true,
+        },
+        "all" => Observe::ALL,
+        _ => return None,
+    })
 }

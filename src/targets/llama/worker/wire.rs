@@ -517,9 +517,7 @@ mod tests {
                 cells: vec![],
             },
         ];
-        let step = |outcome| {
-            Arc::new(StepObservation::basic(outcome, seqs.clone()))
-        };
+        let step = |outcome| Arc::new(StepObservation::basic(outcome, seqs.clone()));
         let runs = [
             TrialRun {
                 steps: vec![
