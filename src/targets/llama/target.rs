@@ -41,7 +41,9 @@ pub struct LlamaTarget {
     format: StateFormat,
     reset_mode: ResetMode,
     ctx: Option<(ContextParams, LlamaContext)>,
-    saved: Option<(Setup, Vec<u8>)>,
+    /// The setup, the state right after it, and the slots its ops wrote (a restore must bring
+    /// those back too: the trace may load them).
+    saved: Option<(Setup, Vec<u8>, SlotStore)>,
     /// `ggml_type` of the K and V caches; `None`: llama.cpp's default (F16).
     cache_type: Option<u32>,
     /// The context holds the logits of a successful decode made since the last reset.
@@ -187,10 +189,11 @@ impl CacheUnderTest for LlamaTarget {
             self.ctx = Some((params, ctx));
         }
         if self.reset_mode == ResetMode::Restore {
-            if let Some((saved_setup, bytes)) = self.saved.take() {
+            if let Some((saved_setup, bytes, slots)) = self.saved.take() {
                 if saved_setup == *setup {
                     let restored = self.ctx()?.state_set(&bytes);
-                    self.saved = Some((saved_setup, bytes));
+                    self.slots = slots.clone();
+                    self.saved = Some((saved_setup, bytes, slots));
                     return restored.map_err(|e| self.harness(format!("restore: {e:#}")));
                 }
             }
@@ -201,7 +204,7 @@ impl CacheUnderTest for LlamaTarget {
                 .ctx()?
                 .state_get()
                 .map_err(|e| self.harness(format!("save: {e:#}")))?;
-            self.saved = Some((setup.clone(), bytes));
+            self.saved = Some((setup.clone(), bytes, self.slots.clone()));
         }
         Ok(())
     }
