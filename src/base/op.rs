@@ -440,10 +440,7 @@ impl fmt::Display for Op {
             Op::Clear => write!(f, "llama_memory_clear(mem, true)"),
             Op::StateSeqSave { seq, slot, flags } => match flags {
                 0 => write!(f, "{slot} = llama_state_seq_get_data(ctx, .., {seq})"),
-                _ => write!(
-                    f,
-                    "{slot} = llama_state_seq_get_data_ext(ctx, .., {seq}, {flags})"
-                ),
+                _ => write!(f, "{slot} = llama_state_seq_get_data_ext(ctx, .., {seq}, {flags})"),
             },
             Op::StateSeqLoad {
                 seq,
@@ -455,10 +452,7 @@ impl fmt::Display for Op {
                 let d = describe_damage(*truncate, *flip);
                 match flags {
                     0 => write!(f, "llama_state_seq_set_data(ctx, {slot}{d}, {seq})"),
-                    _ => write!(
-                        f,
-                        "llama_state_seq_set_data_ext(ctx, {slot}{d}, {seq}, {flags})"
-                    ),
+                    _ => write!(f, "llama_state_seq_set_data_ext(ctx, {slot}{d}, {seq}, {flags})"),
                 }
             }
             Op::StateSave { slot } => write!(f, "{slot} = llama_state_get_data(ctx, ..)"),

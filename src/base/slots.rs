@@ -49,10 +49,7 @@ mod tests {
     fn loads_see_saved_bytes_damaged_as_asked_and_nothing_after_clear() {
         let a = Slot::new("a").unwrap();
         let mut s = SlotStore::default();
-        assert!(matches!(
-            s.load(&a, None, None),
-            Err(OpOutcome::Refused { .. })
-        ));
+        assert!(matches!(s.load(&a, None, None), Err(OpOutcome::Refused { .. })));
         s.save(&a, vec![1, 2, 3, 4]);
         assert_eq!(s.load(&a, None, None).unwrap(), vec![1, 2, 3, 4]);
         assert_eq!(s.load(&a, Some(2), None).unwrap(), vec![1, 2]);

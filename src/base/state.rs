@@ -217,10 +217,7 @@ pub fn parse_whole_state(
     let mut r = Reader { bytes, at: 0 };
     let len = r.u32("architecture name length")?;
     if len > MAX_ARCH_NAME {
-        return r.fail(
-            0,
-            format!("an architecture name of at most {MAX_ARCH_NAME} bytes, found {len}"),
-        );
+        return r.fail(0, format!("an architecture name of at most {MAX_ARCH_NAME} bytes, found {len}"));
     }
     r.take(len as usize, "architecture name")?;
     let mut caches = Vec::new();

@@ -395,11 +395,7 @@ fn round_trip(
     };
     let whole_loaded = match twin.state_set(whole)? {
         OpOutcome::Unsupported { .. } => return Ok(None),
-        o => {
-            o == OpOutcome::Done {
-                returned: Some(true),
-            }
-        }
+        o => o == OpOutcome::Done { returned: Some(true) },
     };
     let mut whole_twin = Vec::with_capacity(seqs.len());
     for &seq in seqs {
@@ -411,11 +407,7 @@ fn round_trip(
     for (&seq, bytes) in seqs.iter().zip(&seq_bytes) {
         match twin.set_seq_state(seq, bytes)? {
             OpOutcome::Unsupported { .. } => return Ok(None),
-            o => loaded.push(
-                o == OpOutcome::Done {
-                    returned: Some(true),
-                },
-            ),
+            o => loaded.push(o == OpOutcome::Done { returned: Some(true) }),
         }
     }
     let mut per_seq = Vec::with_capacity(seqs.len());

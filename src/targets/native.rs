@@ -69,13 +69,8 @@ pub fn apply_memory_op(c: &mut CellCache, op: &Op) -> OpOutcome {
             c.clear();
             Ok(None)
         }
-        Op::StateSeqSave { .. }
-        | Op::StateSeqLoad { .. }
-        | Op::StateSave { .. }
-        | Op::StateLoad { .. } => {
-            return OpOutcome::Unsupported {
-                reason: "state ops: not yet implemented natively".into(),
-            }
+        Op::StateSeqSave { .. } | Op::StateSeqLoad { .. } | Op::StateSave { .. } | Op::StateLoad { .. } => {
+            return OpOutcome::Unsupported { reason: "state ops: not yet implemented natively".into() }
         }
         // Each native target decodes its own way (metadata only, or through the model).
         Op::Decode(_) => {
