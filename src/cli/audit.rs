@@ -91,8 +91,12 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
         }
         None => Vec::new(),
     };
+    let registry = a.target.registry();
     let (mut spec_a, mut spec_b) = a.target.specs();
+    // Observe only what the run's oracles read: a round trip per op costs.
+    spec_a = spec_a.with_observe(registry.observe());
     spec_a.model = a.model.clone();
+    spec_b = spec_b.map(|b| b.with_observe(registry.observe()));
     if let Some(b) = spec_b.as_mut() {
         b.model = a.model.clone();
     }
@@ -106,7 +110,7 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
         shard,
         threads,
         batch: a.batch,
-        oracles: a.target.registry(),
+        oracles: registry,
     };
     let mut display = Display::new(&a.out);
     let mut report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;

@@ -6,8 +6,9 @@ use clap::Args;
 
 use super::CliError;
 use kvaudit::base::state::StateFormat;
+use kvaudit::base::target::Observe;
 use kvaudit::targets::llama::target::ResetMode;
-use kvaudit::targets::llama::worker::worker_main;
+use kvaudit::targets::llama::worker::{parse_observe_arg, worker_main};
 
 /// Arguments of `kvaudit worker`.
 #[derive(Debug, Args)]
@@ -27,6 +28,15 @@ pub struct WorkerArgs {
     /// Reset by re-running the setup instead of restoring the saved state.
     #[arg(long)]
     rebuild_resets: bool,
+    /// What to observe beyond the accessors and per-sequence dumps: basic, whole, round-trip
+    /// or all.
+    #[arg(long, default_value = "all", value_parser = parse_observe)]
+    observe: Observe,
+}
+
+fn parse_observe(arg: &str) -> Result<Observe, String> {
+    parse_observe_arg(arg)
+        .ok_or_else(|| format!("--observe {arg:?}: expected basic, whole, round-trip or all"))
 }
 
 /// Serves until stdin closes.
@@ -44,5 +54,6 @@ pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
             rot_fields: a.rot_fields,
         },
         reset,
+        a.observe,
     ))
 }

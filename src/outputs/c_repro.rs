@@ -11,7 +11,15 @@
 //! this module writes. No text from the input reaches the program except through
 //! [`c_string_literal`] (every byte that is not printable ASCII, and `"`, `\`, `?`, as an escape)
 //! or [`c_comment_lines`] (printable ASCII only, `*/` and `/*` broken, one ` * ` line per input
-//! line). Numbers are formatted from integers. `tests/it/hostile.rs` checks it with a compiler.
+//! line). Numbers are formatted from integers. Slot names become C identifiers (`slot_NAME`):
+//! [`crate::base::op::Slot`] admits only `[a-z0-9_]{1,16}`, checked when the input is parsed. The
+//! setup's configuration is written from its typed fields (booleans, integers, and cache types as
+//! fixed `GGML_TYPE_*` names). `tests/it/hostile.rs` checks it with a compiler.
+//!
+//! State ops are emitted as llama.h calls over one static buffer per slot, sized with the
+//! `*_get_size(_ext)` call; a damaged load (`truncate`, `flip`) damages a copy in C, and every
+//! load prints what llama.cpp returned. A load from a slot the program never saved into is
+//! skipped with a note, as the harness refuses it.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -21,7 +29,7 @@ use serde_json::Value;
 
 use crate::base::error::Error;
 use crate::base::files::read_text_limited;
-use crate::base::op::{Op, Trace};
+use crate::base::op::{CacheType, Op, Setup, Slot, Trace};
 use crate::oracles::OracleId;
 use crate::outputs::repro::{check_trace_limits, MAX_REPRO_BYTES};
 use crate::records::report::terminal_text;
@@ -143,11 +151,15 @@ pub fn program_shape(program: &str) -> (Vec<&str>, usize, usize, usize) {
 }
 
 /// The oracles whose check a C reproducer states in C.
-pub const C_CHECKED: [OracleId; 4] = [
+pub const C_CHECKED: [OracleId; 8] = [
     OracleId::I1,
     OracleId::I2,
     OracleId::DIFFERENTIAL,
     OracleId::CRASH,
+    crate::oracles::round_trip::ID,
+    crate::oracles::conservation::ID,
+    crate::oracles::contract::ID,
+    crate::oracles::contract::QUESTION_ID,
 ];
 
 fn c_array(v: &[i32]) -> String {
@@ -192,14 +204,62 @@ fn emit_op(out: &mut String, op: &Op, label: &str) {
         Op::Clear => {
             let _ = writeln!(out, "    llama_memory_clear(mem, true);");
         }
-        // Placeholder until the C reproducer learns the state ops (issue 10, in progress).
-        Op::StateSeqSave { .. }
-        | Op::StateSeqLoad { .. }
-        | Op::StateSave { .. }
-        | Op::StateLoad { .. } => {
-            let _ = writeln!(
+        Op::StateSeqSave { seq, slot, flags } => {
+            let (size, get) = if *flags == 0 {
+                (
+                    format!("llama_state_seq_get_size(ctx, {seq})"),
+                    format!(
+                        "llama_state_seq_get_data(ctx, {b}, size, {seq})",
+                        b = slot_var(slot)
+                    ),
+                )
+            } else {
+                (
+                    format!("llama_state_seq_get_size_ext(ctx, {seq}, {flags}u)"),
+                    format!(
+                        "llama_state_seq_get_data_ext(ctx, {b}, size, {seq}, {flags}u)",
+                        b = slot_var(slot)
+                    ),
+                )
+            };
+            emit_save(out, slot, &size, &get);
+        }
+        Op::StateSave { slot } => {
+            let get = format!("llama_state_get_data(ctx, {}, size)", slot_var(slot));
+            emit_save(out, slot, "llama_state_get_size(ctx)", &get);
+        }
+        Op::StateSeqLoad {
+            seq,
+            slot,
+            flags,
+            truncate,
+            flip,
+        } => {
+            let (call, set) = if *flags == 0 {
+                (
+                    "llama_state_seq_set_data".to_string(),
+                    format!("llama_state_seq_set_data(ctx, b, len, {seq})"),
+                )
+            } else {
+                (
+                    "llama_state_seq_set_data_ext".to_string(),
+                    format!("llama_state_seq_set_data_ext(ctx, b, len, {seq}, {flags}u)"),
+                )
+            };
+            emit_load(out, slot, *truncate, *flip, &call, &set);
+        }
+        Op::StateLoad {
+            slot,
+            truncate,
+            flip,
+        } => {
+            emit_load(
                 out,
-                "    fprintf(stderr, \"state ops are not emitted yet\\n\"); return 2;"
+                slot,
+                *truncate,
+                *flip,
+                "llama_state_set_data",
+                "llama_state_set_data(ctx, b, len)",
             );
         }
         Op::Decode(d) => {
@@ -248,6 +308,131 @@ fn emit_op(out: &mut String, op: &Op, label: &str) {
     }
 }
 
+/// The C variable holding `slot`'s bytes (a valid identifier: see [`Slot`]).
+fn slot_var(slot: &Slot) -> String {
+    format!("slot_{}", slot.as_str())
+}
+
+/// A save into `slot`: `size_call` sizes the buffer, `get_call` (which writes into the slot's
+/// buffer and reads a local `size`) fills it.
+fn emit_save(out: &mut String, slot: &Slot, size_call: &str, get_call: &str) {
+    let b = slot_var(slot);
+    let _ = writeln!(out, "    {{");
+    let _ = writeln!(out, "        size_t size = {size_call};");
+    let _ = writeln!(
+        out,
+        "        free({b}); {b} = malloc(size ? size : 1); if (!{b}) {{ fprintf(stderr, \"out of memory\\n\"); return 2; }}"
+    );
+    let _ = writeln!(out, "        {b}_len = {get_call};");
+    let _ = writeln!(
+        out,
+        "        printf(\"  wrote %zu of %zu bytes\\n\", {b}_len, size);"
+    );
+    let _ = writeln!(out, "    }}");
+}
+
+/// A load from `slot`, damaged as asked, by `set_call` (which reads the locals `b` and `len`).
+fn emit_load(
+    out: &mut String,
+    slot: &Slot,
+    truncate: Option<u32>,
+    flip: Option<u32>,
+    call: &str,
+    set_call: &str,
+) {
+    let v = slot_var(slot);
+    let _ = writeln!(
+        out,
+        "    if (!{v}) printf(\"  slot %s holds nothing (never saved): not loaded\\n\", \"{}\");",
+        slot.as_str()
+    );
+    let _ = writeln!(out, "    else {{");
+    let _ = writeln!(out, "        size_t len = {v}_len;");
+    let _ = writeln!(
+        out,
+        "        uint8_t *b = malloc(len ? len : 1); if (!b) {{ fprintf(stderr, \"out of memory\\n\"); return 2; }}"
+    );
+    let _ = writeln!(out, "        memcpy(b, {v}, len);");
+    if let Some(n) = truncate {
+        let _ = writeln!(out, "        if (len > {n}u) len = {n}u; /* truncated */");
+    }
+    if let Some(at) = flip {
+        let _ = writeln!(
+            out,
+            "        if ({at}u < len) b[{at}u] ^= 0xff; /* flipped */"
+        );
+    }
+    let _ = writeln!(out, "        size_t read = {set_call};");
+    let _ = writeln!(
+        out,
+        "        printf(\"  {call} read %zu of %zu bytes%s\\n\", read, len, read ? \"\" : \" (0: failed to load)\");"
+    );
+    let _ = writeln!(out, "        free(b);");
+    let _ = writeln!(out, "    }}");
+}
+
+/// `enum ggml_type` name of a cache type, as C source.
+fn ggml_type_name(t: CacheType) -> &'static str {
+    match t {
+        CacheType::F16 => "GGML_TYPE_F16",
+        CacheType::F32 => "GGML_TYPE_F32",
+        CacheType::Q8_0 => "GGML_TYPE_Q8_0",
+        CacheType::Q4_0 => "GGML_TYPE_Q4_0",
+    }
+}
+
+/// The setup's configuration in one line of plain words (for the header comment).
+fn describe_config(setup: &Setup) -> String {
+    let mut out = format!(
+        "n_ctx {}, n_seq_max {}, kv_unified {}",
+        setup.n_ctx, setup.n_seq_max, setup.kv_unified
+    );
+    if let Some(n) = setup.n_batch {
+        let _ = write!(out, ", n_batch {n}");
+    }
+    if let Some(n) = setup.n_ubatch {
+        let _ = write!(out, ", n_ubatch {n}");
+    }
+    let _ = write!(
+        out,
+        ", flash_attn {}, type_k {}, type_v {}",
+        if setup.flash_attn { "on" } else { "off" },
+        setup.type_k.name(),
+        setup.type_v.name()
+    );
+    out
+}
+
+/// The statements that fill `cp` (already `llama_context_default_params()`) from `setup`.
+fn emit_context_params(s: &mut String, setup: &Setup) {
+    let _ = writeln!(
+        s,
+        "    cp.n_ctx = {}; cp.n_seq_max = {}; cp.kv_unified = {};",
+        setup.n_ctx, setup.n_seq_max, setup.kv_unified
+    );
+    if let Some(n) = setup.n_batch {
+        let _ = writeln!(s, "    cp.n_batch = {n};");
+    }
+    if let Some(n) = setup.n_ubatch {
+        let _ = writeln!(s, "    cp.n_ubatch = {n};");
+    }
+    let _ = writeln!(
+        s,
+        "    cp.n_threads = 1; cp.n_threads_batch = 1; cp.flash_attn_type = {};",
+        if setup.flash_attn {
+            "LLAMA_FLASH_ATTN_TYPE_ENABLED"
+        } else {
+            "LLAMA_FLASH_ATTN_TYPE_DISABLED"
+        }
+    );
+    let _ = writeln!(
+        s,
+        "    cp.type_k = {}; cp.type_v = {};",
+        ggml_type_name(setup.type_k),
+        ggml_type_name(setup.type_v)
+    );
+}
+
 /// The C program for `input`; `model` is the default model path baked in.
 pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     let t = &input.trace;
@@ -273,11 +458,7 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
             let _ = writeln!(s, " *   {line}");
         }
     }
-    let _ = writeln!(
-        s,
-        " * Setup: n_ctx {}, n_seq_max {}, kv_unified, then:",
-        t.setup.n_ctx, t.setup.n_seq_max
-    );
+    let _ = writeln!(s, " * Setup: {}, then:", describe_config(&t.setup));
     for op in &t.setup.ops {
         let _ = writeln!(s, " *   {}", op.to_json());
     }
@@ -297,6 +478,28 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         env!("CARGO_PKG_VERSION")
     );
     s.push_str(C_PRELUDE);
+    let mut slots: Vec<&Slot> = t
+        .setup
+        .ops
+        .iter()
+        .chain(t.ops.iter().take(step))
+        .filter_map(|op| match op {
+            Op::StateSeqSave { slot, .. }
+            | Op::StateSeqLoad { slot, .. }
+            | Op::StateSave { slot }
+            | Op::StateLoad { slot, .. } => Some(slot),
+            _ => None,
+        })
+        .collect();
+    slots.sort();
+    slots.dedup();
+    for slot in slots {
+        let v = slot_var(slot);
+        let _ = writeln!(s, "static uint8_t *{v}; static size_t {v}_len;");
+    }
+    if !s.ends_with("\n\n") {
+        s.push('\n');
+    }
     let _ = writeln!(s, "int main(int argc, char **argv) {{");
     let _ = writeln!(
         s,
@@ -321,12 +524,7 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         s,
         "    struct llama_context_params cp = llama_context_default_params();"
     );
-    let _ = writeln!(
-        s,
-        "    cp.n_ctx = {}; cp.n_seq_max = {}; cp.kv_unified = true;",
-        t.setup.n_ctx, t.setup.n_seq_max
-    );
-    let _ = writeln!(s, "    cp.n_threads = 1; cp.n_threads_batch = 1; cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;");
+    emit_context_params(&mut s, &t.setup);
     let _ = writeln!(
         s,
         "    struct llama_context *ctx = llama_init_from_model(model, cp);"
@@ -343,6 +541,19 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         emit_op(&mut s, op, &format!("op {}", i + 1));
     }
     let _ = writeln!(s, "    int reproduced = 0;");
+    match input.oracle.name() {
+        "round-trip" => emit_round_trip_prologue(&mut s),
+        "conservation" => {
+            let _ = writeln!(
+                s,
+                "    size_t whole_len = 0; uint8_t *whole = dump_whole(ctx, &whole_len);"
+            );
+            let _ = writeln!(s, "    int orphans = 0, whole_pos[4096]; int n_whole = whole_cells(whole, whole_len, -1, whole_pos, 4096, &orphans);");
+            let _ = writeln!(s, "    printf(\"whole dump: %d used cells, %d of no sequence\\n\", n_whole, orphans);");
+            let _ = writeln!(s, "    if (orphans) {{ printf(\"conservation violated: cell without a sequence\\n\"); reproduced = 1; }}");
+        }
+        _ => {}
+    }
     let _ = writeln!(
         s,
         "    const llama_seq_id check[] = {{{}}};",
@@ -368,27 +579,18 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         "        for (int i = 0; i < n; i++) printf(\" %d\", cells[i]);"
     );
     let _ = writeln!(s, "        printf(\"\\n\");");
-    match input.oracle {
-        OracleId::I1 => {
+    match input.oracle.name() {
+        "I1" => {
             let _ = writeln!(s, "        if (mn != tmin || mx != tmax) {{ printf(\"I1 violated: accessors say [%d, %d], the state says [%d, %d]\\n\", mn, mx, tmin, tmax); reproduced = 1; }}");
         }
-        OracleId::I2 => {
+        "I2" => {
             let _ = writeln!(s, "        for (int i = 1; i < n; i++) if (cells[i] - cells[i - 1] > 1) {{ printf(\"I2 violated: positions %d..%d missing\\n\", cells[i - 1] + 1, cells[i] - 1); reproduced = 1; }}");
         }
-        OracleId::DIFFERENTIAL => {
+        "differential" => {
             let e = &input.expected;
             let emin = e.get("pos_min").and_then(Value::as_i64).unwrap_or(-1);
             let emax = e.get("pos_max").and_then(Value::as_i64).unwrap_or(-1);
-            let ecells: Vec<i32> = e
-                .get("cells")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_i64)
-                        .map(|x| x as i32)
-                        .collect()
-                })
-                .unwrap_or_default();
+            let ecells = expected_cells(e).unwrap_or_default();
             let _ = writeln!(
                 s,
                 "        const int want[] = {{{}}}; const int nwant = {};",
@@ -409,14 +611,43 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
             );
             let _ = writeln!(s, "        if (!same) {{ printf(\"differs from the reference: seq_pos_min {emin}, seq_pos_max {emax}, {} cells\\n\"); reproduced = 1; }}", ecells.len());
         }
-        OracleId::CRASH => {
+        "crash" => {
             let _ = writeln!(s, "        (void)tmin; (void)tmax;");
         }
-        // `read_input` refuses every other oracle.
+        "round-trip" => emit_round_trip_seq(&mut s),
+        "conservation" => {
+            let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+            let _ = writeln!(s, "        int in_whole[4096]; int nw = whole_cells(whole, whole_len, sq, in_whole, 4096, NULL);");
+            let _ = writeln!(s, "        int same = nw == n;");
+            let _ = writeln!(
+                s,
+                "        for (int i = 0; same && i < n; i++) same = cells[i] == in_whole[i];"
+            );
+            let _ = writeln!(
+                s,
+                "        printf(\"  the whole dump lists %d cells of seq %d:\", nw, sq);"
+            );
+            let _ = writeln!(
+                s,
+                "        for (int i = 0; i < nw; i++) printf(\" %d\", in_whole[i]);"
+            );
+            let _ = writeln!(s, "        printf(\"\\n\");");
+            let _ = writeln!(s, "        if (!same) {{ printf(\"conservation violated: %s\\n\", nw < n ? \"sequence cell missing from the whole dump\" : \"whole dump cell missing from the sequence dump\"); reproduced = 1; }}");
+        }
+        // `contract?` states the same comparison: the finding's expected cells.
+        "contract" | "contract?" => emit_contract_seq(&mut s, &input.expected),
+        // `parse_input` refuses every other oracle.
         other => unreachable!("no C check for oracle {other}"),
     }
     let _ = writeln!(s, "    }}");
-    if input.oracle == OracleId::CRASH {
+    match input.oracle.name() {
+        "round-trip" => emit_round_trip_epilogue(&mut s),
+        "conservation" => {
+            let _ = writeln!(s, "    free(whole);");
+        }
+        _ => {}
+    }
+    if input.oracle.name() == "crash" {
         let _ = writeln!(
             s,
             "    printf(\"no crash: the finding does not reproduce\\n\");"
@@ -431,6 +662,162 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     let _ = writeln!(s, "    return reproduced;");
     let _ = writeln!(s, "}}");
     s
+}
+
+/// `expected.cells` as integers, if it is an array (non-integers are dropped: the input is
+/// hostile, and only integers may reach the program).
+fn expected_cells(e: &Value) -> Option<Vec<i32>> {
+    e.get("cells").and_then(Value::as_array).map(|a| {
+        a.iter()
+            .filter_map(Value::as_i64)
+            .map(|x| x.clamp(i32::MIN.into(), i32::MAX.into()) as i32)
+            .collect()
+    })
+}
+
+/// `expected.<key>` as an i32, if it is an integer.
+fn expected_pos(e: &Value, key: &str) -> Option<i32> {
+    e.get(key)
+        .and_then(Value::as_i64)
+        .map(|x| x.clamp(i32::MIN.into(), i32::MAX.into()) as i32)
+}
+
+/// The `contract` check of one sequence: the fields the finding's `expected` holds
+/// (`pos_min`, `pos_max`, `cells`) against what the context says, as the differential check.
+fn emit_contract_seq(s: &mut String, e: &Value) {
+    let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+    let _ = writeln!(s, "        int same = 1;");
+    if let Some(v) = expected_pos(e, "pos_min") {
+        let _ = writeln!(s, "        if (mn != {v}) {{ printf(\"  seq_pos_min %d, the contract says {v}\\n\", mn); same = 0; }}");
+    }
+    if let Some(v) = expected_pos(e, "pos_max") {
+        let _ = writeln!(s, "        if (mx != {v}) {{ printf(\"  seq_pos_max %d, the contract says {v}\\n\", mx); same = 0; }}");
+    }
+    if let Some(cells) = expected_cells(e) {
+        let _ = writeln!(
+            s,
+            "        const int want[] = {{{}}}; const int nwant = {};",
+            if cells.is_empty() {
+                "0".into()
+            } else {
+                c_array(&cells)
+            },
+            cells.len()
+        );
+        let _ = writeln!(s, "        int same_cells = n == nwant;");
+        let _ = writeln!(
+            s,
+            "        for (int i = 0; same_cells && i < n; i++) same_cells = cells[i] == want[i];"
+        );
+        let _ = writeln!(
+            s,
+            "        if (!same_cells) {{ printf(\"  the contract says {} cells\\n\"); same = 0; }}",
+            cells.len()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "        if (!same) {{ printf(\"contract violated for seq %d\\n\", sq); reproduced = 1; }}"
+    );
+}
+
+/// Round trip, before the per-sequence loop: the whole dump and every checked sequence's dump
+/// are taken from `ctx`; the whole dump goes into a twin made with the same params.
+fn emit_round_trip_prologue(s: &mut String) {
+    let _ = writeln!(
+        s,
+        "    struct llama_context *twin = llama_init_from_model(model, cp);"
+    );
+    let _ = writeln!(
+        s,
+        "    if (!twin) {{ fprintf(stderr, \"cannot create the twin context\\n\"); return 2; }}"
+    );
+    let _ = writeln!(s, "    llama_memory_t twin_mem = llama_get_memory(twin);");
+    let _ = writeln!(
+        s,
+        "    size_t whole_len = 0; uint8_t *whole = dump_whole(ctx, &whole_len);"
+    );
+    let _ = writeln!(
+        s,
+        "    size_t whole_read = llama_state_set_data(twin, whole, whole_len);"
+    );
+    let _ = writeln!(s, "    printf(\"round trip: llama_state_set_data into the twin read %zu of %zu bytes\\n\", whole_read, whole_len);");
+    let _ = writeln!(s, "    if (!whole_read) {{ printf(\"round trip violated: whole load failed\\n\"); reproduced = 1; }}");
+    let _ = writeln!(
+        s,
+        "    size_t again_len = 0; uint8_t *again = dump_whole(twin, &again_len);"
+    );
+    let _ = writeln!(s, "    int whole_same_bytes = again_len == whole_len && memcmp(again, whole, whole_len) == 0;");
+    let _ = writeln!(s, "    free(again);");
+}
+
+/// Round trip, inside the per-sequence loop: compare the twin after the whole load (it happens
+/// once, before the loop).
+fn emit_round_trip_seq(s: &mut String) {
+    let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+    let _ = writeln!(
+        s,
+        "        int tc[4096]; int tn = resident(twin, sq, tc, 4096);"
+    );
+    let _ = writeln!(s, "        llama_pos tmn = llama_memory_seq_pos_min(twin_mem, sq), tmx = llama_memory_seq_pos_max(twin_mem, sq);");
+    let _ = writeln!(s, "        int same = tmn == mn && tmx == mx && tn == n;");
+    let _ = writeln!(
+        s,
+        "        for (int i = 0; same && i < n; i++) same = tc[i] == cells[i];"
+    );
+    let _ = writeln!(s, "        printf(\"  twin after the whole load: seq_pos_min %d, seq_pos_max %d, %d cells\\n\", tmn, tmx, tn);");
+    let _ = writeln!(s, "        if (whole_read && !same) {{ printf(\"round trip violated: whole load differs (seq %d)\\n\", sq); reproduced = 1; }}");
+}
+
+/// Round trip, after the per-sequence loop: every checked sequence's dump into the emptied twin,
+/// then each compared, then the redumps' bytes.
+fn emit_round_trip_epilogue(s: &mut String) {
+    let _ = writeln!(s, "    llama_memory_clear(twin_mem, true);");
+    let _ = writeln!(
+        s,
+        "    const size_t n_check = sizeof check / sizeof check[0];"
+    );
+    let _ = writeln!(s, "    uint8_t *seq_bytes[sizeof check / sizeof check[0]]; size_t seq_len[sizeof check / sizeof check[0]]; size_t seq_read[sizeof check / sizeof check[0]];");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) seq_bytes[k] = dump_seq(ctx, check[k], &seq_len[k]);");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
+    let _ = writeln!(
+        s,
+        "        seq_read[k] = llama_state_seq_set_data(twin, seq_bytes[k], seq_len[k], check[k]);"
+    );
+    let _ = writeln!(s, "        printf(\"round trip: llama_state_seq_set_data(seq %d) into the twin read %zu of %zu bytes\\n\", check[k], seq_read[k], seq_len[k]);");
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
+    let _ = writeln!(s, "        llama_seq_id sq = check[k];");
+    let _ = writeln!(
+        s,
+        "        int cells[4096]; int n = resident(ctx, sq, cells, 4096);"
+    );
+    let _ = writeln!(
+        s,
+        "        int tc[4096]; int tn = resident(twin, sq, tc, 4096);"
+    );
+    let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
+    let _ = writeln!(s, "        llama_pos tmn = llama_memory_seq_pos_min(twin_mem, sq), tmx = llama_memory_seq_pos_max(twin_mem, sq);");
+    let _ = writeln!(s, "        int same = tmn == mn && tmx == mx && tn == n;");
+    let _ = writeln!(
+        s,
+        "        for (int i = 0; same && i < n; i++) same = tc[i] == cells[i];"
+    );
+    let _ = writeln!(s, "        printf(\"  twin after the sequence loads: seq %d: seq_pos_min %d, seq_pos_max %d, %d cells\\n\", sq, tmn, tmx, tn);");
+    let _ = writeln!(s, "        if (!seq_read[k]) {{ printf(\"round trip violated: seq load failed (seq %d)\\n\", sq); reproduced = 1; }}");
+    let _ = writeln!(s, "        else if (!same) {{ printf(\"round trip violated: seq load differs (seq %d)\\n\", sq); reproduced = 1; }}");
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "    if (whole_read && !whole_same_bytes) {{ printf(\"round trip violated: whole redump differs\\n\"); reproduced = 1; }}");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
+    let _ = writeln!(
+        s,
+        "        size_t again_len = 0; uint8_t *again = dump_seq(twin, check[k], &again_len);"
+    );
+    let _ = writeln!(s, "        if (seq_read[k] && (again_len != seq_len[k] || memcmp(again, seq_bytes[k], seq_len[k]) != 0)) {{ printf(\"round trip violated: seq redump differs (seq %d)\\n\", check[k]); reproduced = 1; }}");
+    let _ = writeln!(s, "        free(again); free(seq_bytes[k]);");
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "    free(whole);");
+    let _ = writeln!(s, "    llama_free(twin);");
 }
 
 const C_PRELUDE: &str = r#"
@@ -495,6 +882,61 @@ static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int c
     return n;
 }
 
+/* The bytes of llama_state_seq_get_data(seq) and llama_state_get_data, malloc'd. */
+static inline uint8_t *dump_seq(struct llama_context *ctx, llama_seq_id seq, size_t *len) {
+    size_t size = llama_state_seq_get_size(ctx, seq);
+    uint8_t *buf = malloc(size ? size : 1);
+    *len = buf ? llama_state_seq_get_data(ctx, buf, size, seq) : 0;
+    return buf;
+}
+
+static inline uint8_t *dump_whole(struct llama_context *ctx, size_t *len) {
+    size_t size = llama_state_get_size(ctx);
+    uint8_t *buf = malloc(size ? size : 1);
+    *len = buf ? llama_state_get_data(ctx, buf, size) : 0;
+    return buf;
+}
+
+/* The used cells of a whole dump (u32 length and the architecture name, then the first cache:
+ * n_stream, per stream a cell count, the cells (pos, n_seq_id, seq ids), then its K and V
+ * data, skipped). Keeps the positions of the cells that list seq (every cell: seq = -1),
+ * sorted, and counts cells that list no sequence into *orphans (may be NULL). */
+static inline int whole_cells(const uint8_t *buf, size_t got, llama_seq_id seq, int *out,
+                              int cap, int *orphans) {
+    size_t at = 0;
+    int n = 0;
+    uint32_t u, n_stream = 0;
+    if (orphans) *orphans = 0;
+#define TAKE(dst, k) do { if (at + (k) > got) goto done; memcpy((dst), buf + at, (k)); at += (k); } while (0)
+    TAKE(&u, 4); at += u;
+    TAKE(&n_stream, 4);
+    for (uint32_t s = 0; s < n_stream; s++) {
+        uint32_t count; TAKE(&count, 4);
+        if (count == 0) continue;
+        for (uint32_t c = 0; c < count; c++) {
+            int32_t p; uint32_t ns; TAKE(&p, 4); TAKE(&ns, 4);
+            int listed = seq < 0;
+            for (uint32_t i = 0; i < ns; i++) { int32_t id; TAKE(&id, 4); listed |= id == seq; }
+            if (ns == 0 && orphans) (*orphans)++;
+            if (listed && n < cap) out[n++] = p;
+        }
+        uint32_t v_trans, n_layer; TAKE(&v_trans, 4); TAKE(&n_layer, 4);
+#if LLAMA_STATE_SEQ_VERSION >= 4
+        at += 8; /* n_rot_k, n_rot_v */
+#endif
+        for (uint32_t l = 0; l < n_layer; l++) { int32_t t; uint64_t row; TAKE(&t, 4); TAKE(&row, 8); at += row * count; }
+        for (uint32_t l = 0; l < n_layer; l++) {
+            int32_t t; TAKE(&t, 4);
+            if (!v_trans) { uint64_t row; TAKE(&row, 8); at += row * count; }
+            else { uint32_t el, n_embd; TAKE(&el, 4); TAKE(&n_embd, 4); at += (size_t)el * n_embd * count; }
+        }
+    }
+#undef TAKE
+done:
+    qsort(out, n, sizeof out[0], cmp_int);
+    return n;
+}
+
 "#;
 
 /// Fuzz target `repro_json` (`fuzz/fuzz_targets/repro_json.rs`, and `tests/it/fuzz_seeds.rs` over
@@ -540,6 +982,59 @@ mod tests {
         assert!(e.message.starts_with("oracle T1 has no check"), "{e}");
         let fine = text.replace("T1", "I1");
         assert_eq!(parse_input(&fine).unwrap().oracle, OracleId::I1);
+    }
+
+    /// A finding over every state op, checked by `oracle`.
+    fn state_ops_input(oracle: &'static str) -> ReproInput {
+        let json = r#"{"oracle":"I1","trace":{"setup":{"n_ctx":256,"n_seq_max":2,"kv_unified":false,"n_ubatch":4,"flash_attn":true,"type_k":"q8_0","ops":[{"op":"decode","seq":0,"n":7}]},
+            "ops":[{"op":"state_seq_save","seq":0,"slot":"a"},{"op":"state_save","slot":"whole_1"},
+                   {"op":"state_seq_load","seq":1,"slot":"a","flags":1,"truncate":30,"flip":9},
+                   {"op":"state_load","slot":"whole_1"},{"op":"state_seq_load","seq":1,"slot":"b"}]},
+            "expected":{"pos_min":0,"pos_max":6,"cells":[0,1,2,3,4,5,6]}}"#;
+        let mut input: ReproInput = serde_json::from_str(json).unwrap();
+        input.oracle = OracleId::known(oracle).expect("a built-in oracle");
+        input
+    }
+
+    #[test]
+    fn state_ops_and_the_configuration_read_as_c() {
+        let c = emit_c(&state_ops_input("contract"), Path::new("/tmp/m.gguf"));
+        for want in [
+            "cp.n_ctx = 256; cp.n_seq_max = 2; cp.kv_unified = false;",
+            "cp.n_ubatch = 4;",
+            "cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;",
+            "cp.type_k = GGML_TYPE_Q8_0; cp.type_v = GGML_TYPE_F16;",
+            "static uint8_t *slot_a; static size_t slot_a_len;",
+            "static uint8_t *slot_whole_1; static size_t slot_whole_1_len;",
+            "static uint8_t *slot_b; static size_t slot_b_len;",
+            "size_t size = llama_state_seq_get_size(ctx, 0);",
+            "slot_a_len = llama_state_seq_get_data(ctx, slot_a, size, 0);",
+            "slot_whole_1_len = llama_state_get_data(ctx, slot_whole_1, size);",
+            "if (len > 30u) len = 30u;",
+            "if (9u < len) b[9u] ^= 0xff;",
+            "size_t read = llama_state_seq_set_data_ext(ctx, b, len, 1, 1u);",
+            "size_t read = llama_state_set_data(ctx, b, len);",
+            "size_t read = llama_state_seq_set_data(ctx, b, len, 1);",
+            "contract violated",
+        ] {
+            assert!(c.contains(want), "{want}\n{c}");
+        }
+        let rt = emit_c(&state_ops_input("round-trip"), Path::new("/tmp/m.gguf"));
+        assert!(
+            rt.contains("llama_init_from_model(model, cp);\n    if (!twin)"),
+            "{rt}"
+        );
+        assert!(rt.contains("round trip violated: seq redump differs"));
+        let cons = emit_c(&state_ops_input("conservation"), Path::new("/tmp/m.gguf"));
+        assert!(cons.contains("whole_cells(whole, whole_len, sq, in_whole, 4096, NULL)"));
+    }
+
+    #[test]
+    fn the_state_oracles_parse_by_name() {
+        let names = C_CHECKED.map(|o| o.name());
+        for name in ["round-trip", "conservation", "contract", "contract?"] {
+            assert!(names.contains(&name), "{name}");
+        }
     }
 
     #[test]

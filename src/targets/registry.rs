@@ -11,7 +11,7 @@ use std::time::Duration;
 use native_kv::Faults;
 
 use crate::base::error::Error;
-use crate::base::target::{CacheUnderTest, HarnessError};
+use crate::base::target::{CacheUnderTest, HarnessError, Observe};
 use crate::model::forward::Model;
 use crate::running::runner::RunnerFactory;
 use crate::running::runner::{LocalRunner, TrialRunner};
@@ -26,6 +26,9 @@ pub struct TargetSpec {
     pub faults: Vec<String>,
     /// A model file for llama.cpp targets (default: the generated tiny model).
     pub model: Option<PathBuf>,
+    /// What runners observe after each op beyond the accessors and per-sequence dumps
+    /// (default: everything; oracles that need less make runs faster).
+    pub observe: Observe,
 }
 
 impl TargetSpec {
@@ -35,7 +38,14 @@ impl TargetSpec {
             name: name.to_string(),
             faults: faults.to_vec(),
             model: None,
+            observe: Observe::ALL,
         }
+    }
+
+    /// The same spec, observing `what` (see [`Observe`]).
+    pub fn with_observe(mut self, what: Observe) -> Self {
+        self.observe = what;
+        self
     }
 
     /// Whether the theorem oracles can judge this target: only `native+tensors` serializes K/V
@@ -79,11 +89,13 @@ impl TargetSpec {
         match self.name.as_str() {
             "native" => {
                 let faults: Faults = parse_faults(&self.faults)?;
+                let observe = self.observe;
                 Ok(Box::new(
                     move || -> Result<Box<dyn TrialRunner>, HarnessError> {
-                        Ok(Box::new(LocalRunner::new(Box::new(NativeTarget::new(
-                            faults,
-                        )))))
+                        Ok(Box::new(
+                            LocalRunner::new(Box::new(NativeTarget::new(faults)))
+                                .with_observe(observe),
+                        ))
                     },
                 ))
             }
@@ -91,11 +103,18 @@ impl TargetSpec {
                 let faults: Faults = parse_faults(&self.faults)?;
                 let model = crate::targets::native_tensor::load_model(self.model.as_deref())
                     .map_err(|e| e.to_string())?;
+                let observe = self.observe;
                 Ok(Box::new(
                     move || -> Result<Box<dyn TrialRunner>, HarnessError> {
-                        Ok(Box::new(LocalRunner::new(Box::new(
-                            crate::targets::native_tensor::NativeTensorTarget::new(model.clone(), faults),
-                        ))))
+                        Ok(Box::new(
+                            LocalRunner::new(Box::new(
+                                crate::targets::native_tensor::NativeTensorTarget::new(
+                                    model.clone(),
+                                    faults,
+                                ),
+                            ))
+                            .with_observe(observe),
+                        ))
                     },
                 ))
             }
@@ -105,7 +124,7 @@ impl TargetSpec {
                         "faults can only be injected into the native target, not {other}"
                     ).into());
                 }
-                llama_factory(other, self.model.as_deref())
+                llama_factory(other, self.model.as_deref(), self.observe)
             }
             other => Err(format!(
                 "unknown target '{other}' (known: native, native+tensors, llama.cpp@VERSION[+assert])"
@@ -147,6 +166,7 @@ pub fn llama_worker_spec(
         },
         timeout: LLAMA_TRIAL_TIMEOUT,
         reset: ResetMode::Restore,
+        observe: Observe::ALL,
     })
 }
 
@@ -154,9 +174,13 @@ pub fn llama_worker_spec(
 fn llama_factory(
     name: &str,
     model: Option<&std::path::Path>,
+    observe: Observe,
 ) -> Result<Box<RunnerFactory<'static>>, Error> {
     use crate::targets::llama::worker::WorkerRunner;
-    let spec = llama_worker_spec(name, model)?;
+    let spec = crate::targets::llama::worker::WorkerSpec {
+        observe,
+        ..llama_worker_spec(name, model)?
+    };
     Ok(Box::new(
         move || -> Result<Box<dyn TrialRunner>, HarnessError> {
             Ok(Box::new(WorkerRunner::new(spec.clone())?))

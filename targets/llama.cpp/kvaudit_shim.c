@@ -376,6 +376,85 @@ KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_get(kvaudit_shim *h, int32_t seq
     SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
 }
 
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_set(kvaudit_shim *h, int32_t seq_id,
+                                                    const uint8_t *buf, size_t len) {
+    shim_clear_error();
+    if (h == NULL || (buf == NULL && len > 0)) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return (int64_t)llama_state_seq_set_data(h->ctx, buf, len, seq_id);
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_size_ext(kvaudit_shim *h, int32_t seq_id,
+                                                         uint32_t flags) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return (int64_t)llama_state_seq_get_size_ext(h->ctx, seq_id, (llama_state_seq_flags)flags);
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_get_ext(kvaudit_shim *h, int32_t seq_id,
+                                                        uint8_t *buf, size_t cap, uint32_t flags) {
+    shim_clear_error();
+    if (h == NULL || (buf == NULL && cap > 0)) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return (int64_t)llama_state_seq_get_data_ext(h->ctx, buf, cap, seq_id,
+                                                 (llama_state_seq_flags)flags);
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_set_ext(kvaudit_shim *h, int32_t seq_id,
+                                                        const uint8_t *buf, size_t len,
+                                                        uint32_t flags) {
+    shim_clear_error();
+    if (h == NULL || (buf == NULL && len > 0)) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    SHIM_TRY
+    return (int64_t)llama_state_seq_set_data_ext(h->ctx, buf, len, seq_id,
+                                                 (llama_state_seq_flags)flags);
+    SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_n_ctx(kvaudit_shim *h) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    return (int64_t)llama_n_ctx(h->ctx);
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_n_seq_max(kvaudit_shim *h) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    return (int64_t)llama_n_seq_max(h->ctx);
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_n_batch(kvaudit_shim *h) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    return (int64_t)llama_n_batch(h->ctx);
+}
+
+KVAUDIT_SHIM_API int64_t kvaudit_shim_n_ubatch(kvaudit_shim *h) {
+    shim_clear_error();
+    if (h == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    return (int64_t)llama_n_ubatch(h->ctx);
+}
+
 KVAUDIT_SHIM_API int64_t kvaudit_shim_state_size(kvaudit_shim *h) {
     shim_clear_error();
     if (h == NULL) {

@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 /* Bump when any signature, struct or meaning below changes. Checked by src/llama/ffi.rs. */
-#define KVAUDIT_SHIM_ABI 1
+#define KVAUDIT_SHIM_ABI 2
 
 #define KVAUDIT_SHIM_OK 0
 /* A NULL handle, or a NULL pointer where data is required. */
@@ -133,6 +133,30 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_seq_pos_max(kvaudit_shim *h, int32_t seq_i
 KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_size(kvaudit_shim *h, int32_t seq_id);
 KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_get(kvaudit_shim *h, int32_t seq_id, uint8_t *buf,
                                                     size_t cap);
+
+/* llama_state_seq_set_data: loads a per-sequence state (from kvaudit_shim_state_seq_get, or
+ * any bytes) into seq_id. Returns the number of bytes llama.cpp read (0: it rejected the data;
+ * llama.cpp may have changed the cache before rejecting), or KVAUDIT_SHIM_E_*. */
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_set(kvaudit_shim *h, int32_t seq_id,
+                                                    const uint8_t *buf, size_t len);
+
+/* The same three with llama_state_seq_flags (LLAMA_STATE_SEQ_FLAGS_*: 1 SWA_ONLY /
+ * PARTIAL_ONLY, 2 ON_DEVICE), over llama_state_seq_get_size_ext / get_data_ext /
+ * set_data_ext. flags are passed to llama.cpp as given. */
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_size_ext(kvaudit_shim *h, int32_t seq_id,
+                                                         uint32_t flags);
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_get_ext(kvaudit_shim *h, int32_t seq_id,
+                                                        uint8_t *buf, size_t cap, uint32_t flags);
+KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_set_ext(kvaudit_shim *h, int32_t seq_id,
+                                                        const uint8_t *buf, size_t len,
+                                                        uint32_t flags);
+
+/* The context's actual sizes, after llama.cpp's padding and clamping: llama_n_ctx,
+ * llama_n_seq_max, llama_n_batch, llama_n_ubatch. Values, or KVAUDIT_SHIM_E_*. */
+KVAUDIT_SHIM_API int64_t kvaudit_shim_n_ctx(kvaudit_shim *h);
+KVAUDIT_SHIM_API int64_t kvaudit_shim_n_seq_max(kvaudit_shim *h);
+KVAUDIT_SHIM_API int64_t kvaudit_shim_n_batch(kvaudit_shim *h);
+KVAUDIT_SHIM_API int64_t kvaudit_shim_n_ubatch(kvaudit_shim *h);
 
 /* Full context state: llama_state_get_size / llama_state_get_data / llama_state_set_data.
  * state_set returns the number of bytes llama.cpp read (0: it rejected the data). */

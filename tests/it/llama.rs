@@ -38,6 +38,15 @@ enum Case {
         finding: Value,
         reproduces: std::collections::BTreeMap<String, bool>,
     },
+    /// A C reproducer checked by an oracle named here (the state oracles' C checks are keyed by
+    /// oracle: see `c_repro::C_CHECKED`), compiled against each pin and run.
+    ReproCNamed {
+        #[allow(dead_code)]
+        about: String,
+        oracle: String,
+        finding: Value,
+        reproduces: std::collections::BTreeMap<String, bool>,
+    },
     Hang {
         #[allow(dead_code)]
         about: String,
@@ -90,6 +99,12 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             reproduces,
             ..
         } => check_repro_c(&finding, &reproduces),
+        Case::ReproCNamed {
+            oracle,
+            finding,
+            reproduces,
+            ..
+        } => check_repro_c_named(&oracle, finding, &reproduces),
         Case::Hang {
             target,
             setup,
@@ -193,8 +208,39 @@ fn check_batch(target: &str, setup: Setup, traces: Vec<BatchTrace>) -> Result<()
                     ));
                 }
             }
+            (Some("unsupported"), TrialEnd::Unsupported { step, reason }) => {
+                if e["step"].as_u64() != Some(*step as u64) {
+                    return Err(format!(
+                        "trace {i}: unsupported at step {step}, expected {}",
+                        e["step"]
+                    ));
+                }
+                let want = e["reason_contains"].as_str().unwrap_or("");
+                if !reason.contains(want) {
+                    return Err(format!("trace {i}: reason {reason:?} lacks {want:?}"));
+                }
+            }
             (Some("completed"), TrialEnd::Completed) => {
                 let last = run.steps.last().ok_or(format!("trace {i}: no steps"))?;
+                if !e["outcome"].is_null() {
+                    let got = serde_json::to_value(&last.outcome).map_err(|e| e.to_string())?;
+                    if got != e["outcome"] {
+                        return Err(format!(
+                            "trace {i}: last outcome {got}, expected {}",
+                            e["outcome"]
+                        ));
+                    }
+                }
+                if let Some(want) = e["round_trip_loaded"].as_bool() {
+                    let rt = last
+                        .round_trip
+                        .as_ref()
+                        .ok_or(format!("trace {i}: no round trip observed"))?;
+                    let got = rt.whole_loaded && rt.seqs.iter().all(|s| s.loaded);
+                    if got != want {
+                        return Err(format!("trace {i}: round trip loaded {got}: {rt:?}"));
+                    }
+                }
                 let want = &e["last"];
                 let seq = want["seq"].as_i64().unwrap_or(0) as i32;
                 let got = last
@@ -263,6 +309,62 @@ fn check_resets(target: &str, domain: &str, depth: u32) -> Result<(), String> {
     }
     if fast.len() != traces.len() {
         return Err(format!("{} runs for {} traces", fast.len(), traces.len()));
+    }
+    Ok(())
+}
+
+fn check_repro_c_named(
+    oracle: &str,
+    mut finding: Value,
+    reproduces: &std::collections::BTreeMap<String, bool>,
+) -> Result<(), String> {
+    use kvaudit::oracles::OracleId;
+    use kvaudit::outputs::c_repro::{emit_c, parse_input};
+    use kvaudit::targets::llama::build::{ensure_built, BuildSpec};
+    use kvaudit::targets::llama::pins::Pin;
+    let id = match oracle {
+        "round-trip" | "conservation" | "contract" => {
+            OracleId::known(oracle).ok_or("a built-in oracle")?
+        }
+        other => return Err(format!("no named C check {other}")),
+    };
+    // Parsed as an I1 finding (the named oracles may have no id on this branch), then renamed.
+    finding["oracle"] = Value::from("I1");
+    let mut input = parse_input(&finding.to_string()).map_err(|e| e.to_string())?;
+    input.oracle = id;
+    let model = kvaudit::model::tiny::try_audit_model_path().map_err(|e| format!("{e:#}"))?;
+    let program = emit_c(&input, &model);
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let src = dir.path().join("repro.c");
+    std::fs::write(&src, &program).map_err(|e| e.to_string())?;
+    for (target, want) in reproduces {
+        let pin = Pin::parse(target).map_err(|e| format!("{e:#}"))?;
+        let built = ensure_built(&BuildSpec::new(pin), true).map_err(|e| format!("{e:#}"))?;
+        let bin = dir.path().join("repro");
+        built
+            .compile_c_program(&src, &bin)
+            .map_err(|e| format!("{target}: compiling: {e:#}"))?;
+        let out = Command::new(&bin)
+            .arg(&model)
+            .env("GGML_NO_BACKTRACE", "1")
+            .output()
+            .map_err(|e| e.to_string())?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let got = match out.status.code() {
+            Some(1) => true,
+            Some(0) => false,
+            other => {
+                return Err(format!(
+                    "{target}: the reproducer exited {other:?}: {}\n{stdout}",
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            }
+        };
+        if got != *want {
+            return Err(format!(
+                "{target}: reproduces = {got}, expected {want}\n{stdout}"
+            ));
+        }
     }
     Ok(())
 }

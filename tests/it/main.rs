@@ -22,6 +22,7 @@ mod fuzz_seeds;
 mod hostile;
 mod llama;
 mod llama_build;
+mod llama_config;
 mod measure;
 mod oracles;
 mod theorems;
@@ -63,6 +64,7 @@ fn main() {
     trials.extend(fuzz_seeds::trials());
     trials.extend(hostile::trials());
     trials.extend(llama::trials());
+    trials.extend(llama_config::trials());
     let run = |f: fn() -> anyhow::Result<()>| {
         move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
     };

@@ -94,6 +94,14 @@ mod raw {
         pub seq_pos_max: unsafe extern "C" fn(*mut Handle, i32, *mut i32) -> i32,
         pub state_seq_size: unsafe extern "C" fn(*mut Handle, i32) -> i64,
         pub state_seq_get: unsafe extern "C" fn(*mut Handle, i32, *mut u8, usize) -> i64,
+        pub state_seq_set: unsafe extern "C" fn(*mut Handle, i32, *const u8, usize) -> i64,
+        pub state_seq_size_ext: unsafe extern "C" fn(*mut Handle, i32, u32) -> i64,
+        pub state_seq_get_ext: unsafe extern "C" fn(*mut Handle, i32, *mut u8, usize, u32) -> i64,
+        pub state_seq_set_ext: unsafe extern "C" fn(*mut Handle, i32, *const u8, usize, u32) -> i64,
+        pub n_ctx: unsafe extern "C" fn(*mut Handle) -> i64,
+        pub n_seq_max: unsafe extern "C" fn(*mut Handle) -> i64,
+        pub n_batch: unsafe extern "C" fn(*mut Handle) -> i64,
+        pub n_ubatch: unsafe extern "C" fn(*mut Handle) -> i64,
         pub state_size: unsafe extern "C" fn(*mut Handle) -> i64,
         pub state_get: unsafe extern "C" fn(*mut Handle, *mut u8, usize) -> i64,
         pub state_set: unsafe extern "C" fn(*mut Handle, *const u8, usize) -> i64,
@@ -164,6 +172,14 @@ mod raw {
                 seq_pos_max: symbol(&lib, path, b"kvaudit_shim_seq_pos_max\0")?,
                 state_seq_size: symbol(&lib, path, b"kvaudit_shim_state_seq_size\0")?,
                 state_seq_get: symbol(&lib, path, b"kvaudit_shim_state_seq_get\0")?,
+                state_seq_set: symbol(&lib, path, b"kvaudit_shim_state_seq_set\0")?,
+                state_seq_size_ext: symbol(&lib, path, b"kvaudit_shim_state_seq_size_ext\0")?,
+                state_seq_get_ext: symbol(&lib, path, b"kvaudit_shim_state_seq_get_ext\0")?,
+                state_seq_set_ext: symbol(&lib, path, b"kvaudit_shim_state_seq_set_ext\0")?,
+                n_ctx: symbol(&lib, path, b"kvaudit_shim_n_ctx\0")?,
+                n_seq_max: symbol(&lib, path, b"kvaudit_shim_n_seq_max\0")?,
+                n_batch: symbol(&lib, path, b"kvaudit_shim_n_batch\0")?,
+                n_ubatch: symbol(&lib, path, b"kvaudit_shim_n_ubatch\0")?,
                 state_size: symbol(&lib, path, b"kvaudit_shim_state_size\0")?,
                 state_get: symbol(&lib, path, b"kvaudit_shim_state_get\0")?,
                 state_set: symbol(&lib, path, b"kvaudit_shim_state_set\0")?,
@@ -654,6 +670,101 @@ impl LlamaContext {
             });
         }
         Ok(())
+    }
+
+    /// `llama_state_seq_get_data(seq_id)`, or `llama_state_seq_get_data_ext(seq_id, flags)` when
+    /// `flags != 0`, as a save op sees it: the bytes llama.cpp wrote, empty when it wrote none
+    /// (not an error: the op reports it).
+    pub fn state_seq_save(&mut self, seq_id: i32, flags: u32) -> Result<Vec<u8>, ShimError> {
+        // SAFETY: live handle; plain integers.
+        let size = unsafe {
+            if flags == 0 {
+                (self.api.state_seq_size)(self.h(), seq_id)
+            } else {
+                (self.api.state_seq_size_ext)(self.h(), seq_id, flags)
+            }
+        };
+        let size = self.check("state_seq_size", size)? as usize;
+        let mut buf = vec![0u8; size];
+        // SAFETY: buf is writable for buf.len() bytes, and the shim writes at most that many.
+        let n = unsafe {
+            if flags == 0 {
+                (self.api.state_seq_get)(self.h(), seq_id, buf.as_mut_ptr(), buf.len())
+            } else {
+                (self.api.state_seq_get_ext)(self.h(), seq_id, buf.as_mut_ptr(), buf.len(), flags)
+            }
+        };
+        let n = self.check("state_seq_get", n)? as usize;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// `llama_state_seq_set_data(bytes, seq_id)`, or `llama_state_seq_set_data_ext(.., flags)`
+    /// when `flags != 0`: the number of bytes llama.cpp read (0: it rejected them).
+    pub fn state_seq_load(
+        &mut self,
+        seq_id: i32,
+        bytes: &[u8],
+        flags: u32,
+    ) -> Result<usize, ShimError> {
+        // SAFETY: bytes is readable for bytes.len() bytes during the call; nothing is kept.
+        let n = unsafe {
+            if flags == 0 {
+                (self.api.state_seq_set)(self.h(), seq_id, bytes.as_ptr(), bytes.len())
+            } else {
+                (self.api.state_seq_set_ext)(self.h(), seq_id, bytes.as_ptr(), bytes.len(), flags)
+            }
+        };
+        Ok(self.check("state_seq_set", n)? as usize)
+    }
+
+    /// `llama_state_get_data` as a save op sees it: the bytes written, empty when none were.
+    pub fn state_save(&mut self) -> Result<Vec<u8>, ShimError> {
+        // SAFETY: live handle.
+        let size = unsafe { (self.api.state_size)(self.h()) };
+        let size = self.check("state_size", size)? as usize;
+        let mut buf = vec![0u8; size];
+        // SAFETY: buf is writable for buf.len() bytes, and the shim writes at most that many.
+        let n = unsafe { (self.api.state_get)(self.h(), buf.as_mut_ptr(), buf.len()) };
+        let n = self.check("state_get", n)? as usize;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// `llama_state_set_data(bytes)` as a load op sees it: the number of bytes read (0:
+    /// rejected). Unlike [`LlamaContext::state_set`], a rejection is a value, not an error.
+    pub fn state_load(&mut self, bytes: &[u8]) -> Result<usize, ShimError> {
+        // SAFETY: bytes is readable for bytes.len() bytes during the call; nothing is kept.
+        let n = unsafe { (self.api.state_set)(self.h(), bytes.as_ptr(), bytes.len()) };
+        Ok(self.check("state_set", n)? as usize)
+    }
+
+    /// `llama_n_ctx`: the context size after llama.cpp's padding.
+    pub fn n_ctx(&mut self) -> Result<u32, ShimError> {
+        // SAFETY: live handle.
+        let n = unsafe { (self.api.n_ctx)(self.h()) };
+        Ok(self.check("n_ctx", n)? as u32)
+    }
+
+    /// `llama_n_seq_max`.
+    pub fn n_seq_max(&mut self) -> Result<u32, ShimError> {
+        // SAFETY: live handle.
+        let n = unsafe { (self.api.n_seq_max)(self.h()) };
+        Ok(self.check("n_seq_max", n)? as u32)
+    }
+
+    /// `llama_n_batch`.
+    pub fn n_batch(&mut self) -> Result<u32, ShimError> {
+        // SAFETY: live handle.
+        let n = unsafe { (self.api.n_batch)(self.h()) };
+        Ok(self.check("n_batch", n)? as u32)
+    }
+
+    /// `llama_n_ubatch`.
+    pub fn n_ubatch(&mut self) -> Result<u32, ShimError> {
+        // SAFETY: live handle.
+        let n = unsafe { (self.api.n_ubatch)(self.h()) };
+        Ok(self.check("n_ubatch", n)? as u32)
     }
 
     /// The logits of the last output of the last decode (`llama_get_logits_ith(-1)`).

@@ -6,11 +6,19 @@
 //! state with `llama_state_set_data`. A restore rebuilds derived state, which is harmless *before*
 //! a trace's first op (the state after the setup is consistent on every pin); it is never done in
 //! the middle of a trace. `tests/it` checks that both kinds of reset give identical observations.
+//!
+//! The setup's configuration (`kv_unified`, `n_batch`, `n_ubatch`, `flash_attn`, `type_k`,
+//! `type_v`) goes into the context params; a configuration llama.cpp refuses to make a context
+//! for (e.g. a quantized V cache without flash attention) is [`HarnessError::Unsupported`] with
+//! llama.cpp's message. State ops read and write the target's [`SlotStore`], emptied at every
+//! reset. The round trip's twin is a second context with the same params, made on first use and
+//! made again when the params change.
 
 use std::path::{Path, PathBuf};
 
 use super::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim, ShimError};
 use crate::base::op::{Op, Pos, SeqId, Setup};
+use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 
@@ -33,11 +41,18 @@ pub struct LlamaTarget {
     format: StateFormat,
     reset_mode: ResetMode,
     ctx: Option<(ContextParams, LlamaContext)>,
-    saved: Option<(Setup, Vec<u8>)>,
+    /// The setup, the state right after it, and the slots its ops wrote (a restore must bring
+    /// those back too: the trace may load them).
+    saved: Option<(Setup, Vec<u8>, SlotStore)>,
     /// `ggml_type` of the K and V caches; `None`: llama.cpp's default (F16).
     cache_type: Option<u32>,
     /// The context holds the logits of a successful decode made since the last reset.
     logits_valid: bool,
+    /// The state ops' buffers of the current trial.
+    slots: SlotStore,
+    /// The round trip's twin: a target over a second context with the same params (its own
+    /// `twin` stays `None`).
+    twin: Option<Box<LlamaTarget>>,
 }
 
 impl LlamaTarget {
@@ -60,6 +75,8 @@ impl LlamaTarget {
             saved: None,
             cache_type: None,
             logits_valid: false,
+            slots: SlotStore::default(),
+            twin: None,
         }
     }
 
@@ -89,18 +106,42 @@ impl LlamaTarget {
         }
     }
 
-    fn params(&self, setup: &Setup) -> ContextParams {
+    /// The context params of `setup`'s configuration (the [`Self::with_cache_type`] override,
+    /// when set, wins over the setup's cache types).
+    pub fn params(&self, setup: &Setup) -> ContextParams {
         ContextParams {
-            type_k: self.cache_type,
-            type_v: self.cache_type,
+            type_k: Some(self.cache_type.unwrap_or(setup.type_k.ggml_type())),
+            type_v: Some(self.cache_type.unwrap_or(setup.type_v.ggml_type())),
             n_ctx: setup.n_ctx,
             n_seq_max: setup.n_seq_max,
-            // A unified KV stream: every sequence shares the cells, as the native model does.
-            kv_unified: true,
-            flash_attn: FlashAttn::Off,
+            n_batch: setup.n_batch.unwrap_or(0),
+            n_ubatch: setup.n_ubatch.unwrap_or(0),
+            kv_unified: setup.kv_unified,
+            flash_attn: if setup.flash_attn {
+                FlashAttn::On
+            } else {
+                FlashAttn::Off
+            },
             n_threads: 1,
             ..ContextParams::default()
         }
+    }
+
+    /// Opens a context with `params`: a context llama.cpp refuses for this configuration is
+    /// [`HarnessError::Unsupported`], any other failure (the model, the library) a harness error.
+    fn open(&self, params: &ContextParams) -> Result<LlamaContext, HarnessError> {
+        self.shim.open(&self.model, params).map_err(|e| match e {
+            // The shim loads the model first: a message from llama_init_from_model means the
+            // model loaded and the context was refused (its checks log under that name, and so
+            // does its catch of the constructor's exceptions).
+            ShimError::Open { ref message, .. } if message.contains("llama_init_from_model") => {
+                HarnessError::Unsupported {
+                    target: self.label.clone(),
+                    reason: message.trim().to_string(),
+                }
+            }
+            e => self.harness(format!("{e:#}")),
+        })
     }
 
     fn ctx(&mut self) -> Result<&mut LlamaContext, HarnessError> {
@@ -138,22 +179,21 @@ impl CacheUnderTest for LlamaTarget {
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         self.logits_valid = false;
+        self.slots.clear();
         let params = self.params(setup);
         if self.reset_mode == ResetMode::Fresh || self.ctx.as_ref().map(|(p, _)| p) != Some(&params)
         {
             self.ctx = None;
             self.saved = None;
-            let ctx = self
-                .shim
-                .open(&self.model, &params)
-                .map_err(|e| self.harness(format!("{e:#}")))?;
+            let ctx = self.open(&params)?;
             self.ctx = Some((params, ctx));
         }
         if self.reset_mode == ResetMode::Restore {
-            if let Some((saved_setup, bytes)) = self.saved.take() {
+            if let Some((saved_setup, bytes, slots)) = self.saved.take() {
                 if saved_setup == *setup {
                     let restored = self.ctx()?.state_set(&bytes);
-                    self.saved = Some((saved_setup, bytes));
+                    self.slots = slots.clone();
+                    self.saved = Some((saved_setup, bytes, slots));
                     return restored.map_err(|e| self.harness(format!("restore: {e:#}")));
                 }
             }
@@ -164,19 +204,26 @@ impl CacheUnderTest for LlamaTarget {
                 .ctx()?
                 .state_get()
                 .map_err(|e| self.harness(format!("save: {e:#}")))?;
-            self.saved = Some((setup.clone(), bytes));
+            self.saved = Some((setup.clone(), bytes, self.slots.clone()));
         }
         Ok(())
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
-        let applied = apply_op(self.ctx()?, op);
+        let Some((_, ctx)) = self.ctx.as_mut() else {
+            return Err(self.harness("no context: reset first"));
+        };
+        let applied = apply_op(ctx, &mut self.slots, op);
         let outcome = applied.map_err(|e| HarnessError::Target {
             target: self.label.clone(),
             message: format!("{op}: {e:#}"),
         })?;
         if outcome == (OpOutcome::Decoded { rc: 0 }) {
             self.logits_valid = true;
+        }
+        if matches!(op, Op::StateLoad { .. }) {
+            // The loaded state brings its own output buffer: not the logits of our last decode.
+            self.logits_valid = false;
         }
         Ok(outcome)
     }
@@ -204,11 +251,65 @@ impl CacheUnderTest for LlamaTarget {
         r.map(Some)
             .map_err(|e| self.harness(format!("logits: {e:#}")))
     }
+
+    fn set_seq_state(&mut self, seq: SeqId, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        let r = self.ctx()?.state_seq_load(seq, bytes, 0);
+        let read = r.map_err(|e| self.harness(format!("state_seq_set: {e:#}")))?;
+        Ok(OpOutcome::Done {
+            returned: Some(read > 0),
+        })
+    }
+
+    fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+        let r = self.ctx()?.state_get();
+        r.map(Some)
+            .map_err(|e| self.harness(format!("state_get: {e:#}")))
+    }
+
+    fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        self.logits_valid = false;
+        let r = self.ctx()?.state_load(bytes);
+        let read = r.map_err(|e| self.harness(format!("state_set: {e:#}")))?;
+        Ok(OpOutcome::Done {
+            returned: Some(read > 0),
+        })
+    }
+
+    fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
+        let Some((params, _)) = self.ctx.as_ref() else {
+            return Err(self.harness("no context: reset first"));
+        };
+        let params = params.clone();
+        let current = self
+            .twin
+            .as_ref()
+            .and_then(|t| t.ctx.as_ref())
+            .is_some_and(|(p, _)| *p == params);
+        if !current {
+            self.twin = None;
+            let ctx = self.open(&params)?;
+            let mut twin = self.fresh_copy();
+            twin.reset_mode = ResetMode::Rebuild;
+            twin.ctx = Some((params, ctx));
+            self.twin = Some(Box::new(twin));
+        }
+        let twin = self.twin.as_mut().expect("made above");
+        twin.logits_valid = false;
+        twin.slots.clear();
+        let cleared = twin.ctx()?.clear(true);
+        cleared.map_err(|e| self.harness(format!("twin clear: {e:#}")))?;
+        Ok(Some(&mut **self.twin.as_mut().expect("made above")))
+    }
 }
 
-/// Performs one op on a llama.cpp context: the one mapping from [`Op`] to the memory API and
-/// `llama_decode` (a token outside the vocabulary is unsupported, not sent).
-pub fn apply_op(c: &mut LlamaContext, op: &Op) -> Result<OpOutcome, ShimError> {
+/// Performs one op on a llama.cpp context: the one mapping from [`Op`] to the memory API,
+/// `llama_decode` (a token outside the vocabulary is unsupported, not sent) and the state API
+/// (over the trial's `slots`).
+pub fn apply_op(
+    c: &mut LlamaContext,
+    slots: &mut SlotStore,
+    op: &Op,
+) -> Result<OpOutcome, ShimError> {
     let returned = match *op {
         Op::SeqRm { seq, p0, p1 } => Some(c.seq_rm(seq, p0, p1)?),
         Op::SeqCp { src, dst, p0, p1 } => {
@@ -231,13 +332,45 @@ pub fn apply_op(c: &mut LlamaContext, op: &Op) -> Result<OpOutcome, ShimError> {
             c.clear(true)?;
             None
         }
-        Op::StateSeqSave { .. }
-        | Op::StateSeqLoad { .. }
-        | Op::StateSave { .. }
-        | Op::StateLoad { .. } => {
-            return Ok(OpOutcome::Unsupported {
-                reason: "state ops: not yet implemented for llama.cpp".into(),
-            })
+        Op::StateSeqSave {
+            seq,
+            ref slot,
+            flags,
+        } => {
+            let bytes = c.state_seq_save(seq, flags)?;
+            let written = !bytes.is_empty();
+            slots.save(slot, bytes);
+            Some(written)
+        }
+        Op::StateSeqLoad {
+            seq,
+            ref slot,
+            flags,
+            truncate,
+            flip,
+        } => {
+            let bytes = match slots.load(slot, truncate, flip) {
+                Ok(b) => b,
+                Err(refused) => return Ok(refused),
+            };
+            Some(c.state_seq_load(seq, &bytes, flags)? > 0)
+        }
+        Op::StateSave { ref slot } => {
+            let bytes = c.state_save()?;
+            let written = !bytes.is_empty();
+            slots.save(slot, bytes);
+            Some(written)
+        }
+        Op::StateLoad {
+            ref slot,
+            truncate,
+            flip,
+        } => {
+            let bytes = match slots.load(slot, truncate, flip) {
+                Ok(b) => b,
+                Err(refused) => return Ok(refused),
+            };
+            Some(c.state_load(&bytes)? > 0)
         }
         Op::Decode(ref d) => {
             let tokens = d.token_ids();

@@ -36,6 +36,7 @@ pub use self::parent::{crash_detail, WorkerRunner};
 pub use self::server::worker_main;
 use super::target::ResetMode;
 use crate::base::state::StateFormat;
+use crate::base::target::Observe;
 
 #[cfg(doc)]
 use {
@@ -60,4 +61,43 @@ pub struct WorkerSpec {
     pub timeout: Duration,
     /// How the worker resets between trials.
     pub reset: ResetMode,
+    /// What the worker observes after each op beyond the accessors and per-sequence dumps
+    /// (passed at spawn: `--observe`, see [`observe_arg`]).
+    pub observe: Observe,
+}
+
+/// `--observe`'s value for `what`: `basic`, or a comma-separated list of `whole`,
+/// `round-trip` and `before`.
+pub fn observe_arg(what: Observe) -> String {
+    let parts: Vec<&str> = [
+        (what.whole, "whole"),
+        (what.round_trip, "round-trip"),
+        (what.before, "before"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    if parts.is_empty() {
+        "basic".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// The [`Observe`] an `--observe` value names (the inverse of [`observe_arg`]).
+pub fn parse_observe_arg(arg: &str) -> Option<Observe> {
+    let mut o = Observe::BASIC;
+    if arg == "basic" {
+        return Some(o);
+    }
+    for part in arg.split(',') {
+        match part {
+            "whole" => o.whole = true,
+            "round-trip" => o.round_trip = true,
+            "before" => o.before = true,
+            "all" => o = Observe::ALL,
+            _ => return None,
+        }
+    }
+    Some(o)
 }

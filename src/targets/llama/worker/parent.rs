@@ -210,6 +210,8 @@ impl WorkerRunner {
         if self.spec.reset == ResetMode::Rebuild {
             cmd.arg("--rebuild-resets");
         }
+        cmd.arg("--observe")
+            .arg(super::observe_arg(self.spec.observe));
         let mut child = cmd.spawn().map_err(|e| {
             self.harness(format!(
                 "cannot start worker {}: {e}",

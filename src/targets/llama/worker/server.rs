@@ -17,7 +17,7 @@ use std::path::Path;
 use super::wire::{read_request, write_reply, Reply, Request, WireRun, DIED_MARKER, REPLY_GROUP};
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
+use crate::base::target::{CacheUnderTest, HarnessError, Observe, OpOutcome, TargetInfo};
 use crate::running::runner::{LocalRunner, TrialRunner as _};
 use crate::targets::llama::ffi::LlamaShim;
 use crate::targets::llama::sys;
@@ -47,10 +47,27 @@ impl CacheUnderTest for Stepped {
     fn seq_state(&mut self, seq: i32) -> Result<Vec<u8>, HarnessError> {
         self.0.seq_state(seq)
     }
+    fn last_logits(&mut self) -> Result<Option<Vec<f32>>, HarnessError> {
+        self.0.last_logits()
+    }
+    fn set_seq_state(&mut self, seq: i32, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        self.0.set_seq_state(seq, bytes)
+    }
+    fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+        self.0.state_get()
+    }
+    fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        self.0.state_set(bytes)
+    }
+    // The twin's ops are observation, not trace steps: they do not advance the step counter.
+    fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
+        self.0.twin()
+    }
 }
 
 /// The worker process: `kvaudit worker --shim SO --model GGUF --label L [--rot-fields]
-/// [--rebuild-resets]`. Returns the process exit code (0: stdin closed; 3: a harness error,
+/// [--rebuild-resets] [--observe WHAT]`; it observes what `observe` says after every op.
+/// Returns the process exit code (0: stdin closed; 3: a harness error,
 /// reported as a `Reply::Error` line when the parent can still read it).
 pub fn worker_main(
     shim: &Path,
@@ -58,6 +75,7 @@ pub fn worker_main(
     label: &str,
     format: StateFormat,
     reset: ResetMode,
+    observe: Observe,
 ) -> i32 {
     sys::install_fatal_signal_report();
     sys::keep_freed_memory();
@@ -71,7 +89,7 @@ pub fn worker_main(
         }
     };
     let target = LlamaTarget::new(loaded, model, label, format, reset);
-    let mut runner = LocalRunner::new(Box::new(Stepped(target)));
+    let mut runner = LocalRunner::new(Box::new(Stepped(target))).with_observe(observe);
     if !write_reply(&mut out, &Reply::Ready(runner.info()), true) {
         return 3;
     }
