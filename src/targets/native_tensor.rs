@@ -15,7 +15,12 @@
 //!
 //! Memory ops run on the cell cache; `seq_add`/`seq_div` re-position the keys of moved cells at
 //! once (llama.cpp defers its K-shift to the next decode). The serialized state carries the rows
-//! (`state_seq_bytes`), and a sequence can be restored from it ([`CacheUnderTest::set_seq_state`]).
+//! (per sequence and whole context), and the state ops and loads restore them
+//! ([`CacheUnderTest::set_seq_state`], [`CacheUnderTest::state_set`]). With one stream per
+//! sequence the payload is indexed by cell number across streams, and a cross-stream `seq_cp`
+//! copies the rows with the cells. `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE`, which keeps rows in the
+//! context instead of the bytes, is not modelled here (the op is unsupported; the metadata-only
+//! `native` target models it).
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,21 +1,35 @@
-//! A Rust model of llama.cpp's unified KV cell cache.
+//! A Rust model of llama.cpp's KV cell cache (`llama_kv_cache`, attention layers).
 //!
 //! This crate is a KV cache that could be used on its own: it knows nothing of kvaudit. It models
 //! the bookkeeping of `llama_kv_cells` (src/llama-kv-cells.h) and the sequence operations of
-//! `llama_kv_cache` (src/llama-kv-cache.cpp) in llama.cpp, for one stream (`kv_unified = true`):
+//! `llama_kv_cache` (src/llama-kv-cache.cpp) in llama.cpp (read against llama-cpp-sys-2 0.1.161):
 //!
+//! - streams: one shared by every sequence ([`CacheConfig::unified`]), or one per sequence
+//!   (`seq_to_stream[s] = s`), each of [`CacheConfig::n_ctx`] cells with its own head. An op on a
+//!   sequence works in that sequence's stream only (`seq_keep` leaves other streams alone);
+//!   `seq_rm(-1, ..)` and `clear` go over all of them; a `seq_cp` across streams copies the whole
+//!   stream or, for part of a sequence, is refused where llama.cpp aborts;
 //! - cells with a position, an accumulated shift and a sequence bitset;
 //! - a per-sequence position index (position -> number of cells) that answers
 //!   `seq_pos_min`/`seq_pos_max`, maintained one cell at a time as llama.cpp does;
 //! - the six memory operations (`seq_rm`, `seq_cp`, `seq_keep`, `seq_add`, `seq_div`, `clear`);
 //! - decode: batch validation as `llama_batch_allocr::init` does it, slot search as `find_slot`
-//!   (non-contiguous) and placement as `apply_ubatch`;
-//! - serialization in the byte format of `llama_state_seq_get_data`, and restore of one
-//!   sequence from it (`llama_state_seq_set_data`);
+//!   (non-contiguous, per stream) and placement as `apply_ubatch`; a batch that does not fit its
+//!   stream fails with rc 1;
+//! - serialization ([`state`]) in the byte formats of `llama_state_seq_get_data` and
+//!   `llama_state_get_data`, and restore from them along llama.cpp's own failure paths;
 //! - optionally ([`CellCache::with_tensors`]), a tensor payload ([`tensors`]): per layer K, pre-RoPE
 //!   K and V rows per cell, re-positioned on `seq_add`/`seq_div` by one rotation ([`rope`]) and
 //!   attended under a per-layer sliding window keyed off absolute positions. Without it the cache
 //!   is metadata only and pays nothing for it.
+//!
+//! Flash attention and the K/V cache types are not part of the model: they change how llama.cpp
+//! lays rows out (transposed V, quantized blocks), not which cells hold what.
+//!
+//! Sequence ids: `0..n_seq_max` are accepted. llama.cpp aborts on larger ids with one stream per
+//! sequence (`GGML_ASSERT(seq_id < seq_to_stream.size())`) and, unified, accepts ids up to
+//! `LLAMA_MAX_SEQ` (256) in memory ops while its decode refuses them; this model refuses them
+//! ([`CacheError::InvalidSeq`]) in memory ops too.
 //!
 //! With [`Faults::default()`] the cache is correct: the position index always equals the
 //! multiset of resident positions. Each field of [`Faults`] re-creates a known bug class so that
@@ -1174,7 +1188,7 @@ impl Stream {
     }
 }
 
-mod state;
+pub mod state;
 pub use state::{state_seq_header, STATE_ARCH};
 
 #[cfg(test)]
