@@ -343,8 +343,8 @@ fn emit_load(
     let v = slot_var(slot);
     let _ = writeln!(
         out,
-        "    if (!{v}) printf(\"  slot %s holds nothing (never saved): not loaded\\n\", \"{}\");",
-        slot.as_str()
+        "    if (!{v}) printf(\"  slot %s holds nothing (never saved): not loaded\\n\", {});",
+        c_string_literal(slot.as_str())
     );
     let _ = writeln!(out, "    else {{");
     let _ = writeln!(out, "        size_t len = {v}_len;");

@@ -205,3 +205,17 @@ fn worker_exe(current: PathBuf) -> PathBuf {
     }
     dir.join("kvaudit")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_observe_everything_unless_told() {
+        let spec = TargetSpec::new("native", &[]);
+        assert_eq!(spec.observe, Observe::ALL);
+        let basic = spec.with_observe(Observe::BASIC);
+        assert_eq!(basic.observe, Observe::BASIC);
+        assert!(basic.factory().is_ok());
+    }
+}

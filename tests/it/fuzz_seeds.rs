@@ -239,6 +239,18 @@ fn generated_seeds() -> Result<Vec<(&'static str, String, Vec<u8>)>, String> {
         "finding-differential.json",
         to_bytes(&finding),
     );
+    let state_ops = json!({
+        "oracle": "differential", "kind": "cells differ", "seq": 1,
+        "expected": {"pos_min": 0, "pos_max": 4, "cells": [0, 1, 2, 3, 4]},
+        "trace": {"setup": {"n_ctx": 256, "n_seq_max": 2, "kv_unified": false, "n_batch": 64,
+                            "n_ubatch": 8, "flash_attn": true, "type_k": "q8_0", "type_v": "q4_0",
+                            "ops": [{"op": "decode", "seq": 0, "n": 5}, {"op": "state_save", "slot": "setup_w"}]},
+                  "ops": [{"op": "state_seq_save", "seq": 0, "slot": "a", "flags": 1},
+                          {"op": "state_seq_load", "seq": 1, "slot": "a", "flags": 1, "truncate": 30, "flip": 9},
+                          {"op": "state_load", "slot": "setup_w", "flip": 4000000000u32},
+                          {"op": "state_seq_load", "seq": 1, "slot": "never_saved"}]}
+    });
+    add("repro_json", "finding-state-ops.json", to_bytes(&state_ops));
     let mut big = first.clone();
     big["trace"]["setup"]["n_ctx"] = json!(u32::MAX);
     add("repro_json", "n-ctx-too-large.json", to_bytes(&big));

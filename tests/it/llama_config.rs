@@ -15,14 +15,21 @@ use std::process::Command;
 
 use libtest_mimic::Trial;
 
+use kvaudit::base::op::{Op, Setup, Trace};
 use kvaudit::base::state::{parse_seq_state, parse_whole_state, StateFormat};
+use kvaudit::running::runner::{TrialEnd, TrialRunner};
 use kvaudit::targets::llama::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim};
+use kvaudit::targets::llama::target::ResetMode;
+use kvaudit::targets::llama::worker::WorkerRunner;
 use kvaudit::targets::registry::llama_worker_spec;
 
 const PINS: [&str; 2] = ["llama.cpp@0.1.156", "llama.cpp@0.1.161"];
 
 pub fn trials() -> Vec<Trial> {
     vec![
+        Trial::test("llama_config::alternating_configurations", || {
+            super::outcome(alternating_configurations())
+        }),
         Trial::test("llama_config::measure", || super::outcome(measure())).with_ignored_flag(true),
         Trial::test("llama_config::probe", || super::outcome(probe_child()))
             .with_ignored_flag(true),
@@ -69,6 +76,66 @@ fn probes() -> Vec<String> {
         }
     }
     v
+}
+
+/// One batch whose traces alternate between configurations (unified, one stream per sequence,
+/// and one llama.cpp refuses) observes the same with fast resets as with rebuilt ones, and every
+/// trace of the refused configuration is an unsupported trial.
+fn alternating_configurations() -> Result<(), String> {
+    let setup = |config: &str| -> Result<Setup, String> {
+        let mut s = Setup::default().with_config(config)?;
+        s.n_seq_max = 2;
+        s.ops = vec![op(r#"{"op":"decode","seq":0,"n":4}"#)?];
+        Ok(s)
+    };
+    let configs = [
+        setup("kv_unified=true")?,
+        setup("kv_unified=false")?,
+        setup("type_v=q8_0")?,
+    ];
+    let ops = [
+        r#"{"op":"state_seq_save","seq":0,"slot":"a"}"#,
+        r#"{"op":"state_seq_load","seq":1,"slot":"a"}"#,
+        r#"{"op":"seq_rm","seq":0,"p0":1,"p1":-1}"#,
+    ]
+    .iter()
+    .map(|j| op(j))
+    .collect::<Result<Vec<_>, _>>()?;
+    let mut traces = Vec::new();
+    for round in 0..3 {
+        for s in &configs {
+            traces.push(Trace {
+                setup: s.clone(),
+                ops: ops[..=round % ops.len()].to_vec(),
+            });
+        }
+    }
+    let spec = llama_worker_spec("llama.cpp@0.1.161", None)?;
+    let mut slow_spec = spec.clone();
+    slow_spec.reset = ResetMode::Rebuild;
+    let fast = WorkerRunner::new(spec)
+        .map_err(|e| e.to_string())?
+        .run_batch(&traces)
+        .map_err(|e| e.to_string())?;
+    let slow = WorkerRunner::new(slow_spec)
+        .map_err(|e| e.to_string())?
+        .run_batch(&traces)
+        .map_err(|e| e.to_string())?;
+    for (i, ((t, f), s)) in traces.iter().zip(&fast).zip(&slow).enumerate() {
+        if f != s {
+            return Err(format!("trace {i}: restore {f:?}, rebuild {s:?}"));
+        }
+        let refused = t.setup.type_v != Default::default();
+        match (&f.end, refused) {
+            (TrialEnd::Unsupported { step: 0, .. }, true) | (TrialEnd::Completed, false) => {}
+            (end, _) => return Err(format!("trace {i} ({:?}): ended {end:?}", t.setup)),
+        }
+    }
+    Ok(())
+}
+
+fn op(json: &str) -> Result<Op, String> {
+    serde_json::from_str(json).map_err(|e| format!("{json}: {e}"))
 }
 
 fn measure() -> Result<(), String> {

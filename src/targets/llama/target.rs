@@ -53,7 +53,22 @@ pub struct LlamaTarget {
     /// The round trip's twin: a target over a second context with the same params (its own
     /// `twin` stays `None`).
     twin: Option<Box<LlamaTarget>>,
+    /// Contexts of other configurations, each with its saved setup state, most recent last: a
+    /// batch that alternates configurations keeps its fast resets.
+    parked: Vec<Parked>,
+    /// Configurations llama.cpp refused, with its reason (asked once, not per trial).
+    refused: Vec<(ContextParams, String)>,
 }
+
+/// A context set aside by a reset to another configuration.
+struct Parked {
+    params: ContextParams,
+    ctx: LlamaContext,
+    saved: Option<(Setup, Vec<u8>, SlotStore)>,
+}
+
+/// How many contexts of other configurations a target keeps.
+const MAX_PARKED: usize = 4;
 
 impl LlamaTarget {
     /// A target over a loaded shim and a model file. `label` names it in reports
@@ -77,6 +92,8 @@ impl LlamaTarget {
             logits_valid: false,
             slots: SlotStore::default(),
             twin: None,
+            parked: Vec::new(),
+            refused: Vec::new(),
         }
     }
 
@@ -159,6 +176,46 @@ impl LlamaTarget {
         self.ctx.as_mut().map(|(_, c)| c)
     }
 
+    /// Makes the context of `params` current: parks the current one (with its saved state) and
+    /// takes a parked one of `params`, or opens one. Only at reset: a parked context is restored
+    /// or rebuilt before any trace runs on it.
+    fn switch_context(&mut self, params: ContextParams) -> Result<(), HarnessError> {
+        if let Some((p, ctx)) = self.ctx.take() {
+            self.parked.push(Parked {
+                params: p,
+                ctx,
+                saved: self.saved.take(),
+            });
+            if self.parked.len() > MAX_PARKED {
+                self.parked.remove(0);
+            }
+        }
+        self.saved = None;
+        if let Some(i) = self.parked.iter().position(|x| x.params == params) {
+            let x = self.parked.remove(i);
+            self.ctx = Some((x.params, x.ctx));
+            self.saved = x.saved;
+            return Ok(());
+        }
+        if let Some((_, reason)) = self.refused.iter().find(|(p, _)| *p == params) {
+            return Err(HarnessError::Unsupported {
+                target: self.label.clone(),
+                reason: reason.clone(),
+            });
+        }
+        match self.open(&params) {
+            Ok(ctx) => {
+                self.ctx = Some((params, ctx));
+                Ok(())
+            }
+            Err(HarnessError::Unsupported { target, reason }) => {
+                self.refused.push((params, reason.clone()));
+                Err(HarnessError::Unsupported { target, reason })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn rebuild(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         self.ctx()?.clear(true).map_err(|e| self.harness(e))?;
         crate::base::target::apply_setup_ops(self, setup)?;
@@ -181,12 +238,13 @@ impl CacheUnderTest for LlamaTarget {
         self.logits_valid = false;
         self.slots.clear();
         let params = self.params(setup);
-        if self.reset_mode == ResetMode::Fresh || self.ctx.as_ref().map(|(p, _)| p) != Some(&params)
-        {
+        if self.reset_mode == ResetMode::Fresh {
             self.ctx = None;
             self.saved = None;
             let ctx = self.open(&params)?;
             self.ctx = Some((params, ctx));
+        } else if self.ctx.as_ref().map(|(p, _)| p) != Some(&params) {
+            self.switch_context(params)?;
         }
         if self.reset_mode == ResetMode::Restore {
             if let Some((saved_setup, bytes, slots)) = self.saved.take() {

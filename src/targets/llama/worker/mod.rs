@@ -101,3 +101,19 @@ pub fn parse_observe_arg(arg: &str) -> Option<Observe> {
     }
     Some(o)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observe_args_round_trip() {
+        for whole in [false, true] {
+            for round_trip in [false, true] {
+                let what = Observe { whole, round_trip };
+                assert_eq!(parse_observe_arg(observe_arg(what)), Some(what));
+            }
+        }
+        assert_eq!(parse_observe_arg("everything"), None);
+    }
+}
