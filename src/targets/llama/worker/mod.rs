@@ -110,8 +110,14 @@ mod tests {
     fn observe_args_round_trip() {
         for whole in [false, true] {
             for round_trip in [false, true] {
-                let what = Observe { whole, round_trip };
-                assert_eq!(parse_observe_arg(observe_arg(what)), Some(what));
+                for before in [false, true] {
+                    let what = Observe {
+                        whole,
+                        round_trip,
+                        before,
+                    };
+                    assert_eq!(parse_observe_arg(&observe_arg(what)), Some(what));
+                }
             }
         }
         assert_eq!(parse_observe_arg("everything"), None);
