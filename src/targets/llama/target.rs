@@ -58,6 +58,8 @@ pub struct LlamaTarget {
     parked: Vec<Parked>,
     /// Configurations llama.cpp refused, with its reason (asked once, not per trial).
     refused: Vec<(ContextParams, String)>,
+    /// Setups whose saved state does not restore faithfully on this pin: rebuilt every time.
+    unrestorable: Vec<Setup>,
 }
 
 /// A context set aside by a reset to another configuration.
@@ -93,6 +95,7 @@ impl LlamaTarget {
             slots: SlotStore::default(),
             twin: None,
             parked: Vec::new(),
+            unrestorable: Vec::new(),
             refused: Vec::new(),
         }
     }
@@ -216,6 +219,17 @@ impl LlamaTarget {
         }
     }
 
+    /// Every sequence of `setup` as the context answers now: accessors and dump bytes.
+    fn snapshot(&mut self, setup: &Setup) -> Result<Vec<(Pos, Pos, Vec<u8>)>, HarnessError> {
+        let mut out = Vec::new();
+        for seq in 0..setup.n_seq_max as SeqId {
+            let c = self.ctx()?;
+            let r = (|| Ok::<_, ShimError>((c.seq_pos_min(seq)?, c.seq_pos_max(seq)?, c.state_seq_get(seq)?)))();
+            out.push(r.map_err(|e| self.harness(format!("snapshot: {e:#}")))?);
+        }
+        Ok(out)
+    }
+
     fn rebuild(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         self.ctx()?.clear(true).map_err(|e| self.harness(e))?;
         crate::base::target::apply_setup_ops(self, setup)?;
@@ -257,12 +271,26 @@ impl CacheUnderTest for LlamaTarget {
             }
         }
         self.rebuild(setup)?;
-        if self.reset_mode == ResetMode::Restore {
+        if self.reset_mode == ResetMode::Restore && !self.unrestorable.contains(setup) {
             let bytes = self
                 .ctx()?
                 .state_get()
                 .map_err(|e| self.harness(format!("save: {e:#}")))?;
-            self.saved = Some((setup.clone(), bytes, self.slots.clone()));
+            // A restore is only a fast reset if it gives back what the setup built: on some pins
+            // and configurations it does not (0.1.156 keeps one stream of a multi-stream whole
+            // state, corpora/). Checked once per setup; such a setup is rebuilt every time, and
+            // the round-trip oracle reports the loss as a finding.
+            let built = self.snapshot(setup)?;
+            self.ctx()?
+                .state_set(&bytes)
+                .map_err(|e| self.harness(format!("restore: {e:#}")))?;
+            if self.snapshot(setup)? == built {
+                self.saved = Some((setup.clone(), bytes, self.slots.clone()));
+            } else {
+                self.unrestorable.push(setup.clone());
+                self.saved = None;
+                self.rebuild(setup)?;
+            }
         }
         Ok(())
     }
