@@ -142,12 +142,12 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 9] = [
-    "seed", "wide", "streams", "state", "batch", "full", "flash", "quant", "server",
+pub const PRESETS: [&str; 10] = [
+    "seed", "wide", "streams", "state", "batch", "full", "flash", "quant", "seqids", "server",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 9] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 10] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -156,6 +156,7 @@ pub const PRESET_SUMMARIES: [(&str, &str); 9] = [
     ("full", "a context that fills: a decode that does not fit returns 1"),
     ("flash", "seed with flash attention on"),
     ("quant", "seed with q8_0 K/V caches (and flash attention, which quantized V needs)"),
+    ("seqids", "sequence ids at and beyond n_seq_max (2 and 40), which a unified cache may accept"),
     ("server", "like llama-server with 4 slots: one stream per slot, whole-slot copies, slot save/restore, a filling context"),
 ];
 
@@ -252,6 +253,10 @@ impl Domain {
                     ..seed.setup.clone()
                 },
             )),
+            "seqids" => Some(Domain {
+                beyond_seqs: vec![2, 40],
+                ..named("seqids", seed.setup.clone())
+            }),
             "server" => Some(Domain {
                 name: "server".into(),
                 setup: Setup {
