@@ -206,6 +206,10 @@ impl Judges {
                 (Reads::Pair, None) => continue,
                 _ => (Seen::Step { op, after: last }, None),
             };
+            if !oracle.judges(&seen) {
+                tally.unjudged(oracle.id());
+                continue;
+            }
             let violated = !oracle.holds(&seen);
             tally.count(oracle.id(), depth, violated);
             if violated {
@@ -517,6 +521,34 @@ fn odometer(digits: &mut [usize], n: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_oracle_whose_observation_a_target_cannot_give_is_not_judged_not_passed() {
+        use crate::base::target::Observe;
+        use crate::running::runner::{LocalRunner, TrialRunner};
+        use crate::targets::native::NativeTarget;
+        let basic = || -> Result<Box<dyn TrialRunner>, HarnessError> {
+            Ok(Box::new(
+                LocalRunner::new(Box::new(NativeTarget::new(Default::default())))
+                    .with_observe(Observe::BASIC),
+            ))
+        };
+        let cfg = ExhaustiveConfig {
+            domain: crate::base::domain::Domain::preset("seed").unwrap(),
+            depth: 1,
+            shard: Shard::WHOLE,
+            threads: 1,
+            batch: 64,
+            oracles: crate::oracles::Registry::builtin(),
+        };
+        let report = run_exhaustive(&cfg, &basic, None, &mut |_| {}).unwrap();
+        let stats = |name: &str| &report.oracles[&crate::oracles::OracleId::known(name).unwrap()];
+        assert_eq!(stats("I1").checked, 49);
+        for name in ["conservation", "round-trip", "contract"] {
+            assert_eq!(stats(name).checked, 0, "{name}");
+        }
+        assert!(report.oracle_table().contains("0 (not judged)"));
+    }
 
     #[test]
     fn shards_cover_every_trial_once() {

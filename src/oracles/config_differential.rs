@@ -133,6 +133,10 @@ impl Oracle for ConfigDifferential {
         }
     }
 
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        super::seen_has(seen, self.observes())
+    }
+
     fn observes(&self) -> Observe {
         Observe {
             before: true,

@@ -103,6 +103,10 @@ impl Oracle for Conservation {
         }
     }
 
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        super::seen_has(seen, self.observes())
+    }
+
     fn observes(&self) -> Observe {
         Observe {
             whole: true,

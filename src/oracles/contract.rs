@@ -389,6 +389,9 @@ impl Oracle for Contract {
     fn observes(&self) -> Observe {
         OBSERVES
     }
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        super::seen_has(seen, OBSERVES)
+    }
 }
 
 impl Oracle for ContractQuestion {
@@ -422,6 +425,9 @@ impl Oracle for ContractQuestion {
     }
     fn observes(&self) -> Observe {
         OBSERVES
+    }
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        super::seen_has(seen, OBSERVES)
     }
 }
 

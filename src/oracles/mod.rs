@@ -282,6 +282,27 @@ pub trait Oracle: Send + Sync {
     fn observes(&self) -> Observe {
         Observe::BASIC
     }
+    /// Whether `seen` holds what this oracle needs to judge (what [`Oracle::observes`] asks
+    /// for; a target that cannot give it gives nothing). A step it cannot judge is not counted
+    /// as checked, so an oracle a target cannot take shows as unjudged, never as passing.
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        let _ = seen;
+        true
+    }
+}
+
+/// Whether the observations in `seen` carry what `what` asks for.
+pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
+    let has = |s: &StepObservation| {
+        (!what.whole || s.whole.is_some())
+            && (!what.round_trip || s.round_trip.is_some())
+            && (!what.before || s.before.is_some())
+    };
+    match seen {
+        Seen::Step { after, .. } => has(after),
+        Seen::Pair { a, b, .. } => has(a) && has(b),
+        Seen::Crash { .. } => true,
+    }
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.

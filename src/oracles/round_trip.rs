@@ -146,6 +146,10 @@ impl Oracle for RoundTripOracle {
         }
     }
 
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        super::seen_has(seen, self.observes())
+    }
+
     fn observes(&self) -> Observe {
         Observe {
             round_trip: true,

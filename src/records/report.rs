@@ -256,10 +256,14 @@ impl Report {
             depth: self.depth,
         };
         prereg::check(predictions, &run, |oracle| {
-            self.oracles.get(&oracle).map(|stats| OraclePrediction {
-                violated: stats.violations > 0,
-                first_depth: stats.first_depth,
-            })
+            // An oracle that judged nothing has no outcome to confirm or falsify.
+            self.oracles
+                .get(&oracle)
+                .filter(|s| s.checked > 0)
+                .map(|stats| OraclePrediction {
+                    violated: stats.violations > 0,
+                    first_depth: stats.first_depth,
+                })
         })
     }
 
@@ -337,7 +341,7 @@ impl Report {
         #[derive(Tabled)]
         struct Row {
             oracle: String,
-            checked: u64,
+            checked: String,
             violations: u64,
             #[tabled(rename = "first depth")]
             first_depth: String,
@@ -345,7 +349,7 @@ impl Report {
         }
         let rows = self.oracles.iter().map(|(id, s)| Row {
             oracle: id.to_string(),
-            checked: s.checked,
+            checked: checked_cell(s.checked, self.trials),
             violations: s.violations,
             first_depth: s.first_depth.map_or("-".into(), |d| d.to_string()),
             findings: self.findings.iter().filter(|f| f.oracle == *id).count(),
@@ -496,7 +500,8 @@ impl Report {
                 let _ = writeln!(
                     s,
                     "| {id} | {} | {} | {fd} | {n} |",
-                    st.checked, st.violations
+                    checked_cell(st.checked, self.trials),
+                    st.violations
                 );
             }
         }
@@ -751,4 +756,13 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, Error> {
         tally,
         timing,
     ))
+}
+/// The "checked" cell of an oracle row: the count, or that the target gave the oracle nothing
+/// to judge in a run that had trials.
+fn checked_cell(checked: u64, trials: u64) -> String {
+    if checked == 0 && trials > 0 {
+        "0 (not judged)".into()
+    } else {
+        checked.to_string()
+    }
 }

@@ -53,6 +53,13 @@ impl Tally {
     }
 
     /// Counts one evaluation of `oracle` on a trial of `depth`.
+    /// Notes that `oracle` could not judge a trial (its observation was missing): the oracle is
+    /// listed, with nothing checked.
+    pub fn unjudged(&mut self, oracle: OracleId) {
+        self.oracles.entry(oracle).or_default();
+    }
+
+    /// Counts one trial judged by `oracle`.
     pub fn count(&mut self, oracle: OracleId, depth: u32, violated: bool) {
         let s = self.oracles.entry(oracle).or_default();
         s.checked += 1;

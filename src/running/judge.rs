@@ -89,7 +89,8 @@ pub fn judge_run(
                     op: &trace.ops[i],
                     after,
                 };
-                (!oracle.holds(&seen)).then(|| (i + 1, oracle.check(&seen), false))
+                (oracle.judges(&seen) && !oracle.holds(&seen))
+                    .then(|| (i + 1, oracle.check(&seen), false))
             }),
             Reads::Pair => {
                 let b = b.expect("pair oracles observe runs with a second target");
@@ -103,7 +104,8 @@ pub fn judge_run(
                             a: x,
                             b: y,
                         };
-                        (!oracle.holds(&seen)).then(|| (i + 1, oracle.check(&seen), false))
+                        (oracle.judges(&seen) && !oracle.holds(&seen))
+                            .then(|| (i + 1, oracle.check(&seen), false))
                     })
             }
             Reads::Crash => crash.and_then(|(step, on_vs, message)| {

@@ -224,7 +224,13 @@ impl LlamaTarget {
         let mut out = Vec::new();
         for seq in 0..setup.n_seq_max as SeqId {
             let c = self.ctx()?;
-            let r = (|| Ok::<_, ShimError>((c.seq_pos_min(seq)?, c.seq_pos_max(seq)?, c.state_seq_get(seq)?)))();
+            let r = (|| {
+                Ok::<_, ShimError>((
+                    c.seq_pos_min(seq)?,
+                    c.seq_pos_max(seq)?,
+                    c.state_seq_get(seq)?,
+                ))
+            })();
             out.push(r.map_err(|e| self.harness(format!("snapshot: {e:#}")))?);
         }
         Ok(out)
