@@ -373,9 +373,10 @@ fn check_repro_c(
     finding: &Value,
     reproduces: &std::collections::BTreeMap<String, bool>,
 ) -> Result<(), String> {
-    let dir = std::env::temp_dir().join(format!("kvaudit-it-repro-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let file = dir.join("finding.json");
+    // A folder of its own: the repro_c cases run in parallel, and a folder per process would
+    // let one case's finding overwrite another's before `kvaudit repro` reads it.
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let file = dir.path().join("finding.json");
     std::fs::write(&file, finding.to_string()).map_err(|e| e.to_string())?;
     for (target, want) in reproduces {
         let out = Command::new(env!("CARGO_BIN_EXE_kvaudit"))
@@ -407,6 +408,5 @@ fn check_repro_c(
             return Err(format!("{target}: output lacks {line:?}\n{stdout}"));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
