@@ -83,7 +83,9 @@ fn probes() -> Vec<String> {
 /// trace of the refused configuration is an unsupported trial.
 fn alternating_configurations() -> Result<(), String> {
     let setup = |config: &str| -> Result<Setup, String> {
-        let mut s = Setup::default().with_config(config).map_err(|e| e.to_string())?;
+        let mut s = Setup::default()
+            .with_config(config)
+            .map_err(|e| e.to_string())?;
         s.n_seq_max = 2;
         s.ops = vec![op(r#"{"op":"decode","seq":0,"n":4}"#)?];
         Ok(s)

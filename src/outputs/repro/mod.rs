@@ -336,6 +336,16 @@ impl Repro {
         s.push_str("  \"trace\": {\n    \"setup\": {\n");
         let _ = writeln!(s, "      \"n_ctx\": {},", setup.n_ctx);
         let _ = writeln!(s, "      \"n_seq_max\": {},", setup.n_seq_max);
+        // The configuration fields, as the setup serializes them (defaults left out), so a
+        // repro replays under the configuration it was found in.
+        if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(setup) {
+            for (k, v) in fields
+                .iter()
+                .filter(|(k, _)| !["n_ctx", "n_seq_max", "ops"].contains(&k.as_str()))
+            {
+                let _ = writeln!(s, "      {}: {},", compact(&k.as_str()), compact(v));
+            }
+        }
         s.push_str("      \"ops\": ");
         op_lines(&mut s, "      ", &setup.ops);
         s.push_str("\n    },\n    \"ops\": ");
@@ -557,6 +567,21 @@ mod tests {
         let text = with_found.to_text();
         assert!(text.contains("\"ops\": []"), "{text}");
         assert_eq!(Repro::parse(&text).unwrap().to_text(), text);
+    }
+
+    #[test]
+    fn the_setup_configuration_survives_the_file() {
+        let mut r = seed_repro();
+        r.trace.setup = r
+            .trace
+            .setup
+            .with_config("kv_unified=false,n_ubatch=4,flash_attn=on,type_k=q8_0")
+            .unwrap();
+        let text = r.to_text();
+        assert!(text.contains("\"kv_unified\": false,"), "{text}");
+        let back = Repro::parse(&text).unwrap();
+        assert_eq!(back.trace.setup, r.trace.setup);
+        assert_eq!(back.to_text(), text);
     }
 
     #[test]
