@@ -102,8 +102,8 @@ def theorems_rows(text):
 
 def llama_rows(text):
     rows = [
-        "| pin | audit, 1 worker | audit, all workers: total (per worker) | in process, restore resets | naive | restore / naive |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| pin | audit, 1 worker | audit, all workers: total (per worker) | in process, restore resets | naive | restore / naive | depth-2 `seed` | depth-2 `server` |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     pins = sorted(set(re.findall(r"^(llama\.cpp@[\w.+]+):", text, re.M)))
     for pin in pins:
@@ -115,7 +115,8 @@ def llama_rows(text):
         naive = re.search(p + r": in process, naive [^:]*: ([\d.]+) trials/s", text)
         ratio = re.search(p + r": restore resets / naive = ([\d.]+)x", text)
         cell = lambda m, unit="/s": f"{num(m.group(1))}{unit}" if m else "-"
-        rows.append(f"| {pin.split('@')[1]} | {one} | {many} | {cell(fast)} | {cell(naive)} | {ratio.group(1) + 'x' if ratio else '-'} |")
+        preset = lambda name: re.search(p + r": depth-2 " + name + r" audit, \d+ worker process\(es\): \d+ trials in [\d.]+ s = ([\d.]+) trials/s", text)
+        rows.append(f"| {pin.split('@')[1]} | {one} | {many} | {cell(fast)} | {cell(naive)} | {ratio.group(1) + 'x' if ratio else '-'} | {cell(preset('seed'))} | {cell(preset('server'))} |")
     return rows
 
 
