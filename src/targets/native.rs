@@ -6,7 +6,7 @@
 //! ([`SlotStore`]) and what `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` saves keep on the side
 //! ([`ContextState`]).
 //!
-//! Setup mapping ([`cache_config`]): `n_ctx` is padded as llama.cpp pads it (a multiple of 256;
+//! Setup mapping (`cache_config`): `n_ctx` is padded as llama.cpp pads it (a multiple of 256;
 //! with one stream per sequence, each stream holds `pad(n_ctx / n_seq_max, 256)` cells),
 //! `kv_unified` picks one stream or one per sequence. Flash attention, the K/V cache types and
 //! the batch sizes change how llama.cpp stores and computes rows, not the cell bookkeeping, so
