@@ -32,6 +32,11 @@ pub struct AuditArgs {
     /// Model file for llama.cpp targets (default: the generated tiny model).
     #[arg(long)]
     model: Option<std::path::PathBuf>,
+    /// Only these oracles (comma-separated names, `kvaudit oracles` lists them; default: every
+    /// oracle that judges observations). Fewer oracles observe less: the round trip and the
+    /// before-op cells cost most of a llama.cpp trial.
+    #[arg(long, value_delimiter = ',')]
+    oracles: Vec<String>,
     /// Traces per batch sent to a runner.
     #[arg(long, default_value_t = 2048)]
     batch: usize,
@@ -91,7 +96,20 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
         }
         None => Vec::new(),
     };
-    let registry = a.target.registry();
+    let mut registry = a.target.registry();
+    if !a.oracles.is_empty() {
+        let mut keep = Vec::new();
+        for name in &a.oracles {
+            let o = registry.find(name).ok_or_else(|| {
+                CliError::usage(format!(
+                    "--oracles: unknown oracle '{name}' for this run (known: {})",
+                    registry.names().join(", ")
+                ))
+            })?;
+            keep.push(o.id());
+        }
+        registry = registry.only(move |o| keep.contains(&o.id()));
+    }
     let (mut spec_a, mut spec_b) = a.target.specs();
     // Observe only what the run's oracles read: a round trip per op costs.
     spec_a = spec_a.with_observe(registry.observe());
