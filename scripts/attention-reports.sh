@@ -19,7 +19,7 @@ run() { # NAME ARGS...: JSON and Markdown reports of one audit
 }
 for pin in 0.1.156 0.1.161; do
   t="llama.cpp@$pin"
-  for p in server streams state batch full flash quant seqids; do
+  for p in server streams state flags batch full flash quant seqids; do
     run "$t-$p-d2" --target "$t" --domain "$p" --depth 2
   done
   run "$t-server-d3" --target "$t" --domain server --depth 3

@@ -142,16 +142,18 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 10] = [
-    "seed", "wide", "streams", "state", "batch", "full", "flash", "quant", "seqids", "server",
+pub const PRESETS: [&str; 11] = [
+    "seed", "wide", "streams", "state", "flags", "batch", "full", "flash", "quant", "seqids",
+    "server",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 10] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 11] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
     ("state", "seed plus state save/load of sequences and the whole context, with damaged loads"),
+    ("flags", "state plus the _ext saves and loads with flags 1 (PARTIAL_ONLY) and 2 (ON_DEVICE)"),
     ("batch", "decodes split into ubatches (n_ubatch 2), one token into several sequences"),
     ("full", "a context that fills: a decode that does not fit returns 1"),
     ("flash", "seed with flash attention on"),
@@ -218,6 +220,11 @@ impl Domain {
                 state: true,
                 load_truncate: vec![12],
                 ..named("state", seed.setup.clone())
+            }),
+            "flags" => Some(Domain {
+                state: true,
+                state_flags: vec![1, 2],
+                ..named("flags", seed.setup.clone())
             }),
             "batch" => Some(Domain {
                 ranges: vec![[0, 3], [-1, -1]],
