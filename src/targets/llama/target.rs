@@ -60,6 +60,10 @@ pub struct LlamaTarget {
     refused: Vec<(ContextParams, String)>,
     /// Setups whose saved state does not restore faithfully on this pin: rebuilt every time.
     unrestorable: Vec<Setup>,
+    /// A state op with `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` ran since the context was made: the
+    /// context keeps device buffers per sequence (`mem_storage`) that neither a clear nor a
+    /// restore empties, so the next reset makes a new context (trials stay independent).
+    device_state_used: bool,
 }
 
 /// A context set aside by a reset to another configuration.
@@ -68,6 +72,9 @@ struct Parked {
     ctx: LlamaContext,
     saved: Option<(Setup, Vec<u8>, SlotStore)>,
 }
+
+/// `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` (llama.h).
+const STATE_SEQ_FLAGS_ON_DEVICE: u32 = 2;
 
 /// How many contexts of other configurations a target keeps.
 const MAX_PARKED: usize = 4;
@@ -96,6 +103,7 @@ impl LlamaTarget {
             twin: None,
             parked: Vec::new(),
             unrestorable: Vec::new(),
+            device_state_used: false,
             refused: Vec::new(),
         }
     }
@@ -263,6 +271,12 @@ impl CacheUnderTest for LlamaTarget {
             self.saved = None;
             let ctx = self.open(&params)?;
             self.ctx = Some((params, ctx));
+        } else if std::mem::take(&mut self.device_state_used) {
+            // Its saved setup state is still good: restore it into the new context.
+            let saved = self.saved.take();
+            self.ctx = None;
+            self.switch_context(params)?;
+            self.saved = saved;
         } else if self.ctx.as_ref().map(|(p, _)| p) != Some(&params) {
             self.switch_context(params)?;
         }
@@ -305,6 +319,9 @@ impl CacheUnderTest for LlamaTarget {
         let Some((_, ctx)) = self.ctx.as_mut() else {
             return Err(self.harness("no context: reset first"));
         };
+        if let Op::StateSeqSave { flags, .. } | Op::StateSeqLoad { flags, .. } = op {
+            self.device_state_used |= flags & STATE_SEQ_FLAGS_ON_DEVICE != 0;
+        }
         let applied = apply_op(ctx, &mut self.slots, op);
         let outcome = applied.map_err(|e| HarnessError::Target {
             target: self.label.clone(),
