@@ -533,6 +533,15 @@ pub struct Setup {
     /// The V cache's element type.
     #[serde(default, skip_serializing_if = "CacheType::is_default")]
     pub type_v: CacheType,
+    /// The model's architecture, which decides the memory type llama.cpp gives the context
+    /// (`llama-model.cpp`, `create_memory`): `llama` (an attention KV cache, the default),
+    /// `gemma2` (iSWA), `mamba` (recurrent), `jamba` (hybrid).
+    #[serde(default, skip_serializing_if = "Arch::is_default")]
+    pub arch: Arch,
+    /// The sliding-window cache holds the full context (`swa_full`; llama.cpp's default: true).
+    /// False makes the windowed cache small enough to evict. Only iSWA memory reads it.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub swa_full: bool,
     /// Ops run before the trace; not checked and not counted.
     #[serde(default)]
     pub ops: Vec<Op>,
@@ -569,6 +578,8 @@ impl Default for Setup {
             flash_attn: false,
             type_k: CacheType::F16,
             type_v: CacheType::F16,
+            arch: Arch::Llama,
+            swa_full: true,
             ops: Vec::new(),
         }
     }
@@ -596,6 +607,12 @@ impl Setup {
         }
         if let Some(u) = self.n_ubatch {
             s.push_str(&format!(", n_ubatch {u}"));
+        }
+        if self.arch != Arch::Llama {
+            s.push_str(&format!(", {} memory ({})", self.arch.memory(), self.arch));
+        }
+        if !self.swa_full {
+            s.push_str(", swa_full off");
         }
         s
     }
@@ -631,15 +648,114 @@ impl Setup {
                 "n_ubatch" => s.n_ubatch = Some(num()?),
                 "type_k" => s.type_k = v.parse()?,
                 "type_v" => s.type_v = v.parse()?,
+                "arch" => s.arch = v.parse()?,
+                "swa_full" => s.swa_full = flag()?,
                 _ => {
                     return Err(format!(
                         "unknown configuration key {k:?} (known: kv_unified, n_ctx, n_seq_max, \
-                         n_batch, n_ubatch, flash_attn, type_k, type_v)"
+                         n_batch, n_ubatch, flash_attn, type_k, type_v, arch, swa_full)"
                     ))
                 }
             }
         }
         Ok(s)
+    }
+}
+
+/// A tiny model's architecture: what kvaudit's model writer emits and what decides the memory
+/// type a llama.cpp context gets.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Arch {
+    /// `llama`: one attention KV cache (`llama_kv_cache`).
+    #[default]
+    Llama,
+    /// `gemma2`: a full cache beside a sliding-window one (`llama_kv_cache_iswa`).
+    Gemma2,
+    /// `mamba`: one recurrent state per sequence (`llama_memory_recurrent`).
+    Mamba,
+    /// `jamba`: recurrent and attention layers (`llama_memory_hybrid`).
+    Jamba,
+}
+
+/// The memory implementation an architecture selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryType {
+    /// `llama_kv_cache`.
+    Kv,
+    /// `llama_kv_cache_iswa`.
+    Iswa,
+    /// `llama_memory_recurrent`.
+    Recurrent,
+    /// `llama_memory_hybrid`.
+    Hybrid,
+}
+
+impl Arch {
+    /// Every architecture, in the order docs list them.
+    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Gemma2, Arch::Mamba, Arch::Jamba];
+
+    fn is_default(&self) -> bool {
+        *self == Arch::Llama
+    }
+
+    /// The name as in GGUF's `general.architecture`, JSON and the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Gemma2 => "gemma2",
+            Arch::Mamba => "mamba",
+            Arch::Jamba => "jamba",
+        }
+    }
+
+    /// The memory type llama.cpp gives a context of this architecture.
+    pub fn memory(self) -> MemoryType {
+        match self {
+            Arch::Llama => MemoryType::Kv,
+            Arch::Gemma2 => MemoryType::Iswa,
+            Arch::Mamba => MemoryType::Recurrent,
+            Arch::Jamba => MemoryType::Hybrid,
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Arch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Arch::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba)")
+            })
+    }
+}
+
+impl MemoryType {
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryType::Kv => "kv",
+            MemoryType::Iswa => "iswa",
+            MemoryType::Recurrent => "recurrent",
+            MemoryType::Hybrid => "hybrid",
+        }
+    }
+}
+
+impl fmt::Display for MemoryType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -743,6 +859,24 @@ impl fmt::Display for Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_architecture_is_part_of_the_setup_and_left_out_when_llama() {
+        let plain = Setup::default();
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(
+            !json.contains("arch") && !json.contains("swa_full"),
+            "{json}"
+        );
+        let gemma = plain.with_config("arch=gemma2,swa_full=off").unwrap();
+        assert_eq!(gemma.arch.memory(), MemoryType::Iswa);
+        let json = serde_json::to_string(&gemma).unwrap();
+        assert!(json.contains(r#""arch":"gemma2""#) && json.contains(r#""swa_full":false"#));
+        assert_eq!(serde_json::from_str::<Setup>(&json).unwrap(), gemma);
+        assert!(gemma.config_label().contains("iswa memory (gemma2)"));
+        let err = plain.with_config("arch=gpt2").unwrap_err();
+        assert!(err.to_string().contains("unknown architecture"), "{err}");
+    }
 
     #[test]
     fn op_json_matches_the_documented_form() {

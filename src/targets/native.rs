@@ -351,6 +351,16 @@ pub(crate) fn cache_config(
     setup: &Setup,
     faults: Faults,
 ) -> Result<CacheConfig, HarnessError> {
+    if setup.arch != crate::base::op::Arch::Llama {
+        return Err(HarnessError::Unsupported {
+            target: name.into(),
+            reason: format!(
+                "{} memory ({}) is not modelled by the native cache yet",
+                setup.arch.memory(),
+                setup.arch
+            ),
+        });
+    }
     if setup.n_seq_max as usize > native_kv::MAX_SEQ {
         return Err(HarnessError::Unsupported {
             target: name.into(),
