@@ -137,6 +137,32 @@ pub struct Domain {
     pub load_truncate: Vec<u32>,
 }
 
+/// An empty domain over the default setup: no sequences, no arguments, no ops. Callers fill
+/// in what they enumerate (`Domain { seqs, copies: true, ..Domain::default() }`).
+impl Default for Domain {
+    fn default() -> Self {
+        Domain {
+            name: String::new(),
+            setup: Setup::default(),
+            seqs: Vec::new(),
+            ranges: Vec::new(),
+            deltas: Vec::new(),
+            divisors: Vec::new(),
+            rm_all: false,
+            copies: false,
+            keep: false,
+            clear: false,
+            decode_next: Vec::new(),
+            copy_ranges: None,
+            decode_shared: false,
+            beyond_seqs: Vec::new(),
+            state: false,
+            state_flags: Vec::new(),
+            load_truncate: Vec::new(),
+        }
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -182,12 +208,7 @@ impl Domain {
             keep: true,
             clear: true,
             decode_next: vec![1],
-            copy_ranges: None,
-            decode_shared: false,
-            beyond_seqs: Vec::new(),
-            state: false,
-            state_flags: Vec::new(),
-            load_truncate: Vec::new(),
+            ..Domain::default()
         };
         let named = |name: &str, setup: Setup| Domain {
             name: name.into(),

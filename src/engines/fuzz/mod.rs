@@ -79,20 +79,11 @@ fn fuzz_domain(g: &GenConfig) -> Domain {
         name: "fuzz".into(),
         setup: g.setup.clone(),
         seqs: (0..g.n_seqs()).collect(),
-        ranges: Vec::new(),
-        deltas: Vec::new(),
-        divisors: Vec::new(),
         rm_all: true,
         copies: true,
         keep: true,
         clear: true,
-        decode_next: Vec::new(),
-        copy_ranges: None,
-        decode_shared: false,
-        beyond_seqs: Vec::new(),
-        state: false,
-        state_flags: Vec::new(),
-        load_truncate: Vec::new(),
+        ..Domain::default()
     }
 }
 
