@@ -30,6 +30,13 @@ enum TargetWhat {
     },
     /// List the targets and pins kvaudit knows.
     List,
+    /// Reclaim cache space: keep the newest build of each pin and source tree, remove older
+    /// builds and the cached objects only they used.
+    Gc {
+        /// Say what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 /// Runs `kvaudit target ...`.
@@ -51,6 +58,21 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
                 .map_err(|e| CliError::harness(format!("{e:#}")))?;
                 println!("{}", built.so_path.display());
             }
+            Ok(exit::CLEAN)
+        }
+        TargetWhat::Gc { dry_run } => {
+            let r = kvaudit::targets::llama::build::collect_garbage(None, dry_run)
+                .map_err(|e| CliError::harness(format!("{e:#}")))?;
+            let verb = if dry_run { "would remove" } else { "removed" };
+            for e in &r.entries {
+                println!("{verb} {}", e.display());
+            }
+            println!(
+                "{verb} {} older build(s) and {} cached object(s): {:.1} MiB",
+                r.entries.len(),
+                r.objects,
+                r.bytes as f64 / (1024.0 * 1024.0)
+            );
             Ok(exit::CLEAN)
         }
         TargetWhat::List => {

@@ -9,7 +9,9 @@
 //! - the doubled same-stream `seq_cp` leaves seq 1 at pos_min/max 0/2 with no serialized cells
 //!   on 0.1.156 (and the next decode into seq 1 at pos 0 fails with -1), and at -1/-1 on
 //!   0.1.161 (the decode succeeds);
-//! - a cache entry whose library was changed is refused with its hashes, not loaded or rebuilt.
+//! - a cache entry whose library was changed is refused with its hashes, not loaded or rebuilt;
+//! - builds are keyed by contents: a copy of a tree or a `touch` rebuilds nothing, an edit
+//!   compiles the one file it touches.
 
 use std::path::Path;
 
@@ -188,14 +190,7 @@ pub fn wrong_abi_is_refused() -> Result<()> {
 /// `libkvaudit_shim.so` is flipped, and `ensure_built` over that cache must fail with one line
 /// naming the file, the recorded and the actual sha256.
 pub fn tampered_entry_is_refused() -> Result<()> {
-    let (version, _) = known_pins()?
-        .iter()
-        .next()
-        .context("pins.toml holds no pin")?;
-    let pin = Pin {
-        version: version.clone(),
-        variant: Variant::Release,
-    };
+    let (pin, _) = first_release_pin()?;
     let built = ensure_built(&BuildSpec::new(pin.clone()), false)
         .with_context(|| format!("building {pin}"))?;
     let cache = tempfile::tempdir()?;
@@ -240,6 +235,19 @@ pub fn tampered_entry_is_refused() -> Result<()> {
     Ok(())
 }
 
+/// The release build of the first pin in pins.toml, and what pins.toml records of it.
+fn first_release_pin() -> Result<(Pin, &'static kvaudit::targets::llama::pins::PinInfo)> {
+    let (version, info) = known_pins()?
+        .iter()
+        .next()
+        .context("pins.toml holds no pin")?;
+    let pin = Pin {
+        version: version.clone(),
+        variant: Variant::Release,
+    };
+    Ok((pin, info))
+}
+
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
@@ -251,5 +259,58 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
             std::fs::copy(entry.path(), &target)?;
         }
     }
+    Ok(())
+}
+
+/// Builds are keyed by contents, and objects are cached one by one: a copy of the first pin's
+/// tree is the pin's own build (no compile, no link), a `touch` changes nothing, and an edit of
+/// `src/llama-kv-cache.cpp` compiles that one file and links. The edit carries this run's time,
+/// so it is new every run; the entry it makes is removed at the end.
+pub fn an_edit_recompiles_one_file_and_a_touch_nothing() -> Result<()> {
+    let (pin, info) = first_release_pin()?;
+    let own = ensure_built(&BuildSpec::new(pin.clone()), false)?;
+    let cache = kvaudit::targets::llama::build::cache_root()?;
+    let tree = kvaudit::targets::llama::build::locate_or_fetch(info, &cache, false)?;
+    let dir = tempfile::tempdir()?;
+    let copy = dir.path().join("llama.cpp");
+    copy_dir(&tree, &copy)?;
+    let spec = BuildSpec {
+        llama_src: Some(copy.clone()),
+        ..BuildSpec::new(pin.clone())
+    };
+    let first = ensure_built(&spec, false)?;
+    ensure!(
+        !first.fresh && first.dir == own.dir,
+        "a copy of the pin's tree was built again ({})",
+        first.dir.display()
+    );
+    let edited = copy.join("src/llama-kv-cache.cpp");
+    let f = std::fs::File::options().append(true).open(&edited)?;
+    f.set_modified(std::time::SystemTime::now())?;
+    drop(f);
+    let touched = ensure_built(&spec, false)?;
+    ensure!(
+        !touched.fresh && touched.dir == own.dir,
+        "a touch rebuilt the tree"
+    );
+    let mut text = std::fs::read_to_string(&edited)?;
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    text.push_str(&format!("\n// kvaudit test edit {}\n", nonce.as_nanos()));
+    std::fs::write(&edited, text)?;
+    let rebuilt = ensure_built(&spec, false)?;
+    let made = rebuilt.dir.clone();
+    let outcome = (
+        rebuilt.fresh,
+        rebuilt.manifest.compiled,
+        rebuilt.dir != own.dir,
+    );
+    std::fs::remove_dir_all(&made).ok();
+    ensure!(
+        outcome == (true, 1, true),
+        "after one edit: fresh {}, {} sources compiled, new entry {} (expected true, 1, true)",
+        outcome.0,
+        outcome.1,
+        outcome.2
+    );
     Ok(())
 }

@@ -79,6 +79,13 @@ pub struct BuildManifest {
     pub so_sha256: String,
     /// sha256 of `libllama_all.a`.
     pub static_lib_sha256: String,
+    /// The objects it was linked from, as paths in the object cache (`kvaudit target gc` keeps
+    /// these while the entry exists). Empty in entries built before the object cache.
+    #[serde(default)]
+    pub objects: Vec<String>,
+    /// How many sources this build compiled; the other objects came from the object cache.
+    #[serde(default)]
+    pub compiled: usize,
 }
 
 /// One compile unit as recorded in the manifest.

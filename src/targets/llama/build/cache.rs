@@ -470,6 +470,8 @@ mod tests {
             build_seconds: 1.0,
             so_sha256: file_sha256(&entry.join(SO_NAME)).unwrap(),
             static_lib_sha256: file_sha256(&entry.join(STATIC_LIB_NAME)).unwrap(),
+            objects: vec![],
+            compiled: 0,
         };
         fs::write(
             entry.join(MANIFEST_NAME),

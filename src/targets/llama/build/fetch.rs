@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::UNIX_EPOCH;
 
 use sha2::{Digest, Sha256};
 
@@ -147,8 +146,8 @@ pub(super) fn find_in_registry(
     Ok(found.into_iter().next())
 }
 
-/// Paths, sizes and modification times of every compiled source and every header and CMake
-/// file next to them: a change in the tree changes the key, like make's timestamps.
+/// Paths and contents of every compiled source and every header and CMake file next to them:
+/// an edit changes the key, a `touch` does not.
 pub(super) fn tree_fingerprint(src: &Path, recipe: &Recipe) -> Result<String, LlamaError> {
     let mut files: BTreeSet<String> = recipe
         .units
@@ -170,19 +169,10 @@ pub(super) fn tree_fingerprint(src: &Path, recipe: &Recipe) -> Result<String, Ll
     }
     let mut h = Sha256::new();
     for rel in &files {
-        let meta = fs::metadata(src.join(rel))
-            .context_io(|| format!("stat {}", src.join(rel).display()))?;
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .unwrap_or_default();
-        h.update(format!(
-            "{rel}\0{}\0{}.{}\n",
-            meta.len(),
-            mtime.as_secs(),
-            mtime.subsec_nanos()
-        ));
+        let path = src.join(rel);
+        let content = crate::base::files::file_sha256(&path)
+            .context_io(|| format!("reading {}", path.display()))?;
+        h.update(format!("{rel}\0{content}\n"));
     }
     Ok(crate::base::files::hex(&h.finalize()))
 }

@@ -13,18 +13,21 @@
 //! - `recipe`: the compile units (sources, defines, flags, includes) of a tree and variant;
 //! - `toolchain`: the host check and the compilers `cc` picks;
 //! - `compile` and `link`: running the compilers, the archiver and the linker;
+//! - `objects`: the object cache, keyed by contents (an edit recompiles what it reaches);
 //! - `progress`: the progress display;
 //! - `cache`: the cache root (private to the user), its lock, the key, and verified entries.
 //!
 //! The key hashes everything that changes the output: pin, variant, recipe (sources, defines,
 //! flags), shim text, compiler identity and version, the environment variables `cc` reads, and
-//! the sources' paths, sizes and modification times.
+//! the sources' paths and contents (never their times: `touch` rebuilds nothing). A new key
+//! compiles only the sources whose object the object cache lacks, then archives and links.
 
 mod cache;
 mod cmake;
 mod compile;
 mod fetch;
 mod link;
+mod objects;
 mod progress;
 mod recipe;
 mod toolchain;
@@ -46,6 +49,7 @@ use self::cache::{cache_key, entry_dir, install_entry, load_entry, BuildLock};
 use self::compile::Compilation;
 use self::fetch::{normalize_tree, tree_fingerprint};
 use self::link::{archive, link_shared};
+use self::objects::{FileHashes, ObjectCache, Places};
 use self::progress::Progress;
 use self::recipe::{check_tree_versions, RECIPE_VERSION};
 use self::recipe::{glob_sources, link_flags, EXPORT_MAP};
@@ -101,7 +105,12 @@ pub fn build_command(
         built.pin,
         built.so_path.display(),
         if built.fresh {
-            format!("built in {:.0} s", built.manifest.build_seconds)
+            format!(
+                "built in {:.0} s, {} of {} sources compiled",
+                built.manifest.build_seconds,
+                built.manifest.compiled,
+                built.manifest.objects.len()
+            )
         } else {
             "cached".to_string()
         }
@@ -170,12 +179,99 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
             recipe: &recipe,
             toolchain: &toolchain,
             key: &key,
+            cache: &cache,
             entry: &entry,
             tmp,
             progress,
         };
         build.run(unknown_defines, started, clock)
     })
+}
+
+/// What `kvaudit target gc` removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// Entries removed (older builds of the same pin and tree).
+    pub entries: Vec<PathBuf>,
+    /// Objects removed from the object cache (no remaining entry links them).
+    pub objects: usize,
+    /// Bytes freed, entries and objects together.
+    pub bytes: u64,
+}
+
+/// `kvaudit target gc`: keeps, for each pin and source tree, the newest cache entry, removes
+/// the older ones (each edit of a tree makes an entry) and every cached object that no
+/// remaining entry was linked from. With `dry_run`, says what it would remove and removes
+/// nothing. Holds the build lock, so no build runs meanwhile.
+pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclaimed, LlamaError> {
+    let cache = match cache_dir {
+        Some(d) => d.to_path_buf(),
+        None => cache_root()?,
+    };
+    prepare_cache_root(&cache)?;
+    let _lock = BuildLock::acquire(&cache, true)?;
+    let root = cache.join("llama.cpp");
+    let mut entries: Vec<(PathBuf, BuildManifest)> = Vec::new();
+    if let Ok(read) = fs::read_dir(&root) {
+        for e in read.filter_map(Result::ok) {
+            let manifest = e.path().join(MANIFEST_NAME);
+            let Ok(text) = fs::read_to_string(&manifest) else {
+                continue; // fetch/, probe/, objects/: not entries
+            };
+            // An entry whose manifest does not parse is left alone: `load_entry` reports it.
+            if let Ok(m) = serde_json::from_str::<BuildManifest>(&text) {
+                entries.push((e.path(), m));
+            }
+        }
+    }
+    // Newest first within each (pin, tree); the first of each group stays.
+    entries.sort_by(|a, b| {
+        (
+            &a.1.pin,
+            &a.1.source_dir,
+            std::cmp::Reverse(a.1.finished_unix),
+        )
+            .cmp(&(
+                &b.1.pin,
+                &b.1.source_dir,
+                std::cmp::Reverse(b.1.finished_unix),
+            ))
+    });
+    let objects = ObjectCache::open(&cache);
+    let mut out = Reclaimed::default();
+    let mut keep = std::collections::BTreeSet::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (dir, m) in &entries {
+        if seen.insert((m.pin.clone(), m.source_dir.clone())) {
+            keep.extend(m.objects.iter().map(|o| objects.path_of(o)));
+        } else {
+            out.bytes += dir_size(dir);
+            out.entries.push(dir.clone());
+        }
+    }
+    if !dry_run {
+        for dir in &out.entries {
+            fs::remove_dir_all(dir).context_io(|| format!("removing {}", dir.display()))?;
+        }
+    }
+    let (n, bytes) = objects::collect_garbage(&objects, &keep, dry_run)?;
+    out.objects = n;
+    out.bytes += bytes;
+    Ok(out)
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .map(|r| {
+            r.filter_map(Result::ok)
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_size(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// One build of a cache entry into its temporary directory `tmp`.
@@ -185,6 +281,8 @@ struct EntryBuild<'a> {
     recipe: &'a Recipe,
     toolchain: &'a Toolchain,
     key: &'a str,
+    /// The cache root (its object cache serves and keeps the objects).
+    cache: &'a Path,
     /// Where the entry will be once built.
     entry: &'a Path,
     tmp: &'a Path,
@@ -224,10 +322,37 @@ impl EntryBuild<'_> {
             }
         }
 
-        let compilation = Compilation::configure(recipe, src, &gen, &shim_dir, &tmp.join("obj"));
+        let places = Places {
+            src,
+            gen: &gen,
+            shim: &shim_dir,
+        };
+        let objects = ObjectCache::open(self.cache);
+        let toolchain_id =
+            serde_json::to_string(self.toolchain).map_err(|e| LlamaError::Compile {
+                what: "describing the toolchain".into(),
+                message: e.to_string(),
+            })?;
+        let mut hashes = FileHashes::default();
+        let compilation = Compilation::configure(
+            recipe,
+            places,
+            &tmp.join("obj"),
+            &objects,
+            &toolchain_id,
+            &mut hashes,
+        )?;
         let units_record = compilation.records(tmp, self.entry)?;
-        let display = Progress::new(self.progress, self.pin, recipe.n_sources() + 1);
-        let (llama_objects, shim_objects) = compilation.run(&display, clock)?;
+        let n_cached = recipe.n_sources() + 1 - compilation.n_to_compile();
+        if self.progress && n_cached > 0 {
+            eprintln!(
+                "building {}: {n_cached} of {} objects unchanged, from the object cache",
+                self.pin,
+                recipe.n_sources() + 1
+            );
+        }
+        let display = Progress::new(self.progress, self.pin, compilation.n_to_compile());
+        let (llama_objects, shim_objects) = compilation.run(&display, clock, &mut hashes)?;
 
         // libllama_all.a, for standalone C reproducers.
         let static_lib = tmp.join(STATIC_LIB_NAME);
@@ -285,6 +410,12 @@ impl EntryBuild<'_> {
             build_seconds: clock.elapsed().as_secs_f64(),
             so_sha256: file_sha256(&so)?,
             static_lib_sha256: file_sha256(&static_lib)?,
+            objects: llama_objects
+                .iter()
+                .chain(&shim_objects)
+                .map(|o| objects.name_of(o))
+                .collect(),
+            compiled: compilation.n_to_compile(),
         };
         // Written last: an entry without a manifest is never used.
         let manifest_path = tmp.join(MANIFEST_NAME);

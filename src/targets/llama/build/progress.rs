@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::recipe::CompileUnit;
 use crate::targets::llama::pins::Pin;
 
 /// The progress display: an indicatif bar on a terminal, a plain line every 15 s otherwise.
@@ -45,7 +44,8 @@ impl Progress {
         }
     }
 
-    pub(super) fn update(&self, units: &[&CompileUnit], logs: &[Arc<UnitLog>], elapsed: Duration) {
+    /// `units`: each unit's group and how many sources it compiles in this build.
+    pub(super) fn update(&self, units: &[(&str, usize)], logs: &[Arc<UnitLog>], elapsed: Duration) {
         let started: Vec<usize> = logs
             .iter()
             .map(|l| l.started.load(Ordering::Relaxed))
@@ -53,13 +53,13 @@ impl Progress {
         let done: usize = started.iter().sum();
         // Per group (C and C++ together), the groups with work left: "ggml-cpu 12/21, llama 3/177".
         let mut groups: Vec<(&str, usize, usize)> = Vec::new();
-        for (u, s) in units.iter().zip(&started) {
-            match groups.iter_mut().find(|g| g.0 == u.group) {
+        for (&(group, n), s) in units.iter().zip(&started) {
+            match groups.iter_mut().find(|g| g.0 == group) {
                 Some(g) => {
                     g.1 += s;
-                    g.2 += u.sources.len();
+                    g.2 += n;
                 }
-                None => groups.push((&u.group, *s, u.sources.len())),
+                None => groups.push((group, *s, n)),
             }
         }
         let open: Vec<String> = groups
