@@ -39,7 +39,7 @@ fn main() {
     let pin = Pin::parse(&format!("llama.cpp@{version}")).expect("a known pin");
     ensure_built(&BuildSpec::new(pin.clone()), true).expect("the pin builds");
     let cache = cache_root().expect("a cache root");
-    let tree = locate_or_fetch(pin.info().expect("pin info"), &cache, true).expect("its tree");
+    let tree = locate_or_fetch(&pin.info().expect("pin info"), &cache, true).expect("its tree");
     let dir = tempfile::tempdir().expect("a temporary directory");
     let copy = dir.path().join("llama.cpp");
     copy_tree(&tree, &copy).expect("copying the tree");

@@ -22,6 +22,11 @@ pub struct ReplayArgs {
     /// Replay on this target only (default: every target each file records).
     #[arg(long)]
     target: Option<String>,
+    /// Hold --target to the expectations recorded for this target where the file records none
+    /// of its own (default for `llama.cpp@src:PATH`: the pin of the tree's version, else the
+    /// newest pin).
+    #[arg(long, requires = "target")]
+    baseline: Option<String>,
     /// Faults of --target (native only).
     #[arg(long = "inject", value_delimiter = ',', requires = "target")]
     inject: Vec<String>,
@@ -41,6 +46,23 @@ pub struct ReplayArgs {
 
 /// Replays the files.
 pub fn run(a: ReplayArgs) -> Result<i32, CliError> {
+    let baseline = match (&a.baseline, &a.target) {
+        (Some(b), _) => Some(b.clone()),
+        (None, Some(t)) if t.contains("@src:") => {
+            let pin = kvaudit::targets::llama::pins::Pin::parse(t)
+                .map_err(|e| CliError::usage(format!("{e:#}")))?;
+            let base = pin
+                .baseline()
+                .map_err(|e| CliError::usage(format!("{e:#}")))?
+                .label();
+            let version = pin
+                .version_text()
+                .map_err(|e| CliError::usage(format!("{e:#}")))?;
+            println!("{t}: {version}; held to the expectations of {base} (--baseline to change)");
+            Some(base)
+        }
+        _ => None,
+    };
     let filter = ReplayFilter {
         target: a.target.as_ref().map(|t| {
             (
@@ -48,6 +70,7 @@ pub fn run(a: ReplayArgs) -> Result<i32, CliError> {
                 a.vs.as_ref().map(|v| TargetSpec::new(v, &a.inject_b)),
             )
         }),
+        baseline,
     };
     if let Some((x, y)) = &filter.target {
         x.factory().map(drop)?;

@@ -28,6 +28,7 @@ pub fn build_and_load_both_pins() -> Result<Vec<(BuiltShim, LlamaShim)>> {
         let pin = Pin {
             version: version.clone(),
             variant: Variant::Release,
+            tree: None,
         };
         let built = ensure_built(&BuildSpec::new(pin.clone()), false)
             .with_context(|| format!("building {pin}"))?;
@@ -244,6 +245,7 @@ fn first_release_pin() -> Result<(Pin, &'static kvaudit::targets::llama::pins::P
     let pin = Pin {
         version: version.clone(),
         variant: Variant::Release,
+        tree: None,
     };
     Ok((pin, info))
 }
@@ -311,6 +313,64 @@ pub fn an_edit_recompiles_one_file_and_a_touch_nothing() -> Result<()> {
         outcome.0,
         outcome.1,
         outcome.2
+    );
+    Ok(())
+}
+
+/// A developer's tree as a target: `kvaudit replay corpora --target llama.cpp@src:COPY` over a
+/// copy of the newest pin's tree confirms every expectation (held to that pin's, its baseline),
+/// and after the copy is edited to bring back a stale-index bug (`seq_keep` evicting a cell
+/// without dropping it from the other sequences' position index, the seed's I1 symptom) it
+/// reports the I1 corpus entry REGRESSED and exits 1.
+pub fn a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug() -> Result<()> {
+    let (version, info) = known_pins()?
+        .iter()
+        .max_by_key(|(v, _)| kvaudit::targets::llama::pins::version_key(v))
+        .context("pins.toml holds no pin")?;
+    let pin = Pin {
+        version: version.clone(),
+        variant: Variant::Release,
+        tree: None,
+    };
+    ensure_built(&BuildSpec::new(pin.clone()), false)?;
+    let cache = kvaudit::targets::llama::build::cache_root()?;
+    let tree = kvaudit::targets::llama::build::locate_or_fetch(info, &cache, false)?;
+    let dir = tempfile::tempdir()?;
+    let copy = dir.path().join("llama.cpp");
+    copy_dir(&tree, &copy)?;
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
+    let target = format!("llama.cpp@src:{}", copy.display());
+    let replay = || -> Result<(Option<i32>, String)> {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvaudit"))
+            .args(["replay", "--quiet", "--target", &target])
+            .arg(&corpus)
+            .output()?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok((out.status.code(), text))
+    };
+    let (code, text) = replay()?;
+    ensure!(
+        code == Some(0) && text.contains(&format!("held to the expectations of {}", pin.label())),
+        "the unedited copy did not replay clean (exit {code:?}):\n{text}"
+    );
+    let cells = copy.join("src/llama-kv-cells.h");
+    let source = std::fs::read_to_string(&cells)?;
+    // The evicting branch of llama_kv_cells::seq_keep: `if (seq[i].any()) { seq_pos_rm(i); ...`.
+    let needle = "if (seq[i].any()) {\n            seq_pos_rm(i);\n";
+    ensure!(
+        source.contains(needle),
+        "{} changed: the test's edit no longer applies",
+        cells.display()
+    );
+    std::fs::write(&cells, source.replacen(needle, "if (seq[i].any()) {\n", 1))?;
+    let (code, text) = replay()?;
+    ensure!(
+        code == Some(1) && text.contains("i1_seq_cp_twice_stale_max") && text.contains("REGRESSED"),
+        "the reintroduced bug was not reported (exit {code:?}):\n{text}"
     );
     Ok(())
 }

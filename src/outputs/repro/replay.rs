@@ -254,6 +254,9 @@ pub struct ReplayFilter {
     /// Only this target (or pair); a target the file records nothing for is run and reported
     /// as [`Status::Unrecorded`].
     pub target: Option<(TargetSpec, Option<TargetSpec>)>,
+    /// For `target` without expectations of its own: the label of a target whose expectations
+    /// it is held to (a source tree is held to its baseline pin's).
+    pub baseline: Option<String>,
 }
 
 /// Replays the expectations of one repro.
@@ -269,6 +272,27 @@ pub fn replay(repro: &Repro, filter: &ReplayFilter) -> Vec<EntryResult> {
         .collect();
     if !mine.is_empty() {
         return mine.into_iter().map(|e| check(repro, e)).collect();
+    }
+    if let (Some(base), None) = (&filter.baseline, b) {
+        let held: Vec<EntryResult> = repro
+            .targets
+            .iter()
+            .filter(|e| &e.label() == base)
+            .map(|e| {
+                let on_a = TargetExpectation {
+                    target: a.name.clone(),
+                    faults: a.faults.clone(),
+                    ..e.clone()
+                };
+                EntryResult {
+                    label: format!("{} (as {base})", on_a.label()),
+                    ..check(repro, &on_a)
+                }
+            })
+            .collect();
+        if !held.is_empty() {
+            return held;
+        }
     }
     let status = match measure(repro, a, b.as_ref()) {
         Ok(m) => Status::Unrecorded(match m.expect {

@@ -1,7 +1,7 @@
 //! The llama.cpp target: which versions kvaudit audits, how it builds them, and how it calls them.
 //!
 //! - [`pins`]: the pins recorded in `targets/llama.cpp/pins.toml` and the labels that name them
-//!   (`llama.cpp@0.1.156`, `llama.cpp@0.1.156+assert`).
+//!   (`llama.cpp@0.1.156`, `llama.cpp@0.1.156+assert`, `llama.cpp@src:PATH` for a tree).
 //! - [`shim`]: the C shim as both the build and the loader know it (its sources, ABI number, and
 //!   what a finished build is); below both, so neither imports the other.
 //! - [`build`]: fetches a pin's sources through cargo (the crates.io crate `llama-cpp-sys-2`
@@ -12,6 +12,8 @@
 //!   checks its ABI number, and offers a safe handle API ([`ffi::LlamaShim`],
 //!   [`ffi::LlamaContext`]).
 //! - [`target`]: [`target::LlamaTarget`], the `CacheUnderTest` over one context.
+//! - [`tree`]: what a llama.cpp source tree says about itself (its root, versions, state
+//!   format), for `llama.cpp@src:PATH`.
 //! - [`worker`]: crash isolation, a fork server in a child process and its line protocol.
 //! - [`sys`]: every libc call (file locks, fork, signals, waitpid, mallopt) behind a safe
 //!   function.
@@ -29,4 +31,5 @@ pub mod pins;
 pub mod shim;
 pub mod sys;
 pub mod target;
+pub mod tree;
 pub mod worker;

@@ -4,15 +4,20 @@
 //! `include_str!`, so the binary knows its pins without the source tree. A label names a pin
 //! and a build variant: `llama.cpp@0.1.156` is the release build (`-DNDEBUG`, as shipped),
 //! `llama.cpp@0.1.156+assert` the same sources with llama.cpp's `assert`s compiled in.
+//! `llama.cpp@src:PATH[+assert]` names a llama.cpp source tree instead (a developer's own
+//! checkout): its facts are read from the tree, and it is held to a known pin's expectations
+//! ([`Pin::baseline`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
 use super::error::LlamaError;
+use super::tree;
 
 /// A [`LlamaError::Pin`] with `message`.
 fn pin_error(message: String) -> LlamaError {
@@ -84,14 +89,20 @@ impl fmt::Display for Variant {
     }
 }
 
-/// A known pin and a build variant, parsed from a label such as `llama.cpp@0.1.156+assert`.
+/// A known pin or a source tree, and a build variant, parsed from a label such as
+/// `llama.cpp@0.1.156+assert` or `llama.cpp@src:/home/me/llama.cpp`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Pin {
-    /// The `llama-cpp-sys-2` crate version.
+    /// The `llama-cpp-sys-2` crate version; [`SRC_VERSION`] for a source tree.
     pub version: String,
     /// Release or assert build.
     pub variant: Variant,
+    /// A llama.cpp source tree (canonical, its root) instead of a pin's crate.
+    pub tree: Option<PathBuf>,
 }
+
+/// The `version` of a [`Pin`] that is a source tree (and the label's prefix before its path).
+pub const SRC_VERSION: &str = "src";
 
 impl Pin {
     /// Parses a label and checks that pins.toml knows the version.
@@ -104,6 +115,9 @@ impl Pin {
             ))),
             None => return Err(pin_error(format!("pin label `{label}`: expected `{TARGET}@VERSION[{ASSERT_SUFFIX}]`"))),
         };
+        if let Some(path) = rest.strip_prefix("src:") {
+            return Pin::parse_tree(label, path);
+        }
         let (version, variant) = match rest.split_once('+') {
             None => (rest, Variant::Release),
             Some((version, "assert")) => (version, Variant::Assert),
@@ -123,26 +137,123 @@ impl Pin {
         Ok(Pin {
             version: version.to_string(),
             variant,
+            tree: None,
         })
     }
 
-    /// The canonical label, e.g. `llama.cpp@0.1.156+assert`.
+    /// `llama.cpp@src:PATH[+assert]`: the tree at PATH (a llama.cpp root, or an unpacked crate
+    /// holding one in `llama.cpp/`), which must exist.
+    fn parse_tree(label: &str, rest: &str) -> Result<Pin, LlamaError> {
+        let (path, variant) = match rest.strip_suffix(ASSERT_SUFFIX) {
+            Some(path) => (path, Variant::Assert),
+            None => (rest, Variant::Release),
+        };
+        if path.is_empty() {
+            return Err(pin_error(format!(
+                "target `{label}`: expected `{TARGET}@src:PATH[{ASSERT_SUFFIX}]` with the path of a llama.cpp tree"
+            )));
+        }
+        let root = tree::normalize_tree(std::path::Path::new(path))?;
+        if !tree::label_safe(&root.display().to_string()) {
+            return Err(pin_error(format!(
+                "target `{label}`: the tree's path {:?} has a quote, backslash or control character; move or link the tree to a plain path",
+                root.display().to_string()
+            )));
+        }
+        Ok(Pin {
+            version: SRC_VERSION.to_string(),
+            variant,
+            tree: Some(root),
+        })
+    }
+
+    /// The canonical label, e.g. `llama.cpp@0.1.156+assert` or `llama.cpp@src:/abs/path`.
     pub fn label(&self) -> String {
+        let what = match &self.tree {
+            Some(t) => format!("{SRC_VERSION}:{}", t.display()),
+            None => self.version.clone(),
+        };
         match self.variant {
-            Variant::Release => format!("{TARGET}@{}", self.version),
-            Variant::Assert => format!("{TARGET}@{}{ASSERT_SUFFIX}", self.version),
+            Variant::Release => format!("{TARGET}@{what}"),
+            Variant::Assert => format!("{TARGET}@{what}{ASSERT_SUFFIX}"),
         }
     }
 
-    /// What pins.toml records about this pin.
-    pub fn info(&self) -> Result<&'static PinInfo, LlamaError> {
-        known_pins()?.get(&self.version).ok_or_else(|| {
+    /// What pins.toml records about this pin; for a source tree, the same facts read from the
+    /// tree ([`tree::tree_facts`]).
+    pub fn info(&self) -> Result<PinInfo, LlamaError> {
+        if let Some(t) = &self.tree {
+            let f = tree::tree_facts(t)?;
+            return Ok(PinInfo {
+                crate_name: "llama.cpp source tree".into(),
+                version: f.crate_version.unwrap_or_else(|| SRC_VERSION.into()),
+                llama_version: f.llama_version,
+                ggml_version: f.ggml_version,
+                state_seq_version: f.state_seq_version,
+                kv_state_has_n_rot: f.kv_state_has_n_rot,
+                seq_pos_bookkeeping: f.seq_pos_bookkeeping,
+                note: format!("the source tree {}", t.display()),
+            });
+        }
+        known_pins()?.get(&self.version).cloned().ok_or_else(|| {
             pin_error(format!(
                 "llama.cpp pin `{}` is not in pins.toml",
                 self.version
             ))
         })
     }
+
+    /// The version reports print: the pin's crate version, or for a tree what the tree says
+    /// (`llama.cpp 0.6.0, ggml 0.26.0, llama-cpp-sys-2 0.1.161, at PATH`).
+    pub fn version_text(&self) -> Result<String, LlamaError> {
+        let Some(t) = &self.tree else {
+            return Ok(self.version.clone());
+        };
+        let i = self.info()?;
+        let krate = if i.version == SRC_VERSION {
+            String::new()
+        } else {
+            format!(", llama-cpp-sys-2 {}", i.version)
+        };
+        Ok(format!(
+            "llama.cpp {}, ggml {}{krate}, at {}",
+            i.llama_version,
+            i.ggml_version,
+            t.display()
+        ))
+    }
+
+    /// The pin whose recorded expectations a source tree is held to: the known pin of the
+    /// same crate version, else of the same llama.cpp version, else the newest; a pin is its
+    /// own baseline. Same variant.
+    pub fn baseline(&self) -> Result<Pin, LlamaError> {
+        if self.tree.is_none() {
+            return Ok(self.clone());
+        }
+        let info = self.info()?;
+        let pins = known_pins()?;
+        let chosen = pins
+            .get(&info.version)
+            .map(|p| p.version.clone())
+            .or_else(|| {
+                pins.values()
+                    .filter(|p| p.llama_version == info.llama_version)
+                    .map(|p| p.version.clone())
+                    .max_by_key(|v| version_key(v))
+            })
+            .or_else(|| pins.keys().cloned().max_by_key(|v| version_key(v)))
+            .ok_or_else(|| pin_error("pins.toml holds no pin".into()))?;
+        Ok(Pin {
+            version: chosen,
+            variant: self.variant,
+            tree: None,
+        })
+    }
+}
+
+/// `0.1.161` as numbers, for ordering versions.
+pub fn version_key(v: &str) -> Vec<u64> {
+    v.split('.').map(|p| p.parse().unwrap_or(0)).collect()
 }
 
 impl fmt::Display for Pin {
@@ -203,6 +314,7 @@ pub fn known_labels() -> Result<Vec<String>, LlamaError> {
                 Pin {
                     version: v.clone(),
                     variant,
+                    tree: None,
                 }
                 .label()
             })
@@ -235,7 +347,8 @@ mod tests {
             p,
             Pin {
                 version: "0.1.156".into(),
-                variant: Variant::Release
+                variant: Variant::Release,
+                tree: None,
             }
         );
         let p: Pin = "llama.cpp@0.1.161+assert".parse().unwrap();

@@ -254,9 +254,14 @@ impl LlamaTarget {
 
 impl CacheUnderTest for LlamaTarget {
     fn info(&self) -> TargetInfo {
+        // A source tree's shim says its label; reports want what the tree says of itself.
+        let version = match super::pins::Pin::parse(&self.label) {
+            Ok(pin) if pin.tree.is_some() => pin.version_text().ok(),
+            _ => None,
+        };
         TargetInfo {
             name: self.label.clone(),
-            version: self.shim.version().to_string(),
+            version: version.unwrap_or_else(|| self.shim.version().to_string()),
             faults: Vec::new(),
             model: model_name(&self.model),
             state_format: self.format,

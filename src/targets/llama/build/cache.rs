@@ -487,6 +487,7 @@ mod tests {
         let pin = Pin {
             version: "0.1.156".into(),
             variant: Variant::Release,
+            tree: None,
         };
         let key = "ab".repeat(32);
         let entry = fake_entry(dir.path(), &pin, &key);

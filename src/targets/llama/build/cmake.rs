@@ -5,6 +5,8 @@
 
 use std::collections::BTreeSet;
 
+pub use crate::targets::llama::tree::cmake_version;
+
 /// Names in the pins' CMake `add_compile_definitions` / `target_compile_definitions` calls
 /// that the recipe deliberately does not pass, with the reason. A name in a pin's CMake files
 /// that is neither passed nor listed here gets a warning: a left-out define switches a feature
@@ -53,30 +55,6 @@ pub(super) const CMAKE_DEFINES_NOT_PASSED: &[(&str, &str)] = &[
 /// are passed with identical values, which the preprocessor accepts as a benign redefinition.
 pub fn version_header(prefix: &str, version: &str, commit: &str) -> String {
     format!("#pragma once\n\n#define {prefix}_VERSION \"{version}\"\n#define {prefix}_COMMIT  \"{commit}\"\n")
-}
-
-/// `MAJOR.MINOR.PATCH` from `set(<prefix>_VERSION_MAJOR 0)` etc.
-pub fn cmake_version(cmake: &str, prefix: &str) -> Option<String> {
-    let part = |what: &str| cmake_set_value(cmake, &format!("{prefix}_VERSION_{what}"));
-    Some(format!(
-        "{}.{}.{}",
-        part("MAJOR")?,
-        part("MINOR")?,
-        part("PATCH")?
-    ))
-}
-
-/// The value of the first `set(NAME value)` in a CMake file.
-fn cmake_set_value(cmake: &str, name: &str) -> Option<String> {
-    cmake.lines().map(str::trim).find_map(|line| {
-        let rest = line.strip_prefix("set(")?.trim_start();
-        let rest = rest.strip_prefix(name)?;
-        if !rest.starts_with(char::is_whitespace) {
-            return None;
-        }
-        let value = rest.trim().strip_suffix(')')?.trim().trim_matches('"');
-        Some(value.to_string())
-    })
 }
 
 /// The default of `option(NAME "doc" ON|OFF)`.
@@ -279,6 +257,7 @@ my_add_compile_definitions(NOT_A_CALL)
             let pin = Pin {
                 version: info.version.clone(),
                 variant: Variant::Release,
+                tree: None,
             };
             let recipe = Recipe::for_tree(&tree, &pin).unwrap();
             assert_eq!(recipe.llama_version_base, info.llama_version);

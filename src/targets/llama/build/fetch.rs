@@ -37,29 +37,6 @@ pub(super) fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// Accepts a llama.cpp tree or a directory holding one in `llama.cpp/`; returns it canonical.
-pub(super) fn normalize_tree(dir: &Path) -> Result<PathBuf, LlamaError> {
-    let unreadable = |error: std::io::Error| LlamaError::Source {
-        path: dir.to_path_buf(),
-        message: format!("cannot read this llama.cpp tree: {error}"),
-    };
-    // Resolved and listed before anything else, so that a symlink loop or a directory without
-    // read permission is said as such, not as "not a llama.cpp tree".
-    let resolved = dir.canonicalize().map_err(unreadable)?;
-    fs::read_dir(&resolved).map_err(unreadable)?;
-    for c in [resolved.clone(), resolved.join("llama.cpp")] {
-        if c.join("include/llama.h").is_file() && c.join("ggml/include/ggml.h").is_file() {
-            return c.canonicalize().map_err(unreadable);
-        }
-    }
-    Err(LlamaError::Source {
-        path: dir.to_path_buf(),
-        message: "not a llama.cpp tree: no include/llama.h and ggml/include/ggml.h in it or in \
-                  its llama.cpp/ subdirectory"
-            .into(),
-    })
-}
-
 /// Finds the pin's unpacked crate in cargo's registry, running `cargo fetch` on a throwaway
 /// manifest first when it is not there.
 pub fn locate_or_fetch(

@@ -47,7 +47,7 @@ pub use super::shim::{BuildManifest, BuiltShim, UnitRecord, SHIM_HEADER, SHIM_SO
 
 use self::cache::{cache_key, entry_dir, install_entry, load_entry, BuildLock};
 use self::compile::Compilation;
-use self::fetch::{normalize_tree, tree_fingerprint};
+use self::fetch::tree_fingerprint;
 use self::link::{archive, link_shared};
 use self::objects::{FileHashes, ObjectCache, Places};
 use self::progress::Progress;
@@ -57,6 +57,7 @@ use self::toolchain::{check_host, Toolchain};
 use super::error::{IoContext as _, LlamaError};
 use super::pins::Pin;
 use super::shim::SHIM_ABI;
+use super::tree::normalize_tree;
 
 /// What to build: a pin and variant, where its sources are, and where the cache is.
 #[derive(Debug, Clone)]
@@ -74,11 +75,12 @@ pub struct BuildSpec {
 }
 
 impl BuildSpec {
-    /// A spec for `pin` with the pin's own sources and the default cache.
+    /// A spec for `pin` with the pin's own sources (a source tree's pin: that tree) and the
+    /// default cache.
     pub fn new(pin: Pin) -> BuildSpec {
         BuildSpec {
+            llama_src: pin.tree.clone(),
             pin,
-            llama_src: None,
             force: false,
             cache_dir: None,
         }
@@ -124,7 +126,7 @@ pub fn build_command(
 /// error, not a reason to rebuild: see the `cache` module.
 pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, LlamaError> {
     check_host()?;
-    let info = spec.pin.info()?;
+    let info = &spec.pin.info()?;
     let cache = match &spec.cache_dir {
         Some(dir) => dir.clone(),
         None => cache_root()?,
@@ -443,6 +445,7 @@ mod tests {
             pin: Pin {
                 version: "0.1.156".into(),
                 variant: Variant::Release,
+                tree: None,
             },
             llama_src: Some(looped.clone()),
             force: false,

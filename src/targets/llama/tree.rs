@@ -1,0 +1,199 @@
+//! What a llama.cpp source tree says about itself, read without building it: where its root is
+//! (a tree, or an unpacked `llama-cpp-sys-2` crate with the tree in `llama.cpp/`), its version
+//! numbers (from its CMake files) and the facts kvaudit needs to drive and parse it (the state
+//! format, the `seq_pos` bookkeeping), so that `llama.cpp@src:PATH` works on a tree no pin
+//! records.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::error::LlamaError;
+
+/// Accepts a llama.cpp tree or a directory holding one in `llama.cpp/`; returns it canonical.
+pub fn normalize_tree(dir: &Path) -> Result<PathBuf, LlamaError> {
+    let unreadable = |error: std::io::Error| LlamaError::Source {
+        path: dir.to_path_buf(),
+        message: format!("cannot read this llama.cpp tree: {error}"),
+    };
+    // Resolved and listed before anything else, so that a symlink loop or a directory without
+    // read permission is said as such, not as "not a llama.cpp tree".
+    let resolved = dir.canonicalize().map_err(unreadable)?;
+    fs::read_dir(&resolved).map_err(unreadable)?;
+    for c in [resolved.clone(), resolved.join("llama.cpp")] {
+        if c.join("include/llama.h").is_file() && c.join("ggml/include/ggml.h").is_file() {
+            return c.canonicalize().map_err(unreadable);
+        }
+    }
+    Err(LlamaError::Source {
+        path: dir.to_path_buf(),
+        message: "not a llama.cpp tree: no include/llama.h and ggml/include/ggml.h in it or in \
+                  its llama.cpp/ subdirectory"
+            .into(),
+    })
+}
+
+/// `MAJOR.MINOR.PATCH` from `set(<prefix>_VERSION_MAJOR 0)` etc.
+pub fn cmake_version(cmake: &str, prefix: &str) -> Option<String> {
+    let part = |what: &str| cmake_set_value(cmake, &format!("{prefix}_VERSION_{what}"));
+    Some(format!(
+        "{}.{}.{}",
+        part("MAJOR")?,
+        part("MINOR")?,
+        part("PATCH")?
+    ))
+}
+
+/// The value of the first `set(NAME value)` in a CMake file.
+pub(crate) fn cmake_set_value(cmake: &str, name: &str) -> Option<String> {
+    cmake.lines().map(str::trim).find_map(|line| {
+        let rest = line.strip_prefix("set(")?.trim_start();
+        let rest = rest.strip_prefix(name)?;
+        if !rest.starts_with(char::is_whitespace) {
+            return None;
+        }
+        let value = rest.trim().strip_suffix(')')?.trim().trim_matches('"');
+        Some(value.to_string())
+    })
+}
+
+/// What a tree's own files say: its llama and ggml versions, and the facts pins.toml records
+/// for a pin, read from the sources they describe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeFacts {
+    /// `LLAMA_VERSION_MAJOR.MINOR.PATCH` of its CMakeLists.txt.
+    pub llama_version: String,
+    /// `GGML_VERSION_MAJOR.MINOR.PATCH` of ggml/CMakeLists.txt.
+    pub ggml_version: String,
+    /// The `llama-cpp-sys-2` version when the tree is an unpacked crate (its Cargo.toml).
+    pub crate_version: Option<String>,
+    /// `#define LLAMA_STATE_SEQ_VERSION` in include/llama.h.
+    pub state_seq_version: u32,
+    /// Whether `src/llama-kv-cache.cpp` writes `n_rot_k` / `n_rot_v` into the state.
+    pub kv_state_has_n_rot: bool,
+    /// The type of `llama_kv_cells::seq_pos`: `refcount-map`, `pos-cell-set` or `unknown`.
+    pub seq_pos_bookkeeping: String,
+}
+
+/// Reads `tree`'s facts (a root as [`normalize_tree`] returns it).
+pub fn tree_facts(tree: &Path) -> Result<TreeFacts, LlamaError> {
+    let read = |rel: &str| {
+        fs::read_to_string(tree.join(rel)).map_err(|e| LlamaError::Source {
+            path: tree.join(rel),
+            message: format!("cannot read this file of the llama.cpp tree: {e}"),
+        })
+    };
+    let missing = |what: &str, rel: &str| LlamaError::Source {
+        path: tree.join(rel),
+        message: format!("no {what} in it: is this a llama.cpp tree kvaudit can drive?"),
+    };
+    let llama_version = cmake_version(&read("CMakeLists.txt")?, "LLAMA")
+        .ok_or_else(|| missing("LLAMA_VERSION_MAJOR/MINOR/PATCH", "CMakeLists.txt"))?;
+    let ggml_version = cmake_version(&read("ggml/CMakeLists.txt")?, "GGML")
+        .ok_or_else(|| missing("GGML_VERSION_MAJOR/MINOR/PATCH", "ggml/CMakeLists.txt"))?;
+    let header = read("include/llama.h")?;
+    let state_seq_version = header
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("#define LLAMA_STATE_SEQ_VERSION")?
+                .trim()
+                .parse::<u32>()
+                .ok()
+        })
+        .ok_or_else(|| missing("#define LLAMA_STATE_SEQ_VERSION", "include/llama.h"))?;
+    let kv_cache = read("src/llama-kv-cache.cpp")?;
+    let cells = read("src/llama-kv-cells.h")?;
+    let seq_pos_bookkeeping = if cells.contains("std::map<llama_pos, int> seq_pos[") {
+        "refcount-map"
+    } else if cells.contains("std::set<std::pair<llama_pos, uint32_t>> seq_pos[") {
+        "pos-cell-set"
+    } else {
+        "unknown"
+    };
+    let crate_version = tree.parent().and_then(|p| {
+        let toml = fs::read_to_string(p.join("Cargo.toml")).ok()?;
+        let mut in_package = false;
+        toml.lines().map(str::trim).find_map(|l| {
+            if l.starts_with('[') {
+                in_package = l == "[package]";
+                return None;
+            }
+            let v = l.strip_prefix("version")?.trim_start().strip_prefix('=')?;
+            in_package.then(|| v.trim().trim_matches('"').to_string())
+        })
+    });
+    Ok(TreeFacts {
+        llama_version,
+        ggml_version,
+        crate_version,
+        state_seq_version,
+        kv_state_has_n_rot: kv_cache.contains("io.write(&n_rot_k"),
+        seq_pos_bookkeeping: seq_pos_bookkeeping.to_string(),
+    })
+}
+
+/// Whether `path` may appear in a label: kvaudit passes labels to the shim's build as a C string
+/// and to worker processes as an argument, so quotes, backslashes and control characters are
+/// refused rather than escaped.
+pub fn label_safe(path: &str) -> bool {
+    !path.is_empty()
+        && !path
+            .chars()
+            .any(|c| c.is_control() || c == '"' || c == '\\')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fake_tree_says_its_versions_and_facts() {
+        let dir = tempfile::tempdir().unwrap();
+        let crate_dir = dir.path();
+        let t = crate_dir.join("llama.cpp");
+        for d in ["include", "ggml/include", "src"] {
+            fs::create_dir_all(t.join(d)).unwrap();
+        }
+        fs::write(
+            crate_dir.join("Cargo.toml"),
+            "[package]\nname = \"llama-cpp-sys-2\"\nversion = \"0.1.170\"\n[dependencies]\nversion = \"1\"\n",
+        )
+        .unwrap();
+        fs::write(
+            t.join("CMakeLists.txt"),
+            "set(LLAMA_VERSION_MAJOR 0)\nset(LLAMA_VERSION_MINOR 7)\nset(LLAMA_VERSION_PATCH 1)\n",
+        )
+        .unwrap();
+        fs::write(
+            t.join("ggml/CMakeLists.txt"),
+            "set(GGML_VERSION_MAJOR 0)\nset(GGML_VERSION_MINOR 30)\nset(GGML_VERSION_PATCH 0)\n",
+        )
+        .unwrap();
+        fs::write(
+            t.join("include/llama.h"),
+            "#define LLAMA_STATE_SEQ_VERSION 4\n",
+        )
+        .unwrap();
+        fs::write(t.join("ggml/include/ggml.h"), "").unwrap();
+        fs::write(t.join("src/llama-kv-cache.cpp"), "io.write(&n_rot_k, 4);").unwrap();
+        fs::write(
+            t.join("src/llama-kv-cells.h"),
+            "std::set<std::pair<llama_pos, uint32_t>> seq_pos[LLAMA_MAX_SEQ];",
+        )
+        .unwrap();
+        let root = normalize_tree(crate_dir).unwrap();
+        assert_eq!(root, t.canonicalize().unwrap());
+        let f = tree_facts(&root).unwrap();
+        assert_eq!(
+            (f.llama_version.as_str(), f.ggml_version.as_str()),
+            ("0.7.1", "0.30.0")
+        );
+        assert_eq!(f.crate_version.as_deref(), Some("0.1.170"));
+        assert_eq!((f.state_seq_version, f.kv_state_has_n_rot), (4, true));
+        assert_eq!(f.seq_pos_bookkeeping, "pos-cell-set");
+        fs::write(t.join("include/llama.h"), "").unwrap();
+        let err = tree_facts(&root).unwrap_err().to_string();
+        assert!(err.contains("LLAMA_STATE_SEQ_VERSION"), "{err}");
+        assert!(label_safe("/home/me/llama.cpp") && !label_safe("/a\"b") && !label_safe(""));
+    }
+}
