@@ -146,7 +146,9 @@ impl CellCache {
                 if seq == -1 {
                     let bits = cells.seq[i];
                     out.extend_from_slice(&bits.count_ones().to_le_bytes());
-                    crate::Cells::for_each_seq(bits, |q| out.extend_from_slice(&q.to_le_bytes()));
+                    crate::cells::Cells::for_each_seq(bits, |q| {
+                        out.extend_from_slice(&q.to_le_bytes())
+                    });
                 } else {
                     out.extend_from_slice(&1u32.to_le_bytes());
                     out.extend_from_slice(&seq.to_le_bytes());
