@@ -47,11 +47,24 @@ pub struct Faults {
     /// oracle: the same trace unified and per-sequence differs, while each configuration on its
     /// own stays consistent (I1/I2).
     pub streams_rm_whole: bool,
+    /// iSWA: the windowed cache's slot search takes a cell as masked one position too early
+    /// (`seq_pos_max + 2` where llama.cpp has `seq_pos_max + 1`, src/llama-kv-cache.cpp:1075), so
+    /// a decode evicts the oldest position the next token still attends. Positive control for the
+    /// `swa eviction` oracle.
+    pub swa_window_off_by_one: bool,
+    /// Recurrent: a partial `seq_rm` that llama.cpp refuses (returns false, nothing changed)
+    /// empties the sequence's state and still returns false. Positive control for the contract
+    /// clause "a failed seq_rm changed nothing".
+    pub recurrent_rm_false_changes: bool,
+    /// Hybrid: `seq_rm` removes from the attention cache only, leaving the recurrent state
+    /// (llama.cpp removes from the recurrent memory first and from the attention cache only if
+    /// that succeeded, src/llama-memory-hybrid.cpp:143-150).
+    pub hybrid_rm_one_side: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 14] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -63,6 +76,9 @@ impl Faults {
         "orphan_cell",
         "keep_noop",
         "streams_rm_whole",
+        "swa_window_off_by_one",
+        "recurrent_rm_false_changes",
+        "hybrid_rm_one_side",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -78,6 +94,9 @@ impl Faults {
             "orphan_cell" => &mut self.orphan_cell,
             "keep_noop" => &mut self.keep_noop,
             "streams_rm_whole" => &mut self.streams_rm_whole,
+            "swa_window_off_by_one" => &mut self.swa_window_off_by_one,
+            "recurrent_rm_false_changes" => &mut self.recurrent_rm_false_changes,
+            "hybrid_rm_one_side" => &mut self.hybrid_rm_one_side,
             _ => return None,
         })
     }

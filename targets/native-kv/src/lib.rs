@@ -39,15 +39,19 @@ mod batch;
 mod cells;
 mod error;
 mod faults;
+pub mod memory;
 mod ops;
+pub mod recurrent;
 pub mod rope;
 pub mod state;
 mod stream;
 pub mod tensors;
 
-pub use batch::BatchToken;
+pub use batch::{check_batch, resolve_positions, BatchToken, SeqRanges};
 pub use error::{CacheError, DecodeError, RestoreError};
 pub use faults::Faults;
+pub use memory::{iswa_swa_size, Memory, MemoryConfig, MemoryKind};
+pub use recurrent::{RecurrentCache, RecurrentConfig, RecurrentShape};
 pub use state::{state_seq_header, STATE_ARCH};
 
 use cells::{Cells, PosIndex};
@@ -124,6 +128,9 @@ pub struct CellCache {
     /// The tensor payload, when the cache carries one (boxed: a metadata-only cache, cloned on
     /// every fork by the explorer, grows by one pointer). Indexed by cell number across streams.
     tensors: Option<Box<TensorStore>>,
+    /// The sliding window of a windowed cache (the SWA half of an iSWA memory), 0 for none:
+    /// `n_swa` with `LLAMA_SWA_TYPE_STANDARD` (src/llama-kv-cache-iswa.cpp:96-99).
+    n_swa: u32,
 }
 
 impl CellCache {
@@ -144,7 +151,38 @@ impl CellCache {
             config,
             streams: vec![stream; config.n_stream() as usize],
             tensors: None,
+            n_swa: 0,
         }
+    }
+
+    /// An empty windowed cache: the SWA cache of an iSWA memory, with window `n_swa` (> 0). Its
+    /// slot search reuses cells masked for their sequence's next token, and its decode purges
+    /// what it overwrote ([`CellCache::decode`]); its per-sequence dump leaves out masked cells
+    /// ([`CellCache::state_seq_bytes`]).
+    ///
+    /// # Panics
+    /// As [`CellCache::new`].
+    pub fn windowed(config: CacheConfig, n_swa: u32) -> Self {
+        let mut c = Self::new(config);
+        c.n_swa = n_swa;
+        c
+    }
+
+    /// The sliding window, 0 for a cache without one.
+    pub fn n_swa(&self) -> u32 {
+        self.n_swa
+    }
+
+    /// The window the slot search applies, for a windowed cache.
+    fn slot_window(&self) -> Option<stream::SlotWindow> {
+        (self.n_swa > 0).then_some(stream::SlotWindow {
+            n_swa: self.n_swa,
+            lead: if self.config.faults.swa_window_off_by_one {
+                2
+            } else {
+                1
+            },
+        })
     }
 
     /// An empty cache with a tensor payload of `shape` (the tensor faults of `config` apply to it).
@@ -309,3 +347,6 @@ mod tests;
 
 #[cfg(test)]
 mod tests_streams;
+
+#[cfg(test)]
+mod tests_memory;

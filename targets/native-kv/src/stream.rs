@@ -2,7 +2,7 @@
 //! the removals that work on one stream and the slot search (`find_slot`).
 
 use crate::cells::{Cells, Span};
-use crate::{Faults, SeqId};
+use crate::{Faults, Pos, SeqId};
 
 /// One stream: its cells and the head where the next slot search starts (`v_cells[s]`,
 /// `v_heads[s]` in `llama_kv_cache`).
@@ -69,9 +69,16 @@ impl Stream {
         }
     }
 
-    /// `find_slot(ubatch, cont = false)` for one stream without a sliding window: the cells the
-    /// batch will occupy, searched from `head` with wrap-around.
-    pub(crate) fn find_slot(&self, n_tokens: usize) -> Option<Vec<usize>> {
+    /// `find_slot(ubatch, cont = false)` for one stream: the cells the batch will occupy,
+    /// searched from `head` with wrap-around (src/llama-kv-cache.cpp:1020-1105 in 0.1.161). A cell
+    /// is usable when it is empty or, in a windowed cache (`reuse`), when it holds one sequence
+    /// and is masked for that sequence's next token (`is_masked_swa(n_swa, pos_cell,
+    /// seq_pos_max + 1)`, :1075).
+    pub(crate) fn find_slot(
+        &self,
+        n_tokens: usize,
+        reuse: Option<SlotWindow>,
+    ) -> Option<Vec<usize>> {
         let size = self.cells.pos.len();
         if n_tokens > size {
             return None;
@@ -91,7 +98,9 @@ impl Stream {
             let idx = head;
             head += 1;
             tested += 1;
-            if self.cells.is_empty(idx) {
+            let usable =
+                self.cells.is_empty(idx) || reuse.is_some_and(|w| w.masked(&self.cells, idx));
+            if usable {
                 idxs.push(idx);
             }
             if idxs.len() == n_tokens {
@@ -101,5 +110,31 @@ impl Stream {
                 return None;
             }
         }
+    }
+}
+
+/// The sliding window of a windowed cache (`LLAMA_SWA_TYPE_STANDARD`: a query at `p1` does not
+/// attend a key at `p0` when `p1 - p0 >= n_swa`, src/llama-hparams.h:480-492), as the slot search
+/// applies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotWindow {
+    /// The window, in positions (> 0).
+    pub(crate) n_swa: u32,
+    /// How far past its sequence's largest position the query is taken to be: 1, as llama.cpp
+    /// (the next token); 2 under [`crate::Faults::swa_window_off_by_one`].
+    pub(crate) lead: Pos,
+}
+
+impl SlotWindow {
+    /// Whether non-empty cell `i` may be overwritten: it holds exactly one sequence and is
+    /// masked for that sequence's next token.
+    fn masked(&self, cells: &Cells, i: usize) -> bool {
+        let bits = cells.seq[i];
+        if bits == 0 || bits & (bits - 1) != 0 {
+            return false;
+        }
+        let s = bits.trailing_zeros() as usize;
+        let p1 = cells.seq_pos[s].max() + self.lead;
+        p1 - cells.pos[i] >= self.n_swa as Pos
     }
 }
