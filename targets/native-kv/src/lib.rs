@@ -50,7 +50,7 @@ pub mod tensors;
 pub use batch::{check_batch, resolve_positions, BatchToken, SeqRanges};
 pub use error::{CacheError, DecodeError, RestoreError};
 pub use faults::Faults;
-pub use memory::{iswa_swa_size, Memory, MemoryConfig, MemoryKind};
+pub use memory::{iswa_swa_size, Memory, MemoryConfig, MemoryKind, MemoryOps};
 pub use recurrent::{RecurrentCache, RecurrentConfig, RecurrentShape};
 pub use state::{state_seq_header, STATE_ARCH};
 

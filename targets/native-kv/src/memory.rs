@@ -437,3 +437,89 @@ impl SeqRanges for Memory {
         }
     }
 }
+
+/// The `llama_memory_*` and state calls every memory answers, so that one adapter drives an
+/// attention cache ([`CellCache`], with or without a tensor payload) and a [`Memory`] alike.
+pub trait MemoryOps {
+    /// `Ok` when `s` names a sequence.
+    fn check_seq(&self, s: SeqId) -> Result<(), CacheError>;
+    /// `llama_memory_clear`.
+    fn clear(&mut self);
+    /// `llama_memory_seq_rm`.
+    fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError>;
+    /// `llama_memory_seq_cp`.
+    fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) -> Result<(), CacheError>;
+    /// `llama_memory_seq_keep`.
+    fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError>;
+    /// `llama_memory_seq_add`.
+    fn seq_add(&mut self, seq: SeqId, p0: Pos, p1: Pos, delta: Pos) -> Result<(), CacheError>;
+    /// `llama_memory_seq_div`.
+    fn seq_div(&mut self, seq: SeqId, p0: Pos, p1: Pos, d: i32) -> Result<(), CacheError>;
+    /// `llama_state_seq_get_data`.
+    fn state_seq_bytes(&self, seq: SeqId) -> Result<Vec<u8>, CacheError>;
+    /// `llama_state_get_data`.
+    fn state_bytes(&self) -> Vec<u8>;
+    /// `llama_state_seq_set_data`.
+    fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError>;
+    /// `llama_state_set_data`.
+    fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError>;
+}
+
+macro_rules! memory_ops_by_inherent_methods {
+    ($t:ty) => {
+        impl MemoryOps for $t {
+            fn check_seq(&self, s: SeqId) -> Result<(), CacheError> {
+                <$t>::check_seq(self, s)
+            }
+            fn clear(&mut self) {
+                <$t>::clear(self)
+            }
+            fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError> {
+                <$t>::seq_rm(self, seq, p0, p1)
+            }
+            fn seq_cp(
+                &mut self,
+                src: SeqId,
+                dst: SeqId,
+                p0: Pos,
+                p1: Pos,
+            ) -> Result<(), CacheError> {
+                <$t>::seq_cp(self, src, dst, p0, p1)
+            }
+            fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError> {
+                <$t>::seq_keep(self, seq)
+            }
+            fn seq_add(
+                &mut self,
+                seq: SeqId,
+                p0: Pos,
+                p1: Pos,
+                delta: Pos,
+            ) -> Result<(), CacheError> {
+                <$t>::seq_add(self, seq, p0, p1, delta)
+            }
+            fn seq_div(&mut self, seq: SeqId, p0: Pos, p1: Pos, d: i32) -> Result<(), CacheError> {
+                <$t>::seq_div(self, seq, p0, p1, d)
+            }
+            fn state_seq_bytes(&self, seq: SeqId) -> Result<Vec<u8>, CacheError> {
+                <$t>::state_seq_bytes(self, seq)
+            }
+            fn state_bytes(&self) -> Vec<u8> {
+                <$t>::state_bytes(self)
+            }
+            fn state_seq_set_bytes(
+                &mut self,
+                seq: SeqId,
+                bytes: &[u8],
+            ) -> Result<usize, RestoreError> {
+                <$t>::state_seq_set_bytes(self, seq, bytes)
+            }
+            fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError> {
+                <$t>::state_set_bytes(self, bytes)
+            }
+        }
+    };
+}
+
+memory_ops_by_inherent_methods!(CellCache);
+memory_ops_by_inherent_methods!(Memory);
