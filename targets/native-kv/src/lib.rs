@@ -31,6 +31,17 @@
 //! `LLAMA_MAX_SEQ` (256) in memory ops while its decode refuses them; this model refuses them
 //! ([`CacheError::InvalidSeq`]) in memory ops too.
 //!
+//! The other memory types of llama.cpp ([`memory`]: `llama_kv_cache_iswa`, `llama_memory_recurrent`
+//! in [`recurrent`], `llama_memory_hybrid`) are built from this cache and behind one API,
+//! [`Memory`] and [`MemoryOps`]. A [`CellCache::windowed`] cache is the windowed half of an iSWA
+//! memory: its slot search overwrites cells masked for their sequence's next token and purges
+//! what it overwrote, as `find_slot` / `apply_ubatch` do.
+//!
+//! Modules: `faults` ([`Faults`]), `error`, `cells` (`llama_kv_cells`: positions, bitsets, the
+//! position index), `stream` (one stream: removals, slot search, the window), `ops` (the memory
+//! operations), `batch` (batch validation, decode, placement), [`state`] (dumps and loads),
+//! [`memory`], [`recurrent`], [`tensors`], [`rope`].
+//!
 //! With [`Faults::default()`] the cache is correct: the position index always equals the
 //! multiset of resident positions. Each field of [`Faults`] re-creates a known bug class so that
 //! a checker pointed at this cache has positive controls.
