@@ -259,7 +259,7 @@ pub fn apply_state_op<M: MemoryOps>(
                 return Some(load_on_device(c, ctx, *seq, &bytes, rows_missing));
             }
             let res = c.state_seq_set_bytes(*seq, &bytes);
-            if rows_missing && matches!(res, Ok(_)) && cells_in(&bytes).unwrap_or(0) > 0 {
+            if rows_missing && res.is_ok() && cells_in(&bytes).unwrap_or(0) > 0 {
                 // llama.cpp reads rows the bytes do not have: a failure after the cells.
                 c.seq_rm(*seq, -1, -1).expect("seq checked");
                 return Some(OpOutcome::Done {

@@ -102,8 +102,7 @@ pub(crate) fn validate<M: SeqRanges + ?Sized>(
             }
         }
     }
-    for s in 0..n_seq {
-        let ps = &mut batch_pos[s];
+    for (s, ps) in batch_pos.iter().enumerate() {
         if ps.is_empty() {
             continue;
         }
@@ -124,9 +123,9 @@ pub(crate) fn validate<M: SeqRanges + ?Sized>(
             )));
         }
     }
-    for s0 in 0..n_seq {
+    for (s0, &with) in coupled.iter().enumerate() {
         let mut bad = None;
-        Cells::for_each_seq(coupled[s0], |s1| {
+        Cells::for_each_seq(with, |s1| {
             if m.seq_range(s0 as SeqId) != m.seq_range(s1) {
                 bad = Some(s1);
             }
