@@ -278,3 +278,40 @@ fn hybrid_rm_one_side_removes_from_the_attention_cache_only() {
     assert_eq!(m.seq_rm(0, 3, -1), Ok(true));
     assert_eq!(range(&m, 0), (4, 2));
 }
+
+/// The iSWA eviction rule, as an oracle would judge it from the accessors around a decode: a
+/// decode overwrites only cells masked for their sequence's next token (`seq_pos_max + 1 - pos >=
+/// n_swa`) and purges below them, so a sequence's `seq_pos_min` moves at most to
+/// `seq_pos_max before + 2 - n_swa`. Returns the first sequence that breaks it over a fixed
+/// schedule of decodes into two sequences (and removals, which may legitimately expose evicted
+/// positions, and are not judged).
+fn first_eviction_breach(faults: Faults) -> Option<(usize, SeqId)> {
+    let mut m = iswa(faults, 2);
+    for step in 0..200usize {
+        let before: Vec<(Pos, Pos)> = (0..2).map(|s| range(&m, s)).collect();
+        let seq = if step % 7 < 2 { 1 } else { 0 };
+        if step % 50 == 49 {
+            m.seq_rm(seq, before[seq as usize].1 - 1, -1).unwrap();
+            continue;
+        }
+        m.decode(&toks(1 + step % 3, seq)).unwrap();
+        for s in 0..2 {
+            let (min0, max0) = before[s as usize];
+            let min1 = range(&m, s).0;
+            if max0 >= 0 && min1 > min0.max(max0 + 2 - N_SWA as Pos) {
+                return Some((step, s));
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn iswa_eviction_follows_positions_and_the_off_by_one_breaks_it() {
+    assert_eq!(first_eviction_breach(Faults::default()), None);
+    let caught = first_eviction_breach(Faults {
+        swa_window_off_by_one: true,
+        ..Faults::default()
+    });
+    assert!(caught.is_some(), "the fault is caught by the rule");
+}
