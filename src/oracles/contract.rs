@@ -312,10 +312,43 @@ fn shift_breach(
     None
 }
 
+/// A `seq_rm` that returned false must leave the accessors as they were too, not only the cells:
+/// a recurrent memory refuses a partial removal (src/llama-memory-recurrent.cpp:201-216) and a
+/// hybrid one refuses before touching its attention cache (src/llama-memory-hybrid.cpp:143-150),
+/// while a state can change with no cell position changing (`seq_pos_min`/`max` answer from the
+/// recurrent state's position, the dump lists one cell per sequence).
+fn failed_rm_moved_accessors(
+    op: &Op,
+    outcome: &OpOutcome,
+    before: &[SeqObservation],
+    after: &[SeqObservation],
+) -> Option<Breach> {
+    let (
+        Op::SeqRm { .. },
+        OpOutcome::Done {
+            returned: Some(false),
+        },
+    ) = (op, outcome)
+    else {
+        return None;
+    };
+    let accessors = |o: &SeqObservation| (o.pos_min, o.pos_max);
+    before.iter().find_map(|b| {
+        let a = after.iter().find(|a| a.seq == b.seq)?;
+        (accessors(a) != accessors(b)).then(|| Breach {
+            kind: "seq_rm: failed removal changed the cache",
+            seq: Some(b.seq),
+            observed: json!({ "pos_min": a.pos_min, "pos_max": a.pos_max }),
+            expected: json!({ "pos_min": b.pos_min, "pos_max": b.pos_max }),
+        })
+    })
+}
+
 /// The first breach in `after` (against `after.before`) of a clause with `documented`, if any.
 pub fn check_contract(op: &Op, after: &StepObservation, documented: bool) -> Option<Violation> {
     let before = after.before.as_ref()?;
-    let x = first_breach(op, &after.outcome, &cells(before), &cells(&after.seqs))?;
+    let x = first_breach(op, &after.outcome, &cells(before), &cells(&after.seqs))
+        .or_else(|| failed_rm_moved_accessors(op, &after.outcome, before, &after.seqs))?;
     let c = clause(x.kind);
     (c.documented == documented).then(|| Violation {
         oracle: if documented { ID } else { QUESTION_ID },
@@ -458,6 +491,33 @@ mod tests {
     }
 
     const DONE: OpOutcome = OpOutcome::Done { returned: None };
+
+    #[test]
+    fn a_failed_seq_rm_that_moved_an_accessor_is_a_breach() {
+        // A recurrent state at position 4 (one cell); seq_rm(0, 3, -1) returned false but the
+        // state went: the cells of the dump may still parse alike, the accessors do not.
+        let rm = Op::SeqRm {
+            seq: 0,
+            p0: 3,
+            p1: -1,
+        };
+        let refused = OpOutcome::Done {
+            returned: Some(false),
+        };
+        let mut s = step(refused.clone(), &[(0, &[4])], &[(0, &[4])]);
+        assert!(check_contract(&rm, &s, false).is_none());
+        s.seqs[0].pos_min = -1;
+        s.seqs[0].pos_max = -1;
+        let v = check_contract(&rm, &s, false).expect("a breach");
+        assert_eq!(
+            (v.kind.as_str(), v.seq),
+            ("seq_rm: failed removal changed the cache", Some(0))
+        );
+        assert!(
+            check_contract(&rm, &s, true).is_none(),
+            "llama.h is silent: advisory"
+        );
+    }
 
     #[test]
     fn every_clause_kind_is_in_the_table_once() {

@@ -6,18 +6,25 @@
 //! ([`SlotStore`]) and what `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` saves keep on the side
 //! ([`ContextState`]).
 //!
-//! Setup mapping (`cache_config`): `n_ctx` is padded as llama.cpp pads it (a multiple of 256;
-//! with one stream per sequence, each stream holds `pad(n_ctx / n_seq_max, 256)` cells),
-//! `kv_unified` picks one stream or one per sequence. Flash attention, the K/V cache types and
-//! the batch sizes change how llama.cpp stores and computes rows, not the cell bookkeeping, so
-//! the native cache ignores them.
+//! Setup mapping (`memory_config`): the architecture picks the memory as llama.cpp's
+//! `create_memory` does (`llama`: an attention cache; `gemma2`: iSWA; `mamba`: recurrent;
+//! `jamba`: hybrid; see `native_kv::memory`). `n_ctx` is padded as llama.cpp pads it (a multiple
+//! of 256; with one stream per sequence, each stream holds `pad(n_ctx / n_seq_max, 256)` cells),
+//! `kv_unified` picks one stream or one per sequence. iSWA takes the window [`NATIVE_N_SWA`] (the
+//! tiny gemma2 models' `sliding_window`), and sizes its windowed cache from `n_ubatch` and
+//! `swa_full` as llama.cpp does; recurrent memories have no rollback depth (`n_rs_seq` 0, llama.cpp's
+//! default) and no state rows. Flash attention, the K/V cache types and the batch sizes otherwise
+//! change how llama.cpp stores and computes rows, not the cell bookkeeping, so the native cache
+//! ignores them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use native_kv::{BatchToken, CacheConfig, CellCache, Faults};
+use native_kv::{
+    iswa_swa_size, BatchToken, CacheConfig, Faults, Memory, MemoryConfig, MemoryKind, MemoryOps,
+};
 
 use crate::base::error::Error;
-use crate::base::op::{Op, Pos, SeqId, Setup, Slot};
+use crate::base::op::{MemoryType, Op, Pos, SeqId, Setup, Slot};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
@@ -52,11 +59,17 @@ impl ContextState {
     }
 }
 
-/// The native target: a [`CellCache`] with optional faults.
+/// The sliding window of the native iSWA memory, in positions: the `sliding_window` of the tiny
+/// gemma2 models (shared/LLAMA-FACTS.md), which the native model has no GGUF to read from.
+pub const NATIVE_N_SWA: u32 = 4;
+
+/// The native target: a [`Memory`] of the setup's architecture, with optional faults.
 #[derive(Debug)]
 pub struct NativeTarget {
     faults: Faults,
-    cache: CellCache,
+    /// What `cache` was made from.
+    config: MemoryConfig,
+    cache: Memory,
     context: ContextState,
     /// The empty twin [`CacheUnderTest::twin`] hands out, made on first use.
     twin: Option<Box<NativeTarget>>,
@@ -68,6 +81,7 @@ impl Clone for NativeTarget {
     fn clone(&self) -> Self {
         NativeTarget {
             faults: self.faults,
+            config: self.config,
             cache: self.cache.clone(),
             context: self.context.clone(),
             twin: None,
@@ -78,19 +92,24 @@ impl Clone for NativeTarget {
 impl NativeTarget {
     /// A native target with the given faults injected.
     pub fn new(faults: Faults) -> Self {
-        NativeTarget {
-            faults,
-            cache: CellCache::new(CacheConfig {
+        let config = MemoryConfig {
+            cache: CacheConfig {
                 faults,
                 ..CacheConfig::default()
-            }),
+            },
+            kind: MemoryKind::Kv,
+        };
+        NativeTarget {
+            faults,
+            config,
+            cache: Memory::new(config),
             context: ContextState::default(),
             twin: None,
         }
     }
 
-    /// The cache, for tests that look inside.
-    pub fn cache(&self) -> &CellCache {
+    /// The memory, for tests that look inside.
+    pub fn memory(&self) -> &Memory {
         &self.cache
     }
 }
@@ -118,7 +137,7 @@ pub fn parse_faults(list: &[String]) -> Result<Faults, Error> {
 /// Performs a memory op (not a decode, not a state op) on a cell cache: the one mapping from
 /// [`Op`] to the native cache's calls, for every native target. A refusal of the cache is
 /// [`OpOutcome::Refused`].
-pub fn apply_memory_op(c: &mut CellCache, op: &Op) -> OpOutcome {
+pub fn apply_memory_op<M: MemoryOps>(c: &mut M, op: &Op) -> OpOutcome {
     let res = match *op {
         Op::SeqRm { seq, p0, p1 } => c.seq_rm(seq, p0, p1).map(Some),
         Op::SeqCp { src, dst, p0, p1 } => c.seq_cp(src, dst, p0, p1).map(|_| None),
@@ -180,8 +199,8 @@ pub(crate) fn loaded(res: Result<usize, native_kv::RestoreError>) -> OpOutcome {
 ///   rows of a plain save misread them as the next layer's header and fail like a bad K/V section.
 ///
 /// Flag bit 1 (`PARTIAL_ONLY` / `SWA_ONLY`) matters to iSWA memories only and is ignored.
-pub fn apply_state_op(
-    c: &mut CellCache,
+pub fn apply_state_op<M: MemoryOps>(
+    c: &mut M,
     ctx: &mut ContextState,
     op: &Op,
     device: bool,
@@ -240,7 +259,7 @@ pub fn apply_state_op(
                 return Some(load_on_device(c, ctx, *seq, &bytes, rows_missing));
             }
             let res = c.state_seq_set_bytes(*seq, &bytes);
-            if rows_missing && matches!(res, Ok(_)) && cells_in(&bytes).unwrap_or(0) > 0 {
+            if rows_missing && res.is_ok() && cells_in(&bytes).unwrap_or(0) > 0 {
                 // llama.cpp reads rows the bytes do not have: a failure after the cells.
                 c.seq_rm(*seq, -1, -1).expect("seq checked");
                 return Some(OpOutcome::Done {
@@ -273,8 +292,8 @@ pub fn apply_state_op(
 }
 
 /// An `ON_DEVICE` sequence load (see [`apply_state_op`]).
-fn load_on_device(
-    c: &mut CellCache,
+fn load_on_device<M: MemoryOps>(
+    c: &mut M,
     ctx: &ContextState,
     seq: SeqId,
     bytes: &[u8],
@@ -345,22 +364,74 @@ pub(crate) fn native_info(name: &str, faults: Faults) -> TargetInfo {
     }
 }
 
-/// The cell cache configuration for `setup`, or why the native cache `name` cannot hold it.
+/// The cell cache configuration for `setup`, or why the native cache `name` (an attention
+/// cache only: `native+tensors`) cannot hold it.
 pub(crate) fn cache_config(
     name: &str,
     setup: &Setup,
     faults: Faults,
 ) -> Result<CacheConfig, HarnessError> {
-    if setup.arch != crate::base::op::Arch::Llama {
+    if setup.arch.memory() != MemoryType::Kv {
         return Err(HarnessError::Unsupported {
             target: name.into(),
             reason: format!(
-                "{} memory ({}) is not modelled by the native cache yet",
+                "{} memory ({}) is not modelled by {name}: it carries attention rows only",
                 setup.arch.memory(),
                 setup.arch
             ),
         });
     }
+    attention_config(name, setup, faults)
+}
+
+/// The memory configuration for `setup` (see the module docs), or why the native memory `name`
+/// cannot hold it.
+pub(crate) fn memory_config(
+    name: &str,
+    setup: &Setup,
+    faults: Faults,
+) -> Result<MemoryConfig, HarnessError> {
+    let cache = attention_config(name, setup, faults)?;
+    let kind = match setup.arch.memory() {
+        MemoryType::Kv => MemoryKind::Kv,
+        MemoryType::Iswa => {
+            // llama_context::llama_context (src/llama-context.cpp:248-250): n_batch is at most
+            // n_ctx (causal models), n_ubatch at most n_batch; defaults 2048 and 512.
+            let n_batch = setup
+                .n_batch
+                .unwrap_or(2048)
+                .min(cache.n_ctx * cache.n_stream());
+            let n_ubatch = setup.n_ubatch.unwrap_or(512).min(n_batch);
+            MemoryKind::Iswa {
+                n_swa: NATIVE_N_SWA,
+                swa_size: iswa_swa_size(
+                    cache.n_ctx,
+                    NATIVE_N_SWA,
+                    cache.unified,
+                    cache.n_seq_max,
+                    n_ubatch,
+                    setup.swa_full,
+                ),
+            }
+        }
+        MemoryType::Recurrent => MemoryKind::Recurrent {
+            n_rs_seq: 0,
+            shape: None,
+        },
+        MemoryType::Hybrid => MemoryKind::Hybrid {
+            n_rs_seq: 0,
+            shape: None,
+        },
+    };
+    Ok(MemoryConfig { cache, kind })
+}
+
+/// The attention cache of `setup` (an iSWA memory's base cache), whatever the architecture.
+fn attention_config(
+    name: &str,
+    setup: &Setup,
+    faults: Faults,
+) -> Result<CacheConfig, HarnessError> {
     if setup.n_seq_max as usize > native_kv::MAX_SEQ {
         return Err(HarnessError::Unsupported {
             target: name.into(),
@@ -403,11 +474,12 @@ impl CacheUnderTest for NativeTarget {
     }
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
-        let config = cache_config("native", setup, self.faults)?;
-        if *self.cache.config() == config {
+        let config = memory_config("native", setup, self.faults)?;
+        if self.config == config {
             self.cache.clear();
         } else {
-            self.cache = CellCache::new(config);
+            self.cache = Memory::new(config);
+            self.config = config;
         }
         self.context.clear();
         crate::base::target::apply_setup_ops(self, setup)?;
@@ -465,14 +537,15 @@ impl CacheUnderTest for NativeTarget {
     }
 
     fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
-        let config = *self.cache.config();
+        let config = self.config;
         let twin = self
             .twin
             .get_or_insert_with(|| Box::new(NativeTarget::new(self.faults)));
-        if *twin.cache.config() == config {
+        if twin.config == config {
             twin.cache.clear();
         } else {
-            twin.cache = CellCache::new(config);
+            twin.cache = Memory::new(config);
+            twin.config = config;
         }
         twin.context.clear();
         Ok(Some(&mut **twin))
@@ -481,7 +554,7 @@ impl CacheUnderTest for NativeTarget {
 
 /// `llama_state_seq_set_data(bytes, seq)` on a cell cache: an invalid `seq` is refused, a load
 /// that fails is `returned: Some(false)` (llama.cpp returned 0).
-pub(crate) fn set_seq_state(c: &mut CellCache, seq: SeqId, bytes: &[u8]) -> OpOutcome {
+pub(crate) fn set_seq_state<M: MemoryOps>(c: &mut M, seq: SeqId, bytes: &[u8]) -> OpOutcome {
     if let Err(e) = c.check_seq(seq) {
         return OpOutcome::Refused {
             reason: e.to_string(),

@@ -283,3 +283,76 @@ fn restore_drops_last_cell_shows_in_the_round_trip_only() {
     assert_eq!(rt.whole_twin[0].cells, vec![0, 1]);
     assert_eq!(rt.seqs[0].twin.cells, vec![0, 1]);
 }
+
+#[test]
+fn the_architecture_picks_the_memory_as_create_memory_does() {
+    let m = |s: &str| {
+        memory_config(
+            "native",
+            &Setup::default().with_config(s).unwrap(),
+            Faults::default(),
+        )
+        .unwrap()
+        .kind
+    };
+    assert_eq!(m("n_ctx=1024"), MemoryKind::Kv);
+    // pad(min(1024, 4 * 1 + 32), 256); swa_full (llama.cpp's default) keeps the base size.
+    assert_eq!(
+        m("n_ctx=1024,arch=gemma2,swa_full=false,n_ubatch=32"),
+        MemoryKind::Iswa {
+            n_swa: NATIVE_N_SWA,
+            swa_size: 256
+        }
+    );
+    assert_eq!(
+        m("n_ctx=1024,arch=gemma2,n_ubatch=32"),
+        MemoryKind::Iswa {
+            n_swa: NATIVE_N_SWA,
+            swa_size: 1024
+        }
+    );
+    assert!(matches!(
+        m("arch=mamba"),
+        MemoryKind::Recurrent { n_rs_seq: 0, .. }
+    ));
+    assert!(matches!(
+        m("arch=jamba"),
+        MemoryKind::Hybrid { n_rs_seq: 0, .. }
+    ));
+    // native+tensors carries attention rows only.
+    assert!(matches!(
+        cache_config(
+            "native+tensors",
+            &Setup::default().with_config("arch=gemma2").unwrap(),
+            Faults::default()
+        ),
+        Err(HarnessError::Unsupported { .. })
+    ));
+}
+
+#[test]
+fn every_memory_type_runs_a_trace_and_round_trips_its_dumps() {
+    for arch in ["llama", "gemma2", "mamba", "jamba"] {
+        let setup = Setup::default()
+            .with_config(&format!("arch={arch},n_seq_max=2"))
+            .unwrap();
+        let mut t = NativeTarget::new(Faults::default());
+        t.reset(&setup).unwrap();
+        t.apply(&decode(0, 3)).unwrap();
+        t.apply(&Op::SeqCp {
+            src: 0,
+            dst: 1,
+            p0: -1,
+            p1: -1,
+        })
+        .unwrap();
+        assert_eq!(t.seq_pos_max(1).unwrap(), 2, "{arch}");
+        let whole = t.state_get().unwrap().unwrap();
+        let seq = t.seq_state(0).unwrap();
+        let twin = t.twin().unwrap().unwrap();
+        assert_eq!(twin.state_set(&whole).unwrap(), TRUE, "{arch}");
+        assert_eq!(twin.state_get().unwrap().unwrap(), whole, "{arch}");
+        assert_eq!(twin.set_seq_state(0, &seq).unwrap(), TRUE, "{arch}");
+        assert_eq!(twin.seq_state(0).unwrap(), seq, "{arch}");
+    }
+}

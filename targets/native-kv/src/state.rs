@@ -52,14 +52,45 @@ fn write_rows_section(t: &TensorStore, cells: &[usize], out: &mut Vec<u8>) {
     }
 }
 
+/// Reads the header of a whole-context dump: u32 length and [`STATE_ARCH`] (a load checks the
+/// architecture first).
+pub(crate) fn read_arch(r: &mut StateReader<'_>) -> Result<(), RestoreError> {
+    let len = r.u32("architecture name length")? as usize;
+    let Some(name) = r.bytes.get(r.at..r.at.saturating_add(len)) else {
+        return r.fail(format!("an architecture name of {len} bytes"));
+    };
+    if name != STATE_ARCH.as_bytes() {
+        return r.fail(format!(
+            "architecture '{STATE_ARCH}', found '{}' (wrong model arch)",
+            String::from_utf8_lossy(name)
+        ));
+    }
+    r.at += len;
+    Ok(())
+}
+
+/// Reads the header of a sequence dump: the magic, then the sequence id (ignored, as llama.cpp
+/// ignores it).
+pub(crate) fn read_seq_header(r: &mut StateReader<'_>) -> Result<(), RestoreError> {
+    let magic = r.u32("magic")?;
+    if magic != STATE_SEQ_MAGIC {
+        r.at = 0;
+        return r.fail(format!(
+            "magic 0x{STATE_SEQ_MAGIC:08x}, found 0x{magic:08x}"
+        ));
+    }
+    r.i32("seq id")?;
+    Ok(())
+}
+
 /// A little-endian reader over state bytes.
-struct StateReader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+pub(crate) struct StateReader<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl StateReader<'_> {
-    fn fail<T>(&self, message: String) -> Result<T, RestoreError> {
+    pub(crate) fn fail<T>(&self, message: String) -> Result<T, RestoreError> {
         Err(RestoreError {
             offset: self.at,
             message,
@@ -79,15 +110,15 @@ impl StateReader<'_> {
         }
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32, RestoreError> {
+    pub(crate) fn u32(&mut self, what: &str) -> Result<u32, RestoreError> {
         self.take::<4>(what).map(u32::from_le_bytes)
     }
 
-    fn i32(&mut self, what: &str) -> Result<i32, RestoreError> {
+    pub(crate) fn i32(&mut self, what: &str) -> Result<i32, RestoreError> {
         self.take::<4>(what).map(i32::from_le_bytes)
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, RestoreError> {
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, RestoreError> {
         self.take::<8>(what).map(u64::from_le_bytes)
     }
 
@@ -130,12 +161,19 @@ impl CellCache {
     }
 
     /// `llama_kv_cache::state_write`.
-    fn write_memory(&self, seq: SeqId, out: &mut Vec<u8>) {
+    pub(crate) fn write_memory(&self, seq: SeqId, out: &mut Vec<u8>) {
         out.extend_from_slice(&(self.streams.len() as u32).to_le_bytes());
         for (s, st) in self.streams.iter().enumerate() {
             let cells = &st.cells;
             let idxs: Vec<usize> = (0..cells.used_max_p1 as usize)
                 .filter(|&i| !cells.is_empty(i) && (seq == -1 || cells.seq_has(i, seq)))
+                // A windowed cache leaves out the cells of `seq` masked for its last position
+                // (`is_masked_swa(n_swa, pos, seq_pos_max(seq))`, src/llama-kv-cache.cpp:2097-2103).
+                .filter(|&i| {
+                    seq == -1
+                        || self.n_swa == 0
+                        || cells.seq_pos[seq as usize].max() - cells.pos[i] < self.n_swa as i32
+                })
                 .collect();
             out.extend_from_slice(&(idxs.len() as u32).to_le_bytes());
             if idxs.is_empty() {
@@ -146,7 +184,9 @@ impl CellCache {
                 if seq == -1 {
                     let bits = cells.seq[i];
                     out.extend_from_slice(&bits.count_ones().to_le_bytes());
-                    crate::Cells::for_each_seq(bits, |q| out.extend_from_slice(&q.to_le_bytes()));
+                    crate::cells::Cells::for_each_seq(bits, |q| {
+                        out.extend_from_slice(&q.to_le_bytes())
+                    });
                 } else {
                     out.extend_from_slice(&1u32.to_le_bytes());
                     out.extend_from_slice(&seq.to_le_bytes());
@@ -189,15 +229,19 @@ impl CellCache {
         }
         self.check_seq(seq).map_err(|e| refuse(e.to_string()))?;
         let mut r = StateReader { bytes, at: 0 };
-        let magic = r.u32("magic")?;
-        if magic != STATE_SEQ_MAGIC {
-            r.at = 0;
-            return r.fail(format!(
-                "magic 0x{STATE_SEQ_MAGIC:08x}, found 0x{magic:08x}"
-            ));
-        }
-        r.i32("seq id")?; // read and ignored, as llama.cpp does
-        self.check_n_stream(&mut r)?;
+        read_seq_header(&mut r)?;
+        self.read_seq_memory(seq, &mut r)?;
+        Ok(r.at)
+    }
+
+    /// The memory part of [`CellCache::state_seq_set_bytes`] (`llama_kv_cache::state_read` for
+    /// `seq`), read from `r`.
+    pub(crate) fn read_seq_memory(
+        &mut self,
+        seq: SeqId,
+        r: &mut StateReader<'_>,
+    ) -> Result<(), RestoreError> {
+        self.check_n_stream(r)?;
         let strm = self.stream_of(seq);
         let mut last: Option<usize> = None;
         for _ in 0..self.streams.len() {
@@ -205,7 +249,7 @@ impl CellCache {
             if cell_count == 0 {
                 continue;
             }
-            let res = self.restore_seq_stream(seq, strm, cell_count, &mut r);
+            let res = self.restore_seq_stream(seq, strm, cell_count, r);
             match res {
                 Ok(l) => last = Some(l),
                 Err(e) => {
@@ -217,7 +261,7 @@ impl CellCache {
         if let (Some(i), true) = (last, self.config.faults.restore_drops_last_cell) {
             self.streams[strm].cells.rm(i);
         }
-        Ok(r.at)
+        Ok(())
     }
 
     fn check_n_stream(&self, r: &mut StateReader<'_>) -> Result<(), RestoreError> {
@@ -269,23 +313,21 @@ impl CellCache {
         }
         let at = r.at;
         let idxs = self.streams[strm]
-            .find_slot(pos.len())
+            .find_slot(pos.len(), self.slot_window())
             .ok_or_else(|| RestoreError {
                 offset: at,
                 message: format!("failed to find {cell_count} available cells"),
             })?;
         let global: Vec<usize> = idxs.iter().map(|&i| self.global(strm, i)).collect();
-        let st = &mut self.streams[strm];
-        for (&idx, &p) in idxs.iter().zip(&pos) {
-            st.cells.pos_set(idx, p);
-            st.cells.seq_add(idx, seq);
-        }
-        st.head = *idxs.last().expect("cell_count > 0") as u32 + 1;
-        if let Some(t) = &mut self.tensors {
-            for (&g, &p) in global.iter().zip(&pos) {
-                t.place(g, p);
-            }
-        }
+        let tokens: Vec<crate::BatchToken> = pos
+            .iter()
+            .map(|&p| crate::BatchToken {
+                token: 0,
+                pos: Some(p),
+                seqs: vec![seq],
+            })
+            .collect();
+        self.place(&tokens, &pos, &global);
         self.restore_rows(&global, r)?;
         Ok(*idxs.last().expect("cell_count > 0"))
     }
@@ -306,18 +348,18 @@ impl CellCache {
     /// cell read is dropped after a success.
     pub fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError> {
         let mut r = StateReader { bytes, at: 0 };
-        let len = r.u32("architecture name length")? as usize;
-        let Some(name) = bytes.get(r.at..r.at.saturating_add(len)) else {
-            return r.fail(format!("an architecture name of {len} bytes"));
-        };
-        if name != STATE_ARCH.as_bytes() {
-            return r.fail(format!(
-                "architecture '{STATE_ARCH}', found '{}' (wrong model arch)",
-                String::from_utf8_lossy(name)
-            ));
-        }
-        r.at += len;
-        self.check_n_stream(&mut r)?;
+        read_arch(&mut r)?;
+        self.read_whole_memory(&mut r)?;
+        Ok(r.at)
+    }
+
+    /// The memory part of [`CellCache::state_set_bytes`] (`llama_kv_cache::state_read` for the
+    /// whole memory), read from `r`.
+    pub(crate) fn read_whole_memory(
+        &mut self,
+        r: &mut StateReader<'_>,
+    ) -> Result<(), RestoreError> {
+        self.check_n_stream(r)?;
         self.clear();
         let mut last: Option<(usize, usize)> = None;
         for s in 0..self.streams.len() {
@@ -325,7 +367,7 @@ impl CellCache {
             if cell_count == 0 {
                 continue;
             }
-            match self.restore_whole_stream(s, cell_count, &mut r) {
+            match self.restore_whole_stream(s, cell_count, r) {
                 Ok(()) => last = Some((s, cell_count as usize - 1)),
                 Err((e, clear)) => {
                     if clear {
@@ -338,7 +380,7 @@ impl CellCache {
         if let (Some((s, i)), true) = (last, self.config.faults.restore_drops_last_cell) {
             self.streams[s].cells.rm(i);
         }
-        Ok(r.at)
+        Ok(())
     }
 
     /// One stream of a whole-context load (`state_read_meta` for `dest_seq_id == -1`, then

@@ -1,0 +1,124 @@
+//! Known bug classes, re-created on purpose: the positive controls of a checker pointed at
+//! the cache. A plain struct of bools, one per fault, so that adding one is one field, one name.
+
+/// Known bug classes, re-created on purpose. All off by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Faults {
+    /// `seq_cp` adds the destination to a cell and increments its position count without
+    /// checking that the cell already holds the destination: llama.cpp's behaviour from PR 14339
+    /// (reference counts, 2025-06) to PR 28040 (2026-08) in release builds, where the
+    /// `assert(!seq[i].test(seq_id))` of `llama_kv_cells::seq_add` is compiled out.
+    pub refcount: bool,
+    /// `seq_rm` treats a closed range end as inclusive (`[p0, p1]` instead of `[p0, p1)`).
+    pub seq_rm_off_by_one: bool,
+    /// `seq_add` moves cells without re-indexing them: the position index keeps the old
+    /// positions (a stale derived index).
+    pub seq_add_stale_index: bool,
+    /// Tensor payload: `seq_add`/`seq_div` re-rotate a moved key by the position delta (a rotation
+    /// composed onto the already rotated key, as llama.cpp's K-shift does) instead of once from its
+    /// pre-RoPE row. Caught by T2.
+    pub seq_add_delta_rotation: bool,
+    /// Tensor payload: the sliding-window bound is read as an index into the sequence's keys
+    /// instead of from the positions the cells hold ([`tensors::window_lo_index_keyed`]). Right
+    /// until an eviction leaves a gap in the positions. Caught by T3.
+    pub window_index_keyed: bool,
+    /// Tensor payload: K/V rows land with KV heads 0 and 1 exchanged. Caught by T1.
+    pub kv_head_swap: bool,
+    /// Tensor payload: the rows of layer `l` land in the slot of layer `n_layer - 1 - l`. Caught
+    /// by T1.
+    pub kv_layer_swap: bool,
+    /// Whole-context and per-sequence loads ([`CellCache::state_set_bytes`],
+    /// [`CellCache::state_seq_set_bytes`]) lose the last cell they read, and still report
+    /// success. Positive control for the round-trip oracle: a dump loaded into an empty twin no
+    /// longer equals the original. Invisible to I1/I2 on one target (the index follows the
+    /// removal, no trace op loads state unless it asks to).
+    pub restore_drops_last_cell: bool,
+    /// When `seq_rm` removes a cell's last sequence, the cell stays used with no sequence (the
+    /// model of a `seq_rm` that forgets `used.erase`). Per-sequence dumps and accessors are
+    /// unaffected (I1, I2 see nothing); the whole-context dump lists a cell with no sequence.
+    /// Positive control for the conservation oracle.
+    pub orphan_cell: bool,
+    /// `seq_keep` does nothing. Positive control for the contract oracle: llama.h says
+    /// `llama_memory_seq_keep` "removes all tokens that do not belong to the specified sequence";
+    /// the index stays consistent with the cells, so I1/I2 see nothing.
+    pub keep_noop: bool,
+    /// Only with one stream per sequence (`kv_unified = false`): a partial `seq_rm` of one
+    /// sequence removes the whole sequence. Positive control for the configuration-differential
+    /// oracle: the same trace unified and per-sequence differs, while each configuration on its
+    /// own stays consistent (I1/I2).
+    pub streams_rm_whole: bool,
+    /// iSWA: the windowed cache's slot search takes a cell as masked one position too early
+    /// (`seq_pos_max + 2` where llama.cpp has `seq_pos_max + 1`, src/llama-kv-cache.cpp:1075), so
+    /// a decode evicts the oldest position the next token still attends. Positive control for the
+    /// `swa eviction` oracle.
+    pub swa_window_off_by_one: bool,
+    /// Recurrent: a partial `seq_rm` that llama.cpp refuses (returns false, nothing changed)
+    /// empties the sequence's state and still returns false. Positive control for the contract
+    /// clause "a failed seq_rm changed nothing".
+    pub recurrent_rm_false_changes: bool,
+    /// Hybrid: `seq_rm` removes from the attention cache only, leaving the recurrent state
+    /// (llama.cpp removes from the recurrent memory first and from the attention cache only if
+    /// that succeeded, src/llama-memory-hybrid.cpp:143-150).
+    pub hybrid_rm_one_side: bool,
+}
+
+impl Faults {
+    /// Every fault by name, for command lines and reports.
+    pub const NAMES: [&'static str; 14] = [
+        "refcount",
+        "seq_rm_off_by_one",
+        "seq_add_stale_index",
+        "seq_add_delta_rotation",
+        "window_index_keyed",
+        "kv_head_swap",
+        "kv_layer_swap",
+        "restore_drops_last_cell",
+        "orphan_cell",
+        "keep_noop",
+        "streams_rm_whole",
+        "swa_window_off_by_one",
+        "recurrent_rm_false_changes",
+        "hybrid_rm_one_side",
+    ];
+
+    fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "refcount" => &mut self.refcount,
+            "seq_rm_off_by_one" => &mut self.seq_rm_off_by_one,
+            "seq_add_stale_index" => &mut self.seq_add_stale_index,
+            "seq_add_delta_rotation" => &mut self.seq_add_delta_rotation,
+            "window_index_keyed" => &mut self.window_index_keyed,
+            "kv_head_swap" => &mut self.kv_head_swap,
+            "kv_layer_swap" => &mut self.kv_layer_swap,
+            "restore_drops_last_cell" => &mut self.restore_drops_last_cell,
+            "orphan_cell" => &mut self.orphan_cell,
+            "keep_noop" => &mut self.keep_noop,
+            "streams_rm_whole" => &mut self.streams_rm_whole,
+            "swa_window_off_by_one" => &mut self.swa_window_off_by_one,
+            "recurrent_rm_false_changes" => &mut self.recurrent_rm_false_changes,
+            "hybrid_rm_one_side" => &mut self.hybrid_rm_one_side,
+            _ => return None,
+        })
+    }
+
+    /// Turns on the fault called `name`; `false` if there is no such fault.
+    pub fn enable(&mut self, name: &str) -> bool {
+        match self.flag_mut(name) {
+            Some(f) => {
+                *f = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The names of the faults that are on.
+    pub fn enabled(&self) -> Vec<&'static str> {
+        let mut probe = *self;
+        Self::NAMES
+            .iter()
+            .filter(|name| probe.flag_mut(name).is_some_and(|f| *f))
+            .copied()
+            .collect()
+    }
+}

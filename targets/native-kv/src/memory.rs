@@ -1,0 +1,525 @@
+//! The memory a llama.cpp context gets from its model's architecture (`llama_model::create_memory`,
+//! src/llama-model.cpp), behind one API as `llama_memory_i`: an attention cache ([`CellCache`]),
+//! an iSWA pair of caches, a recurrent memory ([`RecurrentCache`]), or the hybrid of an attention
+//! cache and a recurrent memory.
+//!
+//! - **iSWA** (`llama_kv_cache_iswa`, src/llama-kv-cache-iswa.cpp, the same in 0.1.156 and
+//!   0.1.161): a full cache (`kv_base`) and a windowed one (`kv_swa`, [`CellCache::windowed`])
+//!   of [`iswa_swa_size`] cells per stream. Every op goes to both, base first (:111-140);
+//!   `seq_rm` returns the AND of both (:115-121); `seq_pos_min`/`seq_pos_max` are the windowed
+//!   cache's (:142-149: "the base cache is a superset of the SWA cache"); a decode validates
+//!   against those accessors, and both caches must find slots before either places a token
+//!   (`init_batch` prepares both, :171-240). Dumps: the base cache's memory, then the windowed
+//!   cache's (`state_write`, :254-260), each in the attention layout (`n_stream`, per stream the
+//!   cells and the K/V section); the windowed part of a per-sequence dump leaves out the cells
+//!   masked for the sequence's largest position.
+//! - **Recurrent** (`llama_memory_recurrent`): see [`crate::recurrent`]. Dumps: the recurrent
+//!   layout (no `n_stream`).
+//! - **Hybrid** (`llama_memory_hybrid`, src/llama-memory-hybrid.cpp): an attention cache and a
+//!   recurrent memory. `seq_rm` goes to the recurrent memory first and, only if it succeeded, to
+//!   the attention cache (:143-150: false leaves both as they were); the other ops go to both,
+//!   attention first (:152-170); `seq_pos_min` is the larger of the two minima and `seq_pos_max`
+//!   the smaller of the two maxima (:172-180). Dumps: the attention memory, then the recurrent
+//!   one (:190-195). A sequence load whose recurrent part fails empties the sequence from the
+//!   attention cache too (0.1.161 :197-214; 0.1.156 leaves the attention part loaded).
+//!
+//! Whole-context dumps start with the architecture name ([`crate::STATE_ARCH`]), per-sequence
+//! dumps with the magic and the sequence id, as the attention cache's.
+
+use crate::batch::{check_batch, SeqRanges};
+use crate::recurrent::{RecurrentCache, RecurrentConfig, RecurrentShape};
+use crate::state::{read_arch, read_seq_header, StateReader};
+use crate::{
+    BatchToken, CacheConfig, CacheError, CellCache, DecodeError, Pos, RestoreError, SeqId,
+    STATE_ARCH, STATE_SEQ_MAGIC,
+};
+
+/// Which memory, with what its type adds to a [`CacheConfig`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// `llama_kv_cache`.
+    Kv,
+    /// `llama_kv_cache_iswa`: the window and the windowed cache's cells per stream
+    /// ([`iswa_swa_size`]).
+    Iswa {
+        /// The window (`n_swa`, > 0).
+        n_swa: u32,
+        /// Cells per stream of the windowed cache.
+        swa_size: u32,
+    },
+    /// `llama_memory_recurrent` with rollback depth `n_rs_seq`.
+    Recurrent {
+        /// `llama_context_params::n_rs_seq`.
+        n_rs_seq: u32,
+        /// The state rows a dump carries, if any.
+        shape: Option<RecurrentShape>,
+    },
+    /// `llama_memory_hybrid`: an attention cache of the [`CacheConfig`] and a recurrent memory.
+    Hybrid {
+        /// `llama_context_params::n_rs_seq`.
+        n_rs_seq: u32,
+        /// The recurrent state rows a dump carries, if any.
+        shape: Option<RecurrentShape>,
+    },
+}
+
+/// The configuration of a [`Memory`]: the attention cache's (for a recurrent memory only
+/// `n_seq_max` and the faults count) and the kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryConfig {
+    /// The attention cache (iSWA: the base cache).
+    pub cache: CacheConfig,
+    /// Which memory.
+    pub kind: MemoryKind,
+}
+
+/// The windowed cache's cells per stream, as `llama_kv_cache_iswa` sizes it
+/// (src/llama-kv-cache-iswa.cpp:73-81, both pins): `pad(min(base, n_swa * (unified ? n_seq_max :
+/// 1) + n_ubatch), 256)`, or `base` with `swa_full`.
+pub fn iswa_swa_size(
+    base: u32,
+    n_swa: u32,
+    unified: bool,
+    n_seq_max: u32,
+    n_ubatch: u32,
+    swa_full: bool,
+) -> u32 {
+    if swa_full {
+        return base;
+    }
+    let per = if unified { n_seq_max } else { 1 };
+    let want = u64::from(n_swa) * u64::from(per) + u64::from(n_ubatch);
+    let n = want.min(u64::from(base));
+    (n.div_ceil(256) * 256) as u32
+}
+
+/// A memory of any kind (see the module docs).
+#[derive(Clone, Debug)]
+pub enum Memory {
+    /// An attention cache.
+    Kv(CellCache),
+    /// A full and a windowed cache.
+    Iswa {
+        /// `kv_base`.
+        base: CellCache,
+        /// `kv_swa`.
+        swa: CellCache,
+    },
+    /// A recurrent memory.
+    Recurrent(RecurrentCache),
+    /// An attention cache and a recurrent memory.
+    Hybrid {
+        /// `mem_attn`.
+        attn: CellCache,
+        /// `mem_recr`.
+        recr: RecurrentCache,
+    },
+}
+
+impl Memory {
+    /// An empty memory.
+    ///
+    /// # Panics
+    /// As [`CellCache::new`].
+    pub fn new(config: MemoryConfig) -> Self {
+        let c = config.cache;
+        let recurrent = |n_rs_seq, shape| {
+            RecurrentCache::new(RecurrentConfig {
+                n_seq_max: c.n_seq_max,
+                n_rs_seq,
+                shape,
+                faults: c.faults,
+            })
+        };
+        match config.kind {
+            MemoryKind::Kv => Memory::Kv(CellCache::new(c)),
+            MemoryKind::Iswa { n_swa, swa_size } => Memory::Iswa {
+                base: CellCache::new(c),
+                swa: CellCache::windowed(
+                    CacheConfig {
+                        n_ctx: swa_size,
+                        ..c
+                    },
+                    n_swa,
+                ),
+            },
+            MemoryKind::Recurrent { n_rs_seq, shape } => {
+                Memory::Recurrent(recurrent(n_rs_seq, shape))
+            }
+            MemoryKind::Hybrid { n_rs_seq, shape } => Memory::Hybrid {
+                attn: CellCache::new(c),
+                recr: recurrent(n_rs_seq, shape),
+            },
+        }
+    }
+
+    /// The attention cache, for a plain KV memory.
+    pub fn as_kv(&self) -> Option<&CellCache> {
+        match self {
+            Memory::Kv(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// `Ok` when `s` names a sequence of this memory.
+    pub fn check_seq(&self, s: SeqId) -> Result<(), CacheError> {
+        match self {
+            Memory::Kv(c) | Memory::Iswa { base: c, .. } | Memory::Hybrid { attn: c, .. } => {
+                c.check_seq(s)
+            }
+            Memory::Recurrent(r) => r.check_seq(s),
+        }
+    }
+
+    /// `llama_memory_clear`.
+    pub fn clear(&mut self) {
+        match self {
+            Memory::Kv(c) => c.clear(),
+            Memory::Iswa { base, swa } => {
+                base.clear();
+                swa.clear();
+            }
+            Memory::Recurrent(r) => r.clear(),
+            Memory::Hybrid { attn, recr } => {
+                attn.clear();
+                recr.clear();
+            }
+        }
+    }
+
+    /// `llama_memory_seq_rm`.
+    pub fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError> {
+        match self {
+            Memory::Kv(c) => c.seq_rm(seq, p0, p1),
+            Memory::Iswa { base, swa } => {
+                let a = base.seq_rm(seq, p0, p1)?;
+                let b = swa.seq_rm(seq, p0, p1)?;
+                Ok(a & b)
+            }
+            Memory::Recurrent(r) => Ok(r.seq_rm(seq, p0, p1)),
+            Memory::Hybrid { attn, recr } => {
+                if seq >= 0 {
+                    attn.check_seq(seq)?;
+                }
+                if !attn.config().faults.hybrid_rm_one_side && !recr.seq_rm(seq, p0, p1) {
+                    return Ok(false);
+                }
+                attn.seq_rm(seq, p0, p1)
+            }
+        }
+    }
+
+    /// `llama_memory_seq_cp`.
+    pub fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) -> Result<(), CacheError> {
+        match self {
+            Memory::Kv(c) => c.seq_cp(src, dst, p0, p1),
+            Memory::Iswa { base, swa } => {
+                base.seq_cp(src, dst, p0, p1)?;
+                swa.seq_cp(src, dst, p0, p1)
+            }
+            Memory::Recurrent(r) => r.seq_cp(src, dst, p0, p1),
+            Memory::Hybrid { attn, recr } => {
+                attn.seq_cp(src, dst, p0, p1)?;
+                recr.seq_cp(src, dst, p0, p1)
+            }
+        }
+    }
+
+    /// `llama_memory_seq_keep`.
+    pub fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError> {
+        match self {
+            Memory::Kv(c) => c.seq_keep(seq),
+            Memory::Iswa { base, swa } => {
+                base.seq_keep(seq)?;
+                swa.seq_keep(seq)
+            }
+            Memory::Recurrent(r) => r.seq_keep(seq),
+            Memory::Hybrid { attn, recr } => {
+                attn.seq_keep(seq)?;
+                recr.seq_keep(seq)
+            }
+        }
+    }
+
+    /// `llama_memory_seq_add`.
+    pub fn seq_add(&mut self, seq: SeqId, p0: Pos, p1: Pos, delta: Pos) -> Result<(), CacheError> {
+        match self {
+            Memory::Kv(c) => c.seq_add(seq, p0, p1, delta),
+            Memory::Iswa { base, swa } => {
+                base.seq_add(seq, p0, p1, delta)?;
+                swa.seq_add(seq, p0, p1, delta)
+            }
+            Memory::Recurrent(r) => r.seq_add(seq, p0, p1, delta),
+            Memory::Hybrid { attn, recr } => {
+                attn.seq_add(seq, p0, p1, delta)?;
+                recr.seq_add(seq, p0, p1, delta)
+            }
+        }
+    }
+
+    /// `llama_memory_seq_div`.
+    pub fn seq_div(&mut self, seq: SeqId, p0: Pos, p1: Pos, d: i32) -> Result<(), CacheError> {
+        match self {
+            Memory::Kv(c) => c.seq_div(seq, p0, p1, d),
+            Memory::Iswa { base, swa } => {
+                base.seq_div(seq, p0, p1, d)?;
+                swa.seq_div(seq, p0, p1, d)
+            }
+            Memory::Recurrent(r) => r.seq_div(seq, p0, p1, d),
+            Memory::Hybrid { attn, recr } => {
+                attn.seq_div(seq, p0, p1, d)?;
+                recr.seq_div(seq, p0, p1, d)
+            }
+        }
+    }
+
+    /// `llama_memory_seq_pos_min`.
+    pub fn seq_pos_min(&self, seq: SeqId) -> Result<Pos, CacheError> {
+        self.check_seq(seq)?;
+        Ok(self.seq_range(seq).0)
+    }
+
+    /// `llama_memory_seq_pos_max`.
+    pub fn seq_pos_max(&self, seq: SeqId) -> Result<Pos, CacheError> {
+        self.check_seq(seq)?;
+        Ok(self.seq_range(seq).1)
+    }
+
+    /// `llama_decode`, metadata side: validation against this memory's accessors, slots in every
+    /// attention cache (all or nothing), then placement. On error the memory is unchanged.
+    pub fn decode(&mut self, batch: &[BatchToken]) -> Result<(), DecodeError> {
+        if let Memory::Kv(c) = self {
+            return c.decode(batch).map(|_| ());
+        }
+        let pos = check_batch(self, batch)?;
+        match self {
+            Memory::Kv(_) => unreachable!("handled above"),
+            Memory::Iswa { base, swa } => {
+                let a = base.find_slots(batch)?;
+                let b = swa.find_slots(batch)?;
+                base.place(batch, &pos, &a);
+                swa.place(batch, &pos, &b);
+                base.forget_shifts();
+                swa.forget_shifts();
+            }
+            Memory::Recurrent(r) => {
+                r.find_slots()?;
+                let seqs: Vec<Vec<SeqId>> = batch.iter().map(|t| t.seqs.clone()).collect();
+                r.place(&seqs, &pos);
+            }
+            Memory::Hybrid { attn, recr } => {
+                let a = attn.find_slots(batch)?;
+                recr.find_slots()?;
+                attn.place(batch, &pos, &a);
+                attn.forget_shifts();
+                let seqs: Vec<Vec<SeqId>> = batch.iter().map(|t| t.seqs.clone()).collect();
+                recr.place(&seqs, &pos);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_memory(&self, seq: SeqId, out: &mut Vec<u8>) {
+        match self {
+            Memory::Kv(c) => c.write_memory(seq, out),
+            Memory::Iswa { base, swa } => {
+                base.write_memory(seq, out);
+                swa.write_memory(seq, out);
+            }
+            Memory::Recurrent(r) => r.write_memory(seq, out),
+            Memory::Hybrid { attn, recr } => {
+                attn.write_memory(seq, out);
+                recr.write_memory(seq, out);
+            }
+        }
+    }
+
+    /// `llama_state_seq_get_data(ctx, seq)`: magic, `seq`, then the memory (see the module docs).
+    pub fn state_seq_bytes(&self, seq: SeqId) -> Result<Vec<u8>, CacheError> {
+        if seq != -1 {
+            self.check_seq(seq)?;
+        }
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(&STATE_SEQ_MAGIC.to_le_bytes());
+        out.extend_from_slice(&seq.to_le_bytes());
+        self.write_memory(seq, &mut out);
+        Ok(out)
+    }
+
+    /// `llama_state_get_data(ctx)`: the architecture name, then the whole memory.
+    pub fn state_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(&(STATE_ARCH.len() as u32).to_le_bytes());
+        out.extend_from_slice(STATE_ARCH.as_bytes());
+        self.write_memory(-1, &mut out);
+        out
+    }
+
+    /// `llama_state_seq_set_data(ctx, bytes, seq)`: every part of the memory reads its part of
+    /// the bytes, in dump order. Returns the bytes read; on `Err` llama.cpp returns 0 and the
+    /// memory is as its parts leave it (iSWA: a base part already loaded stays; hybrid: see the
+    /// module docs).
+    pub fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError> {
+        if let Memory::Kv(c) = self {
+            return c.state_seq_set_bytes(seq, bytes);
+        }
+        if let Err(e) = self.check_seq(seq) {
+            return Err(RestoreError {
+                offset: 0,
+                message: e.to_string(),
+            });
+        }
+        let mut r = StateReader { bytes, at: 0 };
+        read_seq_header(&mut r)?;
+        match self {
+            Memory::Kv(_) => unreachable!("handled above"),
+            Memory::Iswa { base, swa } => {
+                base.read_seq_memory(seq, &mut r)?;
+                swa.read_seq_memory(seq, &mut r)?;
+            }
+            Memory::Recurrent(m) => m.read_seq_memory(seq, &mut r)?,
+            Memory::Hybrid { attn, recr } => {
+                attn.read_seq_memory(seq, &mut r)?;
+                if let Err(e) = recr.read_seq_memory(seq, &mut r) {
+                    attn.seq_rm(seq, -1, -1).expect("seq checked");
+                    return Err(e);
+                }
+            }
+        }
+        Ok(r.at)
+    }
+
+    /// `llama_state_set_data(ctx, bytes)`: the whole memory from a whole-context dump.
+    pub fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError> {
+        if let Memory::Kv(c) = self {
+            return c.state_set_bytes(bytes);
+        }
+        let mut r = StateReader { bytes, at: 0 };
+        read_arch(&mut r)?;
+        match self {
+            Memory::Kv(_) => unreachable!("handled above"),
+            Memory::Iswa { base, swa } => {
+                base.read_whole_memory(&mut r)?;
+                swa.read_whole_memory(&mut r)?;
+            }
+            Memory::Recurrent(m) => m.read_whole_memory(&mut r)?,
+            Memory::Hybrid { attn, recr } => {
+                attn.read_whole_memory(&mut r)?;
+                if let Err(e) = recr.read_whole_memory(&mut r) {
+                    attn.clear();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(r.at)
+    }
+}
+
+impl SeqRanges for Memory {
+    fn n_seq(&self) -> usize {
+        match self {
+            Memory::Kv(c) | Memory::Iswa { base: c, .. } | Memory::Hybrid { attn: c, .. } => {
+                c.n_seq()
+            }
+            Memory::Recurrent(r) => r.n_seq(),
+        }
+    }
+
+    fn seq_range(&self, s: SeqId) -> (Pos, Pos) {
+        match self {
+            Memory::Kv(c) => c.seq_range(s),
+            Memory::Iswa { swa, .. } => swa.seq_range(s),
+            Memory::Recurrent(r) => r.seq_range(s),
+            Memory::Hybrid { attn, recr } => {
+                let (a, b) = (attn.seq_range(s), recr.seq_range(s));
+                (a.0.max(b.0), a.1.min(b.1))
+            }
+        }
+    }
+}
+
+/// The `llama_memory_*` and state calls every memory answers, so that one adapter drives an
+/// attention cache ([`CellCache`], with or without a tensor payload) and a [`Memory`] alike.
+pub trait MemoryOps {
+    /// `Ok` when `s` names a sequence.
+    fn check_seq(&self, s: SeqId) -> Result<(), CacheError>;
+    /// `llama_memory_clear`.
+    fn clear(&mut self);
+    /// `llama_memory_seq_rm`.
+    fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError>;
+    /// `llama_memory_seq_cp`.
+    fn seq_cp(&mut self, src: SeqId, dst: SeqId, p0: Pos, p1: Pos) -> Result<(), CacheError>;
+    /// `llama_memory_seq_keep`.
+    fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError>;
+    /// `llama_memory_seq_add`.
+    fn seq_add(&mut self, seq: SeqId, p0: Pos, p1: Pos, delta: Pos) -> Result<(), CacheError>;
+    /// `llama_memory_seq_div`.
+    fn seq_div(&mut self, seq: SeqId, p0: Pos, p1: Pos, d: i32) -> Result<(), CacheError>;
+    /// `llama_state_seq_get_data`.
+    fn state_seq_bytes(&self, seq: SeqId) -> Result<Vec<u8>, CacheError>;
+    /// `llama_state_get_data`.
+    fn state_bytes(&self) -> Vec<u8>;
+    /// `llama_state_seq_set_data`.
+    fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError>;
+    /// `llama_state_set_data`.
+    fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError>;
+}
+
+macro_rules! memory_ops_by_inherent_methods {
+    ($t:ty) => {
+        impl MemoryOps for $t {
+            fn check_seq(&self, s: SeqId) -> Result<(), CacheError> {
+                <$t>::check_seq(self, s)
+            }
+            fn clear(&mut self) {
+                <$t>::clear(self)
+            }
+            fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError> {
+                <$t>::seq_rm(self, seq, p0, p1)
+            }
+            fn seq_cp(
+                &mut self,
+                src: SeqId,
+                dst: SeqId,
+                p0: Pos,
+                p1: Pos,
+            ) -> Result<(), CacheError> {
+                <$t>::seq_cp(self, src, dst, p0, p1)
+            }
+            fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError> {
+                <$t>::seq_keep(self, seq)
+            }
+            fn seq_add(
+                &mut self,
+                seq: SeqId,
+                p0: Pos,
+                p1: Pos,
+                delta: Pos,
+            ) -> Result<(), CacheError> {
+                <$t>::seq_add(self, seq, p0, p1, delta)
+            }
+            fn seq_div(&mut self, seq: SeqId, p0: Pos, p1: Pos, d: i32) -> Result<(), CacheError> {
+                <$t>::seq_div(self, seq, p0, p1, d)
+            }
+            fn state_seq_bytes(&self, seq: SeqId) -> Result<Vec<u8>, CacheError> {
+                <$t>::state_seq_bytes(self, seq)
+            }
+            fn state_bytes(&self) -> Vec<u8> {
+                <$t>::state_bytes(self)
+            }
+            fn state_seq_set_bytes(
+                &mut self,
+                seq: SeqId,
+                bytes: &[u8],
+            ) -> Result<usize, RestoreError> {
+                <$t>::state_seq_set_bytes(self, seq, bytes)
+            }
+            fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError> {
+                <$t>::state_set_bytes(self, bytes)
+            }
+        }
+    };
+}
+
+memory_ops_by_inherent_methods!(CellCache);
+memory_ops_by_inherent_methods!(Memory);
