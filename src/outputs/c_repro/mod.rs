@@ -23,8 +23,10 @@
 //!
 //! The parts: `escape.rs` (text into C), `ops.rs` (the program's skeleton: ops and the context's
 //! configuration), `checks.rs` (each oracle's check in C), `prelude.rs` (the C helpers every
-//! program starts with); this file reads the input and assembles the program.
+//! program starts with), `check.rs` (compiling a program against a pin and running it); this
+//! file reads the input and assembles the program.
 
+pub mod check;
 mod checks;
 mod escape;
 mod ops;
