@@ -18,9 +18,10 @@ use std::fmt::Write as _;
 use crate::base::error::Error;
 use crate::base::op::{Op, Trace};
 use crate::base::state::WholeCell;
-use crate::base::target::{SeqObservation, StepObservation};
+use crate::base::target::SeqObservation;
 use crate::outputs::repro::{Expect, Repro, TargetExpectation};
 use crate::outputs::xml::xml_text;
+use crate::running::runner::{TrialEnd, TrialRun};
 use crate::targets::registry::TargetSpec;
 
 /// One column of the picture: the state after one op.
@@ -34,6 +35,8 @@ pub struct Frame {
     pub cells: Option<Vec<WholeCell>>,
     /// Per sequence: accessors and serialized cells.
     pub seqs: Vec<SeqObservation>,
+    /// Why the column has no observation (the target crashed at this op or before it).
+    pub note: Option<String>,
 }
 
 /// What the picture shows.
@@ -47,8 +50,9 @@ pub struct Picture {
     pub frames: Vec<Frame>,
     /// Index into `frames` of the finding's step.
     pub violating: Option<usize>,
-    /// What the oracle said there.
-    pub verdict: String,
+    /// What the oracle said there, one line each (the finding, what was observed, what was
+    /// expected).
+    pub verdict: Vec<String>,
 }
 
 /// `trace` with its setup's ops moved into its ops, so that every setup op is observed too.
@@ -59,31 +63,46 @@ pub fn observed_setup(trace: &Trace) -> Trace {
     t
 }
 
-/// The picture of a run of [`observed_setup`]`(trace)`: `steps` are its observations, `step` the
-/// finding's 1-based step in `trace` (after the setup).
+/// The picture of `run`, a run of [`observed_setup`]`(trace)`; `step` is the finding's 1-based
+/// step in `trace` (after the setup).
 pub fn picture(
     trace: &Trace,
-    steps: &[std::sync::Arc<StepObservation>],
+    run: &TrialRun,
     step: Option<usize>,
     title: &str,
     target: &str,
-    verdict: &str,
+    verdict: Vec<String>,
 ) -> Picture {
     let n_setup = trace.setup.ops.len();
     let ops: Vec<&Op> = trace.setup.ops.iter().chain(&trace.ops).collect();
+    let crashed_at = match &run.end {
+        TrialEnd::Crashed { step, message } => {
+            Some((*step, message.lines().next().unwrap_or_default()))
+        }
+        _ => None,
+    };
     let frames = ops
         .iter()
-        .zip(steps)
         .enumerate()
-        .map(|(i, (op, obs))| Frame {
-            label: if i < n_setup {
-                format!("setup {}", i + 1)
-            } else {
-                format!("op {}", i + 1 - n_setup)
-            },
-            call: op.to_string(),
-            cells: obs.whole.clone(),
-            seqs: obs.seqs.clone(),
+        .map(|(i, op)| {
+            let obs = run.steps.get(i);
+            let note = match (obs, crashed_at) {
+                (Some(_), _) => None,
+                (None, Some((at, why))) if at == i + 1 => Some(format!("crashed here: {why}")),
+                (None, Some(_)) => Some("no observation: the process ended".to_string()),
+                (None, None) => Some("not run".to_string()),
+            };
+            Frame {
+                label: if i < n_setup {
+                    format!("setup {}", i + 1)
+                } else {
+                    format!("op {}", i + 1 - n_setup)
+                },
+                call: op.to_string(),
+                cells: obs.and_then(|o| o.whole.clone()),
+                seqs: obs.map(|o| o.seqs.clone()).unwrap_or_default(),
+                note,
+            }
         })
         .collect::<Vec<_>>();
     let violating = step.map(|s| n_setup + s - 1).filter(|&i| i < frames.len());
@@ -92,7 +111,7 @@ pub fn picture(
         target: target.to_string(),
         frames,
         violating,
-        verdict: verdict.to_string(),
+        verdict,
     }
 }
 
@@ -122,17 +141,21 @@ pub fn explain_repro(repro: &Repro, spec: &TargetSpec) -> Result<Picture, Error>
         .pop()
         .ok_or_else(|| Error::harness("the runner returned no run"))?;
     let seq = repro.seq.map(|s| format!(" (seq {s})")).unwrap_or_default();
-    let verdict = format!(
-        "{} violated after op {}{seq}: {}; observed {}, expected {}",
-        repro.oracle, repro.step, repro.kind, repro.observed, repro.expected
-    );
+    let verdict = vec![
+        format!(
+            "{} violated after op {}{seq}: {}",
+            repro.oracle, repro.step, repro.kind
+        ),
+        format!("observed {}", repro.observed),
+        format!("expected {}", repro.expected),
+    ];
     Ok(picture(
         &repro.trace,
-        &run.steps,
+        &run,
         Some(repro.step),
         &repro.repro,
         &label,
-        &verdict,
+        verdict,
     ))
 }
 
@@ -174,8 +197,18 @@ pub fn to_svg(p: &Picture) -> String {
     };
     let cells_top = TOP + 36;
     let acc_top = cells_top + n_rows.max(1) * ROW + 30;
-    let height = acc_top + seq_ids.len() * 2 * ROW + 70;
-    let width = LEFT + p.frames.len().max(1) * COL + 20;
+    let height = acc_top + seq_ids.len() * 2 * ROW + 40 + 16 * p.verdict.len();
+    // Monospace at 12 px: about 7.3 px a character.
+    let longest_line = p
+        .verdict
+        .iter()
+        .map(String::as_str)
+        .chain([p.title.as_str()])
+        .map(|l| l.chars().count())
+        .chain([p.target.chars().count() + 110])
+        .max()
+        .unwrap_or(0);
+    let width = (LEFT + p.frames.len().max(1) * COL + 20).max(longest_line * 73 / 10 + 20);
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -228,10 +261,19 @@ pub fn to_svg(p: &Picture) -> String {
         let prev = k.checked_sub(1).and_then(|j| p.frames[j].cells.as_ref());
         match &f.cells {
             None => {
+                // At most a column's width (the verdict below has the whole message).
+                let why: String = f
+                    .note
+                    .as_deref()
+                    .unwrap_or("no whole dump")
+                    .chars()
+                    .take(COL / 6)
+                    .collect();
                 let _ = writeln!(
                     s,
-                    r#"<text class="no-dump" data-step="{k}" x="{x}" y="{}">no whole dump</text>"#,
-                    cells_top + 15
+                    r#"<text class="no-dump" data-step="{k}" x="{x}" y="{}" font-size="9">{}</text>"#,
+                    cells_top + 15,
+                    xml_text(&why)
                 );
             }
             Some(cells) => {
@@ -309,12 +351,14 @@ pub fn to_svg(p: &Picture) -> String {
             acc_top + seq_ids.len() * 2 * ROW - TOP + 16
         );
     }
-    let _ = writeln!(
-        s,
-        r#"<text class="verdict stale" x="10" y="{}">{}</text>"#,
-        height - 20,
-        xml_text(&p.verdict)
-    );
+    for (i, line) in p.verdict.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            r#"<text class="verdict stale" x="10" y="{}">{}</text>"#,
+            height + 12 - 16 * (p.verdict.len() - i),
+            xml_text(line)
+        );
+    }
     s.push_str("</svg>\n");
     s
 }

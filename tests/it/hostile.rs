@@ -568,7 +568,7 @@ fn explain_svg_stays_one_clean_document() -> Result<(), String> {
     use kvaudit::outputs::explain::{explain_repro, to_svg};
     use kvaudit::targets::registry::TargetSpec;
     let spec = TargetSpec::new("native", &["refcount".into()]);
-    let clean =
+    let mut clean =
         explain_repro(&hostile_repro("clean", |_, _| {}), &spec).map_err(|e| e.to_string())?;
     let shape = |svg: &str| -> Result<Vec<String>, String> {
         let doc = roxmltree::Document::parse(svg).map_err(|e| format!("not XML: {e}"))?;
@@ -581,13 +581,14 @@ fn explain_svg_stays_one_clean_document() -> Result<(), String> {
             })
             .collect())
     };
+    clean.verdict = vec!["plain".into(); 3];
     let clean_shape = shape(&to_svg(&clean))?;
     let mut failures = Vec::new();
     for (name, text) in hostile_strings() {
         let mut p = clean.clone();
         p.title = text.clone();
         p.target = text.clone();
-        p.verdict = text.clone();
+        p.verdict = vec![text.clone(); 3];
         p.frames[0].call = text.clone();
         p.frames[0].label = text.clone();
         match shape(&to_svg(&p)) {
