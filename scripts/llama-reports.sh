@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Regenerates the committed llama.cpp audit reports in reports/ (JSON and Markdown): the depth-3
 # seed-domain audit of each pin and variant, and each release pin against the native cache (and
-# 0.1.156 against the native cache with its refcount bug injected).
+# 0.1.156 against the native cache with its refcount bug injected), and the native cache with that
+# bug injected. Findings are grouped by root cause (the reports list the groups first).
 # Every report compares its outcome with PREREG.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release
 k=./target/release/kvaudit
+# The native cache with the seed's refcount bug injected: the positive control of the
+# root-cause groups (the bug is one group here and on 0.1.156).
+$k audit --target native --inject refcount --domain seed --depth 3 -q --out "reports/native-refcount-seed-d3.json" || [ $? -eq 1 ]
+$k audit --target native --inject refcount --domain seed --depth 3 -q --format markdown --out "reports/native-refcount-seed-d3.md" || [ $? -eq 1 ]
 for pin in 0.1.156 0.1.161; do
   for variant in "" "+assert"; do
     t="llama.cpp@$pin$variant"

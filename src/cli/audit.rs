@@ -133,6 +133,7 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     let mut display = Display::new(&a.out);
     let mut report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
     report.prediction = report.check_predictions(&predictions);
+    kvaudit::engines::group::group_report(&mut report);
     a.out.emit(&report)?;
     Ok(if report.has_findings() {
         exit::FINDINGS

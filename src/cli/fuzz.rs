@@ -20,7 +20,7 @@ use kvaudit::oracles::theorems::{Theorem, Tolerance};
 use kvaudit::oracles::{OracleId, Reads, Registry};
 use kvaudit::outputs::repro::{
     check_date, measure, safe_file_name, targets_of, today_utc, write_output, Expect, Found, Repro,
-    TargetExpectation,
+    ReproGroup, TargetExpectation,
 };
 use kvaudit::records::report::Report;
 use kvaudit::targets::registry::TargetSpec;
@@ -142,7 +142,14 @@ pub fn repros_of(
         .map(|v| TargetSpec::new(&v.name, &v.faults));
     let vs = vs.as_ref();
     let mut out = Vec::new();
-    for (f, rec) in report.findings.iter().zip(&fz.findings) {
+    // One repro per root cause: its representative, saying how many findings it stands for (the
+    // report keeps every finding). An ungrouped report gives one per finding.
+    let group_of = |n: usize| report.groups.iter().find(|g| g.findings.contains(&n));
+    for (i, (f, rec)) in report.findings.iter().zip(&fz.findings).enumerate() {
+        let group = group_of(i + 1);
+        if group.is_some_and(|g| g.representative != i + 1) {
+            continue;
+        }
         let found = Found {
             seed: Some(fz.seed),
             case: Some(rec.case),
@@ -155,6 +162,10 @@ pub fn repros_of(
         let (x, y) = targets_of(f.oracle, on_vs, &a, vs);
         let fails = TargetExpectation::new(&x, y.as_ref(), Expect::Fails);
         let mut r = Repro::from_finding(f, date, vec![fails], Some(found));
+        r.group = group.map(|g| ReproGroup {
+            cause: g.cause.clone(),
+            findings: g.count(),
+        });
         for spec in record_on {
             let e = measure(&r, spec, y.as_ref())
                 .map_err(|e| CliError::harness(format!("--record-on {}: {e}", spec.name)))?;
@@ -331,13 +342,14 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         )),
     };
     let mut display = Display::new(&a.out);
-    let report = run_fuzz_with(
+    let mut report = run_fuzz_with(
         &cfg,
         fa.as_ref(),
         fb.as_deref(),
         checker.as_mut(),
         &mut |e| display.show(e),
     )?;
+    kvaudit::engines::group::group_report(&mut report);
     a.out.emit(&report)?;
     let fz = report.fuzz.as_ref().expect("a fuzz report");
     if !a.out.quiet {

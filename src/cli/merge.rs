@@ -26,7 +26,8 @@ pub fn run(m: MergeArgs) -> Result<i32, CliError> {
         let r = Report::load(p).map_err(CliError::usage)?;
         reports.push(r);
     }
-    let merged = merge(reports).map_err(CliError::usage)?;
+    let mut merged = merge(reports).map_err(CliError::usage)?;
+    kvaudit::engines::group::group_report(&mut merged);
     m.out.emit(&merged)?;
     Ok(if merged.has_findings() {
         exit::FINDINGS

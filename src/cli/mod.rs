@@ -6,12 +6,14 @@
 mod args;
 mod audit;
 mod domain;
+mod explain;
 mod fuzz;
 mod measure;
 mod merge;
 mod oracles;
 mod progress;
 mod replay;
+mod report_bug;
 mod repro;
 mod shrink;
 mod target_cmd;
@@ -49,6 +51,10 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Write a standalone C reproducer for a finding; `--check` compiles and runs it on a pin.
     Repro(repro::ReproArgs),
+    /// Draw a repro file's finding: the cells over the steps, as a self-contained SVG.
+    Explain(explain::ExplainArgs),
+    /// Write a Markdown bug report of a repro file's finding for the engine's tracker.
+    ReportBug(report_bug::ReportBugArgs),
     /// Measure the numerical oracles T1-T3 on a llama.cpp pin against PREREG.md's predictions.
     Measure(measure::MeasureArgs),
     /// Build and inspect targets (`kvaudit target build llama.cpp@0.1.156`).
@@ -112,6 +118,8 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Replay(r) => replay::run(r),
         Command::Target(t) => target_cmd::run(t),
         Command::Repro(r) => repro::run(r),
+        Command::Explain(e) => explain::run(e),
+        Command::ReportBug(r) => report_bug::run(r),
         Command::Measure(m) => measure::run(m),
         Command::Worker(w) => worker::run(w),
     }

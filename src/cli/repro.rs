@@ -67,45 +67,9 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
         .target
         .clone()
         .ok_or_else(|| CliError::usage("--check needs --target llama.cpp@VERSION[+assert]"))?;
-    let pin = kvaudit::targets::llama::pins::Pin::parse(&label)
-        .map_err(|e| CliError::usage(format!("{e:#}")))?;
-    let built = kvaudit::targets::llama::build::ensure_built(
-        &kvaudit::targets::llama::build::BuildSpec::new(pin),
-        true,
-    )
-    .map_err(|e| CliError::harness(format!("building {label}: {e:#}")))?;
-    // A folder this run creates (create_dir fails on one that exists, so a folder or link planted
-    // under the predictable name is never written into), private to the user.
-    let dir = std::env::temp_dir().join(format!(
-        "kvaudit-repro-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| CliError::harness(format!("{}: {e}", dir.display())))?;
-    }
-    let src = dir.join("repro.c");
-    let bin = dir.join("repro");
-    std::fs::write(&src, &program)
-        .map_err(|e| CliError::harness(format!("{}: {e}", src.display())))?;
-    built
-        .compile_c_program(&src, &bin)
-        .map_err(|e| CliError::harness(format!("compiling the reproducer: {e:#}")))?;
-    let out = std::process::Command::new(&bin)
-        .arg(&model)
-        .env("GGML_NO_BACKTRACE", "1")
-        .output()
-        .map_err(|e| CliError::harness(format!("running {}: {e}", bin.display())))?;
-    let _ = std::fs::remove_dir_all(&dir);
-    print!("{}", String::from_utf8_lossy(&out.stdout));
-    use std::os::unix::process::ExitStatusExt;
-    let reproduces = match (out.status.code(), out.status.signal()) {
+    let out = kvaudit::outputs::c_repro::check::compile_and_run(&program, &label, &model)?;
+    print!("{}", out.stdout);
+    let reproduces = match (out.code, out.signal) {
         (Some(1), _) => true,
         (Some(0), _) => false,
         (_, Some(sig)) => {
@@ -115,7 +79,7 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
         (Some(c), _) => {
             return Err(CliError::harness(format!(
                 "the reproducer could not set up (exit {c}): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
+                out.stderr.trim()
             )))
         }
         (None, None) => return Err(CliError::harness("the reproducer ended without a status")),

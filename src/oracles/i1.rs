@@ -8,6 +8,15 @@ use serde_json::json;
 use super::{true_extremes, Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::target::SeqObservation;
 
+/// llama.h's words that I1 checks (the comments of `llama_memory_seq_pos_min` and
+/// `llama_memory_seq_pos_max`, the same in every pin kvaudit builds), quoted by bug reports.
+pub const LLAMA_H: [&str; 4] = [
+    "Returns the smallest position present in the memory for the specified sequence",
+    "Returns the largest position present in the memory for the specified sequence",
+    "Return -1 if the sequence is empty",
+    "(llama.h, comments of llama_memory_seq_pos_min and llama_memory_seq_pos_max)",
+];
+
 /// The oracle.
 pub struct I1;
 

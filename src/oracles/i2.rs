@@ -8,6 +8,12 @@ use serde_json::json;
 use super::{true_extremes, Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::target::SeqObservation;
 
+/// llama.h's words that I2 checks, quoted by bug reports.
+pub const LLAMA_H: [&str; 2] = [
+    "Note that all positions in the range [pos_min, pos_max] are guaranteed to be present in the memory",
+    "(llama.h, comments of llama_memory_seq_pos_min and llama_memory_seq_pos_max)",
+];
+
 /// The oracle.
 pub struct I2;
 

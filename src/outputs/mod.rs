@@ -1,5 +1,8 @@
-//! Layer 7, outputs: what kvaudit hands its users: repro files and their replay, and standalone
-//! C reproducers.
+//! Layer 7, outputs: what kvaudit hands its users: repro files and their replay, standalone
+//! C reproducers, pictures of findings and bug reports for an engine's tracker.
 
+pub mod bug_report;
 pub mod c_repro;
+pub mod explain;
 pub mod repro;
+pub mod xml;

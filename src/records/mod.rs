@@ -4,6 +4,7 @@
 
 pub mod finding;
 pub mod fuzz;
+pub mod group;
 pub mod prereg;
 pub mod report;
 pub mod tally;

@@ -27,6 +27,7 @@ use crate::records::prereg::{self, OraclePrediction, Prediction, PredictionCheck
 use crate::records::tally::Tally;
 
 pub use crate::records::finding::{Finding, FindingKey, OracleStats};
+pub use crate::records::group::FindingGroup;
 
 /// The largest JSON report read back (`kvaudit merge`): 64 MiB, far above a report's size (its
 /// findings are distinct and shrunk), small enough that parsing one cannot exhaust memory.
@@ -172,6 +173,10 @@ pub struct Report {
     pub oracles: BTreeMap<OracleId, OracleStats>,
     /// Distinct findings, by oracle then depth.
     pub findings: Vec<Finding>,
+    /// The findings grouped by root cause (largest group first); empty until grouped
+    /// (`engines::group`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<FindingGroup>,
     /// Wall clock.
     pub timing: Timing,
     /// Prediction vs outcome, when PREREG.md has a prediction for this run.
@@ -215,6 +220,7 @@ impl Report {
             unsupported: tally.unsupported,
             oracles,
             findings,
+            groups: Vec::new(),
             timing,
             prediction: Vec::new(),
             fuzz: None,
@@ -265,6 +271,43 @@ impl Report {
                     first_depth: stats.first_depth,
                 })
         })
+    }
+
+    /// One line per root-cause group, largest first; `text` escapes free text for where it goes.
+    fn group_lines(&self, text: fn(&str) -> String) -> Vec<String> {
+        self.groups
+            .iter()
+            .enumerate()
+            .map(|(g, group)| {
+                let rep = &self.findings[group.representative - 1];
+                let oracles: Vec<String> = group.oracles.iter().map(|o| o.to_string()).collect();
+                let numbers: Vec<String> = group.findings.iter().map(|n| n.to_string()).collect();
+                format!(
+                    "group {}: {} finding{} ({}), {}; representative: finding {} ({} ops){}",
+                    g + 1,
+                    group.count(),
+                    if group.count() == 1 { "" } else { "s" },
+                    text(&oracles.join(", ")),
+                    text(&group.cause.describe()),
+                    group.representative,
+                    rep.trace.ops.len(),
+                    if group.count() > 1 {
+                        format!("; findings {}", numbers.join(", "))
+                    } else {
+                        String::new()
+                    }
+                )
+            })
+            .collect()
+    }
+
+    /// The group (1-based) finding `n` (1-based) belongs to, as a suffix for its heading.
+    fn group_of(&self, n: usize) -> String {
+        self.groups
+            .iter()
+            .position(|g| g.findings.contains(&n))
+            .map(|g| format!(", group {}", g + 1))
+            .unwrap_or_default()
     }
 
     /// True if any oracle was violated (a fuzz run's theorem oracles included); findings of
@@ -320,6 +363,16 @@ impl Report {
                     f.step,
                     f.trace.ops.len()
                 ));
+            }
+        }
+        let n = self.findings.len();
+        for (g, group) in self.groups.iter().enumerate() {
+            let inside = |i: &usize| (1..=n).contains(i);
+            if !inside(&group.representative)
+                || group.findings.is_empty()
+                || !group.findings.iter().all(inside)
+            {
+                return Err(format!("group {}: a finding number outside 1..={n}", g + 1));
             }
         }
         Ok(())
@@ -427,16 +480,29 @@ impl Report {
                 let _ = writeln!(s, "  {l}");
             }
         }
+        if !self.groups.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n{} root cause{} of {} findings:",
+                self.groups.len(),
+                if self.groups.len() == 1 { "" } else { "s" },
+                self.findings.len()
+            );
+            for l in self.group_lines(terminal_text) {
+                let _ = writeln!(s, "  {l}");
+            }
+        }
         for (i, f) in self.findings.iter().enumerate() {
             let _ = writeln!(
                 s,
-                "\nfinding {}: {} {} on {} (depth {}, step {})",
+                "\nfinding {}: {} {} on {} (depth {}, step {}{})",
                 i + 1,
                 f.oracle,
                 terminal_text(&f.kind),
                 terminal_text(&f.target),
                 f.depth,
-                f.step
+                f.step,
+                self.group_of(i + 1)
             );
             let _ = write!(s, "{}", f.trace);
             let _ = writeln!(s, "  observed: {}", f.observed);
@@ -511,6 +577,18 @@ impl Report {
                 let _ = writeln!(s, "- {l}");
             }
         }
+        if !self.groups.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n## Root causes\n\n{} root cause{} of {} findings (findings are the same bug by evidence: see docs/usage.md, root-cause groups).\n",
+                self.groups.len(),
+                if self.groups.len() == 1 { "" } else { "s" },
+                self.findings.len()
+            );
+            for l in self.group_lines(markdown_text) {
+                let _ = writeln!(s, "- {l}");
+            }
+        }
         for (i, f) in self.findings.iter().enumerate() {
             let _ = writeln!(
                 s,
@@ -521,10 +599,11 @@ impl Report {
             );
             let _ = writeln!(
                 s,
-                "On {}, depth {}, observed after step {}.\n",
+                "On {}, depth {}, observed after step {}{}.\n",
                 markdown_code(&f.target),
                 f.depth,
-                f.step
+                f.step,
+                self.group_of(i + 1)
             );
             let _ = writeln!(s, "```text\n{}```\n", f.trace);
             let ops: Vec<String> = f.trace.ops.iter().map(|o| o.to_json()).collect();

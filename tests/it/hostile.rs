@@ -88,6 +88,14 @@ pub fn trials() -> Vec<Trial> {
             run(markdown_and_terminal_keep_their_layout),
         ),
         Trial::test(
+            "hostile::bug_report_keeps_its_layout",
+            run(bug_report_keeps_its_layout),
+        ),
+        Trial::test(
+            "hostile::explain_svg_stays_one_clean_document",
+            run(explain_svg_stays_one_clean_document),
+        ),
+        Trial::test(
             "hostile::repro_files_refuse_or_round_trip",
             run(repro_files_refuse_or_round_trip),
         ),
@@ -475,6 +483,125 @@ fn markdown_and_terminal_keep_their_layout() -> Result<(), String> {
     } else {
         Err(format!(
             "{} hostile reports:\n{}",
+            failures.len(),
+            failures.join("\n")
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bug reports and pictures
+
+/// The corpus file as a value, every free-text field set by `edit` (no parsing: the emitters
+/// are what is tested, and a field a file could not hold is still text they must escape).
+fn hostile_repro(text: &str, edit: fn(&mut Repro, &str)) -> Repro {
+    let mut r = Repro::parse(&base_repro().to_string()).expect("the corpus file parses");
+    edit(&mut r, text);
+    r
+}
+
+type ReproEdit = (&'static str, fn(&mut Repro, &str));
+
+const REPRO_EDITS: [ReproEdit; 6] = [
+    ("repro", |r, t| r.repro = t.into()),
+    ("postmortem", |r, t| r.postmortem = t.into()),
+    ("kind", |r, t| r.kind = t.into()),
+    ("target", |r, t| {
+        r.targets[2].target = format!("llama.cpp@{t}")
+    }),
+    ("observed", |r, t| r.observed = json!({ "note": t })),
+    ("expected", |r, t| r.expected = json!({ "note": t })),
+];
+
+fn bug_report_keeps_its_layout() -> Result<(), String> {
+    use kvaudit::outputs::bug_report::{bug_report, program_and_status, CheckedProgram};
+    let program = "int main(void) { return 1; }\n";
+    let render = |r: &Repro| {
+        let checked = CheckedProgram {
+            pin: r.targets[2].target.clone(),
+            status: 1,
+        };
+        bug_report(r, program, Some(&checked))
+    };
+    let mut failures = Vec::new();
+    for (name, text) in hostile_strings() {
+        for (field, edit) in REPRO_EDITS {
+            // The same field holding plain text: what the layout must be.
+            let clean = render(&hostile_repro("plain text", edit));
+            check_markdown_tables(&clean)?;
+            let clean_kinds = line_kinds(&clean);
+            let clean_lt = outside_code(&clean).matches('<').count();
+            let md = render(&hostile_repro(&text, edit));
+            let mut problems = Vec::new();
+            if let Err(e) = check_markdown_tables(&md) {
+                problems.push(e.message);
+            }
+            if line_kinds(&md) != clean_kinds {
+                problems.push("other lines than the clean report".into());
+            }
+            let lt = outside_code(&md).matches('<').count();
+            if lt != clean_lt {
+                problems.push(format!(
+                    "{lt} `<` outside code, the clean report has {clean_lt}"
+                ));
+            }
+            if program_and_status(&md) != Some((program.into(), Some(1))) {
+                problems.push("the program or its exit code reads back otherwise".into());
+            }
+            if !problems.is_empty() {
+                failures.push(format!("{name} in {field}: {}", problems.join("; ")));
+            }
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} hostile bug reports:\n{}",
+            failures.len(),
+            failures.join("\n")
+        ))
+    }
+}
+
+fn explain_svg_stays_one_clean_document() -> Result<(), String> {
+    use kvaudit::outputs::explain::{explain_repro, to_svg};
+    use kvaudit::targets::registry::TargetSpec;
+    let spec = TargetSpec::new("native", &["refcount".into()]);
+    let mut clean =
+        explain_repro(&hostile_repro("clean", |_, _| {}), &spec).map_err(|e| e.to_string())?;
+    let shape = |svg: &str| -> Result<Vec<String>, String> {
+        let doc = roxmltree::Document::parse(svg).map_err(|e| format!("not XML: {e}"))?;
+        Ok(doc
+            .descendants()
+            .filter(|n| n.is_element())
+            .map(|n| {
+                let attrs: Vec<&str> = n.attributes().map(|a| a.name()).collect();
+                format!("{} {}", n.tag_name().name(), attrs.join(","))
+            })
+            .collect())
+    };
+    clean.verdict = vec!["plain".into(); 3];
+    let clean_shape = shape(&to_svg(&clean))?;
+    let mut failures = Vec::new();
+    for (name, text) in hostile_strings() {
+        let mut p = clean.clone();
+        p.title = text.clone();
+        p.target = text.clone();
+        p.verdict = vec![text.clone(); 3];
+        p.frames[0].call = text.clone();
+        p.frames[0].label = text.clone();
+        match shape(&to_svg(&p)) {
+            Ok(s) if s == clean_shape => {}
+            Ok(_) => failures.push(format!("{name}: other elements or attributes")),
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} hostile pictures:\n{}",
             failures.len(),
             failures.join("\n")
         ))

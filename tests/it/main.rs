@@ -18,6 +18,7 @@ mod audits;
 mod cli;
 mod corpus;
 mod docs;
+mod findings;
 mod fuzz_seeds;
 mod hostile;
 mod llama;
@@ -61,6 +62,7 @@ fn main() {
     trials.extend(cli::trials());
     trials.extend(corpus::trials());
     trials.extend(docs::trials());
+    trials.extend(findings::trials());
     trials.extend(fuzz_seeds::trials());
     trials.extend(hostile::trials());
     trials.extend(llama::trials());

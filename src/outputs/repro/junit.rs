@@ -1,22 +1,7 @@
 //! Replay results as JUnit XML, for CI systems that read it.
 
 use super::*;
-
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::outputs::xml::xml_text as xml_escape;
 
 /// JUnit XML: one test case per repro file, a failure per changed expectation, an error where
 /// the harness could not check one.

@@ -252,6 +252,20 @@ pub struct Repro {
     /// How it was found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub found: Option<Found>,
+    /// The root cause this repro represents, for a fuzz run's repro: the evidence and how many
+    /// findings of the run it stands for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<ReproGroup>,
+}
+
+/// The root-cause group a repro file represents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReproGroup {
+    /// The evidence that its findings are one bug.
+    pub cause: crate::records::group::Cause,
+    /// How many findings of the run the group holds (this repro is the smallest).
+    pub findings: usize,
 }
 
 fn compact<T: Serialize + ?Sized>(v: &T) -> String {
@@ -310,6 +324,7 @@ impl Repro {
             expected: f.expected.clone(),
             targets,
             found,
+            group: None,
         }
     }
 
@@ -365,6 +380,9 @@ impl Repro {
         s.push_str("  ]");
         if let Some(found) = &self.found {
             let _ = write!(s, ",\n  \"found\": {}", compact(found));
+        }
+        if let Some(group) = &self.group {
+            let _ = write!(s, ",\n  \"group\": {}", compact(group));
         }
         s.push_str("\n}\n");
         s
@@ -535,6 +553,7 @@ mod tests {
                 TargetExpectation::new(&TargetSpec::new("native", &[]), None, Expect::Holds),
             ],
             found: None,
+            group: None,
         }
     }
 

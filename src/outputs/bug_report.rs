@@ -1,0 +1,334 @@
+//! A bug report for the engine's tracker, in Markdown: a one-line summary, the llama.h contract
+//! the finding breaks (quoted), the minimal trace as llama.h calls, observed against expected,
+//! the standalone C program (with the exit code it had on a pin, when checked), the versions
+//! that show it and those that do not, the build settings and the context's configuration.
+//!
+//! The reader has llama.cpp, not kvaudit: nothing in the report needs kvaudit to be installed
+//! (the C program needs llama.h and a GGUF model only). Text from the repro file (its summary,
+//! postmortem, kind, target names) is hostile: it goes through `markdown_text` or
+//! `markdown_code`; the program goes inside a fence longer than any backtick run in it.
+
+use std::fmt::Write as _;
+
+use crate::base::op::{Op, Setup};
+use crate::oracles::contract::CLAUSES;
+use crate::oracles::OracleId;
+use crate::outputs::repro::{Expect, Repro};
+use crate::records::report::{markdown_code, markdown_text};
+use crate::targets::llama::pins::{Pin, Variant};
+
+/// How the C program ended on a pin, for the report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckedProgram {
+    /// The pin's label (`llama.cpp@0.1.156`).
+    pub pin: String,
+    /// The exit status as a shell reports it (128 + signal for a crash).
+    pub status: i32,
+}
+
+/// The llama.h words the finding breaks: quoted lines, and whether llama.h states them (`false`:
+/// llama.h is silent and the line says what the reference behaviour is).
+pub fn contract_quote(repro: &Repro) -> (Vec<String>, bool) {
+    let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let op = repro
+        .trace
+        .ops
+        .get(repro.step.saturating_sub(1))
+        .map(Op::name)
+        .unwrap_or_default();
+    let clause_of_op = || {
+        CLAUSES
+            .iter()
+            .filter(|c| c.op == op && c.documented)
+            .map(|c| c.promise.to_string())
+            .collect::<Vec<_>>()
+    };
+    match repro.oracle.name() {
+        "I1" => (lines(&crate::oracles::i1::LLAMA_H), true),
+        "I2" => (lines(&crate::oracles::i2::LLAMA_H), true),
+        "contract" | "contract?" => match CLAUSES.iter().find(|c| c.kind == repro.kind) {
+            Some(c) => (vec![c.promise.to_string()], c.documented),
+            None => (clause_of_op(), true),
+        },
+        "round-trip" | "conservation" => (
+            lines(&[
+                "Copies the state to the specified destination address. (llama_state_get_data)",
+                "Set the state reading from the specified address (llama_state_set_data)",
+                "Copy the sequence data (originally copied with `llama_state_seq_get_data`) into the specified sequence (llama_state_seq_set_data)",
+            ]),
+            true,
+        ),
+        _ => {
+            let mut q = clause_of_op();
+            q.push(format!(
+                "(llama.h documents no abort for llama_memory_{op} or the calls before it)"
+            ));
+            (q, true)
+        }
+    }
+}
+
+/// The oracle's check in plain words, for "expected".
+fn what_is_checked(oracle: OracleId) -> &'static str {
+    match oracle.name() {
+        "I1" => "seq_pos_min/seq_pos_max equal the smallest/largest position among the sequence's cells in llama_state_seq_get_data (-1 when it has none)",
+        "I2" => "every position between the smallest and the largest of the sequence's cells in llama_state_seq_get_data is present",
+        "crash" => "the call returns",
+        "differential" => "the same calls give the same seq_pos_min, seq_pos_max and cells as the reference behaviour",
+        "round-trip" => "state saved with llama_state_get_data / llama_state_seq_get_data loads into a fresh context of the same configuration and reads back the same",
+        "conservation" => "the cells of llama_state_get_data are exactly the union of the sequences' cells in llama_state_seq_get_data",
+        _ => "the call does what llama.h says",
+    }
+}
+
+/// The context configuration as a bullet list.
+fn configuration(setup: &Setup) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "- `n_ctx` = {}", setup.n_ctx);
+    let _ = writeln!(s, "- `n_seq_max` = {}", setup.n_seq_max);
+    let _ = writeln!(s, "- `kv_unified` = {}", setup.kv_unified);
+    if let Some(n) = setup.n_batch {
+        let _ = writeln!(s, "- `n_batch` = {n}");
+    }
+    if let Some(n) = setup.n_ubatch {
+        let _ = writeln!(s, "- `n_ubatch` = {n}");
+    }
+    let _ = writeln!(
+        s,
+        "- `flash_attn_type` = {}",
+        if setup.flash_attn {
+            "LLAMA_FLASH_ATTN_TYPE_ENABLED"
+        } else {
+            "LLAMA_FLASH_ATTN_TYPE_DISABLED"
+        }
+    );
+    let _ = writeln!(
+        s,
+        "- `type_k` = {}, `type_v` = {}",
+        setup.type_k.name(),
+        setup.type_v.name()
+    );
+    let _ = writeln!(s, "- `n_threads` = `n_threads_batch` = 1; every other field as `llama_context_default_params()` sets it");
+    s
+}
+
+/// The build settings of a pin, in the words of llama.cpp's own build.
+fn build_settings(label: &str) -> String {
+    let Ok(pin) = Pin::parse(label) else {
+        return format!("- {}\n", markdown_code(label));
+    };
+    let mut s = String::new();
+    if let Ok(info) = pin.info() {
+        let _ = writeln!(
+            s,
+            "- llama.cpp as vendored by the Rust crate {} version {} (`LLAMA_VERSION` {}, `GGML_VERSION` {})",
+            markdown_code(&info.crate_name),
+            markdown_text(&info.version),
+            markdown_text(&info.llama_version),
+            markdown_text(&info.ggml_version)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "- CPU backend only (`GGML_USE_CPU`), {}",
+        match pin.variant {
+            Variant::Release => "a release build: `NDEBUG` defined, so `GGML_ASSERT` stays and `assert` is compiled out",
+            Variant::Assert => "`NDEBUG` not defined: `assert` is compiled in",
+        }
+    );
+    s
+}
+
+/// The C program in a fenced block whose fence no line of it can close.
+fn fenced(lang: &str, body: &str) -> String {
+    let longest = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    format!(
+        "{fence}{lang}\n{body}{}{fence}\n",
+        if body.ends_with('\n') { "" } else { "\n" }
+    )
+}
+
+/// The line that states a checked program's exit code (tests read it back).
+pub fn exit_code_line(c: &CheckedProgram) -> String {
+    format!(
+        "Checked: compiled against {} and run: exit code {}.",
+        markdown_code(&c.pin),
+        c.status
+    )
+}
+
+/// The Markdown bug report of `repro`; `program` is its C program (written for a model given as
+/// `argv[1]`), `checked` how it ended on a pin, if it was run.
+pub fn bug_report(repro: &Repro, program: &str, checked: Option<&CheckedProgram>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# {}\n", markdown_text(&repro.repro));
+    let pins: Vec<(String, Expect)> = repro
+        .targets
+        .iter()
+        .filter(|t| t.target.starts_with("llama.cpp@") && t.vs.is_none())
+        .map(|t| (t.target.clone(), t.expect))
+        .collect();
+    let affected: Vec<String> = pins
+        .iter()
+        .filter(|(_, e)| *e == Expect::Fails)
+        .map(|(p, _)| markdown_code(p))
+        .collect();
+    let _ = writeln!(
+        s,
+        "**Summary.** {} {}{} after call {} of the trace below{}.\n",
+        repro.oracle,
+        markdown_text(&repro.kind),
+        repro
+            .seq
+            .map(|q| format!(" (sequence {q})"))
+            .unwrap_or_default(),
+        repro.step,
+        if affected.is_empty() {
+            String::new()
+        } else {
+            format!(", on {}", affected.join(", "))
+        }
+    );
+    let (quote, documented) = contract_quote(repro);
+    let _ = writeln!(
+        s,
+        "## {}\n",
+        if documented {
+            "The llama.h contract it breaks"
+        } else {
+            "What it does (llama.h is silent here)"
+        }
+    );
+    // One quoted paragraph per line of llama.h (consecutive `>` lines would run together).
+    let quoted: Vec<String> = quote
+        .iter()
+        .map(|q| format!("> {}", markdown_text(q)))
+        .collect();
+    let _ = writeln!(s, "{}\n", quoted.join("\n>\n"));
+    if !repro.postmortem.is_empty() {
+        let _ = writeln!(
+            s,
+            "Cause, as far as known: {}\n",
+            markdown_text(&repro.postmortem)
+        );
+    }
+    let _ = writeln!(s, "## Minimal trace (llama.h calls)\n");
+    let mut calls = String::new();
+    for op in &repro.trace.setup.ops {
+        let _ = writeln!(calls, "setup: {op}");
+    }
+    for (i, op) in repro.trace.ops.iter().enumerate() {
+        let mark = if i + 1 == repro.step {
+            "   <- here"
+        } else {
+            ""
+        };
+        let _ = writeln!(calls, "{:>2}. {op}{mark}", i + 1);
+    }
+    s.push_str(&fenced("text", &calls));
+    let _ = writeln!(s, "\n## Observed vs expected\n");
+    let seq = repro
+        .seq
+        .map(|q| format!(", sequence {q}"))
+        .unwrap_or_default();
+    let _ = writeln!(s, "After call {}{seq}:\n", repro.step);
+    let _ = writeln!(
+        s,
+        "- observed: {}",
+        markdown_code(&repro.observed.to_string())
+    );
+    let _ = writeln!(
+        s,
+        "- expected: {}",
+        markdown_code(&repro.expected.to_string())
+    );
+    let _ = writeln!(
+        s,
+        "- the check: {}\n",
+        markdown_text(what_is_checked(repro.oracle))
+    );
+    let _ = writeln!(s, "## Reproducer (C, llama.h only)\n");
+    let _ = writeln!(
+        s,
+        "Build against llama.cpp (`include/` and `ggml/include/` on the include path, `libllama` and `libggml*` linked) and run with any small llama-architecture GGUF model: `./repro model.gguf`. Exit code 1: the bug reproduces (it prints `REPRODUCED`); 0: it does not; 2: the model or context could not be set up; a crash is the crash (the shell reports 128 + the signal).\n"
+    );
+    match checked {
+        Some(c) => {
+            let _ = writeln!(s, "{}\n", exit_code_line(c));
+        }
+        None => {
+            let _ = writeln!(s, "Not run for this report.\n");
+        }
+    }
+    s.push_str(&fenced("c", program));
+    let _ = writeln!(s, "\n## Versions\n");
+    if pins.is_empty() {
+        let _ = writeln!(s, "No llama.cpp version was checked.\n");
+    } else {
+        let _ = writeln!(s, "| version | shows it |\n|---|---|");
+        for (p, e) in &pins {
+            let _ = writeln!(
+                s,
+                "| {} | {} |",
+                markdown_code(p),
+                if *e == Expect::Fails { "yes" } else { "no" }
+            );
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(
+        s,
+        "These are the versions this trace was checked on, not a bisection: the versions between them (a version matrix) are not listed yet.\n"
+    );
+    let _ = writeln!(s, "## Build settings\n");
+    for (p, _) in &pins {
+        // Never a line that starts with user text: a code span of three backticks opens a fence.
+        let _ = writeln!(s, "On {}:\n", markdown_code(p));
+        s.push_str(&build_settings(p));
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "## Context configuration\n");
+    s.push_str(&configuration(&repro.trace.setup));
+    s
+}
+
+/// The pin a report's program is checked on by default: the first llama.cpp pin the file
+/// expects to fail, else the first it names.
+pub fn default_pin(repro: &Repro) -> Option<String> {
+    let pins = || {
+        repro
+            .targets
+            .iter()
+            .filter(|t| t.target.starts_with("llama.cpp@") && t.vs.is_none())
+    };
+    pins()
+        .find(|t| t.expect == Expect::Fails)
+        .or_else(|| pins().next())
+        .map(|t| t.target.clone())
+}
+
+/// The C program of a report, as the report prints it (between the fences after the heading
+/// "Reproducer"), and the exit code it states; for tests and scripts that check a report.
+pub fn program_and_status(report: &str) -> Option<(String, Option<i32>)> {
+    let after = &report[report.find("## Reproducer")?..];
+    let status = after
+        .lines()
+        .find(|l| l.starts_with("Checked: "))
+        .and_then(|l| l.rsplit("exit code ").next())
+        .and_then(|n| n.trim_end_matches('.').parse().ok());
+    let mut lines = after.lines();
+    let fence = lines
+        .find(|l| l.len() > 3 && l.ends_with('c') && l[..l.len() - 1].bytes().all(|b| b == b'`'))?
+        .trim_end_matches('c')
+        .to_string();
+    let mut body = String::new();
+    for line in lines {
+        if line == fence {
+            return Some((body, status));
+        }
+        body.push_str(line);
+        body.push('\n');
+    }
+    None
+}

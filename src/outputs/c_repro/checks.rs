@@ -1,0 +1,265 @@
+//! The oracle checks in C: what the program states at the finding's step, from the context's
+//! own serialized state. Each oracle with a C check ([`super::C_CHECKED`]) adds code in up to
+//! three places: before the loop over the checked sequences (whole-context dumps), inside it
+//! (one sequence: locals `sq`, `cells`, `n`, `mn`, `mx`, `tmin`, `tmax`), and after it.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::ops::c_array;
+use super::ReproInput;
+
+/// Statements before the per-sequence loop.
+pub(super) fn emit_before_seqs(s: &mut String, input: &ReproInput) {
+    match input.oracle.name() {
+        "round-trip" => emit_round_trip_prologue(s),
+        "conservation" => {
+            let _ = writeln!(
+                s,
+                "    size_t whole_len = 0; uint8_t *whole = dump_whole(ctx, &whole_len);"
+            );
+            let _ = writeln!(s, "    int orphans = 0, whole_pos[4096]; int n_whole = whole_cells(whole, whole_len, -1, whole_pos, 4096, &orphans);");
+            let _ = writeln!(s, "    printf(\"whole dump: %d used cells, %d of no sequence\\n\", n_whole, orphans);");
+            let _ = writeln!(s, "    if (orphans) {{ printf(\"conservation violated: cell without a sequence\\n\"); reproduced = 1; }}");
+        }
+        _ => {}
+    }
+}
+
+/// The check of one sequence, inside the per-sequence loop.
+pub(super) fn emit_seq_check(s: &mut String, input: &ReproInput) {
+    match input.oracle.name() {
+        "I1" => {
+            let _ = writeln!(s, "        if (mn != tmin || mx != tmax) {{ printf(\"I1 violated: accessors say [%d, %d], the state says [%d, %d]\\n\", mn, mx, tmin, tmax); reproduced = 1; }}");
+        }
+        "I2" => {
+            let _ = writeln!(s, "        for (int i = 1; i < n; i++) if (cells[i] - cells[i - 1] > 1) {{ printf(\"I2 violated: positions %d..%d missing\\n\", cells[i - 1] + 1, cells[i] - 1); reproduced = 1; }}");
+        }
+        "differential" => {
+            let e = &input.expected;
+            let emin = e.get("pos_min").and_then(Value::as_i64).unwrap_or(-1);
+            let emax = e.get("pos_max").and_then(Value::as_i64).unwrap_or(-1);
+            let ecells = expected_cells(e).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "        const int want[] = {{{}}}; const int nwant = {};",
+                if ecells.is_empty() {
+                    "0".into()
+                } else {
+                    c_array(&ecells)
+                },
+                ecells.len()
+            );
+            let _ = writeln!(
+                s,
+                "        int same = mn == {emin} && mx == {emax} && n == nwant;"
+            );
+            let _ = writeln!(
+                s,
+                "        for (int i = 0; same && i < n; i++) same = cells[i] == want[i];"
+            );
+            let _ = writeln!(s, "        if (!same) {{ printf(\"differs from the reference: seq_pos_min {emin}, seq_pos_max {emax}, {} cells\\n\"); reproduced = 1; }}", ecells.len());
+        }
+        "crash" => {
+            let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+        }
+        "round-trip" => emit_round_trip_seq(s),
+        "conservation" => {
+            let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+            let _ = writeln!(s, "        int in_whole[4096]; int nw = whole_cells(whole, whole_len, sq, in_whole, 4096, NULL);");
+            let _ = writeln!(s, "        int same = nw == n;");
+            let _ = writeln!(
+                s,
+                "        for (int i = 0; same && i < n; i++) same = cells[i] == in_whole[i];"
+            );
+            let _ = writeln!(
+                s,
+                "        printf(\"  the whole dump lists %d cells of seq %d:\", nw, sq);"
+            );
+            let _ = writeln!(
+                s,
+                "        for (int i = 0; i < nw; i++) printf(\" %d\", in_whole[i]);"
+            );
+            let _ = writeln!(s, "        printf(\"\\n\");");
+            let _ = writeln!(s, "        if (!same) {{ printf(\"conservation violated: %s\\n\", nw < n ? \"sequence cell missing from the whole dump\" : \"whole dump cell missing from the sequence dump\"); reproduced = 1; }}");
+        }
+        // `contract?` states the same comparison: the finding's expected cells.
+        "contract" | "contract?" => emit_contract_seq(s, &input.expected),
+        // `parse_input` refuses every other oracle.
+        other => unreachable!("no C check for oracle {other}"),
+    }
+}
+
+/// Statements after the per-sequence loop.
+pub(super) fn emit_after_seqs(s: &mut String, input: &ReproInput) {
+    match input.oracle.name() {
+        "round-trip" => emit_round_trip_epilogue(s),
+        "conservation" => {
+            let _ = writeln!(s, "    free(whole);");
+        }
+        _ => {}
+    }
+    if input.oracle.name() == "crash" {
+        let _ = writeln!(
+            s,
+            "    printf(\"no crash: the finding does not reproduce\\n\");"
+        );
+    }
+}
+
+/// `expected.cells` as integers, if it is an array (non-integers are dropped: the input is
+/// hostile, and only integers may reach the program).
+fn expected_cells(e: &Value) -> Option<Vec<i32>> {
+    e.get("cells").and_then(Value::as_array).map(|a| {
+        a.iter()
+            .filter_map(Value::as_i64)
+            .map(|x| x.clamp(i32::MIN.into(), i32::MAX.into()) as i32)
+            .collect()
+    })
+}
+
+/// `expected.<key>` as an i32, if it is an integer.
+fn expected_pos(e: &Value, key: &str) -> Option<i32> {
+    e.get(key)
+        .and_then(Value::as_i64)
+        .map(|x| x.clamp(i32::MIN.into(), i32::MAX.into()) as i32)
+}
+
+/// The `contract` check of one sequence: the fields the finding's `expected` holds
+/// (`pos_min`, `pos_max`, `cells`) against what the context says, as the differential check.
+fn emit_contract_seq(s: &mut String, e: &Value) {
+    let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+    let _ = writeln!(s, "        int same = 1;");
+    if let Some(v) = expected_pos(e, "pos_min") {
+        let _ = writeln!(s, "        if (mn != {v}) {{ printf(\"  seq_pos_min %d, the contract says {v}\\n\", mn); same = 0; }}");
+    }
+    if let Some(v) = expected_pos(e, "pos_max") {
+        let _ = writeln!(s, "        if (mx != {v}) {{ printf(\"  seq_pos_max %d, the contract says {v}\\n\", mx); same = 0; }}");
+    }
+    if let Some(cells) = expected_cells(e) {
+        let _ = writeln!(
+            s,
+            "        const int want[] = {{{}}}; const int nwant = {};",
+            if cells.is_empty() {
+                "0".into()
+            } else {
+                c_array(&cells)
+            },
+            cells.len()
+        );
+        let _ = writeln!(s, "        int same_cells = n == nwant;");
+        let _ = writeln!(
+            s,
+            "        for (int i = 0; same_cells && i < n; i++) same_cells = cells[i] == want[i];"
+        );
+        let _ = writeln!(
+            s,
+            "        if (!same_cells) {{ printf(\"  the contract says {} cells\\n\"); same = 0; }}",
+            cells.len()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "        if (!same) {{ printf(\"contract violated for seq %d\\n\", sq); reproduced = 1; }}"
+    );
+}
+
+/// Round trip, before the per-sequence loop: the whole dump and every checked sequence's dump
+/// are taken from `ctx`; the whole dump goes into a twin made with the same params.
+fn emit_round_trip_prologue(s: &mut String) {
+    let _ = writeln!(
+        s,
+        "    struct llama_context *twin = llama_init_from_model(model, cp);"
+    );
+    let _ = writeln!(
+        s,
+        "    if (!twin) {{ fprintf(stderr, \"cannot create the twin context\\n\"); return 2; }}"
+    );
+    let _ = writeln!(s, "    llama_memory_t twin_mem = llama_get_memory(twin);");
+    let _ = writeln!(
+        s,
+        "    size_t whole_len = 0; uint8_t *whole = dump_whole(ctx, &whole_len);"
+    );
+    let _ = writeln!(
+        s,
+        "    size_t whole_read = llama_state_set_data(twin, whole, whole_len);"
+    );
+    let _ = writeln!(s, "    printf(\"round trip: llama_state_set_data into the twin read %zu of %zu bytes\\n\", whole_read, whole_len);");
+    let _ = writeln!(s, "    if (!whole_read) {{ printf(\"round trip violated: whole load failed\\n\"); reproduced = 1; }}");
+    let _ = writeln!(
+        s,
+        "    size_t again_len = 0; uint8_t *again = dump_whole(twin, &again_len);"
+    );
+    let _ = writeln!(s, "    int whole_same_bytes = again_len == whole_len && memcmp(again, whole, whole_len) == 0;");
+    let _ = writeln!(s, "    free(again);");
+}
+
+/// Round trip, inside the per-sequence loop: compare the twin after the whole load (it happens
+/// once, before the loop).
+fn emit_round_trip_seq(s: &mut String) {
+    let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+    let _ = writeln!(
+        s,
+        "        int tc[4096]; int tn = resident(twin, sq, tc, 4096);"
+    );
+    let _ = writeln!(s, "        llama_pos tmn = llama_memory_seq_pos_min(twin_mem, sq), tmx = llama_memory_seq_pos_max(twin_mem, sq);");
+    let _ = writeln!(s, "        int same = tmn == mn && tmx == mx && tn == n;");
+    let _ = writeln!(
+        s,
+        "        for (int i = 0; same && i < n; i++) same = tc[i] == cells[i];"
+    );
+    let _ = writeln!(s, "        printf(\"  twin after the whole load: seq_pos_min %d, seq_pos_max %d, %d cells\\n\", tmn, tmx, tn);");
+    let _ = writeln!(s, "        if (whole_read && !same) {{ printf(\"round trip violated: whole load differs (seq %d)\\n\", sq); reproduced = 1; }}");
+}
+
+/// Round trip, after the per-sequence loop: every checked sequence's dump into the emptied twin,
+/// then each compared, then the redumps' bytes.
+fn emit_round_trip_epilogue(s: &mut String) {
+    let _ = writeln!(s, "    llama_memory_clear(twin_mem, true);");
+    let _ = writeln!(
+        s,
+        "    const size_t n_check = sizeof check / sizeof check[0];"
+    );
+    let _ = writeln!(s, "    uint8_t *seq_bytes[sizeof check / sizeof check[0]]; size_t seq_len[sizeof check / sizeof check[0]]; size_t seq_read[sizeof check / sizeof check[0]];");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) seq_bytes[k] = dump_seq(ctx, check[k], &seq_len[k]);");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
+    let _ = writeln!(
+        s,
+        "        seq_read[k] = llama_state_seq_set_data(twin, seq_bytes[k], seq_len[k], check[k]);"
+    );
+    let _ = writeln!(s, "        printf(\"round trip: llama_state_seq_set_data(seq %d) into the twin read %zu of %zu bytes\\n\", check[k], seq_read[k], seq_len[k]);");
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
+    let _ = writeln!(s, "        llama_seq_id sq = check[k];");
+    let _ = writeln!(
+        s,
+        "        int cells[4096]; int n = resident(ctx, sq, cells, 4096);"
+    );
+    let _ = writeln!(
+        s,
+        "        int tc[4096]; int tn = resident(twin, sq, tc, 4096);"
+    );
+    let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
+    let _ = writeln!(s, "        llama_pos tmn = llama_memory_seq_pos_min(twin_mem, sq), tmx = llama_memory_seq_pos_max(twin_mem, sq);");
+    let _ = writeln!(s, "        int same = tmn == mn && tmx == mx && tn == n;");
+    let _ = writeln!(
+        s,
+        "        for (int i = 0; same && i < n; i++) same = tc[i] == cells[i];"
+    );
+    let _ = writeln!(s, "        printf(\"  twin after the sequence loads: seq %d: seq_pos_min %d, seq_pos_max %d, %d cells\\n\", sq, tmn, tmx, tn);");
+    let _ = writeln!(s, "        if (!seq_read[k]) {{ printf(\"round trip violated: seq load failed (seq %d)\\n\", sq); reproduced = 1; }}");
+    let _ = writeln!(s, "        else if (!same) {{ printf(\"round trip violated: seq load differs (seq %d)\\n\", sq); reproduced = 1; }}");
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "    if (whole_read && !whole_same_bytes) {{ printf(\"round trip violated: whole redump differs\\n\"); reproduced = 1; }}");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
+    let _ = writeln!(
+        s,
+        "        size_t again_len = 0; uint8_t *again = dump_seq(twin, check[k], &again_len);"
+    );
+    let _ = writeln!(s, "        if (seq_read[k] && (again_len != seq_len[k] || memcmp(again, seq_bytes[k], seq_len[k]) != 0)) {{ printf(\"round trip violated: seq redump differs (seq %d)\\n\", check[k]); reproduced = 1; }}");
+    let _ = writeln!(s, "        free(again); free(seq_bytes[k]);");
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "    free(whole);");
+    let _ = writeln!(s, "    llama_free(twin);");
+}

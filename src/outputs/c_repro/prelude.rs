@@ -1,0 +1,121 @@
+//! The C program's prelude: includes, the decode helper and the readers of serialized state
+//! (per-sequence cells, whole-dump cells) that the checks use.
+
+pub(super) const C_PRELUDE: &str = r#"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama.h"
+
+static void quiet(enum ggml_log_level level, const char *text, void *user) {
+    (void)level; (void)text; (void)user;
+}
+
+/* One llama_decode; pos == NULL lets llama.cpp choose each sequence's next position. */
+static int decode(struct llama_context *ctx, int n, const llama_token *toks, const llama_pos *pos,
+                  int n_seq, const llama_seq_id *seqs) {
+    struct llama_batch b = llama_batch_init(n, 0, n_seq);
+    llama_pos *own_pos = b.pos;
+    for (int i = 0; i < n; i++) {
+        b.token[i] = toks[i];
+        if (pos) b.pos[i] = pos[i];
+        b.n_seq_id[i] = n_seq;
+        for (int s = 0; s < n_seq; s++) b.seq_id[i][s] = seqs[s];
+        b.logits[i] = i == n - 1;
+    }
+    b.n_tokens = n;
+    if (!pos) b.pos = NULL;
+    int rc = llama_decode(ctx, b);
+    b.pos = own_pos;
+    llama_batch_free(b);
+    return rc;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The positions of seq's cells in llama_state_seq_get_data (magic, seq id, n_stream, then per
+ * stream a cell count and (pos, n_seq_id, seq ids) per cell), sorted. */
+static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+    size_t size = llama_state_seq_get_size(ctx, seq);
+    uint8_t *buf = malloc(size ? size : 1);
+    size_t got = llama_state_seq_get_data(ctx, buf, size, seq);
+    size_t at = 8; /* magic, seq id */
+    int n = 0;
+    uint32_t n_stream = 0;
+    if (got >= 12) { memcpy(&n_stream, buf + at, 4); at += 4; }
+    for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+        uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+        if (count == 0) continue;
+        for (uint32_t c = 0; c < count && at + 8 <= got; c++) {
+            int32_t p; uint32_t ns; memcpy(&p, buf + at, 4); memcpy(&ns, buf + at + 4, 4);
+            at += 8 + 4 * (size_t)ns;
+            if (n < cap) out[n++] = p;
+        }
+        break; /* one unified stream: the K/V data that follows is not needed */
+    }
+    free(buf);
+    qsort(out, n, sizeof out[0], cmp_int);
+    return n;
+}
+
+/* The bytes of llama_state_seq_get_data(seq) and llama_state_get_data, malloc'd. */
+static inline uint8_t *dump_seq(struct llama_context *ctx, llama_seq_id seq, size_t *len) {
+    size_t size = llama_state_seq_get_size(ctx, seq);
+    uint8_t *buf = malloc(size ? size : 1);
+    *len = buf ? llama_state_seq_get_data(ctx, buf, size, seq) : 0;
+    return buf;
+}
+
+static inline uint8_t *dump_whole(struct llama_context *ctx, size_t *len) {
+    size_t size = llama_state_get_size(ctx);
+    uint8_t *buf = malloc(size ? size : 1);
+    *len = buf ? llama_state_get_data(ctx, buf, size) : 0;
+    return buf;
+}
+
+/* The used cells of a whole dump (u32 length and the architecture name, then the first cache:
+ * n_stream, per stream a cell count, the cells (pos, n_seq_id, seq ids), then its K and V
+ * data, skipped). Keeps the positions of the cells that list seq (every cell: seq = -1),
+ * sorted, and counts cells that list no sequence into *orphans (may be NULL). */
+static inline int whole_cells(const uint8_t *buf, size_t got, llama_seq_id seq, int *out,
+                              int cap, int *orphans) {
+    size_t at = 0;
+    int n = 0;
+    uint32_t u, n_stream = 0;
+    if (orphans) *orphans = 0;
+#define TAKE(dst, k) do { if (at + (k) > got) goto done; memcpy((dst), buf + at, (k)); at += (k); } while (0)
+    TAKE(&u, 4); at += u;
+    TAKE(&n_stream, 4);
+    for (uint32_t s = 0; s < n_stream; s++) {
+        uint32_t count; TAKE(&count, 4);
+        if (count == 0) continue;
+        for (uint32_t c = 0; c < count; c++) {
+            int32_t p; uint32_t ns; TAKE(&p, 4); TAKE(&ns, 4);
+            int listed = seq < 0;
+            for (uint32_t i = 0; i < ns; i++) { int32_t id; TAKE(&id, 4); listed |= id == seq; }
+            if (ns == 0 && orphans) (*orphans)++;
+            if (listed && n < cap) out[n++] = p;
+        }
+        uint32_t v_trans, n_layer; TAKE(&v_trans, 4); TAKE(&n_layer, 4);
+#if LLAMA_STATE_SEQ_VERSION >= 4
+        at += 8; /* n_rot_k, n_rot_v */
+#endif
+        for (uint32_t l = 0; l < n_layer; l++) { int32_t t; uint64_t row; TAKE(&t, 4); TAKE(&row, 8); at += row * count; }
+        for (uint32_t l = 0; l < n_layer; l++) {
+            int32_t t; TAKE(&t, 4);
+            if (!v_trans) { uint64_t row; TAKE(&row, 8); at += row * count; }
+            else { uint32_t el, n_embd; TAKE(&el, 4); TAKE(&n_embd, 4); at += (size_t)el * n_embd * count; }
+        }
+    }
+#undef TAKE
+done:
+    qsort(out, n, sizeof out[0], cmp_int);
+    return n;
+}
+
+"#;
