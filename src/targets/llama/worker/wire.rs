@@ -178,11 +178,14 @@ impl Reply {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WireRun(Vec<WireStep>, WireEnd);
 
+/// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells).
+type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
+
 /// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells).
 #[derive(Debug, Serialize, Deserialize)]
 struct WireStep(
     WireOutcome,
-    Vec<(SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>)>,
+    Vec<WireSeq>,
     Option<Vec<WholeCell>>,
     Option<RoundTrip>,
     Option<Vec<SeqObservation>>,
