@@ -128,6 +128,7 @@ fn main() {
         let info = pin.info().expect("pin info");
         let format = StateFormat {
             rot_fields: info.kv_state_has_n_rot,
+            ..Default::default()
         };
         let built = ensure_built(&BuildSpec::new(pin), true).expect("pin builds");
         let shim = LlamaShim::load(&built.so_path).expect("shim loads");

@@ -681,10 +681,13 @@ pub enum Arch {
 }
 
 /// The memory implementation an architecture selects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryType {
     /// `llama_kv_cache`.
+    #[default]
     Kv,
     /// `llama_kv_cache_iswa`.
     Iswa,
@@ -742,6 +745,11 @@ impl std::str::FromStr for Arch {
 }
 
 impl MemoryType {
+    /// Whether this is the attention cache alone (`llama_kv_cache`), the default.
+    pub fn is_kv(&self) -> bool {
+        *self == MemoryType::Kv
+    }
+
     /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`.
     pub fn name(self) -> &'static str {
         match self {

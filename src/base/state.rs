@@ -9,7 +9,12 @@
 //!
 //! ```text
 //! u32 magic 0xaf143cd8, i32 seq_id
-//! per cache (an iSWA memory writes the base cache, then the windowed one):
+//! then the memory, by type (StateFormat::memory; docs/memory-types.md cites each writer):
+//!   kv:        one cache
+//!   iswa:      two caches: the base (full) cache, then the windowed one
+//!   recurrent: one recurrent section
+//!   hybrid:    one cache (the attention layers), then one recurrent section
+//! a cache:
 //!   u32 n_stream
 //!   per stream: u32 cell_count (0: nothing more for this stream)
 //!     per cell: i32 pos, u32 n_seq_id, n_seq_id x i32 seq id
@@ -17,7 +22,18 @@
 //!     per layer K: i32 type, u64 row bytes, cell_count rows
 //!     per layer V: same when !v_trans; else i32 type, u32 element bytes, u32 n_embd_v_gqa,
 //!                  then n_embd_v_gqa x cell_count elements
+//! a recurrent section (src/llama-memory-recurrent.cpp `state_write`, `state_write_meta`,
+//! `state_write_data`; no streams, no n_rot fields, written even with no cells):
+//!   u32 cell_count
+//!   per cell: i32 pos, u32 n_seq_id, n_seq_id x i32 seq id (a per-sequence dump writes 0 ids)
+//!   u32 s_trans (always 0), u32 n_layer (every layer of the model)
+//!   per recurrent layer R (conv state): i32 type, u64 row bytes, cell_count rows
+//!   per recurrent layer S (ssm state):  i32 type, u64 row bytes, cell_count rows
 //! ```
+//!
+//! Which layers are recurrent is not in the bytes (a hybrid model's attention layers write no R
+//! or S record, though `n_layer` counts them): the section is the last thing in every dump, so
+//! its records are read to the end and split in half, R then S.
 //!
 //! [`parse_seq_rows`] decodes the K/V rows of the same bytes to f32 (F32 and F16 rows, transposed
 //! V undone): rows, like cells, are read from a target's state only here.
@@ -30,7 +46,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::base::op::{Pos, SeqId};
+use crate::base::op::{MemoryType, Pos, SeqId};
 
 /// The word `state_seq_get_data` writes first.
 pub const STATE_SEQ_MAGIC: u32 = 0xaf14_3cd8;
@@ -40,6 +56,10 @@ pub const STATE_SEQ_MAGIC: u32 = 0xaf14_3cd8;
 pub struct StateFormat {
     /// `LLAMA_STATE_SEQ_VERSION >= 4` writes `n_rot_k` and `n_rot_v` after `n_layer`.
     pub rot_fields: bool,
+    /// The memory type whose dump this is (from the setup's architecture): which parts follow
+    /// the header.
+    #[serde(default, skip_serializing_if = "MemoryType::is_kv")]
+    pub memory: MemoryType,
 }
 
 /// Where and why the bytes did not parse.
@@ -103,13 +123,31 @@ pub struct StreamState<'a> {
     pub kv: Option<KvSection<'a>>,
 }
 
+/// The recurrent section of a recurrent or hybrid memory's dump.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecurrentState<'a> {
+    /// The state cells (one per sequence in llama.cpp's recurrent memory), in cell order.
+    pub cells: Vec<StateCell>,
+    /// The sequence ids of all cells, back to back (none in a per-sequence dump).
+    pub seq_ids: Vec<SeqId>,
+    /// `n_layer` as written: every layer of the model, recurrent or not.
+    pub n_layer: u32,
+    /// The conv states (`r_l`), one record per recurrent layer.
+    pub r: Vec<LayerRows<'a>>,
+    /// The ssm states (`s_l`), one record per recurrent layer.
+    pub s: Vec<LayerRows<'a>>,
+}
+
 /// A whole parsed per-sequence state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeqState<'a> {
     /// The sequence id in the header (-1: the whole cache).
     pub seq_id: SeqId,
-    /// Per cache (one, or two for an iSWA memory), per stream.
+    /// Per attention cache (none for a recurrent memory, two for an iSWA one: base, then
+    /// windowed), per stream.
     pub caches: Vec<Vec<StreamState<'a>>>,
+    /// The recurrent section (recurrent and hybrid memories).
+    pub recurrent: Option<RecurrentState<'a>>,
 }
 
 impl StreamState<'_> {
@@ -120,19 +158,39 @@ impl StreamState<'_> {
 }
 
 impl SeqState<'_> {
-    /// Positions of the cells of the first (base) cache, every stream, sorted: the resident
-    /// positions as a multiset.
+    /// Positions of the cells of the memory's first part, sorted (a multiset): the first (base)
+    /// cache's cells, every stream; a recurrent memory's state cells.
     pub fn resident_positions(&self) -> Vec<Pos> {
-        let mut v: Vec<Pos> = self
-            .caches
-            .first()
-            .into_iter()
-            .flatten()
-            .flat_map(|s| s.cells.iter().map(|c| c.pos))
-            .collect();
-        v.sort_unstable();
-        v
+        match self.caches.first() {
+            Some(cache) => sorted(cache.iter().flat_map(|s| s.cells.iter().map(|c| c.pos))),
+            None => self.recurrent_positions().unwrap_or_default(),
+        }
     }
+
+    /// Positions of the cells of the memory's second part, sorted, when it has one: an iSWA
+    /// memory's windowed cache, a hybrid memory's recurrent states.
+    pub fn second_positions(&self) -> Option<Vec<Pos>> {
+        if self.caches.is_empty() {
+            return None;
+        }
+        match self.caches.get(1) {
+            Some(windowed) => Some(sorted(
+                windowed.iter().flat_map(|s| s.cells.iter().map(|c| c.pos)),
+            )),
+            None => self.recurrent_positions(),
+        }
+    }
+
+    fn recurrent_positions(&self) -> Option<Vec<Pos>> {
+        let rec = self.recurrent.as_ref()?;
+        Some(sorted(rec.cells.iter().map(|c| c.pos)))
+    }
+}
+
+fn sorted(positions: impl Iterator<Item = Pos>) -> Vec<Pos> {
+    let mut v: Vec<Pos> = positions.collect();
+    v.sort_unstable();
+    v
 }
 
 struct Reader<'a> {
@@ -194,14 +252,143 @@ pub fn parse_seq_state(bytes: &[u8], format: StateFormat) -> Result<SeqState<'_>
         );
     }
     let seq_id = r.i32("seq_id")?;
-    let mut caches = Vec::new();
+    let (caches, recurrent) = parse_memory(&mut r, format)?;
+    Ok(SeqState {
+        seq_id,
+        caches,
+        recurrent,
+    })
+}
+
+/// The attention caches and the recurrent section of `format.memory`, to the end of the bytes.
+type Memory<'a> = (Vec<Vec<StreamState<'a>>>, Option<RecurrentState<'a>>);
+
+/// Reads the memory part of a dump, as `format.memory` lays it out, and checks that the bytes
+/// end there: an unknown layout (another memory type's dump, or trailing bytes) is an error.
+fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a>, ParseError> {
+    let n_caches = match format.memory {
+        MemoryType::Kv | MemoryType::Hybrid => 1,
+        MemoryType::Iswa => 2,
+        MemoryType::Recurrent => 0,
+    };
+    let mut caches = Vec::with_capacity(n_caches);
+    for _ in 0..n_caches {
+        caches.push(parse_cache(r, format)?);
+    }
+    let recurrent = match format.memory {
+        MemoryType::Recurrent | MemoryType::Hybrid => Some(parse_recurrent(r)?),
+        MemoryType::Kv | MemoryType::Iswa => None,
+    };
+    if !r.done() {
+        return r.fail(
+            r.at,
+            format!(
+                "the end of a {} memory's dump, found {} more bytes (another memory type's layout?)",
+                format.memory.name(),
+                r.bytes.len() - r.at
+            ),
+        );
+    }
+    Ok((caches, recurrent))
+}
+
+/// The cells of a stream or a recurrent section: `cell_count` (bounded by the input: a cell is
+/// at least i32 pos + u32 n_seq_id) and each cell's position and sequence ids.
+fn parse_cells(r: &mut Reader<'_>) -> Result<(Vec<StateCell>, Vec<SeqId>), ParseError> {
+    let at = r.at;
+    let cell_count = r.u32("cell_count")?;
+    if cell_count as usize > r.bytes.len() / 8 {
+        return r.fail(
+            at,
+            format!(
+                "a cell_count that fits the {} bytes, found {cell_count}",
+                r.bytes.len()
+            ),
+        );
+    }
+    let mut cells = Vec::with_capacity(cell_count as usize);
+    let mut seq_ids = Vec::with_capacity(cell_count as usize);
+    for _ in 0..cell_count {
+        let pos = r.i32("cell pos")?;
+        let at = r.at;
+        let n_seq = r.u32("cell n_seq_id")?;
+        if n_seq > 256 {
+            return r.fail(at, format!("n_seq_id <= 256, found {n_seq}"));
+        }
+        let seqs_at = seq_ids.len() as u32;
+        for _ in 0..n_seq {
+            seq_ids.push(r.i32("cell seq id")?);
+        }
+        cells.push(StateCell {
+            pos,
+            seqs_at,
+            n_seq,
+        });
+    }
+    Ok((cells, seq_ids))
+}
+
+/// `cell_count` rows of `row_bytes` each, after the record's type and row size.
+fn parse_rows<'a>(
+    r: &mut Reader<'a>,
+    cell_count: usize,
+    what: &str,
+) -> Result<LayerRows<'a>, ParseError> {
+    let ggml_type = r.i32(&format!("{what} type"))?;
+    let row_bytes = r.u64(&format!("{what} row bytes"))?;
+    let n = row_bytes
+        .checked_mul(cell_count as u64)
+        .filter(|&n| n <= r.bytes.len() as u64);
+    let Some(n) = n else {
+        return r.fail(
+            r.at,
+            format!("{cell_count} {what} rows of {row_bytes} bytes"),
+        );
+    };
+    let data = r.take(n as usize, &format!("{what} rows"))?;
+    Ok(LayerRows {
+        ggml_type,
+        row_bytes,
+        n_embd_v_gqa: 0,
+        data,
+    })
+}
+
+/// A recurrent section, read to the end of the bytes (see the module docs).
+fn parse_recurrent<'a>(r: &mut Reader<'a>) -> Result<RecurrentState<'a>, ParseError> {
+    let (cells, seq_ids) = parse_cells(r)?;
+    let at = r.at;
+    match r.u32("s_trans")? {
+        0 => {}
+        // llama.cpp always writes 0 (`const uint32_t s_trans = 0`); a transposed S has another
+        // record shape, not read here.
+        x => return r.fail(at, format!("s_trans 0, found {x}")),
+    }
+    let n_layer = r.u32("n_layer")?;
+    let mut records = Vec::new();
     while !r.done() {
-        caches.push(parse_cache(&mut r, format)?);
+        if records.len() as u64 >= 2 * u64::from(n_layer) {
+            return r.fail(r.at, format!("at most {n_layer} R and {n_layer} S records"));
+        }
+        records.push(parse_rows(r, cells.len(), "R or S")?);
     }
-    if caches.is_empty() {
-        return r.fail(r.at, "n_stream of at least one cache".into());
+    if records.len() % 2 != 0 {
+        return r.fail(
+            r.at,
+            format!(
+                "as many S records as R records, found {} records in all",
+                records.len()
+            ),
+        );
     }
-    Ok(SeqState { seq_id, caches })
+    let s = records.split_off(records.len() / 2);
+    Ok(RecurrentState {
+        cells,
+        seq_ids,
+        n_layer,
+        r: records,
+        s,
+    })
 }
 
 /// One used cell of a whole-context dump: its position and the sequences it belongs to
@@ -230,20 +417,25 @@ pub fn parse_whole_state(bytes: &[u8], format: StateFormat) -> Result<Vec<WholeC
         );
     }
     r.take(len as usize, "architecture name")?;
-    let mut caches = Vec::new();
-    while !r.done() {
-        caches.push(parse_cache(&mut r, format)?);
-    }
-    let Some(base) = caches.first() else {
-        return r.fail(r.at, "n_stream of at least one cache".into());
-    };
-    Ok(base
-        .iter()
-        .flat_map(|stream| {
-            stream.cells.iter().map(|c| WholeCell {
-                pos: c.pos,
-                seqs: stream.seqs_of(c).to_vec(),
+    let (caches, recurrent) = parse_memory(&mut r, format)?;
+    if let Some(base) = caches.first() {
+        return Ok(base
+            .iter()
+            .flat_map(|stream| {
+                stream.cells.iter().map(|c| WholeCell {
+                    pos: c.pos,
+                    seqs: stream.seqs_of(c).to_vec(),
+                })
             })
+            .collect());
+    }
+    let rec = recurrent.expect("a memory without caches has a recurrent section");
+    Ok(rec
+        .cells
+        .iter()
+        .map(|c| WholeCell {
+            pos: c.pos,
+            seqs: rec.seq_ids[c.seqs_at as usize..(c.seqs_at + c.n_seq) as usize].to_vec(),
         })
         .collect())
 }
@@ -264,45 +456,15 @@ fn parse_stream<'a>(
     r: &mut Reader<'a>,
     format: StateFormat,
 ) -> Result<StreamState<'a>, ParseError> {
-    let at = r.at;
-    let cell_count = r.u32("cell_count")?;
-    // A cell is at least i32 pos + u32 n_seq_id: the count is bounded by the input's length (so
-    // is the allocation below); a count that overruns what is left fails where the bytes end.
-    if cell_count as usize > r.bytes.len() / 8 {
-        return r.fail(
-            at,
-            format!(
-                "a cell_count that fits the {} bytes, found {cell_count}",
-                r.bytes.len()
-            ),
-        );
-    }
-    if cell_count == 0 {
+    let (cells, seq_ids) = parse_cells(r)?;
+    if cells.is_empty() {
         return Ok(StreamState {
-            cells: Vec::new(),
-            seq_ids: Vec::new(),
+            cells,
+            seq_ids,
             kv: None,
         });
     }
-    let mut cells = Vec::with_capacity(cell_count as usize);
-    let mut seq_ids = Vec::with_capacity(cell_count as usize);
-    for _ in 0..cell_count {
-        let pos = r.i32("cell pos")?;
-        let at = r.at;
-        let n_seq = r.u32("cell n_seq_id")?;
-        if n_seq > 256 {
-            return r.fail(at, format!("n_seq_id <= 256, found {n_seq}"));
-        }
-        let seqs_at = seq_ids.len() as u32;
-        for _ in 0..n_seq {
-            seq_ids.push(r.i32("cell seq id")?);
-        }
-        cells.push(StateCell {
-            pos,
-            seqs_at,
-            n_seq,
-        });
-    }
+    let cell_count = cells.len() as u32;
     let at = r.at;
     let v_trans = match r.u32("v_trans")? {
         0 => false,
@@ -317,26 +479,7 @@ fn parse_stream<'a>(
     } else {
         None
     };
-    let rows = |r: &mut Reader<'a>, what: &str| -> Result<LayerRows<'a>, ParseError> {
-        let ggml_type = r.i32(&format!("{what} type"))?;
-        let row_bytes = r.u64(&format!("{what} row bytes"))?;
-        let n = row_bytes
-            .checked_mul(cell_count as u64)
-            .filter(|&n| n <= r.bytes.len() as u64);
-        let Some(n) = n else {
-            return r.fail(
-                r.at,
-                format!("{cell_count} {what} rows of {row_bytes} bytes"),
-            );
-        };
-        let data = r.take(n as usize, &format!("{what} rows"))?;
-        Ok(LayerRows {
-            ggml_type,
-            row_bytes,
-            n_embd_v_gqa: 0,
-            data,
-        })
-    };
+    let rows = |r: &mut Reader<'a>, what: &str| parse_rows(r, cells.len(), what);
     let k = (0..n_layer)
         .map(|_| rows(r, "K"))
         .collect::<Result<Vec<_>, _>>()?;
@@ -489,8 +632,18 @@ impl LayerRows<'_> {
 /// parsed state's cells and rows lie inside it. Panics otherwise.
 #[doc(hidden)]
 pub fn fuzz_seq_state(data: &[u8]) {
-    for rot_fields in [false, true] {
-        match parse_seq_state(data, StateFormat { rot_fields }) {
+    let formats = [false, true].into_iter().flat_map(|rot_fields| {
+        [
+            MemoryType::Kv,
+            MemoryType::Iswa,
+            MemoryType::Recurrent,
+            MemoryType::Hybrid,
+        ]
+        .map(|memory| StateFormat { rot_fields, memory })
+    });
+    for format in formats {
+        let _ = parse_whole_state(data, format);
+        match parse_seq_state(data, format) {
             Err(e) => assert!(e.offset <= data.len(), "{e}"),
             Ok(state) => {
                 for stream in state.caches.iter().flatten() {
@@ -500,7 +653,13 @@ pub fn fuzz_seq_state(data: &[u8]) {
                     let rows = stream.kv.iter().flat_map(|kv| kv.k.iter().chain(&kv.v));
                     assert!(rows.map(|l| l.data.len()).sum::<usize>() <= data.len());
                 }
-                let _ = state.resident_positions();
+                if let Some(rec) = &state.recurrent {
+                    assert_eq!(rec.r.len(), rec.s.len());
+                    for cell in &rec.cells {
+                        assert!((cell.seqs_at + cell.n_seq) as usize <= rec.seq_ids.len());
+                    }
+                }
+                let _ = (state.resident_positions(), state.second_positions());
             }
         }
     }
@@ -597,7 +756,14 @@ mod tests {
         b.extend([9u8; 4]);
         b.extend(words(&[0, 4, 1])); // V type, element bytes, n_embd_v_gqa
         b.extend([8u8; 4]);
-        let s = parse_seq_state(&b, StateFormat { rot_fields: true }).unwrap();
+        let s = parse_seq_state(
+            &b,
+            StateFormat {
+                rot_fields: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let kv = s.caches[0][0].kv.as_ref().unwrap();
         assert_eq!(kv.n_rot, Some((7, 7)));
         assert!(kv.v_trans);
@@ -607,9 +773,54 @@ mod tests {
     #[test]
     fn two_caches_are_read_in_turn() {
         let b = words(&[STATE_SEQ_MAGIC, 0, 1, 1, 4, 1, 0, 0, 0, 1, 0]);
-        let s = parse_seq_state(&b, StateFormat::default()).unwrap();
+        let iswa = StateFormat {
+            memory: MemoryType::Iswa,
+            ..StateFormat::default()
+        };
+        let s = parse_seq_state(&b, iswa).unwrap();
         assert_eq!(s.caches.len(), 2);
         assert_eq!(s.resident_positions(), vec![4]);
+        assert_eq!(s.second_positions(), Some(vec![]));
+        // The same bytes are not a plain cache's dump: an unknown layout is an error.
+        let e = parse_seq_state(&b, StateFormat::default()).unwrap_err();
+        assert!(e.expected.contains("kv memory"), "{e}");
+    }
+
+    #[test]
+    fn recurrent_and_hybrid_sections() {
+        // One state cell at pos 6 (a per-sequence dump writes no seq ids), s_trans 0, 2 layers,
+        // one recurrent layer: R rows of 4 bytes, S rows of 8.
+        let mut rec = words(&[1, 6, 0, 0, 2]);
+        rec.extend(words(&[0]));
+        rec.extend(4u64.to_le_bytes());
+        rec.extend([1u8; 4]);
+        rec.extend(words(&[0]));
+        rec.extend(8u64.to_le_bytes());
+        rec.extend([2u8; 8]);
+        let recurrent = StateFormat {
+            memory: MemoryType::Recurrent,
+            ..StateFormat::default()
+        };
+        let mut b = words(&[STATE_SEQ_MAGIC, 0]);
+        b.extend(&rec);
+        let s = parse_seq_state(&b, recurrent).unwrap();
+        assert_eq!(s.resident_positions(), vec![6]);
+        assert_eq!(s.second_positions(), None);
+        let r = s.recurrent.as_ref().unwrap();
+        assert_eq!((r.r.len(), r.s.len(), r.s[0].row_bytes), (1, 1, 8));
+        // Hybrid: an attention cache (one stream, no cells) first.
+        let mut h = words(&[STATE_SEQ_MAGIC, 0, 1, 0]);
+        h.extend(&rec);
+        let hybrid = StateFormat {
+            memory: MemoryType::Hybrid,
+            ..StateFormat::default()
+        };
+        let s = parse_seq_state(&h, hybrid).unwrap();
+        assert_eq!(s.resident_positions(), Vec::<Pos>::new());
+        assert_eq!(s.second_positions(), Some(vec![6]));
+        // An odd number of records is not R and S per layer.
+        let e = parse_seq_state(&b[..b.len() - 20], recurrent).unwrap_err();
+        assert!(e.offset <= b.len(), "{e}");
     }
 
     #[test]

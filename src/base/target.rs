@@ -145,8 +145,14 @@ pub struct SeqObservation {
     /// `seq_pos_max` as the target answers it.
     pub pos_max: Pos,
     /// The positions of the sequence's cells in the target's own serialized state, sorted (a
-    /// multiset: two cells may share a position).
+    /// multiset: two cells may share a position). For a memory of two parts, the first part's:
+    /// an iSWA memory's base (full) cache, a hybrid memory's attention cache; for a recurrent
+    /// memory, its state cells (docs/memory-types.md).
     pub cells: Vec<Pos>,
+    /// The cells of the memory's second part, sorted, when it has one: an iSWA memory's windowed
+    /// cache, a hybrid memory's recurrent states.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_cells: Option<Vec<Pos>>,
 }
 
 /// What the cache looks like after one op.
@@ -355,6 +361,7 @@ fn observe_seq(
         pos_min,
         pos_max,
         cells: parsed.resident_positions(),
+        second_cells: parsed.second_positions(),
     })
 }
 

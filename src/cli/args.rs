@@ -134,6 +134,10 @@ pub struct DomainArgs {
     /// Override the decode-next token counts.
     #[arg(long = "decode-next", value_delimiter = ',')]
     pub decode_next: Option<Vec<u32>>,
+    /// The model architecture of the domain's setup (llama, gemma2, mamba, jamba): which memory
+    /// type llama.cpp audits (docs/memory-types.md).
+    #[arg(long)]
+    pub arch: Option<kvaudit::base::op::Arch>,
 }
 
 impl DomainArgs {
@@ -172,6 +176,9 @@ impl DomainArgs {
             ..DomainOverrides::default()
         }
         .apply(&mut d);
+        if let Some(arch) = self.arch {
+            d.setup.arch = arch;
+        }
         d.validate()
             .map_err(|e| CliError::usage(format!("domain {}: {e}", d.name)))?;
         Ok(d)

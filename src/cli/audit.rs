@@ -88,6 +88,13 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     }
     a.target.check()?;
     let domain = a.domain.resolve()?;
+    if a.model.is_some() && domain.setup.arch != kvaudit::base::op::Arch::Llama {
+        // --model replaces the llama model only; other architectures run their generated model.
+        return Err(CliError::usage(format!(
+            "--model names a llama model; the {} setup runs the generated tiny {} model",
+            domain.setup.arch, domain.setup.arch
+        )));
+    }
     let shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
     let predictions = match &a.prereg {
         Some(p) => kvaudit::records::prereg::read(p).map_err(CliError::usage)?,

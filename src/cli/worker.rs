@@ -52,6 +52,7 @@ pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
         &a.label,
         StateFormat {
             rot_fields: a.rot_fields,
+            ..Default::default()
         },
         reset,
         a.observe,

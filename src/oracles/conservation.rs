@@ -130,6 +130,7 @@ mod tests {
                     pos_min: cells.first().copied().unwrap_or(-1),
                     pos_max: cells.last().copied().unwrap_or(-1),
                     cells: cells.to_vec(),
+                    second_cells: None,
                 })
                 .collect(),
         );

@@ -476,6 +476,7 @@ mod tests {
                 pos_min: c.first().copied().unwrap_or(-1),
                 pos_max: c.last().copied().unwrap_or(-1),
                 cells: c.to_vec(),
+                second_cells: None,
             })
             .collect()
     }

@@ -138,6 +138,7 @@ mod tests {
             pos_min,
             pos_max,
             cells: cells.to_vec(),
+            second_cells: None,
         }
     }
 

@@ -116,6 +116,7 @@ mod tests {
             pos_min,
             pos_max,
             cells: cells.to_vec(),
+            second_cells: None,
         }
     }
 

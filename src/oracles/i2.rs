@@ -102,6 +102,7 @@ mod tests {
             pos_min,
             pos_max,
             cells: cells.to_vec(),
+            second_cells: None,
         }
     }
 

@@ -169,6 +169,7 @@ mod tests {
             pos_min: cells.first().copied().unwrap_or(-1),
             pos_max: cells.last().copied().unwrap_or(-1),
             cells: cells.to_vec(),
+            second_cells: None,
         }
     }
 

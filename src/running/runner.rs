@@ -14,6 +14,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::op::{Op, SeqId, Setup, Trace};
+use crate::base::state::StateFormat;
 use crate::base::target::{
     observe_seqs, observe_with, CacheUnderTest, HarnessError, Observe, OpOutcome, SeqObservation,
     StepObservation, TargetInfo,
@@ -133,6 +134,15 @@ pub struct LocalRunner {
 
 /// A trial that ends before its first op because the target cannot take the setup's
 /// configuration ([`HarnessError::Unsupported`]).
+/// The state format of `info`'s target for a trial of `setup`: the target's variant of the
+/// format, with the memory type the setup's architecture gives (which parts a dump holds).
+pub fn state_format(info: &TargetInfo, setup: &Setup) -> StateFormat {
+    StateFormat {
+        memory: setup.arch.memory(),
+        ..info.state_format
+    }
+}
+
 fn unsupported_setup(e: HarnessError) -> Result<TrialRun, HarnessError> {
     match e {
         HarnessError::Unsupported { reason, .. } => Ok(TrialRun {
@@ -197,7 +207,7 @@ impl LocalRunner {
             let before = if self.observe.before && observed {
                 Some(observe_seqs(
                     self.target.as_mut(),
-                    self.info.state_format,
+                    state_format(&self.info, &trace.setup),
                     &seqs,
                 )?)
             } else {
@@ -221,7 +231,7 @@ impl LocalRunner {
             }
             let mut obs = observe_with(
                 self.target.as_mut(),
-                self.info.state_format,
+                state_format(&self.info, &trace.setup),
                 &seqs,
                 outcome,
                 self.observe,
@@ -246,7 +256,11 @@ impl LocalRunner {
             }
             let state = self.target.fork().expect("target forked before");
             self.base_obs = if self.observe.before {
-                observe_seqs(self.target.as_mut(), self.info.state_format, &seqs)?
+                observe_seqs(
+                    self.target.as_mut(),
+                    state_format(&self.info, &trace.setup),
+                    &seqs,
+                )?
             } else {
                 Vec::new()
             };
@@ -260,7 +274,7 @@ impl LocalRunner {
             .take_while(|(f, op)| f.op == **op)
             .count();
         self.stack.truncate(shared.min(trace.ops.len()));
-        let format = self.info.state_format;
+        let format = state_format(&self.info, &trace.setup);
         for (i, op) in trace.ops.iter().enumerate().skip(self.stack.len()) {
             let parent = match self.stack.last() {
                 Some(f) => &f.state,

@@ -10,14 +10,18 @@
 //! The setup's configuration (`kv_unified`, `n_batch`, `n_ubatch`, `flash_attn`, `type_k`,
 //! `type_v`) goes into the context params; a configuration llama.cpp refuses to make a context
 //! for (e.g. a quantized V cache without flash attention) is [`HarnessError::Unsupported`] with
-//! llama.cpp's message. State ops read and write the target's [`SlotStore`], emptied at every
-//! reset. The round trip's twin is a second context with the same params, made on first use and
+//! llama.cpp's message. The setup's architecture picks the model: the target's own model file
+//! for `llama` (the tiny audit model or `--model`), the generated tiny model of that architecture
+//! otherwise ([`crate::model::tiny::try_arch_model_path`]), so that a `gemma2` setup runs
+//! llama.cpp's iSWA cache, `mamba` its recurrent memory and `jamba` its hybrid memory. A context
+//! is keyed by its model and params. State ops read and write the target's [`SlotStore`], emptied
+//! at every reset. The round trip's twin is a second context with the same params, made on first use and
 //! made again when the params change.
 
 use std::path::{Path, PathBuf};
 
 use super::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim, ShimError};
-use crate::base::op::{Op, Pos, SeqId, Setup};
+use crate::base::op::{Arch, Op, Pos, SeqId, Setup};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
@@ -40,7 +44,9 @@ pub struct LlamaTarget {
     label: String,
     format: StateFormat,
     reset_mode: ResetMode,
-    ctx: Option<(ContextParams, LlamaContext)>,
+    /// The generated tiny models of the other architectures, written on first use.
+    arch_models: Vec<(Arch, PathBuf)>,
+    ctx: Option<(ContextKey, LlamaContext)>,
     /// The setup, the state right after it, and the slots its ops wrote (a restore must bring
     /// those back too: the trace may load them).
     saved: Option<(Setup, Vec<u8>, SlotStore)>,
@@ -57,7 +63,7 @@ pub struct LlamaTarget {
     /// batch that alternates configurations keeps its fast resets.
     parked: Vec<Parked>,
     /// Configurations llama.cpp refused, with its reason (asked once, not per trial).
-    refused: Vec<(ContextParams, String)>,
+    refused: Vec<(ContextKey, String)>,
     /// Setups whose saved state does not restore faithfully on this pin: rebuilt every time.
     unrestorable: Vec<Setup>,
     /// A state op with `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` ran since the context was made: the
@@ -68,9 +74,16 @@ pub struct LlamaTarget {
 
 /// A context set aside by a reset to another configuration.
 struct Parked {
-    params: ContextParams,
+    params: ContextKey,
     ctx: LlamaContext,
     saved: Option<(Setup, Vec<u8>, SlotStore)>,
+}
+
+/// What a context is opened with: a model file and the context params.
+#[derive(Clone, Debug, PartialEq)]
+struct ContextKey {
+    model: PathBuf,
+    params: ContextParams,
 }
 
 /// `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` (llama.h).
@@ -95,6 +108,7 @@ impl LlamaTarget {
             label: label.to_string(),
             format,
             reset_mode,
+            arch_models: Vec::new(),
             ctx: None,
             saved: None,
             cache_type: None,
@@ -156,21 +170,48 @@ impl LlamaTarget {
         }
     }
 
-    /// Opens a context with `params`: a context llama.cpp refuses for this configuration is
-    /// [`HarnessError::Unsupported`], any other failure (the model, the library) a harness error.
-    fn open(&self, params: &ContextParams) -> Result<LlamaContext, HarnessError> {
-        self.shim.open(&self.model, params).map_err(|e| match e {
-            // The shim loads the model first: a message from llama_init_from_model means the
-            // model loaded and the context was refused (its checks log under that name, and so
-            // does its catch of the constructor's exceptions).
-            ShimError::Open { ref message, .. } if message.contains("llama_init_from_model") => {
-                HarnessError::Unsupported {
-                    target: self.label.clone(),
-                    reason: message.trim().to_string(),
-                }
-            }
-            e => self.harness(format!("{e:#}")),
+    /// The model file a setup of `arch` runs on: the target's own for `llama`, else the generated
+    /// tiny model of `arch` (written to the cache directory once).
+    fn model_for(&mut self, arch: Arch) -> Result<PathBuf, HarnessError> {
+        if arch == Arch::Llama {
+            return Ok(self.model.clone());
+        }
+        if let Some((_, path)) = self.arch_models.iter().find(|(a, _)| *a == arch) {
+            return Ok(path.clone());
+        }
+        let path = crate::model::tiny::try_arch_model_path(arch)
+            .map_err(|e| self.harness(format!("the tiny {arch} model: {e:#}")))?;
+        self.arch_models.push((arch, path.clone()));
+        Ok(path)
+    }
+
+    /// What a context for `setup` is opened with.
+    fn key(&mut self, setup: &Setup) -> Result<ContextKey, HarnessError> {
+        Ok(ContextKey {
+            model: self.model_for(setup.arch)?,
+            params: self.params(setup),
         })
+    }
+
+    /// Opens a context for `key`: a context llama.cpp refuses for this configuration is
+    /// [`HarnessError::Unsupported`], any other failure (the model, the library) a harness error.
+    fn open(&self, key: &ContextKey) -> Result<LlamaContext, HarnessError> {
+        self.shim
+            .open(&key.model, &key.params)
+            .map_err(|e| match e {
+                // The shim loads the model first: a message from llama_init_from_model means the
+                // model loaded and the context was refused (its checks log under that name, and so
+                // does its catch of the constructor's exceptions).
+                ShimError::Open { ref message, .. }
+                    if message.contains("llama_init_from_model") =>
+                {
+                    HarnessError::Unsupported {
+                        target: self.label.clone(),
+                        reason: message.trim().to_string(),
+                    }
+                }
+                e => self.harness(format!("{e:#}")),
+            })
     }
 
     fn ctx(&mut self) -> Result<&mut LlamaContext, HarnessError> {
@@ -191,7 +232,7 @@ impl LlamaTarget {
     /// Makes the context of `params` current: parks the current one (with its saved state) and
     /// takes a parked one of `params`, or opens one. Only at reset: a parked context is restored
     /// or rebuilt before any trace runs on it.
-    fn switch_context(&mut self, params: ContextParams) -> Result<(), HarnessError> {
+    fn switch_context(&mut self, params: ContextKey) -> Result<(), HarnessError> {
         if let Some((p, ctx)) = self.ctx.take() {
             self.parked.push(Parked {
                 params: p,
@@ -269,21 +310,9 @@ impl CacheUnderTest for LlamaTarget {
     }
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
-        if setup.arch != crate::base::op::Arch::Llama {
-            // The tiny model of another architecture is not generated yet: never audit the
-            // llama model under another architecture's name.
-            return Err(HarnessError::Unsupported {
-                target: self.label.clone(),
-                reason: format!(
-                    "no tiny {} model yet ({} memory)",
-                    setup.arch,
-                    setup.arch.memory()
-                ),
-            });
-        }
         self.logits_valid = false;
         self.slots.clear();
-        let params = self.params(setup);
+        let params = self.key(setup)?;
         if self.reset_mode == ResetMode::Fresh {
             self.ctx = None;
             self.saved = None;

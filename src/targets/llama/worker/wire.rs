@@ -178,11 +178,14 @@ impl Reply {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WireRun(Vec<WireStep>, WireEnd);
 
-/// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells).
+/// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells).
+type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
+
+/// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells).
 #[derive(Debug, Serialize, Deserialize)]
 struct WireStep(
     WireOutcome,
-    Vec<(SeqId, Pos, Pos, Vec<Pos>)>,
+    Vec<WireSeq>,
     Option<Vec<WholeCell>>,
     Option<RoundTrip>,
     Option<Vec<SeqObservation>>,
@@ -220,7 +223,15 @@ impl From<&TrialRun> for WireRun {
                 let seqs = st
                     .seqs
                     .iter()
-                    .map(|q| (q.seq, q.pos_min, q.pos_max, q.cells.clone()))
+                    .map(|q| {
+                        (
+                            q.seq,
+                            q.pos_min,
+                            q.pos_max,
+                            q.cells.clone(),
+                            q.second_cells.clone(),
+                        )
+                    })
                     .collect();
                 WireStep(
                     outcome,
@@ -251,12 +262,15 @@ impl From<WireRun> for TrialRun {
                 };
                 let seqs = seqs
                     .into_iter()
-                    .map(|(seq, pos_min, pos_max, cells)| SeqObservation {
-                        seq,
-                        pos_min,
-                        pos_max,
-                        cells,
-                    })
+                    .map(
+                        |(seq, pos_min, pos_max, cells, second_cells)| SeqObservation {
+                            seq,
+                            pos_min,
+                            pos_max,
+                            cells,
+                            second_cells,
+                        },
+                    )
                     .collect();
                 Arc::new(StepObservation {
                     outcome,
@@ -430,6 +444,7 @@ mod tests {
             pos_min: 0,
             pos_max: 6,
             cells: vec![0, 1, 2, 3, 4, 5, 6],
+            second_cells: None,
         };
         let run = TrialRun {
             steps: vec![Arc::new(StepObservation::basic(
@@ -516,12 +531,14 @@ mod tests {
                 pos_min: 0,
                 pos_max: 6,
                 cells: vec![0, 1, 2, 2, 6],
+                second_cells: None,
             },
             SeqObservation {
                 seq: 1,
                 pos_min: -1,
                 pos_max: -1,
                 cells: vec![],
+                second_cells: None,
             },
         ];
         let step = |outcome| Arc::new(StepObservation::basic(outcome, seqs.clone()));

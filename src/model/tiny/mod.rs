@@ -1,6 +1,7 @@
-//! A tiny llama model with deterministic random weights, written as a GGUF file that llama.cpp
-//! loads without any download (see /work/shared/LLAMA-FACTS.md, "A tiny model llama.cpp loads
-//! without any download").
+//! Tiny models with deterministic random weights, written as GGUF files that llama.cpp loads
+//! without any download (see /work/shared/LLAMA-FACTS.md, "A tiny model llama.cpp loads
+//! without any download" and "Other memory types"): a `llama` model here, and the `gemma2`,
+//! `mamba` and `jamba` ones that give llama.cpp's other memory types in [`memory_types`].
 //!
 //! The same [`TinyModelSpec`] always gives a byte-identical file: the weights come from a
 //! splitmix64 stream per tensor, seeded by the spec's seed and the tensor's name, and the GGUF
@@ -18,6 +19,9 @@ use sha2::{Digest, Sha256};
 
 use super::gguf::{GgufValue, GgufWriter};
 use super::ModelError;
+use crate::base::op::Arch;
+
+pub mod memory_types;
 
 /// `return Err(ModelError::Spec(..))` unless the condition holds.
 macro_rules! ensure_spec {
@@ -28,9 +32,12 @@ macro_rules! ensure_spec {
     };
 }
 
-/// The hyper-parameters and seed of a tiny llama model.
+/// The architecture, hyper-parameters and seed of a tiny model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TinyModelSpec {
+    /// `general.architecture`: which memory type llama.cpp gives a context of this model.
+    #[serde(default, skip_serializing_if = "is_llama")]
+    pub arch: Arch,
     /// Number of transformer blocks.
     pub n_layer: u32,
     /// Width of the residual stream.
@@ -51,16 +58,20 @@ pub struct TinyModelSpec {
     pub rms_eps: f32,
     /// Seed of the weight generator.
     pub seed: u64,
-    /// When set, written as `llama.attention.sliding_window` and honoured by
-    /// [`crate::model::forward::Model`]. llama.cpp's `llama` architecture ignores that key, so a
-    /// windowed tiny model is only meaningful to the reference forward pass (a `gemma2` variant,
-    /// which llama.cpp would run with its iSWA cache, is not implemented).
+    /// When set, written as `ARCH.attention.sliding_window`. For `llama` it is honoured by
+    /// [`crate::model::forward::Model`] only (llama.cpp's `llama` architecture ignores that key);
+    /// for `gemma2` it is llama.cpp's `n_swa`, the window of its iSWA cache's windowed layers.
     pub sliding_window: Option<u32>,
+}
+
+fn is_llama(arch: &Arch) -> bool {
+    *arch == Arch::Llama
 }
 
 impl Default for TinyModelSpec {
     fn default() -> Self {
         TinyModelSpec {
+            arch: Arch::Llama,
             n_layer: 2,
             n_embd: 64,
             n_head: 4,
@@ -97,16 +108,72 @@ impl TinyModelSpec {
         }
     }
 
-    /// Dimension of one attention head.
+    /// The model the audits of `arch` run llama.cpp on: [`TinyModelSpec::audit`] for `llama`;
+    /// for the others, the smallest shape that still has every part of the memory type:
+    /// - `gemma2`: two blocks (gemma2's default layer pattern alternates windowed and full layers,
+    ///   `load_swa_pattern(ml, 2)` in `src/models/gemma2.cpp`, so block 0 is windowed and block 1
+    ///   full) and a window of 4 positions, so that a short trace already crosses it;
+    /// - `mamba`: one block, n_embd 16 (the state is `conv_kernel - 1` + `state_size` rows);
+    /// - `jamba`: two blocks, a mamba one and an attention one
+    ///   ([`memory_types::jamba_is_attention_layer`]), n_embd 16.
+    pub fn for_arch(arch: Arch) -> Self {
+        let audit = TinyModelSpec::audit();
+        match arch {
+            Arch::Llama => audit,
+            Arch::Gemma2 => TinyModelSpec {
+                arch,
+                n_layer: 2,
+                sliding_window: Some(4),
+                ..audit
+            },
+            Arch::Mamba => TinyModelSpec {
+                arch,
+                n_layer: 1,
+                n_embd: 16,
+                n_head: 0,
+                n_head_kv: 0,
+                n_ff: 0,
+                ..audit
+            },
+            Arch::Jamba => TinyModelSpec {
+                arch,
+                n_layer: 2,
+                n_embd: 16,
+                n_head: 2,
+                n_head_kv: 1,
+                n_ff: 16,
+                ..audit
+            },
+        }
+    }
+
+    /// Dimension of one attention head (0 for a model without attention).
     pub fn head_dim(&self) -> u32 {
-        self.n_embd / self.n_head
+        self.n_embd.checked_div(self.n_head).unwrap_or(0)
     }
 
     /// Checks the shape constraints llama.cpp and the reference forward pass rely on.
     pub fn validate(&self) -> Result<(), ModelError> {
         ensure_spec!(
-            self.n_layer > 0 && self.n_embd > 0 && self.n_ff > 0 && self.n_vocab > 0,
+            self.n_layer > 0 && self.n_embd > 0 && self.n_vocab > 0,
             "tiny model: sizes must be positive: {self:?}"
+        );
+        if self.arch == Arch::Mamba {
+            // Mamba has no attention and no feed-forward block: every head count is 0.
+            ensure_spec!(
+                self.n_head == 0 && self.n_head_kv == 0 && self.n_ff == 0,
+                "tiny model: mamba has no attention heads and no feed-forward block: {self:?}"
+            );
+            return Ok(());
+        }
+        ensure_spec!(self.n_ff > 0, "tiny model: n_ff must be positive: {self:?}");
+        ensure_spec!(
+            self.arch != Arch::Jamba || self.n_layer >= 2,
+            "tiny model: jamba needs two blocks, one recurrent and one attention"
+        );
+        ensure_spec!(
+            self.arch != Arch::Gemma2 || self.n_layer >= 2,
+            "tiny model: gemma2 needs two blocks, one windowed and one full"
         );
         ensure_spec!(
             self.n_head > 0 && self.n_embd % self.n_head == 0,
@@ -178,6 +245,9 @@ fn uniform_weights(seed: u64, name: &str, n: usize, fan_in: u32) -> Vec<f32> {
 
 fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWriter, ModelError> {
     spec.validate()?;
+    if spec.arch != Arch::Llama {
+        return Ok(memory_types::writer(spec));
+    }
     let s = spec;
     let hd = s.head_dim();
     let (embd, vocab, ff) = (u64::from(s.n_embd), u64::from(s.n_vocab), u64::from(s.n_ff));
@@ -286,7 +356,7 @@ pub fn cached_model_path(spec: &TinyModelSpec) -> Result<PathBuf, ModelError> {
     let bytes = tiny_model_bytes(spec)?;
     let digest = Sha256::digest(&bytes);
     let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let path = cache_dir().join(format!("tiny-llama-{hash}.gguf"));
+    let path = cache_dir().join(format!("tiny-{}-{hash}.gguf", spec.arch.name()));
     match std::fs::read(&path) {
         Ok(existing) if existing == bytes => {}
         _ => write_atomically(&path, &bytes)?,
@@ -298,6 +368,12 @@ pub fn cached_model_path(spec: &TinyModelSpec) -> Result<PathBuf, ModelError> {
 /// first use: what llama.cpp targets run on unless `--model` names another file.
 pub fn try_audit_model_path() -> Result<PathBuf, ModelError> {
     cached_model_path(&TinyModelSpec::audit())
+}
+
+/// The path of the audit model of `arch` ([`TinyModelSpec::for_arch`]) in the cache directory,
+/// written there on first use: what a llama.cpp target runs a setup of that architecture on.
+pub fn try_arch_model_path(arch: Arch) -> Result<PathBuf, ModelError> {
+    cached_model_path(&TinyModelSpec::for_arch(arch))
 }
 
 /// Like [`default_model_path`], returning an error instead of panicking when the cache directory
@@ -342,6 +418,36 @@ mod tests {
             sha256_hex(&a),
             sha256_hex(&tiny_model_bytes(&other).unwrap())
         );
+    }
+
+    #[test]
+    fn every_arch_gives_identical_bytes_and_its_own_keys() {
+        for arch in Arch::ALL {
+            let spec = TinyModelSpec::for_arch(arch);
+            let a = tiny_model_bytes(&spec).unwrap();
+            assert_eq!(a, tiny_model_bytes(&spec).unwrap(), "{arch}");
+            let f = GgufFile::from_bytes(a).unwrap();
+            assert_eq!(f.get_str("general.architecture").unwrap(), arch.name());
+            f.get_u32(&format!("{arch}.block_count")).unwrap();
+            for t in &f.tensors {
+                assert_eq!((f.data_offset + t.offset) % 32, 0, "{}", t.name);
+            }
+        }
+        let jamba =
+            GgufFile::from_bytes(tiny_model_bytes(&TinyModelSpec::for_arch(Arch::Jamba)).unwrap())
+                .unwrap();
+        // Layer 0 recurrent (0 KV heads), layer 1 attention.
+        assert!(jamba.tensor_info("blk.0.ssm_a").is_some());
+        assert!(jamba.tensor_info("blk.1.attn_k.weight").is_some());
+        assert!(jamba.tensor_info("blk.0.attn_k.weight").is_none());
+        let gemma2 =
+            GgufFile::from_bytes(tiny_model_bytes(&TinyModelSpec::for_arch(Arch::Gemma2)).unwrap())
+                .unwrap();
+        assert_eq!(
+            gemma2.get_u32("gemma2.attention.sliding_window").unwrap(),
+            4
+        );
+        assert!(gemma2.tensor_info("output.weight").is_none());
     }
 
     #[test]
