@@ -38,6 +38,9 @@ pub struct Judgement {
     pub steps: usize,
     /// The step (1-based) and reason where a target said an op is unsupported, if one did.
     pub unsupported: Option<(usize, String)>,
+    /// Oracles that read steps and could judge none of this trial's (their observation was
+    /// missing on every step): not judged, never passed.
+    pub unjudged: Vec<OracleId>,
 }
 
 impl Judgement {
@@ -83,6 +86,27 @@ pub fn judge_run(
         })
         .min_by_key(|(step, _, _)| *step);
     for oracle in oracles.observing(b.is_some()) {
+        let judged_any = match oracle.reads() {
+            Reads::Step => a.steps.iter().enumerate().any(|(i, after)| {
+                oracle.judges(&Seen::Step {
+                    op: &trace.ops[i],
+                    after,
+                })
+            }),
+            Reads::Pair => b.is_some_and(|b| {
+                a.steps.iter().zip(&b.steps).enumerate().any(|(i, (x, y))| {
+                    oracle.judges(&Seen::Pair {
+                        op: &trace.ops[i],
+                        a: x,
+                        b: y,
+                    })
+                })
+            }),
+            Reads::Crash | Reads::Runs => true,
+        };
+        if !judged_any && out.steps > 0 {
+            out.unjudged.push(oracle.id());
+        }
         let first = match oracle.reads() {
             Reads::Step => a.steps.iter().enumerate().find_map(|(i, after)| {
                 let seen = Seen::Step {

@@ -311,6 +311,10 @@ pub fn run_fuzz_with(
         let verdict = judge.run(&trace)?;
         tally.unsupported += u64::from(verdict.unsupported.is_some());
         for &oracle in &wanted {
+            if verdict.unjudged.contains(&oracle) {
+                tally.unjudged(oracle);
+                continue;
+            }
             let s = tally.oracles.entry(oracle).or_default();
             s.checked += 1;
             if let Some(v) = verdict.first(oracle) {

@@ -101,11 +101,14 @@ pub struct Faults {
     /// oracle: the same trace unified and per-sequence differs, while each configuration on its
     /// own stays consistent (I1/I2).
     pub streams_rm_whole: bool,
+    /// Tensor payload: a cross-stream `seq_cp` copies the K/V rows of the wrong cells
+    /// ([`tensors::TensorStore`]); cells and accessors are right. Caught by cache-invisible.
+    pub stream_copy_wrong_rows: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -117,6 +120,7 @@ impl Faults {
         "orphan_cell",
         "keep_noop",
         "streams_rm_whole",
+        "stream_copy_wrong_rows",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -132,6 +136,7 @@ impl Faults {
             "orphan_cell" => &mut self.orphan_cell,
             "keep_noop" => &mut self.keep_noop,
             "streams_rm_whole" => &mut self.streams_rm_whole,
+            "stream_copy_wrong_rows" => &mut self.stream_copy_wrong_rows,
             _ => return None,
         })
     }

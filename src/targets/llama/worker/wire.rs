@@ -15,9 +15,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::base::op::{Op, Pos, SeqId, Setup, Trace};
+use crate::base::op::{CacheType, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::WholeCell;
-use crate::base::target::{OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo};
+use crate::base::target::{
+    LogitsProbe, OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo,
+};
 use crate::running::runner::{TrialEnd, TrialRun};
 pub use crate::targets::llama::error::WireError;
 
@@ -178,7 +180,8 @@ impl Reply {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WireRun(Vec<WireStep>, WireEnd);
 
-/// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells).
+/// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells); then what
+/// else was observed (the logits probe last, left out of lines that have none).
 #[derive(Debug, Serialize, Deserialize)]
 struct WireStep(
     WireOutcome,
@@ -186,6 +189,7 @@ struct WireStep(
     Option<Vec<WholeCell>>,
     Option<RoundTrip>,
     Option<Vec<SeqObservation>>,
+    #[serde(default)] Option<Vec<(SeqId, f32, u32, CacheType)>>,
 );
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -228,6 +232,11 @@ impl From<&TrialRun> for WireRun {
                     st.whole.clone(),
                     st.round_trip.clone(),
                     st.before.clone(),
+                    st.logits_probe.as_ref().map(|p| {
+                        p.iter()
+                            .map(|x| (x.seq, x.max_abs_diff, x.n_tokens, x.cache))
+                            .collect()
+                    }),
                 )
             })
             .collect();
@@ -243,29 +252,41 @@ impl From<WireRun> for TrialRun {
     fn from(WireRun(steps, end): WireRun) -> TrialRun {
         let steps = steps
             .into_iter()
-            .map(|WireStep(outcome, seqs, whole, round_trip, before)| {
-                let outcome = match outcome {
-                    WireOutcome::D(returned) => OpOutcome::Done { returned },
-                    WireOutcome::R(rc) => OpOutcome::Decoded { rc },
-                    WireOutcome::Other(o) => o,
-                };
-                let seqs = seqs
-                    .into_iter()
-                    .map(|(seq, pos_min, pos_max, cells)| SeqObservation {
-                        seq,
-                        pos_min,
-                        pos_max,
-                        cells,
+            .map(
+                |WireStep(outcome, seqs, whole, round_trip, before, probe)| {
+                    let outcome = match outcome {
+                        WireOutcome::D(returned) => OpOutcome::Done { returned },
+                        WireOutcome::R(rc) => OpOutcome::Decoded { rc },
+                        WireOutcome::Other(o) => o,
+                    };
+                    let seqs = seqs
+                        .into_iter()
+                        .map(|(seq, pos_min, pos_max, cells)| SeqObservation {
+                            seq,
+                            pos_min,
+                            pos_max,
+                            cells,
+                        })
+                        .collect();
+                    Arc::new(StepObservation {
+                        outcome,
+                        seqs,
+                        whole,
+                        round_trip,
+                        before,
+                        logits_probe: probe.map(|p| {
+                            p.into_iter()
+                                .map(|(seq, max_abs_diff, n_tokens, cache)| LogitsProbe {
+                                    seq,
+                                    max_abs_diff,
+                                    n_tokens,
+                                    cache,
+                                })
+                                .collect()
+                        }),
                     })
-                    .collect();
-                Arc::new(StepObservation {
-                    outcome,
-                    seqs,
-                    whole,
-                    round_trip,
-                    before,
-                })
-            })
+                },
+            )
             .collect();
         let end = match end {
             WireEnd::C => TrialEnd::Completed,
