@@ -98,7 +98,7 @@ pub fn probe_logits(
         let Some(&last) = s.cells.last() else {
             continue;
         };
-        let Some(resident) = tokens.resident(s.seq, &s.cells) else {
+        let Some((resident, shifted)) = tokens.resident(s.seq, &s.cells) else {
             continue;
         };
         // Only a contiguous run of positions can be decoded fresh (llama_batch_allocr).
@@ -128,6 +128,7 @@ pub fn probe_logits(
             max_abs_diff: logits_distance(&audited, &fresh),
             n_tokens: resident.len() as u32,
             cache: coarser(setup.type_k, setup.type_v),
+            shifted,
         });
     }
     Ok(Some(out))

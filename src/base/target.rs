@@ -189,6 +189,10 @@ pub struct LogitsProbe {
     pub n_tokens: u32,
     /// The coarser of the setup's K and V cache types: the oracle's tolerance depends on it.
     pub cache: CacheType,
+    /// A resident token was moved by `seq_add`/`seq_div` since it was decoded: its key was
+    /// rotated again in place (llama.cpp's K-shift rounds differently from a fresh rotation).
+    #[serde(default)]
+    pub shifted: bool,
 }
 
 // A probe's difference is never NaN (see `max_abs_diff`), so equality is an equivalence.
@@ -265,6 +269,13 @@ impl Observe {
         round_trip: true,
         before: true,
         logits: false,
+    };
+
+    /// Every observation after every op, and the logits probe after the last: what one trace
+    /// replayed or shrunk observes (its cost does not matter there).
+    pub const ALL_WITH_PROBE: Observe = Observe {
+        logits: true,
+        ..Observe::ALL
     };
 
     /// What either asks for.

@@ -43,6 +43,9 @@ struct Entry {
     kv: u64,
     token: Token,
     pos: Pos,
+    /// `seq_add`/`seq_div` moved it since it was decoded: its key was rotated again in place
+    /// (llama.cpp's K-shift), which rounds differently from a fresh rotation.
+    moved: bool,
     /// `None`: unknown (the model cannot say what it attended to).
     history: Option<Arc<History>>,
 }
@@ -76,6 +79,11 @@ pub struct TokenModel {
 /// A range `[p0, p1)` as llama.h reads it: a negative end is open.
 fn in_range(pos: Pos, p0: Pos, p1: Pos) -> bool {
     pos >= p0.max(0) && (p1 < 0 || pos < p1)
+}
+
+/// `[p0, p1)` holds no position (after llama.h's open ends are read).
+fn empty_range(p0: Pos, p1: Pos) -> bool {
+    p1 >= 0 && p0.max(0) >= p1
 }
 
 impl TokenModel {
@@ -137,8 +145,17 @@ impl TokenModel {
         self.all_unknown = true;
     }
 
-    /// Carries the model through `op`, which the target answered with `outcome`.
+    /// Carries the model through `op`, which the target answered with `outcome`. A decode at
+    /// "next" positions starts after the model's own last position of its first sequence: use
+    /// [`TokenModel::apply_after`] when the target's accessor may say otherwise.
     pub fn apply(&mut self, op: &Op, outcome: &OpOutcome) {
+        self.apply_after(op, outcome, None)
+    }
+
+    /// [`TokenModel::apply`], where a decode at "next" positions starts at `next` (the target's
+    /// `seq_pos_max + 1` of the decode's first sequence, asked before the op: llama.cpp's batch
+    /// allocator reads it, stale or not).
+    pub fn apply_after(&mut self, op: &Op, outcome: &OpOutcome, next: Option<Pos>) {
         // An op the target refused or could not run changed nothing (a crash ends the trial).
         if matches!(
             outcome,
@@ -223,12 +240,12 @@ impl TokenModel {
                 }
             }
             Op::SeqAdd { seq, p0, p1, delta } => {
-                if *delta != 0 && p0 != p1 {
+                if *delta != 0 && !empty_range(*p0, *p1) {
                     self.move_cells(*seq, *p0, *p1, |p| p + delta);
                 }
             }
             Op::SeqDiv { seq, p0, p1, d } => {
-                if *d > 1 && p0 != p1 {
+                if *d > 1 && !empty_range(*p0, *p1) {
                     self.move_cells(*seq, *p0, *p1, |p| p / d);
                 }
             }
@@ -237,7 +254,7 @@ impl TokenModel {
                 self.all_unknown = false;
             }
             Op::Decode(d) => match outcome {
-                OpOutcome::Decoded { rc: 0 } => self.decode(d),
+                OpOutcome::Decoded { rc: 0 } => self.decode(d, next),
                 // llama_batch_allocr refuses a bad batch before touching the cache.
                 OpOutcome::Decoded { rc: -1 } => {}
                 _ => {
@@ -345,6 +362,7 @@ impl TokenModel {
             if let Some(Some(v)) = self.seqs.get_mut(&s) {
                 for e in v.iter_mut() {
                     if let Some(&p) = moved.get(&e.cell) {
+                        e.moved |= p != e.pos;
                         e.pos = p;
                     }
                 }
@@ -355,6 +373,7 @@ impl TokenModel {
             let mut v = mine;
             for e in v.iter_mut() {
                 if let Some(&p) = moved.get(&e.cell) {
+                    e.moved |= p != e.pos;
                     e.pos = p;
                 }
             }
@@ -363,11 +382,11 @@ impl TokenModel {
         }
     }
 
-    fn decode(&mut self, d: &crate::base::op::Decode) {
+    fn decode(&mut self, d: &crate::base::op::Decode, next: Option<Pos>) {
         let tokens = d.token_ids();
         let multi_stream = !self.unified && d.seqs.len() > 1;
         let first = d.seqs[0];
-        let base = match (d.pos, self.get(first)) {
+        let base = match (d.pos.or(next), self.get(first)) {
             (Some(p), _) => Some(p),
             // llama_batch_allocr: "next" is the first sequence's seq_pos_max + 1.
             (None, Some(v)) => Some(v.iter().map(|e| e.pos).max().unwrap_or(-1) + 1),
@@ -406,6 +425,7 @@ impl TokenModel {
                 kv: self.fresh(),
                 token,
                 pos,
+                moved: false,
                 history,
             };
             for &s in &d.seqs {
@@ -420,8 +440,9 @@ impl TokenModel {
 
     /// The tokens of `seq` by position, when a fresh decode of them would give the K/V the cache
     /// holds (see the module docs) and they sit exactly at `cells` (the positions the target's
-    /// own dump lists); `None` otherwise: the sequence cannot be judged.
-    pub fn resident(&self, seq: SeqId, cells: &[Pos]) -> Option<Vec<(Pos, Token)>> {
+    /// own dump lists); `None` otherwise: the sequence cannot be judged. The flag says whether
+    /// any of them was moved by `seq_add`/`seq_div` (re-rotated keys: a looser tolerance).
+    pub fn resident(&self, seq: SeqId, cells: &[Pos]) -> Option<(Vec<(Pos, Token)>, bool)> {
         let mut v = self.get(seq)?;
         v.sort_by_key(|e| e.pos);
         let positions: Vec<Pos> = v.iter().map(|e| e.pos).collect();
@@ -439,7 +460,8 @@ impl TokenModel {
                 return None;
             }
         }
-        Some(v.iter().map(|e| (e.pos, e.token)).collect())
+        let moved = v.iter().any(|e| e.moved);
+        Some((v.iter().map(|e| (e.pos, e.token)).collect(), moved))
     }
 }
 
@@ -461,7 +483,7 @@ mod tests {
     }
 
     fn seq0(m: &TokenModel, cells: &[Pos]) -> Option<Vec<(Pos, Token)>> {
-        m.resident(0, cells)
+        m.resident(0, cells).map(|(v, _)| v)
     }
 
     #[test]
@@ -512,6 +534,18 @@ mod tests {
             &done(),
         );
         assert!(seq0(&m, &[0, 1, 2, 3, 6, 7, 8]).is_none());
+        // Open ends on both sides: every cell moves (position 0 goes below 0 and is freed).
+        let mut m = TokenModel::after_setup(&setup(true));
+        m.apply(
+            &Op::SeqAdd {
+                seq: 0,
+                p0: -1,
+                p1: -1,
+                delta: -1,
+            },
+            &done(),
+        );
+        assert!(seq0(&m, &(0..6).collect::<Vec<_>>()).is_none());
         // A shift of the whole sequence keeps every relative position.
         let mut m = TokenModel::after_setup(&setup(true));
         m.apply(
@@ -523,7 +557,7 @@ mod tests {
             },
             &done(),
         );
-        assert!(seq0(&m, &(3..10).collect::<Vec<_>>()).is_some());
+        assert_eq!(m.resident(0, &(3..10).collect::<Vec<_>>()).unwrap().1, true);
     }
 
     #[test]
@@ -576,7 +610,7 @@ mod tests {
         };
         m.apply(&load(None), &yes);
         let all: Vec<Pos> = (0..7).collect();
-        assert_eq!(m.resident(1, &all), seq0(&m, &all));
+        assert_eq!(m.resident(1, &all).map(|(v, _)| v), seq0(&m, &all));
         m.apply(
             &load(Some(10)),
             &OpOutcome::Done {
@@ -585,6 +619,6 @@ mod tests {
         );
         assert!(m.resident(1, &[]).is_none());
         m.apply(&Op::Clear, &done());
-        assert_eq!(m.resident(1, &[]), Some(Vec::new()));
+        assert_eq!(m.resident(1, &[]), Some((Vec::new(), false)));
     }
 }

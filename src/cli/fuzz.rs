@@ -360,6 +360,9 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         for t in &fz.theorems {
             eprintln!("kvaudit fuzz: {}", t.summary());
         }
+        if let Some(p) = &fz.logits_probes {
+            eprintln!("kvaudit fuzz: {}", p.summary());
+        }
     }
     if !a.no_repros && report.has_findings() {
         let repros = repros_of(&report, &record_on, &date)?;

@@ -24,12 +24,17 @@ pub struct CacheInvisible;
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(12, "cache-invisible");
 
-/// The largest max |Δ| of the logits that still holds, per cache type; `None`: no tolerance is
-/// measured for the type (not judged). F16 and F32: measured clean on both pins (PREREG.md).
-pub fn tolerance(cache: CacheType) -> Option<f32> {
-    match cache {
-        CacheType::F16 | CacheType::F32 => Some(1e-4),
-        CacheType::Q8_0 | CacheType::Q4_0 => None,
+/// The largest max |Δ| of the logits that still holds, per cache type and whether a resident
+/// key was moved (`seq_add`/`seq_div` rotate a stored key again in place, llama.cpp's K-shift,
+/// which rounds differently from a fresh rotation: an F16 key is rounded once more); `None`: no
+/// tolerance is measured (not judged). Measured clean on both pins (PREREG.md).
+pub fn tolerance(cache: CacheType, shifted: bool) -> Option<f32> {
+    match (cache, shifted) {
+        // Measured largest: 4.8e-7 (F16), 7.2e-7 (F32), 4.8e-7 (F32, moved).
+        (CacheType::F16 | CacheType::F32, false) | (CacheType::F32, true) => Some(1e-4),
+        // Measured largest: 6.9e-4 (both pins, both stream layouts).
+        (CacheType::F16, true) => Some(5e-3),
+        (CacheType::Q8_0 | CacheType::Q4_0, _) => None,
     }
 }
 
@@ -39,7 +44,7 @@ fn judged(after: &StepObservation) -> impl Iterator<Item = (&LogitsProbe, f32)> 
         .logits_probe
         .iter()
         .flatten()
-        .filter_map(|p| tolerance(p.cache).map(|t| (p, t)))
+        .filter_map(|p| tolerance(p.cache, p.shifted).map(|t| (p, t)))
 }
 
 /// The first probe in `after` whose logits differ from the fresh context's by more than the
@@ -51,7 +56,7 @@ pub fn check_probes(after: &StepObservation) -> Option<Violation> {
         kind: "logits differ from a fresh decode".into(),
         seq: Some(p.seq),
         observed: json!({ "max_abs_diff": p.max_abs_diff, "resident_tokens": p.n_tokens }),
-        expected: json!({ "max_abs_diff_at_most": tol, "cache": p.cache }),
+        expected: json!({ "max_abs_diff_at_most": tol, "cache": p.cache, "keys_moved": p.shifted }),
     })
 }
 
@@ -138,6 +143,7 @@ mod tests {
                     max_abs_diff: d,
                     n_tokens: 7,
                     cache,
+                    shifted: false,
                 })
                 .collect(),
         );

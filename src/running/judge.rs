@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::base::op::Trace;
-use crate::base::target::{HarnessError, TargetInfo};
+use crate::base::target::{HarnessError, LogitsProbe, TargetInfo};
 use crate::oracles::{OracleId, Reads, Registry, Seen, Violation};
 use crate::running::runner::{RunnerFactory, TrialEnd, TrialRun, TrialRunner};
 
@@ -41,6 +41,8 @@ pub struct Judgement {
     /// Oracles that read steps and could judge none of this trial's (their observation was
     /// missing on every step): not judged, never passed.
     pub unjudged: Vec<OracleId>,
+    /// Target A's logits probes, over every step (their figures, whatever oracle judges them).
+    pub logits_probes: Vec<LogitsProbe>,
 }
 
 impl Judgement {
@@ -85,6 +87,11 @@ pub fn judge_run(
             _ => None,
         })
         .min_by_key(|(step, _, _)| *step);
+    out.logits_probes = a
+        .steps
+        .iter()
+        .flat_map(|s| s.logits_probe.iter().flatten().cloned())
+        .collect();
     for oracle in oracles.observing(b.is_some()) {
         let judged_any = match oracle.reads() {
             Reads::Step => a.steps.iter().enumerate().any(|(i, after)| {

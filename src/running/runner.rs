@@ -211,9 +211,14 @@ impl LocalRunner {
             } else {
                 None
             };
+            let next = if self.observe.logits {
+                next_pos(self.target.as_mut(), &trace.setup, op)?
+            } else {
+                None
+            };
             let outcome = self.target.apply(op)?;
             if self.observe.logits {
-                tokens.apply(op, &outcome);
+                tokens.apply_after(op, &outcome, next);
             }
             if last_only
                 && i + 1 < trace.ops.len()
@@ -292,9 +297,14 @@ impl LocalRunner {
                 Some(f) => f.tokens.clone(),
                 None => self.base_tokens.clone().expect("set with the base"),
             };
+            let next = if self.observe.logits {
+                next_pos(state.as_mut(), &trace.setup, op)?
+            } else {
+                None
+            };
             let outcome = state.apply(op)?;
             if self.observe.logits {
-                tokens.apply(op, &outcome);
+                tokens.apply_after(op, &outcome, next);
             }
             if let OpOutcome::Unsupported { reason } = &outcome {
                 let steps = self.stack.iter().map(|f| f.obs.clone()).collect();
@@ -329,6 +339,22 @@ impl LocalRunner {
             steps,
             end: TrialEnd::Completed,
         })
+    }
+}
+
+/// For a decode at "next" positions into a sequence the target answers accessors for (ids
+/// `0..n_seq_max`; llama.cpp aborts on others), where it will start: the target's own
+/// `seq_pos_max + 1`, which the token model must follow even when it is stale.
+fn next_pos(
+    target: &mut dyn CacheUnderTest,
+    setup: &Setup,
+    op: &Op,
+) -> Result<Option<i32>, HarnessError> {
+    match op {
+        Op::Decode(d) if d.pos.is_none() && (0..setup.n_seq_max as SeqId).contains(&d.seqs[0]) => {
+            Ok(Some(target.seq_pos_max(d.seqs[0])? + 1))
+        }
+        _ => Ok(None),
     }
 }
 

@@ -189,7 +189,7 @@ struct WireStep(
     Option<Vec<WholeCell>>,
     Option<RoundTrip>,
     Option<Vec<SeqObservation>>,
-    #[serde(default)] Option<Vec<(SeqId, f32, u32, CacheType)>>,
+    #[serde(default)] Option<Vec<(SeqId, f32, u32, CacheType, bool)>>,
 );
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -234,7 +234,7 @@ impl From<&TrialRun> for WireRun {
                     st.before.clone(),
                     st.logits_probe.as_ref().map(|p| {
                         p.iter()
-                            .map(|x| (x.seq, x.max_abs_diff, x.n_tokens, x.cache))
+                            .map(|x| (x.seq, x.max_abs_diff, x.n_tokens, x.cache, x.shifted))
                             .collect()
                     }),
                 )
@@ -276,12 +276,15 @@ impl From<WireRun> for TrialRun {
                         before,
                         logits_probe: probe.map(|p| {
                             p.into_iter()
-                                .map(|(seq, max_abs_diff, n_tokens, cache)| LogitsProbe {
-                                    seq,
-                                    max_abs_diff,
-                                    n_tokens,
-                                    cache,
-                                })
+                                .map(
+                                    |(seq, max_abs_diff, n_tokens, cache, shifted)| LogitsProbe {
+                                        seq,
+                                        max_abs_diff,
+                                        n_tokens,
+                                        cache,
+                                        shifted,
+                                    },
+                                )
                                 .collect()
                         }),
                     })
