@@ -111,7 +111,9 @@ pub fn judge_run(
             }),
             Reads::Crash | Reads::Runs => true,
         };
-        if !judged_any && out.steps > 0 {
+        // A crashed trial brings no observations back: an oracle that needs its own costly
+        // observation judged nothing there either.
+        if !judged_any && (out.steps > 0 || oracle.costly()) {
             out.unjudged.push(oracle.id());
         }
         let first = match oracle.reads() {
