@@ -31,4 +31,11 @@ for pin in 0.1.156 0.1.161; do
   run "$t-vs-ubatch1-seed-d2" --target "$t" --vs-config n_ubatch=1 --domain seed --depth 2
   $k fuzz --target "$t" --state --config kv_unified=false --seed 10 --time 90s --no-repros -q \
     --out "$out/$t-fuzz-state-streams.json" >/dev/null || [ $? -eq 1 ]
+  # The cache-invisible oracle (PREREG.md, fifth batch): asked by name in an audit.
+  run "$t-cache-invisible-seed-d2" --target "$t" --domain seed --depth 2 \
+    --oracles I1,I2,cache-invisible
+  $k fuzz --target "$t" --seed 1 --cases 300 --no-repros -q \
+    --out "$out/$t-fuzz-cache-invisible.json" >/dev/null || [ $? -eq 1 ]
+  $k fuzz --target "$t" --config kv_unified=false --seed 1 --cases 300 --no-repros -q \
+    --out "$out/$t-fuzz-cache-invisible-streams.json" >/dev/null || [ $? -eq 1 ]
 done

@@ -8,6 +8,8 @@ pub mod error;
 pub mod exit;
 pub mod files;
 pub mod op;
+pub mod probe;
 pub mod slots;
 pub mod state;
 pub mod target;
+pub mod tokens;

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::base::op::{Op, Pos, SeqId, Setup};
+use crate::base::op::{CacheType, Op, Pos, SeqId, Setup};
 use crate::base::state::{parse_seq_state, parse_whole_state, ParseError, StateFormat, WholeCell};
 
 /// Who a target is, for reports and repro files.
@@ -174,7 +174,35 @@ pub struct StepObservation {
     /// contract oracles compare before and after).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<Vec<SeqObservation>>,
+    /// The next-token logits probe of each sequence the token model can judge, when
+    /// [`Observe::logits`] asked for it and the target computes logits: after the last op of a
+    /// trial only ([`crate::base::probe`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logits_probe: Option<Vec<LogitsProbe>>,
 }
+
+/// One sequence's logits probe: the logits of a probe token decoded after the sequence's last
+/// position, in the audited cache and in a fresh context that decoded the sequence's resident
+/// tokens at their positions ([`crate::base::probe`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogitsProbe {
+    /// The sequence.
+    pub seq: SeqId,
+    /// The largest absolute difference between the two logit vectors (`f32::MAX` when they
+    /// differ in length or either is not finite).
+    pub max_abs_diff: f32,
+    /// How many resident tokens the fresh context decoded.
+    pub n_tokens: u32,
+    /// The coarser of the setup's K and V cache types: the oracle's tolerance depends on it.
+    pub cache: CacheType,
+    /// A resident token was moved by `seq_add`/`seq_div` since it was decoded: its key was
+    /// rotated again in place (llama.cpp's K-shift rounds differently from a fresh rotation).
+    #[serde(default)]
+    pub shifted: bool,
+}
+
+// A probe's difference is never NaN (see `max_abs_diff`), so equality is an equivalence.
+impl Eq for LogitsProbe {}
 
 impl StepObservation {
     /// An observation of the accessors and per-sequence dumps only.
@@ -185,6 +213,7 @@ impl StepObservation {
             whole: None,
             round_trip: None,
             before: None,
+            logits_probe: None,
         }
     }
 }
@@ -225,6 +254,11 @@ pub struct Observe {
     pub round_trip: bool,
     /// The sequences right before the op ([`StepObservation::before`]).
     pub before: bool,
+    /// The logits probe after a trial's last op ([`StepObservation::logits_probe`]). Not part
+    /// of [`Observe::ALL`]: it costs decodes per sequence, and is asked for by the oracle that
+    /// reads it.
+    #[serde(default)]
+    pub logits: bool,
 }
 
 impl Observe {
@@ -233,12 +267,21 @@ impl Observe {
         whole: false,
         round_trip: false,
         before: false,
+        logits: false,
     };
-    /// Everything.
+    /// Every observation after every op (not the logits probe: see [`Observe::logits`]).
     pub const ALL: Observe = Observe {
         whole: true,
         round_trip: true,
         before: true,
+        logits: false,
+    };
+
+    /// Every observation after every op, and the logits probe after the last: what one trace
+    /// replayed or shrunk observes (its cost does not matter there).
+    pub const ALL_WITH_PROBE: Observe = Observe {
+        logits: true,
+        ..Observe::ALL
     };
 
     /// What either asks for.
@@ -247,6 +290,7 @@ impl Observe {
             whole: self.whole || other.whole,
             round_trip: self.round_trip || other.round_trip,
             before: self.before || other.before,
+            logits: self.logits || other.logits,
         }
     }
 }

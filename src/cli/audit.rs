@@ -116,6 +116,9 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
             keep.push(o.id());
         }
         registry = registry.only(move |o| keep.contains(&o.id()));
+    } else {
+        // An oracle whose observation costs decodes per trial is asked only when named.
+        registry = registry.only(|o| !o.costly());
     }
     let (mut spec_a, mut spec_b) = a.target.specs();
     // Observe only what the run's oracles read: a round trip per op costs.

@@ -13,6 +13,7 @@ use super::args::{factories, record_on_specs, OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
 use kvaudit::base::exit;
+use kvaudit::base::target::Observe;
 use kvaudit::engines::fuzz::{run_fuzz_with, FuzzConfig, GenConfig};
 use kvaudit::engines::shrink::ShrinkConfig;
 use kvaudit::engines::theorem_check::TheoremChecker;
@@ -313,6 +314,17 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         None => today_utc(),
     };
     let (spec_a, spec_b) = a.target.specs();
+    // Every observation after every op, plus the logits probe when an oracle that reads it is
+    // asked (by default it is: a fuzz run probes the last step of each case only).
+    let observe = match &oracles {
+        Some(list) => list
+            .iter()
+            .filter_map(|o| registry.get(*o))
+            .fold(Observe::ALL, |acc, o| acc.union(o.observes())),
+        None => Observe::ALL.union(registry.observe()),
+    };
+    let spec_a = spec_a.with_observe(observe);
+    let spec_b = spec_b.map(|b| b.with_observe(observe));
     let (fa, fb) = factories(&spec_a, spec_b.as_ref(), a.target.vs_config.as_deref())?;
     let record_on = record_on_specs(&a.record_on)?;
     let cfg = FuzzConfig {
@@ -359,6 +371,9 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         );
         for t in &fz.theorems {
             eprintln!("kvaudit fuzz: {}", t.summary());
+        }
+        if let Some(p) = &fz.logits_probes {
+            eprintln!("kvaudit fuzz: {}", p.summary());
         }
     }
     if !a.no_repros && report.has_findings() {

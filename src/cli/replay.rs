@@ -8,6 +8,7 @@ use clap::Args;
 use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::base::files::write_atomically;
+use kvaudit::base::target::Observe;
 use kvaudit::outputs::repro::{
     junit_xml, replay_file, repro_files, FileResult, ReplayFilter, Status,
 };
@@ -66,8 +67,9 @@ pub fn run(a: ReplayArgs) -> Result<i32, CliError> {
     let filter = ReplayFilter {
         target: a.target.as_ref().map(|t| {
             (
-                TargetSpec::new(t, &a.inject),
-                a.vs.as_ref().map(|v| TargetSpec::new(v, &a.inject_b)),
+                TargetSpec::new(t, &a.inject).with_observe(Observe::ALL_WITH_PROBE),
+                a.vs.as_ref()
+                    .map(|v| TargetSpec::new(v, &a.inject_b).with_observe(Observe::ALL_WITH_PROBE)),
             )
         }),
         baseline,

@@ -8,6 +8,7 @@ use clap::Args;
 use super::args::{factories, record_on_specs};
 use super::CliError;
 use kvaudit::base::exit;
+use kvaudit::base::target::Observe;
 use kvaudit::engines::shrink::{shrink, FailureMode, ShrinkConfig};
 use kvaudit::oracles::{Reads, Registry};
 use kvaudit::outputs::repro::{
@@ -79,8 +80,10 @@ pub fn run(a: ShrinkArgs) -> Result<i32, CliError> {
     let (spec_a, spec_b) = match recorded {
         Some(e) if !from_flags => e.specs(),
         _ => (
-            TargetSpec::new(a.target.as_deref().unwrap_or("native"), &a.inject),
-            a.vs.as_ref().map(|v| TargetSpec::new(v, &a.inject_b)),
+            TargetSpec::new(a.target.as_deref().unwrap_or("native"), &a.inject)
+                .with_observe(Observe::ALL_WITH_PROBE),
+            a.vs.as_ref()
+                .map(|v| TargetSpec::new(v, &a.inject_b).with_observe(Observe::ALL_WITH_PROBE)),
         ),
     };
     let (fa, fb) = factories(&spec_a, spec_b.as_ref(), None)?;

@@ -9,6 +9,7 @@
 //! [`Reads::Runs`]: they run metamorphic partner traces themselves, through
 //! [`crate::base::target::CacheUnderTest`] only.
 
+pub mod cache_invisible;
 pub mod config_differential;
 pub mod conservation;
 pub mod contract;
@@ -289,6 +290,11 @@ pub trait Oracle: Send + Sync {
         let _ = seen;
         true
     }
+    /// Whether what it observes costs more than a trial (decodes per sequence): an exhaustive
+    /// audit asks such an oracle only when `--oracles` names it; fuzz runs ask it by default.
+    fn costly(&self) -> bool {
+        false
+    }
 }
 
 /// Whether the observations in `seen` carry what `what` asks for.
@@ -297,6 +303,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
         (!what.whole || s.whole.is_some())
             && (!what.round_trip || s.round_trip.is_some())
             && (!what.before || s.before.is_some())
+            && (!what.logits || s.logits_probe.is_some())
     };
     match seen {
         Seen::Step { after, .. } => has(after),
@@ -306,7 +313,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 12] = [
+pub static BUILTIN: [&dyn Oracle; 13] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -319,6 +326,7 @@ pub static BUILTIN: [&dyn Oracle; 12] = [
     &contract::Contract,
     &contract::ContractQuestion,
     &config_differential::ConfigDifferential,
+    &cache_invisible::CacheInvisible,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.

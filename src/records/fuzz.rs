@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::error::Error;
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
+use crate::base::target::LogitsProbe;
 use crate::oracles::theorems::{Derivation, Theorem, Verdict};
 
 /// What the generator draws from.
@@ -173,6 +174,46 @@ pub struct FuzzSummary {
     /// Violated theorems, one per theorem, derivation and shape of the shrunk trace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub theorem_findings: Vec<TheoremFinding>,
+    /// The logits probes of the cases (the cache-invisible oracle's measurements), when any
+    /// case was probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logits_probes: Option<ProbeStats>,
+}
+
+/// What the logits probes of a fuzz run measured: how many sequences were probed and the largest
+/// difference from a fresh decode among them, apart for sequences with moved (re-rotated) keys
+/// (what PREREG.md's tolerances were chosen from).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbeStats {
+    /// Sequences probed whose tokens never moved, over every case.
+    pub probes: u64,
+    /// The largest max |Δ| of those.
+    pub max_abs_diff: f32,
+    /// Sequences probed with a token moved by `seq_add`/`seq_div`.
+    pub shifted_probes: u64,
+    /// The largest max |Δ| of those.
+    pub shifted_max_abs_diff: f32,
+}
+
+impl ProbeStats {
+    /// Counts one probe.
+    pub fn add(&mut self, p: &LogitsProbe) {
+        if p.shifted {
+            self.shifted_probes += 1;
+            self.shifted_max_abs_diff = self.shifted_max_abs_diff.max(p.max_abs_diff);
+        } else {
+            self.probes += 1;
+            self.max_abs_diff = self.max_abs_diff.max(p.max_abs_diff);
+        }
+    }
+
+    /// One line for the terminal.
+    pub fn summary(&self) -> String {
+        format!(
+            "logits probes: {} sequences, largest max |Δ| {:e}; {} with moved keys, largest {:e}",
+            self.probes, self.max_abs_diff, self.shifted_probes, self.shifted_max_abs_diff
+        )
+    }
 }
 
 /// What one theorem did over a fuzz run. Every case is offered to it; a case from which no pair

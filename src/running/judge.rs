@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::base::op::Trace;
-use crate::base::target::{HarnessError, TargetInfo};
+use crate::base::target::{HarnessError, LogitsProbe, TargetInfo};
 use crate::oracles::{OracleId, Reads, Registry, Seen, Violation};
 use crate::running::runner::{RunnerFactory, TrialEnd, TrialRun, TrialRunner};
 
@@ -38,6 +38,11 @@ pub struct Judgement {
     pub steps: usize,
     /// The step (1-based) and reason where a target said an op is unsupported, if one did.
     pub unsupported: Option<(usize, String)>,
+    /// Oracles that read steps and could judge none of this trial's (their observation was
+    /// missing on every step): not judged, never passed.
+    pub unjudged: Vec<OracleId>,
+    /// Target A's logits probes, over every step (their figures, whatever oracle judges them).
+    pub logits_probes: Vec<LogitsProbe>,
 }
 
 impl Judgement {
@@ -82,7 +87,35 @@ pub fn judge_run(
             _ => None,
         })
         .min_by_key(|(step, _, _)| *step);
+    out.logits_probes = a
+        .steps
+        .iter()
+        .flat_map(|s| s.logits_probe.iter().flatten().cloned())
+        .collect();
     for oracle in oracles.observing(b.is_some()) {
+        let judged_any = match oracle.reads() {
+            Reads::Step => a.steps.iter().enumerate().any(|(i, after)| {
+                oracle.judges(&Seen::Step {
+                    op: &trace.ops[i],
+                    after,
+                })
+            }),
+            Reads::Pair => b.is_some_and(|b| {
+                a.steps.iter().zip(&b.steps).enumerate().any(|(i, (x, y))| {
+                    oracle.judges(&Seen::Pair {
+                        op: &trace.ops[i],
+                        a: x,
+                        b: y,
+                    })
+                })
+            }),
+            Reads::Crash | Reads::Runs => true,
+        };
+        // A crashed trial brings no observations back: an oracle that needs its own costly
+        // observation judged nothing there either.
+        if !judged_any && (out.steps > 0 || oracle.costly()) {
+            out.unjudged.push(oracle.id());
+        }
         let first = match oracle.reads() {
             Reads::Step => a.steps.iter().enumerate().find_map(|(i, after)| {
                 let seen = Seen::Step {

@@ -15,10 +15,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::state::StateFormat;
+use crate::base::probe::probe_logits;
 use crate::base::target::{
     observe_seqs, observe_with, CacheUnderTest, HarnessError, Observe, OpOutcome, SeqObservation,
     StepObservation, TargetInfo,
 };
+use crate::base::tokens::TokenModel;
 
 /// How a trial ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +118,8 @@ struct Frame {
     op: Op,
     state: Box<dyn CacheUnderTest + Send>,
     obs: Arc<StepObservation>,
+    /// The token model after the op (for the logits probe).
+    tokens: TokenModel,
 }
 
 /// Runs a [`CacheUnderTest`] in this process.
@@ -126,6 +130,8 @@ pub struct LocalRunner {
     /// For forking targets: the setup the stack was built from, the state right after it, and
     /// the states after each op of the previous trace.
     base: Option<(Setup, Vec<SeqId>, Box<dyn CacheUnderTest + Send>)>,
+    /// The token model right after the base's setup.
+    base_tokens: Option<TokenModel>,
     stack: Vec<Frame>,
     observe: Observe,
     /// The sequences right after the setup (what the first op's `before` is).
@@ -163,6 +169,7 @@ impl LocalRunner {
             info,
             can_fork,
             base: None,
+            base_tokens: None,
             stack: Vec::new(),
             observe: Observe::ALL,
             base_obs: Vec::new(),
@@ -202,6 +209,7 @@ impl LocalRunner {
             return unsupported_setup(e);
         }
         let mut steps = Vec::with_capacity(trace.ops.len());
+        let mut tokens = TokenModel::after_setup(&trace.setup);
         for (i, op) in trace.ops.iter().enumerate() {
             let observed = !last_only || i + 1 == trace.ops.len();
             let before = if self.observe.before && observed {
@@ -213,7 +221,15 @@ impl LocalRunner {
             } else {
                 None
             };
+            let next = if self.observe.logits {
+                next_pos(self.target.as_mut(), &trace.setup, op)?
+            } else {
+                None
+            };
             let outcome = self.target.apply(op)?;
+            if self.observe.logits {
+                tokens.apply_after(op, &outcome, next);
+            }
             if last_only
                 && i + 1 < trace.ops.len()
                 && !matches!(outcome, OpOutcome::Unsupported { .. })
@@ -237,6 +253,11 @@ impl LocalRunner {
                 self.observe,
             )?;
             obs.before = before;
+            if self.observe.logits && i + 1 == trace.ops.len() {
+                // The trial is over: the probe may change the target (the next trial resets it).
+                obs.logits_probe =
+                    probe_logits(self.target.as_mut(), &trace.setup, &tokens, &obs.seqs)?;
+            }
             steps.push(Arc::new(obs));
         }
         Ok(TrialRun {
@@ -265,6 +286,7 @@ impl LocalRunner {
                 Vec::new()
             };
             self.base = Some((trace.setup.clone(), seqs.clone(), state));
+            self.base_tokens = Some(TokenModel::after_setup(&trace.setup));
             self.stack.clear();
         }
         let shared = self
@@ -285,7 +307,19 @@ impl LocalRunner {
                 None => self.base_obs.clone(),
             });
             let mut state = parent.fork().expect("forking target");
+            let mut tokens = match self.stack.last() {
+                Some(f) => f.tokens.clone(),
+                None => self.base_tokens.clone().expect("set with the base"),
+            };
+            let next = if self.observe.logits {
+                next_pos(state.as_mut(), &trace.setup, op)?
+            } else {
+                None
+            };
             let outcome = state.apply(op)?;
+            if self.observe.logits {
+                tokens.apply_after(op, &outcome, next);
+            }
             if let OpOutcome::Unsupported { reason } = &outcome {
                 let steps = self.stack.iter().map(|f| f.obs.clone()).collect();
                 return Ok(TrialRun {
@@ -303,7 +337,11 @@ impl LocalRunner {
                 op: op.clone(),
                 state,
                 obs,
+                tokens,
             });
+        }
+        if self.observe.logits {
+            self.probe_last(&trace.setup, trace.ops.len())?;
         }
         let steps = self
             .stack
@@ -315,6 +353,42 @@ impl LocalRunner {
             steps,
             end: TrialEnd::Completed,
         })
+    }
+}
+
+/// For a decode at "next" positions into a sequence the target answers accessors for (ids
+/// `0..n_seq_max`; llama.cpp aborts on others), where it will start: the target's own
+/// `seq_pos_max + 1`, which the token model must follow even when it is stale.
+fn next_pos(
+    target: &mut dyn CacheUnderTest,
+    setup: &Setup,
+    op: &Op,
+) -> Result<Option<i32>, HarnessError> {
+    match op {
+        Op::Decode(d) if d.pos.is_none() && (0..setup.n_seq_max as SeqId).contains(&d.seqs[0]) => {
+            Ok(Some(target.seq_pos_max(d.seqs[0])? + 1))
+        }
+        _ => Ok(None),
+    }
+}
+
+impl LocalRunner {
+    /// Adds the logits probe to the observation after op `len` of the stack, if it has none yet
+    /// (it may have been an inner step of an earlier trace), probing a fork: the stack's states
+    /// are prefixes of later traces.
+    fn probe_last(&mut self, setup: &Setup, len: usize) -> Result<(), HarnessError> {
+        let Some(frame) = len.checked_sub(1).and_then(|i| self.stack.get_mut(i)) else {
+            return Ok(());
+        };
+        if frame.obs.logits_probe.is_some() {
+            return Ok(());
+        }
+        let mut scratch = frame.state.fork().expect("forking target");
+        let probe = probe_logits(scratch.as_mut(), setup, &frame.tokens, &frame.obs.seqs)?;
+        if probe.is_some() {
+            Arc::make_mut(&mut frame.obs).logits_probe = probe;
+        }
+        Ok(())
     }
 }
 

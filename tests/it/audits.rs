@@ -31,6 +31,10 @@ struct AuditCase {
     depth: u32,
     #[serde(default)]
     shards: Option<usize>,
+    /// Only these oracles (as `--oracles`), observing what they read: an oracle whose
+    /// observation is costly is asked only when named.
+    #[serde(default)]
+    oracles: Option<Vec<String>>,
     expect: Expect,
     /// What the same audit without any injected fault must report: a positive control fails
     /// with its fault and passes without.
@@ -72,10 +76,19 @@ fn run(case: &AuditCase, shard: Shard) -> Result<Report, String> {
         o.apply(&mut domain);
         domain.validate().map_err(|e| e.to_string())?;
     }
-    let a = TargetSpec::new(&case.target, &case.inject).factory()?;
+    let mut oracles = kvaudit::oracles::Registry::for_run(case.vs_config.is_some());
+    if let Some(names) = &case.oracles {
+        for n in names {
+            oracles.find(n).ok_or(format!("unknown oracle {n}"))?;
+        }
+        oracles = oracles.only(|o| names.iter().any(|n| o.id().name() == n));
+    }
+    let observe = kvaudit::base::target::Observe::ALL.union(oracles.observe());
+    let spec = |name: &str, faults: &[String]| TargetSpec::new(name, faults).with_observe(observe);
+    let a = spec(&case.target, &case.inject).factory()?;
     let b = match (&case.vs, &case.vs_config) {
-        (Some(v), _) => Some(TargetSpec::new(v, &case.inject_b).factory()?),
-        (None, Some(_)) => Some(TargetSpec::new(&case.target, &case.inject_b).factory()?),
+        (Some(v), _) => Some(spec(v, &case.inject_b).factory()?),
+        (None, Some(_)) => Some(spec(&case.target, &case.inject_b).factory()?),
         (None, None) => None,
     };
     let b = match (b, &case.vs_config) {
@@ -96,7 +109,7 @@ fn run(case: &AuditCase, shard: Shard) -> Result<Report, String> {
         shard,
         threads: 2,
         batch: 1024,
-        oracles: kvaudit::oracles::Registry::for_run(case.vs_config.is_some()),
+        oracles,
     };
     run_exhaustive(&cfg, a.as_ref(), b.as_deref(), &mut |_| {}).map_err(|e| e.to_string())
 }
@@ -123,6 +136,7 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             inject_b: Vec::new(),
             clean: None,
             shards: None,
+            oracles: case.oracles.clone(),
             expect: Expect {
                 trials: None,
                 oracles: Default::default(),

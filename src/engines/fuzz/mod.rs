@@ -44,7 +44,7 @@ use crate::running::judge::Judge;
 use crate::running::runner::RunnerFactory;
 
 pub use crate::records::fuzz::{
-    FuzzSummary, GenConfig, ShrinkRecord, TheoremFinding, TheoremStats,
+    FuzzSummary, GenConfig, ProbeStats, ShrinkRecord, TheoremFinding, TheoremStats,
 };
 pub use generate::{
     case_runner, generate, op_strategy, theorem_trace_strategy, trace_strategy, FuzzTrace,
@@ -272,6 +272,7 @@ pub fn run_fuzz_with(
     let mut records: BTreeMap<String, ShrinkRecord> = BTreeMap::new();
     let (mut shrink_executions, mut shrink_elapsed) = (0u64, Duration::ZERO);
     let mut case = 0u64;
+    let mut probes: Option<ProbeStats> = None;
     loop {
         if cfg.cases.is_some_and(|n| case >= n) || cfg.time.is_some_and(|t| started.elapsed() >= t)
         {
@@ -300,8 +301,15 @@ pub fn run_fuzz_with(
             continue;
         }
         let verdict = judge.run(&trace)?;
+        for p in &verdict.logits_probes {
+            probes.get_or_insert_with(ProbeStats::default).add(p);
+        }
         tally.unsupported += u64::from(verdict.unsupported.is_some());
         for &oracle in &wanted {
+            if verdict.unjudged.contains(&oracle) {
+                tally.unjudged(oracle);
+                continue;
+            }
             let s = tally.oracles.entry(oracle).or_default();
             s.checked += 1;
             if let Some(v) = verdict.first(oracle) {
@@ -459,6 +467,7 @@ pub fn run_fuzz_with(
         }),
         theorems: stats,
         theorem_findings,
+        logits_probes: probes,
     });
     sink(&Event::Done(Box::new(report.clone())));
     Ok(report)

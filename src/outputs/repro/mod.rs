@@ -30,6 +30,7 @@ pub use crate::base::domain::check_trace_limits;
 use crate::base::error::Error;
 use crate::base::files::{check_input_size, read_text_limited, write_atomically};
 use crate::base::op::{Op, SeqId, Trace};
+use crate::base::target::Observe;
 use crate::oracles::{OracleId, Reads, Registry};
 use crate::records::report::{terminal_text, Finding};
 use crate::running::judge::{Judge, Judgement};
@@ -160,11 +161,12 @@ impl TargetExpectation {
 
     /// The target spec, and the second one.
     pub fn specs(&self) -> (TargetSpec, Option<TargetSpec>) {
+        let spec = |name: &str, faults: &[String]| {
+            TargetSpec::new(name, faults).with_observe(Observe::ALL_WITH_PROBE)
+        };
         (
-            TargetSpec::new(&self.target, &self.faults),
-            self.vs
-                .as_ref()
-                .map(|v| TargetSpec::new(v, &self.vs_faults)),
+            spec(&self.target, &self.faults),
+            self.vs.as_ref().map(|v| spec(v, &self.vs_faults)),
         )
     }
 

@@ -70,6 +70,11 @@ pub struct LlamaTarget {
     /// context keeps device buffers per sequence (`mem_storage`) that neither a clear nor a
     /// restore empties, so the next reset makes a new context (trials stay independent).
     device_state_used: bool,
+    /// A cross-stream `seq_cp` ran since the context was made: llama.cpp queues its buffer copy
+    /// (`sc_info`) until the next update, and neither `llama_memory_clear` nor a state load drops
+    /// the queue (llama-kv-cache.cpp `seq_cp`, `clear`, `update`, both pins), so a restore would
+    /// let it land in the next trial: the next reset makes a new context.
+    stream_copy_pending: bool,
 }
 
 /// A context set aside by a reset to another configuration.
@@ -118,6 +123,7 @@ impl LlamaTarget {
             parked: Vec::new(),
             unrestorable: Vec::new(),
             device_state_used: false,
+            stream_copy_pending: false,
             refused: Vec::new(),
         }
     }
@@ -318,7 +324,9 @@ impl CacheUnderTest for LlamaTarget {
             self.saved = None;
             let ctx = self.open(&params)?;
             self.ctx = Some((params, ctx));
-        } else if std::mem::take(&mut self.device_state_used) {
+        } else if std::mem::take(&mut self.device_state_used)
+            | std::mem::take(&mut self.stream_copy_pending)
+        {
             // Its saved setup state is still good: restore it into the new context.
             let saved = self.saved.take();
             self.ctx = None;
@@ -363,11 +371,14 @@ impl CacheUnderTest for LlamaTarget {
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
-        let Some((_, ctx)) = self.ctx.as_mut() else {
+        let Some((params, ctx)) = self.ctx.as_mut() else {
             return Err(self.harness("no context: reset first"));
         };
         if let Op::StateSeqSave { flags, .. } | Op::StateSeqLoad { flags, .. } = op {
             self.device_state_used |= flags & STATE_SEQ_FLAGS_ON_DEVICE != 0;
+        }
+        if let Op::SeqCp { src, dst, .. } = op {
+            self.stream_copy_pending |= !params.params.kv_unified && src != dst;
         }
         let applied = apply_op(ctx, &mut self.slots, op);
         let outcome = applied.map_err(|e| HarnessError::Target {

@@ -47,6 +47,9 @@ pub struct Faults {
     /// oracle: the same trace unified and per-sequence differs, while each configuration on its
     /// own stays consistent (I1/I2).
     pub streams_rm_whole: bool,
+    /// Tensor payload: a cross-stream `seq_cp` copies the K/V rows of the wrong cells
+    /// ([`crate::tensors::TensorStore`]); cells and accessors are right. Caught by cache-invisible.
+    pub stream_copy_wrong_rows: bool,
     /// iSWA: the windowed cache's slot search takes a cell as masked one position too early
     /// (`seq_pos_max + 2` where llama.cpp has `seq_pos_max + 1`, src/llama-kv-cache.cpp:1075), so
     /// a decode evicts the oldest position the next token still attends. Positive control for the
@@ -64,7 +67,7 @@ pub struct Faults {
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 15] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -76,6 +79,7 @@ impl Faults {
         "orphan_cell",
         "keep_noop",
         "streams_rm_whole",
+        "stream_copy_wrong_rows",
         "swa_window_off_by_one",
         "recurrent_rm_false_changes",
         "hybrid_rm_one_side",
@@ -94,6 +98,7 @@ impl Faults {
             "orphan_cell" => &mut self.orphan_cell,
             "keep_noop" => &mut self.keep_noop,
             "streams_rm_whole" => &mut self.streams_rm_whole,
+            "stream_copy_wrong_rows" => &mut self.stream_copy_wrong_rows,
             "swa_window_off_by_one" => &mut self.swa_window_off_by_one,
             "recurrent_rm_false_changes" => &mut self.recurrent_rm_false_changes,
             "hybrid_rm_one_side" => &mut self.hybrid_rm_one_side,

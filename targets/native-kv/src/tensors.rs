@@ -266,8 +266,14 @@ impl TensorStore {
     /// Copies the rows and rotation of cell `from` into cell `to` (a cross-stream `seq_cp`, which
     /// llama.cpp performs as a buffer copy of the whole stream at the next update).
     pub(crate) fn copy_cell(&mut self, from: usize, to: usize) {
-        self.grow_to(from.max(to));
-        let (a, b) = (self.span(from), self.span(to));
+        // The fault reads the rows of the neighbouring cell (0 <-> 1, 2 <-> 3, ...).
+        let rows_from = if self.faults.stream_copy_wrong_rows {
+            from ^ 1
+        } else {
+            from
+        };
+        self.grow_to(rows_from.max(from).max(to));
+        let (a, b) = (self.span(rows_from), self.span(to));
         for l in &mut self.layers {
             l.k.copy_within(a.clone(), b.start);
             l.k_raw.copy_within(a.clone(), b.start);

@@ -67,12 +67,13 @@ pub struct WorkerSpec {
 }
 
 /// `--observe`'s value for `what`: `basic`, or a comma-separated list of `whole`,
-/// `round-trip` and `before`.
+/// `round-trip`, `before` and `logits`.
 pub fn observe_arg(what: Observe) -> String {
     let parts: Vec<&str> = [
         (what.whole, "whole"),
         (what.round_trip, "round-trip"),
         (what.before, "before"),
+        (what.logits, "logits"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
@@ -95,7 +96,8 @@ pub fn parse_observe_arg(arg: &str) -> Option<Observe> {
             "whole" => o.whole = true,
             "round-trip" => o.round_trip = true,
             "before" => o.before = true,
-            "all" => o = Observe::ALL,
+            "logits" => o.logits = true,
+            "all" => o = o.union(Observe::ALL),
             _ => return None,
         }
     }
@@ -111,12 +113,15 @@ mod tests {
         for whole in [false, true] {
             for round_trip in [false, true] {
                 for before in [false, true] {
-                    let what = Observe {
-                        whole,
-                        round_trip,
-                        before,
-                    };
-                    assert_eq!(parse_observe_arg(&observe_arg(what)), Some(what));
+                    for logits in [false, true] {
+                        let what = Observe {
+                            whole,
+                            round_trip,
+                            before,
+                            logits,
+                        };
+                        assert_eq!(parse_observe_arg(&observe_arg(what)), Some(what));
+                    }
                 }
             }
         }

@@ -15,9 +15,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::base::op::{Op, Pos, SeqId, Setup, Trace};
+use crate::base::op::{CacheType, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::WholeCell;
-use crate::base::target::{OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo};
+use crate::base::target::{
+    LogitsProbe, OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo,
+};
 use crate::running::runner::{TrialEnd, TrialRun};
 pub use crate::targets::llama::error::WireError;
 
@@ -181,7 +183,8 @@ pub struct WireRun(Vec<WireStep>, WireEnd);
 /// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells).
 type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
 
-/// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells).
+/// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells);
+/// then what else was observed (the logits probe last, left out of lines that have none).
 #[derive(Debug, Serialize, Deserialize)]
 struct WireStep(
     WireOutcome,
@@ -189,6 +192,7 @@ struct WireStep(
     Option<Vec<WholeCell>>,
     Option<RoundTrip>,
     Option<Vec<SeqObservation>>,
+    #[serde(default)] Option<Vec<(SeqId, f32, u32, CacheType, bool)>>,
 );
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -239,6 +243,11 @@ impl From<&TrialRun> for WireRun {
                     st.whole.clone(),
                     st.round_trip.clone(),
                     st.before.clone(),
+                    st.logits_probe.as_ref().map(|p| {
+                        p.iter()
+                            .map(|x| (x.seq, x.max_abs_diff, x.n_tokens, x.cache, x.shifted))
+                            .collect()
+                    }),
                 )
             })
             .collect();
@@ -254,32 +263,45 @@ impl From<WireRun> for TrialRun {
     fn from(WireRun(steps, end): WireRun) -> TrialRun {
         let steps = steps
             .into_iter()
-            .map(|WireStep(outcome, seqs, whole, round_trip, before)| {
-                let outcome = match outcome {
-                    WireOutcome::D(returned) => OpOutcome::Done { returned },
-                    WireOutcome::R(rc) => OpOutcome::Decoded { rc },
-                    WireOutcome::Other(o) => o,
-                };
-                let seqs = seqs
-                    .into_iter()
-                    .map(
-                        |(seq, pos_min, pos_max, cells, second_cells)| SeqObservation {
+            .map(
+                |WireStep(outcome, seqs, whole, round_trip, before, probe)| {
+                    let outcome = match outcome {
+                        WireOutcome::D(returned) => OpOutcome::Done { returned },
+                        WireOutcome::R(rc) => OpOutcome::Decoded { rc },
+                        WireOutcome::Other(o) => o,
+                    };
+                    let seqs = seqs
+                        .into_iter()
+                        .map(|(seq, pos_min, pos_max, cells, second_cells)| SeqObservation {
                             seq,
                             pos_min,
                             pos_max,
                             cells,
                             second_cells,
-                        },
-                    )
-                    .collect();
-                Arc::new(StepObservation {
-                    outcome,
-                    seqs,
-                    whole,
-                    round_trip,
-                    before,
-                })
-            })
+                        })
+                        .collect();
+                    Arc::new(StepObservation {
+                        outcome,
+                        seqs,
+                        whole,
+                        round_trip,
+                        before,
+                        logits_probe: probe.map(|p| {
+                            p.into_iter()
+                                .map(
+                                    |(seq, max_abs_diff, n_tokens, cache, shifted)| LogitsProbe {
+                                        seq,
+                                        max_abs_diff,
+                                        n_tokens,
+                                        cache,
+                                        shifted,
+                                    },
+                                )
+                                .collect()
+                        }),
+                    })
+                },
+            )
             .collect();
         let end = match end {
             WireEnd::C => TrialEnd::Completed,

@@ -1,0 +1,148 @@
+//! The logits probe: are a sequence's next-token logits what a fresh context gives for the
+//! sequence's resident tokens? (The cache-invisible oracle, issue 10.)
+//!
+//! After a trial's last op, for each observed sequence with cells that the token model
+//! ([`TokenModel::resident`]) can judge: decode [`PROBE_TOKEN`] right after the sequence's last
+//! position in the audited cache and read its logits; then, in the target's twin (emptied),
+//! decode the sequence's resident tokens at their positions and the same probe token, and read
+//! those logits. The probe records the largest absolute difference. It changes the cache it
+//! probes, so the runner hands it a cache whose trial is over (a fork, or the target after its
+//! last observation); the twin is the one the round trip uses.
+
+use crate::base::op::{CacheType, Decode, Op, Pos, SeqId, Setup};
+use crate::base::target::{CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, SeqObservation};
+use crate::base::tokens::{Token, TokenModel};
+
+/// The token every probe decodes (below 64: inside the generated tiny models' vocabulary).
+pub const PROBE_TOKEN: Token = 5;
+
+/// The largest absolute difference of two logit vectors; `f32::MAX` when their lengths differ
+/// or a difference is not finite (so that a probe's figure is always a comparable number).
+pub fn logits_distance(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return f32::MAX;
+    }
+    a.iter().zip(b).fold(0.0f32, |m, (x, y)| {
+        let d = (x - y).abs();
+        if d.is_finite() {
+            m.max(d)
+        } else {
+            f32::MAX
+        }
+    })
+}
+
+/// The coarser of two cache types (fewer bits per value).
+pub fn coarser(a: CacheType, b: CacheType) -> CacheType {
+    let bits = |t: CacheType| match t {
+        CacheType::F32 => 32,
+        CacheType::F16 => 16,
+        CacheType::Q8_0 => 8,
+        CacheType::Q4_0 => 4,
+    };
+    if bits(a) <= bits(b) {
+        a
+    } else {
+        b
+    }
+}
+
+fn probe_decode(seq: SeqId, pos: Pos) -> Op {
+    Op::Decode(Decode {
+        seqs: vec![seq],
+        n: 1,
+        pos: Some(pos),
+        tokens: Some(vec![PROBE_TOKEN]),
+    })
+}
+
+/// Decodes `tokens` (by position, contiguous) into `seq` of `target` in batches of at most
+/// `n_batch`, then the probe token; its logits, or `None` if a decode did not succeed.
+fn fresh_logits(
+    target: &mut dyn CacheUnderTest,
+    seq: SeqId,
+    tokens: &[(Pos, Token)],
+    n_batch: usize,
+) -> Result<Option<Vec<f32>>, HarnessError> {
+    for chunk in tokens.chunks(n_batch.max(1)) {
+        let d = Decode {
+            seqs: vec![seq],
+            n: chunk.len() as u32,
+            pos: Some(chunk[0].0),
+            tokens: Some(chunk.iter().map(|&(_, t)| t).collect()),
+        };
+        if target.apply(&Op::Decode(d))? != (OpOutcome::Decoded { rc: 0 }) {
+            return Ok(None);
+        }
+    }
+    let last = tokens.last().map_or(0, |&(p, _)| p + 1);
+    if target.apply(&probe_decode(seq, last))? != (OpOutcome::Decoded { rc: 0 }) {
+        return Ok(None);
+    }
+    target.last_logits()
+}
+
+/// Probes every sequence of `seqs` (the observation after the last op) that `tokens` can judge,
+/// on `target`, a cache whose trial is over. `None`: the target computes no logits or has no
+/// twin (the oracle cannot judge it: "not judged", never a pass). Sequences the model cannot
+/// judge, and sequences where a probe decode does not succeed, are left out.
+pub fn probe_logits(
+    target: &mut dyn CacheUnderTest,
+    setup: &Setup,
+    tokens: &TokenModel,
+    seqs: &[SeqObservation],
+) -> Result<Option<Vec<LogitsProbe>>, HarnessError> {
+    let n_batch = setup.n_batch.unwrap_or(setup.n_ctx) as usize;
+    let mut out = Vec::new();
+    for s in seqs {
+        let Some(&last) = s.cells.last() else {
+            continue;
+        };
+        let Some((resident, shifted)) = tokens.resident(s.seq, &s.cells) else {
+            continue;
+        };
+        // Only a contiguous run of positions can be decoded fresh (llama_batch_allocr).
+        if resident.windows(2).any(|w| w[1].0 != w[0].0 + 1) {
+            continue;
+        }
+        if target.apply(&probe_decode(s.seq, last + 1))? != (OpOutcome::Decoded { rc: 0 }) {
+            continue;
+        }
+        let Some(audited) = target.last_logits()? else {
+            return Ok(None);
+        };
+        // The probe's cell goes again: the next sequence's probe sees the cache as it was.
+        target.apply(&Op::SeqRm {
+            seq: s.seq,
+            p0: last + 1,
+            p1: -1,
+        })?;
+        let Some(twin) = target.twin()? else {
+            return Ok(None);
+        };
+        let Some(fresh) = fresh_logits(twin, s.seq, &resident, n_batch)? else {
+            continue;
+        };
+        out.push(LogitsProbe {
+            seq: s.seq,
+            max_abs_diff: logits_distance(&audited, &fresh),
+            n_tokens: resident.len() as u32,
+            cache: coarser(setup.type_k, setup.type_v),
+            shifted,
+        });
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distances_are_always_comparable_numbers() {
+        assert_eq!(logits_distance(&[1.0, 2.0], &[1.0, 2.5]), 0.5);
+        assert_eq!(logits_distance(&[1.0], &[1.0, 2.0]), f32::MAX);
+        assert_eq!(logits_distance(&[f32::NAN], &[1.0]), f32::MAX);
+        assert_eq!(logits_distance(&[], &[]), 0.0);
+    }
+}
