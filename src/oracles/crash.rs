@@ -9,10 +9,32 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 /// The oracle.
 pub struct Crash;
 
+/// What glibc's allocator prints when it finds its heap corrupted and aborts. Which of them a
+/// given corruption trips depends on the heap's layout (another build of the same sources, a
+/// longer string elsewhere), so they are one class.
+const GLIBC_HEAP_ABORTS: [&str; 7] = [
+    "double free or corruption",
+    "free(): ",
+    "malloc(): ",
+    "realloc(): ",
+    "corrupted size vs. prev_size",
+    "corrupted double-linked list",
+    "munmap_chunk(): invalid pointer",
+];
+
+/// The class of heap-corruption aborts ([`crash_kind`]).
+pub const HEAP_CORRUPTION: &str = "SIGABRT: heap corruption (glibc's allocator aborted)";
+
 /// The class of a crash message, for telling crash findings apart: its first line, at most 80
-/// characters.
+/// characters; every abort of glibc's allocator on a corrupted heap is one class,
+/// [`HEAP_CORRUPTION`] (the exact message stays in the violation's `observed`).
 pub fn crash_kind(message: &str) -> String {
     let first = message.lines().next().unwrap_or("crash");
+    if let Some(rest) = first.strip_prefix("SIGABRT: ") {
+        if GLIBC_HEAP_ABORTS.iter().any(|m| rest.starts_with(m)) {
+            return HEAP_CORRUPTION.to_string();
+        }
+    }
     first.chars().take(80).collect()
 }
 
@@ -65,10 +87,35 @@ impl Oracle for Crash {
         !matches!(seen, Seen::Crash { .. })
     }
 
+    fn observed_is_evidence(&self) -> bool {
+        // The message of a heap-corruption abort varies with the heap's layout: its class (the
+        // kind) and the step are what a replay compares.
+        false
+    }
+
     fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
         match seen {
             Seen::Crash { message, .. } => Some(crash_violation(message)),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_corruption_aborts_are_one_class_and_other_crashes_keep_their_line() {
+        for m in [
+            "SIGABRT: double free or corruption (out)",
+            "SIGABRT: free(): invalid next size (fast)",
+            "SIGABRT: malloc(): corrupted top size",
+        ] {
+            assert_eq!(crash_kind(m), HEAP_CORRUPTION, "{m}");
+        }
+        let assert_line = "GGML_ASSERT(x) failed at llama-kv-cache.cpp:300";
+        assert_eq!(crash_kind(assert_line), assert_line);
+        assert_eq!(crash_kind("SIGSEGV"), "SIGSEGV");
     }
 }

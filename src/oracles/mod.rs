@@ -295,6 +295,11 @@ pub trait Oracle: Send + Sync {
     fn costly(&self) -> bool {
         false
     }
+    /// Whether a violation's `observed` is part of what a repro file expects (a replay compares
+    /// it); false where it varies between equally failing runs and the kind carries the class.
+    fn observed_is_evidence(&self) -> bool {
+        true
+    }
 }
 
 /// Whether the observations in `seen` carry what `what` asks for.
