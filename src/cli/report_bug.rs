@@ -44,7 +44,7 @@ pub fn run(a: ReportBugArgs) -> Result<i32, CliError> {
         (Some(pin), false) => {
             let model = match &a.model {
                 Some(m) => m.clone(),
-                None => kvaudit::model::tiny::try_audit_model_path()
+                None => kvaudit::model::tiny::try_arch_model_path(repro.trace.setup.arch)
                     .map_err(|e| CliError::harness(format!("tiny model: {e:#}")))?,
             };
             let run = compile_and_run(&program, pin, &model)?;

@@ -50,7 +50,7 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
     }
     let model = match &a.model {
         Some(m) => m.clone(),
-        None => kvaudit::model::tiny::try_audit_model_path()
+        None => kvaudit::model::tiny::try_arch_model_path(input.trace.setup.arch)
             .map_err(|e| CliError::harness(format!("tiny model: {e:#}")))?,
     };
     let Emit::C = a.emit;

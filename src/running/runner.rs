@@ -14,8 +14,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::op::{Op, SeqId, Setup, Trace};
-use crate::base::state::StateFormat;
 use crate::base::probe::probe_logits;
+use crate::base::state::StateFormat;
 use crate::base::target::{
     observe_seqs, observe_with, CacheUnderTest, HarnessError, Observe, OpOutcome, SeqObservation,
     StepObservation, TargetInfo,

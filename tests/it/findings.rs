@@ -149,7 +149,8 @@ fn report_bug(path: &Path) -> Result<(), String> {
         .to_string();
     let (program, status) = program_and_status(&md).ok_or("no C program in the report")?;
     let status = status.ok_or("the report states no exit code")?;
-    let model = kvaudit::model::tiny::try_audit_model_path().map_err(|e| format!("{e:#}"))?;
+    let model = kvaudit::model::tiny::try_arch_model_path(repro.trace.setup.arch)
+        .map_err(|e| format!("{e:#}"))?;
     let run = compile_and_run(&program, &pin, &model).map_err(|e| e.to_string())?;
     if run.shell_status() != status {
         return Err(format!(

@@ -319,7 +319,7 @@ pub fn an_edit_recompiles_one_file_and_a_touch_nothing() -> Result<()> {
 
 /// A developer's tree as a target: `kvaudit replay corpora --target llama.cpp@src:COPY` over a
 /// copy of the newest pin's tree confirms every expectation (held to that pin's, its baseline),
-/// and after the copy is edited to bring back a stale-index bug (`seq_keep` evicting a cell
+/// and after the copy is edited to bring back a stale-index bug (`seq_keep` keeping a shared cell
 /// without dropping it from the other sequences' position index, the seed's I1 symptom) it
 /// reports the I1 corpus entry REGRESSED and exits 1.
 pub fn a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug() -> Result<()> {
@@ -359,14 +359,19 @@ pub fn a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug() -> Resu
     );
     let cells = copy.join("src/llama-kv-cells.h");
     let source = std::fs::read_to_string(&cells)?;
-    // The evicting branch of llama_kv_cells::seq_keep: `if (seq[i].any()) { seq_pos_rm(i); ...`.
-    let needle = "if (seq[i].any()) {\n            seq_pos_rm(i);\n";
+    // The keeping branch of llama_kv_cells::seq_keep, for a cell the kept sequence shares:
+    // `if (seq[i].test(seq_id)) { seq_pos_rm(i); ...` drops the cell from every other sequence's
+    // position index; without that line the other sequences keep a stale entry.
+    let needle = "if (seq[i].test(seq_id)) {\n            seq_pos_rm(i);\n";
     ensure!(
         source.contains(needle),
         "{} changed: the test's edit no longer applies",
         cells.display()
     );
-    std::fs::write(&cells, source.replacen(needle, "if (seq[i].any()) {\n", 1))?;
+    std::fs::write(
+        &cells,
+        source.replacen(needle, "if (seq[i].test(seq_id)) {\n", 1),
+    )?;
     let (code, text) = replay()?;
     ensure!(
         code == Some(1) && text.contains("i1_seq_cp_twice_stale_max") && text.contains("REGRESSED"),

@@ -12,7 +12,15 @@ use super::ReproInput;
 
 /// Statements before the per-sequence loop.
 pub(super) fn emit_before_seqs(s: &mut String, input: &ReproInput) {
+    let _ = writeln!(s, "    (void)last_returned;");
     match input.oracle.name() {
+        "contract" | "contract?" => {
+            // A clause about what the op returns (`seq_rm` of a whole sequence never fails).
+            if let Some(want) = input.expected.get("returned").and_then(Value::as_bool) {
+                let w = i32::from(want);
+                let _ = writeln!(s, "    if (last_returned != -1 && last_returned != {w}) {{ printf(\"contract violated: the op returned %s, llama.h says {want}\\n\", last_returned ? \"true\" : \"false\"); reproduced = 1; }}");
+            }
+        }
         "round-trip" => emit_round_trip_prologue(s),
         "conservation" => {
             let _ = writeln!(

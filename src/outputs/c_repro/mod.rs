@@ -119,9 +119,10 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         .step
         .unwrap_or(t.ops.len())
         .clamp(1, t.ops.len().max(1));
+    // A finding on seq -1 (any sequence) checks every sequence.
     let seqs: Vec<i32> = match input.seq {
-        Some(s) => vec![s],
-        None => (0..t.setup.n_seq_max as i32).collect(),
+        Some(s) if s >= 0 => vec![s],
+        _ => (0..t.setup.n_seq_max.max(1) as i32).collect(),
     };
     let mut s = String::new();
     let ops_json: Vec<String> = t.ops.iter().map(Op::to_json).collect();
@@ -213,6 +214,8 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         "    if (!ctx) {{ fprintf(stderr, \"cannot create a context\\n\"); return 2; }}"
     );
     let _ = writeln!(s, "    llama_memory_t mem = llama_get_memory(ctx);");
+    // What the last seq_rm returned (-1: none ran), for the clauses about return values.
+    let _ = writeln!(s, "    int last_returned = -1;");
     for op in &t.setup.ops {
         emit_op(&mut s, op, "setup");
     }
@@ -231,10 +234,20 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         "    for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {{"
     );
     let _ = writeln!(s, "        llama_seq_id sq = check[k];");
-    let _ = writeln!(
-        s,
-        "        int cells[4096]; int n = resident(ctx, sq, cells, 4096);"
-    );
+    if t.setup.arch.memory().is_kv() {
+        let _ = writeln!(
+            s,
+            "        int cells[4096]; int n = resident(ctx, sq, cells, 4096);"
+        );
+    } else {
+        // resident() reads the attention cache's layout only: the cells of other memory types
+        // are not shown here (docs/memory-types.md has their layouts).
+        let _ = writeln!(
+            s,
+            "        int cells[1] = {{0}}; int n = 0; /* {} memory: cells not parsed */",
+            t.setup.arch.memory()
+        );
+    }
     let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
     let _ = writeln!(
         s,

@@ -22,7 +22,14 @@ pub(super) fn emit_op(out: &mut String, op: &Op, label: &str) {
     );
     match op {
         Op::SeqRm { seq, p0, p1 } => {
-            let _ = writeln!(out, "    llama_memory_seq_rm(mem, {seq}, {p0}, {p1});");
+            let _ = writeln!(
+                out,
+                "    last_returned = llama_memory_seq_rm(mem, {seq}, {p0}, {p1});"
+            );
+            let _ = writeln!(
+                out,
+                "    printf(\"  returned %s\\n\", last_returned ? \"true\" : \"false\");"
+            );
         }
         Op::SeqCp { src, dst, p0, p1 } => {
             let _ = writeln!(

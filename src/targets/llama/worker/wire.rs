@@ -272,13 +272,15 @@ impl From<WireRun> for TrialRun {
                     };
                     let seqs = seqs
                         .into_iter()
-                        .map(|(seq, pos_min, pos_max, cells, second_cells)| SeqObservation {
-                            seq,
-                            pos_min,
-                            pos_max,
-                            cells,
-                            second_cells,
-                        })
+                        .map(
+                            |(seq, pos_min, pos_max, cells, second_cells)| SeqObservation {
+                                seq,
+                                pos_min,
+                                pos_max,
+                                cells,
+                                second_cells,
+                            },
+                        )
                         .collect();
                     Arc::new(StepObservation {
                         outcome,
