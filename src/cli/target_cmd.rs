@@ -31,7 +31,7 @@ enum TargetWhat {
     /// List the targets and pins kvaudit knows.
     List,
     /// Reclaim cache space: keep the newest build of each pin and source tree, remove older
-    /// builds and the cached objects only they used.
+    /// builds, builds of trees that are gone, and the cached objects only they used.
     Gc {
         /// Say what would be removed, remove nothing.
         #[arg(long)]
@@ -68,7 +68,7 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
                 println!("{verb} {}", e.display());
             }
             println!(
-                "{verb} {} older build(s) and {} cached object(s): {:.1} MiB",
+                "{verb} {} build(s) (older, or of a tree that is gone) and {} cached object(s): {:.1} MiB",
                 r.entries.len(),
                 r.objects,
                 r.bytes as f64 / (1024.0 * 1024.0)

@@ -340,6 +340,8 @@ pub fn a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug() -> Resu
     copy_dir(&tree, &copy)?;
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
     let target = format!("llama.cpp@src:{}", copy.display());
+    // Each replay builds the tree into a cache entry of its own (the label, with its temporary
+    // path, is compiled into the shim): removed afterwards, so test runs do not pile them up.
     let replay = || -> Result<(Option<i32>, String)> {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvaudit"))
             .args(["replay", "--quiet", "--target", &target])
@@ -350,6 +352,9 @@ pub fn a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug() -> Resu
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let built = ensure_built(&BuildSpec::new(Pin::parse(&target)?), false)?;
+        ensure!(built.pin.tree.is_some(), "not the tree's entry");
+        std::fs::remove_dir_all(&built.dir).ok();
         Ok((out.status.code(), text))
     };
     let (code, text) = replay()?;

@@ -202,8 +202,8 @@ pub struct Reclaimed {
 }
 
 /// `kvaudit target gc`: keeps, for each pin and source tree, the newest cache entry, removes
-/// the older ones (each edit of a tree makes an entry) and every cached object that no
-/// remaining entry was linked from. With `dry_run`, says what it would remove and removes
+/// the older ones (each edit of a tree makes an entry), the builds of source trees that no longer
+/// exist, and every cached object that no remaining entry was linked from. With `dry_run`, says what it would remove and removes
 /// nothing. Holds the build lock, so no build runs meanwhile.
 pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclaimed, LlamaError> {
     let cache = match cache_dir {
@@ -244,7 +244,9 @@ pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclai
     let mut keep = std::collections::BTreeSet::new();
     let mut seen = std::collections::BTreeSet::new();
     for (dir, m) in &entries {
-        if seen.insert((m.pin.clone(), m.source_dir.clone())) {
+        // A source tree's build whose tree is gone can never be asked for again.
+        let orphaned = m.version == super::pins::SRC_VERSION && !m.source_dir.exists();
+        if !orphaned && seen.insert((m.pin.clone(), m.source_dir.clone())) {
             keep.extend(m.objects.iter().map(|o| objects.path_of(o)));
         } else {
             out.bytes += dir_size(dir);
