@@ -5,8 +5,9 @@
 //! `ensure_built` over it three times: the copy as it is (every object is in the object cache
 //! from the pin's own build, whose keys do not depend on where a tree is: a link only), after
 //! `touch` of `src/llama-kv-cache.cpp` (file times are not part of any key: nothing to do), and
-//! after an edit of that file (one compile and a link). Figures only; asserts nothing. The pin's
-//! own build comes first if it is not cached (not timed here: see `kvaudit target build`).
+//! after an edit of that file (one compile and a link; the edit is new every run, and its entry is
+//! removed afterwards). Figures only; asserts nothing. The pin's own build comes first if it is
+//! not cached (not timed here: see `kvaudit target build`).
 
 use std::fs;
 use std::path::Path;
@@ -52,6 +53,10 @@ fn main() {
     let step = |what: &str| {
         let t = Instant::now();
         let built = ensure_built(&spec, false).expect("the copy builds");
+        if built.fresh {
+            // This run's edit made this entry: gone again, so the cache does not grow per run.
+            std::fs::remove_dir_all(&built.dir).ok();
+        }
         let compiled = if built.fresh {
             format!(
                 "{} of {} sources compiled, linked",
@@ -76,7 +81,14 @@ fn main() {
     drop(f);
     step("after touch src/llama-kv-cache.cpp");
     let mut text = fs::read_to_string(&edited).expect("reading it");
-    text.push_str("\n// edited by kvaudit's rebuild benchmark\n");
+    // New every run (the time), so the edit is never in the cache already.
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    text.push_str(&format!(
+        "\n// edited by kvaudit's rebuild benchmark {nonce}\n"
+    ));
     fs::write(&edited, text).expect("editing it");
     step("after an edit of that file");
 }
