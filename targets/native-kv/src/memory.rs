@@ -31,7 +31,6 @@ use crate::recurrent::{RecurrentCache, RecurrentConfig, RecurrentShape};
 use crate::state::{read_arch, read_seq_header, StateReader};
 use crate::{
     BatchToken, CacheConfig, CacheError, CellCache, DecodeError, Pos, RestoreError, SeqId,
-    STATE_ARCH, STATE_SEQ_MAGIC,
 };
 
 /// Which memory, with what its type adds to a [`CacheConfig`].
@@ -339,20 +338,14 @@ impl Memory {
         if seq != -1 {
             self.check_seq(seq)?;
         }
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&STATE_SEQ_MAGIC.to_le_bytes());
-        out.extend_from_slice(&seq.to_le_bytes());
-        self.write_memory(seq, &mut out);
-        Ok(out)
+        Ok(crate::state::seq_dump(seq, |out| {
+            self.write_memory(seq, out)
+        }))
     }
 
     /// `llama_state_get_data(ctx)`: the architecture name, then the whole memory.
     pub fn state_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&(STATE_ARCH.len() as u32).to_le_bytes());
-        out.extend_from_slice(STATE_ARCH.as_bytes());
-        self.write_memory(-1, &mut out);
-        out
+        crate::state::whole_dump(|out| self.write_memory(-1, out))
     }
 
     /// `llama_state_seq_set_data(ctx, bytes, seq)`: every part of the memory reads its part of

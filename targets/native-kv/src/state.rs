@@ -143,21 +143,13 @@ impl CellCache {
         if seq != -1 {
             self.check_seq(seq)?;
         }
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&STATE_SEQ_MAGIC.to_le_bytes());
-        out.extend_from_slice(&seq.to_le_bytes());
-        self.write_memory(seq, &mut out);
-        Ok(out)
+        Ok(seq_dump(seq, |out| self.write_memory(seq, out)))
     }
 
     /// The bytes `llama_state_get_data(ctx)` would produce: u32 name length, [`STATE_ARCH`], then
     /// the memory with every cell and all its sequences (a cell of no sequence lists none).
     pub fn state_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&(STATE_ARCH.len() as u32).to_le_bytes());
-        out.extend_from_slice(STATE_ARCH.as_bytes());
-        self.write_memory(-1, &mut out);
-        out
+        whole_dump(|out| self.write_memory(-1, out))
     }
 
     /// `llama_kv_cache::state_write`.
@@ -491,4 +483,23 @@ impl CellCache {
         }
         Ok(())
     }
+}
+
+/// A per-sequence dump: [`STATE_SEQ_MAGIC`], `seq`, then what `write_memory` writes (every memory
+/// type frames its part the same way).
+pub(crate) fn seq_dump(seq: SeqId, write_memory: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&STATE_SEQ_MAGIC.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    write_memory(&mut out);
+    out
+}
+
+/// A whole-context dump: u32 name length, [`STATE_ARCH`], then what `write_memory` writes.
+pub(crate) fn whole_dump(write_memory: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&(STATE_ARCH.len() as u32).to_le_bytes());
+    out.extend_from_slice(STATE_ARCH.as_bytes());
+    write_memory(&mut out);
+    out
 }
