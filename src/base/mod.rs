@@ -3,6 +3,7 @@
 //!
 //! Nothing here imports from any other layer of kvaudit.
 
+pub mod config;
 pub mod domain;
 pub mod error;
 pub mod exit;

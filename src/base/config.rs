@@ -1,0 +1,179 @@
+//! The value types of a context's configuration that are not ops: the K/V cache element types
+//! and the model architectures, with the memory type each architecture selects. `op.rs`
+//! re-exports them beside [`super::op::Setup`], which holds them.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A tiny model's architecture: what kvaudit's model writer emits and what decides the memory
+/// type a llama.cpp context gets.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Arch {
+    /// `llama`: one attention KV cache (`llama_kv_cache`).
+    #[default]
+    Llama,
+    /// `gemma2`: a full cache beside a sliding-window one (`llama_kv_cache_iswa`).
+    Gemma2,
+    /// `mamba`: one recurrent state per sequence (`llama_memory_recurrent`).
+    Mamba,
+    /// `jamba`: recurrent and attention layers (`llama_memory_hybrid`).
+    Jamba,
+}
+
+/// The memory implementation an architecture selects.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryType {
+    /// `llama_kv_cache`.
+    #[default]
+    Kv,
+    /// `llama_kv_cache_iswa`.
+    Iswa,
+    /// `llama_memory_recurrent`.
+    Recurrent,
+    /// `llama_memory_hybrid`.
+    Hybrid,
+}
+
+impl Arch {
+    /// Every architecture, in the order docs list them.
+    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Gemma2, Arch::Mamba, Arch::Jamba];
+
+    pub(crate) fn is_default(&self) -> bool {
+        *self == Arch::Llama
+    }
+
+    /// The name as in GGUF's `general.architecture`, JSON and the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Gemma2 => "gemma2",
+            Arch::Mamba => "mamba",
+            Arch::Jamba => "jamba",
+        }
+    }
+
+    /// The memory type llama.cpp gives a context of this architecture.
+    pub fn memory(self) -> MemoryType {
+        match self {
+            Arch::Llama => MemoryType::Kv,
+            Arch::Gemma2 => MemoryType::Iswa,
+            Arch::Mamba => MemoryType::Recurrent,
+            Arch::Jamba => MemoryType::Hybrid,
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Arch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Arch::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba)")
+            })
+    }
+}
+
+impl MemoryType {
+    /// Whether this is the attention cache alone (`llama_kv_cache`), the default.
+    pub fn is_kv(&self) -> bool {
+        *self == MemoryType::Kv
+    }
+
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryType::Kv => "kv",
+            MemoryType::Iswa => "iswa",
+            MemoryType::Recurrent => "recurrent",
+            MemoryType::Hybrid => "hybrid",
+        }
+    }
+}
+
+impl fmt::Display for MemoryType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The element type of a K or V cache.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheType {
+    /// 16-bit float: llama.cpp's default.
+    #[default]
+    F16,
+    /// 32-bit float.
+    F32,
+    /// 8-bit blocks (`GGML_TYPE_Q8_0`).
+    Q8_0,
+    /// 4-bit blocks (`GGML_TYPE_Q4_0`).
+    Q4_0,
+}
+
+impl CacheType {
+    /// Every type, in the order presets and docs list them.
+    pub const ALL: [CacheType; 4] = [
+        CacheType::F16,
+        CacheType::F32,
+        CacheType::Q8_0,
+        CacheType::Q4_0,
+    ];
+
+    pub(crate) fn is_default(&self) -> bool {
+        *self == CacheType::F16
+    }
+
+    /// The `enum ggml_type` value.
+    pub fn ggml_type(self) -> u32 {
+        match self {
+            CacheType::F32 => 0,
+            CacheType::F16 => 1,
+            CacheType::Q4_0 => 2,
+            CacheType::Q8_0 => 8,
+        }
+    }
+
+    /// The name as in JSON and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheType::F16 => "f16",
+            CacheType::F32 => "f32",
+            CacheType::Q8_0 => "q8_0",
+            CacheType::Q4_0 => "q4_0",
+        }
+    }
+}
+
+impl fmt::Display for CacheType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for CacheType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        CacheType::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown cache type {s:?} (known: f16, f32, q8_0, q4_0)"))
+    }
+}
