@@ -20,6 +20,7 @@ use thiserror::Error;
 
 pub mod forward;
 pub mod gguf;
+pub mod kv_store;
 pub mod rope;
 pub mod tiny;
 
