@@ -59,6 +59,17 @@ impl Arch {
         }
     }
 
+    /// The sliding window, in positions, of the windowed layers of the model kvaudit runs for
+    /// this architecture (its generated tiny model, `ARCH.attention.sliding_window`): the one
+    /// place the window is chosen, read by the model writer, the native iSWA memory and the
+    /// oracles. `None` for architectures without windowed layers.
+    pub const fn swa_window(self) -> Option<u32> {
+        match self {
+            Arch::Gemma2 => Some(4),
+            Arch::Llama | Arch::Mamba | Arch::Jamba => None,
+        }
+    }
+
     /// The memory type llama.cpp gives a context of this architecture.
     pub fn memory(self) -> MemoryType {
         match self {

@@ -204,7 +204,14 @@ impl Judges {
                     Some(info_b),
                 ),
                 (Reads::Pair, None) => continue,
-                _ => (Seen::Step { op, after: last }, None),
+                _ => (
+                    Seen::Step {
+                        op,
+                        after: last,
+                        arch: trace.setup.arch,
+                    },
+                    None,
+                ),
             };
             if !oracle.judges(&seen) {
                 tally.unjudged(oracle.id());

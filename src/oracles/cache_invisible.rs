@@ -153,7 +153,11 @@ mod tests {
 
     fn seen(s: &StepObservation) -> Seen<'_> {
         static OP: crate::base::op::Op = crate::base::op::Op::Clear;
-        Seen::Step { op: &OP, after: s }
+        Seen::Step {
+            op: &OP,
+            after: s,
+            arch: crate::base::op::Arch::Llama,
+        }
     }
 
     #[test]

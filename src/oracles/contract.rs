@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-use crate::base::op::{Op, Pos, SeqId};
+use crate::base::op::{MemoryType, Op, Pos, SeqId};
 use crate::base::target::{Observe, OpOutcome, SeqObservation, StepObservation};
 
 /// The `contract` oracle: documented promises.
@@ -40,7 +40,7 @@ pub struct Clause {
 }
 
 /// Every clause, in the order they are checked within an op.
-pub static CLAUSES: [Clause; 16] = [
+pub static CLAUSES: [Clause; 18] = [
     Clause { kind: "seq_rm: whole-sequence removal failed", op: "seq_rm", promise: "Removing a whole sequence never fails", documented: true },
     Clause { kind: "seq_rm: range not removed", op: "seq_rm", promise: "Removes all tokens that belong to the specified sequence and have positions in [p0, p1)", documented: true },
     Clause { kind: "seq_rm: failed removal changed the cache", op: "seq_rm", promise: "(llama.h silent) a seq_rm that returns false leaves the cache as it was", documented: false },
@@ -54,6 +54,8 @@ pub static CLAUSES: [Clause; 16] = [
     Clause { kind: "clear: cells left", op: "clear", promise: "Clear the memory contents", documented: true },
     Clause { kind: "decode: tokens not added", op: "decode", promise: "0 - success: the batch's tokens are in the memory at their positions", documented: true },
     Clause { kind: "decode: failed decode changed the cache", op: "decode", promise: "Upon other return values [1, -1], the memory state is restored to the state before this call", documented: true },
+    Clause { kind: "decode: recurrent state not at the last token", op: "decode", promise: "0 - success: the batch's tokens are in the memory (a recurrent state absorbs them and takes the last one's position)", documented: true },
+    Clause { kind: "seq_cp: recurrent state not copied", op: "seq_cp", promise: "Copy all tokens that belong to the specified sequence to another sequence (a recurrent memory copies the whole state whatever the range: src/llama-memory-recurrent.cpp seq_cp)", documented: true },
     Clause { kind: "state save: cache changed", op: "state_seq_save", promise: "Copy the state ... into the specified buffer (a read: the cache is unchanged)", documented: true },
     Clause { kind: "state_seq_load: other sequence changed", op: "state_seq_load", promise: "Copy the sequence data ... into the specified sequence (only that sequence changes)", documented: true },
     Clause { kind: "state load failed: cache changed", op: "state_seq_load", promise: "(llama.h silent: \"Zero: Failed to load\") a failed load leaves the destination as it was or empty, and the rest untouched", documented: false },
@@ -70,6 +72,13 @@ type Cells = BTreeMap<SeqId, Vec<Pos>>;
 
 fn cells(seqs: &[SeqObservation]) -> Cells {
     seqs.iter().map(|s| (s.seq, s.cells.clone())).collect()
+}
+
+/// The second part's cells (a hybrid memory's recurrent states), empty where a sequence has none.
+fn second_cells(seqs: &[SeqObservation]) -> Cells {
+    seqs.iter()
+        .map(|s| (s.seq, s.second_cells.clone().unwrap_or_default()))
+        .collect()
 }
 
 fn in_range(p: Pos, p0: Pos, p1: Pos) -> bool {
@@ -121,8 +130,17 @@ fn moved(cells: &[Pos], p0: Pos, p1: Pos, f: impl Fn(Pos) -> Pos) -> Vec<Pos> {
     )
 }
 
-/// The first clause of the op that does not hold, documented or not.
-fn first_breach(op: &Op, outcome: &OpOutcome, b: &Cells, a: &Cells) -> Option<Breach> {
+/// Which kind of part of a memory the cells are of: an attention cache's cells (a kv memory, an
+/// iSWA memory's base cache, a hybrid memory's attention part) or recurrent states (a recurrent
+/// memory, a hybrid memory's second part), whose decode and copy rules differ.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Cells,
+    States,
+}
+
+/// The first clause of the op that does not hold on one part, documented or not.
+fn first_breach(op: &Op, outcome: &OpOutcome, b: &Cells, a: &Cells, part: Part) -> Option<Breach> {
     let returned = match outcome {
         OpOutcome::Done { returned } => *returned,
         OpOutcome::Decoded { .. } => None,
@@ -160,6 +178,22 @@ fn first_breach(op: &Op, outcome: &OpOutcome, b: &Cells, a: &Cells) -> Option<Br
                 }
             }
             None
+        }
+        Op::SeqCp { src, dst, .. } if part == Part::States => {
+            if src == dst || !b.contains_key(&src) || !b.contains_key(&dst) {
+                return None;
+            }
+            others_unchanged("seq_cp: recurrent state not copied", b, a, &[dst]).or_else(|| {
+                let want = get(b, src);
+                (get(a, dst) != want).then(|| {
+                    breach(
+                        "seq_cp: recurrent state not copied",
+                        dst,
+                        &get(a, dst),
+                        &want,
+                    )
+                })
+            })
         }
         Op::SeqCp { src, dst, p0, p1 } => {
             if src == dst || !b.contains_key(&src) || !b.contains_key(&dst) {
@@ -241,14 +275,18 @@ fn first_breach(op: &Op, outcome: &OpOutcome, b: &Cells, a: &Cells) -> Option<Br
                     None => get(b, d.seqs[0]).last().map_or(0, |m| m + 1),
                 };
                 let new: Vec<Pos> = (0..d.n as Pos).map(|i| start + i).collect();
+                let kind = match part {
+                    Part::Cells => "decode: tokens not added",
+                    Part::States => "decode: recurrent state not at the last token",
+                };
                 for (&s, before) in b {
-                    let mut want = before.clone();
-                    if d.seqs.contains(&s) {
-                        want.extend(&new);
-                    }
-                    let want = sorted(want);
+                    let want = match (part, d.seqs.contains(&s)) {
+                        (_, false) => before.clone(),
+                        (Part::Cells, true) => sorted(before.iter().chain(&new).copied().collect()),
+                        (Part::States, true) => new.last().copied().into_iter().collect(),
+                    };
                     if get(a, s) != want {
-                        return Some(breach("decode: tokens not added", s, &get(a, s), &want));
+                        return Some(breach(kind, s, &get(a, s), &want));
                     }
                 }
                 None
@@ -344,11 +382,35 @@ fn failed_rm_moved_accessors(
     })
 }
 
-/// The first breach in `after` (against `after.before`) of a clause with `documented`, if any.
-pub fn check_contract(op: &Op, after: &StepObservation, documented: bool) -> Option<Violation> {
+/// The first breach in `after` (against `after.before`) of a clause with `documented`, if any,
+/// on a memory of type `memory`: the first part's cells by its rules, then a hybrid memory's
+/// recurrent states by theirs.
+pub fn check_contract(
+    op: &Op,
+    after: &StepObservation,
+    documented: bool,
+    memory: MemoryType,
+) -> Option<Violation> {
     let before = after.before.as_ref()?;
-    let x = first_breach(op, &after.outcome, &cells(before), &cells(&after.seqs))
-        .or_else(|| failed_rm_moved_accessors(op, &after.outcome, before, &after.seqs))?;
+    let first = match memory {
+        MemoryType::Recurrent => Part::States,
+        _ => Part::Cells,
+    };
+    let x = first_breach(
+        op,
+        &after.outcome,
+        &cells(before),
+        &cells(&after.seqs),
+        first,
+    )
+    .or_else(|| {
+        (memory == MemoryType::Hybrid).then(|| {
+            let b = second_cells(before);
+            let a = second_cells(&after.seqs);
+            first_breach(op, &after.outcome, &b, &a, Part::States)
+        })?
+    })
+    .or_else(|| failed_rm_moved_accessors(op, &after.outcome, before, &after.seqs))?;
     let c = clause(x.kind);
     (c.documented == documented).then(|| Violation {
         oracle: if documented { ID } else { QUESTION_ID },
@@ -382,7 +444,7 @@ fn kinds_of(documented: bool) -> &'static [&'static str] {
 
 fn judge(seen: &Seen<'_>, documented: bool) -> Option<Violation> {
     match seen {
-        Seen::Step { op, after } => check_contract(op, after, documented),
+        Seen::Step { op, after, arch } => check_contract(op, after, documented, arch.memory()),
         _ => None,
     }
 }
@@ -506,16 +568,16 @@ mod tests {
             returned: Some(false),
         };
         let mut s = step(refused.clone(), &[(0, &[4])], &[(0, &[4])]);
-        assert!(check_contract(&rm, &s, false).is_none());
+        assert!(check_contract(&rm, &s, false, MemoryType::Kv).is_none());
         s.seqs[0].pos_min = -1;
         s.seqs[0].pos_max = -1;
-        let v = check_contract(&rm, &s, false).expect("a breach");
+        let v = check_contract(&rm, &s, false, MemoryType::Kv).expect("a breach");
         assert_eq!(
             (v.kind.as_str(), v.seq),
             ("seq_rm: failed removal changed the cache", Some(0))
         );
         assert!(
-            check_contract(&rm, &s, true).is_none(),
+            check_contract(&rm, &s, true, MemoryType::Kv).is_none(),
             "llama.h is silent: advisory"
         );
     }
@@ -529,7 +591,7 @@ mod tests {
     #[test]
     fn honest_ops_hold() {
         let keep = step(DONE, &[(0, &[0, 1]), (1, &[0])], &[(0, &[0, 1]), (1, &[])]);
-        assert!(check_contract(&Op::SeqKeep { seq: 0 }, &keep, true).is_none());
+        assert!(check_contract(&Op::SeqKeep { seq: 0 }, &keep, true, MemoryType::Kv).is_none());
         let cp = step(
             DONE,
             &[(0, &[0, 1, 2]), (1, &[])],
@@ -543,7 +605,8 @@ mod tests {
                 p1: 2
             },
             &cp,
-            true
+            true,
+            MemoryType::Kv
         )
         .is_none());
         let dec = step(
@@ -551,7 +614,9 @@ mod tests {
             &[(0, &[0, 1])],
             &[(0, &[0, 1, 2, 3])],
         );
-        assert!(check_contract(&Op::Decode(Decode::next(0, 2)), &dec, true).is_none());
+        assert!(
+            check_contract(&Op::Decode(Decode::next(0, 2)), &dec, true, MemoryType::Kv).is_none()
+        );
         let rm = step(
             OpOutcome::Done {
                 returned: Some(true),
@@ -566,7 +631,8 @@ mod tests {
                 p1: 3
             },
             &rm,
-            true
+            true,
+            MemoryType::Kv
         )
         .is_none());
     }
@@ -574,7 +640,7 @@ mod tests {
     #[test]
     fn forced_mismatches_are_caught() {
         let keep = step(DONE, &[(0, &[0, 1]), (1, &[0])], &[(0, &[0, 1]), (1, &[0])]);
-        let v = check_contract(&Op::SeqKeep { seq: 0 }, &keep, true).unwrap();
+        let v = check_contract(&Op::SeqKeep { seq: 0 }, &keep, true, MemoryType::Kv).unwrap();
         assert_eq!(v.kind, "seq_keep: other sequence kept");
         assert_eq!(v.seq, Some(1));
         let rm = step(
@@ -592,11 +658,13 @@ mod tests {
             },
             &rm,
             true,
+            MemoryType::Kv,
         )
         .unwrap();
         assert_eq!(v.kind, "seq_rm: whole-sequence removal failed");
         let full = step(OpOutcome::Decoded { rc: 1 }, &[(0, &[0])], &[(0, &[0, 1])]);
-        let v = check_contract(&Op::Decode(Decode::next(0, 1)), &full, true).unwrap();
+        let v =
+            check_contract(&Op::Decode(Decode::next(0, 1)), &full, true, MemoryType::Kv).unwrap();
         assert_eq!(v.kind, "decode: failed decode changed the cache");
     }
 
@@ -614,8 +682,8 @@ mod tests {
             p1: -1,
             delta: 2,
         };
-        assert!(check_contract(&op, &add, true).is_none());
-        let q = check_contract(&op, &add, false).unwrap();
+        assert!(check_contract(&op, &add, true, MemoryType::Kv).is_none());
+        let q = check_contract(&op, &add, false, MemoryType::Kv).unwrap();
         assert_eq!(q.oracle, QUESTION_ID);
         assert_eq!(q.kind, "seq_add: shared cells moved another sequence");
     }
@@ -623,6 +691,6 @@ mod tests {
     #[test]
     fn no_before_means_nothing_to_judge() {
         let s = StepObservation::basic(DONE, seqs(&[(0, &[0])]));
-        assert!(check_contract(&Op::Clear, &s, true).is_none());
+        assert!(check_contract(&Op::Clear, &s, true, MemoryType::Kv).is_none());
     }
 }

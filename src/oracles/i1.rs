@@ -1,11 +1,15 @@
 //! **I1**, accessor exactness (shared/seeds/004, "Result" 1): `seq_pos_min`/`seq_pos_max` equal
-//! the smallest/largest position among the sequence's cells *in its own serialized state*, -1/-1
+//! the smallest/largest position present for the sequence *in its own serialized state*, -1/-1
 //! when it has none. llama.h on `llama_memory_seq_pos_min`/`_max`: "return -1 if the sequence is
-//! empty". Checked on every observed sequence.
+//! empty". Checked on every observed sequence. What "present" means for each memory type (and
+//! why an iSWA memory's `pos_min` is bounded rather than pinned by its dumps) is
+//! [`super::memory`]'s.
 
 use serde_json::json;
 
-use super::{true_extremes, Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use super::memory::allowed;
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::op::MemoryType;
 use crate::base::target::SeqObservation;
 
 /// llama.h's words that I1 checks (the comments of `llama_memory_seq_pos_min` and
@@ -20,23 +24,36 @@ pub const LLAMA_H: [&str; 4] = [
 /// The oracle.
 pub struct I1;
 
-/// I1 holds on one sequence (no allocation: the explorer's hot path).
-pub fn i1_holds(s: &SeqObservation) -> bool {
-    (s.pos_min, s.pos_max) == true_extremes(s)
+/// I1 holds on one sequence of a `memory` (no allocation: the explorer's hot path).
+pub fn i1_holds(memory: MemoryType, s: &SeqObservation) -> bool {
+    allowed(memory, s).admits(s)
 }
 
-/// I1 on one sequence.
-pub fn check_i1(s: &SeqObservation) -> Option<Violation> {
-    if i1_holds(s) {
+/// I1 on one sequence of a `memory`.
+pub fn check_i1(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
+    let allowed = allowed(memory, s);
+    if allowed.admits(s) {
         return None;
     }
-    let (min, max) = true_extremes(s);
-    let which = match (s.pos_min != min, s.pos_max != max) {
+    let min_ok = (allowed.min.0..=allowed.min.1).contains(&s.pos_min);
+    let which = match (!min_ok, s.pos_max != allowed.max) {
         (true, true) => "pos_min and pos_max",
         (true, false) => "pos_min",
         _ => "pos_max",
     };
-    let kind = if s.cells.is_empty() {
+    let min = if allowed.min.0 == allowed.min.1 {
+        json!(allowed.min.0)
+    } else {
+        json!([allowed.min.0, allowed.min.1])
+    };
+    let mut expected = json!({ "pos_min": min, "pos_max": allowed.max, "cells": s.cells });
+    if let Some(second) = &s.second_cells {
+        expected["second_cells"] = json!(second);
+    }
+    if memory != MemoryType::Kv {
+        expected["memory"] = json!(memory);
+    }
+    let kind = if allowed.max < 0 {
         format!("{which} stale on an empty sequence")
     } else {
         format!("{which} disagree with the cells")
@@ -46,7 +63,7 @@ pub fn check_i1(s: &SeqObservation) -> Option<Violation> {
         kind,
         seq: Some(s.seq),
         observed: json!({ "pos_min": s.pos_min, "pos_max": s.pos_max }),
-        expected: json!({ "pos_min": min, "pos_max": max, "cells": s.cells }),
+        expected,
     })
 }
 
@@ -93,14 +110,16 @@ impl Oracle for I1 {
 
     fn holds(&self, seen: &Seen<'_>) -> bool {
         match seen {
-            Seen::Step { after, .. } => after.seqs.iter().all(i1_holds),
+            Seen::Step { after, arch, .. } => after.seqs.iter().all(|s| i1_holds(arch.memory(), s)),
             _ => true,
         }
     }
 
     fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
         match seen {
-            Seen::Step { after, .. } => after.seqs.iter().find_map(check_i1),
+            Seen::Step { after, arch, .. } => {
+                after.seqs.iter().find_map(|s| check_i1(arch.memory(), s))
+            }
             _ => None,
         }
     }
@@ -122,14 +141,14 @@ mod tests {
 
     #[test]
     fn i1_accepts_exact_accessors_and_the_empty_answer() {
-        assert!(check_i1(&seq(0, 6, &[0, 1, 5, 6])).is_none());
-        assert!(check_i1(&seq(-1, -1, &[])).is_none());
-        assert!(check_i1(&seq(0, 0, &[0, 0])).is_none());
+        assert!(check_i1(MemoryType::Kv, &seq(0, 6, &[0, 1, 5, 6])).is_none());
+        assert!(check_i1(MemoryType::Kv, &seq(-1, -1, &[])).is_none());
+        assert!(check_i1(MemoryType::Kv, &seq(0, 0, &[0, 0])).is_none());
     }
 
     #[test]
     fn i1_positive_control_stale_on_empty() {
-        let v = check_i1(&seq(0, 2, &[])).expect("stale extremum must be caught");
+        let v = check_i1(MemoryType::Kv, &seq(0, 2, &[])).expect("stale extremum must be caught");
         assert_eq!(v.kind, "pos_min and pos_max stale on an empty sequence");
         assert_eq!(v.expected["pos_max"], -1);
         assert!(I1.kinds().contains(&v.kind.as_str()));
@@ -137,7 +156,7 @@ mod tests {
 
     #[test]
     fn i1_positive_control_forced_mismatch() {
-        let v = check_i1(&seq(0, 6, &[0, 1, 2, 3, 6, 7, 8])).unwrap();
+        let v = check_i1(MemoryType::Kv, &seq(0, 6, &[0, 1, 2, 3, 6, 7, 8])).unwrap();
         assert_eq!(v.kind, "pos_max disagree with the cells");
     }
 }

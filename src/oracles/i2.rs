@@ -1,11 +1,15 @@
 //! **I2**, contiguity (shared/seeds/004, "Result" 2; llama.h on `llama_memory_seq_pos_max`: "all
 //! positions in the range [pos_min, pos_max] are guaranteed to be present in the memory").
 //! Checked on the serialized cells' own extremes, so that I2 speaks of the resident set and a
-//! stale accessor is I1's finding alone.
+//! stale accessor is I1's finding alone. The positions judged are those present for the memory
+//! type ([`super::memory::present`]: an iSWA memory's base cache, a hybrid memory's attention
+//! cells within its recurrent range).
 
 use serde_json::json;
 
-use super::{true_extremes, Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use super::memory::present;
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::op::{MemoryType, Pos};
 use crate::base::target::SeqObservation;
 
 /// llama.h's words that I2 checks, quoted by bug reports.
@@ -17,20 +21,26 @@ pub const LLAMA_H: [&str; 2] = [
 /// The oracle.
 pub struct I2;
 
-/// I2 holds on one sequence: sorted cells never skip a position.
-pub fn i2_holds(s: &SeqObservation) -> bool {
-    s.cells.windows(2).all(|w| w[1] - w[0] <= 1)
+/// I2 holds on one sequence of a `memory`: its sorted present positions never skip one.
+pub fn i2_holds(memory: MemoryType, s: &SeqObservation) -> bool {
+    let mut prev: Option<Pos> = None;
+    present(memory, s).all(|p| {
+        let ok = prev.map_or(true, |q| p - q <= 1);
+        prev = Some(p);
+        ok
+    })
 }
 
-/// I2 on one sequence: the positions missing from [min, max] of the resident cells.
-pub fn check_i2(s: &SeqObservation) -> Option<Violation> {
-    if i2_holds(s) {
+/// I2 on one sequence of a `memory`: the positions missing from [min, max] of the present ones.
+pub fn check_i2(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
+    if i2_holds(memory, s) {
         return None;
     }
-    let (min, max) = true_extremes(s);
+    let cells: Vec<Pos> = present(memory, s).collect();
+    let (min, max) = (cells[0], cells[cells.len() - 1]);
     let mut missing = Vec::new();
     let mut next = min;
-    for &p in &s.cells {
+    for &p in &cells {
         while next < p {
             missing.push(next);
             next += 1;
@@ -44,7 +54,7 @@ pub fn check_i2(s: &SeqObservation) -> Option<Violation> {
         oracle: OracleId::I2,
         kind: "hole in [pos_min, pos_max]".into(),
         seq: Some(s.seq),
-        observed: json!({ "cells": s.cells, "missing": missing }),
+        observed: json!({ "cells": cells, "missing": missing }),
         expected: json!({ "cells": (min..=max).collect::<Vec<_>>() }),
     })
 }
@@ -79,14 +89,16 @@ impl Oracle for I2 {
 
     fn holds(&self, seen: &Seen<'_>) -> bool {
         match seen {
-            Seen::Step { after, .. } => after.seqs.iter().all(i2_holds),
+            Seen::Step { after, arch, .. } => after.seqs.iter().all(|s| i2_holds(arch.memory(), s)),
             _ => true,
         }
     }
 
     fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
         match seen {
-            Seen::Step { after, .. } => after.seqs.iter().find_map(check_i2),
+            Seen::Step { after, arch, .. } => {
+                after.seqs.iter().find_map(|s| check_i2(arch.memory(), s))
+            }
             _ => None,
         }
     }
@@ -108,9 +120,9 @@ mod tests {
 
     #[test]
     fn i2_finds_the_injected_hole() {
-        let v = check_i2(&seq(0, 6, &[0, 1, 5, 6])).expect("hole must be caught");
+        let v = check_i2(MemoryType::Kv, &seq(0, 6, &[0, 1, 5, 6])).expect("hole must be caught");
         assert_eq!(v.observed["missing"], json!([2, 3, 4]));
-        assert!(check_i2(&seq(0, 6, &[0, 1, 2, 3, 4, 5, 6])).is_none());
-        assert!(check_i2(&seq(0, 1, &[0, 0, 1, 1])).is_none());
+        assert!(check_i2(MemoryType::Kv, &seq(0, 6, &[0, 1, 2, 3, 4, 5, 6])).is_none());
+        assert!(check_i2(MemoryType::Kv, &seq(0, 1, &[0, 0, 1, 1])).is_none());
     }
 }

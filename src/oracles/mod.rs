@@ -17,8 +17,10 @@ pub mod crash;
 pub mod differential;
 pub mod i1;
 pub mod i2;
+pub mod memory;
 pub mod metamorphic;
 pub mod round_trip;
+pub mod swa_window;
 pub mod theorems;
 
 use std::collections::BTreeSet;
@@ -28,7 +30,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::base::op::{Op, SeqId};
+use crate::base::op::{Arch, Op, SeqId};
 use crate::base::target::{Observe, StepObservation};
 
 /// An oracle's name: what reports, repro files, PREREG.md and `--oracles` call it. Ordered as
@@ -223,6 +225,9 @@ pub enum Seen<'a> {
         op: &'a Op,
         /// The observation after it.
         after: &'a StepObservation,
+        /// The setup's architecture: which memory type the observation is of (what its cells
+        /// mean, [`memory`]).
+        arch: Arch,
     },
     /// Target A (`a`) and target B (`b`) after the same `op`.
     Pair {
@@ -318,7 +323,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 13] = [
+pub static BUILTIN: [&dyn Oracle; 14] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -332,6 +337,7 @@ pub static BUILTIN: [&dyn Oracle; 13] = [
     &contract::ContractQuestion,
     &config_differential::ConfigDifferential,
     &cache_invisible::CacheInvisible,
+    &swa_window::SwaWindow,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.
@@ -430,15 +436,6 @@ impl Registry {
     pub fn names(&self) -> Vec<&'static str> {
         self.iter().map(|o| o.id().name()).collect()
     }
-}
-
-/// The smallest and largest resident position of a sequence, -1/-1 when it has none: what
-/// llama.h's accessors must answer.
-pub(crate) fn true_extremes(s: &crate::base::target::SeqObservation) -> (i32, i32) {
-    (
-        s.cells.first().copied().unwrap_or(-1),
-        s.cells.last().copied().unwrap_or(-1),
-    )
 }
 
 #[cfg(test)]

@@ -5,10 +5,19 @@
 //! ([`crate::base::target::RoundTrip`]). The twin must answer the accessors and hold the cells
 //! the original does, and a second dump must give the same bytes. A load that fails (returns 0)
 //! on bytes the target itself wrote is a finding too: llama.h offers no other way to restore.
+//!
+//! Per memory type: the cells of both parts must come back (an iSWA memory's windowed dump, a
+//! hybrid memory's recurrent states). One exception: an iSWA memory's per-sequence dump leaves
+//! out the windowed cells masked for the next token (src/llama-kv-cache.cpp:1996 / :2100), which
+//! the original may still hold and count in `seq_pos_min` (docs/memory-types.md), so after a
+//! per-sequence load the twin's `pos_min` need only be one the original's dumps allow
+//! ([`super::memory::allowed`]).
 
 use serde_json::json;
 
+use super::memory::allowed;
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::op::MemoryType;
 use crate::base::target::{Observe, SeqObservation, StepObservation};
 
 /// The oracle.
@@ -18,11 +27,23 @@ pub struct RoundTripOracle;
 pub const ID: OracleId = OracleId::builtin(8, "round-trip");
 
 fn seq_view(s: &SeqObservation) -> serde_json::Value {
-    json!({ "pos_min": s.pos_min, "pos_max": s.pos_max, "cells": s.cells })
+    let mut v = json!({ "pos_min": s.pos_min, "pos_max": s.pos_max, "cells": s.cells });
+    if let Some(second) = &s.second_cells {
+        v["second_cells"] = json!(second);
+    }
+    v
 }
 
-fn same(a: &SeqObservation, b: &SeqObservation) -> bool {
-    a.pos_min == b.pos_min && a.pos_max == b.pos_max && a.cells == b.cells
+/// Whether the twin `b` gives back the original `a`; `windowed_min_may_rise`: an iSWA
+/// per-sequence load, whose twin's `pos_min` need only be one `a`'s dumps allow.
+fn same(a: &SeqObservation, b: &SeqObservation, windowed_min_may_rise: bool) -> bool {
+    let min_ok = if windowed_min_may_rise {
+        let allowed = allowed(MemoryType::Iswa, a);
+        (allowed.min.0..=allowed.min.1).contains(&b.pos_min)
+    } else {
+        a.pos_min == b.pos_min
+    };
+    min_ok && a.pos_max == b.pos_max && a.cells == b.cells && a.second_cells == b.second_cells
 }
 
 fn violation(
@@ -40,9 +61,10 @@ fn violation(
     }
 }
 
-/// The first way the round trip in `after` differs from `after` itself, if any (`None` also when
-/// the target made no round trip).
-pub fn check_round_trip(after: &StepObservation) -> Option<Violation> {
+/// The first way the round trip in `after` (of a `memory`) differs from `after` itself, if any
+/// (`None` also when the target made no round trip).
+pub fn check_round_trip(after: &StepObservation, memory: MemoryType) -> Option<Violation> {
+    let iswa = memory == MemoryType::Iswa;
     let rt = after.round_trip.as_ref()?;
     if !rt.whole_loaded {
         return Some(violation(
@@ -53,7 +75,7 @@ pub fn check_round_trip(after: &StepObservation) -> Option<Violation> {
         ));
     }
     for (orig, twin) in after.seqs.iter().zip(&rt.whole_twin) {
-        if !same(orig, twin) {
+        if !same(orig, twin, false) {
             return Some(violation(
                 "whole load differs",
                 Some(orig.seq),
@@ -71,7 +93,7 @@ pub fn check_round_trip(after: &StepObservation) -> Option<Violation> {
                 json!("the bytes llama_state_seq_get_data wrote load"),
             ));
         }
-        if !same(orig, &s.twin) {
+        if !same(orig, &s.twin, iswa) {
             return Some(violation(
                 "seq load differs",
                 Some(orig.seq),
@@ -134,14 +156,14 @@ impl Oracle for RoundTripOracle {
 
     fn holds(&self, seen: &Seen<'_>) -> bool {
         match seen {
-            Seen::Step { after, .. } => check_round_trip(after).is_none(),
+            Seen::Step { after, arch, .. } => check_round_trip(after, arch.memory()).is_none(),
             _ => true,
         }
     }
 
     fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
         match seen {
-            Seen::Step { after, .. } => check_round_trip(after),
+            Seen::Step { after, arch, .. } => check_round_trip(after, arch.memory()),
             _ => None,
         }
     }
@@ -190,21 +212,30 @@ mod tests {
 
     #[test]
     fn an_exact_round_trip_holds() {
-        assert!(check_round_trip(&step(&[0, 1, 2], &[0, 1, 2])).is_none());
+        assert!(check_round_trip(&step(&[0, 1, 2], &[0, 1, 2]), MemoryType::Kv).is_none());
     }
 
     #[test]
     fn forced_mismatches_are_caught() {
-        let v = check_round_trip(&step(&[0, 1, 2], &[0, 1])).unwrap();
+        let v = check_round_trip(&step(&[0, 1, 2], &[0, 1]), MemoryType::Kv).unwrap();
         assert_eq!(v.kind, "whole load differs");
         let mut s = step(&[0, 1], &[0, 1]);
         s.round_trip.as_mut().unwrap().seqs[0].loaded = false;
-        assert_eq!(check_round_trip(&s).unwrap().kind, "seq load failed");
+        assert_eq!(
+            check_round_trip(&s, MemoryType::Kv).unwrap().kind,
+            "seq load failed"
+        );
         let mut s = step(&[0, 1], &[0, 1]);
         s.round_trip.as_mut().unwrap().seqs[0].same_bytes = false;
-        assert_eq!(check_round_trip(&s).unwrap().kind, "seq redump differs");
+        assert_eq!(
+            check_round_trip(&s, MemoryType::Kv).unwrap().kind,
+            "seq redump differs"
+        );
         let mut s = step(&[0, 1], &[0, 1]);
         s.round_trip.as_mut().unwrap().whole_loaded = false;
-        assert_eq!(check_round_trip(&s).unwrap().kind, "whole load failed");
+        assert_eq!(
+            check_round_trip(&s, MemoryType::Kv).unwrap().kind,
+            "whole load failed"
+        );
     }
 }

@@ -98,6 +98,7 @@ pub fn judge_run(
                 oracle.judges(&Seen::Step {
                     op: &trace.ops[i],
                     after,
+                    arch: trace.setup.arch,
                 })
             }),
             Reads::Pair => b.is_some_and(|b| {
@@ -121,6 +122,7 @@ pub fn judge_run(
                 let seen = Seen::Step {
                     op: &trace.ops[i],
                     after,
+                    arch: trace.setup.arch,
                 };
                 (oracle.judges(&seen) && !oracle.holds(&seen))
                     .then(|| (i + 1, oracle.check(&seen), false))

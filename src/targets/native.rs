@@ -60,8 +60,11 @@ impl ContextState {
 }
 
 /// The sliding window of the native iSWA memory, in positions: the `sliding_window` of the tiny
-/// gemma2 models (shared/LLAMA-FACTS.md), which the native model has no GGUF to read from.
-pub const NATIVE_N_SWA: u32 = 4;
+/// gemma2 models ([`crate::base::op::Arch::swa_window`]), which the native model has no GGUF to read from.
+pub const NATIVE_N_SWA: u32 = match crate::base::op::Arch::Gemma2.swa_window() {
+    Some(w) => w,
+    None => 0,
+};
 
 /// The native target: a [`Memory`] of the setup's architecture, with optional faults.
 #[derive(Debug)]

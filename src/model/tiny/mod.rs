@@ -123,7 +123,7 @@ impl TinyModelSpec {
             Arch::Gemma2 => TinyModelSpec {
                 arch,
                 n_layer: 2,
-                sliding_window: Some(4),
+                sliding_window: arch.swa_window(),
                 ..audit
             },
             Arch::Mamba => TinyModelSpec {

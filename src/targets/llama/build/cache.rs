@@ -172,8 +172,6 @@ pub(super) fn cache_key(
     Ok(crate::base::files::sha256_hex(bytes))
 }
 
-/// Lowercase hex of `bytes`.
-
 /// sha256 of a file, hex; the error names the file.
 pub fn file_sha256(path: &Path) -> Result<String, LlamaError> {
     crate::base::files::file_sha256(path).context_io(|| format!("reading {}", path.display()))

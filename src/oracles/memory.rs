@@ -1,0 +1,168 @@
+//! What a sequence's accessors and dumps must agree on, per memory type: the ground of I1 and
+//! I2 beyond the attention cache (docs/memory-types.md, "What `seq_pos_min`/`seq_pos_max` are,
+//! per type", cites each source line).
+//!
+//! llama.h defines the accessors once for every memory: `seq_pos_min` "Returns the smallest
+//! position present in the memory for the specified sequence", `seq_pos_max` the largest, -1 when
+//! the sequence is empty, and "all positions in the range [pos_min, pos_max] are guaranteed to be
+//! present in the memory". What "present" means depends on the memory's parts, all of which are
+//! in the sequence's own dump ([`SeqObservation::cells`], [`SeqObservation::second_cells`]):
+//!
+//! - **kv**: a position is present when a cell of the sequence holds it.
+//! - **recurrent**: the sequence's state cell holds the position of the last token it absorbed
+//!   (`llama_memory_recurrent::seq_pos_min/max` are the extremes over the cells that hold the
+//!   sequence, src/llama-memory-recurrent.cpp:364-395 / :390-416): the same rule on the state
+//!   cells.
+//! - **iswa**: the base (full-attention) cache holds every position; the windowed cache holds the
+//!   last ones, and the llama.h note "typically non-zero only for SWA caches" says `pos_min` is
+//!   the windowed cache's (`llama_kv_cache_iswa::seq_pos_min`, src/llama-kv-cache-iswa.cpp:142-149).
+//!   The windowed *dump* leaves out cells masked for the next token that the windowed *cache*
+//!   may still hold, so the dumps pin `pos_max` (the base cache's largest position) and bound
+//!   `pos_min`: no smaller than the base cache's smallest position, no larger than the windowed
+//!   dump's smallest one. The window itself is judged by [`super::swa_window`].
+//! - **hybrid**: a position is present when both parts can serve it: the attention cache holds
+//!   it and it lies within the recurrent states' range (`llama_memory_hybrid::seq_pos_min` is
+//!   the max of the parts' minimums, `seq_pos_max` the min of their maximums,
+//!   src/llama-memory-hybrid.cpp:172-180: the extremes of that intersection whenever it is not
+//!   empty). Where the parts do not overlap nothing is present and llama.h's answer is -1.
+
+use crate::base::op::{MemoryType, Pos};
+use crate::base::target::SeqObservation;
+
+/// The accessor answers a sequence's dumps allow: `pos_min` in `min.0..=min.1`, `pos_max`
+/// exactly `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allowed {
+    /// The smallest and largest `pos_min` the dumps allow (equal except for iSWA).
+    pub min: (Pos, Pos),
+    /// The one `pos_max` the dumps allow.
+    pub max: Pos,
+}
+
+impl Allowed {
+    fn exact((min, max): (Pos, Pos)) -> Allowed {
+        Allowed {
+            min: (min, min),
+            max,
+        }
+    }
+
+    /// Whether the sequence's accessors are allowed.
+    pub fn admits(&self, s: &SeqObservation) -> bool {
+        (self.min.0..=self.min.1).contains(&s.pos_min) && s.pos_max == self.max
+    }
+}
+
+/// The extremes of sorted positions, -1/-1 when there are none.
+fn extremes(sorted: impl DoubleEndedIterator<Item = Pos> + Clone) -> (Pos, Pos) {
+    let min = sorted.clone().next().unwrap_or(-1);
+    let max = sorted.last().unwrap_or(-1);
+    (min, max)
+}
+
+/// The positions present in the memory for the sequence, sorted, that I2 judges contiguous and,
+/// but for an iSWA memory's `pos_min`, I1 judges the accessors against.
+pub fn present(
+    memory: MemoryType,
+    s: &SeqObservation,
+) -> impl DoubleEndedIterator<Item = Pos> + Clone + '_ {
+    // Hybrid: the attention cells within the recurrent states' range (an empty range when the
+    // recurrent part holds nothing: min -1 > max -2).
+    let (lo, hi) = match (memory, &s.second_cells) {
+        (MemoryType::Hybrid, Some(recurrent)) => match extremes(recurrent.iter().copied()) {
+            (-1, -1) => (-1, -2),
+            range => range,
+        },
+        _ => (Pos::MIN, Pos::MAX),
+    };
+    s.cells
+        .iter()
+        .copied()
+        .filter(move |&p| (lo..=hi).contains(&p))
+}
+
+/// The accessor answers the sequence's dumps allow under `memory`.
+pub fn allowed(memory: MemoryType, s: &SeqObservation) -> Allowed {
+    let (min, max) = extremes(present(memory, s));
+    match (memory, &s.second_cells) {
+        (MemoryType::Iswa, Some(windowed)) if max >= 0 => Allowed {
+            min: (min, windowed.first().copied().unwrap_or(max).max(min)),
+            max,
+        },
+        _ => Allowed::exact((min, max)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(pos_min: Pos, pos_max: Pos, cells: &[Pos], second: Option<&[Pos]>) -> SeqObservation {
+        SeqObservation {
+            seq: 0,
+            pos_min,
+            pos_max,
+            cells: cells.to_vec(),
+            second_cells: second.map(<[Pos]>::to_vec),
+        }
+    }
+
+    #[test]
+    fn kv_and_recurrent_are_the_cells_extremes() {
+        for memory in [MemoryType::Kv, MemoryType::Recurrent] {
+            assert_eq!(
+                allowed(memory, &seq(0, 0, &[2, 3, 7], None)),
+                Allowed::exact((2, 7))
+            );
+            assert_eq!(
+                allowed(memory, &seq(0, 0, &[], None)),
+                Allowed::exact((-1, -1))
+            );
+        }
+    }
+
+    #[test]
+    fn iswa_pins_pos_max_and_bounds_pos_min_by_the_windowed_dump() {
+        // Measured on both pins (memtypes_load_gemma2_*): base 0..4, windowed dump 1..4,
+        // accessors 0/4.
+        let s = seq(0, 4, &[0, 1, 2, 3, 4], Some(&[1, 2, 3, 4]));
+        let a = allowed(MemoryType::Iswa, &s);
+        assert_eq!(
+            a,
+            Allowed {
+                min: (0, 1),
+                max: 4
+            }
+        );
+        assert!(a.admits(&s));
+        assert!(
+            !a.admits(&seq(2, 4, &[], None)),
+            "pos_min above the windowed dump"
+        );
+        assert!(
+            !a.admits(&seq(0, 3, &[], None)),
+            "pos_max below the base cache's"
+        );
+        let empty = seq(-1, -1, &[], Some(&[]));
+        assert!(allowed(MemoryType::Iswa, &empty).admits(&empty));
+    }
+
+    #[test]
+    fn hybrid_is_the_intersection_of_its_parts() {
+        // Consistent: attention 0..5, recurrent state at 5 (measured: accessors 5/5).
+        let s = seq(5, 5, &[0, 1, 2, 3, 4, 5], Some(&[5]));
+        assert_eq!(allowed(MemoryType::Hybrid, &s), Allowed::exact((5, 5)));
+        // A partial copy: the attention part got 0..2, the recurrent part the whole state at 5.
+        // llama.cpp's formula answers max(0, 5) / min(2, 5) = 5/2; nothing is present in both.
+        let split = seq(5, 2, &[0, 1, 2], Some(&[5]));
+        assert_eq!(
+            allowed(MemoryType::Hybrid, &split),
+            Allowed::exact((-1, -1))
+        );
+        assert!(!allowed(MemoryType::Hybrid, &split).admits(&split));
+        // One part empty.
+        let no_state = seq(-1, -1, &[0, 1], Some(&[]));
+        assert!(allowed(MemoryType::Hybrid, &no_state).admits(&no_state));
+        assert_eq!(present(MemoryType::Hybrid, &no_state).count(), 0);
+    }
+}

@@ -1,0 +1,259 @@
+//! **swa-window**: an iSWA memory's windowed cache follows positions (shared/seeds/000, T3: the
+//! sliding window is keyed off the absolute position, never off a cell's index or the order
+//! tokens arrived in). Judged on every sequence of an iSWA memory (`gemma2`), from its two dumps:
+//! the base (full) cache's cells `B` and the windowed cache's dump `W`, with `M` the largest
+//! position of `B` and `n` the window ([`crate::base::op::Arch::swa_window`]):
+//!
+//! 1. `W` holds no position that `B` does not: llama.cpp sends every op to both caches
+//!    (src/llama-kv-cache-iswa.cpp:111-140), and only the windowed one forgets.
+//! 2. `W` holds no position outside the window of the sequence's next token: `M - p < n`. The
+//!    windowed dump leaves out the cells that are masked for it (`is_masked_swa(n_swa, swa_type,
+//!    pos, seq_pos_max)`, src/llama-kv-cache.cpp:1996 / :2100), so a position beyond the window
+//!    in `W` is a mask keyed off something else.
+//! 3. An op that moves no position (decode, `seq_rm`, `seq_cp`, `seq_keep`, `clear`) never takes
+//!    from `W` a position that is still in `B` and that the sequence's next token attends
+//!    (`M + 1 - p < n`): the windowed cache overwrites a cell only when it is masked for its
+//!    sequence's next token (src/llama-kv-cache.cpp:1075, `seq_pos_max + 1`), so the dump's
+//!    oldest position (`M - p = n - 1`) may go. This is what catches an eviction one position
+//!    early.
+//!
+//! Not judged on other memory types (`judges` is false: counted as not judged, never passed).
+//! After a purge, a removal at the tail can leave `W` without positions that are back inside
+//! the window; llama.h allows it (`seq_pos_min` "is typically non-zero only for SWA caches") and
+//! rule 3 does not ask for them, since they were not in `W` before the op.
+
+use std::collections::BTreeSet;
+
+use serde_json::json;
+
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::op::{Arch, MemoryType, Op, Pos};
+use crate::base::target::{Observe, SeqObservation, StepObservation};
+
+/// The oracle.
+pub struct SwaWindow;
+
+/// Its id.
+pub const ID: OracleId = OracleId::builtin(13, "swa-window");
+
+const OUTSIDE_BASE: &str = "windowed cache holds a position the base cache lacks";
+const OUTSIDE_WINDOW: &str = "windowed cache holds a position outside the window";
+const EVICTED: &str = "windowed cache lost a position inside the window";
+
+fn violation(kind: &str, s: &SeqObservation, observed: serde_json::Value, n: u32) -> Violation {
+    Violation {
+        oracle: ID,
+        kind: kind.into(),
+        seq: Some(s.seq),
+        observed,
+        expected: json!({ "cells": s.cells, "window": n }),
+    }
+}
+
+/// Whether an op leaves every position where it was (rule 3 applies).
+fn keeps_positions(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Decode(_) | Op::SeqRm { .. } | Op::SeqCp { .. } | Op::SeqKeep { .. } | Op::Clear
+    )
+}
+
+/// The first breach on one sequence (`before`: the same sequence right before the op, when
+/// rule 3 applies).
+fn check_seq(s: &SeqObservation, before: Option<&SeqObservation>, n: u32) -> Option<Violation> {
+    let windowed = s.second_cells.as_deref()?;
+    let base: BTreeSet<Pos> = s.cells.iter().copied().collect();
+    if let Some(&p) = windowed.iter().find(|p| !base.contains(p)) {
+        return Some(violation(
+            OUTSIDE_BASE,
+            s,
+            json!({ "windowed": windowed, "position": p }),
+            n,
+        ));
+    }
+    let Some(&max) = base.last() else {
+        return None;
+    };
+    let inside = |p: Pos| i64::from(max) - i64::from(p) < i64::from(n);
+    if let Some(&p) = windowed.iter().find(|&&p| !inside(p)) {
+        return Some(violation(
+            OUTSIDE_WINDOW,
+            s,
+            json!({ "windowed": windowed, "position": p }),
+            n,
+        ));
+    }
+    // The slot search keys off the next token (`seq_pos_max + 1`), the dump off `seq_pos_max`:
+    // the oldest position of the dump may be overwritten legitimately.
+    let attended = |p: Pos| i64::from(max) + 1 - i64::from(p) < i64::from(n);
+    let had = before.and_then(|b| b.second_cells.as_deref())?;
+    let now: BTreeSet<Pos> = windowed.iter().copied().collect();
+    had.iter()
+        .find(|&&p| base.contains(&p) && attended(p) && !now.contains(&p))
+        .map(|&p| {
+            violation(
+                EVICTED,
+                s,
+                json!({ "windowed_before": had, "windowed": windowed, "position": p }),
+                n,
+            )
+        })
+}
+
+/// The first breach in `after`, for an iSWA memory with window `n`.
+pub fn check_swa_window(op: &Op, after: &StepObservation, n: u32) -> Option<Violation> {
+    let before = after.before.as_deref().filter(|_| keeps_positions(op));
+    after.seqs.iter().find_map(|s| {
+        let b = before.and_then(|b| b.iter().find(|b| b.seq == s.seq));
+        check_seq(s, b, n)
+    })
+}
+
+/// The window when `arch` has an iSWA memory.
+fn window(arch: Arch) -> Option<u32> {
+    (arch.memory() == MemoryType::Iswa)
+        .then(|| arch.swa_window())
+        .flatten()
+}
+
+impl Oracle for SwaWindow {
+    fn id(&self) -> OracleId {
+        ID
+    }
+
+    fn summary(&self) -> &'static str {
+        "iSWA: the windowed cache holds only base positions inside the window, and loses none of them but by a position-keyed eviction"
+    }
+
+    fn reads(&self) -> Reads {
+        Reads::Step
+    }
+
+    fn kinds(&self) -> &'static [&'static str] {
+        &[OUTSIDE_BASE, OUTSIDE_WINDOW, EVICTED]
+    }
+
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        &[PositiveControl {
+            fault: "swa_window_off_by_one",
+            target: "native[swa_window_off_by_one]",
+            seed_depth: None,
+            evidence: "oracles/swa_window_off_by_one.json",
+        }]
+    }
+
+    fn observes(&self) -> Observe {
+        Observe {
+            before: true,
+            ..Observe::BASIC
+        }
+    }
+
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        matches!(seen, Seen::Step { arch, .. } if window(*arch).is_some())
+            && super::seen_has(seen, self.observes())
+    }
+
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        self.check(seen).is_none()
+    }
+
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        match seen {
+            Seen::Step { op, after, arch } => check_swa_window(op, after, window(*arch)?),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::op::Decode;
+    use crate::base::target::OpOutcome;
+
+    fn seq(cells: &[Pos], windowed: &[Pos]) -> SeqObservation {
+        SeqObservation {
+            seq: 0,
+            pos_min: 0,
+            pos_max: 0,
+            cells: cells.to_vec(),
+            second_cells: Some(windowed.to_vec()),
+        }
+    }
+
+    fn step(before: SeqObservation, after: SeqObservation) -> StepObservation {
+        let mut s = StepObservation::basic(OpOutcome::Decoded { rc: 0 }, vec![after]);
+        s.before = Some(vec![before]);
+        s
+    }
+
+    const DECODE: Op = Op::Decode(Decode {
+        seqs: Vec::new(),
+        n: 1,
+        pos: None,
+        tokens: None,
+    });
+
+    #[test]
+    fn a_window_that_follows_positions_holds() {
+        // Window 4, positions 0..6 then one more: 3..6 in the window, then 4..7.
+        let s = step(
+            seq(&[0, 1, 2, 3, 4, 5], &[2, 3, 4, 5]),
+            seq(&[0, 1, 2, 3, 4, 5], &[3, 4, 5]),
+        );
+        assert!(
+            check_swa_window(&DECODE, &s, 4).is_none(),
+            "2 is masked for the next token 6"
+        );
+        let s = step(
+            seq(&[0, 1, 2, 3, 4, 5, 6], &[3, 4, 5, 6]),
+            seq(&[0, 1, 2, 3, 4, 5, 6, 7], &[4, 5, 6, 7]),
+        );
+        assert!(check_swa_window(&DECODE, &s, 4).is_none());
+        // A tail removal after a purge: 3 is back inside the window but was not in W before.
+        let s = step(
+            seq(&[0, 1, 2, 3, 4, 5, 6, 7], &[5, 6, 7]),
+            seq(&[0, 1, 2, 3, 4, 5], &[5]),
+        );
+        let rm = Op::SeqRm {
+            seq: 0,
+            p0: 6,
+            p1: -1,
+        };
+        assert!(check_swa_window(&rm, &s, 4).is_none());
+    }
+
+    #[test]
+    fn each_rule_catches_its_forced_mismatch() {
+        let v =
+            check_swa_window(&DECODE, &step(seq(&[], &[]), seq(&[0, 1], &[0, 1, 2])), 4).unwrap();
+        assert_eq!(v.kind, OUTSIDE_BASE);
+        let v = check_swa_window(
+            &DECODE,
+            &step(seq(&[], &[]), seq(&[0, 1, 2, 3, 4], &[0, 1, 2, 3, 4])),
+            4,
+        )
+        .unwrap();
+        assert_eq!(v.kind, OUTSIDE_WINDOW);
+        // An eviction one position early: 5 is still attended by the next token 8.
+        let s = step(
+            seq(&[0, 1, 2, 3, 4, 5, 6], &[3, 4, 5, 6]),
+            seq(&[0, 1, 2, 3, 4, 5, 6, 7], &[6, 7]),
+        );
+        let v = check_swa_window(&DECODE, &s, 4).unwrap();
+        assert_eq!(
+            (v.kind.as_str(), v.observed["position"].as_i64()),
+            (EVICTED, Some(5))
+        );
+        // A shift moves positions: rule 3 does not apply.
+        let add = Op::SeqAdd {
+            seq: 0,
+            p0: 0,
+            p1: -1,
+            delta: 1,
+        };
+        assert!(check_swa_window(&add, &s, 4).is_none());
+        assert!(SwaWindow.kinds().contains(&v.kind.as_str()));
+    }
+}
