@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::error::Error;
 use crate::base::files::{check_input_size, read_text_limited};
-use crate::base::op::{CacheType, Decode, Op, Pos, SeqId, Setup, Slot};
+use crate::base::op::{Arch, CacheType, Decode, Op, Pos, SeqId, Setup, Slot};
 
 /// The largest domain file read (1 MiB; the presets are a few hundred bytes).
 pub const MAX_DOMAIN_FILE_BYTES: u64 = 1 << 20;
@@ -168,13 +168,13 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 11] = [
+pub const PRESETS: [&str; 14] = [
     "seed", "wide", "streams", "state", "flags", "batch", "full", "flash", "quant", "seqids",
-    "server",
+    "server", "iswa", "recurrent", "hybrid",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 11] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 14] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -186,6 +186,9 @@ pub const PRESET_SUMMARIES: [(&str, &str); 11] = [
     ("quant", "seed with q8_0 K/V caches (and flash attention, which quantized V needs)"),
     ("seqids", "sequence ids at and beyond n_seq_max (2 and 40), which a unified cache may accept"),
     ("server", "like llama-server with 4 slots: one stream per slot, whole-slot copies, slot save/restore, a filling context"),
+    ("iswa", "gemma2's iSWA memory (window 4) with a full windowed cache, so decodes evict: ranges and shifts across the window, multi-sequence decodes, state save/load"),
+    ("recurrent", "mamba's recurrent memory: partial and whole removals, copies, shifts, multi-sequence decodes, state save/load"),
+    ("hybrid", "jamba's hybrid memory (recurrent + attention): the recurrent preset's ops on both parts"),
 ];
 
 impl Domain {
@@ -314,6 +317,48 @@ impl Domain {
                 state: true,
                 state_flags: Vec::new(),
                 load_truncate: vec![12],
+            }),
+            "iswa" => Some(Domain {
+                name: "iswa".into(),
+                // The windowed cache has pad(min(512, 4 * 2 + 16), 256) = 256 cells; the setup
+                // fills them (seq 1: 0..5, seq 0: 0..249), so every decode overwrites cells
+                // masked for their sequence's next token (src/llama-kv-cache.cpp:1075).
+                setup: Setup {
+                    n_ctx: 512,
+                    n_seq_max: 2,
+                    arch: Arch::Gemma2,
+                    n_ubatch: Some(16),
+                    ops: vec![
+                        Op::Decode(Decode::next(1, 6)),
+                        Op::Decode(Decode::next(0, 250)),
+                    ],
+                    ..Setup::default()
+                },
+                // Seq 1's window is 2..5, seq 0's 246..249: ranges inside, across and below.
+                ranges: vec![[0, 3], [2, 5], [244, 248], [-1, -1]],
+                decode_next: vec![1, 4],
+                decode_shared: true,
+                state: true,
+                ..seed.clone()
+            }),
+            "recurrent" | "hybrid" => Some(Domain {
+                name: name.into(),
+                setup: Setup {
+                    arch: if name == "recurrent" {
+                        Arch::Mamba
+                    } else {
+                        Arch::Jamba
+                    },
+                    ..seed.setup.clone()
+                },
+                // The state sits at position 6: [0, 3) misses it (returns true, nothing moves),
+                // [4, 7) is a partial removal (refused: no rollback depth), [0, 7) and
+                // [-1, -1) remove it, [7, -1) is beyond it.
+                ranges: vec![[0, 3], [4, 7], [0, 7], [7, -1], [-1, -1]],
+                decode_next: vec![1, 3],
+                decode_shared: true,
+                state: true,
+                ..seed
             }),
             _ => None,
         }
