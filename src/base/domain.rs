@@ -169,8 +169,20 @@ fn is_false(b: &bool) -> bool {
 
 /// The names of the built-in presets.
 pub const PRESETS: [&str; 14] = [
-    "seed", "wide", "streams", "state", "flags", "batch", "full", "flash", "quant", "seqids",
-    "server", "iswa", "recurrent", "hybrid",
+    "seed",
+    "wide",
+    "streams",
+    "state",
+    "flags",
+    "batch",
+    "full",
+    "flash",
+    "quant",
+    "seqids",
+    "server",
+    "iswa",
+    "recurrent",
+    "hybrid",
 ];
 
 /// One line per preset: what it exercises.
@@ -320,13 +332,16 @@ impl Domain {
             }),
             "iswa" => Some(Domain {
                 name: "iswa".into(),
-                // The windowed cache has pad(min(512, 4 * 2 + 16), 256) = 256 cells; the setup
+                // With swa_full off (llama.cpp's default is on: a windowed cache as large as the
+                // base one, which never has to evict) the windowed cache has
+                // pad(min(512, 4 * 2 + 16), 256) = 256 cells; the setup
                 // fills them (seq 1: 0..5, seq 0: 0..249), so every decode overwrites cells
                 // masked for their sequence's next token (src/llama-kv-cache.cpp:1075).
                 setup: Setup {
                     n_ctx: 512,
                     n_seq_max: 2,
                     arch: Arch::Gemma2,
+                    swa_full: false,
                     n_ubatch: Some(16),
                     ops: vec![
                         Op::Decode(Decode::next(1, 6)),

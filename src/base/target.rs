@@ -238,7 +238,7 @@ pub struct RoundTrip {
 pub struct SeqRoundTrip {
     /// The load succeeded (returned non-zero).
     pub loaded: bool,
-    /// The twin's observation of the sequence after every sequence was loaded.
+    /// The twin's observation of the sequence after it alone was loaded into the emptied twin.
     pub twin: SeqObservation,
     /// The twin's dump of the sequence is byte-identical to the one it was loaded from.
     pub same_bytes: bool,
@@ -439,8 +439,8 @@ pub fn observe_with(
     Ok(obs)
 }
 
-/// Loads `whole` (this target's whole-context dump) and then each sequence's dump into the
-/// target's twin, and observes the twin. `None` when the target has no twin or the twin cannot
+/// Loads `whole` (this target's whole-context dump) into the target's twin, then each
+/// sequence's dump into the emptied twin, one at a time, and observes the twin. `None` when the target has no twin or the twin cannot
 /// load state at all.
 fn round_trip(
     target: &mut dyn CacheUnderTest,
@@ -468,20 +468,20 @@ fn round_trip(
         whole_twin.push(observe_seq(twin, format, seq)?);
     }
     let whole_same_bytes = twin.state_get()?.as_deref() == Some(whole);
-    twin.apply(&crate::base::op::Op::Clear)?;
-    let mut loaded = Vec::with_capacity(seqs.len());
+    // Each sequence goes into an emptied twin on its own: sequences that share cells in the
+    // original (a `seq_cp`) are written out separately, so loaded together they can need more
+    // cells than the cache has, which llama.h does not promise to hold.
+    let mut per_seq = Vec::with_capacity(seqs.len());
     for (&seq, bytes) in seqs.iter().zip(&seq_bytes) {
-        match twin.set_seq_state(seq, bytes)? {
+        twin.apply(&crate::base::op::Op::Clear)?;
+        let loaded = match twin.set_seq_state(seq, bytes)? {
             OpOutcome::Unsupported { .. } => return Ok(None),
-            o => loaded.push(
+            o => {
                 o == OpOutcome::Done {
                     returned: Some(true),
-                },
-            ),
-        }
-    }
-    let mut per_seq = Vec::with_capacity(seqs.len());
-    for ((&seq, bytes), loaded) in seqs.iter().zip(&seq_bytes).zip(loaded) {
+                }
+            }
+        };
         let obs = observe_seq(twin, format, seq)?;
         let same_bytes = twin.seq_state(seq)? == *bytes;
         per_seq.push(SeqRoundTrip {

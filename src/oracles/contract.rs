@@ -140,7 +140,18 @@ enum Part {
 }
 
 /// The first clause of the op that does not hold on one part, documented or not.
-fn first_breach(op: &Op, outcome: &OpOutcome, b: &Cells, a: &Cells, part: Part) -> Option<Breach> {
+///
+/// `next`: the first part's cells before the op, whose last position + 1 is where a decode
+/// without positions goes (the targets ask `seq_pos_max + 1`, which for a hybrid memory follows
+/// the attention part).
+fn first_breach(
+    op: &Op,
+    outcome: &OpOutcome,
+    b: &Cells,
+    a: &Cells,
+    part: Part,
+    next: &Cells,
+) -> Option<Breach> {
     let returned = match outcome {
         OpOutcome::Done { returned } => *returned,
         OpOutcome::Decoded { .. } => None,
@@ -272,7 +283,7 @@ fn first_breach(op: &Op, outcome: &OpOutcome, b: &Cells, a: &Cells, part: Part) 
             OpOutcome::Decoded { rc: 0 } => {
                 let start = match d.pos {
                     Some(p) => p,
-                    None => get(b, d.seqs[0]).last().map_or(0, |m| m + 1),
+                    None => get(next, d.seqs[0]).last().map_or(0, |m| m + 1),
                 };
                 let new: Vec<Pos> = (0..d.n as Pos).map(|i| start + i).collect();
                 let kind = match part {
@@ -396,21 +407,16 @@ pub fn check_contract(
         MemoryType::Recurrent => Part::States,
         _ => Part::Cells,
     };
-    let x = first_breach(
-        op,
-        &after.outcome,
-        &cells(before),
-        &cells(&after.seqs),
-        first,
-    )
-    .or_else(|| {
-        (memory == MemoryType::Hybrid).then(|| {
-            let b = second_cells(before);
-            let a = second_cells(&after.seqs);
-            first_breach(op, &after.outcome, &b, &a, Part::States)
-        })?
-    })
-    .or_else(|| failed_rm_moved_accessors(op, &after.outcome, before, &after.seqs))?;
+    let b = cells(before);
+    let x = first_breach(op, &after.outcome, &b, &cells(&after.seqs), first, &b)
+        .or_else(|| {
+            (memory == MemoryType::Hybrid).then(|| {
+                let b2 = second_cells(before);
+                let a2 = second_cells(&after.seqs);
+                first_breach(op, &after.outcome, &b2, &a2, Part::States, &b)
+            })?
+        })
+        .or_else(|| failed_rm_moved_accessors(op, &after.outcome, before, &after.seqs))?;
     let c = clause(x.kind);
     (c.documented == documented).then(|| Violation {
         oracle: if documented { ID } else { QUESTION_ID },

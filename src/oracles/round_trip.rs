@@ -1,7 +1,7 @@
 //! **Round trip**: what is saved comes back. After every op the runner saves the whole context
 //! (`llama_state_get_data`) and each observed sequence (`llama_state_seq_get_data`), loads them
 //! into an empty twin context of the same configuration (`llama_state_set_data`, and
-//! `llama_state_seq_set_data` sequence by sequence), and observes the twin
+//! `llama_state_seq_set_data` each sequence alone into the emptied twin), and observes the twin
 //! ([`crate::base::target::RoundTrip`]). The twin must answer the accessors and hold the cells
 //! the original does, and a second dump must give the same bytes. A load that fails (returns 0)
 //! on bytes the target itself wrote is a finding too: llama.h offers no other way to restore.

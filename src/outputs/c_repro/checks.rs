@@ -224,7 +224,8 @@ fn emit_round_trip_seq(s: &mut String) {
 /// Round trip, after the per-sequence loop: every checked sequence's dump into the emptied twin,
 /// then each compared, then the redumps' bytes.
 fn emit_round_trip_epilogue(s: &mut String) {
-    let _ = writeln!(s, "    llama_memory_clear(twin_mem, true);");
+    // Each sequence alone into the emptied twin, as the harness does (base/target.rs
+    // `round_trip`): sequences that share cells are written out separately.
     let _ = writeln!(
         s,
         "    const size_t n_check = sizeof check / sizeof check[0];"
@@ -232,13 +233,12 @@ fn emit_round_trip_epilogue(s: &mut String) {
     let _ = writeln!(s, "    uint8_t *seq_bytes[sizeof check / sizeof check[0]]; size_t seq_len[sizeof check / sizeof check[0]]; size_t seq_read[sizeof check / sizeof check[0]];");
     let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) seq_bytes[k] = dump_seq(ctx, check[k], &seq_len[k]);");
     let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
+    let _ = writeln!(s, "        llama_memory_clear(twin_mem, true);");
     let _ = writeln!(
         s,
         "        seq_read[k] = llama_state_seq_set_data(twin, seq_bytes[k], seq_len[k], check[k]);"
     );
-    let _ = writeln!(s, "        printf(\"round trip: llama_state_seq_set_data(seq %d) into the twin read %zu of %zu bytes\\n\", check[k], seq_read[k], seq_len[k]);");
-    let _ = writeln!(s, "    }}");
-    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
+    let _ = writeln!(s, "        printf(\"round trip: llama_state_seq_set_data(seq %d) into the emptied twin read %zu of %zu bytes\\n\", check[k], seq_read[k], seq_len[k]);");
     let _ = writeln!(s, "        llama_seq_id sq = check[k];");
     let _ = writeln!(
         s,
@@ -255,12 +255,9 @@ fn emit_round_trip_epilogue(s: &mut String) {
         s,
         "        for (int i = 0; same && i < n; i++) same = tc[i] == cells[i];"
     );
-    let _ = writeln!(s, "        printf(\"  twin after the sequence loads: seq %d: seq_pos_min %d, seq_pos_max %d, %d cells\\n\", sq, tmn, tmx, tn);");
+    let _ = writeln!(s, "        printf(\"  twin after the load: seq %d: seq_pos_min %d, seq_pos_max %d, %d cells\\n\", sq, tmn, tmx, tn);");
     let _ = writeln!(s, "        if (!seq_read[k]) {{ printf(\"round trip violated: seq load failed (seq %d)\\n\", sq); reproduced = 1; }}");
     let _ = writeln!(s, "        else if (!same) {{ printf(\"round trip violated: seq load differs (seq %d)\\n\", sq); reproduced = 1; }}");
-    let _ = writeln!(s, "    }}");
-    let _ = writeln!(s, "    if (whole_read && !whole_same_bytes) {{ printf(\"round trip violated: whole redump differs\\n\"); reproduced = 1; }}");
-    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
     let _ = writeln!(
         s,
         "        size_t again_len = 0; uint8_t *again = dump_seq(twin, check[k], &again_len);"
@@ -268,6 +265,7 @@ fn emit_round_trip_epilogue(s: &mut String) {
     let _ = writeln!(s, "        if (seq_read[k] && (again_len != seq_len[k] || memcmp(again, seq_bytes[k], seq_len[k]) != 0)) {{ printf(\"round trip violated: seq redump differs (seq %d)\\n\", check[k]); reproduced = 1; }}");
     let _ = writeln!(s, "        free(again); free(seq_bytes[k]);");
     let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "    if (whole_read && !whole_same_bytes) {{ printf(\"round trip violated: whole redump differs\\n\"); reproduced = 1; }}");
     let _ = writeln!(s, "    free(whole);");
     let _ = writeln!(s, "    llama_free(twin);");
 }

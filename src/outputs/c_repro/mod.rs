@@ -45,7 +45,7 @@ use serde_json::Value;
 
 use crate::base::error::Error;
 use crate::base::files::read_text_limited;
-use crate::base::op::{Op, Slot, Trace};
+use crate::base::op::{MemoryType, Op, Slot, Trace};
 use crate::oracles::OracleId;
 use crate::outputs::repro::{check_trace_limits, MAX_REPRO_BYTES};
 use crate::records::report::terminal_text;
@@ -234,19 +234,29 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         "    for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {{"
     );
     let _ = writeln!(s, "        llama_seq_id sq = check[k];");
-    if t.setup.arch.memory().is_kv() {
-        let _ = writeln!(
-            s,
-            "        int cells[4096]; int n = resident(ctx, sq, cells, 4096);"
-        );
-    } else {
-        // resident() reads the attention cache's layout only: the cells of other memory types
-        // are not shown here (docs/memory-types.md has their layouts).
-        let _ = writeln!(
-            s,
-            "        int cells[1] = {{0}}; int n = 0; /* {} memory: cells not parsed */",
-            t.setup.arch.memory()
-        );
+    // The positions present for the sequence, by memory type (src/oracles/memory.rs): the
+    // iSWA memory's accessors are bounded, not pinned, by its dumps, so its cells are not
+    // parsed here (docs/memory-types.md).
+    let reader = match t.setup.arch.memory() {
+        MemoryType::Kv => Some("resident"),
+        MemoryType::Recurrent => Some("resident_recurrent"),
+        MemoryType::Hybrid => Some("resident_hybrid"),
+        MemoryType::Iswa => None,
+    };
+    match reader {
+        Some(f) => {
+            let _ = writeln!(
+                s,
+                "        int cells[4096]; int n = {f}(ctx, sq, cells, 4096);"
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "        int cells[1] = {{0}}; int n = 0; /* {} memory: cells not parsed */",
+                t.setup.arch.memory()
+            );
+        }
     }
     let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
     let _ = writeln!(

@@ -63,6 +63,80 @@ static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int c
     return n;
 }
 
+/* Reads n cells (pos, n_seq_id, seq ids) at *at into out (up to cap); the new count. */
+static inline int read_cells(const uint8_t *buf, size_t got, size_t *at, uint32_t count, int *out, int n, int cap) {
+    for (uint32_t c = 0; c < count && *at + 8 <= got; c++) {
+        int32_t p; uint32_t ns; memcpy(&p, buf + *at, 4); memcpy(&ns, buf + *at + 4, 4);
+        *at += 8 + 4 * (size_t)ns;
+        if (n < cap) out[n++] = p;
+    }
+    return n;
+}
+
+/* Skips one stream's K and V data of an attention cache (v_trans, n_layer, the n_rot fields of
+ * state format 4, then per layer K rows and V rows or transposed V elements). */
+static inline void skip_kv_data(const uint8_t *buf, size_t got, size_t *at, uint32_t count) {
+    uint32_t v_trans = 0, n_layer = 0;
+    if (*at + 8 > got) { *at = got; return; }
+    memcpy(&v_trans, buf + *at, 4); memcpy(&n_layer, buf + *at + 4, 4); *at += 8;
+#if LLAMA_STATE_SEQ_VERSION >= 4
+    *at += 8; /* n_rot_k, n_rot_v */
+#endif
+    for (uint32_t l = 0; l < n_layer && *at + 12 <= got; l++) { /* K */
+        uint64_t row; memcpy(&row, buf + *at + 4, 8); *at += 12 + (size_t)(row * count);
+    }
+    for (uint32_t l = 0; l < n_layer && *at + 12 <= got; l++) { /* V */
+        if (!v_trans) { uint64_t row; memcpy(&row, buf + *at + 4, 8); *at += 12 + (size_t)(row * count); }
+        else { uint32_t el, n_embd; memcpy(&el, buf + *at + 4, 4); memcpy(&n_embd, buf + *at + 8, 4);
+               *at += 12 + (size_t)el * n_embd * count; }
+    }
+}
+
+/* The positions present for seq in a recurrent memory's dump (magic, seq id, then the
+ * recurrent section: a cell count and (pos, n_seq_id, seq ids) per cell, no streams), sorted. */
+static inline int resident_recurrent(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+    size_t size = llama_state_seq_get_size(ctx, seq);
+    uint8_t *buf = malloc(size ? size : 1);
+    size_t got = llama_state_seq_get_data(ctx, buf, size, seq);
+    size_t at = 8;
+    uint32_t count = 0;
+    if (got >= 12) { memcpy(&count, buf + at, 4); at += 4; }
+    int n = read_cells(buf, got, &at, count, out, 0, cap);
+    free(buf);
+    qsort(out, n, sizeof out[0], cmp_int);
+    return n;
+}
+
+/* The positions present for seq in a hybrid memory's dump: the attention cache (streams of
+ * cells, each followed by its K/V data) then the recurrent section; a position is present
+ * when the attention cache holds it and it lies within the recurrent states' range (what
+ * llama_memory_hybrid's accessors combine), sorted. */
+static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+    size_t size = llama_state_seq_get_size(ctx, seq);
+    uint8_t *buf = malloc(size ? size : 1);
+    size_t got = llama_state_seq_get_data(ctx, buf, size, seq);
+    size_t at = 8;
+    int n = 0;
+    uint32_t n_stream = 0;
+    if (got >= 12) { memcpy(&n_stream, buf + at, 4); at += 4; }
+    for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+        uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+        if (count == 0) continue;
+        n = read_cells(buf, got, &at, count, out, n, cap);
+        skip_kv_data(buf, got, &at, count);
+    }
+    int rec[64]; int nr = 0;
+    uint32_t rcount = 0;
+    if (at + 4 <= got) { memcpy(&rcount, buf + at, 4); at += 4; nr = read_cells(buf, got, &at, rcount, rec, 0, 64); }
+    free(buf);
+    int lo = 1, hi = 0; /* an empty range when the recurrent part holds nothing */
+    for (int i = 0; i < nr; i++) { if (i == 0 || rec[i] < lo) lo = rec[i]; if (i == 0 || rec[i] > hi) hi = rec[i]; }
+    int m = 0;
+    for (int i = 0; i < n; i++) if (out[i] >= lo && out[i] <= hi) out[m++] = out[i];
+    qsort(out, m, sizeof out[0], cmp_int);
+    return m;
+}
+
 /* The bytes of llama_state_seq_get_data(seq) and llama_state_get_data, malloc'd. */
 static inline uint8_t *dump_seq(struct llama_context *ctx, llama_seq_id seq, size_t *len) {
     size_t size = llama_state_seq_get_size(ctx, seq);

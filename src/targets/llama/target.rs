@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 
 use super::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim, ShimError};
-use crate::base::op::{Arch, Op, Pos, SeqId, Setup};
+use crate::base::op::{Arch, MemoryType, Op, Pos, SeqId, Setup};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
@@ -335,7 +335,14 @@ impl CacheUnderTest for LlamaTarget {
         } else if self.ctx.as_ref().map(|(p, _)| p) != Some(&params) {
             self.switch_context(params)?;
         }
-        if self.reset_mode == ResetMode::Restore {
+        // A whole-state load leaves the slot search's head at the start of the cache
+        // (`llama_kv_cache::state_read` clears first), where the setup left it past its last
+        // cell. In an iSWA memory the head decides which masked cells the next decode
+        // overwrites (src/llama-kv-cache.cpp:1020-1105), so a restored setup would evict other
+        // positions than the setup built from scratch (and the C reproducer) does: such setups
+        // are rebuilt every trial.
+        let fast = self.reset_mode == ResetMode::Restore && setup.arch.memory() != MemoryType::Iswa;
+        if fast {
             if let Some((saved_setup, bytes, slots)) = self.saved.take() {
                 if saved_setup == *setup {
                     let restored = self.ctx()?.state_set(&bytes);
@@ -346,7 +353,7 @@ impl CacheUnderTest for LlamaTarget {
             }
         }
         self.rebuild(setup)?;
-        if self.reset_mode == ResetMode::Restore && !self.unrestorable.contains(setup) {
+        if fast && !self.unrestorable.contains(setup) {
             let bytes = self
                 .ctx()?
                 .state_get()

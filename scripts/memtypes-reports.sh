@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Regenerates the committed reports of issue 11 (llama.cpp's other memory types) in
+# reports/memtypes/: depth-2 audits of the iswa (gemma2), recurrent (mamba) and hybrid (jamba)
+# presets on both release pins, the same against the native model, and fuzz runs of each
+# architecture (with the logits probe). Every audit report compares its outcome with PREREG.md
+# (the issue 11 batch). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release
+k=./target/release/kvaudit
+out=reports/memtypes
+mkdir -p "$out"
+run() { # NAME ARGS...: JSON and Markdown reports of one audit
+  local name=$1; shift
+  $k audit "$@" -q --out "$out/$name.json" >/dev/null || [ $? -eq 1 ]
+  $k audit "$@" -q --format markdown --out "$out/$name.md" >/dev/null || [ $? -eq 1 ]
+}
+for pin in 0.1.156 0.1.161; do
+  t="llama.cpp@$pin"
+  for p in iswa recurrent hybrid; do
+    run "$t-$p-d2" --target "$t" --domain "$p" --depth 2
+    run "$t-vs-native-$p-d2" --target "$t" --vs native --domain "$p" --depth 2
+  done
+  for arch in gemma2 mamba jamba; do
+    $k fuzz --target "$t" --config "arch=$arch" --seed 1 --cases 300 --no-repros -q \
+      --out "$out/$t-fuzz-$arch.json" >/dev/null || [ $? -eq 1 ]
+  done
+done
