@@ -100,6 +100,12 @@ impl Oracle for I1 {
                 evidence: "audits/native_refcount_d3.json",
             },
             PositiveControl {
+                fault: "hybrid_rm_one_side",
+                target: "native[hybrid_rm_one_side]",
+                seed_depth: None,
+                evidence: "oracles/i1_hybrid_rm_one_side.json",
+            },
+            PositiveControl {
                 fault: "seq_add_stale_index",
                 target: "native[seq_add_stale_index]",
                 seed_depth: Some(1),

@@ -51,7 +51,7 @@ fn violation(kind: &str, s: &SeqObservation, observed: serde_json::Value, n: u32
 }
 
 /// Whether an op leaves every position where it was (rule 3 applies).
-fn keeps_positions(op: &Op) -> bool {
+pub fn keeps_positions(op: &Op) -> bool {
     matches!(
         op,
         Op::Decode(_) | Op::SeqRm { .. } | Op::SeqCp { .. } | Op::SeqKeep { .. } | Op::Clear

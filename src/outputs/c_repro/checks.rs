@@ -35,9 +35,53 @@ pub(super) fn emit_before_seqs(s: &mut String, input: &ReproInput) {
     }
 }
 
+/// What a check needs from right before the trace's last op: for swa-window, each checked
+/// sequence's windowed dump (rule 3 compares it with the one after).
+pub(super) fn emit_before_last_op(s: &mut String, input: &ReproInput, seqs: &[i32]) {
+    if input.oracle.name() != "swa-window" {
+        return;
+    }
+    let n = seqs.len().max(1);
+    let _ = writeln!(s, "    int swa_before[{n}][256]; int swa_nbefore[{n}];");
+    for (k, seq) in seqs.iter().enumerate() {
+        let _ = writeln!(s, "    {{ int b[4096]; int nb; swa_nbefore[{k}] = resident_iswa(ctx, {seq}, b, &nb, swa_before[{k}], 256); }}");
+    }
+}
+
+/// swa-window (src/oracles/swa_window.rs) on one sequence of an iSWA memory with window `n`:
+/// the windowed dump within the base cells and the window, and (`rule3`: the last op moves no
+/// position) no position lost that the next token attends.
+fn emit_swa_window_check(s: &mut String, n: u32, rule3: bool) {
+    let _ = writeln!(s, "        {{ int b[4096]; int nb; int w[4096]; int nw = resident_iswa(ctx, sq, b, &nb, w, 4096);");
+    let _ = writeln!(s, "          printf(\"  windowed cache (seq %d): %d cells:\", sq, nw); for (int i = 0; i < nw; i++) printf(\" %d\", w[i]); printf(\"\\n\");");
+    let _ = writeln!(s, "          int mx_b = nb ? b[nb - 1] : -1;");
+    let _ = writeln!(s, "          for (int i = 0; i < nw; i++) {{");
+    let _ = writeln!(s, "            if (!has_pos(b, nb, w[i])) {{ printf(\"swa-window violated: the windowed cache holds %d, the base cache does not\\n\", w[i]); reproduced = 1; }}");
+    let _ = writeln!(s, "            else if (mx_b - w[i] >= {n}) {{ printf(\"swa-window violated: the windowed cache holds %d, outside the window of %d\\n\", w[i], mx_b); reproduced = 1; }}");
+    let _ = writeln!(s, "          }}");
+    if rule3 {
+        let _ = writeln!(
+            s,
+            "          for (int i = 0; i < swa_nbefore[k]; i++) {{ int p = swa_before[k][i];"
+        );
+        let _ = writeln!(s, "            if (has_pos(b, nb, p) && mx_b + 1 - p < {n} && !has_pos(w, nw, p)) {{ printf(\"swa-window violated: the windowed cache lost %d, which the next token (%d) attends\\n\", p, mx_b + 1); reproduced = 1; }}");
+        let _ = writeln!(s, "          }}");
+    }
+    let _ = writeln!(s, "        }}");
+}
+
 /// The check of one sequence, inside the per-sequence loop.
 pub(super) fn emit_seq_check(s: &mut String, input: &ReproInput) {
     match input.oracle.name() {
+        "swa-window" => {
+            let t = &input.trace;
+            let step = input.step.unwrap_or(t.ops.len()).min(t.ops.len());
+            let rule3 = step
+                .checked_sub(1)
+                .and_then(|i| t.ops.get(i))
+                .is_some_and(crate::oracles::swa_window::keeps_positions);
+            emit_swa_window_check(s, t.setup.arch.swa_window().unwrap_or(0), rule3);
+        }
         "I1" => {
             let _ = writeln!(s, "        if (mn != tmin || mx != tmax) {{ printf(\"I1 violated: accessors say [%d, %d], the state says [%d, %d]\\n\", mn, mx, tmin, tmax); reproduced = 1; }}");
         }

@@ -101,7 +101,7 @@ pub fn parse_input(text: &str) -> Result<ReproInput, Error> {
 }
 
 /// The oracles whose check a C reproducer states in C.
-pub const C_CHECKED: [OracleId; 8] = [
+pub const C_CHECKED: [OracleId; 9] = [
     OracleId::I1,
     OracleId::I2,
     OracleId::DIFFERENTIAL,
@@ -110,6 +110,7 @@ pub const C_CHECKED: [OracleId; 8] = [
     crate::oracles::conservation::ID,
     crate::oracles::contract::ID,
     crate::oracles::contract::QUESTION_ID,
+    crate::oracles::swa_window::ID,
 ];
 
 /// The C program for `input`; `model` is the default model path baked in.
@@ -220,6 +221,9 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         emit_op(&mut s, op, "setup");
     }
     for (i, op) in t.ops.iter().take(step).enumerate() {
+        if i + 1 == step {
+            checks::emit_before_last_op(&mut s, input, &seqs);
+        }
         emit_op(&mut s, op, &format!("op {}", i + 1));
     }
     let _ = writeln!(s, "    int reproduced = 0;");

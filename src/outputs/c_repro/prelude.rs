@@ -137,6 +137,36 @@ static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, i
     return m;
 }
 
+/* An iSWA memory's dump: the base cache's positions for seq into base (*nb), the windowed
+ * cache's into win; returns the windowed count. Both sorted. */
+static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    size_t size = llama_state_seq_get_size(ctx, seq);
+    uint8_t *buf = malloc(size ? size : 1);
+    size_t got = llama_state_seq_get_data(ctx, buf, size, seq);
+    size_t at = 8;
+    int counts[2] = {0, 0};
+    for (int part = 0; part < 2; part++) {
+        int *out = part ? win : base;
+        uint32_t n_stream = 0;
+        if (at + 4 <= got) { memcpy(&n_stream, buf + at, 4); at += 4; }
+        for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+            uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+            if (count == 0) continue;
+            counts[part] = read_cells(buf, got, &at, count, out, counts[part], cap);
+            skip_kv_data(buf, got, &at, count);
+        }
+        qsort(out, counts[part], sizeof out[0], cmp_int);
+    }
+    free(buf);
+    *nb = counts[0];
+    return counts[1];
+}
+
+static inline int has_pos(const int *v, int n, int p) {
+    for (int i = 0; i < n; i++) if (v[i] == p) return 1;
+    return 0;
+}
+
 /* The bytes of llama_state_seq_get_data(seq) and llama_state_get_data, malloc'd. */
 static inline uint8_t *dump_seq(struct llama_context *ctx, llama_seq_id seq, size_t *len) {
     size_t size = llama_state_seq_get_size(ctx, seq);
