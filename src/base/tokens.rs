@@ -927,6 +927,10 @@ mod tests {
         Op::SeqRm { seq, p0, p1 }
     }
 
+    fn cp(src: SeqId, dst: SeqId, p0: Pos, p1: Pos) -> Op {
+        Op::SeqCp { src, dst, p0, p1 }
+    }
+
     #[test]
     fn a_recurrent_state_is_every_token_it_absorbed() {
         use crate::base::op::Arch;
@@ -939,13 +943,7 @@ mod tests {
         // The dump must agree: one cell at the last absorbed position.
         assert!(m.resident(&obs(0, 3, &[3], None)).is_none());
         // A copy gives the whole state whatever the range; a decode then folds into the copy.
-        let cp = Op::SeqCp {
-            src: 0,
-            dst: 1,
-            p0: 5,
-            p1: 6,
-        };
-        m.apply(&cp, &done());
+        m.apply(&cp(0, 1, 5, 6), &done());
         assert_eq!(m.resident(&obs(1, 6, &[6], None)).unwrap().0, all);
         m.apply_after(
             &Op::Decode(Decode::next(1, 1)),
@@ -970,13 +968,7 @@ mod tests {
     fn a_shift_of_a_shared_state_is_unknown_in_every_sharer() {
         use crate::base::op::Arch;
         let mut m = TokenModel::after_setup(&arch_setup(Arch::Mamba));
-        let cp = Op::SeqCp {
-            src: 0,
-            dst: 1,
-            p0: -1,
-            p1: -1,
-        };
-        m.apply(&cp, &done());
+        m.apply(&cp(0, 1, -1, -1), &done());
         let add = Op::SeqAdd {
             seq: 0,
             p0: 6,
@@ -1027,13 +1019,7 @@ mod tests {
         m.apply(&rm(0, 4, -1), &returned(false));
         assert_eq!(m.resident(&obs(0, 6, &all, Some(&[6]))).unwrap().0.len(), 7);
         // A partial copy: the attention part copies the range, the state all of it.
-        let cp = Op::SeqCp {
-            src: 0,
-            dst: 1,
-            p0: 0,
-            p1: 3,
-        };
-        m.apply(&cp, &done());
+        m.apply(&cp(0, 1, 0, 3), &done());
         assert!(m.resident(&obs(1, 2, &[0, 1, 2], Some(&[6]))).is_none());
     }
 

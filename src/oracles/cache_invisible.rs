@@ -218,8 +218,14 @@ mod tests {
         }
         assert!(check_probes(&s).is_none());
         // A recurrent memory is judged on its F32 states; a moved state is never judged.
-        assert_eq!(tolerance(MemoryType::Recurrent, CacheType::F32, false), Some(1e-4));
-        assert_eq!(tolerance(MemoryType::Recurrent, CacheType::F16, false), None);
+        assert_eq!(
+            tolerance(MemoryType::Recurrent, CacheType::F32, false),
+            Some(1e-4)
+        );
+        assert_eq!(
+            tolerance(MemoryType::Recurrent, CacheType::F16, false),
+            None
+        );
         assert_eq!(tolerance(MemoryType::Hybrid, CacheType::F16, true), None);
         for p in s.logits_probe.iter_mut().flatten() {
             p.memory = MemoryType::Recurrent;
