@@ -37,7 +37,8 @@
 //! - **hybrid**: both models, attention for the attention cache and recurrent for the states; a
 //!   refused `seq_rm` changes neither part (`llama_memory_hybrid::seq_rm` asks the recurrent
 //!   memory first); a sequence is judged when both parts hold the same tokens at the same
-//!   positions.
+//!   positions, and a decode into a sequence whose parts differed leaves it unjudged for as long
+//!   as those tokens stay (its attention rows and state came from mixed inputs).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -239,13 +240,48 @@ impl TokenModel {
             | Op::StateLoad { .. }
             | Op::Clear => self.apply_state_op(op, outcome),
             _ => {
+                // In a hybrid model each layer's input depends on the layers below it, recurrent
+                // and attention alike: a token decoded while a sequence's state and attention
+                // cells held different tokens has rows and a state no fresh decode gives.
+                let mixed = match op {
+                    Op::Decode(d) if self.memory == MemoryType::Hybrid => {
+                        d.seqs.iter().any(|&s| !self.parts_agree(s))
+                    }
+                    _ => false,
+                };
+                let first_new = self.next_id;
                 if self.has_states() {
                     self.apply_states(op, outcome, next);
                 }
                 if self.has_attention() {
                     self.apply_attention(op, outcome, next);
                 }
+                if let (true, Op::Decode(d)) = (mixed, op) {
+                    for &s in &d.seqs {
+                        self.states.insert(s, None);
+                        if let Some(Some(v)) = self.seqs.get_mut(&s) {
+                            for e in v.iter_mut().filter(|e| e.kv > first_new) {
+                                e.history = None;
+                            }
+                        }
+                    }
+                }
             }
+        }
+    }
+
+    /// A hybrid sequence's state absorbed exactly the tokens its attention cells hold, at the
+    /// same positions (both known).
+    fn parts_agree(&self, seq: SeqId) -> bool {
+        match (self.get(seq), self.get_state(seq)) {
+            (Some(mut cells), Some(state)) => {
+                cells.sort_by_key(|e| e.pos);
+                cells
+                    .iter()
+                    .map(|e| (e.pos, e.token))
+                    .eq(state.iter().copied())
+            }
+            _ => false,
         }
     }
 
@@ -903,7 +939,7 @@ mod tests {
 
     fn arch_setup(arch: crate::base::op::Arch) -> Setup {
         Setup {
-            n_seq_max: 2,
+            n_seq_max: 3,
             arch,
             ..setup(true)
         }
@@ -1021,6 +1057,26 @@ mod tests {
         // A partial copy: the attention part copies the range, the state all of it.
         m.apply(&cp(0, 1, 0, 3), &done());
         assert!(m.resident(&obs(1, 2, &[0, 1, 2], Some(&[6]))).is_none());
+    }
+
+    #[test]
+    fn a_hybrid_decode_over_parts_that_differ_is_not_judged() {
+        use crate::base::op::Arch;
+        let mut m = TokenModel::after_setup(&arch_setup(Arch::Jamba));
+        let ok = OpOutcome::Decoded { rc: 0 };
+        // Seq 1 gets seq 0's state and no attention cell, then decodes 3 tokens at 0..2 (its
+        // seq_pos_max is the smaller of the two parts': -1).
+        m.apply(&cp(0, 1, 7, 8), &done());
+        m.apply_after(&Op::Decode(Decode::next(1, 3)), &ok, Some(0));
+        // Seq 2 decodes the same tokens from nothing; its state goes to seq 1, whose parts then
+        // hold the same tokens at the same positions: still not judged, the attention rows of
+        // seq 1 were computed over seq 0's state.
+        let mut seq2 = TokenModel::after_setup(&arch_setup(Arch::Jamba));
+        seq2.apply_after(&Op::Decode(Decode::next(2, 3)), &ok, Some(0));
+        assert!(seq2.resident(&obs(2, 0, &[0, 1, 2], Some(&[2]))).is_some());
+        m.apply_after(&Op::Decode(Decode::next(2, 3)), &ok, Some(0));
+        m.apply(&cp(2, 1, 5, 6), &done());
+        assert!(m.resident(&obs(1, 0, &[0, 1, 2], Some(&[2]))).is_none());
     }
 
     #[test]
