@@ -116,6 +116,12 @@ impl Oracle for CacheInvisible {
                 seed_depth: None,
                 evidence: "oracles/cache_invisible_refused_rm_resets_state.json",
             },
+            PositiveControl {
+                fault: "refused_rm_resets_state",
+                target: "native[refused_rm_resets_state] (arch=jamba)",
+                seed_depth: None,
+                evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid.json",
+            },
         ]
     }
 
