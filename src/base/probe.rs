@@ -4,12 +4,16 @@
 //! After a trial's last op, for each observed sequence with cells that the token model
 //! ([`TokenModel::resident`]) can judge: decode [`PROBE_TOKEN`] right after the sequence's last
 //! position in the audited cache and read its logits; then, in the target's twin (emptied),
-//! decode the sequence's resident tokens at their positions and the same probe token, and read
-//! those logits. The probe records the largest absolute difference. It changes the cache it
+//! decode the sequence's resident tokens at their positions and the same probe token, that
+//! sequence alone (so a trace that decoded several sequences in one batch is compared with
+//! decoding each on its own), and read those logits. For a recurrent memory the resident tokens
+//! are those its state absorbed; the probe's own token stays in the state (a partial `seq_rm`
+//! is refused), which only that sequence sees (a decode gives a shared state a cell of its
+//! own). The probe records the largest absolute difference. It changes the cache it
 //! probes, so the runner hands it a cache whose trial is over (a fork, or the target after its
 //! last observation); the twin is the one the round trip uses.
 
-use crate::base::op::{CacheType, Decode, Op, Pos, SeqId, Setup};
+use crate::base::op::{CacheType, Decode, MemoryType, Op, Pos, SeqId, Setup};
 use crate::base::target::{CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, SeqObservation};
 use crate::base::tokens::{Token, TokenModel};
 
@@ -93,12 +97,19 @@ pub fn probe_logits(
     seqs: &[SeqObservation],
 ) -> Result<Option<Vec<LogitsProbe>>, HarnessError> {
     let n_batch = setup.n_batch.unwrap_or(setup.n_ctx) as usize;
+    let memory = setup.arch.memory();
+    // A recurrent memory keeps no K/V: its states are F32 whatever the K/V types
+    // (llama_model::create_memory, src/llama-model.cpp:2677-2685 in 0.1.161).
+    let cache = match memory {
+        MemoryType::Recurrent => CacheType::F32,
+        _ => coarser(setup.type_k, setup.type_v),
+    };
     let mut out = Vec::new();
     for s in seqs {
         let Some(&last) = s.cells.last() else {
             continue;
         };
-        let Some((resident, shifted)) = tokens.resident(s.seq, &s.cells) else {
+        let Some((resident, shifted)) = tokens.resident(s) else {
             continue;
         };
         // Only a contiguous run of positions can be decoded fresh (llama_batch_allocr).
@@ -127,8 +138,9 @@ pub fn probe_logits(
             seq: s.seq,
             max_abs_diff: logits_distance(&audited, &fresh),
             n_tokens: resident.len() as u32,
-            cache: coarser(setup.type_k, setup.type_v),
+            cache,
             shifted,
+            memory,
         });
     }
     Ok(Some(out))

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::base::op::{CacheType, Op, Pos, SeqId, Setup};
+use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup};
 use crate::base::state::{parse_seq_state, parse_whole_state, ParseError, StateFormat, WholeCell};
 
 /// Who a target is, for reports and repro files.
@@ -199,6 +199,10 @@ pub struct LogitsProbe {
     /// rotated again in place (llama.cpp's K-shift rounds differently from a fresh rotation).
     #[serde(default)]
     pub shifted: bool,
+    /// The memory type of the setup's architecture (iSWA and recurrent memories have their own
+    /// tolerances).
+    #[serde(default)]
+    pub memory: MemoryType,
 }
 
 // A probe's difference is never NaN (see `max_abs_diff`), so equality is an equivalence.

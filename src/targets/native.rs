@@ -13,7 +13,9 @@
 //! `kv_unified` picks one stream or one per sequence. iSWA takes the window [`NATIVE_N_SWA`] (the
 //! tiny gemma2 models' `sliding_window`), and sizes its windowed cache from `n_ubatch` and
 //! `swa_full` as llama.cpp does; recurrent memories have no rollback depth (`n_rs_seq` 0, llama.cpp's
-//! default) and no state rows. Flash attention, the K/V cache types and the batch sizes otherwise
+//! default), and their states carry a digest of the tokens they absorbed, from which the target
+//! answers stand-in logits ([`stand_in_logits`]) for the cache-invisible oracle (attention
+//! memories answer none: `native+tensors` runs the llama forward pass). Flash attention, the K/V cache types and the batch sizes otherwise
 //! change how llama.cpp stores and computes rows, not the cell bookkeeping, so the native cache
 //! ignores them.
 
@@ -66,6 +68,30 @@ pub const NATIVE_N_SWA: u32 = match crate::base::op::Arch::Gemma2.swa_window() {
     None => 0,
 };
 
+/// The size of the stand-in vocabulary ([`stand_in_logits`]).
+pub const STAND_IN_VOCAB: usize = 32;
+
+/// The logits the native target answers after a decode into a recurrent or hybrid memory: a
+/// stand-in for a forward pass, which the native model does not compute. They are a
+/// deterministic function of the digest of the last token's sequence state (the fold of every
+/// token it absorbed, in order: `native_kv::recurrent`) and, for a hybrid memory, of the
+/// positions of the attention cells that token sees; so two memories give the same logits
+/// exactly when their states absorbed the same tokens in the same order (and their attention
+/// parts hold the same positions), which is what the cache-invisible oracle compares. They are
+/// not a language model's logits: no tolerance is needed, and none of their values mean
+/// anything on their own.
+pub fn stand_in_logits(digest: u64, attention: &[Pos]) -> Vec<f32> {
+    let h = attention
+        .iter()
+        .fold(digest, |h, &p| native_kv::recurrent::fold_digest(h, -1, p));
+    (0..STAND_IN_VOCAB as i32)
+        .map(|i| {
+            let x = native_kv::recurrent::fold_digest(h, i, 0);
+            (x >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+        })
+        .collect()
+}
+
 /// The native target: a [`Memory`] of the setup's architecture, with optional faults.
 #[derive(Debug)]
 pub struct NativeTarget {
@@ -74,6 +100,9 @@ pub struct NativeTarget {
     config: MemoryConfig,
     cache: Memory,
     context: ContextState,
+    /// The stand-in logits of the last decode into a recurrent or hybrid memory
+    /// ([`stand_in_logits`]); an attention memory has none (no forward pass).
+    last_logits: Option<Vec<f32>>,
     /// The empty twin [`CacheUnderTest::twin`] hands out, made on first use.
     twin: Option<Box<NativeTarget>>,
 }
@@ -87,6 +116,7 @@ impl Clone for NativeTarget {
             config: self.config,
             cache: self.cache.clone(),
             context: self.context.clone(),
+            last_logits: self.last_logits.clone(),
             twin: None,
         }
     }
@@ -107,6 +137,7 @@ impl NativeTarget {
             config,
             cache: Memory::new(config),
             context: ContextState::default(),
+            last_logits: None,
             twin: None,
         }
     }
@@ -485,12 +516,17 @@ impl CacheUnderTest for NativeTarget {
             self.config = config;
         }
         self.context.clear();
+        self.last_logits = None;
         crate::base::target::apply_setup_ops(self, setup)?;
         Ok(())
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
         if let Some(outcome) = apply_state_op(&mut self.cache, &mut self.context, op, true) {
+            if matches!(op, Op::StateLoad { .. }) {
+                // A loaded context brings its own outputs: not the logits of our last decode.
+                self.last_logits = None;
+            }
             return Ok(outcome);
         }
         Ok(match op {
@@ -499,10 +535,17 @@ impl CacheUnderTest for NativeTarget {
                     Ok(_) => 0,
                     Err(e) => e.return_code(),
                 };
+                if rc == 0 {
+                    self.last_logits = self.stand_in_logits(d.seqs[0]);
+                }
                 OpOutcome::Decoded { rc }
             }
             other => apply_memory_op(&mut self.cache, other),
         })
+    }
+
+    fn last_logits(&mut self) -> Result<Option<Vec<f32>>, HarnessError> {
+        Ok(self.last_logits.clone())
     }
 
     fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
@@ -536,6 +579,7 @@ impl CacheUnderTest for NativeTarget {
     }
 
     fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+        self.last_logits = None;
         Ok(loaded(self.cache.state_set_bytes(bytes)))
     }
 
@@ -551,7 +595,21 @@ impl CacheUnderTest for NativeTarget {
             twin.config = config;
         }
         twin.context.clear();
+        twin.last_logits = None;
         Ok(Some(&mut **twin))
+    }
+}
+
+impl NativeTarget {
+    /// The stand-in logits after a decode whose last token's first sequence is `seq`: `None`
+    /// for an attention memory (no forward pass) or a sequence without a state.
+    fn stand_in_logits(&self, seq: SeqId) -> Option<Vec<f32>> {
+        let digest = self.cache.state_digest(seq)?;
+        let pos = self.cache.seq_pos_max(seq).ok()?;
+        Some(stand_in_logits(
+            digest,
+            &self.cache.attention_positions(seq, pos),
+        ))
     }
 }
 

@@ -63,11 +63,23 @@ pub struct Faults {
     /// (llama.cpp removes from the recurrent memory first and from the attention cache only if
     /// that succeeded, src/llama-memory-hybrid.cpp:143-150).
     pub hybrid_rm_one_side: bool,
+    /// Recurrent (and a hybrid's recurrent half): a token that belongs to several sequences is
+    /// folded into their shared state once per sequence, as if each sequence's copy of the batch
+    /// landed in the one state (llama.cpp folds it once: the sequence set is one state,
+    /// `find_slot`, src/llama-memory-recurrent.cpp). Positions and cells are right; only the
+    /// state's content differs from decoding each sequence alone. Caught by cache-invisible.
+    pub batch_mixes_states: bool,
+    /// Recurrent (and a hybrid's recurrent half): a partial `seq_rm` that is refused (false: no
+    /// rollback depth) still restores the state's rollback snapshot, which with no depth is the
+    /// empty state, and keeps the cell and its position (llama.cpp changes nothing,
+    /// src/llama-memory-recurrent.cpp:201-216). Accessors, dumps' cells and the return value
+    /// are right. Caught by cache-invisible.
+    pub refused_rm_resets_state: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 15] = [
+    pub const NAMES: [&'static str; 17] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -83,6 +95,8 @@ impl Faults {
         "swa_window_off_by_one",
         "recurrent_rm_false_changes",
         "hybrid_rm_one_side",
+        "batch_mixes_states",
+        "refused_rm_resets_state",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -102,6 +116,8 @@ impl Faults {
             "swa_window_off_by_one" => &mut self.swa_window_off_by_one,
             "recurrent_rm_false_changes" => &mut self.recurrent_rm_false_changes,
             "hybrid_rm_one_side" => &mut self.hybrid_rm_one_side,
+            "batch_mixes_states" => &mut self.batch_mixes_states,
+            "refused_rm_resets_state" => &mut self.refused_rm_resets_state,
             _ => return None,
         })
     }

@@ -259,6 +259,19 @@ impl CellCache {
             .write(cell, layer, k_raw, k, v);
     }
 
+    /// The positions of the cells holding `seq` (its stream's), in cell order; empty for an
+    /// invalid `seq`.
+    pub fn seq_positions(&self, seq: SeqId) -> Vec<Pos> {
+        if self.check_seq(seq).is_err() {
+            return Vec::new();
+        }
+        let cells = &self.streams[self.stream_of(seq)].cells;
+        (0..cells.used_max_p1 as usize)
+            .filter(|&i| !cells.is_empty(i) && cells.seq_has(i, seq))
+            .map(|i| cells.pos[i])
+            .collect()
+    }
+
     /// The cells a query of sequence `seq` at `query_pos` attends in `layer`, oldest first: the
     /// cells of the sequence's stream holding `seq` at a position `<= query_pos` whose rows for
     /// `layer` are written (a token placed by the same decode but not yet computed is not), cut by

@@ -304,7 +304,8 @@ impl Memory {
             Memory::Recurrent(r) => {
                 r.find_slots()?;
                 let seqs: Vec<Vec<SeqId>> = batch.iter().map(|t| t.seqs.clone()).collect();
-                r.place(&seqs, &pos);
+                let tokens: Vec<i32> = batch.iter().map(|t| t.token).collect();
+                r.place(&seqs, &pos, &tokens);
             }
             Memory::Hybrid { attn, recr } => {
                 let a = attn.find_slots(batch)?;
@@ -312,10 +313,37 @@ impl Memory {
                 attn.place(batch, &pos, &a);
                 attn.forget_shifts();
                 let seqs: Vec<Vec<SeqId>> = batch.iter().map(|t| t.seqs.clone()).collect();
-                recr.place(&seqs, &pos);
+                let tokens: Vec<i32> = batch.iter().map(|t| t.token).collect();
+                recr.place(&seqs, &pos, &tokens);
             }
         }
         Ok(())
+    }
+
+    /// The digest of `seq`'s recurrent state (recurrent and hybrid memories; see
+    /// [`crate::recurrent`]), `None` when it holds none or the memory has no states.
+    pub fn state_digest(&self, seq: SeqId) -> Option<u64> {
+        match self {
+            Memory::Recurrent(r) | Memory::Hybrid { recr: r, .. } => r.state_digest(seq),
+            _ => None,
+        }
+    }
+
+    /// The positions of `seq`'s cells in the attention cache at or below `pos`, sorted (a
+    /// hybrid memory's attention part; empty for other memories).
+    pub fn attention_positions(&self, seq: SeqId, pos: Pos) -> Vec<Pos> {
+        match self {
+            Memory::Hybrid { attn, .. } => {
+                let mut v: Vec<Pos> = attn
+                    .seq_positions(seq)
+                    .into_iter()
+                    .filter(|&p| p <= pos)
+                    .collect();
+                v.sort_unstable();
+                v
+            }
+            _ => Vec::new(),
+        }
     }
 
     fn write_memory(&self, seq: SeqId, out: &mut Vec<u8>) {

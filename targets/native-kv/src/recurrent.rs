@@ -24,9 +24,17 @@
 //! Dump layout (`state_write`, :784-863; `state_write_meta` :896-913; `state_write_data`
 //! :915-1008), after the context's header: u32 `cell_count`; per cell i32 pos, u32 `n_seq_id` (0
 //! in a per-sequence dump, else the count) and the ids; u32 `s_trans` (0), u32 `n_layer`; per layer
-//! R (i32 type, u64 row bytes, rows), then per layer S likewise. No `n_stream`. This model has no
-//! state rows: without a [`RecurrentShape`] it writes `n_layer` 0; with one, the rows of that shape
-//! as zeros (the layout llama.cpp writes for such a model).
+//! R (i32 type, u64 row bytes, rows), then per layer S likewise. No `n_stream`.
+//!
+//! The state payload: each cell holds a *digest* of the tokens its state absorbed, folded in
+//! order with their positions ([`fold_digest`]), a stand-in for the conv and ssm states a forward
+//! pass would compute (this model computes none): two states that absorbed the same tokens in
+//! the same order have the same digest, as a real state would, and anything else almost surely
+//! not. A state copied by `seq_cp`, moved by `find_slot` or saved and loaded keeps its digest;
+//! the native target answers the logits probe from it. Without a [`RecurrentShape`] a dump
+//! carries the digest as one layer of 8-byte R and S rows (`n_layer` 1); with one, the rows of
+//! that shape as zeros (the layout llama.cpp writes for such a model; a load then gives the
+//! empty digest).
 //!
 //! 0.1.156 differs: `seq_rm` with `seq_id < 0` over the whole range clears every sequence and
 //! returns true (no `n_seq_max` check before it), a second rollback before a decode is accepted
@@ -61,8 +69,8 @@ pub struct RecurrentConfig {
     pub faults: Faults,
 }
 
-/// One cell (`mem_cell`): a position, the sequences sharing the state, and the tail of sequence
-/// id = this cell's index.
+/// One cell (`mem_cell`): a position, the sequences sharing the state, the tail of sequence
+/// id = this cell's index, and the state's digest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RsCell {
     pos: Pos,
@@ -70,6 +78,8 @@ struct RsCell {
     /// Whether the state was produced in place (`src >= 0`); kept for the layout only.
     src: i32,
     tail: i32,
+    /// The fold of the tokens the state absorbed ([`fold_digest`]).
+    digest: u64,
 }
 
 const EMPTY: RsCell = RsCell {
@@ -77,7 +87,26 @@ const EMPTY: RsCell = RsCell {
     seq: 0,
     src: -1,
     tail: -1,
+    digest: EMPTY_DIGEST,
 };
+
+/// The bytes of one digest row in a dump.
+const DIGEST_ROW_BYTES: usize = 8;
+
+/// The digest of a state that absorbed nothing.
+pub const EMPTY_DIGEST: u64 = 0x6a09_e667_f3bc_c908;
+
+/// The digest of a state with digest `digest` after it absorbs `token` at `pos` (a splitmix64
+/// step over both: order matters, as it does for a recurrent state).
+pub fn fold_digest(digest: u64, token: i32, pos: Pos) -> u64 {
+    let mut z = digest
+        .rotate_left(17)
+        .wrapping_add(u64::from(token as u32) << 32 | u64::from(pos as u32))
+        .wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
 
 impl RsCell {
     fn has(&self, s: SeqId) -> bool {
@@ -173,6 +202,9 @@ impl RecurrentCache {
                 }
                 if self.config.faults.recurrent_rm_false_changes {
                     self.seq_rm(seq, -1, -1);
+                }
+                if self.config.faults.refused_rm_resets_state {
+                    self.cells[t].digest = EMPTY_DIGEST;
                 }
                 return false;
             }
@@ -335,22 +367,28 @@ impl RecurrentCache {
 
     /// Decode, metadata side (`find_slot`, :517-726): per sequence set of the batch in order of
     /// first appearance, the set's state moves to a cell its first sequence owns alone (its
-    /// tail, or an empty cell the old tail's position is copied to) and takes the set's last
-    /// position; the other members leave their old cells first. The pending rollbacks of the
+    /// tail, or an empty cell the old tail's position and state are copied to) and takes the
+    /// set's last position; the other members leave their old cells first. The state absorbs
+    /// the set's tokens in batch order (`tokens[i]` at `pos[i]`). The pending rollbacks of the
     /// decoded sequences are consumed (:1376-1378).
-    pub(crate) fn place(&mut self, seqs: &[Vec<SeqId>], pos: &[Pos]) {
-        let mut sets: Vec<(u64, SeqId, Pos)> = Vec::new();
-        for (t, &p) in seqs.iter().zip(pos) {
+    pub(crate) fn place(&mut self, seqs: &[Vec<SeqId>], pos: &[Pos], tokens: &[i32]) {
+        // (bits, first sequence, last position, the set's tokens and positions in order)
+        type Set = (u64, SeqId, Pos, Vec<(i32, Pos)>);
+        let mut sets: Vec<Set> = Vec::new();
+        for ((t, &p), &token) in seqs.iter().zip(pos).zip(tokens) {
             let bits = t.iter().fold(0u64, |a, &s| a | (1u64 << s));
             match sets.iter_mut().find(|e| e.0 == bits) {
-                Some(e) => e.2 = p,
-                None => sets.push((bits, t[0], p)),
+                Some(e) => {
+                    e.2 = p;
+                    e.3.push((token, p));
+                }
+                None => sets.push((bits, t[0], p, vec![(token, p)])),
             }
         }
         if self.head as usize > self.used as usize + 2 * sets.len() {
             self.head = 0;
         }
-        for (bits, s0, last) in sets {
+        for (bits, s0, last, absorbed) in sets {
             let mut b = bits & !(1u64 << s0);
             while b != 0 {
                 let s = b.trailing_zeros() as SeqId;
@@ -366,11 +404,25 @@ impl RecurrentCache {
                 if tail >= 0 {
                     let t = tail as usize;
                     self.cells[e].pos = self.cells[t].pos;
+                    self.cells[e].digest = self.cells[t].digest;
                     self.cells[t].seq &= !(1u64 << s0);
+                } else {
+                    self.cells[e].digest = EMPTY_DIGEST;
                 }
                 e
             };
+            // With batch_mixes_states each token lands in the shared state once per sequence.
+            let times = if self.config.faults.batch_mixes_states {
+                bits.count_ones()
+            } else {
+                1
+            };
             let c = &mut self.cells[cell];
+            for &(token, p) in &absorbed {
+                for _ in 0..times {
+                    c.digest = fold_digest(c.digest, token, p);
+                }
+            }
             c.pos = last;
             c.seq = bits;
             c.src = cell as i32;
@@ -384,6 +436,13 @@ impl RecurrentCache {
             self.head = cell as u32;
         }
         self.used = self.cells.iter().filter(|c| c.seq != 0).count() as u32;
+    }
+
+    /// The digest of `seq`'s state (see the module docs), `None` when it holds none.
+    pub fn state_digest(&self, seq: SeqId) -> Option<u64> {
+        let t = *self.cells.get(usize::try_from(seq).ok()?)?;
+        let c = self.cells.get(usize::try_from(t.tail).ok()?)?;
+        c.has(seq).then_some(c.digest)
     }
 
     /// The next empty cell from `head`, wrapping (:603-610). There is one: a sequence that owns
@@ -421,7 +480,17 @@ impl RecurrentCache {
         }
         out.extend_from_slice(&0u32.to_le_bytes()); // s_trans
         match self.config.shape {
-            None => out.extend_from_slice(&0u32.to_le_bytes()),
+            None => {
+                // The digest as one layer of R and S rows.
+                out.extend_from_slice(&1u32.to_le_bytes());
+                for _ in 0..2 {
+                    out.extend_from_slice(&0i32.to_le_bytes()); // GGML_TYPE_F32
+                    out.extend_from_slice(&(DIGEST_ROW_BYTES as u64).to_le_bytes());
+                    for &i in &idxs {
+                        out.extend_from_slice(&self.cells[i].digest.to_le_bytes());
+                    }
+                }
+            }
             Some(shape) => {
                 out.extend_from_slice(&shape.n_layer.to_le_bytes());
                 for row_bytes in [shape.r_row_bytes, shape.s_row_bytes] {
@@ -436,20 +505,29 @@ impl RecurrentCache {
     }
 
     /// The state-row section after the cells (`state_read_data`, :1111-1249): `s_trans` 0, the
-    /// layer count, and per layer R then S with this memory's row sizes.
-    fn read_rows(&self, cell_count: u32, r: &mut StateReader<'_>) -> Result<(), RestoreError> {
+    /// layer count, and per layer R then S with this memory's row sizes. Returns the digests of
+    /// the `cell_count` cells (the empty digest for a dump of a [`RecurrentShape`]).
+    fn read_rows(
+        &self,
+        cell_count: u32,
+        r: &mut StateReader<'_>,
+    ) -> Result<Vec<u64>, RestoreError> {
         let s_trans = r.u32("s_trans")?;
         let n_layer = r.u32("n_layer")?;
         let shape = self.config.shape;
-        let want = shape.map_or(0, |s| s.n_layer);
+        let want = shape.map_or(1, |s| s.n_layer);
         if n_layer != want {
             return r.fail(format!("{want} layers (this memory), found {n_layer}"));
         }
         if s_trans != 0 {
             return r.fail(format!("s_trans 0, found {s_trans}"));
         }
-        let Some(shape) = shape else { return Ok(()) };
-        for (what, row_bytes) in [("R", shape.r_row_bytes), ("S", shape.s_row_bytes)] {
+        let (r_bytes, s_bytes) = shape
+            .map_or((DIGEST_ROW_BYTES as u64, DIGEST_ROW_BYTES as u64), |s| {
+                (s.r_row_bytes, s.s_row_bytes)
+            });
+        let mut digests = vec![EMPTY_DIGEST; cell_count as usize];
+        for (what, row_bytes) in [("R", r_bytes), ("S", s_bytes)] {
             for l in 0..n_layer {
                 let ty = r.i32(&format!("{what} type"))?;
                 if ty != 0 {
@@ -465,10 +543,19 @@ impl RecurrentCache {
                 if r.bytes.len() - r.at < n {
                     return r.fail(format!("{what} rows: {n} bytes"));
                 }
+                if shape.is_none() && what == "R" {
+                    for (i, d) in digests.iter_mut().enumerate() {
+                        let at = r.at + i * DIGEST_ROW_BYTES;
+                        let row: [u8; DIGEST_ROW_BYTES] = r.bytes[at..at + DIGEST_ROW_BYTES]
+                            .try_into()
+                            .expect("8 bytes");
+                        *d = u64::from_le_bytes(row);
+                    }
+                }
                 r.at += n;
             }
         }
-        Ok(())
+        Ok(digests)
     }
 
     /// `state_read` for `seq` (:865-894, `state_read_meta` :1010-1109): the cells of a sequence
@@ -517,10 +604,14 @@ impl RecurrentCache {
             // (GGML_ASSERT(cells[head + cell_count - 1].pos == ...), :1064-1068) abort.
             return r.fail(format!("one cell per sequence state, found {cell_count}"));
         }
+        let digests = self.read_rows(cell_count, r)?;
         if let Some(p) = last {
-            self.place(&[vec![seq]], &[p]);
+            // Placed as a decode of one token would be, then given the loaded state.
+            self.place(&[vec![seq]], &[p], &[0]);
+            let t = self.cells[seq as usize].tail as usize;
+            self.cells[t].digest = digests[0];
         }
-        self.read_rows(cell_count, r)
+        Ok(())
     }
 
     /// `state_read` of a whole-memory dump (`state_read_meta` with `dest_seq_id == -1`,
@@ -574,7 +665,11 @@ impl RecurrentCache {
         }
         self.head = 0;
         self.used = cell_count;
-        self.read_rows(cell_count, r)
+        let digests = self.read_rows(cell_count, r)?;
+        for (c, d) in self.cells.iter_mut().zip(digests) {
+            c.digest = d;
+        }
+        Ok(())
     }
 }
 

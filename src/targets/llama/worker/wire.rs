@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::base::op::{CacheType, Op, Pos, SeqId, Setup, Trace};
+use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::WholeCell;
 use crate::base::target::{
     LogitsProbe, OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo,
@@ -183,6 +183,9 @@ pub struct WireRun(Vec<WireStep>, WireEnd);
 /// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells).
 type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
 
+/// One logits probe: (seq, max_abs_diff, n_tokens, cache, shifted, memory).
+type WireProbe = (SeqId, f32, u32, CacheType, bool, MemoryType);
+
 /// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells);
 /// then what else was observed (the logits probe last, left out of lines that have none).
 #[derive(Debug, Serialize, Deserialize)]
@@ -192,7 +195,7 @@ struct WireStep(
     Option<Vec<WholeCell>>,
     Option<RoundTrip>,
     Option<Vec<SeqObservation>>,
-    #[serde(default)] Option<Vec<(SeqId, f32, u32, CacheType, bool)>>,
+    #[serde(default)] Option<Vec<WireProbe>>,
 );
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -245,7 +248,16 @@ impl From<&TrialRun> for WireRun {
                     st.before.clone(),
                     st.logits_probe.as_ref().map(|p| {
                         p.iter()
-                            .map(|x| (x.seq, x.max_abs_diff, x.n_tokens, x.cache, x.shifted))
+                            .map(|x| {
+                                (
+                                    x.seq,
+                                    x.max_abs_diff,
+                                    x.n_tokens,
+                                    x.cache,
+                                    x.shifted,
+                                    x.memory,
+                                )
+                            })
                             .collect()
                     }),
                 )
@@ -290,15 +302,16 @@ impl From<WireRun> for TrialRun {
                         before,
                         logits_probe: probe.map(|p| {
                             p.into_iter()
-                                .map(
-                                    |(seq, max_abs_diff, n_tokens, cache, shifted)| LogitsProbe {
+                                .map(|(seq, max_abs_diff, n_tokens, cache, shifted, memory)| {
+                                    LogitsProbe {
                                         seq,
                                         max_abs_diff,
                                         n_tokens,
                                         cache,
                                         shifted,
-                                    },
-                                )
+                                        memory,
+                                    }
+                                })
                                 .collect()
                         }),
                     })
