@@ -15,8 +15,9 @@
 //!   recurrent: one recurrent section
 //!   hybrid:    one cache (the attention layers), then one recurrent section
 //! a cache:
-//!   u32 n_stream
-//!   per stream: u32 cell_count (0: nothing more for this stream)
+//!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
+//!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
+//!               headers below follow anyway, with no rows)
 //!     per cell: i32 pos, u32 n_seq_id, n_seq_id x i32 seq id
 //!     u32 v_trans, u32 n_layer, [u32 n_rot_k, u32 n_rot_v: state-seq version >= 4]
 //!     per layer K: i32 type, u64 row bytes, cell_count rows
@@ -56,10 +57,18 @@ pub const STATE_SEQ_MAGIC: u32 = 0xaf14_3cd8;
 pub struct StateFormat {
     /// `LLAMA_STATE_SEQ_VERSION >= 4` writes `n_rot_k` and `n_rot_v` after `n_layer`.
     pub rot_fields: bool,
+    /// Crate versions before 0.1.113 (llama-kv-cache-unified.cpp): no `u32 n_stream`, one
+    /// stream, whose `v_trans, n_layer` and per-layer K/V headers follow even with no cells.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_stream_count: bool,
     /// The memory type whose dump this is (from the setup's architecture): which parts follow
     /// the header.
     #[serde(default, skip_serializing_if = "MemoryType::is_kv")]
     pub memory: MemoryType,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Where and why the bytes did not parse.
@@ -444,6 +453,9 @@ fn parse_cache<'a>(
     r: &mut Reader<'a>,
     format: StateFormat,
 ) -> Result<Vec<StreamState<'a>>, ParseError> {
+    if format.no_stream_count {
+        return Ok(vec![parse_stream(r, format)?]);
+    }
     let at = r.at;
     let n_stream = r.u32("n_stream")?;
     if n_stream == 0 || n_stream > 256 {
@@ -457,7 +469,7 @@ fn parse_stream<'a>(
     format: StateFormat,
 ) -> Result<StreamState<'a>, ParseError> {
     let (cells, seq_ids) = parse_cells(r)?;
-    if cells.is_empty() {
+    if cells.is_empty() && !format.no_stream_count {
         return Ok(StreamState {
             cells,
             seq_ids,
@@ -639,7 +651,11 @@ pub fn fuzz_seq_state(data: &[u8]) {
             MemoryType::Recurrent,
             MemoryType::Hybrid,
         ]
-        .map(|memory| StateFormat { rot_fields, memory })
+        .map(|memory| StateFormat {
+            rot_fields,
+            memory,
+            no_stream_count: false,
+        })
     });
     for format in formats {
         let _ = parse_whole_state(data, format);

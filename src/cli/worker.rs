@@ -25,6 +25,9 @@ pub struct WorkerArgs {
     /// The pin's state format has n_rot fields.
     #[arg(long)]
     rot_fields: bool,
+    /// The pin's cache state has no n_stream word (crate versions before 0.1.113).
+    #[arg(long)]
+    no_stream_count: bool,
     /// Reset by re-running the setup instead of restoring the saved state.
     #[arg(long)]
     rebuild_resets: bool,
@@ -52,6 +55,7 @@ pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
         &a.label,
         StateFormat {
             rot_fields: a.rot_fields,
+            no_stream_count: a.no_stream_count,
             ..Default::default()
         },
         reset,

@@ -163,6 +163,7 @@ pub fn llama_worker_spec(
         label: pin.label(),
         format: crate::base::state::StateFormat {
             rot_fields: info.kv_state_has_n_rot,
+            no_stream_count: !info.kv_state_has_n_stream,
             ..Default::default()
         },
         timeout: LLAMA_TRIAL_TIMEOUT,

@@ -227,6 +227,7 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, M
     let hp = native_model.hparams().clone();
     let format = StateFormat {
         rot_fields: info.kv_state_has_n_rot,
+        no_stream_count: !info.kv_state_has_n_stream,
         ..Default::default()
     };
     // A fresh context at every reset, with F32 K and V caches (flash attention off, one thread,

@@ -79,6 +79,20 @@ fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(Judgement, u64), 
     Ok((j, judge.executions()))
 }
 
+/// Runs the repro's trace on `target` (and `vs`, for a pair oracle) and judges every step,
+/// with no expectation to compare: what a version matrix or a bisection classifies. `Err`: the
+/// target could not be built or driven.
+pub fn judge_on(
+    repro: &Repro,
+    target: &TargetSpec,
+    vs: Option<&TargetSpec>,
+) -> Result<Judgement, Error> {
+    let entry = TargetExpectation::new(target, vs, Expect::Holds);
+    run_on(repro, &entry)
+        .map(|(j, _)| j)
+        .map_err(Error::harness)
+}
+
 /// Replays one expectation of `repro`.
 pub fn check(repro: &Repro, entry: &TargetExpectation) -> EntryResult {
     let label = entry.label();

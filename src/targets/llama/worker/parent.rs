@@ -207,6 +207,9 @@ impl WorkerRunner {
         if self.spec.format.rot_fields {
             cmd.arg("--rot-fields");
         }
+        if self.spec.format.no_stream_count {
+            cmd.arg("--no-stream-count");
+        }
         if self.spec.reset == ResetMode::Rebuild {
             cmd.arg("--rebuild-resets");
         }
