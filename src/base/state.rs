@@ -8,7 +8,7 @@
 //! `state_write`, `state_write_meta`, `state_write_data`):
 //!
 //! ```text
-//! u32 magic 0xaf143cd8, i32 seq_id
+//! u32 magic 0xaf143cd8, i32 seq_id (not before crate 0.1.147: StateFormat::no_seq_header)
 //! then the memory, by type (StateFormat::memory; docs/memory-types.md cites each writer):
 //!   kv:        one cache
 //!   iswa:      two caches: the base (full) cache, then the windowed one
@@ -61,6 +61,15 @@ pub struct StateFormat {
     /// stream, whose `v_trans, n_layer` and per-layer K/V headers follow even with no cells.
     #[serde(default, skip_serializing_if = "is_false")]
     pub no_stream_count: bool,
+    /// Crate versions before 0.1.147: a per-sequence dump starts with the memory itself, with no
+    /// `u32 magic, i32 seq_id` (src/llama-context.cpp `state_seq_get_data`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_seq_header: bool,
+    /// Crate versions before 0.1.137: a whole dump has the last batch's outputs between the
+    /// architecture name and the memory (`u32 n_outputs`, n_outputs x i32 output positions,
+    /// `u64` logits count and f32 logits, `u64` embeddings count and f32 embeddings).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub whole_has_outputs: bool,
     /// The memory type whose dump this is (from the setup's architecture): which parts follow
     /// the header.
     #[serde(default, skip_serializing_if = "MemoryType::is_kv")]
@@ -253,14 +262,19 @@ impl<'a> Reader<'a> {
 /// Parses the bytes of `llama_state_seq_get_data`.
 pub fn parse_seq_state(bytes: &[u8], format: StateFormat) -> Result<SeqState<'_>, ParseError> {
     let mut r = Reader { bytes, at: 0 };
-    let magic = r.u32("magic")?;
-    if magic != STATE_SEQ_MAGIC {
-        return r.fail(
-            0,
-            format!("magic 0x{STATE_SEQ_MAGIC:08x}, found 0x{magic:08x}"),
-        );
-    }
-    let seq_id = r.i32("seq_id")?;
+    let seq_id = if format.no_seq_header {
+        // Older dumps do not say whose they are; -1 ("no sequence named") stands in.
+        -1
+    } else {
+        let magic = r.u32("magic")?;
+        if magic != STATE_SEQ_MAGIC {
+            return r.fail(
+                0,
+                format!("magic 0x{STATE_SEQ_MAGIC:08x}, found 0x{magic:08x}"),
+            );
+        }
+        r.i32("seq_id")?
+    };
     let (caches, recurrent) = parse_memory(&mut r, format)?;
     Ok(SeqState {
         seq_id,
@@ -426,6 +440,16 @@ pub fn parse_whole_state(bytes: &[u8], format: StateFormat) -> Result<Vec<WholeC
         );
     }
     r.take(len as usize, "architecture name")?;
+    if format.whole_has_outputs {
+        let n_outputs = r.u32("n_outputs")? as usize;
+        let bytes = n_outputs.checked_mul(4).unwrap_or(usize::MAX);
+        r.take(bytes, "output positions")?;
+        for what in ["logits", "embeddings"] {
+            let n = r.u64(what)?;
+            let bytes = usize::try_from(n).ok().and_then(|n| n.checked_mul(4));
+            r.take(bytes.unwrap_or(usize::MAX), what)?;
+        }
+    }
     let (caches, recurrent) = parse_memory(&mut r, format)?;
     if let Some(base) = caches.first() {
         return Ok(base
@@ -654,7 +678,7 @@ pub fn fuzz_seq_state(data: &[u8]) {
         .map(|memory| StateFormat {
             rot_fields,
             memory,
-            no_stream_count: false,
+            ..StateFormat::default()
         })
     });
     for format in formats {

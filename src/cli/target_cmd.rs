@@ -165,6 +165,12 @@ fn pins_toml_entry(f: &kvaudit::targets::llama::tree::TreeFacts, root: &std::pat
     if !f.kv_state_has_n_stream {
         out.push_str("kv_state_has_n_stream = false\n");
     }
+    if !f.state_seq_has_header {
+        out.push_str("state_seq_has_header = false\n");
+    }
+    if f.whole_state_has_outputs {
+        out.push_str("whole_state_has_outputs = true\n");
+    }
     if f.crate_version.is_none() {
         out.push_str(&format!("# read from {}\n", root.display()));
     }

@@ -122,7 +122,7 @@ pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &Judgement
         if !matches!(first, Some(v) if v.step < *step) {
             return Status::Unavailable(format!(
                 "step {step} is unsupported by the target ({reason}): {oracle} cannot be judged past step {}",
-                step - 1
+                step.saturating_sub(1)
             ));
         }
     }

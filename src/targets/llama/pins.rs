@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::LlamaError;
 use super::tree;
+use crate::base::state::StateFormat;
 
 /// A [`LlamaError::Pin`] with `message`.
 fn pin_error(message: String) -> LlamaError {
@@ -29,6 +30,11 @@ pub const PINS_TOML: &str = include_str!("../../../targets/llama.cpp/pins.toml")
 
 /// The target name in a pin label (`llama.cpp@VERSION`).
 pub const TARGET: &str = "llama.cpp";
+
+/// The pins the test suite and CI build (release and `+assert`): the newest build with
+/// reference-counted `seq_pos` and the newest overall. Every other pin is built on demand
+/// (`kvaudit target build`, `matrix`, `bisect`).
+pub const REFERENCE_PINS: [&str; 2] = ["0.1.156", "0.1.161"];
 
 /// The suffix of the assert variant in a pin label.
 pub const ASSERT_SUFFIX: &str = "+assert";
@@ -55,6 +61,13 @@ pub struct PinInfo {
     /// Whether the cache's state starts with `u32 n_stream` (false before crate 0.1.113).
     #[serde(default = "yes")]
     pub kv_state_has_n_stream: bool,
+    /// Whether a per-sequence dump starts with `u32 magic, i32 seq_id` (false before 0.1.147).
+    #[serde(default = "yes")]
+    pub state_seq_has_header: bool,
+    /// Whether a whole dump holds the last batch's outputs before the memory (true before
+    /// 0.1.137).
+    #[serde(default)]
+    pub whole_state_has_outputs: bool,
     /// Why this pin is recorded.
     #[serde(default)]
     pub note: String,
@@ -62,6 +75,19 @@ pub struct PinInfo {
 
 fn yes() -> bool {
     true
+}
+
+impl PinInfo {
+    /// The variant of the state format this pin writes (the memory type is the setup's).
+    pub fn state_format(&self) -> StateFormat {
+        StateFormat {
+            rot_fields: self.kv_state_has_n_rot,
+            no_stream_count: !self.kv_state_has_n_stream,
+            no_seq_header: !self.state_seq_has_header,
+            whole_has_outputs: self.whole_state_has_outputs,
+            ..StateFormat::default()
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,6 +229,8 @@ impl Pin {
                 kv_state_has_n_rot: f.kv_state_has_n_rot,
                 seq_pos_bookkeeping: f.seq_pos_bookkeeping,
                 kv_state_has_n_stream: f.kv_state_has_n_stream,
+                state_seq_has_header: f.state_seq_has_header,
+                whole_state_has_outputs: f.whole_state_has_outputs,
                 note: format!("the source tree {}", t.display()),
             });
         }

@@ -87,6 +87,11 @@ pub struct TreeFacts {
     /// Whether the cache's state starts with `u32 n_stream` (crate 0.1.113 on); before, one
     /// stream's cells follow at once, and its K/V header even when it has no cells.
     pub kv_state_has_n_stream: bool,
+    /// Whether `state_seq_get_data` writes `u32 magic, i32 seq_id` first (crate 0.1.147 on).
+    pub state_seq_has_header: bool,
+    /// Whether `state_write_data` writes the last batch's outputs, logits and embeddings
+    /// before the memory (crate versions before 0.1.137).
+    pub whole_state_has_outputs: bool,
     /// Whether `llama_context_params` has `kv_unified` (crate 0.1.113 on); the shim is compiled
     /// with `KVAUDIT_SHIM_NO_KV_UNIFIED` when it has not.
     pub has_kv_unified: bool,
@@ -144,6 +149,7 @@ pub fn tree_facts(tree: &Path) -> Result<TreeFacts, LlamaError> {
         .unwrap_or("src/llama-kv-cache.cpp");
     let kv_cache = read(kv_cache_file)?;
     let cells = read("src/llama-kv-cells.h")?;
+    let context = read("src/llama-context.cpp")?;
     let seq_pos_bookkeeping = if cells.contains("std::set<llama_pos> seq_pos[") {
         "pos-set"
     } else if cells.contains("std::map<llama_pos, int> seq_pos[") {
@@ -174,6 +180,8 @@ pub fn tree_facts(tree: &Path) -> Result<TreeFacts, LlamaError> {
         seq_pos_bookkeeping: seq_pos_bookkeeping.to_string(),
         kv_state_has_n_stream: kv_cache.contains("io.write(&n_stream"),
         has_kv_unified: header.contains("kv_unified"),
+        state_seq_has_header: context.contains("io.write(&io_magic"),
+        whole_state_has_outputs: context.contains("writing logits"),
     })
 }
 
@@ -230,6 +238,7 @@ mod tests {
             "std::set<std::pair<llama_pos, uint32_t>> seq_pos[LLAMA_MAX_SEQ];",
         )
         .unwrap();
+        fs::write(t.join("src/llama-context.cpp"), "io.write(&io_magic, 4);").unwrap();
         let root = normalize_tree(crate_dir).unwrap();
         assert_eq!(root, t.canonicalize().unwrap());
         let f = tree_facts(&root).unwrap();
@@ -241,6 +250,7 @@ mod tests {
         assert_eq!((f.state_seq_version, f.kv_state_has_n_rot), (4, true));
         assert_eq!(f.seq_pos_bookkeeping, "pos-cell-set");
         assert!(f.kv_state_has_n_stream && f.has_kv_unified && f.shim_defines().is_empty());
+        assert!(f.state_seq_has_header && !f.whole_state_has_outputs);
         fs::write(t.join("include/llama.h"), "llama_memory_seq_cp").unwrap();
         let err = tree_facts(&root).unwrap_err().to_string();
         assert!(err.contains("LLAMA_STATE_SEQ_VERSION"), "{err}");
@@ -270,7 +280,9 @@ mod tests {
             "std::set<llama_pos> seq_pos[LLAMA_MAX_SEQ];",
         )
         .unwrap();
+        fs::write(t.join("src/llama-context.cpp"), "// - writing logits").unwrap();
         let f = tree_facts(&root).unwrap();
+        assert!(!f.state_seq_has_header && f.whole_state_has_outputs);
         assert_eq!(f.llama_version, UNVERSIONED);
         assert_eq!(f.seq_pos_bookkeeping, "pos-set");
         assert!(!f.kv_state_has_n_stream && !f.has_kv_unified && !f.kv_state_has_n_rot);
