@@ -93,18 +93,17 @@ pub struct TreeFacts {
     /// before the memory (crate versions before 0.1.137).
     pub whole_state_has_outputs: bool,
     /// Whether `llama_context_params` has `kv_unified` (crate 0.1.113 on); the shim is compiled
-    /// with `KVAUDIT_SHIM_NO_KV_UNIFIED` when it has not.
+    /// with `KVAUDIT_SHIM_NO_KV_UNIFIED` when it has not ([`shim_defines`]).
     pub has_kv_unified: bool,
 }
 
-impl TreeFacts {
-    /// The defines the shim needs for this tree's API (see the top of kvaudit_shim.c).
-    pub fn shim_defines(&self) -> Vec<String> {
-        if self.has_kv_unified {
-            Vec::new()
-        } else {
-            vec!["KVAUDIT_SHIM_NO_KV_UNIFIED".to_string()]
-        }
+/// The defines the shim needs for the API of a tree whose include/llama.h is `header` (see the
+/// top of kvaudit_shim.c): what the header alone cannot tell the preprocessor.
+pub fn shim_defines(header: &str) -> Vec<String> {
+    if header.contains("kv_unified") {
+        Vec::new()
+    } else {
+        vec!["KVAUDIT_SHIM_NO_KV_UNIFIED".to_string()]
     }
 }
 
@@ -249,7 +248,8 @@ mod tests {
         assert_eq!(f.crate_version.as_deref(), Some("0.1.170"));
         assert_eq!((f.state_seq_version, f.kv_state_has_n_rot), (4, true));
         assert_eq!(f.seq_pos_bookkeeping, "pos-cell-set");
-        assert!(f.kv_state_has_n_stream && f.has_kv_unified && f.shim_defines().is_empty());
+        assert!(f.kv_state_has_n_stream && f.has_kv_unified);
+        assert!(shim_defines("bool kv_unified;").is_empty());
         assert!(f.state_seq_has_header && !f.whole_state_has_outputs);
         fs::write(t.join("include/llama.h"), "llama_memory_seq_cp").unwrap();
         let err = tree_facts(&root).unwrap_err().to_string();
@@ -286,7 +286,10 @@ mod tests {
         assert_eq!(f.llama_version, UNVERSIONED);
         assert_eq!(f.seq_pos_bookkeeping, "pos-set");
         assert!(!f.kv_state_has_n_stream && !f.has_kv_unified && !f.kv_state_has_n_rot);
-        assert_eq!(f.shim_defines(), ["KVAUDIT_SHIM_NO_KV_UNIFIED"]);
+        assert_eq!(
+            shim_defines("bool flash_attn;"),
+            ["KVAUDIT_SHIM_NO_KV_UNIFIED"]
+        );
         assert!(label_safe("/home/me/llama.cpp") && !label_safe("/a\"b") && !label_safe(""));
     }
 }

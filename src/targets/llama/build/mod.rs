@@ -198,7 +198,10 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
 /// build of the tree could drive it, without building llama.cpp. `Err` names the first errors.
 pub fn check_shim(src: &Path) -> Result<(), LlamaError> {
     check_host()?;
-    let facts = super::tree::tree_facts(src)?;
+    // The facts first: a tree the shim cannot drive is said as such, not as compile errors.
+    super::tree::tree_facts(src)?;
+    let header = fs::read_to_string(src.join("include/llama.h"))
+        .context_io(|| format!("reading {}", src.join("include/llama.h").display()))?;
     let cache = cache_root()?;
     prepare_cache_root(&cache)?;
     let toolchain = Toolchain::detect(&cache)?;
@@ -208,14 +211,19 @@ pub fn check_shim(src: &Path) -> Result<(), LlamaError> {
         .join("probe")
         .join(format!("shim-check-{}", std::process::id()));
     fs::create_dir_all(&scratch).context_io(|| format!("creating {}", scratch.display()))?;
-    let result = check_shim_in(src, &facts, &toolchain, &scratch);
+    let result = check_shim_in(
+        src,
+        &super::tree::shim_defines(&header),
+        &toolchain,
+        &scratch,
+    );
     fs::remove_dir_all(&scratch).ok();
     result
 }
 
 fn check_shim_in(
     src: &Path,
-    facts: &super::tree::TreeFacts,
+    defines: &[String],
     toolchain: &Toolchain,
     scratch: &Path,
 ) -> Result<(), LlamaError> {
@@ -231,7 +239,7 @@ fn check_shim_in(
         .arg(format!("-I{}", scratch.display()))
         .arg(format!("-I{}", src.join("include").display()))
         .arg(format!("-I{}", src.join("ggml/include").display()));
-    for d in facts.shim_defines() {
+    for d in defines {
         cmd.arg(format!("-D{d}"));
     }
     let out = cmd

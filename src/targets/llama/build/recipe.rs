@@ -15,7 +15,7 @@ use super::cmake::{
 
 use crate::targets::llama::error::{IoContext as _, LlamaError};
 use crate::targets::llama::pins::{Pin, PinInfo, Variant};
-use crate::targets::llama::tree::{tree_facts, tree_version};
+use crate::targets::llama::tree::{shim_defines as shim_defines_for, tree_version};
 
 /// Bump when the recipe below changes in a way the key does not see.
 pub(super) const RECIPE_VERSION: u32 = 1;
@@ -246,7 +246,7 @@ impl Recipe {
         }
 
         let mut shim_defines = vec![format!("KVAUDIT_SHIM_PIN=\"{}\"", pin.label())];
-        shim_defines.extend(tree_facts(src)?.shim_defines());
+        shim_defines.extend(shim_defines_for(&read("include/llama.h")?));
         shim_defines.extend(strings(ndebug));
         let shim = unit(
             "shim",
