@@ -442,7 +442,7 @@ pub fn parse_whole_state(bytes: &[u8], format: StateFormat) -> Result<Vec<WholeC
     r.take(len as usize, "architecture name")?;
     if format.whole_has_outputs {
         let n_outputs = r.u32("n_outputs")? as usize;
-        let bytes = n_outputs.checked_mul(4).unwrap_or(usize::MAX);
+        let bytes = n_outputs.saturating_mul(4);
         r.take(bytes, "output positions")?;
         for what in ["logits", "embeddings"] {
             let n = r.u64(what)?;

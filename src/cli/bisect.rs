@@ -75,7 +75,7 @@ pub fn run(a: BisectArgs) -> Result<i32, CliError> {
             };
             match build(&pin) {
                 Ok(()) => outcome_on(&repro, &pin.label()),
-                Err(reason) => Outcome::Unavailable { reason },
+                Err(e) => Outcome::Unavailable { reason: e.message },
             }
         },
         &mut |step| {
@@ -107,7 +107,7 @@ fn git_step(repro: &Repro, a: &BisectArgs, suffix: &str) -> GitVerdict {
         }
     };
     if let Err(why) = build(&pin) {
-        eprintln!("skip: {why}");
+        eprintln!("skip: {}", why.message);
         return GitVerdict::Skip;
     }
     let outcome = outcome_on(repro, &pin.label());

@@ -76,7 +76,7 @@ pub fn run_matrix(
                 let outcome = match &built {
                     Ok(()) => outcome_on(repro, &pin.label()),
                     Err(why) => Outcome::Unavailable {
-                        reason: why.clone(),
+                        reason: why.message.clone(),
                     },
                 };
                 progress(i, pin, path, &outcome);

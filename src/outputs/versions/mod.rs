@@ -13,6 +13,7 @@ pub mod matrix;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::error::Error;
 use crate::base::target::Observe;
 use crate::oracles::OracleId;
 use crate::outputs::repro::{judge_on, Repro};
@@ -148,10 +149,10 @@ pub fn outcome_on(repro: &Repro, label: &str) -> Outcome {
 }
 
 /// Builds `pin` if the cache lacks it (with progress on stderr): `Err` is why it cannot be.
-pub fn build(pin: &Pin) -> Result<(), String> {
+pub fn build(pin: &Pin) -> Result<(), Error> {
     ensure_built(&BuildSpec::new(pin.clone()), true)
         .map(drop)
-        .map_err(|e| format!("cannot build {pin}: {e:#}"))
+        .map_err(|e| Error::harness(format!("cannot build {pin}: {e:#}")))
 }
 
 #[cfg(test)]
