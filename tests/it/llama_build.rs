@@ -267,6 +267,27 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Edits the llama.cpp tree at `copy` to bring back a stale-index bug: the keeping branch of
+/// llama_kv_cells::seq_keep, for a cell the kept sequence shares,
+/// `if (seq[i].test(seq_id)) { seq_pos_rm(i); ...`, drops the cell from every other sequence's
+/// position index; without that line the other sequences keep a stale entry (the seed's I1
+/// symptom).
+fn reintroduce_stale_index_bug(copy: &Path) -> Result<()> {
+    let cells = copy.join("src/llama-kv-cells.h");
+    let source = std::fs::read_to_string(&cells)?;
+    let needle = "if (seq[i].test(seq_id)) {\n            seq_pos_rm(i);\n";
+    ensure!(
+        source.contains(needle),
+        "{} changed: the test's edit no longer applies",
+        cells.display()
+    );
+    std::fs::write(
+        &cells,
+        source.replacen(needle, "if (seq[i].test(seq_id)) {\n", 1),
+    )?;
+    Ok(())
+}
+
 /// Builds are keyed by contents, and objects are cached one by one: a copy of the first pin's
 /// tree is the pin's own build (no compile, no link), a `touch` changes nothing, and an edit of
 /// `src/llama-kv-cache.cpp` compiles that one file and links. The edit carries this run's time,
@@ -365,21 +386,7 @@ pub fn a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug() -> Resu
         code == Some(0) && text.contains(&format!("held to the expectations of {}", pin.label())),
         "the unedited copy did not replay clean (exit {code:?}):\n{text}"
     );
-    let cells = copy.join("src/llama-kv-cells.h");
-    let source = std::fs::read_to_string(&cells)?;
-    // The keeping branch of llama_kv_cells::seq_keep, for a cell the kept sequence shares:
-    // `if (seq[i].test(seq_id)) { seq_pos_rm(i); ...` drops the cell from every other sequence's
-    // position index; without that line the other sequences keep a stale entry.
-    let needle = "if (seq[i].test(seq_id)) {\n            seq_pos_rm(i);\n";
-    ensure!(
-        source.contains(needle),
-        "{} changed: the test's edit no longer applies",
-        cells.display()
-    );
-    std::fs::write(
-        &cells,
-        source.replacen(needle, "if (seq[i].test(seq_id)) {\n", 1),
-    )?;
+    reintroduce_stale_index_bug(&copy)?;
     let (code, text) = replay()?;
     ensure!(
         code == Some(1) && text.contains("i1_seq_cp_twice_stale_max") && text.contains("REGRESSED"),
@@ -440,18 +447,7 @@ pub fn git_bisect_run_names_the_commit_that_reintroduced_a_bug() -> Result<()> {
     let base = commit("the pin's tree")?;
     std::fs::write(copy.join("NOTES.txt"), "a file no build reads\n")?;
     commit("notes")?;
-    let cells = copy.join("src/llama-kv-cells.h");
-    let source = std::fs::read_to_string(&cells)?;
-    let needle = "if (seq[i].test(seq_id)) {\n            seq_pos_rm(i);\n";
-    ensure!(
-        source.contains(needle),
-        "{} changed: the test's edit no longer applies",
-        cells.display()
-    );
-    std::fs::write(
-        &cells,
-        source.replacen(needle, "if (seq[i].test(seq_id)) {\n", 1),
-    )?;
+    reintroduce_stale_index_bug(&copy)?;
     let culprit = commit("seq_keep: keep the index (brings the stale entry back)")?;
     std::fs::write(copy.join("NOTES.txt"), "more notes\n")?;
     commit("more notes")?;
