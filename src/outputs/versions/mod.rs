@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::error::Error;
 use crate::base::target::Observe;
-use crate::oracles::OracleId;
+use crate::oracles::{OracleId, Registry};
 use crate::outputs::repro::{judge_on, Repro};
 use crate::running::judge::Judgement;
 use crate::targets::llama::build::{ensure_built, BuildSpec};
@@ -137,12 +137,25 @@ fn pair_target(repro: &Repro) -> Option<TargetSpec> {
         .and_then(|e| e.specs().1)
 }
 
-/// Runs `repro`'s trace on the target `label` (a pin, or `llama.cpp@src:PATH`) and classifies
-/// it. Building is the caller's (see [`build`]); a target that cannot be driven is
-/// [`Outcome::Unavailable`].
+/// What a version is observed for on `repro`'s trace: what the file's oracle reads, no more.
+/// An observation the finding does not need (a whole-context dump for an I1 finding) must not
+/// decide its verdict: 0.1.109-0.1.112 crash in `llama_state_get_data` after any op
+/// (docs/versions.md), which says nothing about whether their `seq_pos` goes stale.
+fn observe_for(repro: &Repro) -> Observe {
+    Registry::builtin()
+        .get(repro.oracle)
+        .map(|o| Observe::BASIC.union(o.observes()))
+        .unwrap_or(Observe::ALL_WITH_PROBE)
+}
+
+/// Runs `repro`'s trace on the target `label` (a pin, or `llama.cpp@src:PATH`), observing what
+/// the file's oracle reads, and classifies it. Building is the caller's (see [`build`]); a
+/// target that cannot be driven is [`Outcome::Unavailable`].
 pub fn outcome_on(repro: &Repro, label: &str) -> Outcome {
-    let target = TargetSpec::new(label, &[]).with_observe(Observe::ALL_WITH_PROBE);
-    match judge_on(repro, &target, pair_target(repro).as_ref()) {
+    let observe = observe_for(repro);
+    let target = TargetSpec::new(label, &[]).with_observe(observe);
+    let vs = pair_target(repro).map(|v| v.with_observe(observe));
+    match judge_on(repro, &target, vs.as_ref()) {
         Ok(j) => classify(repro, &j),
         Err(e) => Outcome::Unavailable { reason: e.message },
     }
