@@ -140,8 +140,13 @@ fn pair_target(repro: &Repro) -> Option<TargetSpec> {
 /// What a version is observed for on `repro`'s trace: what the file's oracle reads, no more.
 /// An observation the finding does not need (a whole-context dump for an I1 finding) must not
 /// decide its verdict: 0.1.109-0.1.112 crash in `llama_state_get_data` after any op
-/// (docs/versions.md), which says nothing about whether their `seq_pos` goes stale.
+/// (docs/versions.md), which says nothing about whether their `seq_pos` goes stale. A crash
+/// finding is observed as a replay observes it: a corrupted heap aborts at whatever allocates
+/// next, an observation included (`crash_decode_next_pos_seq_id_out_of_range` on 0.1.161).
 fn observe_for(repro: &Repro) -> Observe {
+    if repro.oracle == OracleId::CRASH {
+        return Observe::ALL_WITH_PROBE;
+    }
     Registry::builtin()
         .get(repro.oracle)
         .map(|o| Observe::BASIC.union(o.observes()))
