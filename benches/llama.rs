@@ -126,10 +126,7 @@ fn main() {
         let label = format!("llama.cpp@{version}");
         let pin = Pin::parse(&label).expect("known pin");
         let info = pin.info().expect("pin info");
-        let format = StateFormat {
-            rot_fields: info.kv_state_has_n_rot,
-            ..Default::default()
-        };
+        let format: StateFormat = info.state_format();
         let built = ensure_built(&BuildSpec::new(pin), true).expect("pin builds");
         let shim = LlamaShim::load(&built.so_path).expect("shim loads");
         if runs("audit") {

@@ -6,8 +6,9 @@
 # (the issue 11 batch). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release
-k=./target/release/kvaudit
+# KVAUDIT=PATH runs a copy of the binary (so that a rebuild meanwhile cannot swap it).
+if [ -z "${KVAUDIT:-}" ]; then cargo build --release; fi
+k=${KVAUDIT:-./target/release/kvaudit}
 out=reports/memtypes
 mkdir -p "$out"
 run() { # NAME ARGS...: JSON and Markdown reports of one audit

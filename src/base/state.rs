@@ -8,15 +8,16 @@
 //! `state_write`, `state_write_meta`, `state_write_data`):
 //!
 //! ```text
-//! u32 magic 0xaf143cd8, i32 seq_id
+//! u32 magic 0xaf143cd8, i32 seq_id (not before crate 0.1.147: StateFormat::no_seq_header)
 //! then the memory, by type (StateFormat::memory; docs/memory-types.md cites each writer):
 //!   kv:        one cache
 //!   iswa:      two caches: the base (full) cache, then the windowed one
 //!   recurrent: one recurrent section
 //!   hybrid:    one cache (the attention layers), then one recurrent section
 //! a cache:
-//!   u32 n_stream
-//!   per stream: u32 cell_count (0: nothing more for this stream)
+//!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
+//!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
+//!               headers below follow anyway, with no rows)
 //!     per cell: i32 pos, u32 n_seq_id, n_seq_id x i32 seq id
 //!     u32 v_trans, u32 n_layer, [u32 n_rot_k, u32 n_rot_v: state-seq version >= 4]
 //!     per layer K: i32 type, u64 row bytes, cell_count rows
@@ -56,10 +57,27 @@ pub const STATE_SEQ_MAGIC: u32 = 0xaf14_3cd8;
 pub struct StateFormat {
     /// `LLAMA_STATE_SEQ_VERSION >= 4` writes `n_rot_k` and `n_rot_v` after `n_layer`.
     pub rot_fields: bool,
+    /// Crate versions before 0.1.113 (llama-kv-cache-unified.cpp): no `u32 n_stream`, one
+    /// stream, whose `v_trans, n_layer` and per-layer K/V headers follow even with no cells.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_stream_count: bool,
+    /// Crate versions before 0.1.147: a per-sequence dump starts with the memory itself, with no
+    /// `u32 magic, i32 seq_id` (src/llama-context.cpp `state_seq_get_data`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_seq_header: bool,
+    /// Crate versions before 0.1.137: a whole dump has the last batch's outputs between the
+    /// architecture name and the memory (`u32 n_outputs`, n_outputs x i32 output positions,
+    /// `u64` logits count and f32 logits, `u64` embeddings count and f32 embeddings).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub whole_has_outputs: bool,
     /// The memory type whose dump this is (from the setup's architecture): which parts follow
     /// the header.
     #[serde(default, skip_serializing_if = "MemoryType::is_kv")]
     pub memory: MemoryType,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Where and why the bytes did not parse.
@@ -244,14 +262,19 @@ impl<'a> Reader<'a> {
 /// Parses the bytes of `llama_state_seq_get_data`.
 pub fn parse_seq_state(bytes: &[u8], format: StateFormat) -> Result<SeqState<'_>, ParseError> {
     let mut r = Reader { bytes, at: 0 };
-    let magic = r.u32("magic")?;
-    if magic != STATE_SEQ_MAGIC {
-        return r.fail(
-            0,
-            format!("magic 0x{STATE_SEQ_MAGIC:08x}, found 0x{magic:08x}"),
-        );
-    }
-    let seq_id = r.i32("seq_id")?;
+    let seq_id = if format.no_seq_header {
+        // Older dumps do not say whose they are; -1 ("no sequence named") stands in.
+        -1
+    } else {
+        let magic = r.u32("magic")?;
+        if magic != STATE_SEQ_MAGIC {
+            return r.fail(
+                0,
+                format!("magic 0x{STATE_SEQ_MAGIC:08x}, found 0x{magic:08x}"),
+            );
+        }
+        r.i32("seq_id")?
+    };
     let (caches, recurrent) = parse_memory(&mut r, format)?;
     Ok(SeqState {
         seq_id,
@@ -417,6 +440,16 @@ pub fn parse_whole_state(bytes: &[u8], format: StateFormat) -> Result<Vec<WholeC
         );
     }
     r.take(len as usize, "architecture name")?;
+    if format.whole_has_outputs {
+        let n_outputs = r.u32("n_outputs")? as usize;
+        let bytes = n_outputs.saturating_mul(4);
+        r.take(bytes, "output positions")?;
+        for what in ["logits", "embeddings"] {
+            let n = r.u64(what)?;
+            let bytes = usize::try_from(n).ok().and_then(|n| n.checked_mul(4));
+            r.take(bytes.unwrap_or(usize::MAX), what)?;
+        }
+    }
     let (caches, recurrent) = parse_memory(&mut r, format)?;
     if let Some(base) = caches.first() {
         return Ok(base
@@ -444,6 +477,9 @@ fn parse_cache<'a>(
     r: &mut Reader<'a>,
     format: StateFormat,
 ) -> Result<Vec<StreamState<'a>>, ParseError> {
+    if format.no_stream_count {
+        return Ok(vec![parse_stream(r, format)?]);
+    }
     let at = r.at;
     let n_stream = r.u32("n_stream")?;
     if n_stream == 0 || n_stream > 256 {
@@ -457,7 +493,7 @@ fn parse_stream<'a>(
     format: StateFormat,
 ) -> Result<StreamState<'a>, ParseError> {
     let (cells, seq_ids) = parse_cells(r)?;
-    if cells.is_empty() {
+    if cells.is_empty() && !format.no_stream_count {
         return Ok(StreamState {
             cells,
             seq_ids,
@@ -639,7 +675,11 @@ pub fn fuzz_seq_state(data: &[u8]) {
             MemoryType::Recurrent,
             MemoryType::Hybrid,
         ]
-        .map(|memory| StateFormat { rot_fields, memory })
+        .map(|memory| StateFormat {
+            rot_fields,
+            memory,
+            ..StateFormat::default()
+        })
     });
     for format in formats {
         let _ = parse_whole_state(data, format);

@@ -5,9 +5,11 @@
 
 mod args;
 mod audit;
+mod bisect;
 mod domain;
 mod explain;
 mod fuzz;
+mod matrix;
 mod measure;
 mod merge;
 mod oracles;
@@ -57,6 +59,11 @@ pub enum Command {
     ReportBug(report_bug::ReportBugArgs),
     /// Measure the numerical oracles T1-T3 on a llama.cpp pin against PREREG.md's predictions.
     Measure(measure::MeasureArgs),
+    /// Replay repro files on many llama.cpp versions: a table per finding per version.
+    Matrix(matrix::MatrixArgs),
+    /// Find the llama.cpp version (or, with --run under `git bisect run`, the commit) where a
+    /// finding appears or disappears.
+    Bisect(bisect::BisectArgs),
     /// Build and inspect targets (`kvaudit target build llama.cpp@0.1.156`).
     Target(target_cmd::TargetCmd),
     /// Internal: serve a llama.cpp target to a parent kvaudit over stdin/stdout.
@@ -121,6 +128,8 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Explain(e) => explain::run(e),
         Command::ReportBug(r) => report_bug::run(r),
         Command::Measure(m) => measure::run(m),
+        Command::Matrix(m) => matrix::run(m),
+        Command::Bisect(b) => bisect::run(b),
         Command::Worker(w) => worker::run(w),
     }
 }

@@ -28,8 +28,15 @@ enum TargetWhat {
         #[arg(long)]
         force: bool,
     },
-    /// List the targets and pins kvaudit knows.
+    /// List the targets and every pin kvaudit knows, with its facts and whether it is built.
     List,
+    /// Read llama.cpp trees' facts and compile the shim alone against each one's llama.h
+    /// (seconds): prints each tree as a pins.toml entry, or why kvaudit cannot drive it.
+    Check {
+        /// llama.cpp trees (or unpacked `llama-cpp-sys-2` crates).
+        #[arg(required = true)]
+        trees: Vec<PathBuf>,
+    },
     /// Reclaim cache space: keep the newest build of each pin and source tree, remove older
     /// builds, builds of trees that are gone, and the cached objects only they used.
     Gc {
@@ -76,14 +83,96 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
             Ok(exit::CLEAN)
         }
         TargetWhat::List => {
+            use kvaudit::targets::llama::pins::{known_pins, Pin, Variant};
             println!("native  (faults: {})", native_kv::Faults::NAMES.join(", "));
             println!("native+tensors  (the same, with K/V rows and a forward pass; same faults)");
-            for label in kvaudit::targets::llama::pins::known_labels()
-                .map_err(|e| CliError::harness(format!("{e:#}")))?
-            {
-                println!("{label}");
+            let harness =
+                |e: kvaudit::targets::llama::error::LlamaError| CliError::harness(format!("{e:#}"));
+            let built = kvaudit::targets::llama::build::cached_labels(None).map_err(harness)?;
+            let mut pins: Vec<_> = known_pins().map_err(harness)?.values().collect();
+            pins.sort_by_key(|p| kvaudit::targets::llama::pins::version_key(&p.version));
+            println!(
+                "llama.cpp@VERSION[+assert]: {} pins (built: release / +assert)",
+                pins.len()
+            );
+            for info in pins {
+                let is_built = |variant| {
+                    let label = Pin {
+                        version: info.version.clone(),
+                        variant,
+                        tree: None,
+                    }
+                    .label();
+                    if built.contains_key(&label) {
+                        "built"
+                    } else {
+                        "-"
+                    }
+                };
+                println!(
+                    "llama.cpp@{:<9} {:>5} / {:<5}  llama {} ggml {}, state v{}, seq_pos {}",
+                    info.version,
+                    is_built(Variant::Release),
+                    is_built(Variant::Assert),
+                    info.llama_version,
+                    info.ggml_version,
+                    info.state_seq_version,
+                    info.seq_pos_bookkeeping
+                );
             }
+            println!("llama.cpp@src:PATH[+assert]  (a llama.cpp source tree)");
             Ok(exit::CLEAN)
         }
+        TargetWhat::Check { trees } => {
+            let mut failed = false;
+            for dir in trees {
+                let root = kvaudit::targets::llama::tree::normalize_tree(&dir)
+                    .map_err(|e| CliError::usage(format!("{e:#}")))?;
+                let facts = match kvaudit::targets::llama::tree::tree_facts(&root) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        println!("# {}: not drivable: {e:#}", dir.display());
+                        failed = true;
+                        continue;
+                    }
+                };
+                let shim = kvaudit::targets::llama::build::check_shim(&root);
+                if let Err(e) = &shim {
+                    println!("# {}: the shim does not compile: {e:#}", dir.display());
+                    failed = true;
+                    continue;
+                }
+                print!("{}", pins_toml_entry(&facts, &root));
+            }
+            Ok(if failed { exit::FINDINGS } else { exit::CLEAN })
+        }
     }
+}
+
+/// A tree's facts as a pins.toml entry (the crate's version, else `src`, as its key).
+fn pins_toml_entry(f: &kvaudit::targets::llama::tree::TreeFacts, root: &std::path::Path) -> String {
+    let version = f.crate_version.clone().unwrap_or_else(|| "src".into());
+    let mut out = format!(
+        "\n[pins.\"{version}\"]\ncrate = \"llama-cpp-sys-2\"\nversion = \"{version}\"\n\
+         llama_version = \"{}\"\nggml_version = \"{}\"\nstate_seq_version = {}\n\
+         kv_state_has_n_rot = {}\nseq_pos_bookkeeping = \"{}\"\n",
+        f.llama_version,
+        f.ggml_version,
+        f.state_seq_version,
+        f.kv_state_has_n_rot,
+        f.seq_pos_bookkeeping
+    );
+    if !f.kv_state_has_n_stream {
+        out.push_str("kv_state_has_n_stream = false\n");
+    }
+    if !f.state_seq_has_header {
+        out.push_str("state_seq_has_header = false\n");
+    }
+    if f.whole_state_has_outputs {
+        out.push_str("whole_state_has_outputs = true\n");
+    }
+    if f.crate_version.is_none() {
+        out.push_str(&format!("# read from {}\n", root.display()));
+    }
+    out
 }

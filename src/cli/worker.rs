@@ -25,6 +25,15 @@ pub struct WorkerArgs {
     /// The pin's state format has n_rot fields.
     #[arg(long)]
     rot_fields: bool,
+    /// The pin's cache state has no n_stream word (crate versions before 0.1.113).
+    #[arg(long)]
+    no_stream_count: bool,
+    /// The pin's per-sequence dumps have no magic and seq id (before 0.1.147).
+    #[arg(long)]
+    no_seq_header: bool,
+    /// The pin's whole dumps hold the last batch's outputs (before 0.1.137).
+    #[arg(long)]
+    whole_has_outputs: bool,
     /// Reset by re-running the setup instead of restoring the saved state.
     #[arg(long)]
     rebuild_resets: bool,
@@ -52,6 +61,9 @@ pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
         &a.label,
         StateFormat {
             rot_fields: a.rot_fields,
+            no_stream_count: a.no_stream_count,
+            no_seq_header: a.no_seq_header,
+            whole_has_outputs: a.whole_has_outputs,
             ..Default::default()
         },
         reset,

@@ -5,4 +5,5 @@ pub mod bug_report;
 pub mod c_repro;
 pub mod explain;
 pub mod repro;
+pub mod versions;
 pub mod xml;

@@ -161,10 +161,7 @@ pub fn llama_worker_spec(
         shim: built.so_path.clone(),
         model,
         label: pin.label(),
-        format: crate::base::state::StateFormat {
-            rot_fields: info.kv_state_has_n_rot,
-            ..Default::default()
-        },
+        format: info.state_format(),
         timeout: LLAMA_TRIAL_TIMEOUT,
         reset: ResetMode::Restore,
         observe: Observe::ALL,

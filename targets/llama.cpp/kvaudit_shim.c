@@ -9,7 +9,13 @@
  * llama_*_default_params() so that added fields keep their defaults.
  *
  * Compile-time input: KVAUDIT_SHIM_PIN, the pin label as a string literal
- * (-DKVAUDIT_SHIM_PIN="\"llama.cpp@0.1.156\"").
+ * (-DKVAUDIT_SHIM_PIN="\"llama.cpp@0.1.156\""), and KVAUDIT_SHIM_NO_KV_UNIFIED when the tree's
+ * llama_context_params has no kv_unified field (crate versions before 0.1.113, whose cache has
+ * one stream for every sequence: src/targets/llama/tree.rs reads it from llama.h).
+ *
+ * Older API, adapted here (docs/versions.md): before crate 0.1.122 llama.h has `bool flash_attn`
+ * instead of `enum llama_flash_attn_type flash_attn_type`, and no llama_state_seq_flags nor the
+ * *_ext state functions; LLAMA_STATE_SEQ_FLAGS_SWA_ONLY, which came with both, tells them apart.
  */
 #include "kvaudit_shim.h"
 
@@ -22,6 +28,12 @@
 
 #ifndef KVAUDIT_SHIM_PIN
 #define KVAUDIT_SHIM_PIN "llama.cpp@unknown"
+#endif
+
+#ifdef LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
+#define SHIM_HAS_STATE_SEQ_FLAGS 1
+#else
+#define SHIM_HAS_STATE_SEQ_FLAGS 0
 #endif
 
 #ifdef __cplusplus
@@ -166,9 +178,26 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
         cparams.n_threads = params->n_threads;
         cparams.n_threads_batch = params->n_threads;
     }
+#ifdef KVAUDIT_SHIM_NO_KV_UNIFIED
+    /* One stream for every sequence is all this llama.cpp has: a request for a stream per
+     * sequence is refused as llama_init_from_model would refuse it (an unsupported setup). */
+    if (params->kv_unified == 0) {
+        shim_copy_error(err, err_cap,
+                        "llama_init_from_model: kv_unified = false (a stream per sequence) is not "
+                        "in this llama.cpp version, whose cache is always unified");
+        llama_model_free(model);
+        return NULL;
+    }
+#else
     cparams.kv_unified = params->kv_unified != 0;
+#endif
     cparams.swa_full = params->swa_full != 0;
+#if SHIM_HAS_STATE_SEQ_FLAGS
     cparams.flash_attn_type = (enum llama_flash_attn_type)params->flash_attn;
+#else
+    /* A bool before llama_flash_attn_type: auto (-1) is off, as that bool's default was. */
+    cparams.flash_attn = params->flash_attn > 0;
+#endif
     if (params->type_k >= 0) {
         cparams.type_k = (enum ggml_type)params->type_k;
     }
@@ -387,6 +416,18 @@ KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_set(kvaudit_shim *h, int32_t seq
     SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
 }
 
+#if !SHIM_HAS_STATE_SEQ_FLAGS
+/* Flags before llama_state_seq_flags existed: none is the plain call; any other is refused with
+ * a logged reason, since this llama.cpp cannot do what they ask. */
+static int shim_no_state_seq_flags(uint32_t flags) {
+    if (flags == 0) {
+        return 0;
+    }
+    shim_note("kvaudit_shim: llama_state_seq_flags are not in this llama.cpp version\n");
+    return 1;
+}
+#endif
+
 KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_size_ext(kvaudit_shim *h, int32_t seq_id,
                                                          uint32_t flags) {
     shim_clear_error();
@@ -394,7 +435,12 @@ KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_size_ext(kvaudit_shim *h, int32_
         return KVAUDIT_SHIM_E_NULL;
     }
     SHIM_TRY
+#if SHIM_HAS_STATE_SEQ_FLAGS
     return (int64_t)llama_state_seq_get_size_ext(h->ctx, seq_id, (llama_state_seq_flags)flags);
+#else
+    return shim_no_state_seq_flags(flags) ? KVAUDIT_SHIM_E_LLAMA
+                                          : (int64_t)llama_state_seq_get_size(h->ctx, seq_id);
+#endif
     SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
 }
 
@@ -405,8 +451,14 @@ KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_get_ext(kvaudit_shim *h, int32_t
         return KVAUDIT_SHIM_E_NULL;
     }
     SHIM_TRY
+#if SHIM_HAS_STATE_SEQ_FLAGS
     return (int64_t)llama_state_seq_get_data_ext(h->ctx, buf, cap, seq_id,
                                                  (llama_state_seq_flags)flags);
+#else
+    return shim_no_state_seq_flags(flags)
+               ? KVAUDIT_SHIM_E_LLAMA
+               : (int64_t)llama_state_seq_get_data(h->ctx, buf, cap, seq_id);
+#endif
     SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
 }
 
@@ -418,8 +470,14 @@ KVAUDIT_SHIM_API int64_t kvaudit_shim_state_seq_set_ext(kvaudit_shim *h, int32_t
         return KVAUDIT_SHIM_E_NULL;
     }
     SHIM_TRY
+#if SHIM_HAS_STATE_SEQ_FLAGS
     return (int64_t)llama_state_seq_set_data_ext(h->ctx, buf, len, seq_id,
                                                  (llama_state_seq_flags)flags);
+#else
+    return shim_no_state_seq_flags(flags)
+               ? KVAUDIT_SHIM_E_LLAMA
+               : (int64_t)llama_state_seq_set_data(h->ctx, buf, len, seq_id);
+#endif
     SHIM_CATCH(return KVAUDIT_SHIM_E_EXCEPTION)
 }
 

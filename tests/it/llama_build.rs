@@ -18,15 +18,18 @@ use std::path::Path;
 use anyhow::{bail, ensure, Context as _, Result};
 use kvaudit::targets::llama::build::{ensure_built, BuildSpec, BuiltShim, SO_NAME};
 use kvaudit::targets::llama::ffi::{ContextParams, LlamaShim};
-use kvaudit::targets::llama::pins::{known_pins, Pin, Variant};
+use kvaudit::targets::llama::pins::{known_pins, Pin, Variant, REFERENCE_PINS};
 
-/// Builds (or finds in the cache) the release build of every pin in pins.toml, loads all of
-/// them into this process, and checks each one's identity against pins.toml.
+/// Builds (or finds in the cache) the release build of both reference pins, loads them into
+/// this process, and checks each one's identity against pins.toml.
 pub fn build_and_load_both_pins() -> Result<Vec<(BuiltShim, LlamaShim)>> {
     let mut loaded = Vec::new();
-    for (version, info) in known_pins()? {
+    for version in REFERENCE_PINS {
+        let info = known_pins()?
+            .get(version)
+            .with_context(|| format!("pins.toml has no {version}"))?;
         let pin = Pin {
-            version: version.clone(),
+            version: version.to_string(),
             variant: Variant::Release,
             tree: None,
         };
@@ -236,14 +239,14 @@ pub fn tampered_entry_is_refused() -> Result<()> {
     Ok(())
 }
 
-/// The release build of the first pin in pins.toml, and what pins.toml records of it.
+/// The release build of the first reference pin, and what pins.toml records of it.
 fn first_release_pin() -> Result<(Pin, &'static kvaudit::targets::llama::pins::PinInfo)> {
-    let (version, info) = known_pins()?
-        .iter()
-        .next()
-        .context("pins.toml holds no pin")?;
+    let version = REFERENCE_PINS[0];
+    let info = known_pins()?
+        .get(version)
+        .context("pins.toml has no first reference pin")?;
     let pin = Pin {
-        version: version.clone(),
+        version: version.to_string(),
         variant: Variant::Release,
         tree: None,
     };
@@ -261,6 +264,27 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
             std::fs::copy(entry.path(), &target)?;
         }
     }
+    Ok(())
+}
+
+/// Edits the llama.cpp tree at `copy` to bring back a stale-index bug: the keeping branch of
+/// llama_kv_cells::seq_keep, for a cell the kept sequence shares,
+/// `if (seq[i].test(seq_id)) { seq_pos_rm(i); ...`, drops the cell from every other sequence's
+/// position index; without that line the other sequences keep a stale entry (the seed's I1
+/// symptom).
+fn reintroduce_stale_index_bug(copy: &Path) -> Result<()> {
+    let cells = copy.join("src/llama-kv-cells.h");
+    let source = std::fs::read_to_string(&cells)?;
+    let needle = "if (seq[i].test(seq_id)) {\n            seq_pos_rm(i);\n";
+    ensure!(
+        source.contains(needle),
+        "{} changed: the test's edit no longer applies",
+        cells.display()
+    );
+    std::fs::write(
+        &cells,
+        source.replacen(needle, "if (seq[i].test(seq_id)) {\n", 1),
+    )?;
     Ok(())
 }
 
@@ -362,25 +386,102 @@ pub fn a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug() -> Resu
         code == Some(0) && text.contains(&format!("held to the expectations of {}", pin.label())),
         "the unedited copy did not replay clean (exit {code:?}):\n{text}"
     );
-    let cells = copy.join("src/llama-kv-cells.h");
-    let source = std::fs::read_to_string(&cells)?;
-    // The keeping branch of llama_kv_cells::seq_keep, for a cell the kept sequence shares:
-    // `if (seq[i].test(seq_id)) { seq_pos_rm(i); ...` drops the cell from every other sequence's
-    // position index; without that line the other sequences keep a stale entry.
-    let needle = "if (seq[i].test(seq_id)) {\n            seq_pos_rm(i);\n";
-    ensure!(
-        source.contains(needle),
-        "{} changed: the test's edit no longer applies",
-        cells.display()
-    );
-    std::fs::write(
-        &cells,
-        source.replacen(needle, "if (seq[i].test(seq_id)) {\n", 1),
-    )?;
+    reintroduce_stale_index_bug(&copy)?;
     let (code, text) = replay()?;
     ensure!(
         code == Some(1) && text.contains("i1_seq_cp_twice_stale_max") && text.contains("REGRESSED"),
         "the reintroduced bug was not reported (exit {code:?}):\n{text}"
+    );
+    Ok(())
+}
+
+/// `git bisect run` with kvaudit's exit-code contract (`kvaudit bisect FILE --run --tree DIR`:
+/// 0 finding absent, 1 present, 125 skip, 128 abort) names the commit that brought a bug back:
+/// a git history over a copy of the newest reference pin's tree, four commits, the third of
+/// which reintroduces the stale-index bug of
+/// `a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug` (the seed's I1 symptom).
+/// The other commits change files no build reads, so each probe is an incremental build.
+pub fn git_bisect_run_names_the_commit_that_reintroduced_a_bug() -> Result<()> {
+    let version = REFERENCE_PINS[1];
+    let info = known_pins()?
+        .get(version)
+        .context("pins.toml has no newest reference pin")?;
+    let pin = Pin {
+        version: version.to_string(),
+        variant: Variant::Release,
+        tree: None,
+    };
+    ensure_built(&BuildSpec::new(pin), false)?;
+    let cache = kvaudit::targets::llama::build::cache_root()?;
+    let tree = kvaudit::targets::llama::build::locate_or_fetch(info, &cache, false)?;
+    let dir = tempfile::tempdir()?;
+    let copy = dir.path().join("llama.cpp");
+    copy_dir(&tree, &copy)?;
+    let git = |args: &[&str]| -> Result<String> {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=kvaudit",
+                "-c",
+                "user.email=kvaudit@localhost",
+            ])
+            .args(["-c", "commit.gpgsign=false"])
+            .args(args)
+            .current_dir(&copy)
+            .output()
+            .context("running git (is it installed?)")?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ensure!(out.status.success(), "git {args:?} failed:\n{text}");
+        Ok(text)
+    };
+    let commit = |message: &str| -> Result<String> {
+        git(&["add", "-A"])?;
+        git(&["commit", "-q", "--no-verify", "-m", message])?;
+        Ok(git(&["rev-parse", "HEAD"])?.trim().to_string())
+    };
+    git(&["init", "-q"])?;
+    let base = commit("the pin's tree")?;
+    std::fs::write(copy.join("NOTES.txt"), "a file no build reads\n")?;
+    commit("notes")?;
+    reintroduce_stale_index_bug(&copy)?;
+    let culprit = commit("seq_keep: keep the index (brings the stale entry back)")?;
+    std::fs::write(copy.join("NOTES.txt"), "more notes\n")?;
+    commit("more notes")?;
+
+    let corpus_file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora/i1_seq_cp_twice_stale_max.json");
+    git(&["bisect", "start", "HEAD", &base])?;
+    let run = git(&[
+        "bisect",
+        "run",
+        env!("CARGO_BIN_EXE_kvaudit"),
+        "bisect",
+        &corpus_file.display().to_string(),
+        "--run",
+        "--tree",
+        &copy.display().to_string(),
+    ]);
+    // The entries built for the probed commits are of this temporary tree: removed here, so
+    // test runs do not pile them up.
+    for entry in std::fs::read_dir(cache.join("llama.cpp"))?.filter_map(Result::ok) {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("manifest.json")) else {
+            continue;
+        };
+        let source_dir = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|m| m["source_dir"].as_str().map(std::path::PathBuf::from));
+        if source_dir.is_some_and(|d| d.starts_with(dir.path()) || d.starts_with(&copy)) {
+            std::fs::remove_dir_all(entry.path()).ok();
+        }
+    }
+    let run = run?;
+    ensure!(
+        run.contains(&format!("{culprit} is the first bad commit")),
+        "git bisect run did not name {culprit}:\n{run}"
     );
     Ok(())
 }

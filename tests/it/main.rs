@@ -87,6 +87,10 @@ fn main() {
         run(llama_build::a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug),
     ));
     trials.push(Trial::test(
+        "llama_build::git_bisect_run_names_the_commit_that_reintroduced_a_bug",
+        run(llama_build::git_bisect_run_names_the_commit_that_reintroduced_a_bug),
+    ));
+    trials.push(Trial::test(
         "llama_build::both_pins_build_load_side_by_side_and_match_llama_facts",
         run(|| {
             let model = kvaudit::model::tiny::try_default_model_path()?;

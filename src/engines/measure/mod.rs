@@ -41,7 +41,7 @@ use thiserror::Error;
 
 use crate::base::exit;
 use crate::base::op::SeqId;
-use crate::base::state::{RowError, StateFormat};
+use crate::base::state::RowError;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::model::forward::Model;
 use crate::model::ModelError;
@@ -225,10 +225,7 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, M
     };
     let native_model = Arc::new(Model::load(&model_path).map_err(MeasureError::Model)?);
     let hp = native_model.hparams().clone();
-    let format = StateFormat {
-        rot_fields: info.kv_state_has_n_rot,
-        ..Default::default()
-    };
+    let format = info.state_format();
     // A fresh context at every reset, with F32 K and V caches (flash attention off, one thread,
     // unified KV: the settings of `LlamaTarget`).
     let llama = LlamaTarget::new(

@@ -72,11 +72,33 @@ fn describe(step: usize, kind: &str, seq: Option<SeqId>, observed: &Value) -> St
 /// Runs the repro's trace on `entry`'s target(s) and judges every step.
 fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(Judgement, u64), String> {
     let (a, b) = entry.specs();
+    run_specs(repro, &a, b.as_ref())
+}
+
+/// Runs the repro's trace on `a` (and `b`), as the specs say what to observe.
+fn run_specs(
+    repro: &Repro,
+    a: &TargetSpec,
+    b: Option<&TargetSpec>,
+) -> Result<(Judgement, u64), String> {
     let fa = a.factory()?;
     let fb = b.map(|b| b.factory()).transpose()?;
     let mut judge = Judge::new(fa.as_ref(), fb.as_deref()).map_err(|e| e.to_string())?;
     let j = judge.run(&repro.trace).map_err(|e| e.to_string())?;
     Ok((j, judge.executions()))
+}
+
+/// Runs the repro's trace on `target` (and `vs`, for a pair oracle), observing what the specs
+/// say, and judges every step, with no expectation to compare: what a version matrix or a
+/// bisection classifies. `Err`: the target could not be built or driven.
+pub fn judge_on(
+    repro: &Repro,
+    target: &TargetSpec,
+    vs: Option<&TargetSpec>,
+) -> Result<Judgement, Error> {
+    run_specs(repro, target, vs)
+        .map(|(j, _)| j)
+        .map_err(Error::harness)
 }
 
 /// Replays one expectation of `repro`.
@@ -108,7 +130,7 @@ pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &Judgement
         if !matches!(first, Some(v) if v.step < *step) {
             return Status::Unavailable(format!(
                 "step {step} is unsupported by the target ({reason}): {oracle} cannot be judged past step {}",
-                step - 1
+                step.saturating_sub(1)
             ));
         }
     }

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::LlamaError;
 use super::tree;
+use crate::base::state::StateFormat;
 
 /// A [`LlamaError::Pin`] with `message`.
 fn pin_error(message: String) -> LlamaError {
@@ -29,6 +30,11 @@ pub const PINS_TOML: &str = include_str!("../../../targets/llama.cpp/pins.toml")
 
 /// The target name in a pin label (`llama.cpp@VERSION`).
 pub const TARGET: &str = "llama.cpp";
+
+/// The pins the test suite and CI build (release and `+assert`): the newest build with
+/// reference-counted `seq_pos` and the newest overall. Every other pin is built on demand
+/// (`kvaudit target build`, `matrix`, `bisect`).
+pub const REFERENCE_PINS: [&str; 2] = ["0.1.156", "0.1.161"];
 
 /// The suffix of the assert variant in a pin label.
 pub const ASSERT_SUFFIX: &str = "+assert";
@@ -46,15 +52,42 @@ pub struct PinInfo {
     pub llama_version: String,
     /// `GGML_VERSION_MAJOR.MINOR.PATCH` expected in the tree's ggml/CMakeLists.txt.
     pub ggml_version: String,
-    /// `LLAMA_STATE_SEQ_VERSION`: the `llama_state_seq_get_data` format (2 or 4).
+    /// `LLAMA_STATE_SEQ_VERSION`: the `llama_state_seq_get_data` format (2, 3 or 4).
     pub state_seq_version: u32,
     /// Whether the K/V state writes `u32 n_rot_k, u32 n_rot_v` after `v_trans, n_layer`.
     pub kv_state_has_n_rot: bool,
-    /// The type of `llama_kv_cells::seq_pos`: `refcount-map` or `pos-cell-set`.
+    /// The type of `llama_kv_cells::seq_pos`: `pos-set`, `refcount-map` or `pos-cell-set`.
     pub seq_pos_bookkeeping: String,
+    /// Whether the cache's state starts with `u32 n_stream` (false before crate 0.1.113).
+    #[serde(default = "yes")]
+    pub kv_state_has_n_stream: bool,
+    /// Whether a per-sequence dump starts with `u32 magic, i32 seq_id` (false before 0.1.147).
+    #[serde(default = "yes")]
+    pub state_seq_has_header: bool,
+    /// Whether a whole dump holds the last batch's outputs before the memory (true before
+    /// 0.1.137).
+    #[serde(default)]
+    pub whole_state_has_outputs: bool,
     /// Why this pin is recorded.
     #[serde(default)]
     pub note: String,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl PinInfo {
+    /// The variant of the state format this pin writes (the memory type is the setup's).
+    pub fn state_format(&self) -> StateFormat {
+        StateFormat {
+            rot_fields: self.kv_state_has_n_rot,
+            no_stream_count: !self.kv_state_has_n_stream,
+            no_seq_header: !self.state_seq_has_header,
+            whole_has_outputs: self.whole_state_has_outputs,
+            ..StateFormat::default()
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -130,8 +163,8 @@ impl Pin {
         }
         if !known_pins()?.contains_key(version) {
             return Err(pin_error(format!(
-                "pin label `{label}`: llama.cpp pin `{version}` is not in targets/llama.cpp/pins.toml (known: {})",
-                known_labels()?.join(", ")
+                "pin label `{label}`: llama.cpp pin `{version}` is not in targets/llama.cpp/pins.toml (known: {}; `kvaudit target list` lists them)",
+                known_range()?
             )));
         }
         Ok(Pin {
@@ -154,6 +187,9 @@ impl Pin {
             )));
         }
         let root = tree::normalize_tree(std::path::Path::new(path))?;
+        // Read now, so that a tree whose API the shim does not know is bad input here, before
+        // anything is built.
+        tree::tree_facts(&root)?;
         if !tree::label_safe(&root.display().to_string()) {
             return Err(pin_error(format!(
                 "target `{label}`: the tree's path {:?} has a quote, backslash or control character; move or link the tree to a plain path",
@@ -192,6 +228,9 @@ impl Pin {
                 state_seq_version: f.state_seq_version,
                 kv_state_has_n_rot: f.kv_state_has_n_rot,
                 seq_pos_bookkeeping: f.seq_pos_bookkeeping,
+                kv_state_has_n_stream: f.kv_state_has_n_stream,
+                state_seq_has_header: f.state_seq_has_header,
+                whole_state_has_outputs: f.whole_state_has_outputs,
                 note: format!("the source tree {}", t.display()),
             });
         }
@@ -281,9 +320,9 @@ pub fn parse_pins_toml(text: &str) -> Result<BTreeMap<String, PinInfo>, LlamaErr
                 info.version
             )));
         }
-        if !matches!(info.state_seq_version, 2 | 4) {
+        if !matches!(info.state_seq_version, 2..=4) {
             return Err(pin_error(format!(
-                "pins.toml: [pins.\"{key}\"] state_seq_version must be 2 or 4"
+                "pins.toml: [pins.\"{key}\"] state_seq_version must be 2, 3 or 4"
             )));
         }
         if info.kv_state_has_n_rot != (info.state_seq_version >= 4) {
@@ -305,19 +344,72 @@ pub fn known_pins() -> Result<&'static BTreeMap<String, PinInfo>, LlamaError> {
         .map_err(|e| pin_error(format!("embedded targets/llama.cpp/pins.toml: {e}")))
 }
 
-/// Every label the known pins accept: each version, release and assert.
-pub fn known_labels() -> Result<Vec<String>, LlamaError> {
-    Ok(known_pins()?
-        .keys()
-        .flat_map(|v| {
-            [Variant::Release, Variant::Assert].map(|variant| {
-                Pin {
-                    version: v.clone(),
-                    variant,
-                    tree: None,
-                }
-                .label()
-            })
+/// The known versions as `OLDEST .. NEWEST (N pins)`.
+pub fn known_range() -> Result<String, LlamaError> {
+    let versions = known_versions()?;
+    match (versions.first(), versions.last()) {
+        (Some(a), Some(b)) => Ok(format!("{a} .. {b}, {} pins", versions.len())),
+        _ => Err(pin_error("pins.toml holds no pin".into())),
+    }
+}
+
+/// The known versions, oldest first.
+pub fn known_versions() -> Result<Vec<String>, LlamaError> {
+    let mut v: Vec<String> = known_pins()?.keys().cloned().collect();
+    v.sort_by_key(|v| version_key(v));
+    Ok(v)
+}
+
+/// The pins a `--targets` argument names, oldest first: `A..B` (every known version from A to
+/// B, both known and included), `V1,V2,...`, or `all`. A version may be written as a label
+/// (`llama.cpp@0.1.156`); every pin gets `variant`.
+pub fn select(spec: &str, variant: Variant) -> Result<Vec<Pin>, LlamaError> {
+    let versions = known_versions()?;
+    let bare = |v: &str| -> Result<String, LlamaError> {
+        let v = v.trim();
+        let v = v.strip_prefix(&format!("{TARGET}@")).unwrap_or(v);
+        if versions.iter().any(|k| k == v) {
+            Ok(v.to_string())
+        } else {
+            Err(pin_error(format!(
+                "--targets {spec:?}: `{v}` is not a known llama.cpp version (known: {})",
+                known_range()?
+            )))
+        }
+    };
+    let chosen: Vec<String> = if spec.trim() == "all" {
+        versions.clone()
+    } else if let Some((a, b)) = spec.split_once("..") {
+        let (a, b) = (bare(a)?, bare(b)?);
+        if version_key(&a) > version_key(&b) {
+            return Err(pin_error(format!(
+                "--targets {spec:?}: the range runs backwards; write the older version first"
+            )));
+        }
+        versions
+            .iter()
+            .filter(|v| version_key(v) >= version_key(&a) && version_key(v) <= version_key(&b))
+            .cloned()
+            .collect()
+    } else {
+        let mut v = spec
+            .split(',')
+            .filter(|x| !x.trim().is_empty())
+            .map(bare)
+            .collect::<Result<Vec<_>, _>>()?;
+        v.sort_by_key(|x| version_key(x));
+        v.dedup();
+        v
+    };
+    if chosen.is_empty() {
+        return Err(pin_error(format!("--targets {spec:?} names no version")));
+    }
+    Ok(chosen
+        .into_iter()
+        .map(|version| Pin {
+            version,
+            variant,
+            tree: None,
         })
         .collect())
 }
@@ -362,11 +454,37 @@ mod tests {
     fn bad_labels_say_what_is_wrong() {
         let err = |l: &str| format!("{:#}", Pin::parse(l).unwrap_err());
         assert!(err("llama.cpp@0.1.999").contains("not in targets/llama.cpp/pins.toml"));
-        assert!(err("llama.cpp@0.1.999").contains("llama.cpp@0.1.156+assert"));
+        assert!(err("llama.cpp@0.1.999").contains("0.1.109 .. 0.1.161"));
         assert!(err("vllm@0.1.156").contains("unknown target `vllm`"));
         assert!(err("llama.cpp@0.1.156+debug").contains("unknown variant `+debug`"));
         assert!(err("0.1.156").contains("expected `llama.cpp@VERSION"));
         assert!(err("llama.cpp@").contains("empty version"));
+    }
+
+    #[test]
+    fn targets_select_ranges_and_lists_of_known_versions() {
+        let versions = |spec: &str| -> Vec<String> {
+            select(spec, Variant::Release)
+                .unwrap()
+                .into_iter()
+                .map(|p| p.version)
+                .collect()
+        };
+        assert_eq!(
+            versions("0.1.156..0.1.158"),
+            ["0.1.156", "0.1.157", "0.1.158"]
+        );
+        // 0.1.148 was never published: a range skips it.
+        assert_eq!(versions("0.1.147..0.1.149"), ["0.1.147", "0.1.149"]);
+        assert_eq!(
+            versions("llama.cpp@0.1.161, 0.1.156"),
+            ["0.1.156", "0.1.161"]
+        );
+        assert_eq!(versions("all").len(), known_pins().unwrap().len());
+        let err = |spec: &str| format!("{:#}", select(spec, Variant::Release).unwrap_err());
+        assert!(err("0.1.148").contains("not a known llama.cpp version"));
+        assert!(err("0.1.161..0.1.156").contains("backwards"));
+        assert!(err(",").contains("names no version"));
     }
 
     #[test]

@@ -476,6 +476,20 @@ impl CacheUnderTest for LlamaTarget {
     }
 }
 
+/// Whether the shim refused a state op's flags because its llama.cpp has none (crate versions
+/// before 0.1.122: kvaudit_shim.c, `shim_no_state_seq_flags`).
+fn no_state_seq_flags(e: &ShimError) -> bool {
+    matches!(e, ShimError::NoData { log, .. }
+        if log.contains("llama_state_seq_flags are not in this llama.cpp version"))
+}
+
+/// A state op with flags on a llama.cpp without `llama_state_seq_flags`.
+fn flags_unsupported() -> OpOutcome {
+    OpOutcome::Unsupported {
+        reason: "llama_state_seq_flags are not in this llama.cpp version (before 0.1.122)".into(),
+    }
+}
+
 /// Performs one op on a llama.cpp context: the one mapping from [`Op`] to the memory API,
 /// `llama_decode` (a token outside the vocabulary is unsupported, not sent) and the state API
 /// (over the trial's `slots`).
@@ -511,7 +525,10 @@ pub fn apply_op(
             ref slot,
             flags,
         } => {
-            let bytes = c.state_seq_save(seq, flags)?;
+            let bytes = match c.state_seq_save(seq, flags) {
+                Err(e) if no_state_seq_flags(&e) => return Ok(flags_unsupported()),
+                r => r?,
+            };
             let written = !bytes.is_empty();
             slots.save(slot, bytes);
             Some(written)
@@ -527,7 +544,10 @@ pub fn apply_op(
                 Ok(b) => b,
                 Err(refused) => return Ok(refused),
             };
-            Some(c.state_seq_load(seq, &bytes, flags)? > 0)
+            match c.state_seq_load(seq, &bytes, flags) {
+                Err(e) if no_state_seq_flags(&e) => return Ok(flags_unsupported()),
+                r => Some(r? > 0),
+            }
         }
         Op::StateSave { ref slot } => {
             let bytes = c.state_save()?;

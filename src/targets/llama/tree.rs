@@ -43,6 +43,17 @@ pub fn cmake_version(cmake: &str, prefix: &str) -> Option<String> {
     ))
 }
 
+/// What a tree's CMake files carry as its `<prefix>` version: `MAJOR.MINOR.PATCH`, or
+/// [`UNVERSIONED`] for trees before llama.cpp versioned its CMake files (crate versions before
+/// 0.1.156 for llama, 0.1.123 for ggml), whose cmake computes `0.0.<git commit count>`, which an
+/// unpacked crate does not have.
+pub fn tree_version(cmake: &str, prefix: &str) -> String {
+    cmake_version(cmake, prefix).unwrap_or_else(|| UNVERSIONED.to_string())
+}
+
+/// The version of a tree whose CMake files set none.
+pub const UNVERSIONED: &str = "0.0.0";
+
 /// The value of the first `set(NAME value)` in a CMake file.
 pub(crate) fn cmake_set_value(cmake: &str, name: &str) -> Option<String> {
     cmake.lines().map(str::trim).find_map(|line| {
@@ -70,8 +81,30 @@ pub struct TreeFacts {
     pub state_seq_version: u32,
     /// Whether `src/llama-kv-cache.cpp` writes `n_rot_k` / `n_rot_v` into the state.
     pub kv_state_has_n_rot: bool,
-    /// The type of `llama_kv_cells::seq_pos`: `refcount-map`, `pos-cell-set` or `unknown`.
+    /// The type of `llama_kv_cells::seq_pos`: `pos-set`, `refcount-map`, `pos-cell-set` or
+    /// `unknown`.
     pub seq_pos_bookkeeping: String,
+    /// Whether the cache's state starts with `u32 n_stream` (crate 0.1.113 on); before, one
+    /// stream's cells follow at once, and its K/V header even when it has no cells.
+    pub kv_state_has_n_stream: bool,
+    /// Whether `state_seq_get_data` writes `u32 magic, i32 seq_id` first (crate 0.1.147 on).
+    pub state_seq_has_header: bool,
+    /// Whether `state_write_data` writes the last batch's outputs, logits and embeddings
+    /// before the memory (crate versions before 0.1.137).
+    pub whole_state_has_outputs: bool,
+    /// Whether `llama_context_params` has `kv_unified` (crate 0.1.113 on); the shim is compiled
+    /// with `KVAUDIT_SHIM_NO_KV_UNIFIED` when it has not ([`shim_defines`]).
+    pub has_kv_unified: bool,
+}
+
+/// The defines the shim needs for the API of a tree whose include/llama.h is `header` (see the
+/// top of kvaudit_shim.c): what the header alone cannot tell the preprocessor.
+pub fn shim_defines(header: &str) -> Vec<String> {
+    if header.contains("kv_unified") {
+        Vec::new()
+    } else {
+        vec!["KVAUDIT_SHIM_NO_KV_UNIFIED".to_string()]
+    }
 }
 
 /// Reads `tree`'s facts (a root as [`normalize_tree`] returns it).
@@ -86,11 +119,18 @@ pub fn tree_facts(tree: &Path) -> Result<TreeFacts, LlamaError> {
         path: tree.join(rel),
         message: format!("no {what} in it: is this a llama.cpp tree kvaudit can drive?"),
     };
-    let llama_version = cmake_version(&read("CMakeLists.txt")?, "LLAMA")
-        .ok_or_else(|| missing("LLAMA_VERSION_MAJOR/MINOR/PATCH", "CMakeLists.txt"))?;
-    let ggml_version = cmake_version(&read("ggml/CMakeLists.txt")?, "GGML")
-        .ok_or_else(|| missing("GGML_VERSION_MAJOR/MINOR/PATCH", "ggml/CMakeLists.txt"))?;
+    let llama_version = tree_version(&read("CMakeLists.txt")?, "LLAMA");
+    let ggml_version = tree_version(&read("ggml/CMakeLists.txt")?, "GGML");
     let header = read("include/llama.h")?;
+    if !header.contains("llama_memory_seq_cp") {
+        return Err(LlamaError::Source {
+            path: tree.join("include/llama.h"),
+            message:
+                "no llama_memory_seq_cp in it: this llama.cpp predates the llama_memory_* API \
+                      (crate llama-cpp-sys-2 0.1.109), which the shim drives"
+                    .into(),
+        });
+    }
     let state_seq_version = header
         .lines()
         .find_map(|l| {
@@ -101,9 +141,17 @@ pub fn tree_facts(tree: &Path) -> Result<TreeFacts, LlamaError> {
                 .ok()
         })
         .ok_or_else(|| missing("#define LLAMA_STATE_SEQ_VERSION", "include/llama.h"))?;
-    let kv_cache = read("src/llama-kv-cache.cpp")?;
+    // llama-kv-cache-unified.cpp until crate 0.1.121, llama-kv-cache.cpp since.
+    let kv_cache_file = ["src/llama-kv-cache.cpp", "src/llama-kv-cache-unified.cpp"]
+        .into_iter()
+        .find(|rel| tree.join(rel).is_file())
+        .unwrap_or("src/llama-kv-cache.cpp");
+    let kv_cache = read(kv_cache_file)?;
     let cells = read("src/llama-kv-cells.h")?;
-    let seq_pos_bookkeeping = if cells.contains("std::map<llama_pos, int> seq_pos[") {
+    let context = read("src/llama-context.cpp")?;
+    let seq_pos_bookkeeping = if cells.contains("std::set<llama_pos> seq_pos[") {
+        "pos-set"
+    } else if cells.contains("std::map<llama_pos, int> seq_pos[") {
         "refcount-map"
     } else if cells.contains("std::set<std::pair<llama_pos, uint32_t>> seq_pos[") {
         "pos-cell-set"
@@ -129,6 +177,10 @@ pub fn tree_facts(tree: &Path) -> Result<TreeFacts, LlamaError> {
         state_seq_version,
         kv_state_has_n_rot: kv_cache.contains("io.write(&n_rot_k"),
         seq_pos_bookkeeping: seq_pos_bookkeeping.to_string(),
+        kv_state_has_n_stream: kv_cache.contains("io.write(&n_stream"),
+        has_kv_unified: header.contains("kv_unified"),
+        state_seq_has_header: context.contains("io.write(&io_magic"),
+        whole_state_has_outputs: context.contains("writing logits"),
     })
 }
 
@@ -171,16 +223,21 @@ mod tests {
         .unwrap();
         fs::write(
             t.join("include/llama.h"),
-            "#define LLAMA_STATE_SEQ_VERSION 4\n",
+            "#define LLAMA_STATE_SEQ_VERSION 4\nllama_memory_seq_cp kv_unified\n",
         )
         .unwrap();
         fs::write(t.join("ggml/include/ggml.h"), "").unwrap();
-        fs::write(t.join("src/llama-kv-cache.cpp"), "io.write(&n_rot_k, 4);").unwrap();
+        fs::write(
+            t.join("src/llama-kv-cache.cpp"),
+            "io.write(&n_stream, 4); io.write(&n_rot_k, 4);",
+        )
+        .unwrap();
         fs::write(
             t.join("src/llama-kv-cells.h"),
             "std::set<std::pair<llama_pos, uint32_t>> seq_pos[LLAMA_MAX_SEQ];",
         )
         .unwrap();
+        fs::write(t.join("src/llama-context.cpp"), "io.write(&io_magic, 4);").unwrap();
         let root = normalize_tree(crate_dir).unwrap();
         assert_eq!(root, t.canonicalize().unwrap());
         let f = tree_facts(&root).unwrap();
@@ -191,9 +248,48 @@ mod tests {
         assert_eq!(f.crate_version.as_deref(), Some("0.1.170"));
         assert_eq!((f.state_seq_version, f.kv_state_has_n_rot), (4, true));
         assert_eq!(f.seq_pos_bookkeeping, "pos-cell-set");
-        fs::write(t.join("include/llama.h"), "").unwrap();
+        assert!(f.kv_state_has_n_stream && f.has_kv_unified);
+        assert!(shim_defines("bool kv_unified;").is_empty());
+        assert!(f.state_seq_has_header && !f.whole_state_has_outputs);
+        fs::write(t.join("include/llama.h"), "llama_memory_seq_cp").unwrap();
         let err = tree_facts(&root).unwrap_err().to_string();
         assert!(err.contains("LLAMA_STATE_SEQ_VERSION"), "{err}");
+        fs::write(
+            t.join("include/llama.h"),
+            "#define LLAMA_STATE_SEQ_VERSION 2\n",
+        )
+        .unwrap();
+        let err = tree_facts(&root).unwrap_err().to_string();
+        assert!(err.contains("predates the llama_memory_* API"), "{err}");
+        // A tree of crate 0.1.112's shape: no versions in its CMake files, the cache in
+        // llama-kv-cache-unified.cpp without n_stream, a std::set per sequence, no kv_unified.
+        fs::write(
+            t.join("include/llama.h"),
+            "#define LLAMA_STATE_SEQ_VERSION 2\nllama_memory_seq_cp\n",
+        )
+        .unwrap();
+        fs::write(t.join("CMakeLists.txt"), "").unwrap();
+        fs::remove_file(t.join("src/llama-kv-cache.cpp")).unwrap();
+        fs::write(
+            t.join("src/llama-kv-cache-unified.cpp"),
+            "io.write(&cell_count, 4);",
+        )
+        .unwrap();
+        fs::write(
+            t.join("src/llama-kv-cells.h"),
+            "std::set<llama_pos> seq_pos[LLAMA_MAX_SEQ];",
+        )
+        .unwrap();
+        fs::write(t.join("src/llama-context.cpp"), "// - writing logits").unwrap();
+        let f = tree_facts(&root).unwrap();
+        assert!(!f.state_seq_has_header && f.whole_state_has_outputs);
+        assert_eq!(f.llama_version, UNVERSIONED);
+        assert_eq!(f.seq_pos_bookkeeping, "pos-set");
+        assert!(!f.kv_state_has_n_stream && !f.has_kv_unified && !f.kv_state_has_n_rot);
+        assert_eq!(
+            shim_defines("bool flash_attn;"),
+            ["KVAUDIT_SHIM_NO_KV_UNIFIED"]
+        );
         assert!(label_safe("/home/me/llama.cpp") && !label_safe("/a\"b") && !label_safe(""));
     }
 }

@@ -14,6 +14,10 @@ pub use crate::targets::llama::tree::cmake_version;
 pub(super) const CMAKE_DEFINES_NOT_PASSED: &[(&str, &str)] = &[
     ("_CRT_SECURE_NO_WARNINGS", "Windows only"),
     (
+        "_WIN32_WINNT",
+        "Windows only (crate versions before 0.1.113)",
+    ),
+    (
         "_XOPEN_SOURCE=700",
         "OpenBSD value; Linux gets 600, which is passed",
     ),

@@ -96,8 +96,11 @@ pub fn build_command(
 ) -> Result<BuiltShim, LlamaError> {
     let pin = Pin::parse(label)?;
     let spec = BuildSpec {
+        // A source tree's label names its sources; `--llama-src` replaces a pin's crate.
+        llama_src: llama_src
+            .map(Path::to_path_buf)
+            .or_else(|| pin.tree.clone()),
         pin,
-        llama_src: llama_src.map(Path::to_path_buf),
         force,
         cache_dir: None,
     };
@@ -190,6 +193,107 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
     })
 }
 
+/// Compiles the shim alone (`-fsyntax-only`, seconds) against the llama.h of the tree at `src`
+/// (a root as [`normalize_tree`] returns it), with the defines the tree's API needs: whether a
+/// build of the tree could drive it, without building llama.cpp. `Err` names the first errors.
+pub fn check_shim(src: &Path) -> Result<(), LlamaError> {
+    check_host()?;
+    // The facts first: a tree the shim cannot drive is said as such, not as compile errors.
+    super::tree::tree_facts(src)?;
+    let header = fs::read_to_string(src.join("include/llama.h"))
+        .context_io(|| format!("reading {}", src.join("include/llama.h").display()))?;
+    let cache = cache_root()?;
+    prepare_cache_root(&cache)?;
+    let toolchain = Toolchain::detect(&cache)?;
+    // A scratch directory of this process under the probe directory, removed afterwards.
+    let scratch = cache
+        .join("llama.cpp")
+        .join("probe")
+        .join(format!("shim-check-{}", std::process::id()));
+    fs::create_dir_all(&scratch).context_io(|| format!("creating {}", scratch.display()))?;
+    let result = check_shim_in(
+        src,
+        &super::tree::shim_defines(&header),
+        &toolchain,
+        &scratch,
+    );
+    fs::remove_dir_all(&scratch).ok();
+    result
+}
+
+fn check_shim_in(
+    src: &Path,
+    defines: &[String],
+    toolchain: &Toolchain,
+    scratch: &Path,
+) -> Result<(), LlamaError> {
+    for (name, text) in [
+        ("kvaudit_shim.h", SHIM_HEADER),
+        ("kvaudit_shim.c", SHIM_SOURCE),
+    ] {
+        let path = scratch.join(name);
+        fs::write(&path, text).context_io(|| format!("writing {}", path.display()))?;
+    }
+    let mut cmd = std::process::Command::new(&toolchain.cxx);
+    cmd.args(["-x", "c++", "-std=gnu++17", "-fsyntax-only"])
+        .arg(format!("-I{}", scratch.display()))
+        .arg(format!("-I{}", src.join("include").display()))
+        .arg(format!("-I{}", src.join("ggml/include").display()));
+    for d in defines {
+        cmd.arg(format!("-D{d}"));
+    }
+    let out = cmd
+        .arg(scratch.join("kvaudit_shim.c"))
+        .output()
+        .context_io(|| format!("running {}", toolchain.cxx.display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let errors: Vec<String> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| l.split_once("error: ").map(|(_, e)| e.to_string()))
+        .take(3)
+        .collect();
+    Err(LlamaError::Compile {
+        what: format!("the shim against {}", src.join("include/llama.h").display()),
+        message: errors.join("; "),
+    })
+}
+
+/// The cache's entries and their manifests (unverified: `load_entry` verifies an entry before
+/// it is used). An entry whose manifest does not parse is left out.
+fn read_entries(cache: &Path) -> Vec<(PathBuf, BuildManifest)> {
+    let mut entries = Vec::new();
+    if let Ok(read) = fs::read_dir(cache.join("llama.cpp")) {
+        for e in read.filter_map(Result::ok) {
+            let manifest = e.path().join(MANIFEST_NAME);
+            let Ok(text) = fs::read_to_string(&manifest) else {
+                continue; // fetch/, probe/, objects/: not entries
+            };
+            if let Ok(m) = serde_json::from_str::<BuildManifest>(&text) {
+                entries.push((e.path(), m));
+            }
+        }
+    }
+    entries
+}
+
+/// The labels of the builds in the cache (`kvaudit target list`), each with its entries' count:
+/// an entry may be of an older key (an older shim or compiler), which the next use rebuilds.
+pub fn cached_labels(
+    cache_dir: Option<&Path>,
+) -> Result<std::collections::BTreeMap<String, usize>, LlamaError> {
+    let cache = match cache_dir {
+        Some(d) => d.to_path_buf(),
+        None => cache_root()?,
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for (_, m) in read_entries(&cache) {
+        *out.entry(m.pin).or_insert(0) += 1;
+    }
+    Ok(out)
+}
+
 /// What `kvaudit target gc` removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reclaimed {
@@ -212,20 +316,7 @@ pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclai
     };
     prepare_cache_root(&cache)?;
     let _lock = BuildLock::acquire(&cache, true)?;
-    let root = cache.join("llama.cpp");
-    let mut entries: Vec<(PathBuf, BuildManifest)> = Vec::new();
-    if let Ok(read) = fs::read_dir(&root) {
-        for e in read.filter_map(Result::ok) {
-            let manifest = e.path().join(MANIFEST_NAME);
-            let Ok(text) = fs::read_to_string(&manifest) else {
-                continue; // fetch/, probe/, objects/: not entries
-            };
-            // An entry whose manifest does not parse is left alone: `load_entry` reports it.
-            if let Ok(m) = serde_json::from_str::<BuildManifest>(&text) {
-                entries.push((e.path(), m));
-            }
-        }
-    }
+    let mut entries = read_entries(&cache);
     // Newest first within each (pin, tree); the first of each group stays.
     entries.sort_by(|a, b| {
         (

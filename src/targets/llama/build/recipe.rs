@@ -10,12 +10,12 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::cmake::{
-    cmake_define_names, cmake_option_default, cmake_version, version_header,
-    CMAKE_DEFINES_NOT_PASSED, CMAKE_FILES,
+    cmake_define_names, cmake_option_default, version_header, CMAKE_DEFINES_NOT_PASSED, CMAKE_FILES,
 };
 
 use crate::targets::llama::error::{IoContext as _, LlamaError};
 use crate::targets::llama::pins::{Pin, PinInfo, Variant};
+use crate::targets::llama::tree::{shim_defines as shim_defines_for, tree_version};
 
 /// Bump when the recipe below changes in a way the key does not see.
 pub(super) const RECIPE_VERSION: u32 = 1;
@@ -116,14 +116,8 @@ impl Recipe {
         };
         let root_cmake = read("CMakeLists.txt")?;
         let ggml_cmake = read("ggml/CMakeLists.txt")?;
-        let no_version = |file: &str, prefix: &str| LlamaError::Source {
-            path: src.join(file),
-            message: format!("no set({prefix}_VERSION_MAJOR/MINOR/PATCH ...)"),
-        };
-        let llama_version_base = cmake_version(&root_cmake, "LLAMA")
-            .ok_or_else(|| no_version("CMakeLists.txt", "LLAMA"))?;
-        let ggml_version = cmake_version(&ggml_cmake, "GGML")
-            .ok_or_else(|| no_version("ggml/CMakeLists.txt", "GGML"))?;
+        let llama_version_base = tree_version(&root_cmake, "LLAMA");
+        let ggml_version = tree_version(&ggml_cmake, "GGML");
         // cmake appends -dev while the LLAMA_BUILD_IS_DEV option is ON (its default).
         let llama_version = match cmake_option_default(&root_cmake, "LLAMA_BUILD_IS_DEV") {
             Some(true) => format!("{llama_version_base}-dev"),
@@ -156,7 +150,10 @@ impl Recipe {
                 .filter(|p| !p.ends_with("/cpu-feats.cpp")),
         );
         let mut llama_cxx = glob_sources(src, "src", false, &["cpp"], &[])?;
-        llama_cxx.extend(glob_sources(src, "src/models", false, &["cpp"], &[])?);
+        // src/models/ appeared in crate 0.1.140; older trees keep every model in src/.
+        if src.join("src/models").is_dir() {
+            llama_cxx.extend(glob_sources(src, "src/models", false, &["cpp"], &[])?);
+        }
 
         let mut ggml_defines = strings(GGML_DEFINES);
         ggml_defines.push(quoted("GGML_VERSION", &ggml_version));
@@ -249,6 +246,7 @@ impl Recipe {
         }
 
         let mut shim_defines = vec![format!("KVAUDIT_SHIM_PIN=\"{}\"", pin.label())];
+        shim_defines.extend(shim_defines_for(&read("include/llama.h")?));
         shim_defines.extend(strings(ndebug));
         let shim = unit(
             "shim",

@@ -207,6 +207,15 @@ impl WorkerRunner {
         if self.spec.format.rot_fields {
             cmd.arg("--rot-fields");
         }
+        for (set, flag) in [
+            (self.spec.format.no_stream_count, "--no-stream-count"),
+            (self.spec.format.no_seq_header, "--no-seq-header"),
+            (self.spec.format.whole_has_outputs, "--whole-has-outputs"),
+        ] {
+            if set {
+                cmd.arg(flag);
+            }
+        }
         if self.spec.reset == ResetMode::Rebuild {
             cmd.arg("--rebuild-resets");
         }

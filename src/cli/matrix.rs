@@ -1,0 +1,91 @@
+//! `kvaudit matrix [--targets A..B | V1,V2,...] FILE|DIR...`: every repro file on every
+//! version, as a table for the terminal, Markdown and JSON.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::CliError;
+use kvaudit::base::exit;
+use kvaudit::base::files::write_atomically;
+use kvaudit::outputs::repro::{repro_files, Repro};
+use kvaudit::outputs::versions::matrix::run_matrix;
+use kvaudit::targets::llama::pins::{select, Variant};
+
+/// Arguments of `kvaudit matrix`.
+#[derive(Debug, Args)]
+pub struct MatrixArgs {
+    /// Repro files, or folders of them (`*.json`).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// The versions: `A..B` (every known version from A to B), `V1,V2,...`, or `all`.
+    #[arg(long, default_value = "all")]
+    targets: String,
+    /// The `+assert` builds of those versions.
+    #[arg(long)]
+    assert: bool,
+    /// Only the versions the cache already holds a build of (builds nothing).
+    #[arg(long)]
+    built_only: bool,
+    /// Write the Markdown table here.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Write the JSON form here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Runs the matrix.
+pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
+    let variant = if a.assert {
+        Variant::Assert
+    } else {
+        Variant::Release
+    };
+    let mut pins = select(&a.targets, variant).map_err(|e| CliError::usage(format!("{e:#}")))?;
+    if a.built_only {
+        let built = kvaudit::targets::llama::build::cached_labels(None)
+            .map_err(|e| CliError::harness(format!("{e:#}")))?;
+        pins.retain(|p| built.contains_key(&p.label()));
+        if pins.is_empty() {
+            return Err(CliError::usage(format!(
+                "--targets {} --built-only: none of those versions is built",
+                a.targets
+            )));
+        }
+    }
+    let mut repros = Vec::new();
+    for p in &a.paths {
+        for file in repro_files(p).map_err(CliError::from)? {
+            let repro = Repro::load(&file)
+                .map_err(|e| CliError::usage(format!("{}: {e}", file.display())))?;
+            repros.push((file, repro));
+        }
+    }
+    let n = pins.len();
+    let matrix = run_matrix(&repros, &pins, &mut |i, pin, file, outcome| {
+        eprintln!(
+            "[{}/{n}] {pin}: {}: {}",
+            i + 1,
+            file.display(),
+            outcome.detail()
+        );
+    });
+    print!("{}", matrix.terminal());
+    for (path, text) in [(&a.markdown, matrix.markdown()), (&a.json, matrix.json())] {
+        if let Some(path) = path {
+            write_atomically(path, &text)
+                .map_err(|e| CliError::harness(format!("{}: cannot write: {e}", path.display())))?;
+        }
+    }
+    let unavailable = matrix
+        .rows
+        .iter()
+        .flat_map(|r| &r.outcomes)
+        .any(|o| matches!(o, kvaudit::outputs::versions::Outcome::Unavailable { .. }));
+    Ok(if unavailable {
+        exit::HARNESS
+    } else {
+        exit::CLEAN
+    })
+}

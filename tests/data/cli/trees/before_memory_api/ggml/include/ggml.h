@@ -1,0 +1,1 @@
+/* placeholder: a llama.cpp tree has ggml/include/ggml.h */
