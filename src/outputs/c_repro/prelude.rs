@@ -63,6 +63,21 @@ static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int c
     return n;
 }
 
+/* The bytes of llama_state_seq_get_data(seq) and llama_state_get_data, malloc'd. */
+static inline uint8_t *dump_seq(struct llama_context *ctx, llama_seq_id seq, size_t *len) {
+    size_t size = llama_state_seq_get_size(ctx, seq);
+    uint8_t *buf = malloc(size ? size : 1);
+    *len = buf ? llama_state_seq_get_data(ctx, buf, size, seq) : 0;
+    return buf;
+}
+
+static inline uint8_t *dump_whole(struct llama_context *ctx, size_t *len) {
+    size_t size = llama_state_get_size(ctx);
+    uint8_t *buf = malloc(size ? size : 1);
+    *len = buf ? llama_state_get_data(ctx, buf, size) : 0;
+    return buf;
+}
+
 /* Reads n cells (pos, n_seq_id, seq ids) at *at into out (up to cap); the new count. */
 static inline int read_cells(const uint8_t *buf, size_t got, size_t *at, uint32_t count, int *out, int n, int cap) {
     for (uint32_t c = 0; c < count && *at + 8 <= got; c++) {
@@ -95,9 +110,8 @@ static inline void skip_kv_data(const uint8_t *buf, size_t got, size_t *at, uint
 /* The positions present for seq in a recurrent memory's dump (magic, seq id, then the
  * recurrent section: a cell count and (pos, n_seq_id, seq ids) per cell, no streams), sorted. */
 static inline int resident_recurrent(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
-    size_t size = llama_state_seq_get_size(ctx, seq);
-    uint8_t *buf = malloc(size ? size : 1);
-    size_t got = llama_state_seq_get_data(ctx, buf, size, seq);
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
     size_t at = 8;
     uint32_t count = 0;
     if (got >= 12) { memcpy(&count, buf + at, 4); at += 4; }
@@ -112,9 +126,8 @@ static inline int resident_recurrent(struct llama_context *ctx, llama_seq_id seq
  * when the attention cache holds it and it lies within the recurrent states' range (what
  * llama_memory_hybrid's accessors combine), sorted. */
 static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
-    size_t size = llama_state_seq_get_size(ctx, seq);
-    uint8_t *buf = malloc(size ? size : 1);
-    size_t got = llama_state_seq_get_data(ctx, buf, size, seq);
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
     size_t at = 8;
     int n = 0;
     uint32_t n_stream = 0;
@@ -140,9 +153,8 @@ static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, i
 /* An iSWA memory's dump: the base cache's positions for seq into base (*nb), the windowed
  * cache's into win; returns the windowed count. Both sorted. */
 static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
-    size_t size = llama_state_seq_get_size(ctx, seq);
-    uint8_t *buf = malloc(size ? size : 1);
-    size_t got = llama_state_seq_get_data(ctx, buf, size, seq);
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
     size_t at = 8;
     int counts[2] = {0, 0};
     for (int part = 0; part < 2; part++) {
@@ -165,21 +177,6 @@ static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int
 static inline int has_pos(const int *v, int n, int p) {
     for (int i = 0; i < n; i++) if (v[i] == p) return 1;
     return 0;
-}
-
-/* The bytes of llama_state_seq_get_data(seq) and llama_state_get_data, malloc'd. */
-static inline uint8_t *dump_seq(struct llama_context *ctx, llama_seq_id seq, size_t *len) {
-    size_t size = llama_state_seq_get_size(ctx, seq);
-    uint8_t *buf = malloc(size ? size : 1);
-    *len = buf ? llama_state_seq_get_data(ctx, buf, size, seq) : 0;
-    return buf;
-}
-
-static inline uint8_t *dump_whole(struct llama_context *ctx, size_t *len) {
-    size_t size = llama_state_get_size(ctx);
-    uint8_t *buf = malloc(size ? size : 1);
-    *len = buf ? llama_state_get_data(ctx, buf, size) : 0;
-    return buf;
 }
 
 /* The used cells of a whole dump (u32 length and the architecture name, then the first cache:
