@@ -713,6 +713,16 @@ impl TokenModel {
         }
     }
 
+    /// The tokens the model places in `seq` of an attention memory, by position, without asking
+    /// whether a fresh decode would reproduce their K/V (what a C reproducer decodes into its
+    /// twin; the audit itself judges only what [`Self::resident`] vouches for). `None` where the
+    /// model lost track.
+    pub fn attention_tokens(&self, seq: SeqId) -> Option<Vec<(Pos, Token)>> {
+        let mut v = self.get(seq)?;
+        v.sort_by_key(|e| e.pos);
+        Some(v.iter().map(|e| (e.pos, e.token)).collect())
+    }
+
     /// The tokens of the observed sequence `obs` by position, when a fresh decode of them alone
     /// would give the memory's content for it (see the module docs); `None` otherwise: the
     /// sequence cannot be judged. The flag says whether any of them was moved by

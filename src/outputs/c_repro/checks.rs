@@ -38,6 +38,10 @@ pub(super) fn emit_before_seqs(s: &mut String, input: &ReproInput) {
 /// What a check needs from right before the trace's last op: for swa-window, each checked
 /// sequence's windowed dump (rule 3 compares it with the one after).
 pub(super) fn emit_before_last_op(s: &mut String, input: &ReproInput, seqs: &[i32]) {
+    if input.oracle.name() == crate::oracles::cache_invisible::ID.name() {
+        emit_probe_tokens(s, input, seqs);
+        return;
+    }
     if input.oracle.name() != "swa-window" {
         return;
     }
@@ -46,6 +50,79 @@ pub(super) fn emit_before_last_op(s: &mut String, input: &ReproInput, seqs: &[i3
     for (k, seq) in seqs.iter().enumerate() {
         let _ = writeln!(s, "    {{ int b[4096]; int nb; swa_nbefore[{k}] = resident_iswa(ctx, {seq}, b, &nb, swa_before[{k}], 256); }}");
     }
+}
+
+/// cache-invisible: the tokens the twin decodes for each checked sequence, by position, from the
+/// token model over the setup and the trace (`TokenModel::attention_tokens`): the resident
+/// tokens llama.h says the sequence holds.
+fn emit_probe_tokens(s: &mut String, input: &ReproInput, seqs: &[i32]) {
+    let t = &input.trace;
+    let step = input.step.unwrap_or(t.ops.len()).min(t.ops.len());
+    let mut all = t.setup.clone();
+    all.ops.extend(t.ops.iter().take(step).cloned());
+    let model = crate::base::tokens::TokenModel::after_setup(&all);
+    let n = seqs.len().max(1);
+    let lists: Vec<Vec<(i32, i32)>> = seqs
+        .iter()
+        .map(|&q| model.attention_tokens(q).unwrap_or_default())
+        .collect();
+    let width = lists.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let rows = |f: fn(&(i32, i32)) -> i32| -> String {
+        lists
+            .iter()
+            .map(|l| format!("{{{}}}", c_array(&l.iter().map(f).collect::<Vec<_>>())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let counts: Vec<i32> = lists.iter().map(|l| l.len() as i32).collect();
+    let _ = writeln!(s, "    /* the resident tokens of each checked sequence, by position (the twin decodes them) */");
+    let _ = writeln!(s, "    const int ci_n[{n}] = {{{}}};", c_array(&counts));
+    let _ = writeln!(
+        s,
+        "    const llama_pos ci_pos[{n}][{width}] = {{{}}};",
+        rows(|e| e.0)
+    );
+    let _ = writeln!(
+        s,
+        "    const llama_token ci_tok[{n}][{width}] = {{{}}};",
+        rows(|e| e.1)
+    );
+}
+
+/// cache-invisible on one sequence: the probe token's logits after the sequence in the audited
+/// context against a fresh twin that decodes the resident tokens and the same probe.
+fn emit_probe_check(s: &mut String, tolerance: f64) {
+    let probe = crate::base::probe::PROBE_TOKEN;
+    let _ = writeln!(s, "        {{ const float tol = {tolerance:e}f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));");
+    let _ = writeln!(s, "          llama_token pt = {probe}; llama_pos at = cells[n - 1] + 1; llama_seq_id one[1] = {{sq}};");
+    let _ = writeln!(
+        s,
+        "          int rc = n ? decode(ctx, 1, &pt, &at, 1, one) : -1;"
+    );
+    let _ = writeln!(
+        s,
+        "          float *a = malloc(sizeof(float) * (size_t)nv);"
+    );
+    let _ = writeln!(s, "          if (rc == 0) memcpy(a, llama_get_logits_ith(ctx, -1), sizeof(float) * (size_t)nv);");
+    let _ = writeln!(
+        s,
+        "          struct llama_context *tw = llama_init_from_model(model, cp);"
+    );
+    let _ = writeln!(s, "          int rt = (tw && ci_n[k]) ? decode(tw, ci_n[k], ci_tok[k], ci_pos[k], 1, one) : (tw ? 0 : -1);");
+    let _ = writeln!(
+        s,
+        "          if (rt == 0) rt = decode(tw, 1, &pt, &at, 1, one);"
+    );
+    let _ = writeln!(s, "          if (rc == 0 && rt == 0) {{");
+    let _ = writeln!(
+        s,
+        "            const float *b = llama_get_logits_ith(tw, -1); float d = 0;"
+    );
+    let _ = writeln!(s, "            for (int i = 0; i < nv; i++) {{ float x = a[i] - b[i]; if (x < 0) x = -x; if (!(x <= d)) d = x; }}");
+    let _ = writeln!(s, "            printf(\"cache-invisible (seq %d): probe at %d, %d resident tokens, max |logit difference| %g, tolerance %g\\n\", sq, at, ci_n[k], d, tol);");
+    let _ = writeln!(s, "            if (d > tol) {{ printf(\"cache-invisible violated: the logits differ from a fresh decode of the resident tokens\\n\"); reproduced = 1; }}");
+    let _ = writeln!(s, "          }} else printf(\"cache-invisible (seq %d): a probe decode failed (%d, %d): not judged\\n\", sq, rc, rt);");
+    let _ = writeln!(s, "          free(a); if (tw) llama_free(tw); }}");
 }
 
 /// swa-window (src/oracles/swa_window.rs) on one sequence of an iSWA memory with window `n`:
@@ -73,6 +150,14 @@ fn emit_swa_window_check(s: &mut String, n: u32, rule3: bool) {
 /// The check of one sequence, inside the per-sequence loop.
 pub(super) fn emit_seq_check(s: &mut String, input: &ReproInput) {
     match input.oracle.name() {
+        "cache-invisible" => {
+            let tolerance = input
+                .expected
+                .get("max_abs_diff_at_most")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
+            emit_probe_check(s, tolerance);
+        }
         "swa-window" => {
             let t = &input.trace;
             let step = input.step.unwrap_or(t.ops.len()).min(t.ops.len());

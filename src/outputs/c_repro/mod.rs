@@ -101,7 +101,7 @@ pub fn parse_input(text: &str) -> Result<ReproInput, Error> {
 }
 
 /// The oracles whose check a C reproducer states in C.
-pub const C_CHECKED: [OracleId; 9] = [
+pub const C_CHECKED: [OracleId; 10] = [
     OracleId::I1,
     OracleId::I2,
     OracleId::DIFFERENTIAL,
@@ -111,6 +111,7 @@ pub const C_CHECKED: [OracleId; 9] = [
     crate::oracles::contract::ID,
     crate::oracles::contract::QUESTION_ID,
     crate::oracles::swa_window::ID,
+    crate::oracles::cache_invisible::ID,
 ];
 
 /// The C program for `input`; `model` is the default model path baked in.
