@@ -3,7 +3,7 @@
 //!
 //! One column per step (the setup's ops, then the trace's ops), each headed by its llama.h call.
 //! The cells are the used cells of the whole-context dump (`llama_state_get_data`, parsed by
-//! `base/state.rs`), in cache order, each with its position and sequence set; a cell that differs
+//! `base/state/`), in cache order, each with its position and sequence set; a cell that differs
 //! from the one in its row a step earlier is marked changed. Below, per sequence, the accessors
 //! (`seq_pos_min`/`seq_pos_max`) beside the truth (the min and max position of the sequence's
 //! serialized cells); an accessor that disagrees is marked stale. The finding's step is marked.
