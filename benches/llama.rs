@@ -8,8 +8,18 @@
 //! ([`kvaudit::model::tiny::TinyModelSpec::audit`]) unless `--model FILE` names another. Figures
 //! only; asserts nothing. `--pin 0.1.161` picks one pin, `--trials N` caps the in-process runs
 //! (default: all 117,649 depth-3 trials; fewer are spread evenly over them; the naive harness
-//! gets the first 1,000); `--only audit|presets|restore|naive` runs one part (for profiling one
-//! path). `presets` prints the depth-2 `server` preset audit's trials/s beside the `seed` one's.
+//! gets the first 1,000); `--only audit|presets|restore|naive|limit` runs one part (for profiling
+//! one path). `presets` prints the depth-2 `server` preset audit's trials/s beside the `seed` one's.
+//!
+//! `limit` (the physical limit): `benches/bare_loop.c`, a plain loop over llama.h compiled against
+//! the pin's archive, runs every trial of the seed domain to `--limit-depth` (default 3 and 4):
+//! restore the setup's saved state, apply the ops, read the two accessors and the two
+//! per-sequence dumps; nothing else. It runs on one core, then as one process per core (each
+//! taking every other first op, as audit workers split chunks). Beside it, the same audits
+//! through kvaudit's real path with the oracles that need exactly those observations
+//! (`--oracles I1,I2,crash`), one worker per core, and their ratio to the bare loop; then the
+//! audit as two shards one after the other (`--shard 0/2`, `1/2`), whose slower shard is the
+//! wall time of the audit sharded over two machines like this one.
 
 mod common;
 
@@ -19,8 +29,11 @@ use std::time::Instant;
 use kvaudit::base::domain::Domain;
 use kvaudit::base::op::Trace;
 use kvaudit::base::state::StateFormat;
+use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
+use kvaudit::records::report::Shard;
 use kvaudit::running::runner::LocalRunner;
 use kvaudit::targets::llama::build::{ensure_built, BuildSpec};
+use kvaudit::targets::llama::shim::BuiltShim;
 use kvaudit::targets::llama::ffi::LlamaShim;
 use kvaudit::targets::llama::pins::Pin;
 use kvaudit::targets::llama::target::{LlamaTarget, ResetMode};
@@ -111,8 +124,8 @@ fn main() {
     let only = flag("--only");
     if let Some(o) = &only {
         assert!(
-            ["audit", "presets", "restore", "naive"].contains(&o.as_str()),
-            "--only takes audit, presets, restore or naive, not {o:?}"
+            ["audit", "presets", "restore", "naive", "limit"].contains(&o.as_str()),
+            "--only takes audit, presets, restore, naive or limit, not {o:?}"
         );
     }
     let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
@@ -139,6 +152,9 @@ fn main() {
         if runs("presets") {
             presets(&label, &model, cores);
         }
+        if runs("limit") {
+            physical_limit(&label, &built, &model, cores);
+        }
         let traces = depth3_traces(limit);
         let fast = runs("restore").then(|| {
             let fast = in_process(&shim, &model, &label, format, ResetMode::Restore, &traces);
@@ -158,4 +174,125 @@ fn main() {
             println!("{label}: restore resets / naive = {:.1}x", fast / naive);
         }
     }
+}
+
+/// The seed domain's ops in `bare_loop.c`'s text format.
+fn bare_loop_ops() -> String {
+    use kvaudit::base::op::Op;
+    let mut out = String::new();
+    for op in Domain::preset("seed").unwrap().ops() {
+        let line = match op {
+            Op::SeqRm { seq, p0, p1 } => format!("rm {seq} {p0} {p1}"),
+            Op::SeqCp { src, dst, p0, p1 } => format!("cp {src} {dst} {p0} {p1}"),
+            Op::SeqKeep { seq } => format!("keep {seq}"),
+            Op::SeqAdd { seq, p0, p1, delta } => format!("add {seq} {p0} {p1} {delta}"),
+            Op::SeqDiv { seq, p0, p1, d } => format!("div {seq} {p0} {p1} {d}"),
+            Op::Clear => "clear".to_string(),
+            Op::Decode(d) if d.seqs.len() == 1 && d.n == 1 && d.pos.is_none() => {
+                format!("decode {}", d.seqs[0])
+            }
+            other => panic!("bare_loop.c does not take {other}"),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Runs `processes` bare loops at once (process k takes first ops k, k + processes, ...):
+/// (trials, wall seconds of the slowest).
+fn bare_loop_run(bin: &Path, model: &Path, ops: &Path, depth: u32, processes: usize) -> (u64, f64) {
+    let t = Instant::now();
+    let children: Vec<_> = (0..processes)
+        .map(|k| {
+            std::process::Command::new(bin)
+                .arg(model)
+                .arg(ops)
+                .arg(depth.to_string())
+                .arg(k.to_string())
+                .arg(processes.to_string())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("bare loop starts")
+        })
+        .collect();
+    let mut trials = 0u64;
+    for c in children {
+        let out = c.wait_with_output().expect("bare loop runs");
+        assert!(out.status.success(), "bare loop failed: {:?}", out.status);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let n: u64 = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("bare loop printed {text:?}"));
+        trials += n;
+    }
+    (trials, t.elapsed().as_secs_f64())
+}
+
+/// The seed audit to `depth` with the oracles whose observations the bare loop makes, through
+/// worker processes, as `kvaudit audit --oracles I1,I2,crash [--shard]` runs it.
+fn basic_audit(label: &str, model: &Path, depth: u32, workers: usize, shard: Shard) -> (u64, f64) {
+    let registry = kvaudit::oracles::Registry::builtin()
+        .only(|o| ["I1", "I2", "crash"].contains(&o.id().name()));
+    let mut spec = TargetSpec::new(label, &[]).with_observe(registry.observe());
+    spec.model = Some(model.to_path_buf());
+    let factory = spec.factory().expect("target");
+    let cfg = ExhaustiveConfig {
+        domain: Domain::preset("seed").unwrap(),
+        depth,
+        shard,
+        threads: workers,
+        batch: 2048,
+        oracles: registry,
+    };
+    let t = Instant::now();
+    let report = run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit runs");
+    (report.trials, t.elapsed().as_secs_f64())
+}
+
+/// The bare loop beside kvaudit's audit of the same work (see the module docs).
+fn physical_limit(label: &str, built: &BuiltShim, model: &Path, cores: usize) {
+    let dir = std::env::temp_dir().join(format!("kvaudit-bare-loop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    let bin = dir.join("bare_loop");
+    let ops = dir.join("seed.ops");
+    std::fs::write(&ops, bare_loop_ops()).expect("ops file");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/bare_loop.c");
+    built
+        .compile_c_program(&source, &bin)
+        .expect("bare_loop.c compiles against the pin");
+    let depths: Vec<u32> = match common::number_flag("--limit-depth") {
+        Some(d) => vec![d as u32],
+        None => vec![3, 4],
+    };
+    for depth in depths {
+        let (n1, s1) = bare_loop_run(&bin, model, &ops, depth, 1);
+        println!(
+            "{label}: depth-{depth} bare C loop, 1 process: {n1} trials in {s1:.2} s = {:.0} trials/s",
+            n1 as f64 / s1
+        );
+        let (nc, sc) = bare_loop_run(&bin, model, &ops, depth, cores);
+        println!(
+            "{label}: depth-{depth} bare C loop, {cores} processes: {nc} trials in {sc:.2} s = {:.0} trials/s",
+            nc as f64 / sc
+        );
+        let (na, sa) = basic_audit(label, model, depth, cores, Shard::WHOLE);
+        assert_eq!(na, nc, "the audit and the bare loop run the same trials");
+        println!(
+            "{label}: depth-{depth} audit --oracles I1,I2,crash, {cores} workers: {na} trials in {sa:.2} s = {:.0} trials/s; {:.2}x the bare loop's {cores}-process time",
+            na as f64 / sa,
+            sa / sc
+        );
+        let halves: Vec<(u64, f64)> = (0..2)
+            .map(|k| basic_audit(label, model, depth, cores, Shard::new(k, 2).unwrap()))
+            .collect();
+        let slower = halves.iter().map(|h| h.1).fold(0.0, f64::max);
+        println!(
+            "{label}: depth-{depth} the same audit as 2 shards ({} + {} trials in {:.2} s and {:.2} s): {slower:.2} s on 2 machines like this one",
+            halves[0].0, halves[1].0, halves[0].1, halves[1].1
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
