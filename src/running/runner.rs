@@ -118,8 +118,8 @@ struct Frame {
     op: Op,
     state: Box<dyn CacheUnderTest + Send>,
     obs: Arc<StepObservation>,
-    /// The token model after the op (for the logits probe).
-    tokens: TokenModel,
+    /// The token model after the op (for the logits probe; `None` when it is not asked for).
+    tokens: Option<TokenModel>,
 }
 
 /// Runs a [`CacheUnderTest`] in this process.
@@ -209,7 +209,12 @@ impl LocalRunner {
             return unsupported_setup(e);
         }
         let mut steps = Vec::with_capacity(trace.ops.len());
-        let mut tokens = TokenModel::after_setup(&trace.setup);
+        // The token model serves the logits probe only: built when the probe is asked for (it
+        // decodes the setup's tokens: a hundredth of a llama.cpp trial otherwise spent for nothing).
+        let mut tokens = self
+            .observe
+            .logits
+            .then(|| TokenModel::after_setup(&trace.setup));
         for (i, op) in trace.ops.iter().enumerate() {
             let observed = !last_only || i + 1 == trace.ops.len();
             let before = if self.observe.before && observed {
@@ -227,7 +232,7 @@ impl LocalRunner {
                 None
             };
             let outcome = self.target.apply(op)?;
-            if self.observe.logits {
+            if let Some(tokens) = tokens.as_mut() {
                 tokens.apply_after(op, &outcome, next);
             }
             if last_only
@@ -253,10 +258,10 @@ impl LocalRunner {
                 self.observe,
             )?;
             obs.before = before;
-            if self.observe.logits && i + 1 == trace.ops.len() {
+            if let Some(tokens) = tokens.as_ref().filter(|_| i + 1 == trace.ops.len()) {
                 // The trial is over: the probe may change the target (the next trial resets it).
                 obs.logits_probe =
-                    probe_logits(self.target.as_mut(), &trace.setup, &tokens, &obs.seqs)?;
+                    probe_logits(self.target.as_mut(), &trace.setup, tokens, &obs.seqs)?;
             }
             steps.push(Arc::new(obs));
         }
@@ -286,7 +291,10 @@ impl LocalRunner {
                 Vec::new()
             };
             self.base = Some((trace.setup.clone(), seqs.clone(), state));
-            self.base_tokens = Some(TokenModel::after_setup(&trace.setup));
+            self.base_tokens = self
+                .observe
+                .logits
+                .then(|| TokenModel::after_setup(&trace.setup));
             self.stack.clear();
         }
         let shared = self
@@ -309,7 +317,7 @@ impl LocalRunner {
             let mut state = parent.fork().expect("forking target");
             let mut tokens = match self.stack.last() {
                 Some(f) => f.tokens.clone(),
-                None => self.base_tokens.clone().expect("set with the base"),
+                None => self.base_tokens.clone(),
             };
             let next = if self.observe.logits {
                 next_pos(state.as_mut(), &trace.setup, op)?
@@ -317,7 +325,7 @@ impl LocalRunner {
                 None
             };
             let outcome = state.apply(op)?;
-            if self.observe.logits {
+            if let Some(tokens) = tokens.as_mut() {
                 tokens.apply_after(op, &outcome, next);
             }
             if let OpOutcome::Unsupported { reason } = &outcome {
@@ -383,8 +391,11 @@ impl LocalRunner {
         if frame.obs.logits_probe.is_some() {
             return Ok(());
         }
+        let Some(tokens) = frame.tokens.as_ref() else {
+            return Ok(());
+        };
         let mut scratch = frame.state.fork().expect("forking target");
-        let probe = probe_logits(scratch.as_mut(), setup, &frame.tokens, &frame.obs.seqs)?;
+        let probe = probe_logits(scratch.as_mut(), setup, tokens, &frame.obs.seqs)?;
         if probe.is_some() {
             Arc::make_mut(&mut frame.obs).logits_probe = probe;
         }
