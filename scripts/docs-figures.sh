@@ -4,7 +4,7 @@
 # `<!-- figures:NAME:end -->` and is rewritten whole: a table parsed from the bench's output, the
 # output itself, and the date, commit and machine of the run.
 #
-#   scripts/docs-figures.sh                  # every bench: audit, theorems, llama
+#   scripts/docs-figures.sh                  # every bench: audit, theorems, llama, limit
 #   scripts/docs-figures.sh audit theorems   # only these sections; the others stay as they are
 #
 # The llama bench needs the release pins llama.cpp@0.1.156 and @0.1.161. They are found in the
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 doc=docs/performance.md
-all=(audit theorems llama)
+all=(audit theorems llama limit)
 if [ $# -eq 0 ]; then set -- "${all[@]}"; fi
 for name in "$@"; do
   case " ${all[*]} " in
@@ -51,17 +51,18 @@ for name in "$@"; do
       echo "docs-figures: cargo bench --bench $name" >&2
       cargo bench --bench "$name" | tee "$out/$name.txt"
       ;;
-    llama)
+    llama | limit)
       pins=(llama.cpp@0.1.156 llama.cpp@0.1.161)
       if ! ./target/release/kvaudit target build "${pins[@]}" >"$out/llama.build" 2>&1; then
         cat "$out/llama.build" >&2
         echo "docs-figures: the llama.cpp pins (${pins[*]}) are not built and could not be built: the llama section says so" >&2
         { echo "The llama.cpp pins (${pins[*]}) were not available: \`kvaudit target build\` failed with"
-          tail -3 "$out/llama.build"; } >"$out/llama.skipped"
+          tail -3 "$out/llama.build"; } >"$out/$name.skipped"
       else
-        echo "docs-figures: cargo bench --bench llama" >&2
-        if ! cargo bench --bench llama | tee "$out/llama.txt"; then
-          echo "The llama bench failed; its output up to the failure is below." >"$out/llama.skipped"
+        if [ "$name" = llama ]; then args=(--skip-limit); else args=(--pin 0.1.161 --only limit); fi
+        echo "docs-figures: cargo bench --bench llama -- ${args[*]}" >&2
+        if ! cargo bench --bench llama -- "${args[@]}" | tee "$out/$name.txt"; then
+          echo "The llama bench failed; its output up to the failure is below." >"$out/$name.skipped"
         fi
       fi
       ;;
@@ -120,9 +121,21 @@ def llama_rows(text):
     return rows
 
 
+def limit_rows(text):
+    rows = ["| depth | bare C loop, 1 process | bare C loop, all cores | audit `--oracles I1,I2,crash`, all workers | audit / bare (all cores) | 2 shards: slower shard |", "|---:|---:|---:|---:|---:|---:|"]
+    for d in sorted(set(re.findall(r": depth-(\d+) bare C loop", text))):
+        one = re.search(r": depth-" + d + r" bare C loop, 1 process: (\d+) trials in ([\d.]+) s", text)
+        many = re.search(r": depth-" + d + r" bare C loop, \d+ processes: \d+ trials in ([\d.]+) s", text)
+        audit = re.search(r": depth-" + d + r" audit --oracles I1,I2,crash, \d+ workers: \d+ trials in ([\d.]+) s = \d+ trials/s; ([\d.]+)x", text)
+        shards = re.search(r": depth-" + d + r" the same audit as 2 shards .*: ([\d.]+) s on 2 machines", text)
+        cell = lambda m, g=1, unit=" s": m.group(g) + unit if m else "-"
+        rows.append(f"| {d} ({num(one.group(1)) if one else '?'} trials) | {cell(one, 2)} | {cell(many)} | {cell(audit)} | {cell(audit, 2, 'x')} | {cell(shards)} |")
+    return rows
+
+
 NOTE = "> **Not measured again**"
-parsers = {"audit": audit_rows, "theorems": theorems_rows, "llama": llama_rows}
-commands = {"audit": "cargo bench --bench audit", "theorems": "cargo bench --bench theorems", "llama": "cargo bench --bench llama"}
+parsers = {"audit": audit_rows, "theorems": theorems_rows, "llama": llama_rows, "limit": limit_rows}
+commands = {"audit": "cargo bench --bench audit", "theorems": "cargo bench --bench theorems", "llama": "cargo bench --bench llama -- --skip-limit", "limit": "cargo bench --bench llama -- --pin 0.1.161 --only limit"}
 
 text = doc.read_text()
 for name in names:

@@ -23,6 +23,7 @@ use crate::base::error::Error;
 use crate::base::files::check_input_size;
 use crate::base::target::TargetInfo;
 use crate::oracles::OracleId;
+use crate::records::finding::compact_value;
 use crate::records::prereg::{self, OraclePrediction, Prediction, PredictionCheck, RunName};
 use crate::records::tally::Tally;
 
@@ -505,8 +506,8 @@ impl Report {
                 self.group_of(i + 1)
             );
             let _ = write!(s, "{}", f.trace);
-            let _ = writeln!(s, "  observed: {}", f.observed);
-            let _ = writeln!(s, "  expected: {}", f.expected);
+            let _ = writeln!(s, "  observed: {}", compact_value(&f.observed));
+            let _ = writeln!(s, "  expected: {}", compact_value(&f.expected));
             if let Some(r) = self.fuzz.as_ref().and_then(|fz| fz.findings.get(i)) {
                 let _ = writeln!(s, "  {}", r.summary());
             }
@@ -615,8 +616,8 @@ impl Report {
             let _ = writeln!(
                 s,
                 "- observed: {}\n- expected: {}",
-                markdown_code(&f.observed.to_string()),
-                markdown_code(&f.expected.to_string())
+                markdown_code(&compact_value(&f.observed)),
+                markdown_code(&compact_value(&f.expected))
             );
             if let Some(r) = self.fuzz.as_ref().and_then(|fz| fz.findings.get(i)) {
                 let _ = writeln!(s, "- {}", r.summary());
