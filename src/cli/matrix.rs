@@ -42,18 +42,26 @@ pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
     } else {
         Variant::Release
     };
-    let mut pins = select(&a.targets, variant).map_err(|e| CliError::usage(format!("{e:#}")))?;
-    if a.built_only {
+    let pins = select(&a.targets, variant).map_err(|e| CliError::usage(format!("{e:#}")))?;
+    // With --built-only the versions the cache lacks stay in the table as unavailable columns:
+    // a first failing or first fixed version is then a bound, and the table shows the gap.
+    let built = if a.built_only {
         let built = kvaudit::targets::llama::build::cached_labels(None)
             .map_err(|e| CliError::harness(format!("{e:#}")))?;
-        pins.retain(|p| built.contains_key(&p.label()));
-        if pins.is_empty() {
+        if !pins.iter().any(|p| built.contains_key(&p.label())) {
             return Err(CliError::usage(format!(
                 "--targets {} --built-only: none of those versions is built",
                 a.targets
             )));
         }
-    }
+        Some(built)
+    } else {
+        None
+    };
+    let skip = |p: &kvaudit::targets::llama::pins::Pin| match &built {
+        Some(b) if !b.contains_key(&p.label()) => Some("not built (--built-only)".to_string()),
+        _ => None,
+    };
     let mut repros = Vec::new();
     for p in &a.paths {
         for file in repro_files(p).map_err(CliError::from)? {
@@ -63,7 +71,7 @@ pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
         }
     }
     let n = pins.len();
-    let matrix = run_matrix(&repros, &pins, &mut |i, pin, file, outcome| {
+    let matrix = run_matrix(&repros, &pins, &skip, &mut |i, pin, file, outcome| {
         eprintln!(
             "[{}/{n}] {pin}: {}: {}",
             i + 1,

@@ -59,17 +59,23 @@ pub fn first_failing_and_fixed(
     )
 }
 
-/// Runs every repro on every pin (building what the cache lacks), oldest pin first;
+/// Runs every repro on every pin, oldest pin first, building what the cache lacks where
+/// `skip` says nothing; a pin that `skip` names a reason for is not run, and its column says
+/// why (unavailable), so a table over some of the versions still shows the versions it left out.
 /// `progress` hears each cell as it is known.
 pub fn run_matrix(
     repros: &[(PathBuf, Repro)],
     pins: &[Pin],
+    skip: &dyn Fn(&Pin) -> Option<String>,
     progress: &mut dyn FnMut(usize, &Pin, &std::path::Path, &Outcome),
 ) -> Matrix {
     let versions: Vec<String> = pins.iter().map(Pin::label).collect();
     let mut columns: Vec<Vec<Outcome>> = Vec::new();
     for (i, pin) in pins.iter().enumerate() {
-        let built = build(pin);
+        let built = match skip(pin) {
+            Some(reason) => Err(crate::base::error::Error::harness(reason)),
+            None => build(pin),
+        };
         let column = repros
             .iter()
             .map(|(path, repro)| {
@@ -168,6 +174,26 @@ impl Matrix {
             self.versions.first().map(|v| short(v)).unwrap_or("-"),
             self.versions.last().map(|v| short(v)).unwrap_or("-"),
         ));
+        let not_run: Vec<&str> = self
+            .versions
+            .iter()
+            .enumerate()
+            .filter(|(c, _)| {
+                self.rows
+                    .iter()
+                    .all(|r| matches!(r.outcomes[*c], Outcome::Unavailable { .. }))
+            })
+            .map(|(_, v)| short(v))
+            .collect();
+        if !self.rows.is_empty() && !not_run.is_empty() {
+            out.push_str(&format!(
+                "{} version(s) were not run (`?` in every column: not built or not driven): {}. \
+                 A first failing or first fixed version is the first *run* version that fails or \
+                 holds: the change lies between it and the version run before it.\n\n",
+                not_run.len(),
+                not_run.join(", ")
+            ));
+        }
         out.push_str(
             "| # | finding | oracle | first failing | first fixed |\n|---:|---|---|---|---|\n",
         );
