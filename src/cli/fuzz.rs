@@ -97,7 +97,7 @@ pub struct FuzzArgs {
     window: Option<u32>,
     /// How cases are drawn: `random` (each case afresh from its own stream: case N of a seed is
     /// the same trace in every run) or `guided` (coverage-guided: cases that reach a new
-    /// transition or observation shape join a queue, and three cases in four mutate a queue
+    /// transition or observation shape join a queue, and one case in two mutates a queue
     /// entry: splice, insert, drop, change arguments, repeat). Default: `random`, or `guided`
     /// with --corpus.
     #[arg(long)]
