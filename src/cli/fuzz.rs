@@ -4,7 +4,7 @@
 //! [`kvaudit::targets::registry::TargetSpec::theorem_target`] builds with the requested window.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
@@ -12,9 +12,12 @@ use clap::Args;
 use super::args::{factories, record_on_specs, OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
+use kvaudit::base::domain::check_trace_limits;
 use kvaudit::base::exit;
+use kvaudit::base::files::{read_text_limited, sha256_hex};
+use kvaudit::base::op::{Setup, Trace};
 use kvaudit::base::target::Observe;
-use kvaudit::engines::fuzz::{run_fuzz_with, FuzzConfig, GenConfig};
+use kvaudit::engines::fuzz::{run_fuzz_with_queue, FuzzConfig, GenConfig, Generator};
 use kvaudit::engines::shrink::ShrinkConfig;
 use kvaudit::engines::theorem_check::TheoremChecker;
 use kvaudit::oracles::theorems::{Theorem, Tolerance};
@@ -92,6 +95,17 @@ pub struct FuzzArgs {
     /// unchanged.
     #[arg(long)]
     window: Option<u32>,
+    /// How cases are drawn: `random` (each case afresh from its own stream: case N of a seed is
+    /// the same trace in every run) or `guided` (coverage-guided: cases that reach a new
+    /// transition or observation shape join a queue, and one case in two mutates a queue
+    /// entry: splice, insert, drop, change arguments, repeat). Default: `random`, or `guided`
+    /// with --corpus.
+    #[arg(long)]
+    generator: Option<String>,
+    /// The guided generator's queue on disk: its traces (one JSON trace per file) are run
+    /// first and mutated; every trace the run keeps is written back. Created if absent.
+    #[arg(long)]
+    corpus: Option<PathBuf>,
     /// With T2 or T3: draw from the plain generator instead of the one biased towards traces
     /// that have a partner (to measure how rarely plain traces have one).
     #[arg(long)]
@@ -121,6 +135,57 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("--time '{s}': unit must be s, m or h")),
     };
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// The largest corpus file read.
+const MAX_CORPUS_ENTRY_BYTES: u64 = 16 << 20;
+
+/// The traces of a `--corpus` folder, in file-name order (none if it does not exist yet); each
+/// must start from `setup` (the run's own).
+pub fn read_corpus(dir: &Path, setup: &Setup) -> Result<Vec<Trace>, CliError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(CliError::usage(format!("--corpus {}: {e}", dir.display()))),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for path in paths {
+        let bad = |why: String| CliError::usage(format!("--corpus {}: {why}", path.display()));
+        let text =
+            read_text_limited(&path, MAX_CORPUS_ENTRY_BYTES).map_err(|e| bad(e.to_string()))?;
+        let trace: Trace = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        check_trace_limits(&trace).map_err(|e| bad(e.to_string()))?;
+        if &trace.setup != setup {
+            return Err(bad(
+                "starts from another setup than this run's (--config, --n-seq-max)".into(),
+            ));
+        }
+        out.push(trace);
+    }
+    Ok(out)
+}
+
+/// Writes each trace of `queue` into `dir` as `<sha256 prefix>.json`, unless a file of that
+/// name is there; returns how many were new.
+pub fn write_corpus(dir: &Path, queue: &[Trace]) -> Result<usize, CliError> {
+    let err = |e: String| CliError::harness(format!("--corpus {}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+    let mut written = 0;
+    for t in queue {
+        let text = serde_json::to_string_pretty(t).expect("a trace serializes") + "\n";
+        let path = dir.join(format!("{}.json", &sha256_hex(&text)[..16]));
+        if path.exists() {
+            continue;
+        }
+        write_output(&path, &text).map_err(|e| err(e.to_string()))?;
+        written += 1;
+    }
+    Ok(written)
 }
 
 fn clock_seed() -> u64 {
@@ -309,6 +374,27 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
     if a.cases == Some(0) {
         return Err(CliError::usage("--cases must be at least 1"));
     }
+    let generator = match (a.generator.as_deref(), &a.corpus) {
+        (None, None) => Generator::Random,
+        (None, Some(_)) => Generator::Guided,
+        (Some(name), _) => Generator::from_name(name).ok_or_else(|| {
+            CliError::usage(format!("--generator '{name}': expected random or guided"))
+        })?,
+    };
+    if generator == Generator::Random && a.corpus.is_some() {
+        return Err(CliError::usage(
+            "--corpus is the guided generator's queue: use it with --generator guided",
+        ));
+    }
+    if generator == Generator::Guided && !theorems.is_empty() {
+        return Err(CliError::usage(
+            "--generator guided judges observation oracles; the theorem oracles need --generator random",
+        ));
+    }
+    let corpus = match &a.corpus {
+        Some(dir) => read_corpus(dir, &gen.setup)?,
+        None => Vec::new(),
+    };
     let date = match &a.date {
         Some(d) => check_date(d).map_err(|e| CliError::usage(format!("--date: {e}")))?,
         None => today_utc(),
@@ -343,6 +429,8 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         shrinks_per_signature: a.shrinks_per_signature.max(1),
         oracles,
         theorems,
+        generator,
+        corpus,
     };
     let mut checker = match theorem_target {
         None => None,
@@ -354,7 +442,7 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         )),
     };
     let mut display = Display::new(&a.out);
-    let mut report = run_fuzz_with(
+    let (mut report, queue) = run_fuzz_with_queue(
         &cfg,
         fa.as_ref(),
         fb.as_deref(),
@@ -374,6 +462,16 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         }
         if let Some(p) = &fz.logits_probes {
             eprintln!("kvaudit fuzz: {}", p.summary());
+        }
+    }
+    if let Some(dir) = &a.corpus {
+        let written = write_corpus(dir, &queue)?;
+        if !a.out.quiet {
+            eprintln!(
+                "kvaudit fuzz: corpus {}: {} entries, {written} new",
+                dir.display(),
+                queue.len()
+            );
         }
     }
     if !a.no_repros && report.has_findings() {

@@ -129,6 +129,10 @@ pub struct ShrinkRecord {
     pub minimal: bool,
     /// Later failing cases that came to the same finding.
     pub duplicates: u64,
+    /// Wall time from the start of the run to the end of the case that found it, in seconds
+    /// (earlier shrinks included).
+    #[serde(default)]
+    pub found_at_s: f64,
 }
 
 impl ShrinkRecord {
@@ -178,6 +182,78 @@ pub struct FuzzSummary {
     /// case was probed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logits_probes: Option<ProbeStats>,
+    /// Which generator drew the cases.
+    #[serde(default)]
+    pub generator_kind: Generator,
+    /// Coverage over the run: a point after 1, 2, 4, 8, ... cases and one at the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coverage: Vec<CoveragePoint>,
+    /// The guided generator's queue (`--generator guided`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueStats>,
+}
+
+/// The generator of a fuzz run's cases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Generator {
+    /// Case `i` of seed `s` is drawn afresh from its own stream, whatever came before.
+    #[default]
+    Random,
+    /// Coverage-guided: the cases that reach a new transition or observation shape join a
+    /// queue, and most cases are mutations of queue entries (`engines::fuzz::guide`).
+    Guided,
+}
+
+impl Generator {
+    /// The name `--generator` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Generator::Random => "random",
+            Generator::Guided => "guided",
+        }
+    }
+
+    /// The strategy `name` names (`random`, `guided`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Generator::Random, Generator::Guided]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+}
+
+/// The coverage after some cases: distinct (state, op, outcome) transitions and distinct
+/// observation shapes of target A's abstracted cells (`engines::fuzz::coverage`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoveragePoint {
+    /// Wall time since the start of the run, in seconds.
+    pub elapsed_s: f64,
+    /// Cases run.
+    pub cases: u64,
+    /// Distinct transitions seen.
+    pub transitions: u64,
+    /// Distinct observation shapes seen.
+    pub shapes: u64,
+}
+
+impl CoveragePoint {
+    /// Transitions and shapes together: what the guided generator grows.
+    pub fn total(&self) -> u64 {
+        self.transitions + self.shapes
+    }
+}
+
+/// What the guided generator's queue did over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// Entries read from `--corpus` (run first, as the first cases).
+    pub loaded: u64,
+    /// Entries at the end of the run, loaded ones included.
+    pub entries: u64,
+    /// Cases that were mutations of queue entries (the others were drawn afresh).
+    pub mutated: u64,
+    /// Entries kept for new coverage that came from mutations.
+    pub kept_from_mutations: u64,
 }
 
 /// What the logits probes of a fuzz run measured: how many sequences were probed and the largest
@@ -322,6 +398,32 @@ impl TheoremFinding {
 }
 
 impl FuzzSummary {
+    /// One line: the generator, its final coverage and the curve (empty without coverage).
+    pub fn coverage_line(&self) -> String {
+        let Some(last) = self.coverage.last() else {
+            return String::new();
+        };
+        let curve: Vec<String> = self
+            .coverage
+            .iter()
+            .map(|p| format!("{}@{:.1}s:{}", p.cases, p.elapsed_s, p.total()))
+            .collect();
+        let queue = self.queue.map_or(String::new(), |q| {
+            format!(
+                "; queue {} entries ({} loaded, {} kept from mutations), {} mutated cases",
+                q.entries, q.loaded, q.kept_from_mutations, q.mutated
+            )
+        });
+        format!(
+            "coverage ({} generator): {} transitions, {} shapes after {} cases{queue}; cases@time:total {}",
+            self.generator_kind.name(),
+            last.transitions,
+            last.shapes,
+            last.cases,
+            curve.join(" ")
+        )
+    }
+
     /// The theorem part of the terminal report (empty without theorem oracles); `numbered`
     /// findings came before.
     pub fn theorems_terminal(&self, numbered: usize) -> String {

@@ -514,6 +514,9 @@ impl Report {
         }
         if let Some(fz) = &self.fuzz {
             s.push_str(&fz.theorems_terminal(self.findings.len()));
+            if !fz.coverage.is_empty() {
+                let _ = writeln!(s, "\n{}", fz.coverage_line());
+            }
         }
         if !self.has_findings() {
             let _ = writeln!(s, "\n{}", self.no_findings_line());
@@ -625,6 +628,9 @@ impl Report {
         }
         if let Some(fz) = &self.fuzz {
             s.push_str(&fz.theorems_markdown(self.findings.len()));
+            if !fz.coverage.is_empty() {
+                let _ = writeln!(s, "\n{}.", markdown_text(&fz.coverage_line()));
+            }
         }
         if !self.has_findings() {
             let line = self.no_findings_line();

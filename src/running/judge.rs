@@ -247,6 +247,12 @@ impl Judge {
 
     /// Runs `trace` on every target and judges every step.
     pub fn run(&mut self, trace: &Trace) -> Result<Judgement, HarnessError> {
+        Ok(self.run_observed(trace)?.0)
+    }
+
+    /// [`Judge::run`], also handing back target A's run (its observation after each op) to a
+    /// caller that reads more than the oracles do (the fuzzer's coverage).
+    pub fn run_observed(&mut self, trace: &Trace) -> Result<(Judgement, TrialRun), HarnessError> {
         let traces = std::slice::from_ref(trace);
         let a = self.a.run_batch(traces)?.pop().expect("one run per trace");
         self.executions += 1;
@@ -257,7 +263,8 @@ impl Judge {
             }
             None => None,
         };
-        Ok(judge_run(&self.oracles, trace, &a, b.as_ref()))
+        let judgement = judge_run(&self.oracles, trace, &a, b.as_ref());
+        Ok((judgement, a))
     }
 }
 

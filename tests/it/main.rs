@@ -6,6 +6,7 @@
 //! - `tests/data/llama/*.json`: crash isolation, `+assert` aborts, fast-reset honesty and C
 //!   reproducers on real llama.cpp builds.
 //! - `tests/it/hostile.rs`: hostile strings in every free-text field, through every emitter.
+//! - `tests/data/fuzz/*.json`: the guided fuzzer: findings, determinism, `--corpus` round trips.
 //! - `fuzz/seeds/<target>/`: each fuzz target's body over its seeds and their mutations.
 //! - `tests/data/theorems/*.json`: the numerical oracles T1-T3 on `native+tensors`: seed witnesses,
 //!   negative controls and injected faults.
@@ -19,6 +20,7 @@ mod cli;
 mod corpus;
 mod docs;
 mod findings;
+mod fuzz_guided;
 mod fuzz_seeds;
 mod hostile;
 mod llama;
@@ -63,6 +65,7 @@ fn main() {
     trials.extend(corpus::trials());
     trials.extend(docs::trials());
     trials.extend(findings::trials());
+    trials.extend(fuzz_guided::trials());
     trials.extend(fuzz_seeds::trials());
     trials.extend(hostile::trials());
     trials.extend(llama::trials());

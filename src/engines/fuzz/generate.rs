@@ -209,6 +209,15 @@ fn fork(g: &GenConfig) -> BoxedStrategy<Vec<Op>> {
         .boxed()
 }
 
+/// One chunk of a plain trace: a single op, or (one time in four) a [`fork`].
+pub(super) fn chunk_strategy(g: &GenConfig) -> BoxedStrategy<Vec<Op>> {
+    prop_oneof![
+        3 => op_strategy(g).prop_map(|op| vec![op]),
+        1 => fork(g),
+    ]
+    .boxed()
+}
+
 /// Traces of `min_len..=max_len` ops from `g.setup`: single ops and forks, cut to `max_len`;
 /// with T2 or T3 in `g.theorems`, the biased [`theorem_trace_strategy`] instead.
 pub fn trace_strategy(g: &GenConfig) -> BoxedStrategy<Trace> {
@@ -217,11 +226,7 @@ pub fn trace_strategy(g: &GenConfig) -> BoxedStrategy<Trace> {
     }
     let setup = g.setup.clone();
     let max_len = g.max_len;
-    let chunk = prop_oneof![
-        3 => op_strategy(g).prop_map(|op| vec![op]),
-        1 => fork(g),
-    ];
-    proptest::collection::vec(chunk, g.min_len..=g.max_len)
+    proptest::collection::vec(chunk_strategy(g), g.min_len..=g.max_len)
         .prop_map(move |chunks| {
             let mut ops: Vec<Op> = chunks.into_iter().flatten().collect();
             ops.truncate(max_len);
@@ -419,12 +424,8 @@ fn theorem_chunk(g: &GenConfig, last: bool) -> BoxedStrategy<Vec<Op>> {
 pub fn theorem_trace_strategy(g: &GenConfig) -> BoxedStrategy<Trace> {
     let setup = g.setup.clone();
     let max_len = g.max_len;
-    let chunk = prop_oneof![
-        3 => op_strategy(g).prop_map(|op| vec![op]),
-        1 => fork(g),
-    ];
     (
-        proptest::collection::vec(chunk, 0..=(g.max_len / 4).max(1)),
+        proptest::collection::vec(chunk_strategy(g), 0..=(g.max_len / 4).max(1)),
         proptest::option::weighted(1.0 / 3.0, theorem_chunk(g, false)),
         theorem_chunk(g, true),
     )
@@ -444,8 +445,13 @@ pub fn theorem_trace_strategy(g: &GenConfig) -> BoxedStrategy<Trace> {
 
 /// The proptest runner case `case` of seed `seed` draws from: its own ChaCha stream.
 pub fn case_runner(seed: u64, case: u64) -> TestRunner {
+    stream_runner(b"kvaudit-fuzz-v1\0", seed, case)
+}
+
+/// A proptest runner on the ChaCha stream of `label` (at most 16 bytes), `seed` and `case`.
+pub(super) fn stream_runner(label: &[u8], seed: u64, case: u64) -> TestRunner {
     let mut bytes = [0u8; 32];
-    bytes[..16].copy_from_slice(b"kvaudit-fuzz-v1\0");
+    bytes[..label.len()].copy_from_slice(label);
     bytes[16..24].copy_from_slice(&seed.to_le_bytes());
     bytes[24..].copy_from_slice(&case.to_le_bytes());
     TestRunner::new_with_rng(

@@ -24,7 +24,9 @@
 //! T2 or T3, none out of the window), so with T2 or T3 the generator appends chunks shaped for
 //! them ([`theorem_trace_strategy`]).
 
+mod coverage;
 mod generate;
+mod guide;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -34,7 +36,9 @@ use proptest::prelude::*;
 use crate::base::domain::Domain;
 use crate::base::op::{Op, Trace};
 use crate::base::target::HarnessError;
-use crate::engines::shrink::{shape, shrink_tree, shrink_tree_by, FailureMode, ShrinkConfig};
+use crate::engines::shrink::{
+    shape, shrink, shrink_tree, shrink_tree_by, FailureMode, ShrinkConfig,
+};
 use crate::engines::theorem_check::{StillViolated, TheoremChecker};
 use crate::oracles::theorems::{Derivation, Judgement as TheoremJudgement, Theorem};
 use crate::oracles::OracleId;
@@ -44,11 +48,14 @@ use crate::running::judge::Judge;
 use crate::running::runner::RunnerFactory;
 
 pub use crate::records::fuzz::{
-    FuzzSummary, GenConfig, ProbeStats, ShrinkRecord, TheoremFinding, TheoremStats,
+    CoveragePoint, FuzzSummary, GenConfig, Generator, ProbeStats, QueueStats, ShrinkRecord,
+    TheoremFinding, TheoremStats,
 };
+pub use coverage::Coverage;
 pub use generate::{
     case_runner, generate, op_strategy, theorem_trace_strategy, trace_strategy, FuzzTrace,
 };
+pub use guide::{guide_runner, Mutation, Mutator, FRESH_ONE_IN};
 
 /// What a fuzz run does.
 #[derive(Clone, Debug)]
@@ -69,8 +76,25 @@ pub struct FuzzConfig {
     /// The observation oracles to judge; `None`: I1, I2, crash, and differential with a second
     /// target (the default).
     pub oracles: Option<Vec<OracleId>>,
-    /// The numerical theorems to check on each case (they need a [`TheoremChecker`]).
+    /// The numerical theorems to check on each case (they need a [`TheoremChecker`]). A guided
+    /// run offers them its fresh draws only.
     pub theorems: Vec<Theorem>,
+    /// Which generator draws the cases.
+    pub generator: Generator,
+    /// The guided generator's starting queue (`--corpus`): run first, in this order, as the
+    /// first cases, then mutated with the entries the run adds.
+    pub corpus: Vec<Trace>,
+}
+
+/// Where a case's trace came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drawn {
+    /// The random generator's case of the same number: shrunk through its value tree.
+    Fresh,
+    /// A starting queue entry.
+    Corpus,
+    /// A mutation of a queue entry.
+    Mutated,
 }
 
 /// The domain a fuzz report names: the generator's setup and sequences.
@@ -215,6 +239,19 @@ pub fn run_fuzz_with(
     checker: Option<&mut TheoremChecker>,
     sink: &mut dyn FnMut(&Event),
 ) -> Result<Report, HarnessError> {
+    Ok(run_fuzz_with_queue(cfg, runner_a, runner_b, checker, sink)?.0)
+}
+
+/// [`run_fuzz_with`], also handing back the guided generator's queue at the end (the starting
+/// queue, then each case that reached new coverage, in order; empty for a random run): what
+/// `--corpus` persists.
+pub fn run_fuzz_with_queue(
+    cfg: &FuzzConfig,
+    runner_a: &RunnerFactory<'_>,
+    runner_b: Option<&RunnerFactory<'_>>,
+    checker: Option<&mut TheoremChecker>,
+    sink: &mut dyn FnMut(&Event),
+) -> Result<(Report, Vec<Trace>), HarnessError> {
     let mut judge = Judge::new(runner_a, runner_b)?;
     let mut theorems = match (checker, cfg.theorems.is_empty()) {
         (_, true) => None,
@@ -273,16 +310,40 @@ pub fn run_fuzz_with(
     let (mut shrink_executions, mut shrink_elapsed) = (0u64, Duration::ZERO);
     let mut case = 0u64;
     let mut probes: Option<ProbeStats> = None;
+    let guided = cfg.generator == Generator::Guided;
+    let mutator = guided.then(|| Mutator::new(&cfg.gen));
+    let mut queue: Vec<Trace> = if guided {
+        cfg.corpus.clone()
+    } else {
+        Vec::new()
+    };
+    let mut queue_stats = QueueStats {
+        loaded: queue.len() as u64,
+        ..QueueStats::default()
+    };
+    let mut coverage = Coverage::default();
+    let mut points: Vec<CoveragePoint> = Vec::new();
     loop {
         if cfg.cases.is_some_and(|n| case >= n) || cfg.time.is_some_and(|t| started.elapsed() >= t)
         {
             break;
         }
-        let trace = strategy
-            .new_tree(&mut case_runner(cfg.seed, case))
-            .expect("the generator rejects nothing")
-            .current();
-        if let Some(t) = &mut theorems {
+        let child = match &mutator {
+            _ if case < queue_stats.loaded => Some((queue[case as usize].clone(), Drawn::Corpus)),
+            Some(m) => m
+                .next_case(&queue, cfg.seed, case)
+                .map(|t| (t, Drawn::Mutated)),
+            None => None,
+        };
+        let (trace, drawn) = child.unwrap_or_else(|| {
+            let trace = strategy
+                .new_tree(&mut case_runner(cfg.seed, case))
+                .expect("the generator rejects nothing")
+                .current();
+            (trace, Drawn::Fresh)
+        });
+        queue_stats.mutated += u64::from(drawn == Drawn::Mutated);
+        if let (Some(t), Drawn::Fresh) = (&mut theorems, drawn) {
             let (ex, el) = t.case(cfg, &strategy, case, &trace)?;
             shrink_executions += ex;
             shrink_elapsed += el;
@@ -300,7 +361,12 @@ pub fn run_fuzz_with(
             }
             continue;
         }
-        let verdict = judge.run(&trace)?;
+        let (verdict, run_a) = judge.run_observed(&trace)?;
+        let judged_at = started.elapsed();
+        if coverage.add(&trace, &run_a) && guided && drawn != Drawn::Corpus {
+            queue.push(trace.clone());
+            queue_stats.kept_from_mutations += u64::from(drawn == Drawn::Mutated);
+        }
         for p in &verdict.logits_probes {
             probes.get_or_insert_with(ProbeStats::default).add(p);
         }
@@ -341,11 +407,15 @@ pub fn run_fuzz_with(
                     continue;
                 }
             }
-            let mut tree = strategy
-                .new_tree(&mut case_runner(cfg.seed, case))
-                .expect("the generator rejects nothing");
-            let shrunk = shrink_tree(&mut tree, &mode, &mut judge, &cfg.shrink)?
-                .expect("the case failed this way a moment ago");
+            let shrunk = if drawn == Drawn::Fresh {
+                let mut tree = strategy
+                    .new_tree(&mut case_runner(cfg.seed, case))
+                    .expect("the generator rejects nothing");
+                shrink_tree(&mut tree, &mode, &mut judge, &cfg.shrink)?
+            } else {
+                shrink(&trace, &mode, &mut judge, &cfg.shrink)?
+            }
+            .expect("the case failed this way a moment ago");
             shrink_executions += shrunk.executions;
             shrink_elapsed += shrunk.elapsed;
             let shape = format!("{who}|{}", shape(&mode, &shrunk.trace));
@@ -393,6 +463,7 @@ pub fn run_fuzz_with(
                     elapsed_s: shrunk.elapsed.as_secs_f64(),
                     minimal: shrunk.minimal,
                     duplicates: 0,
+                    found_at_s: judged_at.as_secs_f64(),
                 },
             );
             let key = FindingKey {
@@ -402,6 +473,10 @@ pub fn run_fuzz_with(
             tally.findings.insert(key, finding);
         }
         case += 1;
+        // Powers of two: a curve of a few dozen points whatever the run's length.
+        if case.is_power_of_two() {
+            points.push(coverage.point(case, started.elapsed().as_secs_f64()));
+        }
         if last_progress.elapsed() >= Duration::from_millis(100) {
             last_progress = Instant::now();
             sink(&Event::Progress {
@@ -412,6 +487,10 @@ pub fn run_fuzz_with(
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
+    if !wanted.is_empty() && points.last().map_or(true, |p| p.cases != case) {
+        points.push(coverage.point(case, elapsed));
+    }
+    queue_stats.entries = queue.len() as u64;
     tally.asked(wanted.iter().copied());
     let mut report = Report::new(
         info_a,
@@ -468,9 +547,12 @@ pub fn run_fuzz_with(
         theorems: stats,
         theorem_findings,
         logits_probes: probes,
+        generator_kind: cfg.generator,
+        coverage: points,
+        queue: guided.then_some(queue_stats),
     });
     sink(&Event::Done(Box::new(report.clone())));
-    Ok(report)
+    Ok((report, queue))
 }
 
 #[cfg(test)]
@@ -567,27 +649,37 @@ mod tests {
         let f = TargetSpec::new("native", &["refcount".into()])
             .factory()
             .unwrap();
-        let cfg = FuzzConfig {
-            seed: 3,
-            cases: Some(40),
-            time: None,
-            gen: GenConfig::with_max_len(32),
-            shrink: ShrinkConfig::default(),
-            shrinks_per_signature: 1,
-            oracles: None,
-            theorems: Vec::new(),
-        };
-        let run = || run_fuzz(&cfg, f.as_ref(), None, &mut |_| {}).unwrap();
-        let (a, b) = (run(), run());
-        assert!(a.has_findings());
-        assert_eq!(a.findings, b.findings);
-        let strip = |r: &Report| {
-            let mut s = r.fuzz.clone().unwrap();
-            s.shrink_elapsed_s = 0.0;
-            s.findings.iter_mut().for_each(|f| f.elapsed_s = 0.0);
-            s
-        };
-        assert_eq!(strip(&a), strip(&b));
-        assert_eq!(a.oracles, b.oracles);
+        for generator in [Generator::Random, Generator::Guided] {
+            let cfg = FuzzConfig {
+                seed: 3,
+                cases: Some(40),
+                time: None,
+                gen: GenConfig::with_max_len(32),
+                shrink: ShrinkConfig::default(),
+                shrinks_per_signature: 1,
+                oracles: None,
+                theorems: Vec::new(),
+                generator,
+                corpus: Vec::new(),
+            };
+            let run = || run_fuzz_with_queue(&cfg, f.as_ref(), None, None, &mut |_| {}).unwrap();
+            let ((a, qa), (b, qb)) = (run(), run());
+            assert!(a.has_findings());
+            assert_eq!(a.findings, b.findings);
+            assert_eq!(qa, qb);
+            assert_eq!(qa.is_empty(), generator == Generator::Random);
+            let strip = |r: &Report| {
+                let mut s = r.fuzz.clone().unwrap();
+                s.shrink_elapsed_s = 0.0;
+                s.findings.iter_mut().for_each(|f| {
+                    f.elapsed_s = 0.0;
+                    f.found_at_s = 0.0;
+                });
+                s.coverage.iter_mut().for_each(|p| p.elapsed_s = 0.0);
+                s
+            };
+            assert_eq!(strip(&a), strip(&b));
+            assert_eq!(a.oracles, b.oracles);
+        }
     }
 }
