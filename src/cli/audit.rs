@@ -153,6 +153,12 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
                 "--strategy states searches one target's states, whole: no --vs, --vs-config or --shard",
             ));
         }
+        if spec_a.observe.logits {
+            return Err(CliError::usage(
+                "--strategy states cannot ask an oracle that reads the logits probe: the probe \
+                 reads the token model, which has no canonical state key",
+            ));
+        }
         let factory = spec_a.state_factory(KeyScope::Complete)?;
         let cfg = StatesConfig {
             domain,
