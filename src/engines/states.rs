@@ -315,3 +315,68 @@ impl LevelWork<'_> {
         Ok(tally)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::running::states::{KeyScope, StateRunner};
+    use crate::targets::native::NativeTarget;
+
+    fn search(threads: usize, depth: u32) -> Report {
+        let faults = native_kv::Faults {
+            refcount: true,
+            ..Default::default()
+        };
+        let oracles = Registry::builtin().only(|o| !o.observes().logits);
+        let observe = oracles.observe();
+        let factory = move || -> Result<StateRunner, HarnessError> {
+            Ok(
+                StateRunner::new(Box::new(NativeTarget::new(faults)), observe)?
+                    .with_scope(KeyScope::Complete),
+            )
+        };
+        let cfg = StatesConfig {
+            domain: Domain::preset("seed").unwrap(),
+            depth,
+            threads,
+            oracles,
+        };
+        let mut r = run_states(&cfg, &factory, &mut |_| {}).unwrap();
+        r.timing = Timing::default();
+        r
+    }
+
+    #[test]
+    fn any_number_of_threads_gives_the_same_report() {
+        let one = search(1, 3);
+        assert_eq!(one, search(2, 3));
+        assert_eq!(one, search(3, 3));
+        let sp = one.state_space.unwrap();
+        assert_eq!((sp.depth, sp.closed), (3, false));
+        assert_eq!(one.trials, sp.transitions);
+    }
+
+    #[test]
+    fn a_domain_that_cannot_grow_closes() {
+        // Copies and removals alone over the setup's cells: finitely many states.
+        let faults = native_kv::Faults::default();
+        let oracles = Registry::builtin().only(|o| !o.observes().logits);
+        let observe = oracles.observe();
+        let factory = move || StateRunner::new(Box::new(NativeTarget::new(faults)), observe);
+        let mut domain = Domain::preset("seed").unwrap();
+        domain.deltas.clear();
+        domain.divisors.clear();
+        domain.decode_next.clear();
+        let cfg = StatesConfig {
+            domain,
+            depth: 20,
+            threads: 2,
+            oracles,
+        };
+        let r = run_states(&cfg, &factory, &mut |_| {}).unwrap();
+        let sp = r.state_space.unwrap();
+        assert!(sp.closed, "{sp:?}");
+        assert!(sp.depth < 20);
+        assert_eq!(sp.transitions, sp.states * r.domain.ops().len() as u64);
+    }
+}

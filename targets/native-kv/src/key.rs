@@ -112,3 +112,87 @@ impl Memory {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{BatchToken, CacheConfig, CellCache, Faults};
+
+    fn cache(faults: Faults) -> CellCache {
+        let mut c = CellCache::new(CacheConfig {
+            faults,
+            ..CacheConfig::default()
+        });
+        let batch: Vec<BatchToken> = (0..7)
+            .map(|_| BatchToken {
+                token: 1,
+                pos: None,
+                seqs: vec![0],
+            })
+            .collect();
+        c.decode(&batch).unwrap();
+        c
+    }
+
+    fn key(c: &CellCache, scope: super::KeyScope) -> Vec<u8> {
+        let mut out = Vec::new();
+        c.write_state_key(&mut out, scope).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_drifted_index_changes_the_complete_key_only() {
+        let refcount = Faults {
+            refcount: true,
+            ..Faults::default()
+        };
+        let mut once = cache(refcount);
+        once.seq_cp(0, 1, 0, 3).unwrap();
+        let mut twice = once.clone();
+        twice.seq_cp(0, 1, 0, 3).unwrap();
+        assert_ne!(
+            key(&once, super::KeyScope::Complete),
+            key(&twice, super::KeyScope::Complete)
+        );
+        assert_eq!(
+            key(&once, super::KeyScope::WithoutIndex),
+            key(&twice, super::KeyScope::WithoutIndex)
+        );
+        // Without the fault the second copy changes nothing, and the keys agree.
+        let mut clean_once = cache(Faults::default());
+        clean_once.seq_cp(0, 1, 0, 3).unwrap();
+        let mut clean_twice = clean_once.clone();
+        clean_twice.seq_cp(0, 1, 0, 3).unwrap();
+        assert_eq!(
+            key(&clean_once, super::KeyScope::Complete),
+            key(&clean_twice, super::KeyScope::Complete)
+        );
+    }
+
+    #[test]
+    fn pending_shifts_are_not_keyed_and_positions_are() {
+        let k = |c: &CellCache| key(c, super::KeyScope::Complete);
+        // Decoded at 0..7 and moved up by 2 (a pending shift of 2 on every cell), against
+        // decoded at 2..9 directly (no pending shift): the same cells, heads and index, so
+        // nothing any op reads differs.
+        let mut moved = cache(Faults::default());
+        let before = k(&moved);
+        moved.seq_add(0, 0, -1, 2).unwrap();
+        assert_ne!(before, k(&moved));
+        let mut direct = CellCache::new(CacheConfig::default());
+        let batch: Vec<BatchToken> = (0..7)
+            .map(|i| BatchToken {
+                token: 1,
+                pos: Some(2 + i),
+                seqs: vec![0],
+            })
+            .collect();
+        direct.decode(&batch).unwrap();
+        // A shift that moves nothing: the head goes back to 0 as after any `seq_add`.
+        direct.seq_add(0, 100, -1, 2).unwrap();
+        assert_eq!(
+            moved.resident_cells().collect::<Vec<_>>(),
+            direct.resident_cells().collect::<Vec<_>>()
+        );
+        assert_eq!(k(&moved), k(&direct));
+    }
+}
