@@ -139,33 +139,27 @@ mod tests {
         out
     }
 
-    #[test]
-    fn a_drifted_index_changes_the_complete_key_only() {
-        let refcount = Faults {
-            refcount: true,
-            ..Faults::default()
-        };
-        let mut once = cache(refcount);
+    /// The seed's setup, then `seq_cp(0, 1, 0, 3)` once and twice.
+    fn copied_once_and_twice(faults: Faults) -> (CellCache, CellCache) {
+        let mut once = cache(faults);
         once.seq_cp(0, 1, 0, 3).unwrap();
         let mut twice = once.clone();
         twice.seq_cp(0, 1, 0, 3).unwrap();
-        assert_ne!(
-            key(&once, super::KeyScope::Complete),
-            key(&twice, super::KeyScope::Complete)
-        );
-        assert_eq!(
-            key(&once, super::KeyScope::WithoutIndex),
-            key(&twice, super::KeyScope::WithoutIndex)
-        );
+        (once, twice)
+    }
+
+    #[test]
+    fn a_drifted_index_changes_the_complete_key_only() {
+        use super::KeyScope::{Complete, WithoutIndex};
+        let (once, twice) = copied_once_and_twice(Faults {
+            refcount: true,
+            ..Faults::default()
+        });
+        assert_ne!(key(&once, Complete), key(&twice, Complete));
+        assert_eq!(key(&once, WithoutIndex), key(&twice, WithoutIndex));
         // Without the fault the second copy changes nothing, and the keys agree.
-        let mut clean_once = cache(Faults::default());
-        clean_once.seq_cp(0, 1, 0, 3).unwrap();
-        let mut clean_twice = clean_once.clone();
-        clean_twice.seq_cp(0, 1, 0, 3).unwrap();
-        assert_eq!(
-            key(&clean_once, super::KeyScope::Complete),
-            key(&clean_twice, super::KeyScope::Complete)
-        );
+        let (once, twice) = copied_once_and_twice(Faults::default());
+        assert_eq!(key(&once, Complete), key(&twice, Complete));
     }
 
     #[test]
