@@ -23,6 +23,19 @@ impl SlotStore {
         self.slots.insert(slot.clone(), bytes);
     }
 
+    /// Appends every buffer to a state key: the count, then each slot's name and bytes, each
+    /// preceded by its length (a state-space search keys the context by this).
+    pub fn write_key(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.slots.len() as u64).to_le_bytes());
+        for (slot, bytes) in &self.slots {
+            let name = slot.to_string();
+            out.extend_from_slice(&(name.len() as u64).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+    }
+
     /// The bytes of `slot`, damaged as the load asks (`truncate`, `flip`); `Err` with the
     /// outcome to report when the slot was never written in this trial (a load of nothing is
     /// refused the same way on every target, so two targets still agree).

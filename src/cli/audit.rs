@@ -7,7 +7,9 @@ use super::progress::Display;
 use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
+use kvaudit::engines::states::{run_states, StatesConfig};
 use kvaudit::records::report::Shard;
+use kvaudit::running::states::KeyScope;
 
 /// Arguments of `kvaudit audit`.
 #[derive(Debug, Args)]
@@ -40,8 +42,22 @@ pub struct AuditArgs {
     /// Traces per batch sent to a runner.
     #[arg(long, default_value_t = 2048)]
     batch: usize,
+    /// `exhaustive`: every op sequence up to --depth. `states`: breadth-first over distinct
+    /// states until the space closes or --depth is reached (native target only: its complete
+    /// state can be keyed; docs/usage.md).
+    #[arg(long, value_enum, default_value_t = Strategy::Exhaustive)]
+    strategy: Strategy,
     #[command(flatten)]
     out: OutputArgs,
+}
+
+/// How `kvaudit audit` walks the domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Strategy {
+    /// Every op sequence of length 1..=depth.
+    Exhaustive,
+    /// Every distinct state, breadth first (`engines::states`).
+    States,
 }
 
 /// The shard from the flag, else from the batch system's environment, else the whole run.
@@ -128,10 +144,33 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
     if let Some(b) = spec_b.as_mut() {
         b.model = a.model.clone();
     }
-    let (fa, fb) = factories(&spec_a, spec_b.as_ref(), a.target.vs_config.as_deref())?;
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if a.strategy == Strategy::States {
+        if spec_b.is_some() || shard != Shard::WHOLE {
+            return Err(CliError::usage(
+                "--strategy states searches one target's states, whole: no --vs, --vs-config or --shard",
+            ));
+        }
+        if spec_a.observe.logits {
+            return Err(CliError::usage(
+                "--strategy states cannot ask an oracle that reads the logits probe: the probe \
+                 reads the token model, which has no canonical state key",
+            ));
+        }
+        let factory = spec_a.state_factory(KeyScope::Complete)?;
+        let cfg = StatesConfig {
+            domain,
+            depth: a.depth,
+            threads,
+            oracles: registry,
+        };
+        let mut display = Display::new(&a.out);
+        let report = run_states(&cfg, factory.as_ref(), &mut |e| display.show(e))?;
+        return finish(report, &predictions, &a.out);
+    }
+    let (fa, fb) = factories(&spec_a, spec_b.as_ref(), a.target.vs_config.as_deref())?;
     let cfg = ExhaustiveConfig {
         domain,
         depth: a.depth,
@@ -141,10 +180,19 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
         oracles: registry,
     };
     let mut display = Display::new(&a.out);
-    let mut report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
-    report.prediction = report.check_predictions(&predictions);
+    let report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
+    finish(report, &predictions, &a.out)
+}
+
+/// Checks the predictions, groups the findings, emits the report and picks the exit code.
+fn finish(
+    mut report: kvaudit::records::report::Report,
+    predictions: &[kvaudit::records::prereg::Prediction],
+    out: &OutputArgs,
+) -> Result<i32, CliError> {
+    report.prediction = report.check_predictions(predictions);
     kvaudit::engines::group::group_report(&mut report);
-    a.out.emit(&report)?;
+    out.emit(&report)?;
     Ok(if report.has_findings() {
         exit::FINDINGS
     } else {

@@ -129,6 +129,11 @@ impl Judges {
         }
     }
 
+    /// Every oracle asked, tracked then crash: what a report lists ([`Tally::asked`]).
+    pub fn ids(&self) -> impl Iterator<Item = crate::oracles::OracleId> + '_ {
+        self.tracked.iter().chain(&self.crash).map(|o| o.id())
+    }
+
     /// Judges one trial (and its partner on a second target, if any) on the observation after
     /// its last op, and records the result in `tally`. `prior` says which tracked oracles
     /// already failed at an earlier step (then a violation now is counted but is not a new
@@ -328,7 +333,7 @@ pub fn run_exhaustive(
         prev = Some(ever);
     }
     let elapsed = started.elapsed().as_secs_f64();
-    tally.asked(judges.tracked.iter().chain(&judges.crash).map(|o| o.id()));
+    tally.asked(judges.ids());
     let report = Report::new(
         info_a,
         info_b,

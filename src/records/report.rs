@@ -186,6 +186,24 @@ pub struct Report {
     /// For a fuzz run: the seed, the generator and how each finding was shrunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuzz: Option<crate::records::fuzz::FuzzSummary>,
+    /// For a state-space search (`--strategy states`): what it covered. Its trials are its
+    /// transitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_space: Option<StateSpace>,
+}
+
+/// What a state-space search covered (`engines::states`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateSpace {
+    /// Distinct states reached, the setup's included.
+    pub states: u64,
+    /// Transitions judged: every op from every state expanded.
+    pub transitions: u64,
+    /// The deepest level expanded (the length of the longest shortest path judged).
+    pub depth: u32,
+    /// Whether the space closed: the transitions from level `depth` led to no new state, so every
+    /// reachable state was judged, at every depth.
+    pub closed: bool,
 }
 
 impl Report {
@@ -225,6 +243,7 @@ impl Report {
             timing,
             prediction: Vec::new(),
             fuzz: None,
+            state_space: None,
         }
     }
 
@@ -452,6 +471,20 @@ impl Report {
                 fz.generator.max_len,
                 self.trials,
                 self.unsupported,
+                self.timing.elapsed_s
+            );
+        }
+        if let Some(sp) = &self.state_space {
+            return format!(
+                "{}{vs}: domain {} ({} ops), states: {} distinct states, {} transitions ({} unsupported), {} at depth {} in {:.2} s",
+                text(&self.target.label()),
+                text(&self.domain.name),
+                self.domain.ops().len(),
+                sp.states,
+                sp.transitions,
+                self.unsupported,
+                if sp.closed { "closed" } else { "bound reached" },
+                sp.depth,
                 self.timing.elapsed_s
             );
         }
@@ -785,6 +818,9 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, Error> {
     let first = reports.first().ok_or("no reports to merge")?.clone();
     if reports.iter().any(|r| r.fuzz.is_some()) {
         return Err("fuzz reports cannot be merged (they are not shards of an enumeration)".into());
+    }
+    if reports.iter().any(|r| r.state_space.is_some()) {
+        return Err("state-space reports cannot be merged (they are not sharded)".into());
     }
     let m = first.shard.count;
     let mut seen = vec![false; m];

@@ -30,6 +30,7 @@ use crate::base::op::{MemoryType, Op, Pos, SeqId, Setup, Slot};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
+use crate::running::states::{KeyScope, KeyedTarget};
 
 /// `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` (llama.h): the tensor data of a sequence save stays in the
 /// context (`mem_storage[seq_id]`), the bytes carry the metadata only.
@@ -58,6 +59,23 @@ impl ContextState {
         self.slots.clear();
         self.device_saves.clear();
         self.device_slots.clear();
+    }
+
+    /// Appends everything the state ops read to a state key: the buffers, then the `ON_DEVICE`
+    /// saves and slots, each list preceded by its length.
+    fn write_key(&self, out: &mut Vec<u8>) {
+        self.slots.write_key(out);
+        out.extend_from_slice(&(self.device_saves.len() as u64).to_le_bytes());
+        for (seq, cells) in &self.device_saves {
+            out.extend_from_slice(&seq.to_le_bytes());
+            out.extend_from_slice(&cells.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.device_slots.len() as u64).to_le_bytes());
+        for slot in &self.device_slots {
+            let name = slot.to_string();
+            out.extend_from_slice(&(name.len() as u64).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+        }
     }
 }
 
@@ -597,6 +615,37 @@ impl CacheUnderTest for NativeTarget {
         twin.context.clear();
         twin.last_logits = None;
         Ok(Some(&mut **twin))
+    }
+}
+
+/// The native target's complete state is its memory (cells, pending shifts, sequence bitsets,
+/// heads, the position index; recurrent cells and rollbacks), its context (the trial's buffers,
+/// what `ON_DEVICE` saves left behind) and the stand-in logits of its last decode. The
+/// configuration is fixed by the setup, and the twin is scratch that every use empties.
+impl KeyedTarget for NativeTarget {
+    fn fork_keyed(&self) -> Box<dyn KeyedTarget> {
+        Box::new(self.clone())
+    }
+
+    fn write_state_key(&self, out: &mut Vec<u8>, scope: KeyScope) {
+        let scope = match scope {
+            KeyScope::Complete => native_kv::KeyScope::Complete,
+            KeyScope::WithoutIndex => native_kv::KeyScope::WithoutIndex,
+        };
+        self.cache
+            .write_state_key(out, scope)
+            .expect("the native target's memory carries no tensor payload");
+        self.context.write_key(out);
+        match &self.last_logits {
+            None => out.push(0),
+            Some(logits) => {
+                out.push(1);
+                out.extend_from_slice(&(logits.len() as u64).to_le_bytes());
+                for x in logits {
+                    out.extend_from_slice(&x.to_bits().to_le_bytes());
+                }
+            }
+        }
     }
 }
 

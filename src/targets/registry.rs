@@ -15,6 +15,7 @@ use crate::base::target::{CacheUnderTest, HarnessError, Observe};
 use crate::model::forward::Model;
 use crate::running::runner::RunnerFactory;
 use crate::running::runner::{LocalRunner, TrialRunner};
+use crate::running::states::{KeyScope, StateRunner, StateRunnerFactory};
 use crate::targets::native::{parse_faults, NativeTarget};
 
 /// A target as named on the command line, plus injected faults.
@@ -82,6 +83,34 @@ impl TargetSpec {
             || NativeTensorTarget::default_model(window).map_err(|e| Error::harness(e.to_string()));
         let target = NativeTensorTarget::new(load()?, faults);
         Ok((Box::new(target), load()?))
+    }
+
+    /// A factory of state runners for a state-space search (`--strategy states`), keying
+    /// `scope`: only for a target whose complete state can be keyed, `native`; for any other
+    /// the `Err` (bad input) says why not.
+    pub fn state_factory(
+        &self,
+        scope: KeyScope,
+    ) -> Result<Box<StateRunnerFactory<'static>>, Error> {
+        if self.name != "native" {
+            let why = if self.name.starts_with("llama.cpp@") {
+                "its hidden state (the position index, heads, pending shifts) cannot be observed, \
+                 and deduplicating by what can be (accessors and dumps) would merge exactly the \
+                 states a stale index tells apart"
+            } else {
+                "only the native target's complete state can be keyed (this one carries tensor \
+                 rows)"
+            };
+            return Err(Error::input(format!(
+                "--strategy states cannot run on '{}': {why}; use --strategy exhaustive",
+                self.name
+            )));
+        }
+        let faults: Faults = parse_faults(&self.faults)?;
+        let observe = self.observe;
+        Ok(Box::new(move || -> Result<StateRunner, HarnessError> {
+            Ok(StateRunner::new(Box::new(NativeTarget::new(faults)), observe)?.with_scope(scope))
+        }))
     }
 
     /// Checks the spec and returns a factory that makes one runner per call.

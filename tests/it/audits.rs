@@ -35,6 +35,13 @@ struct AuditCase {
     /// observation is costly is asked only when named.
     #[serde(default)]
     oracles: Option<Vec<String>>,
+    /// `states`: the state-space search (`--strategy states`) instead of the enumeration.
+    #[serde(default)]
+    strategy: Option<String>,
+    /// For `states`: which parts of the state the key covers (`complete`, the default, or
+    /// `without_index`, the unsound key that shows completeness matters).
+    #[serde(default)]
+    key: Option<String>,
     expect: Expect,
     /// What the same audit without any injected fault must report: a positive control fails
     /// with its fault and passes without.
@@ -50,6 +57,12 @@ struct Expect {
     oracles: serde_json::Map<String, Value>,
     #[serde(default)]
     findings: Vec<serde_json::Map<String, Value>>,
+    /// Findings that must not be reported (as `findings`, matched the same way).
+    #[serde(default)]
+    absent: Vec<serde_json::Map<String, Value>>,
+    /// For `states`: the report's `state_space` fields.
+    #[serde(default)]
+    state_space: Option<Value>,
 }
 
 pub fn trials() -> Vec<Trial> {
@@ -103,6 +116,9 @@ fn run(case: &AuditCase, shard: Shard) -> Result<Report, String> {
         }
         (b, _) => b,
     };
+    if let Some(strategy) = &case.strategy {
+        return run_states(case, strategy, domain, oracles, observe);
+    }
     let cfg = ExhaustiveConfig {
         domain,
         depth: case.depth,
@@ -112,6 +128,42 @@ fn run(case: &AuditCase, shard: Shard) -> Result<Report, String> {
         oracles,
     };
     run_exhaustive(&cfg, a.as_ref(), b.as_deref(), &mut |_| {}).map_err(|e| e.to_string())
+}
+
+/// A state-space search (`strategy: "states"`) of one target.
+fn run_states(
+    case: &AuditCase,
+    strategy: &str,
+    domain: Domain,
+    oracles: kvaudit::oracles::Registry,
+    observe: kvaudit::base::target::Observe,
+) -> Result<Report, String> {
+    use kvaudit::engines::states::{run_states, StatesConfig};
+    use kvaudit::running::states::KeyScope;
+    if strategy != "states" {
+        return Err(format!("unknown strategy {strategy}"));
+    }
+    let scope = match case.key.as_deref() {
+        None | Some("complete") => KeyScope::Complete,
+        Some("without_index") => KeyScope::WithoutIndex,
+        Some(other) => return Err(format!("unknown key {other}")),
+    };
+    // The logits probe cannot be keyed: a state search asks the oracles that do without it.
+    let oracles = oracles.only(|o| !o.observes().logits);
+    let observe = kvaudit::base::target::Observe {
+        logits: false,
+        ..observe
+    };
+    let factory = TargetSpec::new(&case.target, &case.inject)
+        .with_observe(observe)
+        .state_factory(scope)?;
+    let cfg = StatesConfig {
+        domain,
+        depth: case.depth,
+        threads: 2,
+        oracles,
+    };
+    run_states(&cfg, factory.as_ref(), &mut |_| {}).map_err(|e| e.to_string())
 }
 
 /// `actual` contains every field of `want`, recursively (arrays compared whole).
@@ -136,11 +188,15 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             inject_b: Vec::new(),
             clean: None,
             shards: None,
+            strategy: case.strategy.clone(),
+            key: case.key.clone(),
             oracles: case.oracles.clone(),
             expect: Expect {
                 trials: None,
                 oracles: Default::default(),
                 findings: Vec::new(),
+                absent: Vec::new(),
+                state_space: None,
             },
             about: String::new(),
             target: case.target.clone(),
@@ -179,6 +235,14 @@ fn expect(case: &AuditCase, want: &Expect, report: &Report) -> Result<(), String
             return Err(format!("trials: {} expected {t}", report.trials));
         }
     }
+    if let Some(w) = &want.state_space {
+        if !contains(&json["state_space"], w) {
+            return Err(format!(
+                "state_space: got {}, expected {w}",
+                json["state_space"]
+            ));
+        }
+    }
     for (oracle, w) in &want.oracles {
         let got = &json["oracles"][oracle];
         if !contains(got, w) {
@@ -188,17 +252,28 @@ fn expect(case: &AuditCase, want: &Expect, report: &Report) -> Result<(), String
             ));
         }
     }
-    for want in &want.findings {
+    let reported = |want: &serde_json::Map<String, Value>| {
         let want_ops = want.get("ops").cloned();
-        let found = report.findings.iter().any(|f| {
+        report.findings.iter().any(|f| {
             let fj = serde_json::json!({
                 "oracle": f.oracle, "ops": f.trace.ops, "setup": f.trace.setup.ops, "seq": f.seq,
                 "observed": f.observed, "expected": f.expected, "kind": f.kind,
             });
             want_ops.as_ref().is_none_or(|o| &fj["ops"] == o)
                 && contains(&fj, &Value::Object(want.clone()))
-        });
-        if !found {
+        })
+    };
+    for not in &want.absent {
+        if reported(not) {
+            return Err(format!(
+                "a finding matches {}, which must be absent\n{}",
+                Value::Object(not.clone()),
+                report.to_terminal()
+            ));
+        }
+    }
+    for want in &want.findings {
+        if !reported(want) {
             return Err(format!(
                 "no finding matches {}\n{}",
                 Value::Object(want.clone()),

@@ -40,6 +40,15 @@ impl PosIndex {
     pub(crate) fn clear(&mut self) {
         self.0.clear();
     }
+
+    /// Appends the index to a state key ([`crate::key`]): its length, then each entry.
+    pub(crate) fn write_key(&self, out: &mut Vec<u8>) {
+        crate::key::put_u32(out, self.0.len() as u32);
+        for &(p, n) in &self.0 {
+            crate::key::put_i32(out, p);
+            crate::key::put_u32(out, n);
+        }
+    }
 }
 
 /// The cell metadata of one stream, as `llama_kv_cells`.

@@ -40,7 +40,8 @@
 //! Modules: `faults` ([`Faults`]), `error`, `cells` (`llama_kv_cells`: positions, bitsets, the
 //! position index), `stream` (one stream: removals, slot search, the window), `ops` (the memory
 //! operations), `batch` (batch validation, decode, placement), [`state`] (dumps and loads),
-//! [`memory`], [`recurrent`], [`tensors`], [`rope`].
+//! [`memory`], [`recurrent`], [`tensors`], [`rope`], [`key`] (the state key a state-space
+//! explorer deduplicates by).
 //!
 //! With [`Faults::default()`] the cache is correct: the position index always equals the
 //! multiset of resident positions. Each field of [`Faults`] re-creates a known bug class so that
@@ -50,6 +51,7 @@ mod batch;
 mod cells;
 mod error;
 mod faults;
+pub mod key;
 pub mod memory;
 mod ops;
 pub mod recurrent;
@@ -61,6 +63,7 @@ pub mod tensors;
 pub use batch::{check_batch, resolve_positions, BatchToken, SeqRanges};
 pub use error::{CacheError, DecodeError, RestoreError};
 pub use faults::Faults;
+pub use key::{KeyScope, NoKey};
 pub use memory::{iswa_swa_size, Memory, MemoryConfig, MemoryKind, MemoryOps};
 pub use recurrent::{RecurrentCache, RecurrentConfig, RecurrentShape};
 pub use state::{state_seq_header, STATE_ARCH};

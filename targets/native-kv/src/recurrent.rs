@@ -145,6 +145,26 @@ impl RecurrentCache {
         }
     }
 
+    /// Appends this memory's state key ([`crate::key`]) to `out`: every cell, the head, the
+    /// used count and the pending rollbacks.
+    pub fn write_state_key(&self, out: &mut Vec<u8>) {
+        use crate::key::{put_i32, put_u32, put_u64};
+        put_u32(out, self.cells.len() as u32);
+        for c in &self.cells {
+            put_i32(out, c.pos);
+            put_u64(out, c.seq);
+            put_i32(out, c.src);
+            put_i32(out, c.tail);
+            put_u64(out, c.digest);
+        }
+        put_u32(out, self.head);
+        put_u32(out, self.used);
+        put_u32(out, self.rs_idx.len() as u32);
+        for &r in &self.rs_idx {
+            put_u32(out, r);
+        }
+    }
+
     /// The configuration this memory was made with.
     pub fn config(&self) -> &RecurrentConfig {
         &self.config
