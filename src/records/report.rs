@@ -185,6 +185,9 @@ pub struct Report {
     /// For a fuzz run: the seed, the generator and how each finding was shrunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuzz: Option<crate::records::fuzz::FuzzSummary>,
+    /// Set when the run was stopped before every chunk was done (`audit --resume` continues it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<crate::records::incomplete::Incomplete>,
 }
 
 impl Report {
@@ -224,6 +227,17 @@ impl Report {
             timing,
             prediction: Vec::new(),
             fuzz: None,
+            incomplete: None,
+        }
+    }
+
+    /// The counts and findings, as a [`Tally`] to merge more work into.
+    pub fn into_tally(self) -> Tally {
+        Tally {
+            trials: self.trials,
+            unsupported: self.unsupported,
+            oracles: self.oracles,
+            findings: self.findings.into_iter().map(|f| (f.key(), f)).collect(),
         }
     }
 
@@ -354,6 +368,9 @@ impl Report {
         self.domain
             .check_limits()
             .map_err(|e| format!("\"domain\": {e}"))?;
+        if let Some(i) = &self.incomplete {
+            i.check(self.depth, self.domain.ops().len(), self.shard)?;
+        }
         for (i, f) in self.findings.iter().enumerate() {
             check_trace_limits(&f.trace).map_err(|e| format!("finding {}: {e}", i + 1))?;
             if f.step == 0 || f.step > f.trace.ops.len() {
@@ -470,6 +487,9 @@ impl Report {
     pub fn to_terminal(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "{}", self.heading(terminal_text));
+        if let Some(i) = &self.incomplete {
+            let _ = writeln!(s, "{}", i.describe());
+        }
         // A fuzz run of theorem oracles alone judges no observation oracle: no empty table.
         if !self.oracles.is_empty() {
             let _ = writeln!(s, "{}", self.oracle_table());
@@ -534,6 +554,9 @@ impl Report {
             markdown_text(&self.target.label())
         );
         let _ = writeln!(s, "{}\n", self.heading(markdown_text));
+        if let Some(i) = &self.incomplete {
+            let _ = writeln!(s, "**{}**\n", i.describe());
+        }
         let targets: Vec<String> = std::iter::once(&self.target)
             .chain(self.vs.as_ref())
             .map(|t| {
@@ -732,6 +755,8 @@ pub enum Event {
     Finding(Finding),
     /// The run is over.
     Done(Box<Report>),
+    /// The chunks finished so far, as a report marked incomplete: where a stopped run resumes.
+    Checkpoint(Box<Report>),
     /// A fuzz run starts.
     FuzzStart {
         /// Target A.
@@ -806,17 +831,11 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, Error> {
         if std::mem::replace(&mut seen[r.shard.index], true) {
             return Err(format!("shard {}/{m} given twice", r.shard.index).into());
         }
-        timing.elapsed_s += r.timing.elapsed_s;
-        let mut t = Tally {
-            trials: r.trials,
-            unsupported: r.unsupported,
-            oracles: r.oracles,
-            findings: BTreeMap::new(),
-        };
-        for f in r.findings {
-            t.findings.insert(f.key(), f);
+        if let Some(i) = &r.incomplete {
+            return Err(format!("shard {}/{m}: {}", r.shard.index, i.describe()).into());
         }
-        tally.merge(t);
+        timing.elapsed_s += r.timing.elapsed_s;
+        tally.merge(r.into_tally());
     }
     if let Some(missing) = seen.iter().position(|s| !s) {
         return Err(format!("shard {missing}/{m} is missing").into());
