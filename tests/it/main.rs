@@ -11,6 +11,8 @@
 //!   negative controls and injected faults.
 //! - `oracles.rs`: the oracle registry: a registered test oracle is judged everywhere, and every
 //!   positive control the registry lists fires where it says.
+//! - `tests/data/resume/*.json`: audits stopped (in process, or the binary by a signal) and
+//!   resumed give the report of a run that was not stopped.
 //! - `tidy.rs`: the architecture's invariants, read from the source (layers, `unsafe`, one state
 //!   parser, module docs).
 
@@ -26,6 +28,7 @@ mod llama_build;
 mod llama_config;
 mod measure;
 mod oracles;
+mod resume;
 mod theorems;
 mod tidy;
 
@@ -67,6 +70,7 @@ fn main() {
     trials.extend(hostile::trials());
     trials.extend(llama::trials());
     trials.extend(llama_config::trials());
+    trials.extend(resume::trials());
     let run = |f: fn() -> anyhow::Result<()>| {
         move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
     };
