@@ -11,6 +11,8 @@
 //!   negative controls and injected faults.
 //! - `oracles.rs`: the oracle registry: a registered test oracle is judged everywhere, and every
 //!   positive control the registry lists fires where it says.
+//! - `tests/data/cluster/*.json`: the Slurm example scripts, driven as Slurm runs them; the
+//!   merged report equals the unsharded one.
 //! - `tests/data/resume/*.json`: audits stopped (in process, or the binary by a signal) and
 //!   resumed give the report of a run that was not stopped.
 //! - `tidy.rs`: the architecture's invariants, read from the source (layers, `unsafe`, one state
@@ -18,6 +20,7 @@
 
 mod audits;
 mod cli;
+mod cluster;
 mod corpus;
 mod docs;
 mod findings;
@@ -63,6 +66,7 @@ fn main() {
     let mut trials: Vec<Trial> = Vec::new();
     trials.extend(audits::trials());
     trials.extend(cli::trials());
+    trials.extend(cluster::trials());
     trials.extend(corpus::trials());
     trials.extend(docs::trials());
     trials.extend(findings::trials());

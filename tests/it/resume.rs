@@ -187,7 +187,9 @@ fn audit(args: &[String], out: &std::path::Path, extra: &[&str]) -> Result<i32, 
         .arg("-q")
         .status()
         .map_err(|e| e.to_string())?;
-    status.code().ok_or_else(|| "killed by a signal".to_string())
+    status
+        .code()
+        .ok_or_else(|| "killed by a signal".to_string())
 }
 
 fn check_signal(s: &SignalCase) -> Result<(), String> {
@@ -218,7 +220,9 @@ fn check_signal(s: &SignalCase) -> Result<(), String> {
             break;
         }
         if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            return Err(format!("the run ended ({st}) before a checkpoint of its last depth"));
+            return Err(format!(
+                "the run ended ({st}) before a checkpoint of its last depth"
+            ));
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
@@ -252,9 +256,15 @@ fn check_signal(s: &SignalCase) -> Result<(), String> {
     if partial.incomplete.is_none() {
         return Err("the stopped run's report is not marked incomplete".into());
     }
-    let resumed_exit = audit(&s.args, &stopped_path, &["--resume", &stopped_path.to_string_lossy()])?;
+    let resumed_exit = audit(
+        &s.args,
+        &stopped_path,
+        &["--resume", &stopped_path.to_string_lossy()],
+    )?;
     if resumed_exit != whole_exit {
-        return Err(format!("resumed: exit {resumed_exit}, uninterrupted: {whole_exit}"));
+        return Err(format!(
+            "resumed: exit {resumed_exit}, uninterrupted: {whole_exit}"
+        ));
     }
     let mut resumed = Report::load(&stopped_path).map_err(|e| e.to_string())?;
     same_run(&mut resumed, whole)
