@@ -241,7 +241,7 @@ pub fn run(mut a: AuditArgs) -> Result<i32, CliError> {
     };
     let mut report = explorer.run(&ctl, &mut |e| {
         if let (Event::Checkpoint(r), Some(path)) = (e, checkpoints) {
-            if let Err(err) = kvaudit::base::files::write_atomically(path, &r.to_json()) {
+            if let Err(err) = kvaudit::base::files::write_atomically(path, r.to_json()) {
                 if !std::mem::replace(&mut checkpoint_failed, true) {
                     eprintln!(
                         "kvaudit: {}: cannot write a checkpoint: {err}",

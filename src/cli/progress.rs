@@ -76,7 +76,7 @@ impl Display {
             } => {
                 if let Some(b) = &self.bar {
                     b.set_position(*done);
-                    if b.is_hidden() && self.last_line.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                    if b.is_hidden() && self.last_line.map_or(true, |t| t.elapsed() >= LOG_EVERY) {
                         self.last_line = Some(std::time::Instant::now());
                         eprintln!("kvaudit: {}", progress_line(*done, *total, *elapsed_s));
                     }

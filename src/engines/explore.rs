@@ -19,6 +19,13 @@
 //! Within a shard, threads pull chunks from a shared counter. Results are order-independent sums
 //! and minima, so any split merges to the same report as an unsharded run.
 //!
+//! Stopping and resuming. A stop flag is read between batches: pieces of work in flight are
+//! dropped, and the report holds the finished chunks, marked [`Incomplete`] (the depth in
+//! progress and its finished chunks); checkpoints (the same partial report) go to the event
+//! stream as chunks finish. A resumed run adds the partial report's counts to its own, counts
+//! only the unfinished chunks, and reruns uncounted the finished chunks whose bits a later depth
+//! reads: sums and minima again, so it ends with the report of a run never stopped.
+//!
 //! The explorer does not know which target it drives: it sees [`TrialRunner`]s only.
 
 mod calibrate;
@@ -308,7 +315,7 @@ fn plan(
     chunks(n_ops, depth, shard)
         .into_iter()
         .filter_map(|chunk| {
-            let counted = resume.is_none_or(|r| !r.finished(depth, chunk.first));
+            let counted = resume.map_or(true, |r| !r.finished(depth, chunk.first));
             let needed = counted
                 || resume
                     .is_some_and(|r| r.depth < max_depth || !r.finished(max_depth, chunk.first));
@@ -517,7 +524,7 @@ impl<'c> Explorer<'c> {
                     finished += 1;
                     let at = done_here.partition_point(|&c| c < work.chunk.first);
                     done_here.insert(at, work.chunk.first);
-                    if last_checkpoint.is_none_or(|t| t.elapsed() >= ctl.checkpoint_every) {
+                    if last_checkpoint.map_or(true, |t| t.elapsed() >= ctl.checkpoint_every) {
                         last_checkpoint = Some(Instant::now());
                         let mut r = shared.report(tally.clone(), elapsed());
                         r.incomplete = Some(Incomplete {
@@ -673,8 +680,8 @@ impl DepthWork<'_> {
                 *d = (rest % n) as usize;
                 rest /= n;
             }
-            let mut in_depth = chunk.base_in_depth(n) + piece.from;
-            for k in 0..piece.len {
+            let first_in_depth = chunk.base_in_depth(n) + piece.from;
+            for (k, in_depth) in (first_in_depth..first_in_depth + piece.len).enumerate() {
                 let mut trace_ops = Vec::with_capacity(chunk.depth as usize);
                 trace_ops.push(self.ops[chunk.first].clone());
                 trace_ops.extend(digits.iter().map(|&d| self.ops[d].clone()));
@@ -683,9 +690,8 @@ impl DepthWork<'_> {
                     ops: trace_ops,
                 });
                 indices.push(in_depth);
-                in_depth += 1;
                 odometer(&mut digits, self.ops.len());
-                let last = k + 1 == piece.len;
+                let last = k as u64 + 1 == piece.len;
                 if batch.len() == self.cfg.batch || last {
                     if self.stopping() {
                         break 'pieces;
@@ -721,7 +727,7 @@ impl DepthWork<'_> {
             if self.stopping() {
                 return Ok(());
             }
-            let done = self.finish(f, a, b.as_deref_mut())?;
+            let done = self.finish(f, a, b)?;
             self.judge_batch(&mut tally, done, n, said);
         }
         Ok(())

@@ -90,7 +90,7 @@ fn check(path: &std::path::Path) -> Result<(), String> {
         .arg("--quiet")
         .status()
         .map_err(|e| e.to_string())?;
-    if status.code().is_none_or(|c| c > 1) {
+    if status.code().map_or(true, |c| c > 1) {
         return Err(format!("the unsharded audit: {status}"));
     }
     let mut whole = Report::load(&whole_path).map_err(|e| e.to_string())?;
