@@ -207,7 +207,7 @@ pub fn run(mut a: AuditArgs) -> Result<i32, CliError> {
     let stop = stop_on_signals()?;
     let mut explorer = Explorer::new(&cfg, fa.as_ref(), fb.as_deref())?;
     if let (Some(r), Some(p)) = (&resume, &a.resume) {
-        kvaudit::records::incomplete::check_resumes(r, &explorer.blank_report())
+        kvaudit::engines::explore::check_resumes(r, &explorer.blank_report())
             .map_err(|e| CliError::usage(format!("--resume {}: {e}", p.display())))?;
     }
     let incomplete = resume.as_ref().and_then(|r| r.incomplete.as_ref());

@@ -29,6 +29,7 @@
 //! The explorer does not know which target it drives: it sees [`TrialRunner`]s only.
 
 mod calibrate;
+mod resume;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -44,6 +45,7 @@ use crate::records::tally::Tally;
 use crate::running::runner::{RunnerFactory, StartedBatch, TrialEnd, TrialRun, TrialRunner};
 
 pub use calibrate::{Estimate, CALIBRATE_FROM};
+pub use resume::check_resumes;
 
 /// What an exhaustive audit runs.
 pub struct ExhaustiveConfig {

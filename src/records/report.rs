@@ -369,7 +369,11 @@ impl Report {
             .check_limits()
             .map_err(|e| format!("\"domain\": {e}"))?;
         if let Some(i) = &self.incomplete {
-            i.check(self.depth, self.domain.ops().len(), self.shard)?;
+            i.check(
+                self.depth,
+                self.domain.ops().len(),
+                (self.shard.index, self.shard.count),
+            )?;
         }
         for (i, f) in self.findings.iter().enumerate() {
             check_trace_limits(&f.trace).map_err(|e| format!("finding {}: {e}", i + 1))?;

@@ -161,7 +161,7 @@ fn run(
     };
     let explorer = Explorer::new(&cfg, a.as_ref(), None).map_err(|e| e.to_string())?;
     if let Some(p) = partial {
-        kvaudit::records::incomplete::check_resumes(p, &explorer.blank_report())
+        kvaudit::engines::explore::check_resumes(p, &explorer.blank_report())
             .map_err(|e| e.to_string())?;
     }
     explorer
