@@ -1,15 +1,22 @@
 //! `kvaudit audit`: the exhaustive audit.
 
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
 use clap::Args;
 
-use super::args::{factories, DomainArgs, OutputArgs, TargetArgs};
-use super::progress::Display;
+use super::args::{factories, DomainArgs, Format, OutputArgs, TargetArgs};
+use super::progress::{duration, thousands, Display};
 use super::CliError;
 use kvaudit::base::exit;
-use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
+use kvaudit::engines::explore::{Estimate, ExhaustiveConfig, Explorer, RunControl};
 use kvaudit::engines::states::{run_states, StatesConfig};
-use kvaudit::records::report::Shard;
+use kvaudit::records::report::{Event, Report, Shard};
 use kvaudit::running::states::KeyScope;
+
+/// An audit estimated to take longer than this (seconds) runs only with `--yes`.
+const ASK_ABOVE_S: f64 = 86_400.0;
 
 /// Arguments of `kvaudit audit`.
 #[derive(Debug, Args)]
@@ -47,6 +54,14 @@ pub struct AuditArgs {
     /// state can be keyed; docs/usage.md).
     #[arg(long, value_enum, default_value_t = Strategy::Exhaustive)]
     strategy: Strategy,
+    /// Continue the audit of this partial report (JSON, marked incomplete: an interrupted run's
+    /// report or checkpoint) with the same target, domain, depth and oracles; the report goes
+    /// back to this file unless --out says otherwise. A finished report is given back as it is.
+    #[arg(long, value_name = "REPORT")]
+    resume: Option<PathBuf>,
+    /// Run even if the estimate says the audit takes more than a day.
+    #[arg(long)]
+    yes: bool,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -94,8 +109,47 @@ pub fn shard_from(
     Ok(Shard::WHOLE)
 }
 
+/// Stops the run (`stop` set) on the first SIGINT or SIGTERM and ends the process at once on a
+/// second one (exit code 130).
+fn stop_on_signals() -> Result<Arc<AtomicBool>, CliError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::flag;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        // The shutdown goes first: it sees the flag the first signal set.
+        flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))
+            .and_then(|_| flag::register(sig, Arc::clone(&stop)))
+            .map_err(|e| CliError::harness(format!("cannot handle signal {sig}: {e}")))?;
+    }
+    Ok(stop)
+}
+
+/// The file a run's checkpoints go to: `--out`, when the report there is JSON.
+fn checkpoint_file(out: &OutputArgs) -> Option<&Path> {
+    let path = out.out.as_deref()?;
+    let json = match out.format {
+        Format::Json => true,
+        Format::Terminal => path.extension().and_then(|e| e.to_str()) != Some("md"),
+        Format::Markdown => false,
+    };
+    json.then_some(path)
+}
+
+/// "5,884,900 trials, about 11 s (calibrated on 12,288 trials)".
+fn estimate_line(e: &Estimate) -> String {
+    match e.seconds {
+        Some(s) => format!(
+            "{} trials, about {} (calibrated on {} trials)",
+            thousands(e.trials),
+            duration(s),
+            thousands(e.calibrated_on)
+        ),
+        None => format!("{} trials", thousands(e.trials)),
+    }
+}
+
 /// Runs the audit.
-pub fn run(a: AuditArgs) -> Result<i32, CliError> {
+pub fn run(mut a: AuditArgs) -> Result<i32, CliError> {
     if a.depth == 0 {
         return Err(CliError::usage("--depth must be at least 1"));
     }
@@ -111,7 +165,17 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
             domain.setup.arch, domain.setup.arch
         )));
     }
-    let shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
+    let resume = match &a.resume {
+        Some(p) => Some(Report::load(p).map_err(|e| CliError::usage(format!("--resume: {e}")))?),
+        None => None,
+    };
+    let mut shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
+    if let Some(r) = resume.as_ref().filter(|_| shard == Shard::WHOLE) {
+        shard = r.shard;
+    }
+    if a.out.out.is_none() {
+        a.out.out.clone_from(&a.resume);
+    }
     let predictions = match &a.prereg {
         Some(p) => kvaudit::records::prereg::read(p).map_err(CliError::usage)?,
         None if std::path::Path::new("PREREG.md").exists() => {
@@ -148,9 +212,9 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if a.strategy == Strategy::States {
-        if spec_b.is_some() || shard != Shard::WHOLE {
+        if spec_b.is_some() || shard != Shard::WHOLE || a.resume.is_some() {
             return Err(CliError::usage(
-                "--strategy states searches one target's states, whole: no --vs, --vs-config or --shard",
+                "--strategy states searches one target's states, whole: no --vs, --vs-config, --shard or --resume",
             ));
         }
         if spec_a.observe.logits {
@@ -179,14 +243,73 @@ pub fn run(a: AuditArgs) -> Result<i32, CliError> {
         batch: a.batch,
         oracles: registry,
     };
+    let stop = stop_on_signals()?;
+    let mut explorer = Explorer::new(&cfg, fa.as_ref(), fb.as_deref())?;
+    if let (Some(r), Some(p)) = (&resume, &a.resume) {
+        kvaudit::engines::explore::check_resumes(r, &explorer.blank_report())
+            .map_err(|e| CliError::usage(format!("--resume {}: {e}", p.display())))?;
+    }
+    let incomplete = resume.as_ref().and_then(|r| r.incomplete.as_ref());
+    let estimate = explorer.estimate(incomplete, &stop)?;
+    if estimate.seconds.is_some_and(|s| s > ASK_ABOVE_S) && !a.yes {
+        return Err(CliError::usage(format!(
+            "depth {} of {}: {}: more than a day; shard it (--shard K/M) or pass --yes to run it",
+            cfg.depth,
+            cfg.domain.name,
+            estimate_line(&estimate)
+        )));
+    }
+    if !a.out.quiet {
+        match a.out.message_format {
+            super::args::MessageFormat::Human => {
+                eprintln!("kvaudit: {}", estimate_line(&estimate))
+            }
+            super::args::MessageFormat::Json => eprintln!(
+                "{}",
+                serde_json::json!({"event": "estimate", "trials": estimate.trials,
+                    "seconds": estimate.seconds, "calibrated_on": estimate.calibrated_on})
+            ),
+        }
+    }
     let mut display = Display::new(&a.out);
-    let report = run_exhaustive(&cfg, fa.as_ref(), fb.as_deref(), &mut |e| display.show(e))?;
+    let checkpoints = checkpoint_file(&a.out);
+    let mut checkpoint_failed = false;
+    let ctl = RunControl {
+        resume: resume.as_ref(),
+        ..RunControl::new(&stop)
+    };
+    let report = explorer.run(&ctl, &mut |e| {
+        if let (Event::Checkpoint(r), Some(path)) = (e, checkpoints) {
+            if let Err(err) = kvaudit::base::files::write_atomically(path, r.to_json()) {
+                if !std::mem::replace(&mut checkpoint_failed, true) {
+                    eprintln!(
+                        "kvaudit: {}: cannot write a checkpoint: {err}",
+                        path.display()
+                    );
+                }
+            }
+        }
+        display.show(e)
+    })?;
+    if let Some(i) = &report.incomplete {
+        a.out.emit(&report)?;
+        let how = match checkpoints {
+            Some(p) => format!("continue with --resume {}", p.display()),
+            None => "a JSON report (--out FILE.json) can be resumed".into(),
+        };
+        eprintln!(
+            "kvaudit: stopped in depth {} ({} of its chunks done): the report is partial; {how}",
+            i.depth,
+            i.chunks_done.len()
+        );
+        return Ok(exit::INCOMPLETE);
+    }
     finish(report, &predictions, &a.out)
 }
 
 /// Checks the predictions, groups the findings, emits the report and picks the exit code.
 fn finish(
-    mut report: kvaudit::records::report::Report,
+    mut report: Report,
     predictions: &[kvaudit::records::prereg::Prediction],
     out: &OutputArgs,
 ) -> Result<i32, CliError> {

@@ -48,8 +48,19 @@ fn parse_observe(arg: &str) -> Result<Observe, String> {
         .ok_or_else(|| format!("--observe {arg:?}: expected basic, whole, round-trip or all"))
 }
 
+/// Set by the SIGINT and SIGTERM that the worker outlives (read by nobody).
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Serves until stdin closes.
 pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
+    // A Ctrl-C reaches the whole foreground process group, and a batch system's SIGTERM every
+    // process of the job: a worker (and the fork server's children, which inherit this) that
+    // died of it would read as a crash of the trial it ran. The parent decides: it stops the
+    // run and ends its workers; a worker whose parent is gone sees stdin close and exits.
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, &INTERRUPTED)
+            .map_err(|e| CliError::harness(format!("cannot handle signal {sig}: {e}")))?;
+    }
     let reset = if a.rebuild_resets {
         ResetMode::Rebuild
     } else {

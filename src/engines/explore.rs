@@ -19,7 +19,17 @@
 //! Within a shard, threads pull chunks from a shared counter. Results are order-independent sums
 //! and minima, so any split merges to the same report as an unsharded run.
 //!
+//! Stopping and resuming. A stop flag is read between batches: pieces of work in flight are
+//! dropped, and the report holds the finished chunks, marked [`Incomplete`] (the depth in
+//! progress and its finished chunks); checkpoints (the same partial report) go to the event
+//! stream as chunks finish. A resumed run adds the partial report's counts to its own, counts
+//! only the unfinished chunks, and reruns uncounted the finished chunks whose bits a later depth
+//! reads: sums and minima again, so it ends with the report of a run never stopped.
+//!
 //! The explorer does not know which target it drives: it sees [`TrialRunner`]s only.
+
+mod calibrate;
+mod resume;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -29,9 +39,13 @@ use crate::base::domain::{total_trials, Domain};
 use crate::base::op::{Op, Trace};
 use crate::base::target::{HarnessError, TargetInfo};
 use crate::oracles::{Oracle, Reads, Registry, Seen};
+use crate::records::incomplete::Incomplete;
 use crate::records::report::{Event, Report, Shard, Timing};
 use crate::records::tally::Tally;
 use crate::running::runner::{RunnerFactory, StartedBatch, TrialEnd, TrialRun, TrialRunner};
+
+pub use calibrate::{Estimate, CALIBRATE_FROM};
+pub use resume::check_resumes;
 
 /// What an exhaustive audit runs.
 pub struct ExhaustiveConfig {
@@ -253,155 +267,428 @@ pub fn run_exhaustive(
     runner_b: Option<&RunnerFactory<'_>>,
     sink: &mut dyn FnMut(&Event),
 ) -> Result<Report, HarnessError> {
-    let ops = cfg.domain.ops();
-    let n = ops.len() as u64;
-    let total: u64 = (1..=cfg.depth)
-        .flat_map(|d| chunks(ops.len(), d, cfg.shard))
-        .map(|c| c.len(n))
-        .sum();
-    let threads = cfg
-        .threads
-        .max(1)
-        .min(chunks(ops.len(), 1, cfg.shard).len().max(1));
-    // One pair of runners per thread, kept across depths (a llama.cpp runner is a process).
-    let mut runners: Vec<(Box<dyn TrialRunner>, Option<Box<dyn TrialRunner>>)> = (0..threads)
-        .map(|_| Ok((runner_a()?, runner_b.map(|f| f()).transpose()?)))
-        .collect::<Result<_, HarnessError>>()?;
-    let info_a = runners[0].0.info();
-    let info_b = runners[0].1.as_ref().map(|b| b.info());
-    let judges = Judges::new(&cfg.oracles, info_b.is_some());
-    sink(&Event::Start {
-        target: info_a.clone(),
-        vs: info_b.clone(),
-        domain: cfg.domain.name.clone(),
-        depth: cfg.depth,
-        ops: ops.len(),
-        trials: total,
-        shard: cfg.shard,
-    });
-    let started = Instant::now();
-    let done = AtomicU64::new(0);
-    let failed = AtomicBool::new(false);
-    let mut tally = Tally::default();
-    let mut prev: Option<EverBits> = None;
-    for depth in 1..=cfg.depth {
-        let mine = chunks(ops.len(), depth, cfg.shard);
-        let ever = EverBits::new(judges.tracked.len(), n.pow(depth));
-        let next_chunk = AtomicUsize::new(0);
-        let (tx, rx) = mpsc::channel::<Result<Tally, HarnessError>>();
-        let mut results = Vec::with_capacity(threads);
-        std::thread::scope(|scope| {
-            for (ra, rb) in runners.iter_mut() {
-                let tx = tx.clone();
-                let ctx = DepthWork {
-                    cfg,
-                    ops: &ops,
-                    mine: &mine,
-                    next_chunk: &next_chunk,
-                    done: &done,
-                    failed: &failed,
-                    prev: prev.as_ref(),
-                    ever: &ever,
-                    info_a: &info_a,
-                    info_b: info_b.as_ref(),
-                    judges: &judges,
-                };
-                scope.spawn(move || {
-                    let r = ctx.run(ra.as_mut(), rb.as_deref_mut());
-                    if r.is_err() {
-                        ctx.failed.store(true, Ordering::Relaxed);
-                    }
-                    let _ = tx.send(r);
-                });
-            }
-            while results.len() < threads {
-                match rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(r) => results.push(r),
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-                sink(&Event::Progress {
-                    done: done.load(Ordering::Relaxed),
-                    total,
-                    elapsed_s: started.elapsed().as_secs_f64(),
-                });
-            }
-        });
-        for r in results {
-            tally.merge(r?);
-        }
-        prev = Some(ever);
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    tally.asked(judges.ids());
-    let report = Report::new(
-        info_a,
-        info_b,
-        cfg.domain.clone(),
-        cfg.depth,
-        cfg.shard,
-        tally,
-        Timing {
-            elapsed_s: elapsed,
-            trials_per_s: total as f64 / elapsed.max(1e-9),
-        },
-    );
-    for f in &report.findings {
-        sink(&Event::Finding(f.clone()));
-    }
-    sink(&Event::Done(Box::new(report.clone())));
-    Ok(report)
+    let stop = AtomicBool::new(false);
+    Explorer::new(cfg, runner_a, runner_b)?.run(&RunControl::new(&stop), sink)
 }
 
-/// What one thread needs to work through the chunks of one depth.
+/// How a run is steered from outside: where it resumes, when it stops, how often it says what
+/// it has finished.
+pub struct RunControl<'a> {
+    /// A partial report of this run to continue ([`Report::incomplete`]); the result is the
+    /// report an uninterrupted run gives (but for wall-clock figures).
+    pub resume: Option<&'a Report>,
+    /// Set (by a signal handler) to stop: chunks in flight are dropped, and the report says
+    /// which chunks were finished ([`Incomplete`]).
+    pub stop: &'a AtomicBool,
+    /// Least time between two [`Event::Checkpoint`]s (the first comes with the first finished
+    /// chunk).
+    pub checkpoint_every: Duration,
+}
+
+impl<'a> RunControl<'a> {
+    /// A fresh run that stops when `stop` is set, with a checkpoint every 5 s.
+    pub fn new(stop: &'a AtomicBool) -> Self {
+        RunControl {
+            resume: None,
+            stop,
+            checkpoint_every: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One piece of a thread's work: trials `from..from + len` of a chunk (numbered within the
+/// chunk). Counted work adds to the report; the rest only rebuilds the "ever violated" bits a
+/// resumed run needs, or (in a calibration) only takes time.
+#[derive(Clone, Copy, Debug)]
+struct Work {
+    chunk: Chunk,
+    from: u64,
+    len: u64,
+    counted: bool,
+}
+
+/// The work of `depth` in a run to `max_depth`: every chunk of the shard, or, resuming after
+/// `resume`, the unfinished chunks counted and the finished ones that a later depth reads the
+/// bits of rerun uncounted. A chunk's prefixes are in the chunk of the same first op one depth
+/// up, so when the run stopped in its last depth only the unfinished chunks' prefixes rerun.
+fn plan(
+    n_ops: usize,
+    depth: u32,
+    max_depth: u32,
+    shard: Shard,
+    resume: Option<&Incomplete>,
+) -> Vec<Work> {
+    let n = n_ops as u64;
+    chunks(n_ops, depth, shard)
+        .into_iter()
+        .filter_map(|chunk| {
+            let counted = resume.map_or(true, |r| !r.finished(depth, chunk.first));
+            let needed = counted
+                || resume
+                    .is_some_and(|r| r.depth < max_depth || !r.finished(max_depth, chunk.first));
+            needed.then_some(Work {
+                chunk,
+                from: 0,
+                len: chunk.len(n),
+                counted,
+            })
+        })
+        .collect()
+}
+
+/// What a run of work says: a piece of work is finished, the trials done so far, or (from a
+/// thread) the thread has ended.
+enum Said {
+    Finished { work: Work, tally: Tally },
+    Progress(u64),
+    Ended(Result<(), HarnessError>),
+}
+
+type RunnerPair = (Box<dyn TrialRunner>, Option<Box<dyn TrialRunner>>);
+
+/// What every thread of a run reads.
+struct Shared<'c> {
+    cfg: &'c ExhaustiveConfig,
+    ops: Vec<Op>,
+    info_a: TargetInfo,
+    info_b: Option<TargetInfo>,
+    judges: Judges,
+}
+
+impl Shared<'_> {
+    /// The report of this run with the counts of `tally`.
+    fn report(&self, mut tally: Tally, elapsed_s: f64) -> Report {
+        tally.asked(
+            self.judges
+                .tracked
+                .iter()
+                .chain(&self.judges.crash)
+                .map(|o| o.id()),
+        );
+        let trials = tally.trials;
+        Report::new(
+            self.info_a.clone(),
+            self.info_b.clone(),
+            self.cfg.domain.clone(),
+            self.cfg.depth,
+            self.cfg.shard,
+            tally,
+            Timing {
+                elapsed_s,
+                trials_per_s: trials as f64 / elapsed_s.max(1e-9),
+            },
+        )
+    }
+}
+
+/// An exhaustive audit with its runners started: [`Explorer::estimate`] times a sample of its
+/// trials, [`Explorer::run`] runs it.
+pub struct Explorer<'c> {
+    shared: Shared<'c>,
+    /// One pair of runners per thread, kept across depths (a llama.cpp runner is a process).
+    runners: Vec<RunnerPair>,
+    /// When the runners were asked for: a worker's start counts in the run's time.
+    started: Instant,
+}
+
+impl<'c> Explorer<'c> {
+    /// Starts the runners (one pair per thread).
+    pub fn new(
+        cfg: &'c ExhaustiveConfig,
+        runner_a: &RunnerFactory<'_>,
+        runner_b: Option<&RunnerFactory<'_>>,
+    ) -> Result<Self, HarnessError> {
+        let started = Instant::now();
+        let ops = cfg.domain.ops();
+        let threads = cfg
+            .threads
+            .max(1)
+            .min(chunks(ops.len(), 1, cfg.shard).len().max(1));
+        let runners: Vec<RunnerPair> = (0..threads)
+            .map(|_| Ok((runner_a()?, runner_b.map(|f| f()).transpose()?)))
+            .collect::<Result<_, HarnessError>>()?;
+        let info_a = runners[0].0.info();
+        let info_b = runners[0].1.as_ref().map(|b| b.info());
+        let judges = Judges::new(&cfg.oracles, info_b.is_some());
+        Ok(Explorer {
+            shared: Shared {
+                cfg,
+                ops,
+                info_a,
+                info_b,
+                judges,
+            },
+            runners,
+            started,
+        })
+    }
+
+    /// The report of this run with no trial: the heading `--resume` compares a partial report
+    /// with.
+    pub fn blank_report(&self) -> Report {
+        self.shared.report(Tally::default(), 0.0)
+    }
+
+    /// The work of every depth, resuming after `resume`.
+    fn plans(&self, resume: Option<&Incomplete>) -> Vec<Vec<Work>> {
+        let (cfg, n_ops) = (self.shared.cfg, self.shared.ops.len());
+        (1..=cfg.depth)
+            .map(|d| plan(n_ops, d, cfg.depth, cfg.shard, resume))
+            .collect()
+    }
+
+    /// Trials this run will do (counted or rerun), resuming after `resume`.
+    pub fn trials_to_run(&self, resume: Option<&Incomplete>) -> u64 {
+        self.plans(resume).iter().flatten().map(|w| w.len).sum()
+    }
+
+    /// Runs the audit (or the rest of it, see [`RunControl::resume`]); `sink` sees the event
+    /// stream (start, progress, checkpoints, findings, done). A run stopped by
+    /// [`RunControl::stop`] returns its partial report, marked [`Report::incomplete`].
+    pub fn run(
+        self,
+        ctl: &RunControl<'_>,
+        sink: &mut dyn FnMut(&Event),
+    ) -> Result<Report, HarnessError> {
+        let resume_at = ctl.resume.and_then(|r| r.incomplete.as_ref());
+        if let Some(finished) = ctl.resume.filter(|r| r.incomplete.is_none()) {
+            return Ok(finished.clone());
+        }
+        let plans = self.plans(resume_at);
+        let total: u64 = plans.iter().flatten().map(|w| w.len).sum();
+        let Explorer {
+            shared,
+            mut runners,
+            started,
+        } = self;
+        let cfg = shared.cfg;
+        sink(&Event::Start {
+            target: shared.info_a.clone(),
+            vs: shared.info_b.clone(),
+            domain: cfg.domain.name.clone(),
+            depth: cfg.depth,
+            ops: shared.ops.len(),
+            trials: total,
+            shard: cfg.shard,
+        });
+        let earlier_s = ctl.resume.map_or(0.0, |r| r.timing.elapsed_s);
+        let elapsed = || earlier_s + started.elapsed().as_secs_f64();
+        let mut tally = ctl
+            .resume
+            .map(|r| r.clone().into_tally())
+            .unwrap_or_default();
+        let n = shared.ops.len() as u64;
+        let done = AtomicU64::new(0);
+        let mut prev: Option<EverBits> = None;
+        let mut last_checkpoint: Option<Instant> = None;
+        let mut stopped: Option<Incomplete> = None;
+        for depth in 1..=cfg.depth {
+            let mut done_here: Vec<usize> = resume_at
+                .filter(|r| r.depth == depth)
+                .map(|r| r.chunks_done.clone())
+                .unwrap_or_default();
+            // Stopped in a depth that only reruns finished work: the partial report stands.
+            let stopped_in = |done_here: Vec<usize>| match resume_at {
+                Some(r) if depth < r.depth => r.clone(),
+                _ => Incomplete {
+                    depth,
+                    chunks_done: done_here,
+                },
+            };
+            if ctl.stop.load(Ordering::SeqCst) {
+                stopped = Some(stopped_in(done_here));
+                break;
+            }
+            let work = &plans[depth as usize - 1];
+            let counted = work.iter().filter(|w| w.counted).count();
+            // The last depth's bits are read by no later depth.
+            let ever = (depth < cfg.depth)
+                .then(|| EverBits::new(shared.judges.tracked.len(), n.pow(depth)));
+            let mut finished = 0;
+            run_work(
+                &shared,
+                &mut runners,
+                work,
+                (prev.as_ref(), ever.as_ref()),
+                ctl.stop,
+                &done,
+                &mut |said| {
+                    let (work, t) = match said {
+                        Said::Finished { work, tally } => (work, tally),
+                        Said::Progress(d) => {
+                            return sink(&Event::Progress {
+                                done: d,
+                                total,
+                                elapsed_s: started.elapsed().as_secs_f64(),
+                            })
+                        }
+                        Said::Ended(_) => return,
+                    };
+                    if !work.counted {
+                        return;
+                    }
+                    tally.merge(t);
+                    finished += 1;
+                    let at = done_here.partition_point(|&c| c < work.chunk.first);
+                    done_here.insert(at, work.chunk.first);
+                    if last_checkpoint.map_or(true, |t| t.elapsed() >= ctl.checkpoint_every) {
+                        last_checkpoint = Some(Instant::now());
+                        let mut r = shared.report(tally.clone(), elapsed());
+                        r.incomplete = Some(Incomplete {
+                            depth,
+                            chunks_done: done_here.clone(),
+                        });
+                        sink(&Event::Checkpoint(Box::new(r)));
+                    }
+                },
+            )?;
+            if finished < counted {
+                stopped = Some(stopped_in(done_here));
+                break;
+            }
+            prev = ever;
+        }
+        let mut report = shared.report(tally, elapsed());
+        report.incomplete = stopped;
+        for f in &report.findings {
+            sink(&Event::Finding(f.clone()));
+        }
+        sink(&Event::Done(Box::new(report.clone())));
+        Ok(report)
+    }
+}
+
+/// Runs `work` on every thread's runners: `said` hears of each finished piece (on this
+/// thread) and of the trials done so far, every 100 ms. Pieces in flight when `stop`
+/// is set are dropped unfinished.
+#[allow(clippy::too_many_arguments)]
+fn run_work(
+    shared: &Shared<'_>,
+    runners: &mut [RunnerPair],
+    work: &[Work],
+    (prev, ever): (Option<&EverBits>, Option<&EverBits>),
+    stop: &AtomicBool,
+    done: &AtomicU64,
+    said: &mut dyn FnMut(Said),
+) -> Result<(), HarnessError> {
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<Said>();
+    let threads = runners.len();
+    let mut result = Ok(());
+    std::thread::scope(|scope| {
+        for (ra, rb) in runners.iter_mut() {
+            let tx = tx.clone();
+            let ctx = DepthWork {
+                cfg: shared.cfg,
+                ops: &shared.ops,
+                work,
+                next: &next,
+                done,
+                failed: &failed,
+                stop,
+                prev,
+                ever,
+                info_a: &shared.info_a,
+                info_b: shared.info_b.as_ref(),
+                judges: &shared.judges,
+            };
+            scope.spawn(move || {
+                let r = ctx.run(ra.as_mut(), rb.as_deref_mut(), &tx);
+                if r.is_err() {
+                    ctx.failed.store(true, Ordering::Relaxed);
+                }
+                let _ = tx.send(Said::Ended(r));
+            });
+        }
+        drop(tx);
+        let mut ended = 0;
+        let mut said_progress = Instant::now();
+        while ended < threads {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(Said::Ended(r)) => {
+                    ended += 1;
+                    if result.is_ok() {
+                        result = r;
+                    }
+                }
+                Ok(s) => said(s),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            if said_progress.elapsed() >= Duration::from_millis(100) {
+                said_progress = Instant::now();
+                said(Said::Progress(done.load(Ordering::Relaxed)));
+            }
+        }
+    });
+    result
+}
+
+/// What one thread needs to work through the pieces of one depth.
 #[derive(Clone, Copy)]
 struct DepthWork<'a> {
     cfg: &'a ExhaustiveConfig,
     ops: &'a [Op],
-    mine: &'a [Chunk],
-    next_chunk: &'a AtomicUsize,
+    work: &'a [Work],
+    next: &'a AtomicUsize,
     done: &'a AtomicU64,
     failed: &'a AtomicBool,
+    stop: &'a AtomicBool,
     /// "Violated at some step" bits of the previous depth (none at depth 1).
     prev: Option<&'a EverBits>,
-    /// The same bits for this depth, filled here.
-    ever: &'a EverBits,
+    /// The same bits for this depth, filled here (none where no later depth reads them).
+    ever: Option<&'a EverBits>,
     info_a: &'a TargetInfo,
     info_b: Option<&'a TargetInfo>,
     judges: &'a Judges,
 }
 
-/// A batch out at the runners, with each trace's index within its depth.
+/// A batch out at the runners, with each trace's index within its depth, and the piece of
+/// work it finishes, if it is that piece's last batch.
 struct InFlight {
     indices: Vec<u64>,
     a: StartedBatch,
     b: Option<StartedBatch>,
+    finishes: Option<Work>,
 }
 
 impl DepthWork<'_> {
+    fn stopping(&self) -> bool {
+        self.failed.load(Ordering::Relaxed) || self.stop.load(Ordering::Relaxed)
+    }
+
     fn run(
         &self,
         a: &mut (dyn TrialRunner + 'static),
         mut b: Option<&mut (dyn TrialRunner + 'static)>,
-    ) -> Result<Tally, HarnessError> {
+        said: &mpsc::Sender<Said>,
+    ) -> Result<(), HarnessError> {
         let n = self.ops.len() as u64;
+        // The tally of the piece whose batches are being judged (batches are judged in order).
         let mut tally = Tally::default();
         let mut batch: Vec<Trace> = Vec::with_capacity(self.cfg.batch);
         let mut indices: Vec<u64> = Vec::with_capacity(self.cfg.batch);
         // While a worker process runs one batch, this thread builds the next and judges the
         // previous one: one batch in flight, finished before the next is started.
         let mut in_flight: Option<InFlight> = None;
-        loop {
-            if self.failed.load(Ordering::Relaxed) {
-                break;
+        'pieces: loop {
+            if self.stopping() {
+                return Ok(());
             }
-            let i = self.next_chunk.fetch_add(1, Ordering::Relaxed);
-            let Some(&chunk) = self.mine.get(i) else {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(&piece) = self.work.get(i) else {
                 break;
             };
+            let chunk = piece.chunk;
             let mut digits = vec![0usize; chunk.depth as usize - 1];
-            let mut in_depth = chunk.base_in_depth(n);
-            loop {
+            let mut rest = piece.from;
+            for d in digits.iter_mut().rev() {
+                *d = (rest % n) as usize;
+                rest /= n;
+            }
+            let first_in_depth = chunk.base_in_depth(n) + piece.from;
+            for (k, in_depth) in (first_in_depth..first_in_depth + piece.len).enumerate() {
                 let mut trace_ops = Vec::with_capacity(chunk.depth as usize);
                 trace_ops.push(self.ops[chunk.first].clone());
                 trace_ops.extend(digits.iter().map(|&d| self.ops[d].clone()));
@@ -410,9 +697,12 @@ impl DepthWork<'_> {
                     ops: trace_ops,
                 });
                 indices.push(in_depth);
-                in_depth += 1;
-                let more = odometer(&mut digits, self.ops.len());
-                if batch.len() == self.cfg.batch || !more {
+                odometer(&mut digits, self.ops.len());
+                let last = k as u64 + 1 == piece.len;
+                if batch.len() == self.cfg.batch || last {
+                    if self.stopping() {
+                        break 'pieces;
+                    }
                     let finished = in_flight
                         .take()
                         .map(|f| self.finish(f, a, b.as_deref_mut()))
@@ -432,21 +722,22 @@ impl DepthWork<'_> {
                         ),
                         a: a_started,
                         b: b_started,
+                        finishes: last.then_some(piece),
                     });
                     if let Some(done) = finished {
-                        self.judge_batch(&mut tally, done, n);
+                        self.judge_batch(&mut tally, done, n, said);
                     }
-                }
-                if !more {
-                    break;
                 }
             }
         }
         if let Some(f) = in_flight.take() {
-            let done = self.finish(f, a, b.as_deref_mut())?;
-            self.judge_batch(&mut tally, done, n);
+            if self.stopping() {
+                return Ok(());
+            }
+            let done = self.finish(f, a, b)?;
+            self.judge_batch(&mut tally, done, n, said);
         }
-        Ok(tally)
+        Ok(())
     }
 
     /// Waits for a batch's results from both runners.
@@ -467,11 +758,19 @@ impl DepthWork<'_> {
             traces,
             ra,
             rb,
+            finishes: f.finishes,
         })
     }
 
-    /// Judges a finished batch into `tally` and marks this depth's "ever violated" bits.
-    fn judge_batch(&self, tally: &mut Tally, done: FinishedBatch, n: u64) {
+    /// Judges a finished batch into `tally`, marks this depth's "ever violated" bits, and
+    /// hands the tally on when the batch finishes its piece of work.
+    fn judge_batch(
+        &self,
+        tally: &mut Tally,
+        done: FinishedBatch,
+        n: u64,
+        said: &mpsc::Sender<Said>,
+    ) {
         for (j, trace) in done.traces.iter().enumerate() {
             let index = done.indices[j];
             let depth = trace.ops.len() as u64;
@@ -497,16 +796,20 @@ impl DepthWork<'_> {
                 pb,
                 prior,
             );
-            if let Some(now) = now {
+            if let (Some(now), Some(ever)) = (now, self.ever) {
                 for k in 0..tracked {
                     if (now | prior) & (1 << k) != 0 {
-                        self.ever.set(k, index);
+                        ever.set(k, index);
                     }
                 }
             }
         }
         self.done
             .fetch_add(done.traces.len() as u64, Ordering::Relaxed);
+        if let Some(work) = done.finishes {
+            let tally = std::mem::take(tally);
+            let _ = said.send(Said::Finished { work, tally });
+        }
     }
 }
 
@@ -516,6 +819,7 @@ struct FinishedBatch {
     traces: Vec<Trace>,
     ra: Vec<TrialRun>,
     rb: Option<Vec<TrialRun>>,
+    finishes: Option<Work>,
 }
 
 /// Advances `digits` (most significant first) in base `n`; false when it wraps around.
@@ -531,63 +835,4 @@ fn odometer(digits: &mut [usize], n: usize) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_oracle_whose_observation_a_target_cannot_give_is_not_judged_not_passed() {
-        use crate::base::target::Observe;
-        use crate::running::runner::{LocalRunner, TrialRunner};
-        use crate::targets::native::NativeTarget;
-        let basic = || -> Result<Box<dyn TrialRunner>, HarnessError> {
-            Ok(Box::new(
-                LocalRunner::new(Box::new(NativeTarget::new(Default::default())))
-                    .with_observe(Observe::BASIC),
-            ))
-        };
-        let cfg = ExhaustiveConfig {
-            domain: crate::base::domain::Domain::preset("seed").unwrap(),
-            depth: 1,
-            shard: Shard::WHOLE,
-            threads: 1,
-            batch: 64,
-            oracles: crate::oracles::Registry::builtin(),
-        };
-        let report = run_exhaustive(&cfg, &basic, None, &mut |_| {}).unwrap();
-        let stats = |name: &str| &report.oracles[&crate::oracles::OracleId::known(name).unwrap()];
-        assert_eq!(stats("I1").checked, 49);
-        for name in ["conservation", "round-trip", "contract"] {
-            assert_eq!(stats(name).checked, 0, "{name}");
-        }
-        assert!(report.oracle_table().contains("0 (not judged)"));
-    }
-
-    #[test]
-    fn shards_cover_every_trial_once() {
-        let n = 5u64;
-        for depth in 1..=3 {
-            let mut seen = vec![0u32; n.pow(depth) as usize];
-            for k in 0..3 {
-                for c in chunks(5, depth, Shard::new(k, 3).unwrap()) {
-                    for i in 0..c.len(n) {
-                        seen[(c.base_in_depth(n) + i) as usize] += 1;
-                    }
-                }
-            }
-            assert!(seen.iter().all(|&s| s == 1));
-        }
-        assert_eq!(total_trials(49, 3), 49 + 49 * 49 + 49 * 49 * 49);
-    }
-
-    #[test]
-    fn odometer_counts_lexicographically() {
-        let mut d = vec![0, 0];
-        let mut seen = vec![d.clone()];
-        while odometer(&mut d, 3) {
-            seen.push(d.clone());
-        }
-        assert_eq!(seen.len(), 9);
-        assert_eq!(seen[1], vec![0, 1]);
-        assert_eq!(seen[3], vec![1, 0]);
-    }
-}
+mod tests;

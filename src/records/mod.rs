@@ -5,6 +5,9 @@
 pub mod finding;
 pub mod fuzz;
 pub mod group;
+pub mod incomplete;
 pub mod prereg;
 pub mod report;
+pub mod state_space;
 pub mod tally;
+pub mod text;

@@ -25,10 +25,13 @@ use crate::base::target::TargetInfo;
 use crate::oracles::OracleId;
 use crate::records::finding::compact_value;
 use crate::records::prereg::{self, OraclePrediction, Prediction, PredictionCheck, RunName};
+pub use crate::records::state_space::StateSpace;
 use crate::records::tally::Tally;
 
 pub use crate::records::finding::{Finding, FindingKey, OracleStats};
 pub use crate::records::group::FindingGroup;
+use crate::records::text::acts_on_terminal;
+pub use crate::records::text::{markdown_code, markdown_text, terminal_text};
 
 /// The largest JSON report read back (`kvaudit merge`): 64 MiB, far above a report's size (its
 /// findings are distinct and shrunk), small enough that parsing one cannot exhaust memory.
@@ -38,70 +41,6 @@ pub const MAX_REPORT_SHARDS: usize = 1 << 16;
 /// Deepest run a report read back may describe (figures such as the trial count are computed
 /// per depth).
 pub const MAX_REPORT_DEPTH: u32 = 10_000;
-
-/// Characters a terminal acts on rather than prints: C0 and C1 controls (ESC starts escape
-/// sequences, U+009B is a one-byte CSI) and the bidirectional overrides and isolates, which make
-/// text display in another order than it reads.
-fn acts_on_terminal(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// `s` for a terminal, on one line: every character a terminal acts on (newlines included) as a
-/// `\u{..}` escape.
-pub fn terminal_text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if acts_on_terminal(c) {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// `s` as Markdown text that renders as itself inside a line, a heading or a table cell: control
-/// characters (newlines included) become spaces; `|` (a table column), `` ` `` (a code span),
-/// `\`, `*`, `_`, `[`, `]`, `#` and `~` are backslash-escaped; `<`, `>` and `&` become entities, so
-/// no HTML tag or entity passes.
-pub fn markdown_text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '|' | '`' | '\\' | '*' | '_' | '[' | ']' | '#' | '~' => {
-                out.push('\\');
-                out.push(c);
-            }
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            c if acts_on_terminal(c) => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// `s` as a Markdown code span, backticks included: delimited by one backtick more than the
-/// longest run of backticks inside (CommonMark's rule), padded with a space where `s` starts or
-/// ends with one; control characters (newlines included) become spaces and `|` is written `\|`
-/// so a span in a table cell keeps the row's columns (GitHub-flavoured tables split on `|`
-/// before code spans are parsed).
-pub fn markdown_code(s: &str) -> String {
-    let body: String = s
-        .chars()
-        .map(|c| if acts_on_terminal(c) { ' ' } else { c })
-        .collect::<String>()
-        .replace('|', "\\|");
-    let longest_run = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    let fence = "`".repeat(longest_run + 1);
-    let pad = if body.starts_with('`') || body.ends_with('`') {
-        " "
-    } else {
-        ""
-    };
-    format!("{fence}{pad}{body}{pad}{fence}")
-}
 
 /// This run's share of the work: shard `index` of `count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,24 +125,13 @@ pub struct Report {
     /// For a fuzz run: the seed, the generator and how each finding was shrunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuzz: Option<crate::records::fuzz::FuzzSummary>,
+    /// Set when the run was stopped before every chunk was done (`audit --resume` continues it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<crate::records::incomplete::Incomplete>,
     /// For a state-space search (`--strategy states`): what it covered. Its trials are its
     /// transitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_space: Option<StateSpace>,
-}
-
-/// What a state-space search covered (`engines::states`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StateSpace {
-    /// Distinct states reached, the setup's included.
-    pub states: u64,
-    /// Transitions judged: every op from every state expanded.
-    pub transitions: u64,
-    /// The deepest level expanded (the length of the longest shortest path judged).
-    pub depth: u32,
-    /// Whether the space closed: the transitions from level `depth` led to no new state, so every
-    /// reachable state was judged, at every depth.
-    pub closed: bool,
 }
 
 impl Report {
@@ -244,6 +172,17 @@ impl Report {
             prediction: Vec::new(),
             fuzz: None,
             state_space: None,
+            incomplete: None,
+        }
+    }
+
+    /// The counts and findings, as a [`Tally`] to merge more work into.
+    pub fn into_tally(self) -> Tally {
+        Tally {
+            trials: self.trials,
+            unsupported: self.unsupported,
+            oracles: self.oracles,
+            findings: self.findings.into_iter().map(|f| (f.key(), f)).collect(),
         }
     }
 
@@ -374,6 +313,13 @@ impl Report {
         self.domain
             .check_limits()
             .map_err(|e| format!("\"domain\": {e}"))?;
+        if let Some(i) = &self.incomplete {
+            i.check(
+                self.depth,
+                self.domain.ops().len(),
+                (self.shard.index, self.shard.count),
+            )?;
+        }
         for (i, f) in self.findings.iter().enumerate() {
             check_trace_limits(&f.trace).map_err(|e| format!("finding {}: {e}", i + 1))?;
             if f.step == 0 || f.step > f.trace.ops.len() {
@@ -504,6 +450,9 @@ impl Report {
     pub fn to_terminal(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "{}", self.heading(terminal_text));
+        if let Some(i) = &self.incomplete {
+            let _ = writeln!(s, "{}", i.describe());
+        }
         // A fuzz run of theorem oracles alone judges no observation oracle: no empty table.
         if !self.oracles.is_empty() {
             let _ = writeln!(s, "{}", self.oracle_table());
@@ -571,6 +520,9 @@ impl Report {
             markdown_text(&self.target.label())
         );
         let _ = writeln!(s, "{}\n", self.heading(markdown_text));
+        if let Some(i) = &self.incomplete {
+            let _ = writeln!(s, "**{}**\n", i.describe());
+        }
         let targets: Vec<String> = std::iter::once(&self.target)
             .chain(self.vs.as_ref())
             .map(|t| {
@@ -772,6 +724,8 @@ pub enum Event {
     Finding(Finding),
     /// The run is over.
     Done(Box<Report>),
+    /// The chunks finished so far, as a report marked incomplete: where a stopped run resumes.
+    Checkpoint(Box<Report>),
     /// A fuzz run starts.
     FuzzStart {
         /// Target A.
@@ -849,17 +803,11 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, Error> {
         if std::mem::replace(&mut seen[r.shard.index], true) {
             return Err(format!("shard {}/{m} given twice", r.shard.index).into());
         }
-        timing.elapsed_s += r.timing.elapsed_s;
-        let mut t = Tally {
-            trials: r.trials,
-            unsupported: r.unsupported,
-            oracles: r.oracles,
-            findings: BTreeMap::new(),
-        };
-        for f in r.findings {
-            t.findings.insert(f.key(), f);
+        if let Some(i) = &r.incomplete {
+            return Err(format!("shard {}/{m}: {}", r.shard.index, i.describe()).into());
         }
-        tally.merge(t);
+        timing.elapsed_s += r.timing.elapsed_s;
+        tally.merge(r.into_tally());
     }
     if let Some(missing) = seen.iter().position(|s| !s) {
         return Err(format!("shard {missing}/{m} is missing").into());

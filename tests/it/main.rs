@@ -12,11 +12,16 @@
 //!   negative controls and injected faults.
 //! - `oracles.rs`: the oracle registry: a registered test oracle is judged everywhere, and every
 //!   positive control the registry lists fires where it says.
+//! - `tests/data/cluster/*.json`: the Slurm example scripts, driven as Slurm runs them; the
+//!   merged report equals the unsharded one.
+//! - `tests/data/resume/*.json`: audits stopped (in process, or the binary by a signal) and
+//!   resumed give the report of a run that was not stopped.
 //! - `tidy.rs`: the architecture's invariants, read from the source (layers, `unsafe`, one state
 //!   parser, module docs).
 
 mod audits;
 mod cli;
+mod cluster;
 mod corpus;
 mod docs;
 mod findings;
@@ -28,6 +33,7 @@ mod llama_build;
 mod llama_config;
 mod measure;
 mod oracles;
+mod resume;
 mod theorems;
 mod tidy;
 
@@ -62,6 +68,7 @@ fn main() {
     let mut trials: Vec<Trial> = Vec::new();
     trials.extend(audits::trials());
     trials.extend(cli::trials());
+    trials.extend(cluster::trials());
     trials.extend(corpus::trials());
     trials.extend(docs::trials());
     trials.extend(findings::trials());
@@ -70,6 +77,7 @@ fn main() {
     trials.extend(hostile::trials());
     trials.extend(llama::trials());
     trials.extend(llama_config::trials());
+    trials.extend(resume::trials());
     let run = |f: fn() -> anyhow::Result<()>| {
         move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))
     };
