@@ -1,8 +1,8 @@
 //! Cluster scripts (`tests/data/cluster/*.json`): the Slurm job-array example driven with the
 //! environment Slurm gives each task (`SLURM_ARRAY_TASK_ID`, `_COUNT`, `_MIN`,
 //! `SLURM_CPUS_PER_TASK`), then its merge job: the merged report must equal the report of one
-//! unsharded run (wall-clock figures aside). The scripts have not been run under a real Slurm
-//! yet (docs/usage.md, "On a cluster", says so).
+//! unsharded run (wall-clock figures aside). `scripts/slurm-check.sh` runs the same scripts
+//! under a real single-node Slurm (docs/usage.md, "On a cluster").
 
 use std::process::Command;
 
