@@ -38,31 +38,6 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The positions of seq's cells in llama_state_seq_get_data (magic, seq id, n_stream, then per
- * stream a cell count and (pos, n_seq_id, seq ids) per cell), sorted. */
-static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
-    size_t size = llama_state_seq_get_size(ctx, seq);
-    uint8_t *buf = malloc(size ? size : 1);
-    size_t got = llama_state_seq_get_data(ctx, buf, size, seq);
-    size_t at = 8; /* magic, seq id */
-    int n = 0;
-    uint32_t n_stream = 0;
-    if (got >= 12) { memcpy(&n_stream, buf + at, 4); at += 4; }
-    for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
-        uint32_t count; memcpy(&count, buf + at, 4); at += 4;
-        if (count == 0) continue;
-        for (uint32_t c = 0; c < count && at + 8 <= got; c++) {
-            int32_t p; uint32_t ns; memcpy(&p, buf + at, 4); memcpy(&ns, buf + at + 4, 4);
-            at += 8 + 4 * (size_t)ns;
-            if (n < cap) out[n++] = p;
-        }
-        break; /* one unified stream: the K/V data that follows is not needed */
-    }
-    free(buf);
-    qsort(out, n, sizeof out[0], cmp_int);
-    return n;
-}
-
 /* The bytes of llama_state_seq_get_data(seq) and llama_state_get_data, malloc'd. */
 static inline uint8_t *dump_seq(struct llama_context *ctx, llama_seq_id seq, size_t *len) {
     size_t size = llama_state_seq_get_size(ctx, seq);
@@ -85,6 +60,26 @@ static inline int read_cells(const uint8_t *buf, size_t got, size_t *at, uint32_
         *at += 8 + 4 * (size_t)ns;
         if (n < cap) out[n++] = p;
     }
+    return n;
+}
+
+/* The positions of seq's cells in llama_state_seq_get_data (magic, seq id, n_stream, then per
+ * stream a cell count and (pos, n_seq_id, seq ids) per cell), sorted. */
+static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
+    size_t at = 8; /* magic, seq id */
+    int n = 0;
+    uint32_t n_stream = 0;
+    if (got >= 12) { memcpy(&n_stream, buf + at, 4); at += 4; }
+    for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+        uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+        if (count == 0) continue;
+        n = read_cells(buf, got, &at, count, out, n, cap);
+        break; /* one unified stream: the K/V data that follows is not needed */
+    }
+    free(buf);
+    qsort(out, n, sizeof out[0], cmp_int);
     return n;
 }
 
