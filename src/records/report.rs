@@ -23,14 +23,13 @@ use crate::base::error::Error;
 use crate::base::files::check_input_size;
 use crate::base::target::TargetInfo;
 use crate::oracles::OracleId;
-use crate::records::finding::compact_value;
 use crate::records::prereg::{self, OraclePrediction, Prediction, PredictionCheck, RunName};
 pub use crate::records::state_space::StateSpace;
 use crate::records::tally::Tally;
 
 pub use crate::records::finding::{Finding, FindingKey, OracleStats};
 pub use crate::records::group::FindingGroup;
-use crate::records::text::acts_on_terminal;
+use crate::records::text::{acts_on_terminal, compact_value};
 pub use crate::records::text::{markdown_code, markdown_text, terminal_text};
 
 /// The largest JSON report read back (`kvaudit merge`): 64 MiB, far above a report's size (its

@@ -1,5 +1,6 @@
 //! User text made safe for where a report puts it: a terminal line, Markdown text, a Markdown
-//! code span. Every rendering of a report, a matrix or a bug report goes through these.
+//! code span; and values written for people (`compact_value`). Every rendering of a report, a
+//! matrix or a bug report goes through these.
 
 use std::fmt::Write as _;
 
@@ -65,4 +66,63 @@ pub fn markdown_code(s: &str) -> String {
         ""
     };
     format!("{fence}{pad}{body}{pad}{fence}")
+}
+
+/// A value as JSON for people: in a list of integers, a run of at least three consecutive
+/// numbers is written `a..=b` (a full cache's 250 positions are one item, not a screen). The JSON
+/// report keeps the values whole.
+pub fn compact_value(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Array(items) if !items.is_empty() && items.iter().all(|x| x.is_i64()) => {
+            let nums: Vec<i64> = items.iter().filter_map(Value::as_i64).collect();
+            let mut parts = Vec::new();
+            let mut i = 0;
+            while i < nums.len() {
+                let mut j = i;
+                while j + 1 < nums.len() && nums[j].checked_add(1) == Some(nums[j + 1]) {
+                    j += 1;
+                }
+                if j - i >= 2 {
+                    parts.push(format!("{}..={}", nums[i], nums[j]));
+                } else {
+                    parts.extend(nums[i..=j].iter().map(i64::to_string));
+                }
+                i = j + 1;
+            }
+            format!("[{}]", parts.join(","))
+        }
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(compact_value).collect();
+            format!("[{}]", parts.join(","))
+        }
+        Value::Object(map) => {
+            let parts: Vec<String> = map
+                .iter()
+                .map(|(k, x)| format!("{}:{}", Value::String(k.clone()), compact_value(x)))
+                .collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compact_value;
+
+    #[test]
+    fn runs_of_consecutive_positions_are_written_as_ranges() {
+        let v = serde_json::json!({"cells": [0, 1, 2, 3, 5, 7, 8, 9, 20, 21], "seq": 1, "x": [[4, 5, 6]]});
+        assert_eq!(
+            compact_value(&v),
+            r#"{"cells":[0..=3,5,7..=9,20,21],"seq":1,"x":[[4..=6]]}"#
+        );
+        assert_eq!(compact_value(&serde_json::json!([])), "[]");
+        assert_eq!(compact_value(&serde_json::json!(["a", 1])), r#"["a",1]"#);
+        assert_eq!(
+            compact_value(&serde_json::json!([i64::MAX - 1, i64::MAX])),
+            format!("[{},{}]", i64::MAX - 1, i64::MAX)
+        );
+    }
 }
