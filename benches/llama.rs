@@ -29,7 +29,6 @@ use std::time::Instant;
 use kvaudit::base::domain::Domain;
 use kvaudit::base::op::Trace;
 use kvaudit::base::state::StateFormat;
-use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
 use kvaudit::records::report::Shard;
 use kvaudit::running::runner::LocalRunner;
 use kvaudit::targets::llama::build::{ensure_built, BuildSpec};
@@ -244,17 +243,9 @@ fn basic_audit(label: &str, model: &Path, depth: u32, workers: usize, shard: Sha
         .only(|o| ["I1", "I2", "crash"].contains(&o.id().name()));
     let mut spec = TargetSpec::new(label, &[]).with_observe(registry.observe());
     spec.model = Some(model.to_path_buf());
-    let factory = spec.factory().expect("target");
-    let cfg = ExhaustiveConfig {
-        domain: Domain::preset("seed").unwrap(),
-        depth,
-        shard,
-        threads: workers,
-        batch: 2048,
-        oracles: registry,
-    };
+    // Timed from here: finding the build and starting the workers are part of an audit.
     let t = Instant::now();
-    let report = run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit runs");
+    let report = common::audit(&spec, "seed", depth, workers, registry, shard);
     (report.trials, t.elapsed().as_secs_f64())
 }
 

@@ -41,14 +41,34 @@ pub fn seed_audit(spec: &TargetSpec, depth: u32, threads: usize) -> Report {
 /// The exhaustive audit of the preset domain `preset` to `depth` on `spec`, with `threads`
 /// runners and every built-in oracle.
 pub fn preset_audit(spec: &TargetSpec, preset: &str, depth: u32, threads: usize) -> Report {
+    audit(
+        spec,
+        preset,
+        depth,
+        threads,
+        kvaudit::oracles::Registry::builtin(),
+        Shard::WHOLE,
+    )
+}
+
+/// The exhaustive audit of `preset` to `depth` on `spec` (observing what it observes) with
+/// `oracles`, `threads` runners, this `shard` of the work.
+pub fn audit(
+    spec: &TargetSpec,
+    preset: &str,
+    depth: u32,
+    threads: usize,
+    oracles: kvaudit::oracles::Registry,
+    shard: Shard,
+) -> Report {
     let factory = spec.factory().expect("target");
     let cfg = ExhaustiveConfig {
         domain: Domain::preset(preset).expect("a preset"),
         depth,
-        shard: Shard::WHOLE,
+        shard,
         threads,
         batch: 2048,
-        oracles: kvaudit::oracles::Registry::builtin(),
+        oracles,
     };
     run_exhaustive(&cfg, factory.as_ref(), None, &mut |_| {}).expect("audit runs")
 }
