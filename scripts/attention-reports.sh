@@ -12,11 +12,7 @@ cargo build --release
 k=./target/release/kvaudit
 out=reports/attention
 mkdir -p "$out"
-run() { # NAME ARGS...: JSON and Markdown reports of one audit
-  local name=$1; shift
-  $k audit "$@" -q --out "$out/$name.json" >/dev/null || [ $? -eq 1 ]
-  $k audit "$@" -q --format markdown --out "$out/$name.md" >/dev/null || [ $? -eq 1 ]
-}
+. scripts/report-run.sh # run NAME ARGS...: JSON and Markdown reports of one audit
 for pin in 0.1.156 0.1.161; do
   t="llama.cpp@$pin"
   for p in server streams state flags batch full flash quant seqids; do

@@ -11,11 +11,7 @@ if [ -z "${KVAUDIT:-}" ]; then cargo build --release; fi
 k=${KVAUDIT:-./target/release/kvaudit}
 out=reports/memtypes
 mkdir -p "$out"
-run() { # NAME ARGS...: JSON and Markdown reports of one audit
-  local name=$1; shift
-  $k audit "$@" -q --out "$out/$name.json" >/dev/null || [ $? -eq 1 ]
-  $k audit "$@" -q --format markdown --out "$out/$name.md" >/dev/null || [ $? -eq 1 ]
-}
+. scripts/report-run.sh # run NAME ARGS...: JSON and Markdown reports of one audit
 for pin in 0.1.156 0.1.161; do
   t="llama.cpp@$pin"
   for p in iswa recurrent hybrid; do
