@@ -175,6 +175,15 @@ impl Report {
         }
     }
 
+    /// Whether `other` reports on the same run: the same targets, domain and depth (shards and
+    /// resumed parts of one run agree on these).
+    pub fn same_run(&self, other: &Report) -> bool {
+        let who = |r: &Report| {
+            serde_json::to_value((&r.target, &r.vs, &r.domain, r.depth)).expect("serializes")
+        };
+        who(self) == who(other)
+    }
+
     /// The counts and findings, as a [`Tally`] to merge more work into.
     pub fn into_tally(self) -> Tally {
         Tally {
@@ -780,10 +789,7 @@ pub fn merge(reports: Vec<Report>) -> Result<Report, Error> {
     let mut tally = Tally::default();
     let mut timing = Timing::default();
     for (i, r) in reports.into_iter().enumerate() {
-        let who = |r: &Report| {
-            serde_json::to_value((&r.target, &r.vs, &r.domain, r.depth)).expect("serializes")
-        };
-        if who(&r) != who(&first) {
+        if !r.same_run(&first) {
             return Err(format!(
                 "report {} is of another run (target, domain or depth differ)",
                 i + 1

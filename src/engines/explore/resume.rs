@@ -7,10 +7,7 @@ use crate::records::report::Report;
 /// the same targets, domain, depth, shard and oracles. `kvaudit audit --resume` checks this
 /// before it adds a partial report's counts to its own.
 pub fn check_resumes(partial: &Report, blank: &Report) -> Result<(), Error> {
-    let who = |r: &Report| {
-        serde_json::to_value((&r.target, &r.vs, &r.domain, r.depth)).expect("serializes")
-    };
-    if who(partial) != who(blank) {
+    if !partial.same_run(blank) {
         return Err(format!(
             "the report is of another run: it has {} over domain {} to depth {}, this run {} over {} to {}",
             partial.target.label(),
