@@ -276,6 +276,7 @@ pub fn run(mut a: AuditArgs) -> Result<i32, CliError> {
     let mut checkpoint_failed = false;
     let ctl = RunControl {
         resume: resume.as_ref(),
+        hold_at_depth: hold_at_depth()?,
         ..RunControl::new(&stop)
     };
     let report = explorer.run(&ctl, &mut |e| {
@@ -348,4 +349,19 @@ mod tests {
         assert_eq!(shard_from(None, &k8s).unwrap_err().code, exit::USAGE);
         assert!(shard_from(Some("3/3"), &none).is_err());
     }
+}
+
+/// The test hook `KVAUDIT_TEST_HOLD_AT_DEPTH=D` (docs/usage.md): the run writes a checkpoint
+/// once the first chunk of depth D is done and then waits for Ctrl-C or SIGTERM, so that a test
+/// stops it in that depth whatever the machine's speed.
+fn hold_at_depth() -> Result<Option<u32>, CliError> {
+    let Some(v) = std::env::var_os("KVAUDIT_TEST_HOLD_AT_DEPTH") else {
+        return Ok(None);
+    };
+    let v = v.to_string_lossy();
+    v.parse::<u32>().map(Some).map_err(|_| {
+        CliError::usage(format!(
+            "KVAUDIT_TEST_HOLD_AT_DEPTH={v}: expected a depth (a whole number)"
+        ))
+    })
 }

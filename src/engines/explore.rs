@@ -283,6 +283,11 @@ pub struct RunControl<'a> {
     /// Least time between two [`Event::Checkpoint`]s (the first comes with the first finished
     /// chunk).
     pub checkpoint_every: Duration,
+    /// A test hook (`KVAUDIT_TEST_HOLD_AT_DEPTH`, docs/usage.md): once the first chunk of this
+    /// depth is finished, a checkpoint is written whatever `checkpoint_every` says, and no
+    /// thread starts another piece of work until [`RunControl::stop`] is set. A test that stops
+    /// the run from outside then stops it there, however fast the machine is.
+    pub hold_at_depth: Option<u32>,
 }
 
 impl<'a> RunControl<'a> {
@@ -292,6 +297,7 @@ impl<'a> RunControl<'a> {
             resume: None,
             stop,
             checkpoint_every: Duration::from_secs(5),
+            hold_at_depth: None,
         }
     }
 }
@@ -482,6 +488,7 @@ impl<'c> Explorer<'c> {
         let mut prev: Option<EverBits> = None;
         let mut last_checkpoint: Option<Instant> = None;
         let mut stopped: Option<Incomplete> = None;
+        let hold = AtomicBool::new(false);
         for depth in 1..=cfg.depth {
             let mut done_here: Vec<usize> = resume_at
                 .filter(|r| r.depth == depth)
@@ -510,7 +517,7 @@ impl<'c> Explorer<'c> {
                 &mut runners,
                 work,
                 (prev.as_ref(), ever.as_ref()),
-                ctl.stop,
+                (ctl.stop, &hold),
                 &done,
                 &mut |said| {
                     let (work, t) = match said {
@@ -531,7 +538,11 @@ impl<'c> Explorer<'c> {
                     finished += 1;
                     let at = done_here.partition_point(|&c| c < work.chunk.first);
                     done_here.insert(at, work.chunk.first);
-                    if last_checkpoint.map_or(true, |t| t.elapsed() >= ctl.checkpoint_every) {
+                    let hold_here =
+                        ctl.hold_at_depth == Some(depth) && !hold.load(Ordering::SeqCst);
+                    if hold_here
+                        || last_checkpoint.map_or(true, |t| t.elapsed() >= ctl.checkpoint_every)
+                    {
                         last_checkpoint = Some(Instant::now());
                         let mut r = shared.report(tally.clone(), elapsed());
                         r.incomplete = Some(Incomplete {
@@ -539,6 +550,9 @@ impl<'c> Explorer<'c> {
                             chunks_done: done_here.clone(),
                         });
                         sink(&Event::Checkpoint(Box::new(r)));
+                    }
+                    if hold_here {
+                        hold.store(true, Ordering::SeqCst);
                     }
                 },
             )?;
@@ -567,7 +581,7 @@ fn run_work(
     runners: &mut [RunnerPair],
     work: &[Work],
     (prev, ever): (Option<&EverBits>, Option<&EverBits>),
-    stop: &AtomicBool,
+    (stop, hold): (&AtomicBool, &AtomicBool),
     done: &AtomicU64,
     said: &mut dyn FnMut(Said),
 ) -> Result<(), HarnessError> {
@@ -587,6 +601,7 @@ fn run_work(
                 done,
                 failed: &failed,
                 stop,
+                hold,
                 prev,
                 ever,
                 info_a: &shared.info_a,
@@ -635,6 +650,8 @@ struct DepthWork<'a> {
     done: &'a AtomicU64,
     failed: &'a AtomicBool,
     stop: &'a AtomicBool,
+    /// Set by [`RunControl::hold_at_depth`]: take no new piece until stopped.
+    hold: &'a AtomicBool,
     /// "Violated at some step" bits of the previous depth (none at depth 1).
     prev: Option<&'a EverBits>,
     /// The same bits for this depth, filled here (none where no later depth reads them).
@@ -673,6 +690,9 @@ impl DepthWork<'_> {
         // previous one: one batch in flight, finished before the next is started.
         let mut in_flight: Option<InFlight> = None;
         'pieces: loop {
+            while self.hold.load(Ordering::SeqCst) && !self.stopping() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             if self.stopping() {
                 return Ok(());
             }

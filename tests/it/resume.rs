@@ -5,7 +5,8 @@
 //! once N chunks of depth D are finished, its partial report goes through JSON and back, and the rest
 //! runs from it (stopped again where a list has more numbers); `shard` resumes one shard and
 //! merges it with the others. `signal` cases stop the real binary: it runs with `--out`, gets
-//! the signal once a checkpoint of its last depth is on disk (`group`: to its whole process
+//! the signal once a checkpoint of its last depth is on disk (it holds there until the signal,
+//! through the test hook `KVAUDIT_TEST_HOLD_AT_DEPTH`; `group`: to its whole process
 //! group, as a terminal's Ctrl-C, workers included), must exit with the "incomplete" code and
 //! leave a partial report, and `--resume` must finish it into the report of an uninterrupted
 //! run of the same command line.
@@ -204,12 +205,15 @@ fn check_signal(s: &SignalCase) -> Result<(), String> {
         .arg("--out")
         .arg(&stopped_path)
         .arg("-q")
+        // Holds once the first chunk of the last depth is done, until the signal: the test
+        // stops it there however fast the machine is (docs/usage.md, test hooks).
+        .env("KVAUDIT_TEST_HOLD_AT_DEPTH", whole.depth.to_string())
         // Its own process group, as a shell gives a foreground job: a group signal reaches the
         // audit and its workers, and nothing else.
         .process_group(0)
         .spawn()
         .map_err(|e| e.to_string())?;
-    // A checkpoint of the last depth: the run is well under way and far from its end.
+    // A checkpoint of the last depth: the run is well under way, and held there.
     let deadline = std::time::Instant::now() + Duration::from_secs(600);
     loop {
         let at = Report::load(&stopped_path)

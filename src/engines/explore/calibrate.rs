@@ -74,6 +74,8 @@ impl Explorer<'_> {
                 .collect()
         };
         let done = AtomicU64::new(0);
+        // A calibration is never held (`RunControl::hold_at_depth` is for the run itself).
+        let never_held = std::sync::atomic::AtomicBool::new(false);
         let (shared, runners) = (&self.shared, &mut self.runners);
         let warm_up = Instant::now();
         run_work(
@@ -81,7 +83,7 @@ impl Explorer<'_> {
             runners,
             &sample(0, threads),
             (None, None),
-            stop,
+            (stop, &never_held),
             &done,
             &mut |_| {},
         )?;
@@ -96,7 +98,7 @@ impl Explorer<'_> {
             runners,
             &timed,
             (None, None),
-            stop,
+            (stop, &never_held),
             &done,
             &mut |_| {},
         )?;
