@@ -196,7 +196,11 @@ fn bare_loop_ops() -> String {
             Op::Decode(d) if d.seqs.len() == 1 && d.n == 1 && d.pos.is_none() => {
                 format!("decode {}", d.seqs[0])
             }
-            other => panic!("bare_loop.c does not take {other}"),
+            Op::Decode(_)
+            | Op::StateSeqSave { .. }
+            | Op::StateSeqLoad { .. }
+            | Op::StateSave { .. }
+            | Op::StateLoad { .. } => panic!("bare_loop.c does not take {op}"),
         };
         out.push_str(&line);
         out.push('\n');

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::error::Error;
 use crate::base::files::{check_input_size, read_text_limited};
-use crate::base::op::{Arch, CacheType, Decode, Op, Pos, SeqId, Setup, Slot};
+use crate::base::op::{Arch, CacheType, Decode, Op, OpKind, Pos, SeqId, Setup, Slot};
 
 /// The largest domain file read (1 MiB; the presets are a few hundred bytes).
 pub const MAX_DOMAIN_FILE_BYTES: u64 = 1 << 20;
@@ -519,34 +519,49 @@ impl Domain {
     }
 
     /// How many ops [`Domain::ops`] lists at most, counted without building them (duplicate
-    /// sequences make the real list shorter), saturating.
+    /// sequences make the real list shorter), saturating: the sum over the kinds.
     fn op_count_bound(&self) -> u64 {
+        OpKind::ALL
+            .iter()
+            .map(|&k| self.kind_count_bound(k))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// How many ops of `kind` [`Domain::ops`] lists at most (exactly as many when the sequences
+    /// are distinct), counted without building them, saturating: the kind's domain axis
+    /// ([`OpKind::domain_fields`]) as a count.
+    pub fn kind_count_bound(&self, kind: OpKind) -> u64 {
         let n = |v: usize| v as u64;
         let (seqs, ranges) = (n(self.seqs.len()), n(self.ranges.len()));
-        let per_seq_range = 1 + n(self.deltas.len()) + n(self.divisors.len());
-        let copy_ranges = self.copy_ranges.as_ref().map_or(ranges, |r| n(r.len()));
-        let copies = if self.copies {
-            seqs.saturating_mul(seqs).saturating_mul(copy_ranges)
-        } else {
-            0
-        };
-        let state = if self.state {
-            let per_flags = seqs.saturating_mul(2);
-            per_flags
-                .saturating_mul(1 + n(self.state_flags.len()))
-                .saturating_add(2)
-                .saturating_add(n(self.load_truncate.len()).saturating_mul(seqs + 1))
-        } else {
-            0
-        };
-        (seqs + u64::from(self.rm_all))
-            .saturating_mul(ranges)
-            .saturating_add(copies)
-            .saturating_add(seqs.saturating_mul(ranges).saturating_mul(per_seq_range))
-            .saturating_add(seqs.saturating_mul(1 + n(self.decode_next.len())))
-            .saturating_add(1)
-            .saturating_add(state)
-            .saturating_add(n(self.beyond_seqs.len()).saturating_mul(2))
+        let per_seq_range = |values: usize| seqs.saturating_mul(ranges).saturating_mul(n(values));
+        let state = u64::from(self.state);
+        let flag_sets = 1 + n(self.state_flags.len());
+        let truncates = n(self.load_truncate.len());
+        let beyond = n(self.beyond_seqs.len());
+        match kind {
+            OpKind::SeqRm => (seqs + u64::from(self.rm_all))
+                .saturating_mul(ranges)
+                .saturating_add(beyond),
+            OpKind::SeqCp => {
+                let copy_ranges = self.copy_ranges.as_ref().map_or(ranges, |r| n(r.len()));
+                let pairs = seqs.saturating_mul(seqs.saturating_sub(1));
+                u64::from(self.copies).saturating_mul(pairs.saturating_mul(copy_ranges))
+            }
+            OpKind::SeqKeep => u64::from(self.keep) * seqs,
+            OpKind::SeqAdd => per_seq_range(self.deltas.len()),
+            OpKind::SeqDiv => per_seq_range(self.divisors.len()),
+            OpKind::Clear => u64::from(self.clear),
+            OpKind::Decode => seqs
+                .saturating_mul(n(self.decode_next.len()))
+                .saturating_add(u64::from(self.decode_shared && seqs > 1))
+                .saturating_add(beyond),
+            OpKind::StateSeqSave => state * seqs.saturating_mul(flag_sets),
+            OpKind::StateSeqLoad => {
+                state * seqs.saturating_mul(flag_sets.saturating_add(truncates))
+            }
+            OpKind::StateSave => state,
+            OpKind::StateLoad => state * (1 + truncates),
+        }
     }
 
     /// Checks the size limits alone: the setup ([`check_setup_limits`]) and the op count

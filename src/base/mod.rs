@@ -9,6 +9,7 @@ pub mod error;
 pub mod exit;
 pub mod files;
 pub mod op;
+pub mod op_kind;
 pub mod probe;
 pub mod slots;
 pub mod state;

@@ -11,6 +11,7 @@ use arbitrary::Arbitrary;
 use serde::{Deserialize, Serialize};
 
 pub use super::config::{Arch, CacheType, MemoryType};
+pub use super::op_kind::{OpGroup, OpKind};
 
 /// A token position, as `llama_pos`.
 pub type Pos = i32;
@@ -356,32 +357,57 @@ impl From<Decode> for DecodeJson {
 }
 
 impl Op {
+    /// The op's kind: the one match from ops to their declaration ([`OpKind::info`]).
+    pub const fn kind(&self) -> OpKind {
+        match self {
+            Op::SeqRm { .. } => OpKind::SeqRm,
+            Op::SeqCp { .. } => OpKind::SeqCp,
+            Op::SeqKeep { .. } => OpKind::SeqKeep,
+            Op::SeqAdd { .. } => OpKind::SeqAdd,
+            Op::SeqDiv { .. } => OpKind::SeqDiv,
+            Op::Clear => OpKind::Clear,
+            Op::Decode(_) => OpKind::Decode,
+            Op::StateSeqSave { .. } => OpKind::StateSeqSave,
+            Op::StateSeqLoad { .. } => OpKind::StateSeqLoad,
+            Op::StateSave { .. } => OpKind::StateSave,
+            Op::StateLoad { .. } => OpKind::StateLoad,
+        }
+    }
+
+    /// The decode, if the op is one.
+    pub fn as_decode(&self) -> Option<&Decode> {
+        if let Op::Decode(d) = self {
+            Some(d)
+        } else {
+            None
+        }
+    }
+
+    /// The in-trace state buffer the op saves into or loads from, if it is a state op.
+    pub fn slot(&self) -> Option<&Slot> {
+        match self {
+            Op::StateSeqSave { slot, .. }
+            | Op::StateSeqLoad { slot, .. }
+            | Op::StateSave { slot }
+            | Op::StateLoad { slot, .. } => Some(slot),
+            Op::SeqRm { .. }
+            | Op::SeqCp { .. }
+            | Op::SeqKeep { .. }
+            | Op::SeqAdd { .. }
+            | Op::SeqDiv { .. }
+            | Op::Clear
+            | Op::Decode(_) => None,
+        }
+    }
+
     /// The op's name as in its JSON `op` field.
     pub fn name(&self) -> &'static str {
-        match self {
-            Op::SeqRm { .. } => "seq_rm",
-            Op::SeqCp { .. } => "seq_cp",
-            Op::SeqKeep { .. } => "seq_keep",
-            Op::SeqAdd { .. } => "seq_add",
-            Op::SeqDiv { .. } => "seq_div",
-            Op::Clear => "clear",
-            Op::Decode(_) => "decode",
-            Op::StateSeqSave { .. } => "state_seq_save",
-            Op::StateSeqLoad { .. } => "state_seq_load",
-            Op::StateSave { .. } => "state_save",
-            Op::StateLoad { .. } => "state_load",
-        }
+        self.kind().name()
     }
 
     /// Whether the op saves or loads state (the `state_*` ops).
     pub fn is_state_op(&self) -> bool {
-        matches!(
-            self,
-            Op::StateSeqSave { .. }
-                | Op::StateSeqLoad { .. }
-                | Op::StateSave { .. }
-                | Op::StateLoad { .. }
-        )
+        self.kind().group() == OpGroup::State
     }
 
     /// Calls `f` with each sequence id the op names (not -1).
@@ -420,37 +446,23 @@ fn range(p0: Pos, p1: Pos) -> String {
 impl fmt::Display for Op {
     /// The llama.h call the op stands for.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let call = self.kind().llama_fn();
         match self {
-            Op::SeqRm { seq, p0, p1 } => {
-                write!(f, "llama_memory_seq_rm(mem, {seq}, {})", range(*p0, *p1))
-            }
+            Op::SeqRm { seq, p0, p1 } => write!(f, "{call}(mem, {seq}, {})", range(*p0, *p1)),
             Op::SeqCp { src, dst, p0, p1 } => {
-                write!(
-                    f,
-                    "llama_memory_seq_cp(mem, {src}, {dst}, {})",
-                    range(*p0, *p1)
-                )
+                write!(f, "{call}(mem, {src}, {dst}, {})", range(*p0, *p1))
             }
-            Op::SeqKeep { seq } => write!(f, "llama_memory_seq_keep(mem, {seq})"),
+            Op::SeqKeep { seq } => write!(f, "{call}(mem, {seq})"),
             Op::SeqAdd { seq, p0, p1, delta } => {
-                write!(
-                    f,
-                    "llama_memory_seq_add(mem, {seq}, {}, {delta})",
-                    range(*p0, *p1)
-                )
+                write!(f, "{call}(mem, {seq}, {}, {delta})", range(*p0, *p1))
             }
-            Op::SeqDiv { seq, p0, p1, d } => write!(
-                f,
-                "llama_memory_seq_div(mem, {seq}, {}, {d})",
-                range(*p0, *p1)
-            ),
-            Op::Clear => write!(f, "llama_memory_clear(mem, true)"),
+            Op::SeqDiv { seq, p0, p1, d } => {
+                write!(f, "{call}(mem, {seq}, {}, {d})", range(*p0, *p1))
+            }
+            Op::Clear => write!(f, "{call}(mem, true)"),
             Op::StateSeqSave { seq, slot, flags } => match flags {
-                0 => write!(f, "{slot} = llama_state_seq_get_data(ctx, .., {seq})"),
-                _ => write!(
-                    f,
-                    "{slot} = llama_state_seq_get_data_ext(ctx, .., {seq}, {flags})"
-                ),
+                0 => write!(f, "{slot} = {call}(ctx, .., {seq})"),
+                _ => write!(f, "{slot} = {call}_ext(ctx, .., {seq}, {flags})"),
             },
             Op::StateSeqLoad {
                 seq,
@@ -461,21 +473,18 @@ impl fmt::Display for Op {
             } => {
                 let d = describe_damage(*truncate, *flip);
                 match flags {
-                    0 => write!(f, "llama_state_seq_set_data(ctx, {slot}{d}, {seq})"),
-                    _ => write!(
-                        f,
-                        "llama_state_seq_set_data_ext(ctx, {slot}{d}, {seq}, {flags})"
-                    ),
+                    0 => write!(f, "{call}(ctx, {slot}{d}, {seq})"),
+                    _ => write!(f, "{call}_ext(ctx, {slot}{d}, {seq}, {flags})"),
                 }
             }
-            Op::StateSave { slot } => write!(f, "{slot} = llama_state_get_data(ctx, ..)"),
+            Op::StateSave { slot } => write!(f, "{slot} = {call}(ctx, ..)"),
             Op::StateLoad {
                 slot,
                 truncate,
                 flip,
             } => {
                 let d = describe_damage(*truncate, *flip);
-                write!(f, "llama_state_set_data(ctx, {slot}{d})")
+                write!(f, "{call}(ctx, {slot}{d})")
             }
             Op::Decode(d) => {
                 let seqs = d
@@ -487,12 +496,12 @@ impl fmt::Display for Op {
                 match d.pos {
                     None => write!(
                         f,
-                        "llama_decode(ctx, {} token(s) into seq {{{seqs}}} at next pos)",
+                        "{call}(ctx, {} token(s) into seq {{{seqs}}} at next pos)",
                         d.n
                     ),
                     Some(p) => write!(
                         f,
-                        "llama_decode(ctx, {} token(s) into seq {{{seqs}}} at pos {p}..{})",
+                        "{call}(ctx, {} token(s) into seq {{{seqs}}} at pos {p}..{})",
                         d.n,
                         p + d.n as Pos - 1
                     ),

@@ -54,15 +54,33 @@ pub static DOCUMENTED: [Documented; 3] = [
 pub fn documented_difference(op: &Op, a: &OpOutcome, b: &OpOutcome) -> Option<&'static Documented> {
     use OpOutcome::{Decoded, Done, Refused};
     let pick = |name: &str| DOCUMENTED.iter().find(|d| d.name == name);
-    match (op, a, b) {
-        (Op::Decode(_), Decoded { rc: 1 }, Decoded { rc: 0 })
-        | (Op::Decode(_), Decoded { rc: 0 }, Decoded { rc: 1 }) => pick("capacity"),
-        (Op::Decode(_), Decoded { rc: -1 }, Decoded { rc: 0 })
-        | (Op::Decode(_), Decoded { rc: 0 }, Decoded { rc: -1 }) => pick("sequence ids"),
-        (Op::SeqCp { .. }, Refused { .. }, Done { .. })
-        | (Op::SeqCp { .. }, Done { .. }, Refused { .. }) => pick("cross-stream copy"),
-        (_, Refused { .. }, Done { .. }) | (_, Done { .. }, Refused { .. }) => pick("sequence ids"),
-        _ => None,
+    let refused_by_one = matches!(
+        (a, b),
+        (Refused { .. }, Done { .. }) | (Done { .. }, Refused { .. })
+    );
+    match op {
+        Op::Decode(_) => match (a, b) {
+            (Decoded { rc: 1 }, Decoded { rc: 0 }) | (Decoded { rc: 0 }, Decoded { rc: 1 }) => {
+                pick("capacity")
+            }
+            (Decoded { rc: -1 }, Decoded { rc: 0 }) | (Decoded { rc: 0 }, Decoded { rc: -1 }) => {
+                pick("sequence ids")
+            }
+            _ if refused_by_one => pick("sequence ids"),
+            _ => None,
+        },
+        Op::SeqCp { .. } if refused_by_one => pick("cross-stream copy"),
+        Op::SeqCp { .. } => None,
+        // Any other op that one configuration refuses names a sequence id it does not take.
+        Op::SeqRm { .. }
+        | Op::SeqKeep { .. }
+        | Op::SeqAdd { .. }
+        | Op::SeqDiv { .. }
+        | Op::Clear
+        | Op::StateSeqSave { .. }
+        | Op::StateSeqLoad { .. }
+        | Op::StateSave { .. }
+        | Op::StateLoad { .. } => refused_by_one.then(|| pick("sequence ids")).flatten(),
     }
 }
 

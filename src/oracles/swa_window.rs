@@ -52,10 +52,18 @@ fn violation(kind: &str, s: &SeqObservation, observed: serde_json::Value, n: u32
 
 /// Whether an op leaves every position where it was (rule 3 applies).
 pub fn keeps_positions(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Decode(_) | Op::SeqRm { .. } | Op::SeqCp { .. } | Op::SeqKeep { .. } | Op::Clear
-    )
+    match op {
+        Op::Decode(_) | Op::SeqRm { .. } | Op::SeqCp { .. } | Op::SeqKeep { .. } | Op::Clear => {
+            true
+        }
+        // Shifts move positions and loads replace them; rule 3 is not asked of saves either.
+        Op::SeqAdd { .. }
+        | Op::SeqDiv { .. }
+        | Op::StateSeqSave { .. }
+        | Op::StateSeqLoad { .. }
+        | Op::StateSave { .. }
+        | Op::StateLoad { .. } => false,
+    }
 }
 
 /// The first breach on one sequence (`before`: the same sequence right before the op, when

@@ -372,8 +372,8 @@ fn next_pos(
     setup: &Setup,
     op: &Op,
 ) -> Result<Option<i32>, HarnessError> {
-    match op {
-        Op::Decode(d) if d.pos.is_none() && (0..setup.n_seq_max as SeqId).contains(&d.seqs[0]) => {
+    match op.as_decode() {
+        Some(d) if d.pos.is_none() && (0..setup.n_seq_max as SeqId).contains(&d.seqs[0]) => {
             Ok(Some(target.seq_pos_max(d.seqs[0])? + 1))
         }
         _ => Ok(None),

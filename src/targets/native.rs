@@ -26,7 +26,7 @@ use native_kv::{
 };
 
 use crate::base::error::Error;
-use crate::base::op::{MemoryType, Op, Pos, SeqId, Setup, Slot};
+use crate::base::op::{MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
@@ -339,7 +339,13 @@ pub fn apply_state_op<M: MemoryOps>(
             };
             loaded(c.state_set_bytes(&bytes))
         }
-        _ => return None,
+        Op::SeqRm { .. }
+        | Op::SeqCp { .. }
+        | Op::SeqKeep { .. }
+        | Op::SeqAdd { .. }
+        | Op::SeqDiv { .. }
+        | Op::Clear
+        | Op::Decode(_) => return None,
     })
 }
 
@@ -540,14 +546,19 @@ impl CacheUnderTest for NativeTarget {
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
-        if let Some(outcome) = apply_state_op(&mut self.cache, &mut self.context, op, true) {
-            if matches!(op, Op::StateLoad { .. }) {
-                // A loaded context brings its own outputs: not the logits of our last decode.
-                self.last_logits = None;
-            }
-            return Ok(outcome);
-        }
         Ok(match op {
+            Op::StateSeqSave { .. }
+            | Op::StateSeqLoad { .. }
+            | Op::StateSave { .. }
+            | Op::StateLoad { .. } => {
+                let outcome = apply_state_op(&mut self.cache, &mut self.context, op, true)
+                    .expect("apply_state_op takes every state op");
+                if op.kind() == OpKind::StateLoad {
+                    // A loaded context brings its own outputs: not the logits of our last decode.
+                    self.last_logits = None;
+                }
+                outcome
+            }
             Op::Decode(d) => {
                 let rc = match self.cache.decode(&batch_of(d)) {
                     Ok(_) => 0,
@@ -558,7 +569,12 @@ impl CacheUnderTest for NativeTarget {
                 }
                 OpOutcome::Decoded { rc }
             }
-            other => apply_memory_op(&mut self.cache, other),
+            Op::SeqRm { .. }
+            | Op::SeqCp { .. }
+            | Op::SeqKeep { .. }
+            | Op::SeqAdd { .. }
+            | Op::SeqDiv { .. }
+            | Op::Clear => apply_memory_op(&mut self.cache, op),
         })
     }
 

@@ -226,13 +226,22 @@ impl CacheUnderTest for NativeTensorTarget {
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
-        // ON_DEVICE saves keep rows in the context: not modelled here (Unsupported).
-        if let Some(outcome) = apply_state_op(&mut self.cache, &mut self.context, op, false) {
-            return Ok(outcome);
-        }
         Ok(match op {
+            // ON_DEVICE saves keep rows in the context: not modelled here (Unsupported).
+            Op::StateSeqSave { .. }
+            | Op::StateSeqLoad { .. }
+            | Op::StateSave { .. }
+            | Op::StateLoad { .. } => {
+                apply_state_op(&mut self.cache, &mut self.context, op, false)
+                    .expect("apply_state_op takes every state op")
+            }
             Op::Decode(d) => self.decode(d),
-            other => crate::targets::native::apply_memory_op(&mut self.cache, other),
+            Op::SeqRm { .. }
+            | Op::SeqCp { .. }
+            | Op::SeqKeep { .. }
+            | Op::SeqAdd { .. }
+            | Op::SeqDiv { .. }
+            | Op::Clear => crate::targets::native::apply_memory_op(&mut self.cache, op),
         })
     }
 

@@ -11,7 +11,12 @@
 //! `cargo fuzz run` found crashing go in the same folder under their libFuzzer names
 //! (`crash-<sha1>`), and stay there as regression seeds.
 //!
-//! `worker_wire` reads the worker's request and reply lines (`targets::llama::worker::wire`).
+//! `worker_wire` reads the worker's request and reply lines (`targets::llama::worker::wire`);
+//! `trace` runs a `FuzzTrace` on the native cache (`engines::fuzz::fuzz_trace`).
+//!
+//! `fuzz_seeds::fuzz_crate_calls_the_library_bodies` keeps the fuzz crate buildable without
+//! building it (libFuzzer): each `fuzz/fuzz_targets/NAME.rs` must be the one-line call of a body
+//! listed here, so a body that is renamed or removed breaks this binary's build or that test.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -26,27 +31,107 @@ pub const MUTATIONS_PER_SEED: u64 = 2_000;
 
 type Body = fn(&[u8]);
 
-/// The fuzz targets with a body in the library, by `fuzz/fuzz_targets/` name.
-const TARGETS: [(&str, Body); 6] = [
-    ("repro_json", kvaudit::outputs::c_repro::fuzz_repro_json),
-    ("report_json", kvaudit::records::report::fuzz_report_json),
-    ("domain_toml", kvaudit::base::domain::fuzz_domain_toml),
-    ("gguf", kvaudit::model::gguf::fuzz_gguf),
-    ("seq_state", kvaudit::base::state::fuzz_seq_state),
-    (
-        "worker_wire",
-        kvaudit::targets::llama::worker::wire::fuzz_worker_wire,
-    ),
+/// A fuzz target's body in the library: its path as `fuzz/fuzz_targets/NAME.rs` calls it, and
+/// the function (`fuzz_NAME`).
+macro_rules! body {
+    ($path:path) => {
+        (stringify!($path), $path as Body)
+    };
+}
+
+/// The fuzz targets, each a body in the library: `fuzz/fuzz_targets/NAME.rs` for `fuzz_NAME`.
+const TARGETS: [(&str, Body); 7] = [
+    body!(kvaudit::outputs::c_repro::fuzz_repro_json),
+    body!(kvaudit::records::report::fuzz_report_json),
+    body!(kvaudit::base::domain::fuzz_domain_toml),
+    body!(kvaudit::model::gguf::fuzz_gguf),
+    body!(kvaudit::base::state::fuzz_seq_state),
+    body!(kvaudit::targets::llama::worker::wire::fuzz_worker_wire),
+    body!(kvaudit::engines::fuzz::fuzz_trace),
 ];
+
+/// A target's name: its body's name without `fuzz_`.
+fn target_name(path: &str) -> String {
+    let path: String = path.chars().filter(|c| !c.is_whitespace()).collect();
+    let last = path.rsplit("::").next().unwrap_or(&path);
+    last.strip_prefix("fuzz_").unwrap_or(last).to_string()
+}
+
+/// The fuzz crate (outside the workspace; building it needs libFuzzer) stays buildable because
+/// it holds nothing but calls into the library, which this binary compiles: each file of
+/// `fuzz/fuzz_targets/` is exactly the one-line call of a body in [`TARGETS`], and
+/// `fuzz/Cargo.toml` declares one binary per target.
+fn fuzz_crate_calls_the_library_bodies() -> Result<(), String> {
+    let dir = super::root().join("fuzz/fuzz_targets");
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let p = e.map_err(|e| e.to_string())?.path();
+        if p.extension().is_some_and(|x| x == "rs") {
+            files.push(p);
+        }
+    }
+    files.sort();
+    let mut names = Vec::new();
+    for p in &files {
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        let Some((path, _)) = TARGETS.iter().find(|(path, _)| target_name(path) == name) else {
+            return Err(format!("{}: no body in the library's TARGETS", display(p)));
+        };
+        let path: String = path.chars().filter(|c| !c.is_whitespace()).collect();
+        let code: Vec<String> = std::fs::read_to_string(p)
+            .map_err(|e| e.to_string())?
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//") && !l.trim().is_empty())
+            .map(|l| l.trim().to_string())
+            .collect();
+        let want = [
+            "#![no_main]".to_string(),
+            "use libfuzzer_sys::fuzz_target;".to_string(),
+            "fuzz_target!(|data: &[u8]| {".to_string(),
+            format!("{path}(data);"),
+            "});".to_string(),
+        ];
+        if code != want {
+            return Err(format!(
+                "{}: not the one-line call of {path}: {code:?}",
+                display(p)
+            ));
+        }
+        names.push(name);
+    }
+    let mut want: Vec<String> = TARGETS.iter().map(|(p, _)| target_name(p)).collect();
+    want.sort();
+    if names != want {
+        return Err(format!("fuzz/fuzz_targets/ holds {names:?}, the library's bodies are {want:?}"));
+    }
+    let manifest = std::fs::read_to_string(super::root().join("fuzz/Cargo.toml"))
+        .map_err(|e| e.to_string())?;
+    let mut bins: Vec<String> = manifest
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("path = \"fuzz_targets/"))
+        .filter_map(|l| l.strip_suffix(".rs\""))
+        .map(String::from)
+        .collect();
+    bins.sort();
+    if bins != want {
+        return Err(format!("fuzz/Cargo.toml builds {bins:?}, the targets are {want:?}"));
+    }
+    Ok(())
+}
 
 pub fn trials() -> Vec<Trial> {
     let mut trials = vec![Trial::test(
         "fuzz_seeds::generated_seeds_are_checked_in",
         || generated_seeds_are_checked_in().map_err(Into::into),
     )];
-    for (target, body) in TARGETS {
+    trials.push(Trial::test(
+        "fuzz_seeds::fuzz_crate_calls_the_library_bodies",
+        || fuzz_crate_calls_the_library_bodies().map_err(Into::into),
+    ));
+    for (path, body) in TARGETS {
+        let target = target_name(path);
         trials.push(Trial::test(format!("fuzz_seeds::{target}"), move || {
-            run_target(target, body).map_err(Into::into)
+            run_target(&target, body).map_err(Into::into)
         }));
     }
     trials

@@ -16,6 +16,7 @@
 //!   merged report equals the unsharded one.
 //! - `tests/data/resume/*.json`: audits stopped (in process, or the binary by a signal) and
 //!   resumed give the report of a run that was not stopped.
+//! - `ops.rs`: every op kind through every renderer, generator, shrinker move and domain axis.
 //! - `tidy.rs`: the architecture's invariants, read from the source (layers, `unsafe`, one state
 //!   parser, module docs).
 
@@ -33,6 +34,7 @@ mod llama_build;
 mod llama_config;
 mod measure;
 mod oracles;
+mod ops;
 mod resume;
 mod theorems;
 mod tidy;
@@ -113,6 +115,7 @@ fn main() {
     ));
     trials.extend(measure::trials());
     trials.extend(oracles::trials());
+    trials.extend(ops::trials());
     trials.extend(theorems::trials());
     trials.extend(tidy::trials());
     libtest_mimic::run(&args, trials).exit();

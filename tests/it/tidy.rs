@@ -12,6 +12,10 @@
 //! - `tidy::module_docs`: every module starts with `//!` docs.
 //! - `tidy::error_style`: no public function returns `Result<_, String>`.
 //! - `tidy::cli_outside_the_library`: the command line lives in the binary.
+//! - `tidy::ops_matched_exhaustively`: outside the op declaration (`base/op_kind.rs`), no
+//!   `matches!` names an op (`Op::..`, `OpKind::..`) and no `match` over ops has a catch-all arm
+//!   (`_ =>`, a bare binding, `Some(_)`): a new op kind must be a compiler error wherever ops are
+//!   told apart. It reads `src/` (the binary too), `benches/` and `fuzz/fuzz_targets/`.
 //!
 //! Test code (`#[cfg(test)]` items) is left out: tests may reach any layer. Each check also runs
 //! on a small made-up tree that breaks it (`tidy::checks_catch_*`), so a check that can no longer
@@ -36,6 +40,10 @@ const BYTE_DECODERS: [&str; 3] = [
     "base/state/rows.rs",
     "model/gguf/read.rs",
 ];
+
+/// The one module that may tell ops apart without an exhaustive `match`: the declaration of
+/// the op kinds.
+const OP_DECLARATION: &str = "src/base/op_kind.rs";
 
 /// A source file of the library: its path under `src/` and its text.
 pub struct Source {
@@ -74,6 +82,18 @@ pub fn library_sources() -> Vec<Source> {
     let mut out = Vec::new();
     walk(&src, &src, &mut out);
     out.retain(|s| s.path != "main.rs" && !s.path.starts_with("cli/"));
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// Every `.rs` file that tells ops apart: all of `src/` (the binary too), `benches/` and the fuzz
+/// targets, each by its path from the repository root.
+pub fn op_sources() -> Vec<Source> {
+    let root = super::root();
+    let mut out = Vec::new();
+    for dir in ["src", "benches", "fuzz/fuzz_targets"] {
+        walk(&root, &root.join(dir), &mut out);
+    }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
 }
@@ -554,6 +574,151 @@ pub fn check_module_docs(sources: &[Source]) -> Result<(), String> {
     }
 }
 
+/// Whether `text` names an op variant or kind: `Op::` or `OpKind::` as a whole path segment.
+fn names_an_op(text: &str) -> bool {
+    ["Op::", "OpKind::"].iter().any(|w| {
+        text.match_indices(w).any(|(i, _)| {
+            !text[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    })
+}
+
+/// The end (exclusive) of the bracketed group that opens at `open` (`(`, `[` or `{`).
+fn group_end(c: &[char], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (i, &ch) in c.iter().enumerate().skip(open) {
+        match ch {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    c.len()
+}
+
+/// The arm patterns of the `match` block `c[open..end]` (`open` at its `{`), guards included.
+fn arm_patterns(c: &[char], open: usize, end: usize) -> Vec<String> {
+    let mut pats = Vec::new();
+    let mut i = open + 1;
+    let close = end.saturating_sub(1);
+    while i < close {
+        // The pattern: up to `=>` outside brackets.
+        let start = i;
+        let mut depth = 0usize;
+        while i < close && !(depth == 0 && c[i] == '=' && c.get(i + 1) == Some(&'>')) {
+            match c[i] {
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            i += 1;
+        }
+        if i >= close {
+            break;
+        }
+        pats.push(c[start..i].iter().collect::<String>().trim().to_string());
+        i += 2;
+        while i < close && c[i].is_whitespace() {
+            i += 1;
+        }
+        // The arm's body: a block, or an expression up to `,` outside brackets.
+        if c.get(i) == Some(&'{') {
+            i = group_end(c, i);
+            while i < close && c[i].is_whitespace() {
+                i += 1;
+            }
+            if c.get(i) == Some(&',') {
+                i += 1;
+            }
+        } else {
+            let mut depth = 0usize;
+            while i < close && !(depth == 0 && c[i] == ',') {
+                match c[i] {
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+                i += 1;
+            }
+            i += 1;
+        }
+    }
+    pats
+}
+
+/// A pattern that matches whatever the arms before it did not: `_`, a bare binding, a tuple of
+/// wildcards, `Some(_)`.
+fn is_catch_all(pat: &str) -> bool {
+    let p: String = pat.chars().filter(|c| !c.is_whitespace()).collect();
+    let inner = p
+        .strip_prefix("Some(")
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or(&p);
+    let binding = |s: &str| {
+        let s = s.strip_prefix("ref").unwrap_or(s);
+        let s = s.strip_prefix("mut").unwrap_or(s);
+        !s.is_empty()
+            && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    binding(inner) || (inner.contains('_') && inner.chars().all(|c| "_(),.".contains(c)))
+}
+
+/// No `matches!` over ops and no catch-all arm in a `match` over ops, outside
+/// [`OP_DECLARATION`].
+pub fn check_op_matches(sources: &[Source]) -> Result<(), String> {
+    let mut bad = Vec::new();
+    for s in sources.iter().filter(|s| s.path != OP_DECLARATION) {
+        // Bracket characters as char literals (`'{'`) would unbalance the groups.
+        let mut code_text = s.code();
+        for b in ["'{'", "'}'", "'('", "')'", "'['", "']'"] {
+            code_text = code_text.replace(b, "' '");
+        }
+        let code: Vec<char> = code_text.chars().collect();
+        let line_of = |i: usize| code[..i].iter().filter(|&&c| c == '\n').count() + 1;
+        let text: String = code.iter().collect();
+        for (at, _) in text.match_indices("matches!(") {
+            let at = text[..at].chars().count();
+            let open = at + "matches!".len();
+            let end = group_end(&code, open);
+            if names_an_op(&code[open..end].iter().collect::<String>()) {
+                bad.push(format!("{}:{}: matches! over ops", s.path, line_of(at)));
+            }
+        }
+        for (at, _) in text.match_indices("match ") {
+            let at = text[..at].chars().count();
+            if at > 0 && (code[at - 1].is_ascii_alphanumeric() || code[at - 1] == '_') {
+                continue;
+            }
+            let Some(open) = (at..code.len()).find(|&i| code[i] == '{') else {
+                continue;
+            };
+            let end = group_end(&code, open);
+            let pats = arm_patterns(&code, open, end);
+            if pats.iter().any(|p| names_an_op(p)) && pats.iter().any(|p| is_catch_all(p)) {
+                bad.push(format!("{}:{}: a catch-all arm in a match over ops", s.path, line_of(at)));
+            }
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ops told apart without an exhaustive match (outside {OP_DECLARATION}; a new op kind \
+             would pass silently): {}",
+            bad.join(", ")
+        ))
+    }
+}
+
 fn run(
     f: fn(&[Source]) -> Result<(), String>,
 ) -> impl FnOnce() -> Result<(), libtest_mimic::Failed> {
@@ -582,6 +747,41 @@ pub fn trials() -> Vec<Trial> {
         Trial::test("tidy::one_state_parser", run(check_one_state_parser)),
         Trial::test("tidy::module_docs", run(check_module_docs)),
         Trial::test("tidy::error_style", run(check_error_style)),
+        Trial::test("tidy::ops_matched_exhaustively", move || {
+            super::outcome(check_op_matches(&op_sources()))
+        }),
+        Trial::test(
+            "tidy::checks_catch_a_catch_all_over_ops",
+            must_fail(
+                check_op_matches,
+                vec![
+                    Source::new(
+                        "src/oracles/x.rs",
+                        "//! x\nfn moves(op: &Op) -> bool {\n    match op {\n        Op::SeqAdd { .. } | Op::SeqDiv { .. } => true,\n        _ => false,\n    }\n}\n",
+                    ),
+                    Source::new(
+                        "src/engines/y.rs",
+                        "//! y\nfn f(op: &Op) -> bool {\n    matches!(\n        op,\n        Op::Clear\n    )\n}\n",
+                    ),
+                    Source::new(
+                        "benches/z.rs",
+                        "//! z\nfn g(op: Option<&Op>) -> u8 {\n    match op {\n        Some(Op::Decode(d)) => { 1 }\n        Some(other) => 2,\n        None => 0,\n    }\n}\n",
+                    ),
+                    Source::new(
+                        "src/base/op_kind.rs",
+                        "//! the declaration\nfn ok(k: OpKind) -> bool { matches!(k, OpKind::Clear) }\n",
+                    ),
+                ],
+                "src/oracles/x.rs:3: a catch-all arm in a match over ops, src/engines/y.rs:3: \
+                 matches! over ops, benches/z.rs:3: a catch-all arm in a match over ops",
+            ),
+        ),
+        Trial::test("tidy::checks_pass_an_exhaustive_match_over_ops", move || {
+            super::outcome(check_op_matches(&[Source::new(
+                "src/oracles/x.rs",
+                "//! x\nfn moves(op: &Op, o: Outcome) -> bool {\n    match o { Outcome::A => {}, _ => {} }\n    match op {\n        Op::SeqAdd { .. } | Op::SeqDiv { .. } => true,\n        Op::Decode(d) if d.n > 1 => { false }\n        Op::Decode(_) | Op::Clear => false,\n    }\n}\n",
+            )]))
+        }),
         Trial::test(
             "tidy::checks_catch_a_string_error",
             must_fail(

@@ -43,7 +43,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::base::op::{MemoryType, Op, Pos, SeqId, Setup, Slot};
+use crate::base::op::{MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
 use crate::base::target::{OpOutcome, SeqObservation};
 
 mod states;
@@ -141,15 +141,18 @@ impl TokenModel {
         for op in &setup.ops {
             let outcome = match op {
                 Op::Decode(_) => OpOutcome::Decoded { rc: 0 },
-                Op::SeqRm { .. } | Op::StateSeqSave { .. } | Op::StateSave { .. } => {
-                    OpOutcome::Done {
-                        returned: Some(true),
-                    }
-                }
-                Op::StateSeqLoad { .. } | Op::StateLoad { .. } => OpOutcome::Done {
+                Op::SeqRm { .. }
+                | Op::StateSeqSave { .. }
+                | Op::StateSave { .. }
+                | Op::StateSeqLoad { .. }
+                | Op::StateLoad { .. } => OpOutcome::Done {
                     returned: Some(true),
                 },
-                _ => OpOutcome::Done { returned: None },
+                Op::SeqCp { .. }
+                | Op::SeqKeep { .. }
+                | Op::SeqAdd { .. }
+                | Op::SeqDiv { .. }
+                | Op::Clear => OpOutcome::Done { returned: None },
             };
             m.apply(op, &outcome);
         }
@@ -236,7 +239,7 @@ impl TokenModel {
         ) {
             return;
         }
-        let refused_rm = matches!(op, Op::SeqRm { .. })
+        let refused_rm = op.kind() == OpKind::SeqRm
             && *outcome
                 == (OpOutcome::Done {
                     returned: Some(false),
@@ -252,15 +255,30 @@ impl TokenModel {
             | Op::StateSeqLoad { .. }
             | Op::StateLoad { .. }
             | Op::Clear => self.apply_state_op(op, outcome),
-            _ => {
+            Op::SeqRm { .. }
+            | Op::SeqCp { .. }
+            | Op::SeqKeep { .. }
+            | Op::SeqAdd { .. }
+            | Op::SeqDiv { .. }
+            | Op::Decode(_) => {
                 // In a hybrid model each layer's input depends on the layers below it, recurrent
                 // and attention alike: a token decoded while a sequence's state and attention
                 // cells held different tokens has rows and a state no fresh decode gives.
                 let mixed = match op {
-                    Op::Decode(d) if self.memory == MemoryType::Hybrid => {
-                        d.seqs.iter().any(|&s| !self.parts_agree(s))
+                    Op::Decode(d) => {
+                        self.memory == MemoryType::Hybrid
+                            && d.seqs.iter().any(|&s| !self.parts_agree(s))
                     }
-                    _ => false,
+                    Op::SeqRm { .. }
+                    | Op::SeqCp { .. }
+                    | Op::SeqKeep { .. }
+                    | Op::SeqAdd { .. }
+                    | Op::SeqDiv { .. }
+                    | Op::Clear
+                    | Op::StateSeqSave { .. }
+                    | Op::StateSeqLoad { .. }
+                    | Op::StateSave { .. }
+                    | Op::StateLoad { .. } => false,
                 };
                 let first_new = self.next_id;
                 if self.has_states() {
@@ -458,7 +476,13 @@ impl TokenModel {
                     _ => self.forget_all(),
                 }
             }
-            _ => {}
+            // The memory ops and decodes: apply_after sends them to the parts.
+            Op::SeqRm { .. }
+            | Op::SeqCp { .. }
+            | Op::SeqKeep { .. }
+            | Op::SeqAdd { .. }
+            | Op::SeqDiv { .. }
+            | Op::Decode(_) => {}
         }
     }
 

@@ -86,7 +86,15 @@ impl TokenModel {
                     }
                 }
             },
-            _ => {}
+            // A shift by 0 or a division by 1 moves nothing; clears, saves and loads go to
+            // apply_state_op.
+            Op::SeqAdd { .. }
+            | Op::SeqDiv { .. }
+            | Op::Clear
+            | Op::StateSeqSave { .. }
+            | Op::StateSeqLoad { .. }
+            | Op::StateSave { .. }
+            | Op::StateLoad { .. } => {}
         }
     }
 

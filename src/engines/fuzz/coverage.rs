@@ -143,7 +143,12 @@ fn op_class(op: &Op, before: Option<&StepObservation>) -> OpClass {
             None,
             u8::from(d.seqs.len() > 1) | (u8::from(d.pos.is_some()) << 1),
         ),
-        _ => (None, 0),
+        Op::SeqKeep { .. }
+        | Op::Clear
+        | Op::StateSeqSave { .. }
+        | Op::StateSeqLoad { .. }
+        | Op::StateSave { .. }
+        | Op::StateLoad { .. } => (None, 0),
     };
     OpClass {
         name: op.name(),

@@ -5,9 +5,10 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use proptest::prelude::*;
+use proptest::strategy::Union;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-use crate::base::op::{Decode, Op, Pos, SeqId, Slot, Trace};
+use crate::base::op::{Decode, Op, OpGroup, OpKind, Pos, SeqId, Slot, Trace};
 use crate::oracles::theorems::Theorem;
 use crate::records::fuzz::GenConfig;
 
@@ -120,60 +121,78 @@ fn decode(g: &GenConfig) -> BoxedStrategy<Decode> {
     .boxed()
 }
 
-/// A state op: a save or a load of a sequence (slot `a` or `b`) or of the whole context (slot
-/// `s`); one load in four is truncated.
-fn state_op(g: &GenConfig) -> BoxedStrategy<Op> {
+/// Ops of one kind. State ops save or load a sequence (slot `a` or `b`) or the whole context
+/// (slot `s`); one load in four is truncated.
+pub fn kind_strategy(kind: OpKind, g: &GenConfig) -> BoxedStrategy<Op> {
     let n = g.n_seqs();
+    let max_div = g.max_divisor;
     let slot =
         || prop_oneof![Just("a"), Just("b")].prop_map(|s| Slot::new(s).expect("a valid slot name"));
     let whole = || Slot::new("s").expect("a valid slot name");
-    let truncate = prop_oneof![3 => Just(None), 1 => (0u32..64).prop_map(Some)];
-    prop_oneof![
-        3 => (0..n, slot()).prop_map(|(seq, slot)| Op::StateSeqSave { seq, slot, flags: 0 }),
-        3 => (0..n, slot(), truncate.clone()).prop_map(|(seq, slot, truncate)| Op::StateSeqLoad {
-            seq,
-            slot,
-            flags: 0,
-            truncate,
-            flip: None,
-        }),
-        1 => Just(Op::StateSave { slot: whole() }),
-        1 => truncate.prop_map(move |truncate| Op::StateLoad {
-            slot: whole(),
-            truncate,
-            flip: None,
-        }),
-    ]
-    .boxed()
-}
-
-/// One op, any kind.
-pub fn op_strategy(g: &GenConfig) -> BoxedStrategy<Op> {
-    let memory = memory_op_strategy(g);
-    if g.state {
-        prop_oneof![5 => memory, 1 => state_op(g)].boxed()
-    } else {
-        memory
+    let truncate = || prop_oneof![3 => Just(None), 1 => (0u32..64).prop_map(Some)];
+    match kind {
+        OpKind::SeqRm => (prop_oneof![4 => 0..n, 1 => Just(-1)], range(g))
+            .prop_map(|(seq, (p0, p1))| Op::SeqRm { seq, p0, p1 })
+            .boxed(),
+        OpKind::SeqCp => (pair(n), copy_range(g))
+            .prop_map(|((src, dst), (p0, p1))| Op::SeqCp { src, dst, p0, p1 })
+            .boxed(),
+        OpKind::SeqKeep => (0..n).prop_map(|seq| Op::SeqKeep { seq }).boxed(),
+        OpKind::SeqAdd => (0..n, range(g), delta(g))
+            .prop_map(|(seq, (p0, p1), delta)| Op::SeqAdd { seq, p0, p1, delta })
+            .boxed(),
+        OpKind::SeqDiv => (0..n, range(g), 2..=max_div)
+            .prop_map(|(seq, (p0, p1), d)| Op::SeqDiv { seq, p0, p1, d })
+            .boxed(),
+        OpKind::Clear => Just(Op::Clear).boxed(),
+        OpKind::Decode => decode(g).prop_map(Op::Decode).boxed(),
+        OpKind::StateSeqSave => (0..n, slot())
+            .prop_map(|(seq, slot)| Op::StateSeqSave { seq, slot, flags: 0 })
+            .boxed(),
+        OpKind::StateSeqLoad => (0..n, slot(), truncate())
+            .prop_map(|(seq, slot, truncate)| Op::StateSeqLoad {
+                seq,
+                slot,
+                flags: 0,
+                truncate,
+                flip: None,
+            })
+            .boxed(),
+        OpKind::StateSave => Just(Op::StateSave { slot: whole() }).boxed(),
+        OpKind::StateLoad => truncate()
+            .prop_map(move |truncate| Op::StateLoad {
+                slot: whole(),
+                truncate,
+                flip: None,
+            })
+            .boxed(),
     }
 }
 
-/// One memory op or decode.
-fn memory_op_strategy(g: &GenConfig) -> BoxedStrategy<Op> {
-    let n = g.n_seqs();
-    let max_div = g.max_divisor;
-    prop_oneof![
-        8 => (prop_oneof![4 => 0..n, 1 => Just(-1)], range(g))
-            .prop_map(|(seq, (p0, p1))| Op::SeqRm { seq, p0, p1 }),
-        6 => (pair(n), copy_range(g)).prop_map(|((src, dst), (p0, p1))| Op::SeqCp { src, dst, p0, p1 }),
-        3 => (0..n).prop_map(|seq| Op::SeqKeep { seq }),
-        6 => (0..n, range(g), delta(g))
-            .prop_map(|(seq, (p0, p1), delta)| Op::SeqAdd { seq, p0, p1, delta }),
-        3 => (0..n, range(g), 2..=max_div)
-            .prop_map(|(seq, (p0, p1), d)| Op::SeqDiv { seq, p0, p1, d }),
-        1 => Just(Op::Clear),
-        10 => decode(g).prop_map(Op::Decode),
-    ]
+/// One op of `group`: each kind with its declared weight ([`OpKind::weight`]).
+fn group_strategy(group: OpGroup, g: &GenConfig) -> BoxedStrategy<Op> {
+    Union::new_weighted(
+        group
+            .kinds()
+            .map(|k| (k.weight(), kind_strategy(k, g)))
+            .collect(),
+    )
     .boxed()
+}
+
+/// One op, any kind: a memory op or decode, or (with `g.state`) a state op, the groups weighted
+/// by [`OpGroup::weight`].
+pub fn op_strategy(g: &GenConfig) -> BoxedStrategy<Op> {
+    let memory = group_strategy(OpGroup::Memory, g);
+    if g.state {
+        prop_oneof![
+            OpGroup::Memory.weight() => memory,
+            OpGroup::State.weight() => group_strategy(OpGroup::State, g),
+        ]
+        .boxed()
+    } else {
+        memory
+    }
 }
 
 fn role() -> BoxedStrategy<Role> {
@@ -497,22 +516,68 @@ fn arb_pair(u: &mut Unstructured<'_>, n: SeqId) -> arbitrary::Result<(SeqId, Seq
     Ok((a, (a + k) % n))
 }
 
-fn arb_op(u: &mut Unstructured<'_>, g: &GenConfig) -> arbitrary::Result<Op> {
+/// An item of `items`, drawn by weight from one byte (the weights sum to at most 256).
+fn arb_weighted<T: Copy>(u: &mut Unstructured<'_>, items: &[(u32, T)]) -> arbitrary::Result<T> {
+    let total: u32 = items.iter().map(|&(w, _)| w).sum();
+    let mut r = u32::from(u.int_in_range(0..=(total - 1) as u8)?);
+    for &(w, item) in items {
+        if r < w {
+            return Ok(item);
+        }
+        r -= w;
+    }
+    unreachable!("r is below the total weight")
+}
+
+/// One op, any kind, drawn by `arbitrary` with the weights of [`op_strategy`].
+pub fn arb_op(u: &mut Unstructured<'_>, g: &GenConfig) -> arbitrary::Result<Op> {
+    let weighted = |group: OpGroup| -> Vec<(u32, OpKind)> {
+        group.kinds().map(|k| (k.weight(), k)).collect()
+    };
+    let group = if g.state {
+        arb_weighted(
+            u,
+            &[
+                (OpGroup::Memory.weight(), OpGroup::Memory),
+                (OpGroup::State.weight(), OpGroup::State),
+            ],
+        )?
+    } else {
+        OpGroup::Memory
+    };
+    let kind = arb_weighted(u, &weighted(group))?;
+    arb_kind_op(u, g, kind)
+}
+
+/// An op of `kind`, as [`kind_strategy`] draws it.
+fn arb_kind_op(u: &mut Unstructured<'_>, g: &GenConfig, kind: OpKind) -> arbitrary::Result<Op> {
     let n = g.n_seqs();
     let seq = |u: &mut Unstructured<'_>| u.int_in_range(0..=n - 1);
-    Ok(match u.int_in_range(0..=36u8)? {
-        0..=7 => {
+    let slot = |u: &mut Unstructured<'_>| -> arbitrary::Result<Slot> {
+        let name = if u.arbitrary()? { "a" } else { "b" };
+        Ok(Slot::new(name).expect("a valid slot name"))
+    };
+    let whole = || Slot::new("s").expect("a valid slot name");
+    let truncate = |u: &mut Unstructured<'_>| -> arbitrary::Result<Option<u32>> {
+        Ok(if u.ratio(1, 4)? {
+            Some(u.int_in_range(0..=63)?)
+        } else {
+            None
+        })
+    };
+    Ok(match kind {
+        OpKind::SeqRm => {
             let seq = if u.ratio(1, 5)? { -1 } else { seq(u)? };
             let (p0, p1) = arb_range(u, g)?;
             Op::SeqRm { seq, p0, p1 }
         }
-        8..=13 => {
+        OpKind::SeqCp => {
             let (src, dst) = arb_pair(u, n)?;
             let (p0, p1) = arb_range(u, g)?;
             Op::SeqCp { src, dst, p0, p1 }
         }
-        14..=16 => Op::SeqKeep { seq: seq(u)? },
-        17..=22 => {
+        OpKind::SeqKeep => Op::SeqKeep { seq: seq(u)? },
+        OpKind::SeqAdd => {
             let s = seq(u)?;
             let (p0, p1) = arb_range(u, g)?;
             Op::SeqAdd {
@@ -522,7 +587,7 @@ fn arb_op(u: &mut Unstructured<'_>, g: &GenConfig) -> arbitrary::Result<Op> {
                 delta: arb_delta(u, g)?,
             }
         }
-        23..=25 => {
+        OpKind::SeqDiv => {
             let s = seq(u)?;
             let (p0, p1) = arb_range(u, g)?;
             Op::SeqDiv {
@@ -532,8 +597,8 @@ fn arb_op(u: &mut Unstructured<'_>, g: &GenConfig) -> arbitrary::Result<Op> {
                 d: u.int_in_range(2..=g.max_divisor)?,
             }
         }
-        26 => Op::Clear,
-        _ => {
+        OpKind::Clear => Op::Clear,
+        OpKind::Decode => {
             let k = u.int_in_range(1..=g.max_tokens)?;
             let mut d = Decode::next(seq(u)?, k);
             match u.int_in_range(0..=8u8)? {
@@ -546,6 +611,24 @@ fn arb_op(u: &mut Unstructured<'_>, g: &GenConfig) -> arbitrary::Result<Op> {
             }
             Op::Decode(d)
         }
+        OpKind::StateSeqSave => Op::StateSeqSave {
+            seq: seq(u)?,
+            slot: slot(u)?,
+            flags: 0,
+        },
+        OpKind::StateSeqLoad => Op::StateSeqLoad {
+            seq: seq(u)?,
+            slot: slot(u)?,
+            flags: 0,
+            truncate: truncate(u)?,
+            flip: None,
+        },
+        OpKind::StateSave => Op::StateSave { slot: whole() },
+        OpKind::StateLoad => Op::StateLoad {
+            slot: whole(),
+            truncate: truncate(u)?,
+            flip: None,
+        },
     })
 }
 

@@ -53,7 +53,8 @@ pub use crate::records::fuzz::{
 };
 pub use coverage::Coverage;
 pub use generate::{
-    case_runner, generate, op_strategy, theorem_trace_strategy, trace_strategy, FuzzTrace,
+    arb_op, case_runner, generate, kind_strategy, op_strategy, theorem_trace_strategy,
+    trace_strategy, FuzzTrace,
 };
 pub use guide::{guide_runner, Mutation, Mutator, FRESH_ONE_IN};
 
@@ -553,6 +554,62 @@ pub fn run_fuzz_with_queue(
     });
     sink(&Event::Done(Box::new(report.clone())));
     Ok((report, queue))
+}
+
+/// A comma-separated list from the environment variable `name`, or `default`.
+fn env_list(name: &str, default: &str) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_string())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// Fuzz target `trace` (`fuzz/fuzz_targets/trace.rs`, and `tests/it/fuzz_seeds.rs` over its
+/// seeds): a [`FuzzTrace`] drawn from `data`, run on the native cache and judged on every step.
+/// Panics when an oracle listed in `KVAUDIT_FUZZ_ORACLES` (default `I1,crash`; I2 is left out
+/// because an interior `seq_rm` breaks it by design) is violated, with the trace as JSON (save
+/// it and run `kvaudit shrink FILE`). Faults come from `KVAUDIT_FUZZ_INJECT` (e.g. `refcount`,
+/// a positive control). The judge and its target are made once per thread.
+#[doc(hidden)]
+pub fn fuzz_trace(data: &[u8]) {
+    use arbitrary::Arbitrary;
+    use std::cell::RefCell;
+
+    thread_local! {
+        static JUDGE: RefCell<(Judge, Vec<OracleId>)> = RefCell::new({
+            let faults = env_list("KVAUDIT_FUZZ_INJECT", "");
+            let factory = crate::targets::registry::TargetSpec::new("native", &faults)
+                .factory()
+                .expect("KVAUDIT_FUZZ_INJECT names known faults");
+            let judge = Judge::new(factory.as_ref(), None).expect("the native target starts");
+            let oracles = env_list("KVAUDIT_FUZZ_ORACLES", "I1,crash")
+                .iter()
+                .map(|o| OracleId::known(o).expect("KVAUDIT_FUZZ_ORACLES names oracles"))
+                .collect();
+            (judge, oracles)
+        });
+    }
+    let Ok(FuzzTrace(trace)) = FuzzTrace::arbitrary(&mut arbitrary::Unstructured::new(data)) else {
+        return;
+    };
+    JUDGE.with(|cell| {
+        let (judge, oracles) = &mut *cell.borrow_mut();
+        let verdict = judge.run(&trace).expect("the native target does not break");
+        if let Some(v) = verdict
+            .violations
+            .iter()
+            .find(|v| oracles.contains(&v.violation.oracle))
+        {
+            panic!(
+                "{} at step {}\n{trace}\ntrace (save it and run `kvaudit shrink FILE`):\n{}",
+                v.violation,
+                v.step,
+                serde_json::to_string(&trace).expect("traces serialize")
+            );
+        }
+    });
 }
 
 #[cfg(test)]

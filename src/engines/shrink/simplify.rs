@@ -6,7 +6,7 @@
 use crate::base::op::{Decode, Op, Pos, SeqId};
 
 /// `op` with sequence ids `a` and `b` swapped.
-pub(super) fn swap_seqs(op: &Op, a: SeqId, b: SeqId) -> Op {
+pub fn swap_seqs(op: &Op, a: SeqId, b: SeqId) -> Op {
     let sw = |s: SeqId| {
         if s == a {
             b

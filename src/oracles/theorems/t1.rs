@@ -15,7 +15,7 @@
 //!   same rows. With the window unset this is the seed's "window unset is a no-op" witness; with a
 //!   window, "windowed forward equals the `-inf`-masked reference".
 
-use crate::base::op::{Op, SeqId, Setup, Trace};
+use crate::base::op::{OpKind, SeqId, Setup, Trace};
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::model::forward::Model;
 
@@ -59,7 +59,7 @@ pub(crate) fn placement<'m>(
             let rows = target_rows(target, s)?;
             compare_rows(&mut m, &rows, &reference.seq_rows(s), hd, &label);
         }
-        if matches!(op, Op::Decode(_)) {
+        if op.kind() == OpKind::Decode {
             let Some(logits) = target.last_logits()? else {
                 return Err(TheoremError::unsupported(format!(
                     "{} exposes no logits",

@@ -52,9 +52,11 @@ pub fn never_saw_partner(trace: &Trace) -> Option<Trace> {
 }
 
 fn evicted_seq(trace: &Trace) -> Option<SeqId> {
-    trace.ops.iter().rev().find_map(|op| match *op {
-        Op::SeqRm { seq, .. } if seq >= 0 => Some(seq),
-        _ => None,
+    trace.ops.iter().rev().find_map(|op| {
+        let Op::SeqRm { seq, .. } = *op else {
+            return None;
+        };
+        (seq >= 0).then_some(seq)
     })
 }
 
@@ -69,7 +71,7 @@ pub fn never_saw_pair(trace: &Trace) -> Option<Pair> {
 /// trace compared when the trace ends with a decode into `seq` alone (then both sides' last token
 /// is `seq`'s last); a greedy continuation in `seq`.
 pub(crate) fn recompute_pair(theorem: Theorem, trace: &Trace, partner: Trace, seq: SeqId) -> Pair {
-    let ends_in_seq = matches!(trace.ops.last(), Some(Op::Decode(d)) if d.seqs == [seq]);
+    let ends_in_seq = trace.ops.last().and_then(Op::as_decode).is_some_and(|d| d.seqs == [seq]);
     Pair {
         theorem,
         left: trace.clone(),

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use native_kv::tensors::TensorShape;
 use native_kv::{BatchToken, CacheConfig, CellCache, Faults};
 
-use crate::base::op::{Op, Pos, SeqId, Trace};
+use crate::base::op::{Op, OpKind, Pos, SeqId, Trace};
 
 use super::pair::{Continuation, Pair};
 use super::reference::{fresh_prefill_partner, Reference};
@@ -100,9 +100,11 @@ pub fn check_window_bounds(faults: Faults, rows: &[BoundRow]) -> Verdict {
 }
 
 fn copied_seq(trace: &Trace) -> Option<SeqId> {
-    trace.ops.iter().rev().find_map(|op| match *op {
-        Op::SeqCp { dst, .. } if dst >= 0 => Some(dst),
-        _ => None,
+    trace.ops.iter().rev().find_map(|op| {
+        let Op::SeqCp { dst, .. } = *op else {
+            return None;
+        };
+        (dst >= 0).then_some(dst)
     })
 }
 
@@ -149,7 +151,7 @@ pub fn out_of_window_partner(trace: &Trace, window: u32) -> Option<Trace> {
     let r_at = trace
         .ops
         .iter()
-        .rposition(|op| matches!(op, Op::SeqRm { .. }))?;
+        .rposition(|op| op.kind() == OpKind::SeqRm)?;
     let mut x = Reference::new(&trace.setup, None);
     for op in trace.setup.ops.iter().chain(&trace.ops[..r_at]) {
         x.apply(op).ok()?;
@@ -190,13 +192,13 @@ fn continuation_seq(trace: &Trace, r_at: usize) -> Option<SeqId> {
     trace.ops[r_at + 1..]
         .iter()
         .rev()
-        .find_map(|op| match op {
-            Op::Decode(d) => Some(d.seqs[0]),
-            _ => None,
-        })
-        .or(match trace.ops[r_at] {
-            Op::SeqRm { seq, .. } if seq >= 0 => Some(seq),
-            _ => None,
+        .find_map(|op| op.as_decode().map(|d| d.seqs[0]))
+        .or_else(|| {
+            // trace.ops[r_at] is the eviction, a seq_rm.
+            let Op::SeqRm { seq, .. } = trace.ops[r_at] else {
+                return None;
+            };
+            (seq >= 0).then_some(seq)
         })
 }
 
@@ -206,10 +208,10 @@ pub fn out_of_window_pair(trace: &Trace, window: u32) -> Option<Pair> {
     let r_at = trace
         .ops
         .iter()
-        .rposition(|op| matches!(op, Op::SeqRm { .. }))?;
+        .rposition(|op| op.kind() == OpKind::SeqRm)?;
     let seq = continuation_seq(trace, r_at)?;
     let ends_in_decode =
-        r_at + 1 < trace.ops.len() && matches!(trace.ops.last(), Some(Op::Decode(_)));
+        r_at + 1 < trace.ops.len() && trace.ops.last().and_then(Op::as_decode).is_some();
     Some(Pair {
         theorem: Theorem::T3,
         left: trace.clone(),

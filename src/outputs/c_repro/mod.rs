@@ -165,13 +165,7 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         .ops
         .iter()
         .chain(t.ops.iter().take(step))
-        .filter_map(|op| match op {
-            Op::StateSeqSave { slot, .. }
-            | Op::StateSeqLoad { slot, .. }
-            | Op::StateSave { slot }
-            | Op::StateLoad { slot, .. } => Some(slot),
-            _ => None,
-        })
+        .filter_map(Op::slot)
         .collect();
     slots.sort();
     slots.dedup();

@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 
 use super::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim, ShimError};
-use crate::base::op::{Arch, MemoryType, Op, Pos, SeqId, Setup};
+use crate::base::op::{Arch, MemoryType, Op, OpKind, Pos, SeqId, Setup};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
@@ -395,7 +395,7 @@ impl CacheUnderTest for LlamaTarget {
         if outcome == (OpOutcome::Decoded { rc: 0 }) {
             self.logits_valid = true;
         }
-        if matches!(op, Op::StateLoad { .. }) {
+        if op.kind() == OpKind::StateLoad {
             // The loaded state brings its own output buffer: not the logits of our last decode.
             self.logits_valid = false;
         }
