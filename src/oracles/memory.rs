@@ -47,6 +47,11 @@ impl Allowed {
         }
     }
 
+    /// Exactly the accessors `s` answered.
+    pub fn answered(s: &SeqObservation) -> Allowed {
+        Allowed::exact((s.pos_min, s.pos_max))
+    }
+
     /// Whether the sequence's accessors are allowed.
     pub fn admits(&self, s: &SeqObservation) -> bool {
         (self.min.0..=self.min.1).contains(&s.pos_min) && s.pos_max == self.max
@@ -79,6 +84,27 @@ pub fn present(
         .iter()
         .copied()
         .filter(move |&p| (lo..=hi).contains(&p))
+}
+
+/// The accessor answers a twin may give after loading only `s`'s per-sequence dump
+/// (`llama_state_seq_set_data` into an emptied twin), judged against the original's own
+/// accessors, not against its cells. An iSWA memory answers both accessors from the windowed
+/// cache (src/llama-kv-cache-iswa.cpp:141-148), whose per-sequence dump leaves out the cells
+/// masked for the sequence's next token (src/llama-kv-cache.cpp:2098-2102): the twin's windowed
+/// cache holds the dump alone, so its `pos_min` may rise from the original's to the dump's
+/// smallest position, and its `pos_max`, the dump's largest (never masked), is the original's.
+/// The original's own -1 comes back as -1, whatever its base cache holds.
+pub fn reloaded(memory: MemoryType, s: &SeqObservation) -> Allowed {
+    match (memory, &s.second_cells) {
+        (MemoryType::Iswa, Some(windowed)) => Allowed {
+            min: (
+                s.pos_min,
+                windowed.first().copied().unwrap_or(s.pos_min).max(s.pos_min),
+            ),
+            max: s.pos_max,
+        },
+        _ => Allowed::answered(s),
+    }
 }
 
 /// The accessor answers the sequence's dumps allow under `memory`.
@@ -145,6 +171,29 @@ mod tests {
         );
         let empty = seq(-1, -1, &[], Some(&[]));
         assert!(allowed(MemoryType::Iswa, &empty).admits(&empty));
+    }
+
+    #[test]
+    fn a_reloaded_iswa_sequence_answers_what_its_windowed_cache_answered() {
+        // Measured on both pins (fuzz-gemma2, case 27): seq_add(0, 0, 1, 1), a decode that
+        // overwrote the masked cells of positions 1, seq_cp(0, 1, 0, 2): the base cache gives
+        // seq 1 positions 1, 1, the windowed cache nothing, and the accessors answer -1/-1.
+        // A twin loaded from seq 1's dump answers -1/-1 too: the original's own answer.
+        let s = seq(-1, -1, &[1, 1], Some(&[]));
+        assert!(reloaded(MemoryType::Iswa, &s).admits(&s));
+        assert!(
+            !allowed(MemoryType::Iswa, &s).admits(&s),
+            "I1 still judges the original against its base cache"
+        );
+        // The windowed cache held masked cells below the dump: the twin's pos_min may rise to
+        // the dump's smallest position, no further, and its pos_max stays.
+        let s = seq(0, 4, &[0, 1, 2, 3, 4], Some(&[1, 2, 3, 4]));
+        let r = reloaded(MemoryType::Iswa, &s);
+        assert!(r.admits(&seq(1, 4, &[], None)) && r.admits(&s));
+        assert!(!r.admits(&seq(2, 4, &[], None)) && !r.admits(&seq(1, 3, &[], None)));
+        for memory in [MemoryType::Kv, MemoryType::Recurrent, MemoryType::Hybrid] {
+            assert_eq!(reloaded(memory, &s), Allowed::exact((0, 4)));
+        }
     }
 
     #[test]
