@@ -99,7 +99,11 @@ pub fn reloaded(memory: MemoryType, s: &SeqObservation) -> Allowed {
         (MemoryType::Iswa, Some(windowed)) => Allowed {
             min: (
                 s.pos_min,
-                windowed.first().copied().unwrap_or(s.pos_min).max(s.pos_min),
+                windowed
+                    .first()
+                    .copied()
+                    .unwrap_or(s.pos_min)
+                    .max(s.pos_min),
             ),
             max: s.pos_max,
         },
