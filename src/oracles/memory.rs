@@ -19,7 +19,12 @@
 //!   The windowed *dump* leaves out cells masked for the next token that the windowed *cache*
 //!   may still hold, so the dumps pin `pos_max` (the base cache's largest position) and bound
 //!   `pos_min`: no smaller than the base cache's smallest position, no larger than the windowed
-//!   dump's smallest one. The window itself is judged by [`super::swa_window`].
+//!   dump's smallest one. The window itself is judged by [`super::swa_window`]. llama.cpp
+//!   answers from the windowed cache alone, so once that cache has dropped positions the base
+//!   cache still holds and an op brings them to the fore (a `seq_cp` below the window, a removal
+//!   of its tail), the answers fall below the base cache's: I1 findings, real by llama.h's words
+//!   (`corpora/i1_iswa_*.json`). A twin loaded from one sequence's dump is judged against the
+//!   original's own answers instead ([`reloaded`]).
 //! - **hybrid**: a position is present when both parts can serve it: the attention cache holds
 //!   it and it lies within the recurrent states' range (`llama_memory_hybrid::seq_pos_min` is
 //!   the max of the parts' minimums, `seq_pos_max` the min of their maximums,
