@@ -19,7 +19,12 @@
 //!   The windowed *dump* leaves out cells masked for the next token that the windowed *cache*
 //!   may still hold, so the dumps pin `pos_max` (the base cache's largest position) and bound
 //!   `pos_min`: no smaller than the base cache's smallest position, no larger than the windowed
-//!   dump's smallest one. The window itself is judged by [`super::swa_window`].
+//!   dump's smallest one. The window itself is judged by [`super::swa_window`]. llama.cpp
+//!   answers from the windowed cache alone, so once that cache has dropped positions the base
+//!   cache still holds and an op brings them to the fore (a `seq_cp` below the window, a removal
+//!   of its tail), the answers fall below the base cache's: I1 findings, real by llama.h's words
+//!   (`corpora/i1_iswa_*.json`). A twin loaded from one sequence's dump is judged against the
+//!   original's own answers instead ([`reloaded`]).
 //! - **hybrid**: a position is present when both parts can serve it: the attention cache holds
 //!   it and it lies within the recurrent states' range (`llama_memory_hybrid::seq_pos_min` is
 //!   the max of the parts' minimums, `seq_pos_max` the min of their maximums,
@@ -45,6 +50,11 @@ impl Allowed {
             min: (min, min),
             max,
         }
+    }
+
+    /// Exactly the accessors `s` answered.
+    pub fn answered(s: &SeqObservation) -> Allowed {
+        Allowed::exact((s.pos_min, s.pos_max))
     }
 
     /// Whether the sequence's accessors are allowed.
@@ -79,6 +89,31 @@ pub fn present(
         .iter()
         .copied()
         .filter(move |&p| (lo..=hi).contains(&p))
+}
+
+/// The accessor answers a twin may give after loading only `s`'s per-sequence dump
+/// (`llama_state_seq_set_data` into an emptied twin), judged against the original's own
+/// accessors, not against its cells. An iSWA memory answers both accessors from the windowed
+/// cache (src/llama-kv-cache-iswa.cpp:141-148), whose per-sequence dump leaves out the cells
+/// masked for the sequence's next token (src/llama-kv-cache.cpp:2098-2102): the twin's windowed
+/// cache holds the dump alone, so its `pos_min` may rise from the original's to the dump's
+/// smallest position, and its `pos_max`, the dump's largest (never masked), is the original's.
+/// The original's own -1 comes back as -1, whatever its base cache holds.
+pub fn reloaded(memory: MemoryType, s: &SeqObservation) -> Allowed {
+    match (memory, &s.second_cells) {
+        (MemoryType::Iswa, Some(windowed)) => Allowed {
+            min: (
+                s.pos_min,
+                windowed
+                    .first()
+                    .copied()
+                    .unwrap_or(s.pos_min)
+                    .max(s.pos_min),
+            ),
+            max: s.pos_max,
+        },
+        _ => Allowed::answered(s),
+    }
 }
 
 /// The accessor answers the sequence's dumps allow under `memory`.
@@ -145,6 +180,29 @@ mod tests {
         );
         let empty = seq(-1, -1, &[], Some(&[]));
         assert!(allowed(MemoryType::Iswa, &empty).admits(&empty));
+    }
+
+    #[test]
+    fn a_reloaded_iswa_sequence_answers_what_its_windowed_cache_answered() {
+        // Measured on both pins (fuzz-gemma2, case 27): seq_add(0, 0, 1, 1), a decode that
+        // overwrote the masked cells of positions 1, seq_cp(0, 1, 0, 2): the base cache gives
+        // seq 1 positions 1, 1, the windowed cache nothing, and the accessors answer -1/-1.
+        // A twin loaded from seq 1's dump answers -1/-1 too: the original's own answer.
+        let s = seq(-1, -1, &[1, 1], Some(&[]));
+        assert!(reloaded(MemoryType::Iswa, &s).admits(&s));
+        assert!(
+            !allowed(MemoryType::Iswa, &s).admits(&s),
+            "I1 still judges the original against its base cache"
+        );
+        // The windowed cache held masked cells below the dump: the twin's pos_min may rise to
+        // the dump's smallest position, no further, and its pos_max stays.
+        let s = seq(0, 4, &[0, 1, 2, 3, 4], Some(&[1, 2, 3, 4]));
+        let r = reloaded(MemoryType::Iswa, &s);
+        assert!(r.admits(&seq(1, 4, &[], None)) && r.admits(&s));
+        assert!(!r.admits(&seq(2, 4, &[], None)) && !r.admits(&seq(1, 3, &[], None)));
+        for memory in [MemoryType::Kv, MemoryType::Recurrent, MemoryType::Hybrid] {
+            assert_eq!(reloaded(memory, &s), Allowed::exact((0, 4)));
+        }
     }
 
     #[test]

@@ -8,14 +8,16 @@
 //!
 //! Per memory type: the cells of both parts must come back (an iSWA memory's windowed dump, a
 //! hybrid memory's recurrent states). One exception: an iSWA memory's per-sequence dump leaves
-//! out the windowed cells masked for the next token (src/llama-kv-cache.cpp:1996 / :2100), which
+//! out the windowed cells masked for the next token (src/llama-kv-cache.cpp:2098-2102), which
 //! the original may still hold and count in `seq_pos_min` (docs/memory-types.md), so after a
-//! per-sequence load the twin's `pos_min` need only be one the original's dumps allow
-//! ([`super::memory::allowed`]).
+//! per-sequence load the twin's `pos_min` may rise from the original's to the dump's smallest
+//! position ([`super::memory::reloaded`]). The twin is judged against the original's own
+//! answers, which come from its windowed cache (src/llama-kv-cache-iswa.cpp:141-148), never
+//! against its base cells: whether those answers are right is I1's question.
 
 use serde_json::json;
 
-use super::memory::allowed;
+use super::memory::{reloaded, Allowed};
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::op::MemoryType;
 use crate::base::target::{Observe, SeqObservation, StepObservation};
@@ -34,16 +36,10 @@ fn seq_view(s: &SeqObservation) -> serde_json::Value {
     v
 }
 
-/// Whether the twin `b` gives back the original `a`; `windowed_min_may_rise`: an iSWA
-/// per-sequence load, whose twin's `pos_min` need only be one `a`'s dumps allow.
-fn same(a: &SeqObservation, b: &SeqObservation, windowed_min_may_rise: bool) -> bool {
-    let min_ok = if windowed_min_may_rise {
-        let allowed = allowed(MemoryType::Iswa, a);
-        (allowed.min.0..=allowed.min.1).contains(&b.pos_min)
-    } else {
-        a.pos_min == b.pos_min
-    };
-    min_ok && a.pos_max == b.pos_max && a.cells == b.cells && a.second_cells == b.second_cells
+/// Whether the twin `b` gives back the original `a`; `accessors`: the answers `b` may give
+/// (exactly `a`'s after a whole load, [`reloaded`] after a per-sequence one).
+fn same(a: &SeqObservation, b: &SeqObservation, accessors: Allowed) -> bool {
+    accessors.admits(b) && a.cells == b.cells && a.second_cells == b.second_cells
 }
 
 fn violation(
@@ -64,7 +60,6 @@ fn violation(
 /// The first way the round trip in `after` (of a `memory`) differs from `after` itself, if any
 /// (`None` also when the target made no round trip).
 pub fn check_round_trip(after: &StepObservation, memory: MemoryType) -> Option<Violation> {
-    let iswa = memory == MemoryType::Iswa;
     let rt = after.round_trip.as_ref()?;
     if !rt.whole_loaded {
         return Some(violation(
@@ -75,7 +70,7 @@ pub fn check_round_trip(after: &StepObservation, memory: MemoryType) -> Option<V
         ));
     }
     for (orig, twin) in after.seqs.iter().zip(&rt.whole_twin) {
-        if !same(orig, twin, false) {
+        if !same(orig, twin, Allowed::answered(orig)) {
             return Some(violation(
                 "whole load differs",
                 Some(orig.seq),
@@ -93,7 +88,7 @@ pub fn check_round_trip(after: &StepObservation, memory: MemoryType) -> Option<V
                 json!("the bytes llama_state_seq_get_data wrote load"),
             ));
         }
-        if !same(orig, &s.twin, iswa) {
+        if !same(orig, &s.twin, reloaded(memory, orig)) {
             return Some(violation(
                 "seq load differs",
                 Some(orig.seq),

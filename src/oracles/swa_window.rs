@@ -1,8 +1,15 @@
 //! **swa-window**: an iSWA memory's windowed cache follows positions (shared/seeds/000, T3: the
 //! sliding window is keyed off the absolute position, never off a cell's index or the order
-//! tokens arrived in). Judged on every sequence of an iSWA memory (`gemma2`), from its two dumps:
-//! the base (full) cache's cells `B` and the windowed cache's dump `W`, with `M` the largest
-//! position of `B` and `n` the window ([`crate::base::op::Arch::swa_window`]):
+//! tokens arrived in). Judged on every sequence of an iSWA memory (`gemma2`), from its two dumps
+//! and its accessors: the base (full) cache's cells `B`, the windowed cache's dump `W`, and `M`
+//! the windowed cache's own largest position of the sequence, with `n` the window
+//! ([`crate::base::op::Arch::swa_window`]). `M` is the key llama.cpp masks by
+//! (`cells.seq_pos_max(seq_id)` of the windowed cache) and what the memory answers for
+//! `seq_pos_max` (`llama_kv_cache_iswa::seq_pos_max` asks the windowed cache alone,
+//! src/llama-kv-cache-iswa.cpp:146-148). It is not the base cache's largest position: once the
+//! windowed cache has overwritten masked cells, a `seq_cp` of a range below its window, a
+//! removal of its tail or a shift of a position it dropped leaves the base cache holding larger
+//! positions than the windowed one (that disagreement is I1's finding, not this oracle's).
 //!
 //! 1. `W` holds no position that `B` does not: llama.cpp sends every op to both caches
 //!    (src/llama-kv-cache-iswa.cpp:111-140), and only the windowed one forgets.
@@ -13,9 +20,9 @@
 //! 3. An op that moves no position (decode, `seq_rm`, `seq_cp`, `seq_keep`, `clear`) never takes
 //!    from `W` a position that is still in `B` and that the sequence's next token attends
 //!    (`M + 1 - p < n`): the windowed cache overwrites a cell only when it is masked for its
-//!    sequence's next token (src/llama-kv-cache.cpp:1075, `seq_pos_max + 1`), so the dump's
-//!    oldest position (`M - p = n - 1`) may go. This is what catches an eviction one position
-//!    early.
+//!    sequence's next token (src/llama-kv-cache.cpp:1075, `seq_pos_max + 1` of the windowed
+//!    cache), so the dump's oldest position (`M - p = n - 1`) may go. This is what catches an
+//!    eviction one position early.
 //!
 //! Not judged on other memory types (`judges` is false: counted as not judged, never passed).
 //! After a purge, a removal at the tail can leave `W` without positions that are back inside
@@ -79,9 +86,8 @@ fn check_seq(s: &SeqObservation, before: Option<&SeqObservation>, n: u32) -> Opt
             n,
         ));
     }
-    let Some(&max) = base.last() else {
-        return None;
-    };
+    // The windowed cache's own seq_pos_max, as the memory answers it (-1: it holds nothing).
+    let max = s.pos_max;
     let inside = |p: Pos| i64::from(max) - i64::from(p) < i64::from(n);
     if let Some(&p) = windowed.iter().find(|&&p| !inside(p)) {
         return Some(violation(
@@ -91,8 +97,8 @@ fn check_seq(s: &SeqObservation, before: Option<&SeqObservation>, n: u32) -> Opt
             n,
         ));
     }
-    // The slot search keys off the next token (`seq_pos_max + 1`), the dump off `seq_pos_max`:
-    // the oldest position of the dump may be overwritten legitimately.
+    // The slot search keys off the windowed cache's next token (`seq_pos_max + 1`), the dump
+    // off its `seq_pos_max`: the oldest position of the dump may be overwritten legitimately.
     let attended = |p: Pos| i64::from(max) + 1 - i64::from(p) < i64::from(n);
     let had = before.and_then(|b| b.second_cells.as_deref())?;
     let now: BTreeSet<Pos> = windowed.iter().copied().collect();
@@ -180,11 +186,13 @@ mod tests {
     use crate::base::op::Decode;
     use crate::base::target::OpOutcome;
 
+    /// A sequence whose accessors answer what its windowed cache holds (`pos_max`: the dump's
+    /// largest position, which the dump never masks).
     fn seq(cells: &[Pos], windowed: &[Pos]) -> SeqObservation {
         SeqObservation {
             seq: 0,
-            pos_min: 0,
-            pos_max: 0,
+            pos_min: windowed.first().copied().unwrap_or(-1),
+            pos_max: windowed.last().copied().unwrap_or(-1),
             cells: cells.to_vec(),
             second_cells: Some(windowed.to_vec()),
         }
@@ -230,6 +238,32 @@ mod tests {
             p1: -1,
         };
         assert!(check_swa_window(&rm, &s, 4).is_none());
+    }
+
+    #[test]
+    fn the_window_is_keyed_off_the_windowed_caches_own_maximum() {
+        // Measured on both pins (fuzz-gemma2, case 186): the windowed cache overwrote seq 0's
+        // masked cells up to position 4, then seq_cp(0, 1, 0, 5) gave seq 1 the base cache's
+        // positions 2..4 while the windowed cache had none of them left: seq 1's windowed
+        // cache holds position 0 alone and the memory answers pos_max 0. The dump keeps 0
+        // (masked against the windowed cache's own maximum, 0); measured from the base cache's
+        // maximum (4) it would be outside the window.
+        let copied = seq(&[0, 2, 3, 3, 4, 4], &[0]);
+        let cp = Op::SeqCp {
+            src: 0,
+            dst: 1,
+            p0: 0,
+            p1: 5,
+        };
+        let s = step(seq(&[0], &[0]), copied.clone());
+        assert!(check_swa_window(&cp, &s, 4).is_none());
+        // Keyed off the base cache's maximum, the same dump would breach rule 2.
+        let base_keyed = SeqObservation {
+            pos_max: 4,
+            ..copied
+        };
+        let v = check_swa_window(&cp, &step(seq(&[0], &[0]), base_keyed), 4).unwrap();
+        assert_eq!(v.kind, OUTSIDE_WINDOW);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::ops::c_array;
 use super::ReproInput;
+use crate::base::op::MemoryType;
 
 /// Statements before the per-sequence loop.
 pub(super) fn emit_before_seqs(s: &mut String, input: &ReproInput) {
@@ -131,17 +132,19 @@ fn emit_probe_check(s: &mut String, tolerance: f64) {
 fn emit_swa_window_check(s: &mut String, n: u32, rule3: bool) {
     let _ = writeln!(s, "        {{ int b[4096]; int nb; int w[4096]; int nw = resident_iswa(ctx, sq, b, &nb, w, 4096);");
     let _ = writeln!(s, "          printf(\"  windowed cache (seq %d): %d cells:\", sq, nw); for (int i = 0; i < nw; i++) printf(\" %d\", w[i]); printf(\"\\n\");");
-    let _ = writeln!(s, "          int mx_b = nb ? b[nb - 1] : -1;");
+    // The window is keyed off the windowed cache's own seq_pos_max, which the memory answers
+    // (`mx`; src/llama-kv-cache-iswa.cpp:146-148), not the base cache's largest position.
+    let _ = writeln!(s, "          int mx_w = mx;");
     let _ = writeln!(s, "          for (int i = 0; i < nw; i++) {{");
     let _ = writeln!(s, "            if (!has_pos(b, nb, w[i])) {{ printf(\"swa-window violated: the windowed cache holds %d, the base cache does not\\n\", w[i]); reproduced = 1; }}");
-    let _ = writeln!(s, "            else if (mx_b - w[i] >= {n}) {{ printf(\"swa-window violated: the windowed cache holds %d, outside the window of %d\\n\", w[i], mx_b); reproduced = 1; }}");
+    let _ = writeln!(s, "            else if (mx_w - w[i] >= {n}) {{ printf(\"swa-window violated: the windowed cache holds %d, outside the window of %d\\n\", w[i], mx_w); reproduced = 1; }}");
     let _ = writeln!(s, "          }}");
     if rule3 {
         let _ = writeln!(
             s,
             "          for (int i = 0; i < swa_nbefore[k]; i++) {{ int p = swa_before[k][i];"
         );
-        let _ = writeln!(s, "            if (has_pos(b, nb, p) && mx_b + 1 - p < {n} && !has_pos(w, nw, p)) {{ printf(\"swa-window violated: the windowed cache lost %d, which the next token (%d) attends\\n\", p, mx_b + 1); reproduced = 1; }}");
+        let _ = writeln!(s, "            if (has_pos(b, nb, p) && mx_w + 1 - p < {n} && !has_pos(w, nw, p)) {{ printf(\"swa-window violated: the windowed cache lost %d, which the next token (%d) attends\\n\", p, mx_w + 1); reproduced = 1; }}");
         let _ = writeln!(s, "          }}");
     }
     let _ = writeln!(s, "        }}");
@@ -166,6 +169,15 @@ pub(super) fn emit_seq_check(s: &mut String, input: &ReproInput) {
                 .and_then(|i| t.ops.get(i))
                 .is_some_and(crate::oracles::swa_window::keeps_positions);
             emit_swa_window_check(s, t.setup.arch.swa_window().unwrap_or(0), rule3);
+        }
+        "I1" if input.trace.setup.arch.memory() == MemoryType::Iswa => {
+            // memory::allowed: pos_max is the base cache's largest position, pos_min between
+            // the base cache's smallest and the windowed dump's smallest.
+            let _ = writeln!(
+                s,
+                "        int wmin = nwin ? win[0] : tmax; if (wmin < tmin) wmin = tmin;"
+            );
+            let _ = writeln!(s, "        if (tmax < 0 ? (mn != -1 || mx != -1) : (mx != tmax || mn < tmin || mn > wmin)) {{ printf(\"I1 violated: accessors say [%d, %d], the base cache holds [%d, %d], the windowed dump starts at %d\\n\", mn, mx, tmin, tmax, nwin ? win[0] : -1); reproduced = 1; }}");
         }
         "I1" => {
             let _ = writeln!(s, "        if (mn != tmin || mx != tmax) {{ printf(\"I1 violated: accessors say [%d, %d], the state says [%d, %d]\\n\", mn, mx, tmin, tmax); reproduced = 1; }}");

@@ -233,29 +233,22 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         "    for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {{"
     );
     let _ = writeln!(s, "        llama_seq_id sq = check[k];");
-    // The positions present for the sequence, by memory type (src/oracles/memory.rs): the
-    // iSWA memory's accessors are bounded, not pinned, by its dumps, so its cells are not
-    // parsed here (docs/memory-types.md).
+    // The positions present for the sequence, by memory type (src/oracles/memory.rs): an
+    // iSWA memory's are its base cache's, and its windowed dump (`win`, `nwin`) bounds
+    // `seq_pos_min` (docs/memory-types.md).
     let reader = match t.setup.arch.memory() {
-        MemoryType::Kv => Some("resident"),
-        MemoryType::Recurrent => Some("resident_recurrent"),
-        MemoryType::Hybrid => Some("resident_hybrid"),
-        MemoryType::Iswa => None,
+        MemoryType::Kv => "resident",
+        MemoryType::Recurrent => "resident_recurrent",
+        MemoryType::Hybrid => "resident_hybrid",
+        MemoryType::Iswa => "",
     };
-    match reader {
-        Some(f) => {
-            let _ = writeln!(
-                s,
-                "        int cells[4096]; int n = {f}(ctx, sq, cells, 4096);"
-            );
-        }
-        None => {
-            let _ = writeln!(
-                s,
-                "        int cells[1] = {{0}}; int n = 0; /* {} memory: cells not parsed */",
-                t.setup.arch.memory()
-            );
-        }
+    if reader.is_empty() {
+        let _ = writeln!(s, "        int cells[4096]; int n = 0; int win[4096]; int nwin = resident_iswa(ctx, sq, cells, &n, win, 4096); (void)nwin;");
+    } else {
+        let _ = writeln!(
+            s,
+            "        int cells[4096]; int n = {reader}(ctx, sq, cells, 4096);"
+        );
     }
     let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
     let _ = writeln!(
