@@ -82,11 +82,11 @@ pub fn judge_run(
     };
     let crashes = std::iter::once((false, a)).chain(b.map(|b| (true, b)));
     let crash = crashes
-        .filter_map(|(on_vs, run)| match &run.end {
-            TrialEnd::Crashed { step, message } => Some((*step, on_vs, message.as_str())),
-            _ => None,
+        .filter_map(|(on_vs, run)| {
+            let (step, message, observation) = run.crash()?;
+            Some((step, on_vs, message, observation))
         })
-        .min_by_key(|(step, _, _)| *step);
+        .min_by_key(|(step, ..)| *step);
     out.logits_probes = a
         .steps
         .iter()
@@ -143,9 +143,13 @@ pub fn judge_run(
                             .then(|| (i + 1, oracle.check(&seen), false))
                     })
             }
-            Reads::Crash => crash.and_then(|(step, on_vs, message)| {
+            Reads::Crash => crash.and_then(|(step, on_vs, message, observation)| {
                 let op = step.checked_sub(1).and_then(|i| trace.ops.get(i));
-                let seen = Seen::Crash { op, message };
+                let seen = Seen::Crash {
+                    op,
+                    message,
+                    observation,
+                };
                 (!oracle.holds(&seen)).then(|| (step, oracle.check(&seen), on_vs))
             }),
             Reads::Runs => None,
