@@ -106,6 +106,12 @@ impl Oracle for Crash {
                 seed_depth: None,
                 evidence: "llama/hang_0.1.161.json",
             },
+            PositiveControl {
+                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+                target: "llama.cpp@0.1.161",
+                seed_depth: None,
+                evidence: "llama/observation_crash_whole_0.1.161.json",
+            },
         ]
     }
 
