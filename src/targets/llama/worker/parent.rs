@@ -18,6 +18,7 @@ use super::wire::{
 use super::WorkerSpec;
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::target::{HarnessError, Observation, TargetInfo};
+use crate::oracles::crash::{crash_kind, HEAP_CORRUPTION};
 use crate::running::runner::{
     ObservationCrash, Skipped, StartedBatch, TrialEnd, TrialRun, TrialRunner,
 };
@@ -530,6 +531,7 @@ impl WorkerRunner {
             }
             let Some((at, end, observing)) = died else { break };
             let crashed = todo[at];
+            let observing = blamed_observation(observing, &end);
             out[crashed] = Some(match (observing, end) {
                 (Some(what), TrialEnd::Crashed { step, message }) => {
                     // The op returned: its prefix does not crash (a longer trial that does not
@@ -600,16 +602,16 @@ impl WorkerRunner {
             let sent = self.send(std::slice::from_ref(trace), last_only, true);
             self.skipped.clear();
             let (mut runs, died) = sent?;
-            match died {
+            match died.map(|(at, end, o)| (at, blamed_observation(o, &end), end)) {
                 None => {
                     let mut run = runs.pop().expect("one run per trace");
                     run.observation_crash = Some(first);
                     return Ok(run);
                 }
-                Some((_, TrialEnd::Crashed { step, message }, Some(what))) => {
+                Some((_, Some(what), TrialEnd::Crashed { step, message })) => {
                     crash = (step, what, message);
                 }
-                Some((_, end, _)) => {
+                Some((_, _, end)) => {
                     return Ok(TrialRun {
                         observation_crash: Some(first),
                         ..TrialRun::new(vec![], end)
@@ -618,6 +620,17 @@ impl WorkerRunner {
             }
         }
     }
+}
+
+/// The observation a crash is blamed on: what the worker was observing, unless glibc's
+/// allocator aborted. It finds a corrupted heap at a later malloc or free than the write that
+/// corrupted it, so such an abort while observing is the op's (a decode writing out of bounds:
+/// corpora/crash_decode_next_pos_seq_id_out_of_range.json), as before observation crashes had
+/// a class.
+fn blamed_observation(observing: Option<Observation>, end: &TrialEnd) -> Option<Observation> {
+    observing.filter(|_| {
+        !matches!(end, TrialEnd::Crashed { message, .. } if crash_kind(message) == HEAP_CORRUPTION)
+    })
 }
 
 /// What the worker's signal handler reported last: the trial within the request, the step
