@@ -299,6 +299,93 @@ impl Observe {
     }
 }
 
+/// One of the observations a runner makes after an op: the stage an observation crash names
+/// (the op ran and returned; this, observing its result, did not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Observation {
+    /// The accessors and per-sequence dumps (`seq_pos_min/max`, `llama_state_seq_get_data`):
+    /// what every step oracle reads, so a crash here leaves the step unobserved.
+    Sequences,
+    /// The sequences right before the op ([`Observe::before`]).
+    Before,
+    /// The whole-context dump (`llama_state_get_data`, [`Observe::whole`]).
+    Whole,
+    /// The round trip into the twin ([`Observe::round_trip`]).
+    RoundTrip,
+    /// The logits probe after the trial's last op ([`Observe::logits`]).
+    Probe,
+}
+
+impl Observation {
+    /// Every observation, in the order a step makes them (the code of each is its index).
+    pub const ALL: [Observation; 5] = [
+        Observation::Sequences,
+        Observation::Before,
+        Observation::Whole,
+        Observation::RoundTrip,
+        Observation::Probe,
+    ];
+
+    /// What it is, for people: reports name the observation that crashed with it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Observation::Sequences => "the per-sequence dumps",
+            Observation::Before => "the cells before the op",
+            Observation::Whole => "the whole dump",
+            Observation::RoundTrip => "the twin round trip",
+            Observation::Probe => "the logits probe",
+        }
+    }
+
+    /// Its name on the command line and in test hooks (`whole`, `round-trip`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Observation::Sequences => "sequences",
+            Observation::Before => "before",
+            Observation::Whole => "whole",
+            Observation::RoundTrip => "round-trip",
+            Observation::Probe => "probe",
+        }
+    }
+
+    /// The observation called `name` ([`Observation::name`]).
+    pub fn from_name(name: &str) -> Option<Observation> {
+        Observation::ALL.into_iter().find(|o| o.name() == name)
+    }
+
+    /// A small number for the worker's signal report (1-based; 0 there means "running the op").
+    pub fn code(self) -> usize {
+        Observation::ALL
+            .iter()
+            .position(|&o| o == self)
+            .expect("listed")
+            + 1
+    }
+
+    /// The observation of a signal report's code ([`Observation::code`]).
+    pub fn from_code(code: usize) -> Option<Observation> {
+        code.checked_sub(1)
+            .and_then(|i| Observation::ALL.get(i))
+            .copied()
+    }
+}
+
+impl Observe {
+    /// This, without `what` (the accessors and per-sequence dumps cannot be left out: `None`).
+    pub fn without(self, what: Observation) -> Option<Observe> {
+        let mut o = self;
+        match what {
+            Observation::Sequences => return None,
+            Observation::Before => o.before = false,
+            Observation::Whole => o.whole = false,
+            Observation::RoundTrip => o.round_trip = false,
+            Observation::Probe => o.logits = false,
+        }
+        Some(o)
+    }
+}
+
 /// A KV cache under audit.
 pub trait CacheUnderTest {
     /// Who this target is.
@@ -364,6 +451,13 @@ pub trait CacheUnderTest {
     fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
         Ok(None)
     }
+
+    /// Told which observation the calls that follow make (`None`: the next op's own calls),
+    /// so that a crash inside them can be told from a crash of the op: the llama.cpp worker
+    /// writes it into its fatal-signal report. Observing nothing by itself.
+    fn observing(&mut self, what: Option<Observation>) {
+        let _ = what;
+    }
 }
 
 /// Observes `seqs` on `target`: the accessors, and the cells from the serialized state.
@@ -373,6 +467,7 @@ pub fn observe(
     seqs: &[SeqId],
     outcome: OpOutcome,
 ) -> Result<StepObservation, HarnessError> {
+    target.observing(Some(Observation::Sequences));
     let mut out = Vec::with_capacity(seqs.len());
     for &seq in seqs {
         out.push(observe_seq(target, format, seq)?);
@@ -386,6 +481,7 @@ pub fn observe_seqs(
     format: StateFormat,
     seqs: &[SeqId],
 ) -> Result<Vec<SeqObservation>, HarnessError> {
+    target.observing(Some(Observation::Before));
     seqs.iter()
         .map(|&seq| observe_seq(target, format, seq))
         .collect()
@@ -426,6 +522,13 @@ pub fn observe_with(
     if !(what.whole || what.round_trip) {
         return Ok(obs);
     }
+    // The round trip loads the whole dump too: taken for it alone, a crash there is the round
+    // trip's.
+    target.observing(Some(if what.whole {
+        Observation::Whole
+    } else {
+        Observation::RoundTrip
+    }));
     let Some(whole) = target.state_get()? else {
         return Ok(obs);
     };
@@ -438,6 +541,7 @@ pub fn observe_with(
         obs.whole = Some(cells);
     }
     if what.round_trip {
+        target.observing(Some(Observation::RoundTrip));
         obs.round_trip = round_trip(target, format, seqs, &whole)?;
     }
     Ok(obs)

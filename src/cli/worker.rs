@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::CliError;
 use kvaudit::base::state::StateFormat;
-use kvaudit::base::target::Observe;
+use kvaudit::base::target::{Observation, Observe};
 use kvaudit::targets::llama::target::ResetMode;
 use kvaudit::targets::llama::worker::{parse_observe_arg, worker_main};
 
@@ -41,6 +41,16 @@ pub struct WorkerArgs {
     /// or all.
     #[arg(long, default_value = "all", value_parser = parse_observe)]
     observe: Observe,
+    /// A test hook: die of SIGSEGV whenever this observation is made (sequences, before,
+    /// whole, round-trip or probe).
+    #[arg(long, value_parser = parse_observation)]
+    crash_observing: Option<Observation>,
+}
+
+fn parse_observation(arg: &str) -> Result<Observation, String> {
+    Observation::from_name(arg).ok_or_else(|| {
+        format!("--crash-observing {arg:?}: expected sequences, before, whole, round-trip or probe")
+    })
 }
 
 fn parse_observe(arg: &str) -> Result<Observe, String> {
@@ -79,5 +89,6 @@ pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
         },
         reset,
         a.observe,
+        a.crash_observing,
     ))
 }

@@ -169,20 +169,27 @@ impl Judges {
         for (info, run) in std::iter::once(a).chain(b) {
             match &run.end {
                 TrialEnd::Completed => {}
-                TrialEnd::Unsupported { .. } => judged = false,
-                TrialEnd::Crashed { step, message } => {
-                    judged = false;
-                    crashed = true;
-                    // Steps after a crash do not run, so a crash is fresh only at the trace's
-                    // last op; longer traces through the same crash are counted, not recorded.
-                    if *step == trace.ops.len() {
-                        let op = step.checked_sub(1).and_then(|i| trace.ops.get(i));
-                        let seen = Seen::Crash { op, message };
-                        for oracle in &self.crash {
-                            if let Some(v) = oracle.check(&seen) {
-                                tally.record(trace, index, *step, &info.label(), v);
-                            }
-                        }
+                TrialEnd::Unsupported { .. } | TrialEnd::Crashed { .. } => judged = false,
+            }
+            // An observation crash leaves a completed run (run again without that
+            // observation): the other oracles still judge it below.
+            let Some((step, message, observation)) = run.crash() else {
+                continue;
+            };
+            crashed = true;
+            // Steps after a crash do not run, so a crash is fresh only at the trace's last op;
+            // longer traces through the same crash are counted, not recorded. (A trial observed
+            // after its last op only crashes observing there.)
+            if step == trace.ops.len() {
+                let op = step.checked_sub(1).and_then(|i| trace.ops.get(i));
+                let seen = Seen::Crash {
+                    op,
+                    message,
+                    observation,
+                };
+                for oracle in &self.crash {
+                    if let Some(v) = oracle.check(&seen) {
+                        tally.record(trace, index, step, &info.label(), v);
                     }
                 }
             }

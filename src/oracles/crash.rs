@@ -1,10 +1,16 @@
 //! **Crash**: the target aborted, was killed by a signal or hung while running an op. Runners
 //! report how a trial ended; a crash of the target is a finding of this oracle, never an error
 //! of the harness (llama.cpp runs in a worker process, so its abort does not end the audit).
+//!
+//! A crash while *observing* an op that returned (the whole dump, the per-sequence dumps, the
+//! twin round trip, the probe) is a class of its own, `observation crash (WHAT): ...`: the op is
+//! not blamed, and the worker runs the trial again without that observation, so that the oracles
+//! that do not read it still judge the trial ([`crate::running::runner::ObservationCrash`]).
 
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::target::Observation;
 
 /// The oracle.
 pub struct Crash;
@@ -38,14 +44,31 @@ pub fn crash_kind(message: &str) -> String {
     first.chars().take(80).collect()
 }
 
-/// The violation of a trial that crashed with `message`.
-pub fn crash_violation(message: &str) -> Violation {
-    Violation {
-        oracle: OracleId::CRASH,
-        kind: crash_kind(message),
-        seq: None,
-        observed: json!({ "crash": message }),
-        expected: json!("the op returns"),
+/// How the kind of an observation crash starts.
+pub const OBSERVATION_CRASH: &str = "observation crash";
+
+/// The violation of a trial that crashed with `message`, while running its op, or while making
+/// `observation` of what the op did.
+pub fn crash_violation(message: &str, observation: Option<Observation>) -> Violation {
+    match observation {
+        None => Violation {
+            oracle: OracleId::CRASH,
+            kind: crash_kind(message),
+            seq: None,
+            observed: json!({ "crash": message }),
+            expected: json!("the op returns"),
+        },
+        Some(what) => Violation {
+            oracle: OracleId::CRASH,
+            kind: format!(
+                "{OBSERVATION_CRASH} ({}): {}",
+                what.describe(),
+                crash_kind(message)
+            ),
+            seq: None,
+            observed: json!({ "crash": message, "observation": what.name() }),
+            expected: json!("the op returns and is observed"),
+        },
     }
 }
 
@@ -63,7 +86,10 @@ impl Oracle for Crash {
     }
 
     fn kinds(&self) -> &'static [&'static str] {
-        &["the first line of the crash message*"]
+        &[
+            "the first line of the crash message*",
+            "observation crash (what was observed): the first line of the crash message*",
+        ]
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
@@ -80,6 +106,12 @@ impl Oracle for Crash {
                 seed_depth: None,
                 evidence: "llama/hang_0.1.161.json",
             },
+            PositiveControl {
+                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+                target: "llama.cpp@0.1.161",
+                seed_depth: None,
+                evidence: "llama/observation_crash_whole_0.1.161.json",
+            },
         ]
     }
 
@@ -95,7 +127,11 @@ impl Oracle for Crash {
 
     fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
         match seen {
-            Seen::Crash { message, .. } => Some(crash_violation(message)),
+            Seen::Crash {
+                message,
+                observation,
+                ..
+            } => Some(crash_violation(message, *observation)),
             _ => None,
         }
     }

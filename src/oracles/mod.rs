@@ -31,7 +31,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::base::op::{Arch, Op, SeqId};
-use crate::base::target::{Observe, StepObservation};
+use crate::base::target::{Observation, Observe, StepObservation};
 
 /// An oracle's name: what reports, repro files, PREREG.md and `--oracles` call it. Ordered as
 /// the built-in registry lists oracles (report order), other names after them by name. The rank
@@ -238,12 +238,16 @@ pub enum Seen<'a> {
         /// Target B's observation.
         b: &'a StepObservation,
     },
-    /// The trial ended with a crash while running `op`.
+    /// The trial ended with a crash while running `op`, or while observing what `op` did.
     Crash {
-        /// The op that did not return (`None`: the setup crashed).
+        /// The op that did not return (`None`: the setup crashed), or whose result was being
+        /// observed.
         op: Option<&'a Op>,
         /// What the runner saw (signal, abort message, hang).
         message: &'a str,
+        /// What was being observed when the target crashed after `op` had returned (`None`: the
+        /// op itself crashed).
+        observation: Option<Observation>,
     },
 }
 

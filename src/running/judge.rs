@@ -82,11 +82,11 @@ pub fn judge_run(
     };
     let crashes = std::iter::once((false, a)).chain(b.map(|b| (true, b)));
     let crash = crashes
-        .filter_map(|(on_vs, run)| match &run.end {
-            TrialEnd::Crashed { step, message } => Some((*step, on_vs, message.as_str())),
-            _ => None,
+        .filter_map(|(on_vs, run)| {
+            let (step, message, observation) = run.crash()?;
+            Some((step, on_vs, message, observation))
         })
-        .min_by_key(|(step, _, _)| *step);
+        .min_by_key(|(step, ..)| *step);
     out.logits_probes = a
         .steps
         .iter()
@@ -143,9 +143,13 @@ pub fn judge_run(
                             .then(|| (i + 1, oracle.check(&seen), false))
                     })
             }
-            Reads::Crash => crash.and_then(|(step, on_vs, message)| {
+            Reads::Crash => crash.and_then(|(step, on_vs, message, observation)| {
                 let op = step.checked_sub(1).and_then(|i| trace.ops.get(i));
-                let seen = Seen::Crash { op, message };
+                let seen = Seen::Crash {
+                    op,
+                    message,
+                    observation,
+                };
                 (!oracle.holds(&seen)).then(|| (step, oracle.check(&seen), on_vs))
             }),
             Reads::Runs => None,
@@ -362,5 +366,44 @@ mod tests {
         assert_eq!(v.first(OracleId::DIFFERENTIAL).unwrap().step, 2);
         assert_eq!(j.executions(), 2);
         assert_eq!(j.label(), "native vs native[seq_rm_off_by_one]");
+    }
+
+    #[test]
+    fn an_observation_crash_is_its_own_class_and_judges_the_other_oracles() {
+        use crate::base::target::Observation;
+        use crate::running::runner::{LocalRunner, ObservationCrash};
+        let trace = seed_trace(vec![
+            Op::SeqRm {
+                seq: 0,
+                p0: 2,
+                p1: 5,
+            },
+            Op::SeqKeep { seq: 0 },
+        ]);
+        // The run a worker hands back after the whole dump crashed at step 1: run again
+        // without it from step 1 on.
+        let mut runner = LocalRunner::new(Box::new(crate::targets::native::NativeTarget::new(
+            native_kv::Faults::default(),
+        )));
+        runner.set_skipped(&[(1, Observation::Whole)]);
+        let mut run = runner.run(&trace).unwrap();
+        assert!(run.steps.iter().all(|s| s.whole.is_none() && s.round_trip.is_some()));
+        run.observation_crash = Some(ObservationCrash {
+            step: 1,
+            observation: Observation::Whole,
+            message: "SIGSEGV".into(),
+        });
+        let j = judge_run(&Registry::builtin(), &trace, &run, None);
+        let crash = j.first(OracleId::CRASH).expect("a crash finding");
+        assert_eq!(crash.step, 1);
+        assert_eq!(crash.violation.kind, "observation crash (the whole dump): SIGSEGV");
+        // Conservation reads the whole dump: not judged. I2 is judged (and finds the hole).
+        assert!(j.unjudged.contains(&crate::oracles::conservation::ID));
+        assert!(!j.unjudged.contains(&OracleId::I2));
+        assert_eq!(j.first(OracleId::I2).map(|v| v.step), Some(1));
+        assert_eq!(j.steps, 2);
+        // Without the skip, every step has the whole dump again.
+        runner.set_skipped(&[]);
+        assert!(runner.run(&trace).unwrap().steps.iter().all(|s| s.whole.is_some()));
     }
 }

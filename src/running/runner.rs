@@ -17,8 +17,8 @@ use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::probe::probe_logits;
 use crate::base::state::StateFormat;
 use crate::base::target::{
-    observe_seqs, observe_with, CacheUnderTest, HarnessError, Observe, OpOutcome, SeqObservation,
-    StepObservation, TargetInfo,
+    observe_seqs, observe_with, CacheUnderTest, HarnessError, Observation, Observe, OpOutcome,
+    SeqObservation, StepObservation, TargetInfo,
 };
 use crate::base::tokens::TokenModel;
 
@@ -51,7 +51,54 @@ pub struct TrialRun {
     pub steps: Vec<Arc<StepObservation>>,
     /// How the trial ended.
     pub end: TrialEnd,
+    /// An observation that crashed the target after its op had returned, if one did: the
+    /// trial was run again without it from that step on, so `steps` lack it there (the oracles
+    /// that read it are not judged) and hold everything else. When it is
+    /// [`Observation::Sequences`], which no step can do without, the trial ends
+    /// [`TrialEnd::Crashed`] at that step instead, unobserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation_crash: Option<ObservationCrash>,
 }
+
+impl TrialRun {
+    /// A run of these steps that ended so, with no observation crash.
+    pub fn new(steps: Vec<Arc<StepObservation>>, end: TrialEnd) -> TrialRun {
+        TrialRun {
+            steps,
+            end,
+            observation_crash: None,
+        }
+    }
+
+    /// The crash a crash oracle judges: the observation crash if there was one (it came first:
+    /// the run stopped or was run again there), else the op's own; as (1-based step, message,
+    /// what was being observed).
+    pub fn crash(&self) -> Option<(usize, &str, Option<Observation>)> {
+        if let Some(c) = &self.observation_crash {
+            return Some((c.step, c.message.as_str(), Some(c.observation)));
+        }
+        match &self.end {
+            TrialEnd::Crashed { step, message } => Some((*step, message.as_str(), None)),
+            _ => None,
+        }
+    }
+}
+
+/// The target crashed (or hung) while observing the result of an op that had returned: a
+/// finding of its own class, not a crash of the op ([`TrialRun::observation_crash`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservationCrash {
+    /// 1-based step of the op whose result was being observed.
+    pub step: usize,
+    /// What was being observed.
+    pub observation: Observation,
+    /// Signal or hang, and what the target printed last (as [`TrialEnd::Crashed`]'s).
+    pub message: String,
+}
+
+/// Observations a runner leaves out of a trial: each from its 1-based step on (a worker runs a
+/// trial again so after one of them crashed, [`ObservationCrash`]).
+pub type Skipped = Vec<(usize, Observation)>;
 
 /// Makes one runner per thread.
 pub type RunnerFactory<'a> = dyn Fn() -> Result<Box<dyn TrialRunner>, HarnessError> + Sync + 'a;
@@ -134,6 +181,8 @@ pub struct LocalRunner {
     base_tokens: Option<TokenModel>,
     stack: Vec<Frame>,
     observe: Observe,
+    /// Observations left out of the next trials, each from its step on ([`LocalRunner::set_skipped`]).
+    skipped: Skipped,
     /// The sequences right after the setup (what the first op's `before` is).
     base_obs: Vec<SeqObservation>,
 }
@@ -154,6 +203,7 @@ fn unsupported_setup(e: HarnessError) -> Result<TrialRun, HarnessError> {
         HarnessError::Unsupported { reason, .. } => Ok(TrialRun {
             steps: Vec::new(),
             end: TrialEnd::Unsupported { step: 0, reason },
+            observation_crash: None,
         }),
         other => Err(other),
     }
@@ -172,8 +222,29 @@ impl LocalRunner {
             base_tokens: None,
             stack: Vec::new(),
             observe: Observe::ALL,
+            skipped: Vec::new(),
             base_obs: Vec::new(),
         }
+    }
+
+    /// Leaves each observation of `skipped` out of the trials that follow, from its 1-based
+    /// step on (empty: observe everything again). A trial whose observation crashed the target
+    /// is run again so ([`ObservationCrash`]).
+    pub fn set_skipped(&mut self, skipped: &[(usize, Observation)]) {
+        if self.skipped != skipped {
+            // The stack's observations were made with the other set.
+            self.stack.clear();
+            self.base = None;
+            self.skipped = skipped.to_vec();
+        }
+    }
+
+    /// What to observe after the op at 1-based `step`.
+    fn observe_at(&self, step: usize) -> Observe {
+        self.skipped
+            .iter()
+            .filter(|(from, _)| *from <= step)
+            .fold(self.observe, |o, (_, what)| o.without(*what).unwrap_or(o))
     }
 
     /// The same runner observing only `what` beyond the accessors and per-sequence dumps
@@ -217,7 +288,9 @@ impl LocalRunner {
             .then(|| TokenModel::after_setup(&trace.setup));
         for (i, op) in trace.ops.iter().enumerate() {
             let observed = !last_only || i + 1 == trace.ops.len();
-            let before = if self.observe.before && observed {
+            let observe = self.observe_at(i + 1);
+            self.target.observing(None);
+            let before = if observe.before && observed {
                 Some(observe_seqs(
                     self.target.as_mut(),
                     state_format(&self.info, &trace.setup),
@@ -231,6 +304,7 @@ impl LocalRunner {
             } else {
                 None
             };
+            self.target.observing(None);
             let outcome = self.target.apply(op)?;
             if let Some(tokens) = tokens.as_mut() {
                 tokens.apply_after(op, &outcome, next);
@@ -248,6 +322,7 @@ impl LocalRunner {
                         step: i + 1,
                         reason: reason.clone(),
                     },
+                    observation_crash: None,
                 });
             }
             let mut obs = observe_with(
@@ -255,11 +330,13 @@ impl LocalRunner {
                 state_format(&self.info, &trace.setup),
                 &seqs,
                 outcome,
-                self.observe,
+                observe,
             )?;
             obs.before = before;
-            if let Some(tokens) = tokens.as_ref().filter(|_| i + 1 == trace.ops.len()) {
+            let last = i + 1 == trace.ops.len();
+            if let Some(tokens) = tokens.as_ref().filter(|_| last && observe.logits) {
                 // The trial is over: the probe may change the target (the next trial resets it).
+                self.target.observing(Some(Observation::Probe));
                 obs.logits_probe =
                     probe_logits(self.target.as_mut(), &trace.setup, tokens, &obs.seqs)?;
             }
@@ -268,6 +345,7 @@ impl LocalRunner {
         Ok(TrialRun {
             steps,
             end: TrialEnd::Completed,
+            observation_crash: None,
         })
     }
 
@@ -310,7 +388,8 @@ impl LocalRunner {
                 Some(f) => &f.state,
                 None => &self.base.as_ref().expect("base set above").2,
             };
-            let before = self.observe.before.then(|| match self.stack.last() {
+            let observe = self.observe_at(i + 1);
+            let before = observe.before.then(|| match self.stack.last() {
                 Some(f) => f.obs.seqs.clone(),
                 None => self.base_obs.clone(),
             });
@@ -324,6 +403,7 @@ impl LocalRunner {
             } else {
                 None
             };
+            state.observing(None);
             let outcome = state.apply(op)?;
             if let Some(tokens) = tokens.as_mut() {
                 tokens.apply_after(op, &outcome, next);
@@ -336,9 +416,10 @@ impl LocalRunner {
                         step: i + 1,
                         reason: reason.clone(),
                     },
+                    observation_crash: None,
                 });
             }
-            let mut obs = observe_with(state.as_mut(), format, &seqs, outcome, self.observe)?;
+            let mut obs = observe_with(state.as_mut(), format, &seqs, outcome, observe)?;
             obs.before = before;
             let obs = Arc::new(obs);
             self.stack.push(Frame {
@@ -348,7 +429,7 @@ impl LocalRunner {
                 tokens,
             });
         }
-        if self.observe.logits {
+        if self.observe_at(trace.ops.len()).logits {
             self.probe_last(&trace.setup, trace.ops.len())?;
         }
         let steps = self
@@ -360,6 +441,7 @@ impl LocalRunner {
         Ok(TrialRun {
             steps,
             end: TrialEnd::Completed,
+            observation_crash: None,
         })
     }
 }
@@ -395,6 +477,7 @@ impl LocalRunner {
             return Ok(());
         };
         let mut scratch = frame.state.fork().expect("forking target");
+        scratch.observing(Some(Observation::Probe));
         let probe = probe_logits(scratch.as_mut(), setup, tokens, &frame.obs.seqs)?;
         if probe.is_some() {
             Arc::make_mut(&mut frame.obs).logits_probe = probe;

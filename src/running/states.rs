@@ -151,6 +151,7 @@ impl StateRunner {
                 run: TrialRun {
                     steps: Vec::new(),
                     end: TrialEnd::Unsupported { step: 1, reason },
+                    observation_crash: None,
                 },
                 key: None,
             });
@@ -171,6 +172,7 @@ impl StateRunner {
             run: TrialRun {
                 steps: vec![Arc::new(obs)],
                 end: TrialEnd::Completed,
+                observation_crash: None,
             },
             key: Some(key),
         })

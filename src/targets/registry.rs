@@ -194,6 +194,25 @@ pub fn llama_worker_spec(
         timeout: LLAMA_TRIAL_TIMEOUT,
         reset: ResetMode::Restore,
         observe: Observe::ALL,
+        crash_observing: crash_observing_hook()?,
+    })
+}
+
+/// The test hook `KVAUDIT_TEST_CRASH_OBSERVING=OBSERVATION` (docs/usage.md): llama.cpp workers
+/// die of SIGSEGV whenever they make that observation (`whole`, `round-trip`, `before`,
+/// `probe`, `sequences`), so that an observation crash can be shown on any pin.
+fn crash_observing_hook() -> Result<Option<crate::base::target::Observation>, Error> {
+    use crate::base::target::Observation;
+    let Some(v) = std::env::var_os("KVAUDIT_TEST_CRASH_OBSERVING") else {
+        return Ok(None);
+    };
+    let v = v.to_string_lossy();
+    Observation::from_name(&v).map(Some).ok_or_else(|| {
+        let names: Vec<&str> = Observation::ALL.iter().map(|o| o.name()).collect();
+        Error::input(format!(
+            "KVAUDIT_TEST_CRASH_OBSERVING={v}: expected one of {}",
+            names.join(", ")
+        ))
     })
 }
 

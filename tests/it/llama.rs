@@ -58,6 +58,19 @@ enum Case {
         /// without running, they would prove nothing).
         control: Vec<Op>,
     },
+    /// The worker hook `crash_observing` makes every such observation die of SIGSEGV: an
+    /// exhaustive audit with it against one without, and one trace judged step by step.
+    ObservationCrash {
+        #[allow(dead_code)]
+        about: String,
+        target: String,
+        /// The observation that crashes (`whole`, `round-trip`, `before`).
+        crash_observing: String,
+        domain: String,
+        depth: u32,
+        /// A trace judged by `judge_run` (every step observed) under the hook.
+        trace: Vec<Op>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -113,7 +126,134 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             control,
             ..
         } => check_hang(&target, setup, ops, copies, control),
+        Case::ObservationCrash {
+            target,
+            crash_observing,
+            domain,
+            depth,
+            trace,
+            ..
+        } => check_observation_crash(&target, &crash_observing, &domain, depth, trace),
     }
+}
+
+/// An observation crash is its own class and takes no other oracle's judgement with it: with
+/// the hook, every trial is a crash finding of the kind `observation crash (WHAT): SIGSEGV` at
+/// its last step; the oracles that read the crashing observation judge no trial ("not judged");
+/// every other oracle judges exactly the trials, and finds exactly the violations, that it does
+/// without the hook. Through `judge_run`, a trace observed at every step gives the same.
+fn check_observation_crash(
+    target: &str,
+    crash_observing: &str,
+    domain: &str,
+    depth: u32,
+    trace: Vec<Op>,
+) -> Result<(), String> {
+    use kvaudit::base::target::Observation;
+    use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
+    use kvaudit::oracles::{OracleId, Registry};
+    use kvaudit::records::report::Shard;
+    use kvaudit::running::judge::Judge;
+    let what = Observation::from_name(crash_observing)
+        .ok_or(format!("no observation {crash_observing}"))?;
+    let d = Domain::preset(domain).ok_or(format!("no preset {domain}"))?;
+    let oracles = Registry::for_run(false);
+    let spec = llama_worker_spec(target, None)?;
+    let hooked = kvaudit::targets::llama::worker::WorkerSpec {
+        crash_observing: Some(what),
+        ..spec.clone()
+    };
+    let audit = |spec: kvaudit::targets::llama::worker::WorkerSpec| {
+        let factory = move || -> Result<Box<dyn TrialRunner>, kvaudit::base::target::HarnessError> {
+            Ok(Box::new(WorkerRunner::new(spec.clone())?))
+        };
+        let cfg = ExhaustiveConfig {
+            domain: d.clone(),
+            depth,
+            shard: Shard::WHOLE,
+            threads: 1,
+            batch: 1024,
+            oracles: oracles.clone(),
+        };
+        run_exhaustive(&cfg, &factory, None, &mut |_| {}).map_err(|e| e.to_string())
+    };
+    let plain = audit(spec)?;
+    let crashed = audit(hooked.clone())?;
+    let needs = |id: OracleId| {
+        let o = oracles.get(id).expect("registered").observes();
+        match what {
+            Observation::Whole => o.whole,
+            Observation::RoundTrip => o.round_trip,
+            Observation::Before => o.before,
+            Observation::Probe => o.logits,
+            Observation::Sequences => true,
+        }
+    };
+    let crash = OracleId::CRASH;
+    let mut lost = 0;
+    for (id, without) in &plain.oracles {
+        let with = crashed.oracles.get(id).ok_or(format!("{id} missing under the hook"))?;
+        if *id == crash {
+            if without.violations != 0 || with.violations != crashed.trials {
+                return Err(format!(
+                    "crash: {} violations without the hook, {} of {} trials with it",
+                    without.violations, with.violations, crashed.trials
+                ));
+            }
+        } else if needs(*id) {
+            if without.checked == 0 || with.checked != 0 {
+                return Err(format!(
+                    "{id} reads the crashing observation: judged {} trials without the hook, {} with it",
+                    without.checked, with.checked
+                ));
+            }
+            lost += 1;
+        } else if (with.checked, with.violations) != (without.checked, without.violations) {
+            return Err(format!(
+                "{id}: judged {} with {} violations without the hook, {} with {} with it",
+                without.checked, without.violations, with.checked, with.violations
+            ));
+        }
+    }
+    if lost == 0 {
+        return Err(format!("no oracle reads {crash_observing}: the case proves nothing"));
+    }
+    let prefix = format!("observation crash ({}): SIGSEGV", what.describe());
+    let crash_findings: Vec<_> = crashed.findings.iter().filter(|f| f.oracle == crash).collect();
+    if crash_findings.is_empty() || crash_findings.iter().any(|f| f.kind != prefix) {
+        let kinds: Vec<&str> = crash_findings.iter().map(|f| f.kind.as_str()).collect();
+        return Err(format!("crash findings {kinds:?}, expected each {prefix:?}"));
+    }
+    // Every step observed: the crash is at step 1, and the oracles that do not read the
+    // observation judge every step.
+    let runner = WorkerRunner::new(hooked).map_err(|e| e.to_string())?;
+    let mut judge = Judge::from_runners(Box::new(runner), None).with_oracles(oracles.clone());
+    let trace = Trace {
+        setup: d.setup.clone(),
+        ops: trace,
+    };
+    let j = judge.run(&trace).map_err(|e| e.to_string())?;
+    let first = j.first(crash).ok_or("judge_run: no crash violation")?;
+    if first.step != 1 || first.violation.kind != prefix || j.steps != trace.ops.len() {
+        return Err(format!(
+            "judge_run: crash at step {} ({}), {} of {} steps judged",
+            first.step,
+            first.violation.kind,
+            j.steps,
+            trace.ops.len()
+        ));
+    }
+    for o in oracles.iter().filter(|o| o.reads() == kvaudit::oracles::Reads::Step) {
+        let unjudged = j.unjudged.contains(&o.id());
+        if needs(o.id()) != unjudged && plain.oracles.get(&o.id()).is_some_and(|s| s.checked > 0) {
+            return Err(format!(
+                "judge_run: {} is {}judged",
+                o.id(),
+                if unjudged { "not " } else { "" }
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A trial past the hang timeout is a crash finding, and the fork server survives it: the
@@ -150,14 +290,17 @@ fn check_hang(
     let runs = runner
         .run_batch_last(&vec![trace.clone(); copies])
         .map_err(|e| e.to_string())?;
-    let hangs = runs
+    // A trial stopped while it was observing is an observation crash of the hang (the run is
+    // completed without that observation, or ends crashed when the retry hangs too).
+    let hang = |r: &kvaudit::running::runner::TrialRun| {
+        r.crash()
+            .is_some_and(|(_, message, _)| message.starts_with("hang: "))
+    };
+    let hangs = runs.iter().filter(|r| hang(r)).count();
+    if let Some(odd) = runs
         .iter()
-        .filter(|r| matches!(&r.end, TrialEnd::Crashed { message, .. } if message.starts_with("hang: ")))
-        .count();
-    if let Some(odd) = runs.iter().find(|r| {
-        !matches!(&r.end, TrialEnd::Completed)
-            && !matches!(&r.end, TrialEnd::Crashed { message, .. } if message.starts_with("hang: "))
-    }) {
+        .find(|r| !hang(r) && !matches!(&r.end, TrialEnd::Completed))
+    {
         return Err(format!(
             "a trace ended {:?}, neither completed nor a hang",
             odd.end

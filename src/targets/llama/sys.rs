@@ -152,13 +152,16 @@ pub fn send_sigabrt(pid: u32) -> io::Result<()> {
 // ---- signals ----
 
 /// How the fatal-signal handler's line starts: `kvaudit-worker: signal SIG trial T step S`, on
-/// stderr, where the worker's parent looks for it.
+/// stderr, where the worker's parent looks for it; ` observing O` follows when the child was
+/// observing the result of step S (O: [`crate::base::target::Observation::code`]).
 pub const FATAL_SIGNAL_REPORT: &str = "kvaudit-worker: signal ";
 
 /// The trial (within its request) the worker's child is running, for the report.
 static CURRENT_TRIAL: AtomicUsize = AtomicUsize::new(0);
 /// The step (1-based; 0: the reset) within [`CURRENT_TRIAL`], for the report.
 static CURRENT_STEP: AtomicUsize = AtomicUsize::new(0);
+/// What the child is observing after [`CURRENT_STEP`]'s op (0: running ops, not observing).
+static CURRENT_OBSERVATION: AtomicUsize = AtomicUsize::new(0);
 /// The fork server's running child (0: none), where SIGABRT is forwarded.
 static FORWARD_SIGABRT_TO: AtomicI32 = AtomicI32::new(0);
 
@@ -170,6 +173,23 @@ pub fn set_current_trial(trial: usize) {
 /// Records that the current trial's reset starts (step 0).
 pub fn reset_current_step() {
     CURRENT_STEP.store(0, Ordering::Relaxed);
+    CURRENT_OBSERVATION.store(0, Ordering::Relaxed);
+}
+
+/// Records what the child observes from now on (`code` of an observation; 0: the next op).
+pub fn set_current_observation(code: usize) {
+    CURRENT_OBSERVATION.store(code, Ordering::Relaxed);
+}
+
+/// Dies of SIGSEGV here, through the fatal-signal report: the worker's test hook that makes an
+/// observation crash (`KVAUDIT_TEST_CRASH_OBSERVING`, docs/usage.md).
+pub fn crash_with_sigsegv() -> ! {
+    // SAFETY: raise(3) has no memory-safety preconditions; the handler (or the default action)
+    // ends the process.
+    unsafe {
+        libc::raise(libc::SIGSEGV);
+    }
+    unreachable!("SIGSEGV ends the process")
 }
 
 /// Records that the current trial's next op starts.
@@ -218,6 +238,11 @@ extern "C" fn on_fatal_signal(sig: libc::c_int) {
     at = put_num(&mut buf, at, CURRENT_TRIAL.load(Ordering::Relaxed));
     at = put_bytes(&mut buf, at, b" step ");
     at = put_num(&mut buf, at, CURRENT_STEP.load(Ordering::Relaxed));
+    let observing = CURRENT_OBSERVATION.load(Ordering::Relaxed);
+    if observing != 0 {
+        at = put_bytes(&mut buf, at, b" observing ");
+        at = put_num(&mut buf, at, observing);
+    }
     at = put_bytes(&mut buf, at, b"\n");
     // SAFETY: write(2), signal(2) and raise(3) are async-signal-safe; buf is a local array of at
     // least `at` bytes. Restoring the default action before re-raising makes the signal kill the

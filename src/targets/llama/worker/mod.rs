@@ -36,7 +36,7 @@ pub use self::parent::{crash_detail, WorkerRunner};
 pub use self::server::worker_main;
 use super::target::ResetMode;
 use crate::base::state::StateFormat;
-use crate::base::target::Observe;
+use crate::base::target::{Observation, Observe};
 
 #[cfg(doc)]
 use {
@@ -64,6 +64,10 @@ pub struct WorkerSpec {
     /// What the worker observes after each op beyond the accessors and per-sequence dumps
     /// (passed at spawn: `--observe`, see [`observe_arg`]).
     pub observe: Observe,
+    /// A test hook: the worker dies of SIGSEGV whenever it makes this observation
+    /// (`--crash-observing`; `KVAUDIT_TEST_CRASH_OBSERVING`, docs/usage.md), the positive
+    /// control of observation crashes.
+    pub crash_observing: Option<Observation>,
 }
 
 /// `--observe`'s value for `what`: `basic`, or a comma-separated list of `whole`,

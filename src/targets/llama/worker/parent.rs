@@ -17,13 +17,19 @@ use super::wire::{
 };
 use super::WorkerSpec;
 use crate::base::op::{Op, Setup, Trace};
-use crate::base::target::{HarnessError, TargetInfo};
-use crate::running::runner::{StartedBatch, TrialEnd, TrialRun, TrialRunner};
+use crate::base::target::{HarnessError, Observation, TargetInfo};
+use crate::oracles::crash::{crash_kind, HEAP_CORRUPTION};
+use crate::running::runner::{
+    ObservationCrash, Skipped, StartedBatch, TrialEnd, TrialRun, TrialRunner,
+};
 use crate::targets::llama::sys;
 use crate::targets::llama::target::ResetMode;
 
 /// One reply as the reader thread decoded it.
 type ReplyLine = Result<Reply, WireError>;
+
+/// Where in a batch the worker died, how, and what it was observing then (`None`: running an op).
+type Died = (usize, TrialEnd, Option<Observation>);
 
 struct Worker {
     child: Child,
@@ -147,6 +153,8 @@ pub struct WorkerRunner {
     info: TargetInfo,
     worker: Option<Worker>,
     crashes: HashMap<(Setup, Vec<Op>), String>,
+    /// What the requests written now leave out (a trial run again after an observation crash).
+    skipped: Skipped,
     /// Worker processes started so far (restarts after crashes included).
     pub starts: usize,
     /// Processes lost to a crash or a hang so far: a fork server's child (the server lives on) or
@@ -172,6 +180,7 @@ impl WorkerRunner {
             info: placeholder,
             worker: None,
             crashes: HashMap::new(),
+            skipped: Vec::new(),
             starts: 0,
             deaths: 0,
         };
@@ -221,6 +230,9 @@ impl WorkerRunner {
         }
         cmd.arg("--observe")
             .arg(super::observe_arg(self.spec.observe));
+        if let Some(what) = self.spec.crash_observing {
+            cmd.arg("--crash-observing").arg(what.name());
+        }
         let mut child = cmd.spawn().map_err(|e| {
             self.harness(format!(
                 "cannot start worker {}: {e}",
@@ -323,7 +335,7 @@ impl WorkerRunner {
         traces: &[Trace],
         last_only: bool,
         flush_each: bool,
-    ) -> Result<(Vec<TrialRun>, Option<(usize, TrialEnd)>), HarnessError> {
+    ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
         self.write_request(traces, last_only, flush_each)?;
         self.read_replies(traces, last_only, flush_each)
     }
@@ -339,7 +351,9 @@ impl WorkerRunner {
             self.start()?;
         }
         let w = self.worker.as_mut().expect("started");
-        let line = Request::new(traces, last_only, flush_each).to_line();
+        let line = Request::new(traces, last_only, flush_each)
+            .skipping(&self.skipped)
+            .to_line();
         if w.stdin
             .write_all(&line)
             .and_then(|_| w.stdin.flush())
@@ -356,7 +370,7 @@ impl WorkerRunner {
         traces: &[Trace],
         last_only: bool,
         flush_each: bool,
-    ) -> Result<(Vec<TrialRun>, Option<(usize, TrialEnd)>), HarnessError> {
+    ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
         let w = self.worker.as_mut().expect("a request was written");
         let mut runs = Vec::with_capacity(traces.len());
         while runs.len() < traces.len() {
@@ -386,10 +400,13 @@ impl WorkerRunner {
                     // stuck in (the fork server forwards it; a server stuck itself dies of it).
                     let death = w.abort_hang();
                     self.deaths += 1;
-                    let (at, step) = crash_marker(&death.stderr)
-                        .unwrap_or((runs.len(), traces[runs.len()].ops.len()));
-                    let at = at.clamp(runs.len(), traces.len() - 1);
-                    let step = step.clamp(1, traces[at].ops.len().max(1));
+                    let marker = crash_marker(&death.stderr).unwrap_or(Marker {
+                        trial: runs.len(),
+                        step: traces[runs.len()].ops.len(),
+                        observing: None,
+                    });
+                    let at = marker.trial.clamp(runs.len(), traces.len() - 1);
+                    let step = marker.op_step().clamp(1, traces[at].ops.len().max(1));
                     let message = format!(
                         "hang: no result within {:.1} s",
                         self.spec.timeout.as_secs_f64()
@@ -397,21 +414,22 @@ impl WorkerRunner {
                     if !death.server_alive {
                         self.worker = None;
                     }
-                    return Ok((runs, Some((at, TrialEnd::Crashed { step, message }))));
+                    let end = TrialEnd::Crashed { step, message };
+                    return Ok((runs, Some((at, end, marker.observing))));
                 }
             };
             self.deaths += 1;
             if !death.server_alive {
                 self.worker = None;
             }
-            let Some((at, marker_step)) = crash_marker(&death.stderr) else {
+            let Some(marker) = crash_marker(&death.stderr) else {
                 // No marker (an exit without a signal): which unreported trace died is unknown,
                 // so run them again one reply at a time to find out.
                 if !flush_each {
                     let (more, died) = self.send(&traces[runs.len()..], last_only, true)?;
                     let base = runs.len();
                     runs.extend(more);
-                    return Ok((runs, died.map(|(i, e)| (base + i, e))));
+                    return Ok((runs, died.map(|(i, e, o)| (base + i, e, o))));
                 }
                 let end = crash_end(
                     &death.stderr,
@@ -420,16 +438,16 @@ impl WorkerRunner {
                     traces[runs.len()].ops.len(),
                 );
                 let at = runs.len();
-                return Ok((runs, Some((at, end))));
+                return Ok((runs, Some((at, end, None))));
             };
-            let at = at.clamp(runs.len(), traces.len() - 1);
+            let at = marker.trial.clamp(runs.len(), traces.len() - 1);
             let end = crash_end(
                 &death.stderr,
                 death.status,
-                Some(marker_step),
+                Some(marker.op_step()),
                 traces[at].ops.len(),
             );
-            return Ok((runs, Some((at, end))));
+            return Ok((runs, Some((at, end, marker.observing))));
         }
         Ok((runs, None))
     }
@@ -495,7 +513,7 @@ impl WorkerRunner {
         let mut todo: Vec<usize> = Vec::with_capacity(traces.len());
         for (i, t) in traces.iter().enumerate() {
             match self.known_crash(t) {
-                Some(end) => out[i] = Some(TrialRun { steps: vec![], end }),
+                Some(end) => out[i] = Some(TrialRun::new(vec![], end)),
                 None => todo.push(i),
             }
         }
@@ -511,14 +529,29 @@ impl WorkerRunner {
             for (k, r) in runs.into_iter().enumerate() {
                 out[todo[k]] = Some(r);
             }
-            let Some((at, end)) = died else { break };
+            let Some((at, end, observing)) = died else { break };
             let crashed = todo[at];
-            if let TrialEnd::Crashed { step, message } = &end {
-                let t = &traces[crashed];
-                self.crashes
-                    .insert((t.setup.clone(), t.ops[..*step].to_vec()), message.clone());
-            }
-            out[crashed] = Some(TrialRun { steps: vec![], end });
+            let observing = blamed_observation(observing, &end);
+            out[crashed] = Some(match (observing, end) {
+                (Some(what), TrialEnd::Crashed { step, message }) => {
+                    // The op returned: its prefix does not crash (a longer trial that does not
+                    // observe there runs), so it is not remembered as a crashing one.
+                    let first = ObservationCrash {
+                        step,
+                        observation: what,
+                        message,
+                    };
+                    self.run_without(&traces[crashed], last_only, first)?
+                }
+                (_, end) => {
+                    if let TrialEnd::Crashed { step, message } = &end {
+                        let t = &traces[crashed];
+                        self.crashes
+                            .insert((t.setup.clone(), t.ops[..*step].to_vec()), message.clone());
+                    }
+                    TrialRun::new(vec![], end)
+                }
+            });
             // The rest of the batch, with the traces that ran but were not reported: skip those
             // that share the crashing prefix, send the others again.
             let rest: Vec<usize> = todo[n_ok..at]
@@ -529,7 +562,7 @@ impl WorkerRunner {
             todo.clear();
             for i in rest {
                 match self.known_crash(&traces[i]) {
-                    Some(end) => out[i] = Some(TrialRun { steps: vec![], end }),
+                    Some(end) => out[i] = Some(TrialRun::new(vec![], end)),
                     None => todo.push(i),
                 }
             }
@@ -541,8 +574,86 @@ impl WorkerRunner {
     }
 }
 
-/// The (trial within the request, step) the worker's signal handler reported last.
-fn crash_marker(stderr: &str) -> Option<(usize, usize)> {
+impl WorkerRunner {
+    /// Runs `trace` again, alone, without the observation that crashed (`first`) from its step
+    /// on, and without each further one that crashes then: the oracles that do not read them
+    /// still judge the trial. An observation no step can do without (the sequences') ends the
+    /// trial unobserved at its step.
+    fn run_without(
+        &mut self,
+        trace: &Trace,
+        last_only: bool,
+        first: ObservationCrash,
+    ) -> Result<TrialRun, HarnessError> {
+        let mut skipped: Skipped = Vec::new();
+        let mut crash = (first.step, first.observation, first.message.clone());
+        loop {
+            let (step, what, message) = crash;
+            if what == Observation::Sequences || skipped.iter().any(|&(_, w)| w == what) {
+                // Left out already and crashed again: the trace is not what the worker ran.
+                let end = TrialEnd::Crashed { step, message };
+                return Ok(TrialRun {
+                    observation_crash: Some(first),
+                    ..TrialRun::new(vec![], end)
+                });
+            }
+            skipped.push((step, what));
+            self.skipped = skipped.clone();
+            let sent = self.send(std::slice::from_ref(trace), last_only, true);
+            self.skipped.clear();
+            let (mut runs, died) = sent?;
+            match died.map(|(at, end, o)| (at, blamed_observation(o, &end), end)) {
+                None => {
+                    let mut run = runs.pop().expect("one run per trace");
+                    run.observation_crash = Some(first);
+                    return Ok(run);
+                }
+                Some((_, Some(what), TrialEnd::Crashed { step, message })) => {
+                    crash = (step, what, message);
+                }
+                Some((_, _, end)) => {
+                    return Ok(TrialRun {
+                        observation_crash: Some(first),
+                        ..TrialRun::new(vec![], end)
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The observation a crash is blamed on: what the worker was observing, unless glibc's
+/// allocator aborted. It finds a corrupted heap at a later malloc or free than the write that
+/// corrupted it, so such an abort while observing is the op's (a decode writing out of bounds:
+/// corpora/crash_decode_next_pos_seq_id_out_of_range.json), as before observation crashes had
+/// a class.
+fn blamed_observation(observing: Option<Observation>, end: &TrialEnd) -> Option<Observation> {
+    observing.filter(|_| {
+        !matches!(end, TrialEnd::Crashed { message, .. } if crash_kind(message) == HEAP_CORRUPTION)
+    })
+}
+
+/// What the worker's signal handler reported last: the trial within the request, the step
+/// counter and what was being observed.
+#[derive(Debug, PartialEq)]
+struct Marker {
+    trial: usize,
+    step: usize,
+    observing: Option<Observation>,
+}
+
+impl Marker {
+    /// The 1-based step of the op the crash belongs to: the cells before an op are observed
+    /// before the op advances the counter.
+    fn op_step(&self) -> usize {
+        match self.observing {
+            Some(Observation::Before) => self.step + 1,
+            _ => self.step,
+        }
+    }
+}
+
+fn crash_marker(stderr: &str) -> Option<Marker> {
     let line = stderr
         .lines()
         .rev()
@@ -551,10 +662,16 @@ fn crash_marker(stderr: &str) -> Option<(usize, usize)> {
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|s| s.parse().ok())
         .collect();
-    match nums[..] {
-        [_sig, trial, step] => Some((trial, step)),
-        _ => None,
-    }
+    let (trial, step, observing) = match nums[..] {
+        [_sig, trial, step] => (trial, step, None),
+        [_sig, trial, step, code] => (trial, step, Observation::from_code(code)),
+        _ => return None,
+    };
+    Some(Marker {
+        trial,
+        step,
+        observing,
+    })
 }
 
 /// Reads how the worker died: the step its signal handler reported, the exit status and the
@@ -632,7 +749,24 @@ mod tests {
     #[test]
     fn crash_text_is_read_back() {
         let stderr = "/root/.cargo/registry/src/x/llama-cpp-sys-2-0.1.156/llama.cpp/src/llama-kv-cells.h:318: void llama_kv_cells::seq_add(uint32_t, llama_seq_id): Assertion `!seq[i].test(seq_id)' failed.\n\nkvaudit-worker: signal 6 trial 12 step 2\n";
-        assert_eq!(crash_marker(stderr), Some((12, 2)));
+        assert_eq!(
+            crash_marker(stderr),
+            Some(Marker {
+                trial: 12,
+                step: 2,
+                observing: None
+            })
+        );
+        let observing = "kvaudit-worker: signal 11 trial 3 step 1 observing 3\n";
+        assert_eq!(
+            crash_marker(observing).map(|m| (m.op_step(), m.observing)),
+            Some((1, Some(Observation::Whole)))
+        );
+        let before = "kvaudit-worker: signal 11 trial 0 step 0 observing 2\n";
+        assert_eq!(
+            crash_marker(before).map(|m| (m.op_step(), m.observing)),
+            Some((1, Some(Observation::Before)))
+        );
         match crash_end(stderr, None, Some(2), 3) {
             TrialEnd::Crashed { step, message } => {
                 assert_eq!(step, 2);

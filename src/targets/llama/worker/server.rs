@@ -17,56 +17,78 @@ use std::path::Path;
 use super::wire::{read_request, write_reply, Reply, Request, WireRun, DIED_MARKER, REPLY_GROUP};
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
-use crate::base::target::{CacheUnderTest, HarnessError, Observe, OpOutcome, TargetInfo};
+use crate::base::target::{
+    CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, TargetInfo,
+};
 use crate::running::runner::{LocalRunner, TrialRunner as _};
 use crate::targets::llama::ffi::LlamaShim;
 use crate::targets::llama::sys;
 use crate::targets::llama::target::{LlamaTarget, ResetMode};
 
-/// A [`LlamaTarget`] wrapper that records the step before each op, for the fatal-signal report.
-struct Stepped(LlamaTarget);
+/// A [`LlamaTarget`] wrapper that records the step before each op and the observation the
+/// runner makes after it, for the fatal-signal report.
+struct Stepped {
+    target: LlamaTarget,
+    /// What is being observed (`None`: ops of the trace run).
+    observing: Option<Observation>,
+    /// The test hook: this observation dies of SIGSEGV (`KVAUDIT_TEST_CRASH_OBSERVING`).
+    crash_observing: Option<Observation>,
+}
 
 impl CacheUnderTest for Stepped {
     fn info(&self) -> TargetInfo {
-        self.0.info()
+        self.target.info()
     }
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         sys::reset_current_step();
-        self.0.reset(setup)
+        self.observing = None;
+        self.target.reset(setup)
     }
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
-        sys::advance_current_step();
-        self.0.apply(op)
+        // The probe's decodes are observation, not trace steps.
+        if self.observing.is_none() {
+            sys::advance_current_step();
+        }
+        self.target.apply(op)
+    }
+    fn observing(&mut self, what: Option<Observation>) {
+        self.observing = what;
+        sys::set_current_observation(what.map_or(0, Observation::code));
+        if what.is_some() && what == self.crash_observing {
+            sys::crash_with_sigsegv();
+        }
     }
     fn seq_pos_min(&mut self, seq: i32) -> Result<i32, HarnessError> {
-        self.0.seq_pos_min(seq)
+        self.target.seq_pos_min(seq)
     }
     fn seq_pos_max(&mut self, seq: i32) -> Result<i32, HarnessError> {
-        self.0.seq_pos_max(seq)
+        self.target.seq_pos_max(seq)
     }
     fn seq_state(&mut self, seq: i32) -> Result<Vec<u8>, HarnessError> {
-        self.0.seq_state(seq)
+        self.target.seq_state(seq)
     }
     fn last_logits(&mut self) -> Result<Option<Vec<f32>>, HarnessError> {
-        self.0.last_logits()
+        self.target.last_logits()
     }
     fn set_seq_state(&mut self, seq: i32, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
-        self.0.set_seq_state(seq, bytes)
+        self.target.set_seq_state(seq, bytes)
     }
     fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
-        self.0.state_get()
+        self.target.state_get()
     }
     fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
-        self.0.state_set(bytes)
+        self.target.state_set(bytes)
     }
     // The twin's ops are observation, not trace steps: they do not advance the step counter.
     fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
-        self.0.twin()
+        self.target.twin()
     }
 }
 
 /// The worker process: `kvaudit worker --shim SO --model GGUF --label L [--rot-fields]
-/// [--rebuild-resets] [--observe WHAT]`; it observes what `observe` says after every op.
+/// [--rebuild-resets] [--observe WHAT] [--crash-observing OBSERVATION]`; it observes what
+/// `observe` says after every op (`crash_observing`: a test hook, that observation dies of
+/// SIGSEGV every time).
 /// Returns the process exit code (0: stdin closed; 3: a harness error,
 /// reported as a `Reply::Error` line when the parent can still read it).
 pub fn worker_main(
@@ -76,6 +98,7 @@ pub fn worker_main(
     format: StateFormat,
     reset: ResetMode,
     observe: Observe,
+    crash_observing: Option<Observation>,
 ) -> i32 {
     sys::install_fatal_signal_report();
     sys::keep_freed_memory();
@@ -89,7 +112,12 @@ pub fn worker_main(
         }
     };
     let target = LlamaTarget::new(loaded, model, label, format, reset);
-    let mut runner = LocalRunner::new(Box::new(Stepped(target))).with_observe(observe);
+    let stepped = Stepped {
+        target,
+        observing: None,
+        crash_observing,
+    };
+    let mut runner = LocalRunner::new(Box::new(stepped)).with_observe(observe);
     if !write_reply(&mut out, &Reply::Ready(runner.info()), true) {
         return 3;
     }
@@ -220,6 +248,7 @@ fn run_request(
     for trial in 0..n {
         req.fill(trial, trace);
         sys::set_current_trial(trial);
+        runner.set_skipped(&req.skipped);
         let result = if req.last_only {
             runner.run_last(trace)
         } else {

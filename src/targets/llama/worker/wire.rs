@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::WholeCell;
 use crate::base::target::{
-    LogitsProbe, OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo,
+    LogitsProbe, Observation, OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo,
 };
-use crate::running::runner::{TrialEnd, TrialRun};
+use crate::running::runner::{Skipped, TrialEnd, TrialRun};
 pub use crate::targets::llama::error::WireError;
 
 /// The longest request line the worker reads: 256 MiB. A request holds each distinct setup and
@@ -61,6 +61,10 @@ pub struct Request {
     /// Flush after every reply instead of every [`REPLY_GROUP`].
     #[serde(default)]
     pub(super) flush_each: bool,
+    /// Observations every trace leaves out, each from its step on: the request runs again a
+    /// trace whose observation crashed (`LocalRunner::set_skipped`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) skipped: Skipped,
 }
 
 impl Request {
@@ -97,7 +101,14 @@ impl Request {
             traces: indexed,
             last_only,
             flush_each,
+            skipped: Vec::new(),
         }
+    }
+
+    /// This request, leaving `skipped` out of its traces.
+    pub(super) fn skipping(mut self, skipped: &[(usize, Observation)]) -> Request {
+        self.skipped = skipped.to_vec();
+        self
     }
 
     /// The request as one line, newline included.
@@ -322,7 +333,7 @@ impl From<WireRun> for TrialRun {
             WireEnd::C => TrialEnd::Completed,
             WireEnd::Other(e) => e,
         };
-        TrialRun { steps, end }
+        TrialRun { steps, end, observation_crash: None }
     }
 }
 
@@ -494,6 +505,7 @@ mod tests {
                 step: 2,
                 message: "signal SIGABRT".into(),
             },
+            observation_crash: None,
         };
         let line = |r: &Reply| {
             let mut v = serde_json::to_vec(r).unwrap();
@@ -592,6 +604,7 @@ mod tests {
                     }),
                 ],
                 end: TrialEnd::Completed,
+                observation_crash: None,
             },
             TrialRun {
                 steps: vec![step(OpOutcome::Unsupported {
@@ -601,6 +614,7 @@ mod tests {
                     step: 1,
                     reason: "why".into(),
                 },
+                observation_crash: None,
             },
             TrialRun {
                 steps: vec![],
@@ -608,6 +622,7 @@ mod tests {
                     step: 2,
                     message: "SIGABRT".into(),
                 },
+                observation_crash: None,
             },
         ];
         for run in runs {
