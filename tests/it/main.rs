@@ -5,6 +5,8 @@
 //! - `tests/data/cli/cases.json`: command lines, with the exit code and output they must give.
 //! - `tests/data/llama/*.json`: crash isolation, `+assert` aborts, fast-reset honesty and C
 //!   reproducers on real llama.cpp builds.
+//! - `tests/data/hunt/*.json`: `kvaudit hunt` runs (native with and without an injected fault, a
+//!   short hunt and the plan of a llama.cpp pin): exit codes, groups and their classes.
 //! - `tests/it/hostile.rs`: hostile strings in every free-text field, through every emitter.
 //! - `tests/data/fuzz/*.json`: the guided fuzzer: findings, determinism, `--corpus` round trips.
 //! - `fuzz/seeds/<target>/`: each fuzz target's body over its seeds and their mutations.
@@ -28,6 +30,7 @@ mod findings;
 mod fuzz_guided;
 mod fuzz_seeds;
 mod hostile;
+mod hunt;
 mod llama;
 mod llama_build;
 mod llama_config;
@@ -75,6 +78,7 @@ fn main() {
     trials.extend(fuzz_guided::trials());
     trials.extend(fuzz_seeds::trials());
     trials.extend(hostile::trials());
+    trials.extend(hunt::trials());
     trials.extend(llama::trials());
     trials.extend(llama_config::trials());
     trials.extend(resume::trials());

@@ -29,6 +29,7 @@ mod generate;
 mod guide;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
@@ -252,6 +253,20 @@ pub fn run_fuzz_with_queue(
     checker: Option<&mut TheoremChecker>,
     sink: &mut dyn FnMut(&Event),
 ) -> Result<(Report, Vec<Trace>), HarnessError> {
+    let never = AtomicBool::new(false);
+    run_fuzz_until(cfg, runner_a, runner_b, checker, &never, sink)
+}
+
+/// [`run_fuzz_with_queue`] that also ends, between cases, once `stop` is set (a hunt's deadline
+/// or a signal): the report then covers the cases run so far.
+pub fn run_fuzz_until(
+    cfg: &FuzzConfig,
+    runner_a: &RunnerFactory<'_>,
+    runner_b: Option<&RunnerFactory<'_>>,
+    checker: Option<&mut TheoremChecker>,
+    stop: &AtomicBool,
+    sink: &mut dyn FnMut(&Event),
+) -> Result<(Report, Vec<Trace>), HarnessError> {
     let mut judge = Judge::new(runner_a, runner_b)?;
     let mut theorems = match (checker, cfg.theorems.is_empty()) {
         (_, true) => None,
@@ -324,7 +339,9 @@ pub fn run_fuzz_with_queue(
     let mut coverage = Coverage::default();
     let mut points: Vec<CoveragePoint> = Vec::new();
     loop {
-        if cfg.cases.is_some_and(|n| case >= n) || cfg.time.is_some_and(|t| started.elapsed() >= t)
+        if cfg.cases.is_some_and(|n| case >= n)
+            || cfg.time.is_some_and(|t| started.elapsed() >= t)
+            || stop.load(Ordering::Relaxed)
         {
             break;
         }
