@@ -9,8 +9,8 @@
 //! that the finding holds on this target, else *known*. A corpus file that expects a failure on
 //! this target, whose setup and oracle an entry judged, and that no group matched, is replayed:
 //! if it now holds it is *fixed*. Every other group is *new*: its representative is written to
-//! `new/` as a repro file with its C program (checked on a llama.cpp pin while the budget lasts),
-//! its picture and its bug report draft.
+//! `new/` as a repro file with its C program and its bug report draft, and, on a llama.cpp pin
+//! while the budget lasts, the program checked and the picture drawn (both run the target).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -241,10 +241,12 @@ pub fn write_new_groups(
         write_output(&json, &repro.to_text())?;
         g.files.push(name);
         let program = parse_input(&repro.to_text()).map(|i| emit_c(&i, Path::new("model.gguf")));
+        // On llama.cpp the check compiles and runs a program and the picture runs the trace in
+        // a worker: both only while the budget lasts.
+        let on_llama = s.target.starts_with("llama.cpp@");
+        let in_time = check_until.map_or(true, |t| Instant::now() < t);
         let checked = match &program {
-            Ok(p) if s.target.starts_with("llama.cpp@")
-                && check_until.map_or(true, |t| Instant::now() < t) =>
-            {
+            Ok(p) if on_llama && in_time => {
                 let model = crate::model::tiny::try_arch_model_path(f.trace.setup.arch)
                     .map_err(|e| Error::harness(format!("tiny model: {e:#}")))?;
                 compile_and_run(p, &s.target, &model)
@@ -265,7 +267,10 @@ pub fn write_new_groups(
             g.files.push(name);
         }
         let spec = TargetSpec::new(&s.target, &s.faults);
-        if let Ok(picture) = explain_repro(&repro, &spec) {
+        let picture = (in_time || !on_llama)
+            .then(|| explain_repro(&repro, &spec).ok())
+            .flatten();
+        if let Some(picture) = picture {
             let (svg, name) = path("svg");
             write_output(&svg, &to_svg(&picture))?;
             g.files.push(name);

@@ -166,15 +166,13 @@ fn check(c: &HuntCase) -> Result<(), String> {
         ));
     }
     if c.plan_lists_everything {
-        let wanted = Arch::ALL
-            .iter()
-            .map(|a| a.memory().name())
-            .chain(
-                Registry::builtin()
-                    .iter()
-                    .filter(|o| o.reads() != Reads::Runs)
-                    .map(|o| o.id().name()),
-            );
+        let registry = Registry::builtin();
+        let wanted = Arch::ALL.iter().map(|a| a.memory().name()).chain(
+            registry
+                .iter()
+                .filter(|o| o.reads() != Reads::Runs)
+                .map(|o| o.id().name()),
+        );
         for name in wanted {
             let listed = stdout
                 .lines()

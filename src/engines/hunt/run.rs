@@ -2,8 +2,8 @@
 //! the setup, and at what cost per trial), its share of what is left of the budget, the
 //! exhaustive run to the depth half the share allows, fuzzing with the rest; a watchdog stops
 //! either at the entry's deadline or on a signal. A violation whose key (oracle, target, kind,
-//! op) the hunt already has costs nothing more: it is counted as a repeat and not shrunk
-//! again. Every other one is shrunk (fuzz findings are shrunk by the fuzzer already), and the
+//! op) the hunt already has costs nothing more: it is not shrunk again (an exhaustive one is
+//! counted as a repeat; the fuzzer skips it). Every other one is shrunk (fuzz findings are shrunk by the fuzzer already), and the
 //! findings of the whole hunt are grouped by root cause at the end.
 
 use std::collections::BTreeSet;
@@ -17,8 +17,7 @@ use crate::engines::explore::{ExhaustiveConfig, Explorer, RunControl};
 use crate::engines::fuzz::{run_fuzz_until, FuzzConfig, GenConfig, Generator};
 use crate::engines::group::group_findings;
 use crate::engines::shrink::{shrink, FailureMode, ShrinkConfig};
-use crate::oracles::OracleId;
-use crate::records::finding::Finding;
+use crate::records::finding::{Finding, FindingKey};
 use crate::records::hunt::{
     Budget, EntryEstimate, EntryOutcome, FuzzShare, GroupClass, HuntFinding, HuntGroup,
     HuntSummary, PlanEntry, Support,
@@ -33,6 +32,8 @@ use crate::targets::registry::TargetSpec;
 pub const ENTRY_PART: f64 = 0.8;
 /// Most target executions one shrink spends.
 const SHRINK_EXECUTIONS: u64 = 500;
+/// Fewest: a shrink of a few dozen executions still drops most of a fuzz case's ops.
+const MIN_SHRINK_EXECUTIONS: u64 = 32;
 /// Longest fuzz trace, in ops after the setup: short traces shrink fast.
 const FUZZ_MAX_LEN: usize = 12;
 /// The part of an entry's share after which its exhaustive run is cut (it is sized for half
@@ -91,6 +92,15 @@ pub enum HuntEvent<'e> {
     Run(&'e Event),
 }
 
+/// Sets its flag when dropped.
+struct SetOnDrop<'f>(&'f AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// The plan's entries that shard `shard` runs: every `count`-th, from `index`.
 pub fn shard_entries(plan: &[PlanEntry], shard: Shard) -> Vec<(usize, &PlanEntry)> {
     plan.iter()
@@ -113,28 +123,38 @@ fn generator_for(d: &Domain) -> GenConfig {
 }
 
 /// What tells a violation from another before it is shrunk: oracle, target, kind, and the op at
-/// the violating step (`setup` for step 0).
-type Signature = (OracleId, String, String, &'static str);
+/// the violating step (`setup` for step 0), as the fuzzer tells its failures apart.
+type Signature = FindingKey;
 
 fn signature(f: &Finding) -> Signature {
     let op = match f.step {
         0 => "setup",
         s => f.trace.ops.get(s - 1).map_or("setup", |op| op.name()),
     };
-    (f.oracle, f.target.clone(), f.kind.clone(), op)
+    FindingKey::new(f.oracle, &f.target, &f.kind, op)
+}
+
+/// The shrink limits of an entry: at most [`SHRINK_EXECUTIONS`], and on a time budget no
+/// more executions than a quarter of the entry's share pays for at the probe's rate (an iSWA
+/// setup on llama.cpp costs tens of milliseconds per execution).
+fn shrink_config(est: &EntryEstimate) -> ShrinkConfig {
+    let affordable = match (est.share_s, est.seconds_per_trial) {
+        (Some(share), Some(per)) if per > 0.0 => (share * 0.25 / per) as u64,
+        _ => SHRINK_EXECUTIONS,
+    };
+    ShrinkConfig {
+        max_executions: affordable.clamp(MIN_SHRINK_EXECUTIONS, SHRINK_EXECUTIONS),
+        ..ShrinkConfig::default()
+    }
 }
 
 /// `f` shrunk by `judge` (as it is if the shrink does not reproduce it).
-fn shrunk(f: Finding, judge: &mut Judge) -> Result<Finding, Error> {
+fn shrunk(f: Finding, judge: &mut Judge, cfg: &ShrinkConfig) -> Result<Finding, Error> {
     let mode = FailureMode {
         oracle: f.oracle,
         kind: f.kind.clone(),
     };
-    let cfg = ShrinkConfig {
-        max_executions: SHRINK_EXECUTIONS,
-        ..ShrinkConfig::default()
-    };
-    let Some(s) = shrink(&f.trace, &mode, judge, &cfg).map_err(harness)? else {
+    let Some(s) = shrink(&f.trace, &mode, judge, cfg).map_err(harness)? else {
         return Ok(f);
     };
     let v = s.failure.violation;
@@ -275,6 +295,8 @@ pub fn run_hunt(
                     std::thread::sleep(WATCH_EVERY);
                 }
             });
+            // Set however the entry ends, a panic included: the scope waits for the watchdog.
+            let _done = SetOnDrop(&done);
             let ran = run_entry(
                 cfg,
                 (plan_index, entry),
@@ -284,7 +306,6 @@ pub fn run_hunt(
                 &hunt_s,
                 sink,
             );
-            done.store(true, Ordering::Relaxed);
             ran
         });
         let (outcome, found) = ran?;
@@ -377,7 +398,7 @@ fn run_entry(
                         .with_oracles(oracles.clone()),
                 ),
             };
-            found.push((shrunk(f, judge)?, at));
+            found.push((shrunk(f, judge, &shrink_config(est))?, at));
         }
     }
     let fuzz_time = match (est.fuzz, deadline) {
@@ -396,10 +417,7 @@ fn run_entry(
             cases,
             time: fuzz_time,
             gen: generator_for(&e.domain),
-            shrink: ShrinkConfig {
-                max_executions: SHRINK_EXECUTIONS,
-                ..ShrinkConfig::default()
-            },
+            shrink: shrink_config(est),
             shrinks_per_signature: 1,
             oracles: Some(e.oracles.clone()),
             theorems: Vec::new(),
@@ -407,9 +425,15 @@ fn run_entry(
             corpus: Vec::new(),
         };
         let fuzz_started = hunt_s();
-        let (report, _) = run_fuzz_until(&fcfg, fa.as_ref(), fb.as_deref(), None, stop, &mut |ev| {
-            sink(&HuntEvent::Run(ev))
-        })
+        let known = seen.clone();
+        let (report, _) = run_fuzz_until(
+            &fcfg,
+            fa.as_ref(),
+            fb.as_deref(),
+            None,
+            (stop, &known),
+            &mut |ev| sink(&HuntEvent::Run(ev)),
+        )
         .map_err(harness)?;
         let fz = report.fuzz.clone().expect("a fuzz report");
         outcome.fuzz_cases = fz.cases;

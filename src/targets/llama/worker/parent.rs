@@ -515,8 +515,9 @@ impl WorkerRunner {
             let crashed = todo[at];
             if let TrialEnd::Crashed { step, message } = &end {
                 let t = &traces[crashed];
-                self.crashes
-                    .insert((t.setup.clone(), t.ops[..*step].to_vec()), message.clone());
+                // A crash in the setup is reported at step 1 of a trace that may have no op.
+                let prefix = t.ops[..(*step).min(t.ops.len())].to_vec();
+                self.crashes.insert((t.setup.clone(), prefix), message.clone());
             }
             out[crashed] = Some(TrialRun { steps: vec![], end });
             // The rest of the batch, with the traces that ran but were not reported: skip those
