@@ -168,7 +168,7 @@ fn finish(
 ) -> Result<(), CliError> {
     let corpus = read_corpus(&a.corpus, s)
         .map_err(|e| CliError::usage(format!("--corpus {}: {}", a.corpus.display(), e.message)))?;
-    classify(s, &corpus, plan);
+    classify(s, &corpus, plan, check_until);
     write_new_groups(s, plan, &a.out, date, check_until)?;
     write_summary(&a.out, s)
 }
@@ -319,9 +319,9 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
         );
         return Ok(exit::INCOMPLETE);
     }
-    // New groups' C programs are checked while the budget (plus its 10%) lasts.
+    // New groups. C programs are checked while the budget lasts (its 10% covers the last one).
     let check_until = match budget {
-        Budget::Seconds(b) => Some(started + Duration::from_secs_f64((b * 1.05 - spent_before).max(0.0))),
+        Budget::Seconds(b) => Some(started + Duration::from_secs_f64((b - spent_before).max(0.0))),
         Budget::Trials(_) => None,
     };
     finish(&mut summary, &plan, &a, &date, check_until)?;

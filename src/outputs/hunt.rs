@@ -4,8 +4,9 @@
 //! (`engines::group::cause_of`, on the label of the file's expectation for the hunt's target,
 //! else its first failing one). A group is the corpus file's when they share a cause and an
 //! oracle (`matched_by: cause`), or, failing that, when one of its findings has the file's
-//! oracle, kind, memory type and op at the failing step (`signature`: the shrinker may stop at
-//! another minimal trace than the file's). Then its class is *regressed* if the file records
+//! oracle, kind (line numbers aside), memory type and op at the failing step (`signature`: the
+//! shrinker may stop at another minimal trace than the file's, and a crash's line moves
+//! between versions). Then its class is *regressed* if the file records
 //! that the finding holds on this target, else *known*. A corpus file that expects a failure on
 //! this target, whose setup and oracle an entry judged, and that no group matched, is replayed:
 //! if it now holds it is *fixed*. Every other group is *new*: its representative is written to
@@ -88,9 +89,21 @@ fn failing_op(f: &Finding) -> &'static str {
     }
 }
 
+/// A kind without its digits: a crash's kind names its source line, which moves between
+/// versions while the assertion stays (`llama-kv-cache.cpp:502` on 0.1.156 is `:524` on
+/// 0.1.161).
+fn without_numbers(kind: &str) -> String {
+    kind.chars().filter(|c| !c.is_ascii_digit()).collect()
+}
+
 /// Classifies every group of `s` against `corpus`, and finds the corpus findings that the
-/// plan reached and that no longer fail (replayed on the target).
-pub fn classify(s: &mut HuntSummary, corpus: &[CorpusEntry], plan: &[PlanEntry]) {
+/// plan reached and that no longer fail (replayed on the target, until `replay_until`).
+pub fn classify(
+    s: &mut HuntSummary,
+    corpus: &[CorpusEntry],
+    plan: &[PlanEntry],
+    replay_until: Option<Instant>,
+) {
     let mut matched: BTreeSet<String> = BTreeSet::new();
     let holds_here: Vec<bool> = corpus
         .iter()
@@ -110,7 +123,7 @@ pub fn classify(s: &mut HuntSummary, corpus: &[CorpusEntry], plan: &[PlanEntry])
             corpus.iter().find(|c| {
                 members.iter().any(|f| {
                     f.oracle == c.repro.oracle
-                        && f.kind == c.repro.kind
+                        && without_numbers(&f.kind) == without_numbers(&c.repro.kind)
                         && f.trace.setup.arch.memory() == c.repro.trace.setup.arch.memory()
                         && failing_op(f)
                             == c.repro.trace.ops.get(c.repro.step.max(1) - 1).map_or("setup", |o| o.name())
@@ -167,6 +180,9 @@ pub fn classify(s: &mut HuntSummary, corpus: &[CorpusEntry], plan: &[PlanEntry])
         let Some(entry) = reached else {
             continue;
         };
+        if replay_until.is_some_and(|t| Instant::now() >= t) {
+            break;
+        }
         if let Status::Fixed(detail) = check(&c.repro, expect).status {
             s.fixed.push(FixedFinding {
                 file: c.file.clone(),

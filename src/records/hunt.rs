@@ -266,6 +266,10 @@ pub struct HuntSummary {
     pub unsupported: Vec<(String, String)>,
     /// Entries finished, in plan order.
     pub entries: Vec<EntryOutcome>,
+    /// Entries not started because the entries' part of the budget was spent (a budget too
+    /// small for the plan: each entry costs at least its probe and its runners' start).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
     /// The findings, shrunk.
     pub findings: Vec<HuntFinding>,
     /// Their root-cause groups, classified.
@@ -390,7 +394,7 @@ impl HuntSummary {
     fn headline(&self) -> String {
         let (t, f) = self.trials();
         format!(
-            "hunt of {}{}: budget {}, {:.1} s, seed {}; {} of {} plan entries run, {} unsupported; {t} exhaustive trials, {f} fuzz cases{}",
+            "hunt of {}{}: budget {}, {:.1} s, seed {}; {} of {} plan entries run, {} unsupported, {} not started (budget spent); {t} exhaustive trials, {f} fuzz cases{}",
             self.target,
             fault_suffix(&self.faults),
             self.budget.describe(),
@@ -399,6 +403,7 @@ impl HuntSummary {
             self.entries.len(),
             self.plan.len(),
             self.unsupported.len(),
+            self.skipped.len(),
             if self.incomplete { " (INCOMPLETE: stopped before every entry ran)" } else { "" }
         )
     }

@@ -154,17 +154,7 @@ fn check(c: &HuntCase) -> Result<(), String> {
         hunt(&c.args, &out_arg, false).output()
     }
     .map_err(|e| e.to_string())?;
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    let code = out.status.code().ok_or("killed by a signal")?;
-    if code != c.exit {
-        return Err(format!(
-            "exit {code}, expected {}\nstdout: {stdout}\nstderr: {stderr}",
-            c.exit
-        ));
-    }
+    let (stdout, _) = super::exited(&out, c.exit)?;
     if c.plan_lists_everything {
         let registry = Registry::builtin();
         let wanted = Arch::ALL.iter().map(|a| a.memory().name()).chain(
@@ -188,7 +178,7 @@ fn check(c: &HuntCase) -> Result<(), String> {
     if s.incomplete {
         return Err("the summary is marked incomplete".into());
     }
-    let ran: usize = s.entries.len() + s.unsupported.len();
+    let ran: usize = s.entries.len() + s.unsupported.len() + s.skipped.len();
     let wanted = if s.only.is_empty() { s.plan.len() } else { s.only.len() };
     if ran != wanted {
         return Err(format!("{ran} entries ran or were refused, of {wanted}:\n{}", s.to_terminal()));

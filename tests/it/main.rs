@@ -61,6 +61,21 @@ pub fn data_files(dir: &Path, ext: &str) -> Vec<(String, PathBuf)> {
     v
 }
 
+/// A finished command's stdout and stderr, if it exited with `expected` (else what it said).
+pub fn exited(out: &std::process::Output, expected: i32) -> Result<(String, String), String> {
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    let code = out.status.code().ok_or("killed by a signal")?;
+    if code != expected {
+        return Err(format!(
+            "exit {code}, expected {expected}\nstdout: {stdout}\nstderr: {stderr}"
+        ));
+    }
+    Ok((stdout, stderr))
+}
+
 /// Turns a `Result<(), String>` into a libtest-mimic outcome.
 pub fn outcome(r: Result<(), String>) -> Result<(), Failed> {
     r.map_err(Failed::from)

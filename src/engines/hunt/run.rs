@@ -211,6 +211,7 @@ pub fn run_hunt(
             only: cfg.only.clone(),
             unsupported: Vec::new(),
             entries: Vec::new(),
+            skipped: Vec::new(),
             findings: Vec::new(),
             groups: Vec::new(),
             fixed: Vec::new(),
@@ -225,6 +226,7 @@ pub fn run_hunt(
         .iter()
         .map(|e| e.id.clone())
         .chain(summary.unsupported.iter().map(|(id, _)| id.clone()))
+        .chain(summary.skipped.iter().cloned())
         .collect();
     let todo: Vec<(usize, &PlanEntry)> = shard_entries(&cfg.plan, cfg.shard)
         .into_iter()
@@ -247,6 +249,12 @@ pub fn run_hunt(
     for (k, &(plan_index, entry)) in todo.iter().enumerate() {
         if cfg.stop.load(Ordering::Relaxed) {
             summary.incomplete = true;
+            break;
+        }
+        if entries_end.is_some_and(|end| Instant::now() >= end) {
+            summary
+                .skipped
+                .extend(todo[k..].iter().map(|(_, e)| e.id.clone()));
             break;
         }
         let (support, per_trial) = probe(&cfg.target, entry)?;
@@ -523,6 +531,7 @@ pub fn merge_shards(mut parts: Vec<HuntSummary>) -> Result<HuntSummary, Error> {
     for p in parts.into_iter().skip(1) {
         whole.entries.extend(p.entries);
         whole.unsupported.extend(p.unsupported);
+        whole.skipped.extend(p.skipped);
         whole.findings.extend(p.findings);
         // Shards run side by side: the hunt took as long as its longest shard.
         whole.elapsed_s = whole.elapsed_s.max(p.elapsed_s);
