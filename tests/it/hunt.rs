@@ -24,8 +24,11 @@ struct HuntCase {
     about: String,
     /// The command line after `hunt` (without `--out`).
     args: Vec<String>,
-    /// The exit code.
-    exit: i32,
+    /// The exit code; absent: whatever the summary says it must be (1 when a group of a
+    /// non-advisory oracle is new or regressed, else 0), for a real target whose new groups
+    /// the corpus may come to hold.
+    #[serde(default)]
+    exit: Option<i32>,
     /// `--plan`: stdout names every memory type and every oracle that judges observations.
     #[serde(default)]
     plan_lists_everything: bool,
@@ -154,7 +157,8 @@ fn check(c: &HuntCase) -> Result<(), String> {
         hunt(&c.args, &out_arg, false).output()
     }
     .map_err(|e| e.to_string())?;
-    let (stdout, _) = super::exited(&out, c.exit)?;
+    let code = out.status.code().ok_or("killed by a signal")?;
+    let (stdout, _) = super::exited(&out, c.exit.unwrap_or(code))?;
     if c.plan_lists_everything {
         let registry = Registry::builtin();
         let wanted = Arch::ALL.iter().map(|a| a.memory().name()).chain(
@@ -175,6 +179,10 @@ fn check(c: &HuntCase) -> Result<(), String> {
         return Ok(());
     }
     let s = read_summary(dir.path())?;
+    let says = if s.failing_groups() > 0 { 1 } else { 0 };
+    if code != says {
+        return Err(format!("exit {code}, but the summary has {} new or regressed groups", s.failing_groups()));
+    }
     if s.incomplete {
         return Err("the summary is marked incomplete".into());
     }
