@@ -6,7 +6,7 @@
 //! | 1 | `FINDINGS` | the run finished and found violations (replay: an expectation no longer holds) |
 //! | 2 | `USAGE` | bad command line or input file (malformed domain, trace, report) |
 //! | 3 | `HARNESS` | the harness itself broke (target failed to load, worker died, I/O error) |
-//! | 4 | `INCOMPLETE` | the audit was stopped (Ctrl-C, SIGTERM) and wrote a partial report marked incomplete; `audit --resume` continues it |
+//! | 4 | `INCOMPLETE` | the audit or hunt was stopped (Ctrl-C, SIGTERM) and wrote a partial report (summary) marked incomplete; `--resume` continues it |
 
 /// The run finished; nothing was violated.
 pub const CLEAN: i32 = 0;

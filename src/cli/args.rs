@@ -32,13 +32,7 @@ pub fn factories(
             kvaudit::base::op::Setup::default()
                 .with_config(&config)
                 .map_err(|e| CliError::usage(format!("--vs-config: {e}")))?;
-            let wrapped: Box<kvaudit::running::runner::RunnerFactory<'static>> =
-                Box::new(move || {
-                    let inner = f()?;
-                    let r = kvaudit::running::runner::Reconfigured::new(inner, &config)?;
-                    Ok(Box::new(r) as Box<dyn kvaudit::running::runner::TrialRunner>)
-                });
-            Some(wrapped)
+            Some(kvaudit::running::runner::reconfigured_factory(f, config))
         }
         (fb, _) => fb,
     };

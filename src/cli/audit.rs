@@ -111,7 +111,7 @@ pub fn shard_from(
 
 /// Stops the run (`stop` set) on the first SIGINT or SIGTERM and ends the process at once on a
 /// second one (exit code 130).
-fn stop_on_signals() -> Result<Arc<AtomicBool>, CliError> {
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>, CliError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     use signal_hook::flag;
     let stop = Arc::new(AtomicBool::new(false));

@@ -116,25 +116,9 @@ pub struct FuzzArgs {
 
 /// Parses `90`, `30s`, `5m`, `1h`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => (&t[..i], &t[i..]),
-        None => (t, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .ok()
-        .filter(|n: &f64| n.is_finite() && *n > 0.0)
-        .ok_or_else(|| {
-            format!("--time '{s}': expected a positive number of seconds, or 30s, 5m, 1h")
-        })?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("--time '{s}': unit must be s, m or h")),
-    };
-    Ok(Duration::from_secs_f64(secs))
+    kvaudit::records::text::parse_seconds(s)
+        .map(Duration::from_secs_f64)
+        .map_err(|e| format!("--time '{s}': {}", e.message))
 }
 
 /// The largest corpus file read.

@@ -9,6 +9,7 @@ mod bisect;
 mod domain;
 mod explain;
 mod fuzz;
+mod hunt;
 mod matrix;
 mod measure;
 mod merge;
@@ -37,6 +38,10 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// What to run on a build: a plan of every memory type, preset, configuration and oracle
+    /// the target can run, spent within a budget; findings shrunk, grouped by root cause and
+    /// classified against the corpus (known, regressed, fixed, new).
+    Hunt(hunt::HuntArgs),
     /// Exhaustive audit: every op sequence of length 1..=depth over a domain.
     Audit(audit::AuditArgs),
     /// Print a domain's ops, in enumeration order, and their count.
@@ -116,6 +121,7 @@ impl From<kvaudit::base::target::HarnessError> for CliError {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<i32, CliError> {
     match cli.command {
+        Command::Hunt(h) => hunt::run(h),
         Command::Audit(a) => audit::run(a),
         Command::Domain(d) => domain::run(d),
         Command::Merge(m) => merge::run(m),

@@ -5,6 +5,7 @@
 pub mod explore;
 pub mod fuzz;
 pub mod group;
+pub mod hunt;
 pub mod measure;
 pub mod shrink;
 pub mod states;

@@ -4,6 +4,7 @@
 pub mod bug_report;
 pub mod c_repro;
 pub mod explain;
+pub mod hunt;
 pub mod repro;
 pub mod versions;
 pub mod xml;

@@ -5,6 +5,7 @@
 pub mod finding;
 pub mod fuzz;
 pub mod group;
+pub mod hunt;
 pub mod incomplete;
 pub mod prereg;
 pub mod report;

@@ -1,5 +1,5 @@
 //! User text made safe for where a report puts it: a terminal line, Markdown text, a Markdown
-//! code span; and values written for people (`compact_value`). Every rendering of a report, a
+//! code span; and values written for people (`compact_value`) or by them (`parse_seconds`). Every rendering of a report, a
 //! matrix or a bug report goes through these.
 
 use std::fmt::Write as _;
@@ -125,4 +125,26 @@ mod tests {
             format!("[{},{}]", i64::MAX - 1, i64::MAX)
         );
     }
+}
+
+/// A duration as people write it on a command line: `90` (seconds), `30s`, `5m`, `1h`.
+pub fn parse_seconds(s: &str) -> Result<f64, crate::base::error::Error> {
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&t[..i], &t[i..]),
+        None => (t, "s"),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n > 0.0)
+        .ok_or("expected a positive number of seconds, or 30s, 5m, 1h")?;
+    let scale = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err("unit must be s, m or h".into()),
+    };
+    Ok(n * scale)
 }

@@ -507,6 +507,18 @@ pub struct Reconfigured {
     config: String,
 }
 
+/// A factory of `inner`'s runners, each under `config` ([`Reconfigured`]): the second side of a
+/// configuration pair (`--vs-config`).
+pub fn reconfigured_factory(
+    inner: Box<RunnerFactory<'static>>,
+    config: String,
+) -> Box<RunnerFactory<'static>> {
+    Box::new(move || {
+        let r = Reconfigured::new(inner()?, &config)?;
+        Ok(Box::new(r) as Box<dyn TrialRunner>)
+    })
+}
+
 impl Reconfigured {
     /// `inner` with every setup changed by `config` (`kv_unified=false,n_ubatch=1`); the spec
     /// is checked now.

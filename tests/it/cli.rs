@@ -51,17 +51,7 @@ fn check(c: &CliCase) -> Result<(), String> {
         .args(&args)
         .output()
         .map_err(|e| e.to_string())?;
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    let code = out.status.code().ok_or("killed by a signal")?;
-    if code != c.exit {
-        return Err(format!(
-            "exit {code}, expected {}\nstdout: {stdout}\nstderr: {stderr}",
-            c.exit
-        ));
-    }
+    let (stdout, stderr) = super::exited(&out, c.exit)?;
     if let Some(s) = &c.stdout {
         if !stdout.contains(s.as_str()) {
             return Err(format!("stdout lacks {s:?}:\n{stdout}"));

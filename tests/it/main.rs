@@ -5,6 +5,8 @@
 //! - `tests/data/cli/cases.json`: command lines, with the exit code and output they must give.
 //! - `tests/data/llama/*.json`: crash isolation, `+assert` aborts, fast-reset honesty and C
 //!   reproducers on real llama.cpp builds.
+//! - `tests/data/hunt/*.json`: `kvaudit hunt` runs (native with and without an injected fault, a
+//!   short hunt and the plan of a llama.cpp pin): exit codes, groups and their classes.
 //! - `tests/it/hostile.rs`: hostile strings in every free-text field, through every emitter.
 //! - `tests/data/fuzz/*.json`: the guided fuzzer: findings, determinism, `--corpus` round trips.
 //! - `fuzz/seeds/<target>/`: each fuzz target's body over its seeds and their mutations.
@@ -29,6 +31,7 @@ mod findings;
 mod fuzz_guided;
 mod fuzz_seeds;
 mod hostile;
+mod hunt;
 mod llama;
 mod llama_build;
 mod llama_config;
@@ -60,6 +63,21 @@ pub fn data_files(dir: &Path, ext: &str) -> Vec<(String, PathBuf)> {
     v
 }
 
+/// A finished command's stdout and stderr, if it exited with `expected` (else what it said).
+pub fn exited(out: &std::process::Output, expected: i32) -> Result<(String, String), String> {
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    let code = out.status.code().ok_or("killed by a signal")?;
+    if code != expected {
+        return Err(format!(
+            "exit {code}, expected {expected}\nstdout: {stdout}\nstderr: {stderr}"
+        ));
+    }
+    Ok((stdout, stderr))
+}
+
 /// Turns a `Result<(), String>` into a libtest-mimic outcome.
 pub fn outcome(r: Result<(), String>) -> Result<(), Failed> {
     r.map_err(Failed::from)
@@ -77,6 +95,7 @@ fn main() {
     trials.extend(fuzz_guided::trials());
     trials.extend(fuzz_seeds::trials());
     trials.extend(hostile::trials());
+    trials.extend(hunt::trials());
     trials.extend(llama::trials());
     trials.extend(llama_config::trials());
     trials.extend(resume::trials());

@@ -28,7 +28,8 @@ mod coverage;
 mod generate;
 mod guide;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
@@ -253,6 +254,21 @@ pub fn run_fuzz_with_queue(
     checker: Option<&mut TheoremChecker>,
     sink: &mut dyn FnMut(&Event),
 ) -> Result<(Report, Vec<Trace>), HarnessError> {
+    let never = AtomicBool::new(false);
+    run_fuzz_until(cfg, runner_a, runner_b, checker, (&never, &BTreeSet::new()), sink)
+}
+
+/// [`run_fuzz_with_queue`] that also ends, between cases, once `stop` is set (a hunt's deadline
+/// or a signal): the report then covers the cases run so far. A failure whose signature is in
+/// `known` (findings a hunt already has, their `shape` empty) is counted but not shrunk again.
+pub fn run_fuzz_until(
+    cfg: &FuzzConfig,
+    runner_a: &RunnerFactory<'_>,
+    runner_b: Option<&RunnerFactory<'_>>,
+    checker: Option<&mut TheoremChecker>,
+    (stop, known): (&AtomicBool, &BTreeSet<FindingKey>),
+    sink: &mut dyn FnMut(&Event),
+) -> Result<(Report, Vec<Trace>), HarnessError> {
     let mut judge = Judge::new(runner_a, runner_b)?;
     let mut theorems = match (checker, cfg.theorems.is_empty()) {
         (_, true) => None,
@@ -325,7 +341,9 @@ pub fn run_fuzz_with_queue(
     let mut coverage = Coverage::default();
     let mut points: Vec<CoveragePoint> = Vec::new();
     loop {
-        if cfg.cases.is_some_and(|n| case >= n) || cfg.time.is_some_and(|t| started.elapsed() >= t)
+        if cfg.cases.is_some_and(|n| case >= n)
+            || cfg.time.is_some_and(|t| started.elapsed() >= t)
+            || stop.load(Ordering::Relaxed)
         {
             break;
         }
@@ -400,6 +418,9 @@ pub fn run_fuzz_with_queue(
             let who = judge.label_of(v);
             let signature =
                 FindingKey::new(mode.oracle, &who, &mode.kind, trace.ops[v.step - 1].name());
+            if known.contains(&signature) {
+                continue;
+            }
             if let Some((done, first_shape)) = by_signature.get(&signature) {
                 if *done >= cfg.shrinks_per_signature {
                     if let Some(r) = records.get_mut(first_shape) {

@@ -546,8 +546,10 @@ impl WorkerRunner {
                 (_, end) => {
                     if let TrialEnd::Crashed { step, message } = &end {
                         let t = &traces[crashed];
-                        self.crashes
-                            .insert((t.setup.clone(), t.ops[..*step].to_vec()), message.clone());
+                        // A crash in the setup is reported at step 1 of a trace that may
+                        // have no op.
+                        let prefix = t.ops[..(*step).min(t.ops.len())].to_vec();
+                        self.crashes.insert((t.setup.clone(), prefix), message.clone());
                     }
                     TrialRun::new(vec![], end)
                 }

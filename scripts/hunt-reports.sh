@@ -1,0 +1,22 @@
+#!/bin/bash
+# Regenerates reports/hunt/llama.cpp@0.1.161/ and reports/hunt/llama.cpp@0.1.156/: a
+# `kvaudit hunt` of each pin (docs/usage.md, "kvaudit hunt"), its summary (summary.md,
+# summary.json) and the new groups' files (new/).
+#
+#   scripts/hunt-reports.sh                 # --budget 30m each (about an hour on 2 cores)
+#   BUDGET=2m scripts/hunt-reports.sh       # a short hunt, to see the script work
+#
+# Exit code 1 of a hunt (new or regressed groups) is expected; any other failure stops the
+# script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+budget=${BUDGET:-30m}
+cargo build --release --quiet
+k=target/release/kvaudit
+for pin in 0.1.161 0.1.156; do
+  out=reports/hunt/llama.cpp@$pin
+  rm -rf "$out"
+  mkdir -p "$out"
+  $k hunt --target "llama.cpp@$pin" --budget "$budget" --out "$out" --seed 1 \
+    > "$out/terminal.txt" || [ $? -eq 1 ]
+done

@@ -1,0 +1,345 @@
+//! `kvaudit hunt`: what to run on a build. The plan (`engines::hunt::plan`), spent within the
+//! budget (`engines::hunt::run`), its groups classified against the corpus and the new ones
+//! written out (`outputs::hunt`); the summary in the terminal, `DIR/summary.md` and
+//! `DIR/summary.json`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::audit::{shard_from, stop_on_signals};
+use super::progress::duration;
+use super::CliError;
+use kvaudit::base::exit;
+use kvaudit::base::files::{read_text_limited, write_atomically};
+use kvaudit::engines::hunt::run::ENTRY_PART;
+use kvaudit::engines::hunt::{
+    allocate, merge_shards, plan, probe, run_hunt, shard_entries, HuntConfig, HuntEvent,
+};
+use kvaudit::outputs::hunt::{classify, read_corpus, write_new_groups};
+use kvaudit::outputs::repro::{check_date, today_utc};
+use kvaudit::records::hunt::{Budget, FuzzShare, HuntSummary, PlanEntry, Support, MAX_SUMMARY_BYTES};
+use kvaudit::records::report::Shard;
+use kvaudit::records::text::terminal_text;
+use kvaudit::targets::registry::TargetSpec;
+
+/// Arguments of `kvaudit hunt`.
+#[derive(Debug, Args)]
+pub struct HuntArgs {
+    /// The build to hunt in: `llama.cpp@VERSION[+assert]`, `llama.cpp@src:PATH`, or `native`.
+    #[arg(long, default_value = "native")]
+    target: String,
+    /// Faults to inject (native only): a positive control of the hunt itself.
+    #[arg(long = "inject", value_delimiter = ',')]
+    inject: Vec<String>,
+    /// What the hunt may spend: wall time (`90`, `30s`, `5m`, `1h`; everything included, it
+    /// ends within it plus 10%) or trials (`5000trials`: exhaustive trials and fuzz cases,
+    /// deterministic for a seed).
+    #[arg(long, default_value = "30m")]
+    budget: String,
+    /// The folder of the summary (`summary.md`, `summary.json`) and of the new groups' files
+    /// (`new/`).
+    #[arg(long, default_value = "hunt")]
+    out: PathBuf,
+    /// Print the plan with each entry's estimate (each entry's setup probed on the target) and
+    /// exit.
+    #[arg(long)]
+    plan: bool,
+    /// Continue the stopped hunt whose summary is in this folder (same target, budget, seed).
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
+    /// Run shard K of M of the plan's entries (`K/M`; also from SLURM_ARRAY_TASK_ID and
+    /// SLURM_ARRAY_TASK_COUNT, as `audit` reads them).
+    #[arg(long)]
+    shard: Option<String>,
+    /// The fuzz seed: entry i of the plan fuzzes with seed + i.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Merge the summaries of these shard folders into --out (classified again) instead of
+    /// hunting.
+    #[arg(long, num_args = 1.., value_name = "DIR")]
+    merge: Vec<PathBuf>,
+    /// Only these entries of the plan (comma-separated ids, as `--plan` lists them).
+    #[arg(long, value_delimiter = ',')]
+    entries: Vec<String>,
+    /// The regression corpus the groups are classified against.
+    #[arg(long, default_value = "corpora")]
+    corpus: PathBuf,
+    /// Threads of each exhaustive run (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The new repro files' `since` date, YYYY-MM-DD (default: today, UTC).
+    #[arg(long, env = "KVAUDIT_DATE")]
+    date: Option<String>,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn usage(e: kvaudit::base::error::Error) -> CliError {
+    CliError::usage(e.message)
+}
+
+fn load_summary(dir: &Path) -> Result<HuntSummary, CliError> {
+    let path = dir.join("summary.json");
+    let text = read_text_limited(&path, MAX_SUMMARY_BYTES)
+        .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+    HuntSummary::parse(&text).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
+}
+
+fn write_summary(dir: &Path, s: &HuntSummary) -> Result<(), CliError> {
+    for (name, text) in [("summary.json", s.to_json()), ("summary.md", s.to_markdown())] {
+        let path = dir.join(name);
+        write_atomically(&path, text)
+            .map_err(|e| CliError::harness(format!("{}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// Prints the plan with each entry's estimate; entries are probed on the target.
+fn print_plan(
+    target: &TargetSpec,
+    entries: &[(usize, &PlanEntry)],
+    budget: Budget,
+) -> Result<(), CliError> {
+    let mut memory: Vec<_> = entries.iter().map(|(_, e)| e.memory).collect();
+    memory.sort();
+    memory.dedup();
+    let mut oracles: Vec<_> = entries.iter().flat_map(|(_, e)| e.oracles.clone()).collect();
+    oracles.sort();
+    oracles.dedup();
+    println!(
+        "hunt plan of {}: {} entries, budget {}",
+        terminal_text(&target.name),
+        entries.len(),
+        budget.describe()
+    );
+    println!(
+        "memory types: {}",
+        memory.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "oracles: {}",
+        oracles.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+    );
+    let share = match budget {
+        Budget::Seconds(s) => s * ENTRY_PART / entries.len().max(1) as f64,
+        Budget::Trials(n) => n as f64 / entries.len().max(1) as f64,
+    };
+    for (_, e) in entries {
+        let (support, per_trial) = probe(target, e).map_err(CliError::from)?;
+        let est = allocate(e, support, per_trial, budget, share);
+        let cost = match (&est.support, est.fuzz) {
+            (Support::Unsupported { reason }, _) => format!("UNSUPPORTED: {reason}"),
+            (Support::Runs, FuzzShare::Seconds(f)) => format!(
+                "exhaustive depth {} ({} trials, {:.3} ms/trial), then fuzz {}; about {}",
+                est.depth,
+                est.exhaustive_trials,
+                1e3 * est.seconds_per_trial.unwrap_or(0.0),
+                duration(f),
+                duration(est.share_s.unwrap_or(0.0))
+            ),
+            (Support::Runs, FuzzShare::Cases(n)) => format!(
+                "exhaustive depth {} ({} trials), then {n} fuzz cases",
+                est.depth, est.exhaustive_trials
+            ),
+        };
+        println!(
+            "{:<28} {:<9} {:<40} {} ops: {}\n    oracles: {}",
+            terminal_text(&e.id),
+            e.memory.name(),
+            terminal_text(&e.pairing.label()),
+            est.ops,
+            terminal_text(&cost),
+            e.oracles.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Classifies the summary's groups, writes the new ones' files and the summary.
+fn finish(
+    s: &mut HuntSummary,
+    plan: &[PlanEntry],
+    a: &HuntArgs,
+    date: &str,
+    check_until: Option<Instant>,
+) -> Result<(), CliError> {
+    let corpus = read_corpus(&a.corpus, s)
+        .map_err(|e| CliError::usage(format!("--corpus {}: {}", a.corpus.display(), e.message)))?;
+    classify(s, &corpus, plan, check_until);
+    write_new_groups(s, plan, &a.out, date, check_until)?;
+    write_summary(&a.out, s)
+}
+
+/// Runs the hunt.
+pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
+    let budget = Budget::parse(&a.budget).map_err(|e| CliError::usage(format!("--budget: {}", e.message)))?;
+    let date = match &a.date {
+        Some(d) => check_date(d).map_err(|e| CliError::usage(format!("--date: {e}")))?,
+        None => today_utc(),
+    };
+    let target = TargetSpec::new(&a.target, &a.inject);
+    // A name or fault the target cannot take is refused before anything runs.
+    target.factory().map(drop)?;
+    let plan = plan(&target);
+    if let Some(bad) = a.entries.iter().find(|id| !plan.iter().any(|e| &e.id == *id)) {
+        return Err(CliError::usage(format!(
+            "--entries: no entry '{bad}' in the plan (kvaudit hunt --plan lists them)"
+        )));
+    }
+    let wanted = |e: &PlanEntry| a.entries.is_empty() || a.entries.contains(&e.id);
+    if !a.merge.is_empty() {
+        let parts = a
+            .merge
+            .iter()
+            .map(|d| load_summary(d))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut whole = merge_shards(parts).map_err(usage)?;
+        std::fs::create_dir_all(&a.out)
+            .map_err(|e| CliError::harness(format!("{}: {e}", a.out.display())))?;
+        finish(&mut whole, &plan, &a, &date, None)?;
+        print!("{}", whole.to_terminal());
+        return Ok(exit_code(&whole));
+    }
+    let resume = match &a.resume {
+        Some(dir) => {
+            let r = load_summary(dir)?;
+            a.out = dir.clone();
+            Some(r)
+        }
+        None => None,
+    };
+    let mut shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
+    if let Some(r) = resume.as_ref().filter(|_| shard == Shard::WHOLE) {
+        shard = r.shard;
+    }
+    if a.plan {
+        let mut entries = shard_entries(&plan, shard);
+        entries.retain(|(_, e)| wanted(e));
+        print_plan(&target, &entries, budget)?;
+        return Ok(exit::CLEAN);
+    }
+    if let Some(r) = &resume {
+        let blank = HuntSummary {
+            target: target.name.clone(),
+            faults: target.faults.clone(),
+            budget,
+            seed: a.seed,
+            plan: plan.iter().map(|e| e.id.clone()).collect(),
+            only: a.entries.clone(),
+            ..r.clone()
+        };
+        if !r.same_hunt(&blank) || r.shard != shard {
+            return Err(CliError::usage(
+                "--resume: that summary is of another hunt (target, --inject, --budget, --seed, --shard or the plan differ)",
+            ));
+        }
+    }
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| CliError::harness(format!("{}: {e}", a.out.display())))?;
+    let started = Instant::now();
+    let spent_before = resume.as_ref().map_or(0.0, |r| r.elapsed_s);
+    let stop = stop_on_signals()?;
+    let cfg = HuntConfig {
+        target: target.clone(),
+        budget,
+        seed: a.seed,
+        shard,
+        threads: a
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        plan: plan.clone(),
+        only: a.entries.clone(),
+        resume,
+        stop: &stop,
+    };
+    if !a.quiet {
+        eprintln!(
+            "kvaudit hunt: {}{}, budget {}, seed {}, {} of {} plan entries",
+            terminal_text(&target.name),
+            target.faults.iter().map(|f| format!("[{f}]")).collect::<String>(),
+            budget.describe(),
+            a.seed,
+            shard_entries(&plan, shard).iter().filter(|(_, e)| wanted(e)).count(),
+            plan.len()
+        );
+    }
+    let quiet = a.quiet;
+    let mut show = |e: &HuntEvent<'_>| {
+        if quiet {
+            return;
+        }
+        match e {
+            HuntEvent::EntryStart {
+                index,
+                of,
+                entry,
+                estimate,
+                left_s,
+            } => {
+                let fuzz = match estimate.fuzz {
+                    FuzzShare::Seconds(s) => format!("fuzz {}", duration(s)),
+                    FuzzShare::Cases(n) => format!("{n} fuzz cases"),
+                };
+                let eta = match (estimate.share_s, left_s) {
+                    (Some(s), Some(l)) => format!(", eta {} (hunt: {} left)", duration(s), duration(*l)),
+                    _ => String::new(),
+                };
+                eprintln!(
+                    "[{index}/{of}] {} ({}, {}): depth {} ({} trials), then {fuzz}{eta}",
+                    terminal_text(&entry.id),
+                    entry.memory.name(),
+                    terminal_text(&entry.pairing.label()),
+                    estimate.depth,
+                    estimate.exhaustive_trials
+                );
+            }
+            HuntEvent::Unsupported { entry, reason } => eprintln!(
+                "[-] {}: unsupported: {}",
+                terminal_text(&entry.id),
+                terminal_text(reason)
+            ),
+            HuntEvent::EntryDone(o) => eprintln!(
+                "      {} trials, {} fuzz cases, {} repeats, {:.1} s",
+                o.trials, o.fuzz_cases, o.repeats, o.elapsed_s
+            ),
+            HuntEvent::Run(_) => {}
+        }
+    };
+    let mut summary = run_hunt(&cfg, &mut show)?;
+    if summary.incomplete {
+        write_summary(&a.out, &summary)?;
+        print!("{}", summary.to_terminal());
+        eprintln!(
+            "kvaudit hunt: stopped; the summary in {} is partial: continue with --resume {}",
+            a.out.display(),
+            a.out.display()
+        );
+        return Ok(exit::INCOMPLETE);
+    }
+    // New groups. C programs are checked while the budget lasts (its 10% covers the last one).
+    let check_until = match budget {
+        Budget::Seconds(b) => Some(started + Duration::from_secs_f64((b - spent_before).max(0.0))),
+        Budget::Trials(_) => None,
+    };
+    finish(&mut summary, &plan, &a, &date, check_until)?;
+    summary.elapsed_s = spent_before + started.elapsed().as_secs_f64();
+    write_summary(&a.out, &summary)?;
+    print!("{}", summary.to_terminal());
+    if !a.quiet {
+        eprintln!("kvaudit hunt: summary in {}", a.out.join("summary.md").display());
+    }
+    Ok(exit_code(&summary))
+}
+
+/// Findings (exit 1) when a non-advisory group is new or regressed: known bugs of the build do
+/// not fail its hunt.
+fn exit_code(s: &HuntSummary) -> i32 {
+    if s.failing_groups() > 0 {
+        exit::FINDINGS
+    } else {
+        exit::CLEAN
+    }
+}

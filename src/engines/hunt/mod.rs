@@ -1,0 +1,12 @@
+//! `kvaudit hunt`: one command that goes looking for the bugs of a build. [`plan`] makes the
+//! plan from what the target can run (memory types, presets and the caches users run into,
+//! configurations, oracles of the registry, pairings); [`run`] spends the budget over it
+//! (exhaustive to the depth each entry's share allows, then fuzzing), shrinks every new
+//! violation and groups the hunt's findings by root cause. Classifying the groups against the
+//! corpus and writing the new ones' files is `outputs::hunt`'s.
+
+pub mod plan;
+pub mod run;
+
+pub use plan::{allocate, plan, probe};
+pub use run::{merge_shards, regroup, run_hunt, shard_entries, HuntConfig, HuntEvent};

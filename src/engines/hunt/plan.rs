@@ -1,0 +1,350 @@
+//! A hunt's plan: what the target can run, as entries. Every preset (each with the memory type
+//! its architecture selects), the caches users run into that no preset makes (full and
+//! fragmented, small per-stream contexts, long decodes split into ubatches, streams with
+//! multi-sequence batches on every memory type, both `swa_full` settings), and configuration
+//! pairs; each entry with every oracle of the registry that can judge it and, on a target other
+//! than the native model, the differential against `native` (which models every memory type,
+//! `targets/native-kv/src/memory.rs`). The target's refusals are probed, not assumed: an entry
+//! whose setup it refuses stays in the plan as unsupported.
+
+use std::time::Instant;
+
+use crate::base::config::Arch;
+use crate::base::domain::{total_trials, Domain, PRESETS, PRESET_SUMMARIES};
+use crate::base::error::Error;
+use crate::base::op::{Decode, Op, Trace};
+use crate::oracles::{Reads, Registry};
+use crate::records::hunt::{Budget, EntryEstimate, FuzzShare, Pairing, PlanEntry, Support};
+use crate::running::judge::Judge;
+use crate::running::runner::{reconfigured_factory, RunnerFactory};
+use crate::targets::registry::TargetSpec;
+
+/// The configurations each memory type's base preset is paired with (`--vs-config`), beyond
+/// those every memory type gets ([`PAIRS_EVERYWHERE`]).
+const PAIRS_PER_PRESET: [(&str, &str); 2] = [
+    // Quantized K/V needs flash attention for V (llama-context.cpp refuses it otherwise).
+    ("seed", "flash_attn=on,type_k=q8_0,type_v=q8_0"),
+    ("iswa", "swa_full=true"),
+];
+
+/// Configurations every memory type's base preset is paired with: one stream per sequence,
+/// one-token ubatches, flash attention.
+const PAIRS_EVERYWHERE: [&str; 3] = ["kv_unified=false", "n_ubatch=1", "flash_attn=on"];
+
+/// The preset that runs each memory type's architecture.
+fn base_preset(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Llama => "seed",
+        Arch::Gemma2 => "iswa",
+        Arch::Mamba => "recurrent",
+        Arch::Jamba => "hybrid",
+    }
+}
+
+/// A preset by name (every name of [`PRESETS`] is one).
+fn preset(name: &str) -> Domain {
+    Domain::preset(name).expect("a built-in preset")
+}
+
+/// `d` under `config` (`key=value,...`, as `--vs-config` takes it), renamed `id`.
+fn configured(d: &Domain, id: &str, config: &str) -> Domain {
+    let mut d = d.clone();
+    d.name = id.into();
+    d.setup = d
+        .setup
+        .with_config(config)
+        .expect("the plan's configurations parse");
+    d
+}
+
+/// The caches users run into that no preset makes, each from a preset: (id, domain, why).
+fn user_caches() -> Vec<(String, Domain, String)> {
+    let mut out = Vec::new();
+    // Holes left by removals, then decodes that need more cells than a hole has: seq 0 fills
+    // 160 of 256 cells, loses [40, 80) and [100, 140), and decodes of 24 and 60 tokens follow.
+    let mut fragmented = preset("full");
+    fragmented.name = "fragmented".into();
+    fragmented.setup.ops = vec![
+        Op::Decode(Decode::next(0, 160)),
+        Op::SeqRm {
+            seq: 0,
+            p0: 40,
+            p1: 80,
+        },
+        Op::SeqRm {
+            seq: 0,
+            p0: 100,
+            p1: 140,
+        },
+    ];
+    fragmented.ranges = vec![[30, 50], [90, 110], [150, -1], [-1, -1]];
+    fragmented.decode_next = vec![1, 24, 60];
+    out.push((
+        "fragmented".into(),
+        fragmented,
+        "a fragmented cache: holes left by removals, then decodes longer than a hole".into(),
+    ));
+    // Four streams of 64 cells: decodes of 30 and 60 tokens fill a stream.
+    let mut small = configured(&preset("streams"), "small-ctx", "n_seq_max=4");
+    small.seqs = vec![0, 1, 2];
+    small.decode_next = vec![1, 30, 60];
+    out.push((
+        "small-ctx".into(),
+        small,
+        "small per-stream contexts (n_ctx 256 over 4 streams) that decodes fill".into(),
+    ));
+    let mut long = configured(&preset("batch"), "long-ubatch", "n_batch=32,n_ubatch=3");
+    long.decode_next = vec![1, 7, 20];
+    out.push((
+        "long-ubatch".into(),
+        long,
+        "long decodes split into ubatches of 3".into(),
+    ));
+    for arch in [Arch::Gemma2, Arch::Mamba, Arch::Jamba] {
+        let base = preset(base_preset(arch));
+        let id = format!("{}+streams", base.name);
+        let mut streams = configured(&base, &id, "kv_unified=false");
+        streams.decode_shared = true;
+        out.push((
+            id,
+            streams,
+            format!(
+                "{} memory with one stream per sequence and multi-sequence batches",
+                arch.memory()
+            ),
+        ));
+        let id = format!("{}+ubatch", base.name);
+        // n_batch stays the default: the iswa setup decodes 250 tokens at once, and a decode
+        // larger than n_batch is an abort in llama_decode, not a finding.
+        let mut ubatch = configured(&base, &id, "n_ubatch=2");
+        ubatch.decode_next = vec![1, 5];
+        out.push((
+            id,
+            ubatch,
+            format!("{} memory with decodes split into ubatches", arch.memory()),
+        ));
+    }
+    // The iswa preset runs swa_full off with decodes that evict; llama.cpp's default is on.
+    out.push((
+        "iswa+swa_full".into(),
+        configured(&preset("iswa"), "iswa+swa_full", "swa_full=true"),
+        "iSWA memory with swa_full on (llama.cpp's default): a windowed cache that never evicts"
+            .into(),
+    ));
+    out
+}
+
+/// The oracles of an entry: every oracle of the registry that judges observations of a run
+/// with this pairing.
+fn oracles_for(pairing: &Pairing) -> Registry {
+    let with_vs = *pairing != Pairing::Alone;
+    Registry::for_run(matches!(pairing, Pairing::Config { .. }))
+        .only(move |o| o.reads().observed(with_vs) && o.reads() != Reads::Runs)
+}
+
+/// The plan of a hunt on `target` (faults included): every entry, in order.
+pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
+    // The native model beside any other target; a native target is the model itself.
+    let beside = if target.name == "native" {
+        Pairing::Alone
+    } else {
+        Pairing::Native
+    };
+    let entry = |id: String, domain: Domain, why: String, pairing: Pairing| PlanEntry {
+        id,
+        memory: domain.setup.arch.memory(),
+        why,
+        oracles: oracles_for(&pairing).iter().map(|o| o.id()).collect(),
+        domain,
+        pairing,
+    };
+    let mut out = Vec::new();
+    for (name, summary) in PRESETS.iter().zip(PRESET_SUMMARIES) {
+        debug_assert_eq!(*name, summary.0);
+        out.push(entry(
+            name.to_string(),
+            preset(name),
+            format!("preset: {}", summary.1),
+            beside.clone(),
+        ));
+    }
+    for (id, d, why) in user_caches() {
+        out.push(entry(id, d, why, beside.clone()));
+    }
+    for arch in Arch::ALL {
+        let name = base_preset(arch);
+        let configs = PAIRS_EVERYWHERE.iter().copied().chain(
+            PAIRS_PER_PRESET
+                .iter()
+                .filter(|(p, _)| *p == name)
+                .map(|(_, c)| *c),
+        );
+        for config in configs {
+            let id = format!("{name}~{config}");
+            let mut d = preset(name);
+            d.name = id.clone();
+            out.push(entry(
+                id,
+                d,
+                format!("{} memory: the {name} preset against itself under {config}", arch.memory()),
+                Pairing::Config {
+                    config: config.into(),
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// The runner factories of an entry on `target`: the target, and the second side of its
+/// pairing; each observes what the entry's oracles read.
+#[allow(clippy::type_complexity)]
+pub fn factories(
+    target: &TargetSpec,
+    e: &PlanEntry,
+) -> Result<
+    (
+        Box<RunnerFactory<'static>>,
+        Option<Box<RunnerFactory<'static>>>,
+    ),
+    Error,
+> {
+    let observe = oracles_for(&e.pairing).observe();
+    let a = target.clone().with_observe(observe);
+    let b = match &e.pairing {
+        Pairing::Alone => None,
+        Pairing::Native => Some(TargetSpec::new("native", &[]).with_observe(observe).factory()?),
+        Pairing::Config { config } => Some(reconfigured_factory(a.factory()?, config.clone())),
+    };
+    Ok((a.factory()?, b))
+}
+
+/// The registry of an entry's oracles.
+pub fn registry(e: &PlanEntry) -> Registry {
+    let keep = e.oracles.clone();
+    oracles_for(&e.pairing).only(move |o| keep.contains(&o.id()))
+}
+
+/// Probe trials timed per entry (after one that starts the runners).
+const PROBE_TRIALS: u32 = 3;
+
+/// What a probe of an entry found: whether the target takes its setup, and the seconds per
+/// trial of two-op traces of the domain.
+pub fn probe(target: &TargetSpec, e: &PlanEntry) -> Result<(Support, Option<f64>), Error> {
+    let (a, b) = factories(target, e)?;
+    let mut judge = Judge::new(a.as_ref(), b.as_deref())
+        .map_err(|err| Error::harness(err.to_string()))?
+        .with_oracles(registry(e));
+    let ops = e.domain.ops();
+    // Trial `i`: ops i and i + 1 (each trial another trace, so that no runner answers one
+    // from a cache of the last).
+    let trial = |i: usize| Trace {
+        setup: e.domain.setup.clone(),
+        ops: (i..i + 2)
+            .filter_map(|k| ops.get(k % ops.len().max(1)).cloned())
+            .collect(),
+    };
+    let first = judge
+        .run(&trial(0))
+        .map_err(|err| Error::harness(err.to_string()))?;
+    if let Some((0, reason)) = &first.unsupported {
+        return Ok((
+            Support::Unsupported {
+                reason: reason.to_string(),
+            },
+            None,
+        ));
+    }
+    let clock = Instant::now();
+    for i in 1..=PROBE_TRIALS {
+        judge
+            .run(&trial(i as usize))
+            .map_err(|err| Error::harness(err.to_string()))?;
+    }
+    let per_trial = clock.elapsed().as_secs_f64() / f64::from(PROBE_TRIALS);
+    Ok((Support::Runs, Some(per_trial)))
+}
+
+/// The share of the exhaustive run in an entry's budget: the rest fuzzes.
+const EXHAUSTIVE_SHARE: f64 = 0.5;
+/// The deepest exhaustive run an entry does.
+const MAX_DEPTH: u32 = 6;
+
+/// An entry's allocation: the exhaustive depth its share allows, then the fuzzing with the
+/// rest. `share` is seconds or trials, as `budget` is.
+pub fn allocate(
+    e: &PlanEntry,
+    support: Support,
+    seconds_per_trial: Option<f64>,
+    budget: Budget,
+    share: f64,
+) -> EntryEstimate {
+    let ops = e.domain.ops().len() as u64;
+    let cost = |d: u32| -> f64 {
+        let trials = total_trials(ops, d) as f64;
+        match budget {
+            Budget::Seconds(_) => trials * seconds_per_trial.unwrap_or(f64::INFINITY),
+            Budget::Trials(_) => trials,
+        }
+    };
+    let depth = (1..=MAX_DEPTH)
+        .take_while(|&d| cost(d) <= share * EXHAUSTIVE_SHARE)
+        .last()
+        .unwrap_or(0);
+    let exhaustive_trials = if depth == 0 {
+        0
+    } else {
+        total_trials(ops, depth)
+    };
+    let rest = (share - cost(depth).min(share)).max(0.0);
+    let fuzz = match budget {
+        Budget::Seconds(_) => FuzzShare::Seconds(rest),
+        Budget::Trials(_) => FuzzShare::Cases((rest as u64).max(1)),
+    };
+    EntryEstimate {
+        support,
+        ops,
+        seconds_per_trial,
+        depth,
+        exhaustive_trials,
+        fuzz,
+        share_s: matches!(budget, Budget::Seconds(_)).then_some(share),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_has_every_memory_type_unique_ids_and_valid_domains() {
+        let p = plan(&TargetSpec::new("llama.cpp@0.1.161", &[]));
+        let mut ids: Vec<&str> = p.iter().map(|e| e.id.as_str()).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), p.len(), "entry ids are unique");
+        for arch in Arch::ALL {
+            assert!(p.iter().any(|e| e.memory == arch.memory()), "{arch}");
+        }
+        for e in &p {
+            e.domain.validate().unwrap_or_else(|err| panic!("{}: {err}", e.id));
+            assert!(!e.oracles.is_empty(), "{}", e.id);
+        }
+        assert!(p.iter().any(|e| e.pairing == Pairing::Native));
+        let native = plan(&TargetSpec::new("native", &[]));
+        assert!(native.iter().all(|e| e.pairing != Pairing::Native));
+    }
+
+    #[test]
+    fn a_trial_budget_goes_to_the_deepest_exhaustive_run_that_fits_half_of_it() {
+        let e = &plan(&TargetSpec::new("native", &[]))[0];
+        let n = e.domain.ops().len() as u64;
+        let share = 2.0 * total_trials(n, 2) as f64 + 10.0;
+        let est = allocate(e, Support::Runs, None, Budget::Trials(1), share);
+        assert_eq!(est.depth, 2);
+        assert_eq!(
+            est.fuzz,
+            FuzzShare::Cases((share as u64) - total_trials(n, 2))
+        );
+    }
+}

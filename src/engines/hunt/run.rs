@@ -1,0 +1,543 @@
+//! Running a hunt's plan within its budget. Each entry in turn: a probe (does the target take
+//! the setup, and at what cost per trial), its share of what is left of the budget, the
+//! exhaustive run to the depth half the share allows, fuzzing with the rest; a watchdog stops
+//! either at the entry's deadline or on a signal. A violation whose key (oracle, target, kind,
+//! op) the hunt already has costs nothing more: it is not shrunk again (an exhaustive one is
+//! counted as a repeat; the fuzzer skips it). Every other one is shrunk (fuzz findings are shrunk by the fuzzer already), and the
+//! findings of the whole hunt are grouped by root cause at the end.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::plan::{allocate, factories, probe, registry};
+use crate::base::domain::Domain;
+use crate::base::error::Error;
+use crate::engines::explore::{ExhaustiveConfig, Explorer, RunControl};
+use crate::engines::fuzz::{run_fuzz_until, FuzzConfig, GenConfig, Generator};
+use crate::engines::group::group_findings;
+use crate::engines::shrink::{shrink, FailureMode, ShrinkConfig};
+use crate::records::finding::{Finding, FindingKey};
+use crate::records::hunt::{
+    Budget, EntryEstimate, EntryOutcome, FuzzShare, GroupClass, HuntFinding, HuntGroup,
+    HuntSummary, PlanEntry, Support,
+};
+use crate::records::report::{Event, Report, Shard};
+use crate::running::judge::Judge;
+use crate::running::runner::RunnerFactory;
+use crate::targets::registry::TargetSpec;
+
+/// The part of a time budget the entries share; the rest is for grouping, classifying and
+/// writing the new groups' files (their C programs are compiled and run on the target).
+pub const ENTRY_PART: f64 = 0.8;
+/// Most target executions one shrink spends.
+const SHRINK_EXECUTIONS: u64 = 500;
+/// Fewest: a shrink of a few dozen executions still drops most of a fuzz case's ops.
+const MIN_SHRINK_EXECUTIONS: u64 = 32;
+/// Longest fuzz trace, in ops after the setup: short traces shrink fast.
+const FUZZ_MAX_LEN: usize = 12;
+/// The part of an entry's share after which its exhaustive run is cut (it is sized for half
+/// of it; an estimate that is off leaves the fuzzing the rest all the same).
+const EXHAUSTIVE_CUT: f64 = 0.6;
+/// How often the watchdog looks at the clock and the signal flag.
+const WATCH_EVERY: Duration = Duration::from_millis(50);
+
+/// What a hunt runs.
+pub struct HuntConfig<'a> {
+    /// The target, faults included.
+    pub target: TargetSpec,
+    /// The budget.
+    pub budget: Budget,
+    /// The fuzz seed (entry `i` of the whole plan fuzzes with `seed + i`).
+    pub seed: u64,
+    /// The share of the plan's entries.
+    pub shard: Shard,
+    /// Threads of the exhaustive runs.
+    pub threads: usize,
+    /// The whole plan.
+    pub plan: Vec<PlanEntry>,
+    /// Only the entries of these ids (`--entries`); empty: every entry of the shard.
+    pub only: Vec<String>,
+    /// A stopped hunt's summary to continue: its finished entries are not run again.
+    pub resume: Option<HuntSummary>,
+    /// Set by a signal: the hunt stops at once with a partial summary.
+    pub stop: &'a AtomicBool,
+}
+
+/// What a hunt tells its display.
+pub enum HuntEvent<'e> {
+    /// An entry starts.
+    EntryStart {
+        /// 1-based, among the entries this run does.
+        index: usize,
+        /// Entries this run does.
+        of: usize,
+        /// The entry.
+        entry: &'e PlanEntry,
+        /// What it is given.
+        estimate: &'e EntryEstimate,
+        /// Seconds left for the entries, on a time budget.
+        left_s: Option<f64>,
+    },
+    /// An entry the target refuses.
+    Unsupported {
+        /// The entry.
+        entry: &'e PlanEntry,
+        /// Why.
+        reason: &'e str,
+    },
+    /// An entry is done.
+    EntryDone(&'e EntryOutcome),
+    /// An event of the exhaustive or fuzz run inside an entry.
+    Run(&'e Event),
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'f>(&'f AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The plan's entries that shard `shard` runs: every `count`-th, from `index`.
+pub fn shard_entries(plan: &[PlanEntry], shard: Shard) -> Vec<(usize, &PlanEntry)> {
+    plan.iter()
+        .enumerate()
+        .filter(|(i, _)| i % shard.count == shard.index)
+        .collect()
+}
+
+/// The generator of an entry's fuzzing: the domain's setup, its state ops if it has them,
+/// positions up to just beyond its ranges, decodes up to its longest (capped).
+fn generator_for(d: &Domain) -> GenConfig {
+    let mut gen = GenConfig::with_max_len(FUZZ_MAX_LEN);
+    gen.setup = d.setup.clone();
+    gen.state = d.state;
+    let top = d.ranges.iter().flatten().copied().max().unwrap_or(0);
+    gen.pos_cap = gen.pos_cap.max(top + 4);
+    let longest = d.decode_next.iter().copied().max().unwrap_or(1);
+    gen.max_tokens = gen.max_tokens.max(longest.min(64));
+    gen
+}
+
+/// What tells a violation from another before it is shrunk: oracle, target, kind, and the op at
+/// the violating step (`setup` for step 0), as the fuzzer tells its failures apart.
+type Signature = FindingKey;
+
+fn signature(f: &Finding) -> Signature {
+    let op = match f.step {
+        0 => "setup",
+        s => f.trace.ops.get(s - 1).map_or("setup", |op| op.name()),
+    };
+    FindingKey::new(f.oracle, &f.target, &f.kind, op)
+}
+
+/// The shrink limits of an entry: at most [`SHRINK_EXECUTIONS`], and on a time budget no
+/// more executions than a quarter of the entry's share pays for at the probe's rate (an iSWA
+/// setup on llama.cpp costs tens of milliseconds per execution).
+fn shrink_config(est: &EntryEstimate) -> ShrinkConfig {
+    let affordable = match (est.share_s, est.seconds_per_trial) {
+        (Some(share), Some(per)) if per > 0.0 => (share * 0.25 / per) as u64,
+        _ => SHRINK_EXECUTIONS,
+    };
+    ShrinkConfig {
+        max_executions: affordable.clamp(MIN_SHRINK_EXECUTIONS, SHRINK_EXECUTIONS),
+        ..ShrinkConfig::default()
+    }
+}
+
+/// `f` shrunk by `judge` (as it is if the shrink does not reproduce it).
+fn shrunk(f: Finding, judge: &mut Judge, cfg: &ShrinkConfig) -> Result<Finding, Error> {
+    let mode = FailureMode {
+        oracle: f.oracle,
+        kind: f.kind.clone(),
+    };
+    let Some(s) = shrink(&f.trace, &mode, judge, cfg).map_err(harness)? else {
+        return Ok(f);
+    };
+    let v = s.failure.violation;
+    Ok(Finding {
+        oracle: v.oracle,
+        kind: v.kind,
+        target: f.target,
+        depth: s.trace.ops.len() as u32,
+        trial_index: f.trial_index,
+        step: s.failure.step,
+        seq: v.seq,
+        trace: s.trace,
+        observed: v.observed,
+        expected: v.expected,
+    })
+}
+
+fn harness(e: crate::base::target::HarnessError) -> Error {
+    Error::harness(e.to_string())
+}
+
+/// Adds a run's per-oracle figures into an entry's.
+fn add_stats(o: &mut EntryOutcome, r: &Report) {
+    for (id, s) in &r.oracles {
+        o.oracles.entry(*id).or_default().merge(s);
+    }
+    o.unsupported += r.unsupported;
+}
+
+/// Runs the hunt (or the rest of a resumed one). The summary's groups are all `new`: the corpus
+/// classifies them (`outputs::hunt`).
+pub fn run_hunt(
+    cfg: &HuntConfig<'_>,
+    sink: &mut dyn FnMut(&HuntEvent<'_>),
+) -> Result<HuntSummary, Error> {
+    let started = Instant::now();
+    let mut summary = match cfg.resume.clone() {
+        Some(mut r) => {
+            let done: BTreeSet<String> = r.entries.iter().map(|e| e.id.clone()).collect();
+            r.findings.retain(|f| done.contains(&f.entry));
+            r.groups.clear();
+            r.fixed.clear();
+            r.incomplete = false;
+            r
+        }
+        None => HuntSummary {
+            kvaudit: env!("CARGO_PKG_VERSION").into(),
+            target: cfg.target.name.clone(),
+            faults: cfg.target.faults.clone(),
+            budget: cfg.budget,
+            seed: cfg.seed,
+            shard: cfg.shard,
+            plan: cfg.plan.iter().map(|e| e.id.clone()).collect(),
+            only: cfg.only.clone(),
+            unsupported: Vec::new(),
+            entries: Vec::new(),
+            skipped: Vec::new(),
+            findings: Vec::new(),
+            groups: Vec::new(),
+            fixed: Vec::new(),
+            elapsed_s: 0.0,
+            incomplete: false,
+        },
+    };
+    let offset = summary.elapsed_s;
+    let hunt_s = || offset + started.elapsed().as_secs_f64();
+    let finished: BTreeSet<String> = summary
+        .entries
+        .iter()
+        .map(|e| e.id.clone())
+        .chain(summary.unsupported.iter().map(|(id, _)| id.clone()))
+        .chain(summary.skipped.iter().cloned())
+        .collect();
+    let todo: Vec<(usize, &PlanEntry)> = shard_entries(&cfg.plan, cfg.shard)
+        .into_iter()
+        .filter(|(_, e)| !finished.contains(&e.id))
+        .filter(|(_, e)| cfg.only.is_empty() || cfg.only.contains(&e.id))
+        .collect();
+    let entries_end = match cfg.budget {
+        Budget::Seconds(b) => Some(started + Duration::from_secs_f64((b * ENTRY_PART - offset).max(0.0))),
+        Budget::Trials(_) => None,
+    };
+    let mut trials_left = match cfg.budget {
+        Budget::Trials(n) => {
+            let spent: u64 = summary.entries.iter().map(|e| e.trials + e.fuzz_cases).sum();
+            n.saturating_sub(spent)
+        }
+        Budget::Seconds(_) => 0,
+    };
+    let mut seen: BTreeSet<Signature> =
+        summary.findings.iter().map(|f| signature(&f.finding)).collect();
+    for (k, &(plan_index, entry)) in todo.iter().enumerate() {
+        if cfg.stop.load(Ordering::Relaxed) {
+            summary.incomplete = true;
+            break;
+        }
+        if entries_end.is_some_and(|end| Instant::now() >= end) {
+            summary
+                .skipped
+                .extend(todo[k..].iter().map(|(_, e)| e.id.clone()));
+            break;
+        }
+        let (support, per_trial) = probe(&cfg.target, entry)?;
+        if let Support::Unsupported { reason } = &support {
+            sink(&HuntEvent::Unsupported {
+                entry,
+                reason,
+            });
+            summary.unsupported.push((entry.id.clone(), reason.clone()));
+            continue;
+        }
+        let left = todo.len() - k;
+        let now = Instant::now();
+        let share = match (cfg.budget, entries_end) {
+            (Budget::Seconds(_), Some(end)) => {
+                end.saturating_duration_since(now).as_secs_f64() / left as f64
+            }
+            _ => trials_left as f64 / left as f64,
+        };
+        let estimate = allocate(entry, support, per_trial, cfg.budget, share);
+        sink(&HuntEvent::EntryStart {
+            index: k + 1,
+            of: todo.len(),
+            entry,
+            estimate: &estimate,
+            left_s: entries_end.map(|end| end.saturating_duration_since(now).as_secs_f64()),
+        });
+        let after = |part: f64| match cfg.budget {
+            Budget::Seconds(_) => Some(now + Duration::from_secs_f64(share * part)),
+            Budget::Trials(_) => None,
+        };
+        let (deadline, exhaustive_deadline) = (after(1.0), after(EXHAUSTIVE_CUT));
+        let entry_stop = AtomicBool::new(false);
+        let exhaustive_stop = AtomicBool::new(false);
+        let done = AtomicBool::new(false);
+        let ran = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    let past = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
+                    if cfg.stop.load(Ordering::Relaxed) || past(deadline) {
+                        entry_stop.store(true, Ordering::Relaxed);
+                    }
+                    if entry_stop.load(Ordering::Relaxed) || past(exhaustive_deadline) {
+                        exhaustive_stop.store(true, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(WATCH_EVERY);
+                }
+            });
+            // Set however the entry ends, a panic included: the scope waits for the watchdog.
+            let _done = SetOnDrop(&done);
+            let ran = run_entry(
+                cfg,
+                (plan_index, entry),
+                &estimate,
+                (deadline, &exhaustive_stop, &entry_stop),
+                &mut seen,
+                &hunt_s,
+                sink,
+            );
+            ran
+        });
+        let (outcome, found) = ran?;
+        trials_left = trials_left.saturating_sub(outcome.trials + outcome.fuzz_cases);
+        for (f, at) in found {
+            summary.findings.push(HuntFinding {
+                finding: f,
+                entry: entry.id.clone(),
+                memory: entry.memory,
+                found_at_s: at,
+            });
+        }
+        if cfg.stop.load(Ordering::Relaxed) {
+            // The entry was cut by the signal: its findings stay in the partial summary, the
+            // entry itself runs again on --resume.
+            summary.incomplete = true;
+            break;
+        }
+        sink(&HuntEvent::EntryDone(&outcome));
+        summary.entries.push(outcome);
+    }
+    // Entries in plan order, whatever order a resume finished them in.
+    let order = |id: &str| summary.plan.iter().position(|p| p == id);
+    summary.entries.sort_by_key(|e| order(&e.id));
+    summary.elapsed_s = hunt_s();
+    regroup(&mut summary);
+    Ok(summary)
+}
+
+/// The new findings of one entry (repeats of the hunt's earlier ones dropped), shrunk, each
+/// with the hunt's second of its first violation.
+type EntryFindings = Vec<(Finding, f64)>;
+
+fn run_entry(
+    cfg: &HuntConfig<'_>,
+    (plan_index, e): (usize, &PlanEntry),
+    est: &EntryEstimate,
+    (deadline, exhaustive_stop, stop): (Option<Instant>, &AtomicBool, &AtomicBool),
+    seen: &mut BTreeSet<Signature>,
+    hunt_s: &dyn Fn() -> f64,
+    sink: &mut dyn FnMut(&HuntEvent<'_>),
+) -> Result<(EntryOutcome, EntryFindings), Error> {
+    let started = Instant::now();
+    let (fa, fb): (Box<RunnerFactory<'static>>, _) = factories(&cfg.target, e)?;
+    let oracles = registry(e);
+    let mut outcome = EntryOutcome {
+        id: e.id.clone(),
+        memory: e.memory,
+        ..EntryOutcome::default()
+    };
+    let mut found: EntryFindings = Vec::new();
+    if est.depth > 0 {
+        let xcfg = ExhaustiveConfig {
+            domain: e.domain.clone(),
+            depth: est.depth,
+            shard: Shard::WHOLE,
+            threads: cfg.threads,
+            batch: 256,
+            oracles: oracles.clone(),
+        };
+        let explorer = Explorer::new(&xcfg, fa.as_ref(), fb.as_deref()).map_err(harness)?;
+        let mut first_seen: Vec<(Signature, f64)> = Vec::new();
+        let report = explorer
+            .run(&RunControl::new(exhaustive_stop), &mut |ev| {
+                if let Event::Finding(f) = ev {
+                    first_seen.push((signature(f), hunt_s()));
+                }
+                sink(&HuntEvent::Run(ev));
+            })
+            .map_err(harness)?;
+        outcome.depth = est.depth;
+        outcome.trials = report.trials;
+        outcome.cut_short = report.incomplete.is_some();
+        add_stats(&mut outcome, &report);
+        let mut judge = None;
+        for f in report.findings {
+            if !seen.insert(signature(&f)) {
+                outcome.repeats += 1;
+                continue;
+            }
+            let at = first_seen
+                .iter()
+                .find(|(s, _)| *s == signature(&f))
+                .map_or_else(hunt_s, |(_, t)| *t);
+            let judge = match &mut judge {
+                Some(j) => j,
+                None => judge.insert(
+                    Judge::new(fa.as_ref(), fb.as_deref())
+                        .map_err(harness)?
+                        .with_oracles(oracles.clone()),
+                ),
+            };
+            found.push((shrunk(f, judge, &shrink_config(est))?, at));
+        }
+    }
+    let fuzz_time = match (est.fuzz, deadline) {
+        (FuzzShare::Seconds(_), Some(d)) => {
+            Some(d.saturating_duration_since(Instant::now())).filter(|t| !t.is_zero())
+        }
+        _ => None,
+    };
+    let cases = match est.fuzz {
+        FuzzShare::Cases(n) => Some(n),
+        FuzzShare::Seconds(_) => None,
+    };
+    if !stop.load(Ordering::Relaxed) && (cases.is_some() || fuzz_time.is_some()) {
+        let fcfg = FuzzConfig {
+            seed: cfg.seed.wrapping_add(plan_index as u64),
+            cases,
+            time: fuzz_time,
+            gen: generator_for(&e.domain),
+            shrink: shrink_config(est),
+            shrinks_per_signature: 1,
+            oracles: Some(e.oracles.clone()),
+            theorems: Vec::new(),
+            generator: Generator::Random,
+            corpus: Vec::new(),
+        };
+        let fuzz_started = hunt_s();
+        let known = seen.clone();
+        let (report, _) = run_fuzz_until(
+            &fcfg,
+            fa.as_ref(),
+            fb.as_deref(),
+            None,
+            (stop, &known),
+            &mut |ev| sink(&HuntEvent::Run(ev)),
+        )
+        .map_err(harness)?;
+        let fz = report.fuzz.clone().expect("a fuzz report");
+        outcome.fuzz_cases = fz.cases;
+        add_stats(&mut outcome, &report);
+        for (f, rec) in report.findings.into_iter().zip(&fz.findings) {
+            if !seen.insert(signature(&f)) {
+                outcome.repeats += 1;
+                continue;
+            }
+            found.push((f, fuzz_started + rec.found_at_s));
+        }
+    }
+    outcome.elapsed_s = started.elapsed().as_secs_f64();
+    Ok((outcome, found))
+}
+
+/// Groups the summary's findings by root cause (`engines::group`), each group `new` until the
+/// corpus says otherwise: after a run, and after shards are merged.
+pub fn regroup(summary: &mut HuntSummary) {
+    let findings: Vec<Finding> = summary.findings.iter().map(|f| f.finding.clone()).collect();
+    summary.groups = group_findings(&findings)
+        .into_iter()
+        .map(|group| {
+            let members: Vec<&HuntFinding> =
+                group.findings.iter().map(|&n| &summary.findings[n - 1]).collect();
+            let mut memory: Vec<_> = members.iter().map(|f| f.memory).collect();
+            memory.sort();
+            memory.dedup();
+            let mut entries: Vec<String> = Vec::new();
+            for f in &members {
+                if !entries.contains(&f.entry) {
+                    entries.push(f.entry.clone());
+                }
+            }
+            let first_violation_s = members
+                .iter()
+                .map(|f| f.found_at_s)
+                .fold(f64::INFINITY, f64::min);
+            HuntGroup {
+                group,
+                memory,
+                entries,
+                class: GroupClass::New,
+                matched_by: String::new(),
+                first_violation_s,
+                files: Vec::new(),
+            }
+        })
+        .collect();
+}
+
+/// Merges the summaries of a hunt's shards: their entries, unsupported entries and findings,
+/// grouped again (and to be classified again). Fails unless they are shards of one hunt that
+/// cover every shard once.
+pub fn merge_shards(mut parts: Vec<HuntSummary>) -> Result<HuntSummary, Error> {
+    parts.sort_by_key(|p| p.shard.index);
+    let first = parts.first().ok_or_else(|| Error::input("no hunt summaries to merge"))?;
+    let count = first.shard.count;
+    for (i, p) in parts.iter().enumerate() {
+        if !p.same_hunt(first) {
+            return Err(Error::input(format!(
+                "shard {} is of another hunt (target, faults, budget, seed or plan differ)",
+                p.shard.index
+            )));
+        }
+        if p.shard.count != count || p.shard.index != i {
+            return Err(Error::input(format!(
+                "expected shards 0..{count} once each, got shard {}/{} at place {i}",
+                p.shard.index, p.shard.count
+            )));
+        }
+        if p.incomplete {
+            return Err(Error::input(format!(
+                "shard {}/{} is incomplete: resume it first (--resume)",
+                p.shard.index, p.shard.count
+            )));
+        }
+    }
+    if parts.len() != count {
+        return Err(Error::input(format!(
+            "{} of {count} shards given",
+            parts.len()
+        )));
+    }
+    let mut whole = parts[0].clone();
+    whole.shard = Shard::WHOLE;
+    for p in parts.into_iter().skip(1) {
+        whole.entries.extend(p.entries);
+        whole.unsupported.extend(p.unsupported);
+        whole.skipped.extend(p.skipped);
+        whole.findings.extend(p.findings);
+        // Shards run side by side: the hunt took as long as its longest shard.
+        whole.elapsed_s = whole.elapsed_s.max(p.elapsed_s);
+    }
+    let order = |id: &str| whole.plan.iter().position(|p| p == id);
+    whole.entries.sort_by_key(|e| order(&e.id));
+    regroup(&mut whole);
+    Ok(whole)
+}

@@ -1,0 +1,297 @@
+//! A hunt's groups against the corpus, and the files of its new ones.
+//!
+//! Each corpus file's finding gets its root cause the way the hunt's findings get theirs
+//! (`engines::group::cause_of`, on the label of the file's expectation for the hunt's target,
+//! else its first failing one). A group is the corpus file's when they share a cause and an
+//! oracle (`matched_by: cause`), or, failing that, when one of its findings has the file's
+//! oracle, kind (line numbers aside), memory type and op at the failing step (`signature`: the
+//! shrinker may stop at another minimal trace than the file's, and a crash's line moves
+//! between versions). Then its class is *regressed* if the file records
+//! that the finding holds on this target, else *known*. A corpus file that expects a failure on
+//! this target, whose setup and oracle an entry judged, and that no group matched, is replayed:
+//! if it now holds it is *fixed*. Every other group is *new*: its representative is written to
+//! `new/` as a repro file with its C program and its bug report draft, and, on a llama.cpp pin
+//! while the budget lasts, the program checked and the picture drawn (both run the target).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::base::error::Error;
+use crate::engines::group::cause_of;
+use crate::oracles::{Reads, Registry};
+use crate::records::finding::Finding;
+use crate::records::group::Cause;
+use crate::records::hunt::{FixedFinding, GroupClass, HuntSummary, Pairing, PlanEntry};
+use crate::targets::registry::TargetSpec;
+
+use super::bug_report::{bug_report, CheckedProgram};
+use super::c_repro::check::compile_and_run;
+use super::c_repro::{emit_c, parse_input};
+use super::explain::{explain_repro, to_svg};
+use super::repro::{check, repro_files, Status};
+use super::repro::{safe_file_name, write_output, Expect, Repro, TargetExpectation};
+
+/// A corpus file, with the root cause of its finding.
+pub struct CorpusEntry {
+    /// Its file name.
+    pub file: String,
+    /// The repro.
+    pub repro: Repro,
+    /// Its finding's root cause.
+    pub cause: Cause,
+}
+
+/// The expectation `repro` records for the hunt's target (faults included), if any.
+fn expectation_for<'r>(repro: &'r Repro, s: &HuntSummary) -> Option<&'r TargetExpectation> {
+    repro
+        .targets
+        .iter()
+        .find(|t| t.target == s.target && t.faults == s.faults)
+}
+
+/// Reads the corpus folder and decides each file's root cause.
+pub fn read_corpus(dir: &Path, s: &HuntSummary) -> Result<Vec<CorpusEntry>, Error> {
+    let mut out = Vec::new();
+    for path in repro_files(dir)? {
+        let repro = Repro::load(&path)?;
+        let label = expectation_for(&repro, s)
+            .or_else(|| repro.targets.iter().find(|t| t.expect == Expect::Fails))
+            .map_or_else(|| s.target.clone(), |t| t.label());
+        let finding = Finding {
+            oracle: repro.oracle,
+            kind: repro.kind.clone(),
+            target: label,
+            depth: repro.trace.ops.len() as u32,
+            trial_index: 0,
+            step: repro.step,
+            seq: repro.seq,
+            trace: repro.trace.clone(),
+            observed: repro.observed.clone(),
+            expected: repro.expected.clone(),
+        };
+        out.push(CorpusEntry {
+            file: path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            cause: cause_of(&finding),
+            repro,
+        });
+    }
+    Ok(out)
+}
+
+/// The op at a finding's failing step (`setup` for step 0).
+fn failing_op(f: &Finding) -> &'static str {
+    match f.step {
+        0 => "setup",
+        n => f.trace.ops.get(n - 1).map_or("setup", |op| op.name()),
+    }
+}
+
+/// A kind without its digits: a crash's kind names its source line, which moves between
+/// versions while the assertion stays (`llama-kv-cache.cpp:502` on 0.1.156 is `:524` on
+/// 0.1.161).
+fn without_numbers(kind: &str) -> String {
+    kind.chars().filter(|c| !c.is_ascii_digit()).collect()
+}
+
+/// Classifies every group of `s` against `corpus`, and finds the corpus findings that the
+/// plan reached and that no longer fail (replayed on the target, until `replay_until`).
+pub fn classify(
+    s: &mut HuntSummary,
+    corpus: &[CorpusEntry],
+    plan: &[PlanEntry],
+    replay_until: Option<Instant>,
+) {
+    let mut matched: BTreeSet<String> = BTreeSet::new();
+    let holds_here: Vec<bool> = corpus
+        .iter()
+        .map(|c| expectation_for(&c.repro, s).is_some_and(|t| t.expect == Expect::Holds))
+        .collect();
+    for g in &mut s.groups {
+        let members: Vec<&Finding> = g
+            .group
+            .findings
+            .iter()
+            .map(|&n| &s.findings[n - 1].finding)
+            .collect();
+        let by_cause = corpus
+            .iter()
+            .find(|c| c.cause == g.group.cause && g.group.oracles.contains(&c.repro.oracle));
+        let by_signature = || {
+            corpus.iter().find(|c| {
+                members.iter().any(|f| {
+                    f.oracle == c.repro.oracle
+                        && without_numbers(&f.kind) == without_numbers(&c.repro.kind)
+                        && f.trace.setup.arch.memory() == c.repro.trace.setup.arch.memory()
+                        && failing_op(f)
+                            == c.repro.trace.ops.get(c.repro.step.max(1) - 1).map_or("setup", |o| o.name())
+                })
+            })
+        };
+        // The model's design (the native model without faults shows both): the same
+        // violation of the same oracle on the same memory type, whatever trace reached it.
+        let by_design = || {
+            corpus.iter().find(|c| {
+                matches!(c.cause, Cause::NativeModel { .. })
+                    && matches!(g.group.cause, Cause::NativeModel { .. })
+                    && members.iter().any(|f| {
+                        f.oracle == c.repro.oracle
+                            && f.kind == c.repro.kind
+                            && f.trace.setup.arch.memory() == c.repro.trace.setup.arch.memory()
+                    })
+            })
+        };
+        let (hit, how) = match (by_cause, by_design()) {
+            (Some(c), _) => (Some(c), "cause"),
+            (None, Some(c)) => (Some(c), "design"),
+            (None, None) => (by_signature(), "signature"),
+        };
+        let Some(c) = hit else {
+            continue;
+        };
+        matched.insert(c.file.clone());
+        g.matched_by = how.into();
+        let at = corpus.iter().position(|x| x.file == c.file).unwrap_or(0);
+        g.class = if holds_here[at] {
+            GroupClass::Regressed {
+                file: c.file.clone(),
+            }
+        } else {
+            GroupClass::Known {
+                file: c.file.clone(),
+            }
+        };
+    }
+    s.fixed.clear();
+    for c in corpus.iter().filter(|c| !matched.contains(&c.file)) {
+        let Some(expect) = expectation_for(&c.repro, s).filter(|t| t.expect == Expect::Fails)
+        else {
+            continue;
+        };
+        // Reached: an entry that ran, on the file's setup, and judged its oracle.
+        let reached = plan.iter().find(|e| {
+            e.domain.setup == c.repro.trace.setup
+                && s.entries.iter().any(|o| {
+                    o.id == e.id && o.oracles.get(&c.repro.oracle).is_some_and(|st| st.checked > 0)
+                })
+        });
+        let Some(entry) = reached else {
+            continue;
+        };
+        if replay_until.is_some_and(|t| Instant::now() >= t) {
+            break;
+        }
+        if let Status::Fixed(detail) = check(&c.repro, expect).status {
+            s.fixed.push(FixedFinding {
+                file: c.file.clone(),
+                oracle: c.repro.oracle,
+                entry: entry.id.clone(),
+                detail,
+            });
+        }
+    }
+}
+
+/// Writes each new group's files into `dir/new/` (a repro file, its C program, its picture and
+/// its bug report draft) and records their names in the group. The C program is compiled and
+/// run on a llama.cpp target until `check_until`; after it, written unchecked. `date` is the
+/// repro files' `since`.
+pub fn write_new_groups(
+    s: &mut HuntSummary,
+    plan: &[PlanEntry],
+    dir: &Path,
+    date: &str,
+    check_until: Option<Instant>,
+) -> Result<(), Error> {
+    let new_dir = dir.join("new");
+    let target = TargetSpec::new(&s.target, &s.faults);
+    let mut used: BTreeSet<String> = BTreeSet::new();
+    let findings = s.findings.clone();
+    for g in s.groups.iter_mut().filter(|g| g.class == GroupClass::New) {
+        let hf = &findings[g.group.representative - 1];
+        let f = &hf.finding;
+        let pairing = plan
+            .iter()
+            .find(|e| e.id == hf.entry)
+            .map_or(Pairing::Alone, |e| e.pairing.clone());
+        let is_pair = Registry::builtin()
+            .get(f.oracle)
+            .is_some_and(|o| o.reads() == Reads::Pair);
+        let vs = match (&pairing, is_pair) {
+            (Pairing::Native, true) => Some(TargetSpec::new("native", &[])),
+            (Pairing::Config { config }, true) => {
+                // The repro format names a second target, not a second configuration.
+                g.files.push(format!(
+                    "(no repro file: a configuration pair, rerun with kvaudit fuzz --vs-config {config})"
+                ));
+                continue;
+            }
+            _ => None,
+        };
+        let mut repro = Repro::from_finding(
+            f,
+            date,
+            vec![TargetExpectation::new(&target, vs.as_ref(), Expect::Fails)],
+            None,
+        );
+        repro.postmortem = format!(
+            "Found by kvaudit hunt (entry {}); root cause: {}.",
+            hf.entry,
+            g.group.cause.describe()
+        );
+        let base = safe_file_name(&repro.file_name());
+        let stem0 = base.trim_end_matches(".json").to_string();
+        let mut stem = stem0.clone();
+        let mut k = 2;
+        while !used.insert(stem.clone()) {
+            stem = format!("{stem0}_{k}");
+            k += 1;
+        }
+        let path = |ext: &str| -> (PathBuf, String) {
+            let name = format!("new/{stem}.{ext}");
+            (dir.join(&name), name)
+        };
+        let (json, name) = path("json");
+        write_output(&json, &repro.to_text())?;
+        g.files.push(name);
+        let program = parse_input(&repro.to_text()).map(|i| emit_c(&i, Path::new("model.gguf")));
+        // On llama.cpp the check compiles and runs a program and the picture runs the trace in
+        // a worker: both only while the budget lasts.
+        let on_llama = s.target.starts_with("llama.cpp@");
+        let in_time = check_until.map_or(true, |t| Instant::now() < t);
+        let checked = match &program {
+            Ok(p) if on_llama && in_time => {
+                let model = crate::model::tiny::try_arch_model_path(f.trace.setup.arch)
+                    .map_err(|e| Error::harness(format!("tiny model: {e:#}")))?;
+                compile_and_run(p, &s.target, &model)
+                    .ok()
+                    .map(|run| CheckedProgram {
+                        pin: s.target.clone(),
+                        status: run.shell_status(),
+                    })
+            }
+            _ => None,
+        };
+        if let Ok(p) = &program {
+            let (c, name) = path("c");
+            write_output(&c, p)?;
+            g.files.push(name);
+            let (md, name) = path("md");
+            write_output(&md, &bug_report(&repro, p, checked.as_ref()))?;
+            g.files.push(name);
+        }
+        let spec = TargetSpec::new(&s.target, &s.faults);
+        let picture = (in_time || !on_llama)
+            .then(|| explain_repro(&repro, &spec).ok())
+            .flatten();
+        if let Some(picture) = picture {
+            let (svg, name) = path("svg");
+            write_output(&svg, &to_svg(&picture))?;
+            g.files.push(name);
+        }
+    }
+    let _ = std::fs::create_dir_all(&new_dir);
+    Ok(())
+}

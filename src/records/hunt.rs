@@ -1,0 +1,578 @@
+//! A hunt (`kvaudit hunt`): its plan, what each entry of the plan judged, the findings of the
+//! whole hunt grouped by root cause, and each group's class against the corpus. Plain data and
+//! its renderings (terminal, Markdown, JSON); `engines::hunt` fills it, `outputs::hunt`
+//! classifies its groups.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::base::config::MemoryType;
+use crate::base::domain::Domain;
+use crate::base::error::Error;
+use crate::oracles::OracleId;
+use crate::records::finding::{Finding, OracleStats};
+use crate::records::group::FindingGroup;
+use crate::records::report::Shard;
+use crate::records::text::{markdown_text, parse_seconds, terminal_text};
+
+/// What a hunt may spend: wall time, or trials (every trial an exhaustive trial or a fuzz case;
+/// the deterministic budget tests use).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Budget {
+    /// Seconds of wall time, shrinking, grouping and classification included.
+    Seconds(f64),
+    /// Trials, shared among the entries.
+    Trials(u64),
+}
+
+impl Budget {
+    /// Parses `90`, `30s`, `5m`, `1h` (time) or `5000trials` (a trial count).
+    pub fn parse(s: &str) -> Result<Budget, Error> {
+        let t = s.trim();
+        if let Some(n) = t.strip_suffix("trials") {
+            return match n.trim().parse::<u64>() {
+                Ok(n) if n > 0 => Ok(Budget::Trials(n)),
+                _ => Err(format!("budget '{s}': expected a positive number of trials").into()),
+            };
+        }
+        parse_seconds(t)
+            .map(Budget::Seconds)
+            .map_err(|e| format!("budget '{s}': {} (or a trial count: 5000trials)", e.message).into())
+    }
+
+    /// As the command line takes it.
+    pub fn describe(&self) -> String {
+        match self {
+            Budget::Seconds(s) => format!("{s:.0} s"),
+            Budget::Trials(n) => format!("{n} trials"),
+        }
+    }
+}
+
+/// Which second target an entry judges against.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "with")]
+pub enum Pairing {
+    /// The target alone.
+    Alone,
+    /// The native model beside it: the differential oracle.
+    Native,
+    /// The same target under another configuration (`--vs-config`): config-differential.
+    Config {
+        /// The other configuration, as `--vs-config` takes it.
+        config: String,
+    },
+}
+
+impl Pairing {
+    /// A short label: `alone`, `vs native`, `vs-config kv_unified=false`.
+    pub fn label(&self) -> String {
+        match self {
+            Pairing::Alone => "alone".into(),
+            Pairing::Native => "vs native".into(),
+            Pairing::Config { config } => format!("vs-config {config}"),
+        }
+    }
+}
+
+/// Whether the target takes an entry's configuration, as probed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum Support {
+    /// The setup ran.
+    Runs,
+    /// The target refused the setup: the entry is shown, never run.
+    Unsupported {
+        /// What the target said.
+        reason: String,
+    },
+}
+
+/// One entry of the plan: a domain (a preset, or one made from a preset for a cache users run
+/// into), the pairing, and the oracles that can judge there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanEntry {
+    /// Unique in the plan: `seed`, `fragmented`, `iswa+swa_full`, `seed~kv_unified=false`.
+    pub id: String,
+    /// The memory type of the domain's setup.
+    pub memory: MemoryType,
+    /// Why the plan has it (which cache users run into, or which preset).
+    pub why: String,
+    /// The domain enumerated and whose setup the fuzzer starts from.
+    pub domain: Domain,
+    /// Against what.
+    pub pairing: Pairing,
+    /// The oracles that judge it, in registry order.
+    pub oracles: Vec<OracleId>,
+}
+
+/// What an entry is expected to cost, from a probe of its setup on the target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EntryEstimate {
+    /// Whether the target takes the setup.
+    pub support: Support,
+    /// Ops of the domain.
+    pub ops: u64,
+    /// Measured seconds per trial (a probe's trials, run through the judge).
+    pub seconds_per_trial: Option<f64>,
+    /// Exhaustive depth the entry's share allows.
+    pub depth: u32,
+    /// Trials of that exhaustive run.
+    pub exhaustive_trials: u64,
+    /// Fuzz cases (a trial budget) or the fuzz time in seconds (a time budget).
+    pub fuzz: FuzzShare,
+    /// The entry's share of the budget, in seconds (a time budget).
+    pub share_s: Option<f64>,
+}
+
+/// The fuzzing an entry does after its exhaustive run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FuzzShare {
+    /// This many cases.
+    Cases(u64),
+    /// For this many seconds.
+    Seconds(f64),
+}
+
+/// What one entry did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EntryOutcome {
+    /// The entry's id.
+    pub id: String,
+    /// Its memory type.
+    pub memory: MemoryType,
+    /// Exhaustive depth run.
+    pub depth: u32,
+    /// Exhaustive trials run.
+    pub trials: u64,
+    /// Whether the exhaustive run was cut short by the entry's deadline.
+    pub cut_short: bool,
+    /// Fuzz cases run.
+    pub fuzz_cases: u64,
+    /// Trials the target refused (unsupported ops).
+    pub unsupported: u64,
+    /// Per oracle, exhaustive and fuzz judgements summed.
+    pub oracles: BTreeMap<OracleId, OracleStats>,
+    /// Violations that repeated a finding the hunt had already (not shrunk again).
+    pub repeats: u64,
+    /// Wall time, seconds.
+    pub elapsed_s: f64,
+}
+
+/// A finding of the hunt: shrunk, with where and when it was first reached.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HuntFinding {
+    /// The finding (its trace shrunk).
+    pub finding: Finding,
+    /// The plan entry that reached it first.
+    pub entry: String,
+    /// Its memory type.
+    pub memory: MemoryType,
+    /// Seconds into the hunt when its first violation was judged.
+    pub found_at_s: f64,
+}
+
+/// A group's class against the corpus.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "class")]
+pub enum GroupClass {
+    /// A corpus file holds it and expects it on this target (or records nothing for it).
+    Known {
+        /// The corpus file.
+        file: String,
+    },
+    /// A corpus file holds it and records that it holds on this target.
+    Regressed {
+        /// The corpus file.
+        file: String,
+    },
+    /// No corpus file holds it.
+    New,
+}
+
+impl GroupClass {
+    /// `known`, `regressed`, `new`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            GroupClass::Known { .. } => "known",
+            GroupClass::Regressed { .. } => "regressed",
+            GroupClass::New => "new",
+        }
+    }
+}
+
+/// One root-cause group of the hunt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HuntGroup {
+    /// The group, numbering findings of [`HuntSummary::findings`] from 1.
+    pub group: FindingGroup,
+    /// The memory types its findings were reached on.
+    pub memory: Vec<MemoryType>,
+    /// The entries that reached it.
+    pub entries: Vec<String>,
+    /// Its class.
+    pub class: GroupClass,
+    /// How the corpus match was made: `cause` (same root-cause evidence) or `signature` (same
+    /// oracle, kind, op and memory type); empty when new.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub matched_by: String,
+    /// Seconds into the hunt of its first violation.
+    pub first_violation_s: f64,
+    /// Files written for a new group (`new/NAME.json`, `.c`, `.svg`, `.md`), relative to the
+    /// hunt's folder.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+}
+
+/// A corpus finding the plan reached (its setup and oracle judged in an entry) that expects to
+/// fail on this target and now holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixedFinding {
+    /// The corpus file.
+    pub file: String,
+    /// Its oracle.
+    pub oracle: OracleId,
+    /// The entry whose setup it starts from.
+    pub entry: String,
+    /// What the replay said.
+    pub detail: String,
+}
+
+/// The summary of a hunt (or of one shard of it, or of merged shards).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HuntSummary {
+    /// kvaudit's version.
+    pub kvaudit: String,
+    /// The target's label.
+    pub target: String,
+    /// Faults injected into it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
+    /// The budget.
+    pub budget: Budget,
+    /// The fuzz seed (entry `i` fuzzes with seed + i).
+    pub seed: u64,
+    /// The share of the plan's entries.
+    pub shard: Shard,
+    /// The plan's entries (the whole plan, every shard's).
+    pub plan: Vec<String>,
+    /// The entries the hunt was restricted to (`--entries`); empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only: Vec<String>,
+    /// Entries the target refused, with why.
+    pub unsupported: Vec<(String, String)>,
+    /// Entries finished, in plan order.
+    pub entries: Vec<EntryOutcome>,
+    /// Entries not started because the entries' part of the budget was spent (a budget too
+    /// small for the plan: each entry costs at least its probe and its runners' start).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    /// The findings, shrunk.
+    pub findings: Vec<HuntFinding>,
+    /// Their root-cause groups, classified.
+    pub groups: Vec<HuntGroup>,
+    /// Corpus findings reached that no longer fail.
+    pub fixed: Vec<FixedFinding>,
+    /// Wall time, seconds (summed over resumed parts).
+    pub elapsed_s: f64,
+    /// Stopped before every entry of its share ran (Ctrl-C, SIGTERM).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
+}
+
+/// The largest summary read back.
+pub const MAX_SUMMARY_BYTES: u64 = 64 << 20;
+
+impl HuntSummary {
+    /// The JSON summary.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a hunt summary serializes") + "\n"
+    }
+
+    /// Parses a JSON summary.
+    pub fn parse(text: &str) -> Result<HuntSummary, Error> {
+        serde_json::from_str(text).map_err(|e| Error::input(format!("hunt summary: {e}")))
+    }
+
+    /// Whether two summaries are parts of one hunt (same target, faults, budget and seed).
+    pub fn same_hunt(&self, other: &HuntSummary) -> bool {
+        (
+            &self.target,
+            &self.faults,
+            self.budget,
+            self.seed,
+            &self.plan,
+            &self.only,
+        ) == (
+            &other.target,
+            &other.faults,
+            other.budget,
+            other.seed,
+            &other.plan,
+            &other.only,
+        )
+    }
+
+    /// Non-advisory groups that are new or regressed: what fails a hunt.
+    pub fn failing_groups(&self) -> usize {
+        self.groups
+            .iter()
+            .filter(|g| !matches!(g.class, GroupClass::Known { .. }))
+            .filter(|g| g.group.oracles.iter().any(|o| !o.advisory()))
+            .count()
+    }
+
+    /// Rows of the memory type x oracle table: judged, violations, and groups by class.
+    pub fn table(&self) -> Vec<TableRow> {
+        let mut rows: BTreeMap<(MemoryType, OracleId), TableRow> = BTreeMap::new();
+        for e in &self.entries {
+            for (o, s) in &e.oracles {
+                let r = rows.entry((e.memory, *o)).or_insert_with(|| TableRow::new(e.memory, *o));
+                r.judged += s.checked;
+                r.violations += s.violations;
+            }
+        }
+        for g in &self.groups {
+            for &n in &g.group.findings {
+                let f = &self.findings[n - 1];
+                let r = rows
+                    .entry((f.memory, f.finding.oracle))
+                    .or_insert_with(|| TableRow::new(f.memory, f.finding.oracle));
+                // A group counts once per row however many of its findings fall there.
+                if r.counted.contains(&g.group.representative) {
+                    continue;
+                }
+                r.counted.push(g.group.representative);
+                match g.class {
+                    GroupClass::New => r.new += 1,
+                    GroupClass::Known { .. } => r.known += 1,
+                    GroupClass::Regressed { .. } => r.regressed += 1,
+                }
+            }
+        }
+        for f in &self.fixed {
+            if let Some(e) = self.entries.iter().find(|e| e.id == f.entry) {
+                let r = rows.entry((e.memory, f.oracle)).or_insert_with(|| TableRow::new(e.memory, f.oracle));
+                r.fixed += 1;
+            }
+        }
+        rows.into_values().collect()
+    }
+
+    fn trials(&self) -> (u64, u64) {
+        self.entries
+            .iter()
+            .fold((0, 0), |(t, f), e| (t + e.trials, f + e.fuzz_cases))
+    }
+
+    fn group_line(&self, g: &HuntGroup, i: usize, text: &dyn Fn(&str) -> String) -> String {
+        let rep = &self.findings[g.group.representative - 1].finding;
+        let oracles: Vec<&str> = g.group.oracles.iter().map(|o| o.name()).collect();
+        let memory: Vec<&str> = g.memory.iter().map(|m| m.name()).collect();
+        let class = match &g.class {
+            GroupClass::Known { file } | GroupClass::Regressed { file } => {
+                format!("{} ({file}, by {})", g.class.word(), g.matched_by)
+            }
+            GroupClass::New => "new".into(),
+        };
+        text(&format!(
+            "{i}. {class}: {} {} on {}, {} finding(s), first violation at {:.1} s; {}; entries {}",
+            oracles.join("+"),
+            rep.kind,
+            memory.join(","),
+            g.group.count(),
+            g.first_violation_s,
+            g.group.cause.describe(),
+            g.entries.join(", ")
+        ))
+    }
+
+    /// The opening sentence (free text inside: escape it for where it goes).
+    fn headline(&self) -> String {
+        let (t, f) = self.trials();
+        format!(
+            "hunt of {}{}: budget {}, {:.1} s, seed {}; {} of {} plan entries run, {} unsupported, {} not started (budget spent); {t} exhaustive trials, {f} fuzz cases{}",
+            self.target,
+            fault_suffix(&self.faults),
+            self.budget.describe(),
+            self.elapsed_s,
+            self.seed,
+            self.entries.len(),
+            self.plan.len(),
+            self.unsupported.len(),
+            self.skipped.len(),
+            if self.incomplete { " (INCOMPLETE: stopped before every entry ran)" } else { "" }
+        )
+    }
+
+    /// For a terminal.
+    pub fn to_terminal(&self) -> String {
+        let mut s = terminal_text(&self.headline()) + "\n";
+        let widths = [-10, -20, 10, 10, 4, 6, 10, 6];
+        let line = |cells: &[String]| -> String {
+            let padded: Vec<String> = cells
+                .iter()
+                .zip(widths)
+                .map(|(c, w): (&String, i32)| match w {
+                    w if w < 0 => format!("{c:<width$}", width = (-w) as usize),
+                    w => format!("{c:>width$}", width = w as usize),
+                })
+                .collect();
+            padded.join(" ") + "\n"
+        };
+        s.push_str(&line(&COLUMNS.map(String::from)));
+        for r in self.table() {
+            s.push_str(&line(&r.cells()));
+        }
+        if self.groups.is_empty() {
+            s.push_str("no findings\n");
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            s.push_str(&self.group_line(g, i + 1, &terminal_text));
+            s.push('\n');
+        }
+        for x in &self.fixed {
+            s.push_str(&terminal_text(&format!(
+                "fixed: {} ({}) in entry {}: {}\n",
+                x.file, x.oracle, x.entry, x.detail
+            )));
+        }
+        for (id, why) in &self.unsupported {
+            s.push_str(&terminal_text(&format!("unsupported: {id}: {why}\n")));
+        }
+        s
+    }
+
+    /// Markdown.
+    pub fn to_markdown(&self) -> String {
+        let mut s = format!("# {}\n\n", markdown_text(&self.headline()));
+        s.push_str(&format!(
+            "| {} |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+            COLUMNS.join(" | ")
+        ));
+        for r in self.table() {
+            s.push_str(&format!("| {} |\n", r.cells().map(|c| markdown_text(&c)).join(" | ")));
+        }
+        s.push_str("\n## Groups\n\n");
+        if self.groups.is_empty() {
+            s.push_str("No findings.\n");
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            s.push_str(&self.group_line(g, i + 1, &markdown_text));
+            s.push('\n');
+        }
+        if !self.fixed.is_empty() {
+            s.push_str("\n## Fixed\n\n");
+            for x in &self.fixed {
+                s.push_str(&markdown_text(&format!(
+                    "- {} ({}) in entry {}: {}\n",
+                    x.file, x.oracle, x.entry, x.detail
+                )));
+            }
+        }
+        s.push_str("\n## Entries\n\n| entry | memory | depth | trials | fuzz cases | unsupported | repeats | s |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+        for e in &self.entries {
+            s.push_str(&format!(
+                "| {} | {} | {}{} | {} | {} | {} | {} | {:.1} |\n",
+                markdown_text(&e.id),
+                e.memory.name(),
+                e.depth,
+                if e.cut_short { " (cut short)" } else { "" },
+                e.trials,
+                e.fuzz_cases,
+                e.unsupported,
+                e.repeats,
+                e.elapsed_s
+            ));
+        }
+        for (id, why) in &self.unsupported {
+            s.push_str(&markdown_text(&format!("\nUnsupported: {id}: {why}\n")));
+        }
+        s
+    }
+}
+
+fn fault_suffix(faults: &[String]) -> String {
+    faults.iter().map(|f| format!("[{f}]")).collect()
+}
+
+/// One row of the memory type x oracle table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableRow {
+    /// The memory type.
+    pub memory: MemoryType,
+    /// The oracle.
+    pub oracle: OracleId,
+    /// Trials judged.
+    pub judged: u64,
+    /// Trials violated.
+    pub violations: u64,
+    /// Groups by class.
+    pub new: u64,
+    /// Known groups.
+    pub known: u64,
+    /// Regressed groups.
+    pub regressed: u64,
+    /// Corpus findings fixed.
+    pub fixed: u64,
+    counted: Vec<usize>,
+}
+
+/// The columns of the memory type x oracle table.
+const COLUMNS: [&str; 8] = [
+    "memory",
+    "oracle",
+    "judged",
+    "violations",
+    "new",
+    "known",
+    "regressed",
+    "fixed",
+];
+
+impl TableRow {
+    /// The row's cells, in [`COLUMNS`] order.
+    fn cells(&self) -> [String; 8] {
+        [
+            self.memory.name().to_string(),
+            self.oracle.name().to_string(),
+            self.judged.to_string(),
+            self.violations.to_string(),
+            self.new.to_string(),
+            self.known.to_string(),
+            self.regressed.to_string(),
+            self.fixed.to_string(),
+        ]
+    }
+
+    fn new(memory: MemoryType, oracle: OracleId) -> TableRow {
+        TableRow {
+            memory,
+            oracle,
+            judged: 0,
+            violations: 0,
+            new: 0,
+            known: 0,
+            regressed: 0,
+            fixed: 0,
+            counted: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets() {
+        assert_eq!(Budget::parse("5m").unwrap(), Budget::Seconds(300.0));
+        assert_eq!(Budget::parse("90").unwrap(), Budget::Seconds(90.0));
+        assert_eq!(Budget::parse("400trials").unwrap(), Budget::Trials(400));
+        assert!(Budget::parse("0trials").is_err());
+        assert!(Budget::parse("5 parsecs").is_err());
+    }
+}

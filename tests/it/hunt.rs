@@ -1,0 +1,239 @@
+//! Hunts (`tests/data/hunt/*.json`): the real binary runs `kvaudit hunt` with a case's command
+//! line into a fresh folder, and its exit code and `summary.json` must say what the case says.
+//! Budgets are given in trials where a case needs determinism (`--budget 3000trials`), never
+//! as "finds it within N seconds"; a time budget is only held to its contract (the hunt ends
+//! within it plus 10%). `plan` cases check `--plan`'s output against the registry and the
+//! memory types, so an oracle added to the registry is expected there without a test edit.
+//! `shards` cases run the hunt as shards and merge them; `interrupt` cases stop it with SIGINT
+//! once its first entry starts and resume it.
+
+use std::process::Command;
+
+use libtest_mimic::Trial;
+use serde::Deserialize;
+
+use kvaudit::base::config::Arch;
+use kvaudit::oracles::{Reads, Registry};
+use kvaudit::records::group::Cause;
+use kvaudit::records::hunt::{Budget, GroupClass, HuntSummary};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HuntCase {
+    #[allow(dead_code)]
+    about: String,
+    /// The command line after `hunt` (without `--out`).
+    args: Vec<String>,
+    /// The exit code; absent: whatever the summary says it must be (1 when a group of a
+    /// non-advisory oracle is new or regressed, else 0), for a real target whose new groups
+    /// the corpus may come to hold.
+    #[serde(default)]
+    exit: Option<i32>,
+    /// `--plan`: stdout names every memory type and every oracle that judges observations.
+    #[serde(default)]
+    plan_lists_everything: bool,
+    /// Groups that must be there.
+    #[serde(default)]
+    groups: Vec<GroupExpect>,
+    /// No group is new or regressed, advisory oracles aside.
+    #[serde(default)]
+    nothing_new: bool,
+    /// No group rests on a native fault (`native_fault` evidence).
+    #[serde(default)]
+    no_fault_cause: bool,
+    /// At least this many groups are known.
+    #[serde(default)]
+    known_at_least: usize,
+    /// Every group's class is decided and a new one has its repro file in `new/`.
+    #[serde(default)]
+    new_groups_have_files: bool,
+    /// Run as this many shards (`--shard K/M` each into its own folder), then `--merge` them:
+    /// the merged summary is checked, and must hold every entry the shards ran.
+    #[serde(default)]
+    shards: Option<usize>,
+    /// Send SIGINT once the first entry starts: the hunt must exit 4 with a partial summary,
+    /// and `--resume` must finish it (the finished summary is checked).
+    #[serde(default)]
+    interrupt: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupExpect {
+    /// The native faults its evidence names.
+    faults: Vec<String>,
+    /// `known`, `regressed` or `new`.
+    class: String,
+    /// For a known or regressed group: the corpus files it may be matched to.
+    #[serde(default)]
+    files: Vec<String>,
+}
+
+pub fn trials() -> Vec<Trial> {
+    super::data_files(&super::root().join("tests/data/hunt"), "json")
+        .into_iter()
+        .map(|(stem, path)| {
+            Trial::test(format!("hunt::{stem}"), move || {
+                let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+                let case: HuntCase =
+                    serde_json::from_str(&text).map_err(|e| format!("{stem}.json: {e}"))?;
+                super::outcome(check(&case))
+            })
+        })
+        .collect()
+}
+
+/// `kvaudit hunt ARGS EXTRA --corpus corpora` (quiet unless `progress`).
+fn hunt(args: &[String], extra: &[&std::ffi::OsStr], progress: bool) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvaudit"));
+    cmd.arg("hunt")
+        .args(args)
+        .args(extra)
+        .arg("--corpus")
+        .arg(super::root().join("corpora"))
+        .env("KVAUDIT_DATE", "2026-12-01");
+    if !progress {
+        cmd.arg("-q");
+    }
+    cmd
+}
+
+fn read_summary(dir: &std::path::Path) -> Result<HuntSummary, String> {
+    let text = std::fs::read_to_string(dir.join("summary.json")).map_err(|e| e.to_string())?;
+    HuntSummary::parse(&text).map_err(|e| e.to_string())
+}
+
+/// Interrupts the hunt once its first entry starts; checks the partial summary.
+fn interrupted(c: &HuntCase, dir: &std::path::Path) -> Result<(), String> {
+    use std::io::{BufRead, BufReader};
+    let mut child = hunt(&c.args, &["--out".as_ref(), dir.as_os_str()], true)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let mut lines = BufReader::new(stderr).lines();
+    let started = lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("[1/"));
+    if !started {
+        let _ = child.kill();
+        return Err("the hunt never started an entry".into());
+    }
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().map_err(|e| e.to_string())?;
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let code = child.wait().map_err(|e| e.to_string())?.code();
+    if code != Some(4) {
+        return Err(format!("exit {code:?} after SIGINT, expected 4: {rest:?}"));
+    }
+    let partial = read_summary(dir)?;
+    if !partial.incomplete {
+        return Err("the summary after SIGINT is not marked incomplete".into());
+    }
+    Ok(())
+}
+
+fn check(c: &HuntCase) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let out_arg: [&std::ffi::OsStr; 2] = ["--out".as_ref(), dir.path().as_os_str()];
+    let out = if let Some(m) = c.shards {
+        let mut merge: Vec<std::ffi::OsString> = vec!["--merge".into()];
+        for k in 0..m {
+            let part = dir.path().join(format!("shard-{k}"));
+            let shard = format!("{k}/{m}");
+            let o = hunt(&c.args, &["--shard".as_ref(), shard.as_ref(), "--out".as_ref(), part.as_os_str()], false)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !matches!(o.status.code(), Some(0 | 1)) {
+                return Err(format!("shard {shard}: {}", String::from_utf8_lossy(&o.stderr)));
+            }
+            merge.push(part.into_os_string());
+        }
+        let merge: Vec<&std::ffi::OsStr> = merge.iter().map(|s| s.as_os_str()).chain(out_arg).collect();
+        hunt(&c.args, &merge, false).output()
+    } else if c.interrupt {
+        interrupted(c, dir.path())?;
+        hunt(&c.args, &["--resume".as_ref(), dir.path().as_os_str()], false).output()
+    } else {
+        hunt(&c.args, &out_arg, false).output()
+    }
+    .map_err(|e| e.to_string())?;
+    let code = out.status.code().ok_or("killed by a signal")?;
+    let (stdout, _) = super::exited(&out, c.exit.unwrap_or(code))?;
+    if c.plan_lists_everything {
+        let registry = Registry::builtin();
+        let wanted = Arch::ALL.iter().map(|a| a.memory().name()).chain(
+            registry
+                .iter()
+                .filter(|o| o.reads() != Reads::Runs)
+                .map(|o| o.id().name()),
+        );
+        for name in wanted {
+            let listed = stdout
+                .lines()
+                .filter(|l| l.starts_with("memory types:") || l.starts_with("oracles:"))
+                .any(|l| l.split([':', ',']).any(|w| w.trim() == name));
+            if !listed {
+                return Err(format!("--plan does not list {name}:\n{stdout}"));
+            }
+        }
+        return Ok(());
+    }
+    let s = read_summary(dir.path())?;
+    let says = if s.failing_groups() > 0 { 1 } else { 0 };
+    if code != says {
+        return Err(format!("exit {code}, but the summary has {} new or regressed groups", s.failing_groups()));
+    }
+    if s.incomplete {
+        return Err("the summary is marked incomplete".into());
+    }
+    let ran: usize = s.entries.len() + s.unsupported.len() + s.skipped.len();
+    let wanted = if s.only.is_empty() { s.plan.len() } else { s.only.len() };
+    if ran != wanted {
+        return Err(format!("{ran} entries ran or were refused, of {wanted}:\n{}", s.to_terminal()));
+    }
+    if let Budget::Seconds(b) = s.budget {
+        if s.elapsed_s > b * 1.1 {
+            return Err(format!("took {:.1} s on a budget of {b} s", s.elapsed_s));
+        }
+    }
+    let why = || s.to_terminal();
+    for g in &c.groups {
+        let hit = s.groups.iter().find(|h| {
+            matches!(&h.group.cause, Cause::NativeFault { faults } if *faults == g.faults)
+        });
+        let Some(h) = hit else {
+            return Err(format!("no group caused by {:?}:\n{}", g.faults, why()));
+        };
+        if h.class.word() != g.class {
+            return Err(format!("the {:?} group is {:?}, expected {}:\n{}", g.faults, h.class, g.class, why()));
+        }
+        if let GroupClass::Known { file } | GroupClass::Regressed { file } = &h.class {
+            if !g.files.is_empty() && !g.files.contains(file) {
+                return Err(format!("the {:?} group is matched to {file}, expected one of {:?}", g.faults, g.files));
+            }
+        }
+    }
+    if c.nothing_new && s.failing_groups() > 0 {
+        return Err(format!("{} new or regressed groups:\n{}", s.failing_groups(), why()));
+    }
+    if c.no_fault_cause {
+        if let Some(g) = s.groups.iter().find(|g| matches!(g.group.cause, Cause::NativeFault { .. })) {
+            return Err(format!("a group rests on a native fault: {:?}\n{}", g.group.cause, why()));
+        }
+    }
+    let known = s.groups.iter().filter(|g| matches!(g.class, GroupClass::Known { .. })).count();
+    if known < c.known_at_least {
+        return Err(format!("{known} known groups, expected at least {}:\n{}", c.known_at_least, why()));
+    }
+    if c.new_groups_have_files {
+        for g in s.groups.iter().filter(|g| g.class == GroupClass::New) {
+            let repro = g.files.iter().find(|f| f.ends_with(".json"));
+            match repro {
+                Some(f) if dir.path().join(f).exists() => {}
+                _ if g.files.iter().any(|f| f.starts_with("(no repro file")) => {}
+                _ => return Err(format!("new group without its repro file: {:?}", g.files)),
+            }
+        }
+    }
+    Ok(())
+}
