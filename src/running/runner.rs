@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::op::{Op, SeqId, Setup, Trace};
-use crate::base::probe::probe_logits;
+use crate::base::probe::{probe_logits, probe_reloads};
 use crate::base::state::StateFormat;
 use crate::base::target::{
     observe_seqs, observe_with, CacheUnderTest, HarnessError, Observe, OpOutcome, SeqObservation,
@@ -263,6 +263,16 @@ impl LocalRunner {
                 obs.logits_probe =
                     probe_logits(self.target.as_mut(), &trace.setup, tokens, &obs.seqs)?;
             }
+            if self.observe.reload && i + 1 == trace.ops.len() {
+                if self.observe.logits {
+                    // The logits probe changed the target: the trial again, from its setup.
+                    self.target.reset(&trace.setup)?;
+                    for op in &trace.ops {
+                        self.target.apply(op)?;
+                    }
+                }
+                obs.reload_probe = probe_reloads(self.target.as_mut(), &trace.setup, &obs.seqs)?;
+            }
             steps.push(Arc::new(obs));
         }
         Ok(TrialRun {
@@ -348,7 +358,7 @@ impl LocalRunner {
                 tokens,
             });
         }
-        if self.observe.logits {
+        if self.observe.logits || self.observe.reload {
             self.probe_last(&trace.setup, trace.ops.len())?;
         }
         let steps = self
@@ -381,23 +391,30 @@ fn next_pos(
 }
 
 impl LocalRunner {
-    /// Adds the logits probe to the observation after op `len` of the stack, if it has none yet
-    /// (it may have been an inner step of an earlier trace), probing a fork: the stack's states
-    /// are prefixes of later traces.
+    /// Adds the probes asked for to the observation after op `len` of the stack, if it has
+    /// none yet (it may have been an inner step of an earlier trace), each probing a fork of
+    /// its own: the stack's states are prefixes of later traces.
     fn probe_last(&mut self, setup: &Setup, len: usize) -> Result<(), HarnessError> {
         let Some(frame) = len.checked_sub(1).and_then(|i| self.stack.get_mut(i)) else {
             return Ok(());
         };
-        if frame.obs.logits_probe.is_some() {
-            return Ok(());
+        if let Some(tokens) = frame
+            .tokens
+            .as_ref()
+            .filter(|_| frame.obs.logits_probe.is_none())
+        {
+            let mut scratch = frame.state.fork().expect("forking target");
+            let probe = probe_logits(scratch.as_mut(), setup, tokens, &frame.obs.seqs)?;
+            if probe.is_some() {
+                Arc::make_mut(&mut frame.obs).logits_probe = probe;
+            }
         }
-        let Some(tokens) = frame.tokens.as_ref() else {
-            return Ok(());
-        };
-        let mut scratch = frame.state.fork().expect("forking target");
-        let probe = probe_logits(scratch.as_mut(), setup, tokens, &frame.obs.seqs)?;
-        if probe.is_some() {
-            Arc::make_mut(&mut frame.obs).logits_probe = probe;
+        if self.observe.reload && frame.obs.reload_probe.is_none() {
+            let mut scratch = frame.state.fork().expect("forking target");
+            let probe = probe_reloads(scratch.as_mut(), setup, &frame.obs.seqs)?;
+            if probe.is_some() {
+                Arc::make_mut(&mut frame.obs).reload_probe = probe;
+            }
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::WholeCell;
 use crate::base::target::{
-    LogitsProbe, OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo,
+    LogitsProbe, OpOutcome, ReloadProbe, RoundTrip, SeqObservation, StepObservation, TargetInfo,
 };
 use crate::running::runner::{TrialEnd, TrialRun};
 pub use crate::targets::llama::error::WireError;
@@ -196,6 +196,7 @@ struct WireStep(
     Option<RoundTrip>,
     Option<Vec<SeqObservation>>,
     #[serde(default)] Option<Vec<WireProbe>>,
+    #[serde(default)] Option<Vec<ReloadProbe>>,
 );
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -260,6 +261,7 @@ impl From<&TrialRun> for WireRun {
                             })
                             .collect()
                     }),
+                    st.reload_probe.clone(),
                 )
             })
             .collect();
@@ -276,7 +278,7 @@ impl From<WireRun> for TrialRun {
         let steps = steps
             .into_iter()
             .map(
-                |WireStep(outcome, seqs, whole, round_trip, before, probe)| {
+                |WireStep(outcome, seqs, whole, round_trip, before, probe, reload_probe)| {
                     let outcome = match outcome {
                         WireOutcome::D(returned) => OpOutcome::Done { returned },
                         WireOutcome::R(rc) => OpOutcome::Decoded { rc },
@@ -314,6 +316,7 @@ impl From<WireRun> for TrialRun {
                                 })
                                 .collect()
                         }),
+                        reload_probe,
                     })
                 },
             )
