@@ -31,11 +31,16 @@ pub const ID: OracleId = OracleId::builtin(14, "round-trip-logits");
 
 /// The largest max |Δ| of the probe logits after a save and load that still holds, per memory
 /// type and cache type; `None`: no tolerance is measured (not judged). Measured on both pins
-/// (PREREG.md, issue-23 batch).
+/// before any judging run (PREREG.md, issue-23 batch): apart from the lost K-shift (a cluster
+/// above 1e-2), every probe was within 1e-6 on an attention memory (F16 and F32, unified and
+/// one stream per sequence), 0 on a recurrent one, at most 1e-4 on iSWA (F16) and 1.7e-4 on a
+/// hybrid (F16, a sequence loaded alone into the twin).
 pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
     use CacheType::{F16, F32, Q4_0, Q8_0};
+    use MemoryType::{Hybrid, Iswa, Kv, Recurrent};
     match (memory, cache) {
-        (_, F16 | F32) => Some(1e-4),
+        (Kv | Recurrent, F16 | F32) | (Iswa | Hybrid, F32) => Some(1e-4),
+        (Iswa | Hybrid, F16) => Some(1e-3),
         (_, Q8_0 | Q4_0) => None,
     }
 }
