@@ -202,9 +202,8 @@ fn load_result(outcome: OpOutcome) -> Option<bool> {
     }
 }
 
-/// The sequences a reload probe compares: each with cells, the position right after its last
-/// cell, its reference logits (`None`: the reference probe decode failed, the sequence is left
-/// out) and its saved state.
+/// A sequence a reload probe compares: one with cells whose reference probe decoded, the
+/// position right after its last cell, its reference logits and its saved state.
 struct Reference {
     seq: SeqId,
     pos: Pos,

@@ -59,6 +59,12 @@ pub(super) fn judged(
         .filter_map(|p| tolerance(p.memory, p.cache).map(|t| (p, t)))
 }
 
+/// What both reload oracles observe: the reload probe after a trial's last op.
+pub(super) const OBSERVES: Observe = Observe {
+    reload: true,
+    ..Observe::BASIC
+};
+
 /// The kind of a violation of `load`.
 pub(super) fn changes_logits(load: Reload) -> &'static str {
     if load.whole() {
@@ -132,10 +138,7 @@ impl Oracle for RoundTripLogits {
     }
 
     fn observes(&self) -> Observe {
-        Observe {
-            reload: true,
-            ..Observe::BASIC
-        }
+        OBSERVES
     }
 
     fn costly(&self) -> bool {

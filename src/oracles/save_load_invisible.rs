@@ -16,7 +16,7 @@
 
 use serde_json::json;
 
-use super::round_trip_logits::{check_reloads, judged};
+use super::round_trip_logits::{check_reloads, judged, OBSERVES};
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::target::{Observe, Reload, StepObservation};
 
@@ -94,10 +94,7 @@ impl Oracle for SaveLoadInvisible {
     }
 
     fn observes(&self) -> Observe {
-        Observe {
-            reload: true,
-            ..Observe::BASIC
-        }
+        OBSERVES
     }
 
     fn costly(&self) -> bool {

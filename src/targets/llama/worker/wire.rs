@@ -187,7 +187,7 @@ type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
 type WireProbe = (SeqId, f32, u32, CacheType, bool, MemoryType);
 
 /// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells);
-/// then what else was observed (the logits probe last, left out of lines that have none).
+/// then what else was observed (the logits probe, then the reload probe; null when absent).
 #[derive(Debug, Serialize, Deserialize)]
 struct WireStep(
     WireOutcome,
