@@ -12,9 +12,23 @@
 //! own). The probe records the largest absolute difference. It changes the cache it
 //! probes, so the runner hands it a cache whose trial is over (a fork, or the target after its
 //! last observation); the twin is the one the round trip uses.
+//!
+//! The reload probe ([`probe_reloads`], the `round-trip-logits` and `save-load-invisible`
+//! oracles, issue 23) needs no token model, so it judges every sequence with cells, whatever a
+//! fresh decode would make of them: the state is saved right after the trial, whole and per
+//! sequence; the probe token's logits of each sequence in the context as it is are the
+//! reference; then the saved state is loaded into the emptied twin (whole, then each sequence
+//! alone) and back into the context itself (whole; then, after the whole state again, each
+//! sequence under its own id), and each sequence's probe logits after each load are compared
+//! with the reference ([`Reload`]). The reference probes run between the save and the in-place
+//! loads: a whole load replaces the context's memory (`llama_state_set_data`), so nothing they
+//! left may survive it (a recurrent state keeps the probe's token, a partial `seq_rm` being
+//! refused).
 
 use crate::base::op::{CacheType, Decode, MemoryType, Op, Pos, SeqId, Setup};
-use crate::base::target::{CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, SeqObservation};
+use crate::base::target::{
+    CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, Reload, ReloadProbe, SeqObservation,
+};
 use crate::base::tokens::{Token, TokenModel};
 
 /// The token every probe decodes (below 64: inside the generated tiny models' vocabulary).
@@ -98,12 +112,7 @@ pub fn probe_logits(
 ) -> Result<Option<Vec<LogitsProbe>>, HarnessError> {
     let n_batch = setup.n_batch.unwrap_or(setup.n_ctx) as usize;
     let memory = setup.arch.memory();
-    // A recurrent memory keeps no K/V: its states are F32 whatever the K/V types
-    // (llama_model::create_memory, src/llama-model.cpp:2677-2685 in 0.1.161).
-    let cache = match memory {
-        MemoryType::Recurrent => CacheType::F32,
-        _ => coarser(setup.type_k, setup.type_v),
-    };
+    let cache = probe_cache(setup);
     let mut out = Vec::new();
     for s in seqs {
         let Some(&last) = s.cells.last() else {
@@ -142,6 +151,151 @@ pub fn probe_logits(
             shifted,
             memory,
         });
+    }
+    Ok(Some(out))
+}
+
+/// The cache type a probe of `setup` is judged by: the coarser of K and V, and F32 for a
+/// recurrent memory, which keeps no K/V: its states are F32 whatever the K/V types
+/// (llama_model::create_memory, src/llama-model.cpp:2677-2685 in 0.1.161).
+fn probe_cache(setup: &Setup) -> CacheType {
+    match setup.arch.memory() {
+        MemoryType::Recurrent => CacheType::F32,
+        _ => coarser(setup.type_k, setup.type_v),
+    }
+}
+
+/// What one probe decode gave.
+enum Probed {
+    /// The probe token's logits.
+    Logits(Vec<f32>),
+    /// The decode did not succeed.
+    Failed,
+    /// The target computes no logits.
+    NoLogits,
+}
+
+/// Decodes the probe token into `seq` at `pos` and reads its logits, then removes the probe's
+/// cell again (a recurrent memory refuses the partial removal and keeps the token).
+fn probe_at(target: &mut dyn CacheUnderTest, seq: SeqId, pos: Pos) -> Result<Probed, HarnessError> {
+    if target.apply(&probe_decode(seq, pos))? != (OpOutcome::Decoded { rc: 0 }) {
+        return Ok(Probed::Failed);
+    }
+    let logits = target.last_logits()?;
+    target.apply(&Op::SeqRm {
+        seq,
+        p0: pos,
+        p1: -1,
+    })?;
+    Ok(logits.map_or(Probed::NoLogits, Probed::Logits))
+}
+
+/// Whether a load op returned non-zero; `None` when the target cannot load state at all.
+fn load_result(outcome: OpOutcome) -> Option<bool> {
+    match outcome {
+        OpOutcome::Unsupported { .. } => None,
+        o => Some(
+            o == OpOutcome::Done {
+                returned: Some(true),
+            },
+        ),
+    }
+}
+
+/// A sequence a reload probe compares: one with cells whose reference probe decoded, the
+/// position right after its last cell, its reference logits and its saved state.
+struct Reference {
+    seq: SeqId,
+    pos: Pos,
+    logits: Vec<f32>,
+    bytes: Vec<u8>,
+}
+
+/// The reload probe (module docs) of every sequence of `seqs` (the observation after the last
+/// op) with cells, on `target`, a cache whose trial is over. `None`: the target computes no
+/// logits, or has no whole-state dump (the oracles cannot judge it: "not judged"). Loads the
+/// target cannot make (no twin, no loads) are left out; a sequence whose reference probe
+/// decode fails is left out.
+pub fn probe_reloads(
+    target: &mut dyn CacheUnderTest,
+    setup: &Setup,
+    seqs: &[SeqObservation],
+) -> Result<Option<Vec<ReloadProbe>>, HarnessError> {
+    let Some(whole) = target.state_get()? else {
+        return Ok(None);
+    };
+    let mut saved = Vec::with_capacity(seqs.len());
+    for s in seqs {
+        if let Some(&last) = s.cells.last() {
+            saved.push((s.seq, last + 1, target.seq_state(s.seq)?));
+        }
+    }
+    let mut refs = Vec::with_capacity(saved.len());
+    for (seq, pos, bytes) in saved {
+        match probe_at(target, seq, pos)? {
+            Probed::Logits(logits) => refs.push(Reference {
+                seq,
+                pos,
+                logits,
+                bytes,
+            }),
+            Probed::Failed => {}
+            Probed::NoLogits => return Ok(None),
+        }
+    }
+    let (cache, memory) = (probe_cache(setup), setup.arch.memory());
+    let mut out = Vec::with_capacity(refs.len() * Reload::ALL.len());
+    // One sequence after one load: its probe's logits against the reference.
+    let mut compare = |target: &mut dyn CacheUnderTest,
+                       r: &Reference,
+                       load: Reload,
+                       loaded: bool|
+     -> Result<(), HarnessError> {
+        let max_abs_diff = if !loaded {
+            0.0
+        } else {
+            match probe_at(target, r.seq, r.pos)? {
+                Probed::Logits(l) => logits_distance(&r.logits, &l),
+                Probed::Failed | Probed::NoLogits => f32::MAX,
+            }
+        };
+        out.push(ReloadProbe {
+            seq: r.seq,
+            load,
+            loaded,
+            max_abs_diff,
+            cache,
+            memory,
+        });
+        Ok(())
+    };
+    if let Some(twin) = target.twin()? {
+        if let Some(loaded) = load_result(twin.state_set(&whole)?) {
+            for r in &refs {
+                compare(twin, r, Reload::WholeTwin, loaded)?;
+            }
+        }
+        for r in &refs {
+            twin.apply(&Op::Clear)?;
+            let Some(loaded) = load_result(twin.set_seq_state(r.seq, &r.bytes)?) else {
+                break;
+            };
+            compare(twin, r, Reload::SeqTwin, loaded)?;
+        }
+    }
+    if let Some(loaded) = load_result(target.state_set(&whole)?) {
+        for r in &refs {
+            compare(target, r, Reload::WholeInPlace, loaded)?;
+        }
+        // Each sequence's own state back under its id, in the context as the trial left it.
+        if loaded && load_result(target.state_set(&whole)?) == Some(true) {
+            for r in &refs {
+                let Some(loaded) = load_result(target.set_seq_state(r.seq, &r.bytes)?) else {
+                    break;
+                };
+                compare(target, r, Reload::SeqInPlace, loaded)?;
+            }
+        }
     }
     Ok(Some(out))
 }

@@ -179,7 +179,81 @@ pub struct StepObservation {
     /// trial only ([`crate::base::probe`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logits_probe: Option<Vec<LogitsProbe>>,
+    /// The reload probe of each sequence with cells, when [`Observe::reload`] asked for it and
+    /// the target computes logits and can load state: after the last op of a trial only
+    /// ([`crate::base::probe::probe_reloads`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reload_probe: Option<Vec<ReloadProbe>>,
 }
+
+/// Which save and load a [`ReloadProbe`] measured: the state saved after the trial, whole
+/// (`llama_state_get_data`) or per sequence (`llama_state_seq_get_data`), loaded into the
+/// target's empty twin or back into the audited context itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reload {
+    /// The whole state into the emptied twin (`llama_state_set_data`).
+    WholeTwin,
+    /// The sequence's state alone into the emptied twin (`llama_state_seq_set_data`).
+    SeqTwin,
+    /// The whole state back into the audited context.
+    WholeInPlace,
+    /// The sequence's state back into the audited context, under its own id.
+    SeqInPlace,
+}
+
+impl Reload {
+    /// Every load, in the order the probe takes them.
+    pub const ALL: [Reload; 4] = [
+        Reload::WholeTwin,
+        Reload::SeqTwin,
+        Reload::WholeInPlace,
+        Reload::SeqInPlace,
+    ];
+
+    /// Whether the state goes into the twin (the round trip) rather than back into the context.
+    pub fn into_twin(self) -> bool {
+        matches!(self, Reload::WholeTwin | Reload::SeqTwin)
+    }
+
+    /// Whether the whole context was saved and loaded (rather than one sequence).
+    pub fn whole(self) -> bool {
+        matches!(self, Reload::WholeTwin | Reload::WholeInPlace)
+    }
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reload::WholeTwin => "whole into the twin",
+            Reload::SeqTwin => "seq into the twin",
+            Reload::WholeInPlace => "whole in place",
+            Reload::SeqInPlace => "seq in place",
+        }
+    }
+}
+
+/// One sequence's next-token logits after one save and load ([`Reload`]), against the logits
+/// the context gave for the same probe token before the load ([`crate::base::probe`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReloadProbe {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Which save and load.
+    pub load: Reload,
+    /// The load returned non-zero (a load that failed has no logits to compare:
+    /// `max_abs_diff` is 0).
+    pub loaded: bool,
+    /// The largest absolute difference between the two logit vectors (`f32::MAX` when the
+    /// probe decode failed after the load, or the vectors differ in length or are not finite).
+    pub max_abs_diff: f32,
+    /// The coarser of the setup's K and V cache types (F32 for a recurrent memory).
+    pub cache: CacheType,
+    /// The memory type of the setup's architecture.
+    pub memory: MemoryType,
+}
+
+// As for `LogitsProbe`: the difference is never NaN.
+impl Eq for ReloadProbe {}
 
 /// One sequence's logits probe: the logits of a probe token decoded after the sequence's last
 /// position, in the audited cache and in a fresh context that decoded the sequence's resident
@@ -218,6 +292,7 @@ impl StepObservation {
             round_trip: None,
             before: None,
             logits_probe: None,
+            reload_probe: None,
         }
     }
 }
@@ -263,6 +338,10 @@ pub struct Observe {
     /// reads it.
     #[serde(default)]
     pub logits: bool,
+    /// The reload probe after a trial's last op ([`StepObservation::reload_probe`]): like the
+    /// logits probe, decodes per sequence, not part of [`Observe::ALL`].
+    #[serde(default)]
+    pub reload: bool,
 }
 
 impl Observe {
@@ -272,17 +351,21 @@ impl Observe {
         round_trip: false,
         before: false,
         logits: false,
+        reload: false,
     };
-    /// Every observation after every op (not the logits probe: see [`Observe::logits`]).
+    /// Every observation after every op (not the probes: see [`Observe::logits`]).
     pub const ALL: Observe = Observe {
         whole: true,
         round_trip: true,
         before: true,
         logits: false,
+        reload: false,
     };
 
     /// Every observation after every op, and the logits probe after the last: what one trace
-    /// replayed or shrunk observes (its cost does not matter there).
+    /// replayed or shrunk observes (its cost does not matter there). Not the reload probe,
+    /// which loads state into the audited context after the trial: a replay asks for it when
+    /// its oracle reads it ([`crate::oracles::Registry::observe`]).
     pub const ALL_WITH_PROBE: Observe = Observe {
         logits: true,
         ..Observe::ALL
@@ -295,6 +378,7 @@ impl Observe {
             round_trip: self.round_trip || other.round_trip,
             before: self.before || other.before,
             logits: self.logits || other.logits,
+            reload: self.reload || other.reload,
         }
     }
 }
@@ -315,16 +399,19 @@ pub enum Observation {
     RoundTrip,
     /// The logits probe after the trial's last op ([`Observe::logits`]).
     Probe,
+    /// The reload probe after the trial's last op ([`Observe::reload`]).
+    Reload,
 }
 
 impl Observation {
     /// Every observation, in the order a step makes them (the code of each is its index).
-    pub const ALL: [Observation; 5] = [
+    pub const ALL: [Observation; 6] = [
         Observation::Sequences,
         Observation::Before,
         Observation::Whole,
         Observation::RoundTrip,
         Observation::Probe,
+        Observation::Reload,
     ];
 
     /// What it is, for people: reports name the observation that crashed with it.
@@ -335,6 +422,7 @@ impl Observation {
             Observation::Whole => "the whole dump",
             Observation::RoundTrip => "the twin round trip",
             Observation::Probe => "the logits probe",
+            Observation::Reload => "the reload probe",
         }
     }
 
@@ -346,6 +434,7 @@ impl Observation {
             Observation::Whole => "whole",
             Observation::RoundTrip => "round-trip",
             Observation::Probe => "probe",
+            Observation::Reload => "reload",
         }
     }
 
@@ -381,6 +470,7 @@ impl Observe {
             Observation::Whole => o.whole = false,
             Observation::RoundTrip => o.round_trip = false,
             Observation::Probe => o.logits = false,
+            Observation::Reload => o.reload = false,
         }
         Some(o)
     }

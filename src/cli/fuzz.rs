@@ -447,6 +447,11 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         if let Some(p) = &fz.logits_probes {
             eprintln!("kvaudit fuzz: {}", p.summary());
         }
+        if let Some(p) = &fz.reload_probes {
+            for line in p.summary().lines() {
+                eprintln!("kvaudit fuzz: {line}");
+            }
+        }
     }
     if let Some(dir) = &a.corpus {
         let written = write_corpus(dir, &queue)?;

@@ -20,6 +20,8 @@ pub mod i2;
 pub mod memory;
 pub mod metamorphic;
 pub mod round_trip;
+pub mod round_trip_logits;
+pub mod save_load_invisible;
 pub mod swa_window;
 pub mod theorems;
 
@@ -318,6 +320,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
             && (!what.round_trip || s.round_trip.is_some())
             && (!what.before || s.before.is_some())
             && (!what.logits || s.logits_probe.is_some())
+            && (!what.reload || s.reload_probe.is_some())
     };
     match seen {
         Seen::Step { after, .. } => has(after),
@@ -327,7 +330,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 14] = [
+pub static BUILTIN: [&dyn Oracle; 16] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -342,6 +345,8 @@ pub static BUILTIN: [&dyn Oracle; 14] = [
     &config_differential::ConfigDifferential,
     &cache_invisible::CacheInvisible,
     &swa_window::SwaWindow,
+    &round_trip_logits::RoundTripLogits,
+    &save_load_invisible::SaveLoadInvisible,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::error::Error;
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
-use crate::base::target::LogitsProbe;
+use crate::base::target::{LogitsProbe, Reload, ReloadProbe};
 use crate::oracles::theorems::{Derivation, Theorem, Verdict};
 
 /// What the generator draws from.
@@ -182,6 +182,10 @@ pub struct FuzzSummary {
     /// case was probed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logits_probes: Option<ProbeStats>,
+    /// The reload probes of the cases (the measurements of round-trip-logits and
+    /// save-load-invisible), when any case was probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reload_probes: Option<ReloadStats>,
     /// Which generator drew the cases.
     #[serde(default)]
     pub generator_kind: Generator,
@@ -289,6 +293,66 @@ impl ProbeStats {
             "logits probes: {} sequences, largest max |Δ| {:e}; {} with moved keys, largest {:e}",
             self.probes, self.max_abs_diff, self.shifted_probes, self.shifted_max_abs_diff
         )
+    }
+}
+
+/// The upper bounds of [`LoadStats::histogram`]'s buckets: a probe falls in the first bucket
+/// whose bound its max |Δ| does not exceed; the last bucket holds the rest.
+pub const RELOAD_BUCKETS: [f32; 6] = [0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2];
+
+/// One load's reload probes over a fuzz run ([`Reload`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadStats {
+    /// Sequences probed after a load that succeeded.
+    pub probes: u64,
+    /// The largest max |Δ| of those.
+    pub max_abs_diff: f32,
+    /// How many of those fall in each bucket of [`RELOAD_BUCKETS`] (and the last, above 1e-2).
+    pub histogram: [u64; RELOAD_BUCKETS.len() + 1],
+    /// Loads that failed (returned 0), per sequence.
+    pub failed: u64,
+}
+
+/// The reload probes of a fuzz run, per load.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReloadStats {
+    /// Per load.
+    pub loads: BTreeMap<Reload, LoadStats>,
+}
+
+impl ReloadStats {
+    /// Counts one probe.
+    pub fn add(&mut self, p: &ReloadProbe) {
+        let s = self.loads.entry(p.load).or_default();
+        if !p.loaded {
+            s.failed += 1;
+            return;
+        }
+        s.probes += 1;
+        s.max_abs_diff = s.max_abs_diff.max(p.max_abs_diff);
+        let bucket = RELOAD_BUCKETS
+            .iter()
+            .position(|&b| p.max_abs_diff <= b)
+            .unwrap_or(RELOAD_BUCKETS.len());
+        s.histogram[bucket] += 1;
+    }
+
+    /// One line per load for the terminal.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        for (load, s) in &self.loads {
+            let _ = write!(
+                out,
+                "{}reload probes, {}: {} sequences, largest max |Δ| {:e}, by bucket (<= 0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, more) {:?}; {} failed loads",
+                if out.is_empty() { "" } else { "\n" },
+                load.name(),
+                s.probes,
+                s.max_abs_diff,
+                s.histogram,
+                s.failed
+            );
+        }
+        out
     }
 }
 

@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::base::op::Trace;
-use crate::base::target::{HarnessError, LogitsProbe, TargetInfo};
+use crate::base::target::{HarnessError, LogitsProbe, ReloadProbe, TargetInfo};
 use crate::oracles::{OracleId, Reads, Registry, Seen, Violation};
 use crate::running::runner::{RunnerFactory, TrialEnd, TrialRun, TrialRunner};
 
@@ -43,6 +43,8 @@ pub struct Judgement {
     pub unjudged: Vec<OracleId>,
     /// Target A's logits probes, over every step (their figures, whatever oracle judges them).
     pub logits_probes: Vec<LogitsProbe>,
+    /// Target A's reload probes, over every step.
+    pub reload_probes: Vec<ReloadProbe>,
 }
 
 impl Judgement {
@@ -91,6 +93,11 @@ pub fn judge_run(
         .steps
         .iter()
         .flat_map(|s| s.logits_probe.iter().flatten().cloned())
+        .collect();
+    out.reload_probes = a
+        .steps
+        .iter()
+        .flat_map(|s| s.reload_probe.iter().flatten().cloned())
         .collect();
     for oracle in oracles.observing(b.is_some()) {
         let judged_any = match oracle.reads() {

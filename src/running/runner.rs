@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::op::{Op, SeqId, Setup, Trace};
-use crate::base::probe::probe_logits;
+use crate::base::probe::{probe_logits, probe_reloads};
 use crate::base::state::StateFormat;
 use crate::base::target::{
     observe_seqs, observe_with, CacheUnderTest, HarnessError, Observation, Observe, OpOutcome,
@@ -340,6 +340,18 @@ impl LocalRunner {
                 obs.logits_probe =
                     probe_logits(self.target.as_mut(), &trace.setup, tokens, &obs.seqs)?;
             }
+            if last && observe.reload {
+                if observe.logits {
+                    // The logits probe changed the target: the trial again, from its setup.
+                    self.target.observing(None);
+                    self.target.reset(&trace.setup)?;
+                    for op in &trace.ops {
+                        self.target.apply(op)?;
+                    }
+                }
+                self.target.observing(Some(Observation::Reload));
+                obs.reload_probe = probe_reloads(self.target.as_mut(), &trace.setup, &obs.seqs)?;
+            }
             steps.push(Arc::new(obs));
         }
         Ok(TrialRun {
@@ -429,8 +441,9 @@ impl LocalRunner {
                 tokens,
             });
         }
-        if self.observe_at(trace.ops.len()).logits {
-            self.probe_last(&trace.setup, trace.ops.len())?;
+        let observe = self.observe_at(trace.ops.len());
+        if observe.logits || observe.reload {
+            self.probe_last(&trace.setup, trace.ops.len(), observe)?;
         }
         let steps = self
             .stack
@@ -463,24 +476,37 @@ fn next_pos(
 }
 
 impl LocalRunner {
-    /// Adds the logits probe to the observation after op `len` of the stack, if it has none yet
-    /// (it may have been an inner step of an earlier trace), probing a fork: the stack's states
-    /// are prefixes of later traces.
-    fn probe_last(&mut self, setup: &Setup, len: usize) -> Result<(), HarnessError> {
+    /// Adds the probes asked for to the observation after op `len` of the stack, if it has
+    /// none yet (it may have been an inner step of an earlier trace), each probing a fork of
+    /// its own: the stack's states are prefixes of later traces.
+    fn probe_last(
+        &mut self,
+        setup: &Setup,
+        len: usize,
+        observe: Observe,
+    ) -> Result<(), HarnessError> {
         let Some(frame) = len.checked_sub(1).and_then(|i| self.stack.get_mut(i)) else {
             return Ok(());
         };
-        if frame.obs.logits_probe.is_some() {
-            return Ok(());
+        if let Some(tokens) = frame
+            .tokens
+            .as_ref()
+            .filter(|_| observe.logits && frame.obs.logits_probe.is_none())
+        {
+            let mut scratch = frame.state.fork().expect("forking target");
+            scratch.observing(Some(Observation::Probe));
+            let probe = probe_logits(scratch.as_mut(), setup, tokens, &frame.obs.seqs)?;
+            if probe.is_some() {
+                Arc::make_mut(&mut frame.obs).logits_probe = probe;
+            }
         }
-        let Some(tokens) = frame.tokens.as_ref() else {
-            return Ok(());
-        };
-        let mut scratch = frame.state.fork().expect("forking target");
-        scratch.observing(Some(Observation::Probe));
-        let probe = probe_logits(scratch.as_mut(), setup, tokens, &frame.obs.seqs)?;
-        if probe.is_some() {
-            Arc::make_mut(&mut frame.obs).logits_probe = probe;
+        if observe.reload && frame.obs.reload_probe.is_none() {
+            let mut scratch = frame.state.fork().expect("forking target");
+            scratch.observing(Some(Observation::Reload));
+            let probe = probe_reloads(scratch.as_mut(), setup, &frame.obs.seqs)?;
+            if probe.is_some() {
+                Arc::make_mut(&mut frame.obs).reload_probe = probe;
+            }
         }
         Ok(())
     }

@@ -274,6 +274,7 @@ mod tests {
             round_trip: None,
             before: None,
             logits_probe: None,
+            reload_probe: None,
         };
         assert_eq!(
             state_shape(&obs(&[0, 1], &[0, 3])),

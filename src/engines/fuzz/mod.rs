@@ -49,8 +49,8 @@ use crate::running::judge::Judge;
 use crate::running::runner::RunnerFactory;
 
 pub use crate::records::fuzz::{
-    CoveragePoint, FuzzSummary, GenConfig, Generator, ProbeStats, QueueStats, ShrinkRecord,
-    TheoremFinding, TheoremStats,
+    CoveragePoint, FuzzSummary, GenConfig, Generator, ProbeStats, QueueStats, ReloadStats,
+    ShrinkRecord, TheoremFinding, TheoremStats,
 };
 pub use coverage::Coverage;
 pub use generate::{
@@ -327,6 +327,7 @@ pub fn run_fuzz_until(
     let (mut shrink_executions, mut shrink_elapsed) = (0u64, Duration::ZERO);
     let mut case = 0u64;
     let mut probes: Option<ProbeStats> = None;
+    let mut reloads: Option<ReloadStats> = None;
     let guided = cfg.generator == Generator::Guided;
     let mutator = guided.then(|| Mutator::new(&cfg.gen));
     let mut queue: Vec<Trace> = if guided {
@@ -388,6 +389,9 @@ pub fn run_fuzz_until(
         }
         for p in &verdict.logits_probes {
             probes.get_or_insert_with(ProbeStats::default).add(p);
+        }
+        for p in &verdict.reload_probes {
+            reloads.get_or_insert_with(ReloadStats::default).add(p);
         }
         tally.unsupported += u64::from(verdict.unsupported.is_some());
         for &oracle in &wanted {
@@ -569,6 +573,7 @@ pub fn run_fuzz_until(
         theorems: stats,
         theorem_findings,
         logits_probes: probes,
+        reload_probes: reloads,
         generator_kind: cfg.generator,
         coverage: points,
         queue: guided.then_some(queue_stats),

@@ -126,6 +126,78 @@ fn emit_probe_check(s: &mut String, tolerance: f64) {
     let _ = writeln!(s, "          free(a); if (tw) llama_free(tw); }}");
 }
 
+/// round-trip-logits (`into_twin`) and save-load-invisible on one sequence (the reload probe,
+/// `base/probe.rs`): the state saved (`whole`, or the sequence's), a probe token's logits in
+/// the context, then the same probe after the state is loaded into a fresh twin or back into
+/// the context.
+fn emit_reload_check(s: &mut String, tolerance: f64, into_twin: bool, whole: bool) {
+    let probe = crate::base::probe::PROBE_TOKEN;
+    let name = if into_twin {
+        "round-trip-logits"
+    } else {
+        "save-load-invisible"
+    };
+    let _ = writeln!(s, "        {{ const float tol = {tolerance:e}f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));");
+    let _ = writeln!(s, "          llama_token pt = {probe}; llama_pos at = n ? cells[n - 1] + 1 : 0; llama_seq_id one[1] = {{sq}};");
+    let save = if whole {
+        "dump_whole(ctx, &sl)"
+    } else {
+        "dump_seq(ctx, sq, &sl)"
+    };
+    let _ = writeln!(s, "          size_t sl = 0; uint8_t *saved = {save};");
+    let _ = writeln!(
+        s,
+        "          int rc = n ? decode(ctx, 1, &pt, &at, 1, one) : -1;"
+    );
+    let _ = writeln!(
+        s,
+        "          float *a = malloc(sizeof(float) * (size_t)nv);"
+    );
+    let _ = writeln!(s, "          if (rc == 0) memcpy(a, llama_get_logits_ith(ctx, -1), sizeof(float) * (size_t)nv);");
+    let _ = writeln!(s, "          llama_memory_seq_rm(mem, sq, at, -1);");
+    let target = if into_twin {
+        let _ = writeln!(
+            s,
+            "          struct llama_context *tw = llama_init_from_model(model, cp);"
+        );
+        "tw"
+    } else {
+        let _ = writeln!(s, "          struct llama_context *tw = NULL;");
+        "ctx"
+    };
+    let load = if whole {
+        format!("llama_state_set_data({target}, saved, sl)")
+    } else {
+        format!("llama_state_seq_set_data({target}, saved, sl, sq)")
+    };
+    let _ = writeln!(
+        s,
+        "          size_t rd = (rc == 0 && (tw || !{into_twin})) ? {load} : 0;",
+        into_twin = i32::from(into_twin)
+    );
+    let _ = writeln!(
+        s,
+        "          int rt = rd ? decode({target}, 1, &pt, &at, 1, one) : -1;"
+    );
+    let _ = writeln!(s, "          if (rt == 0) {{");
+    let _ = writeln!(
+        s,
+        "            const float *b = llama_get_logits_ith({target}, -1); float d = 0;"
+    );
+    let _ = writeln!(s, "            for (int i = 0; i < nv; i++) {{ float x = a[i] - b[i]; if (x < 0) x = -x; if (!(x <= d)) d = x; }}");
+    let _ = writeln!(s, "            printf(\"{name} (seq %d): probe at %d after the load, max |logit difference| %g, tolerance %g\\n\", sq, at, d, tol);");
+    let _ = writeln!(s, "            if (d > tol) {{ printf(\"{name} violated: the load changed the next-token logits\\n\"); reproduced = 1; }}");
+    let _ = writeln!(
+        s,
+        "            llama_memory_seq_rm(llama_get_memory({target}), sq, at, -1);"
+    );
+    let _ = writeln!(s, "          }} else printf(\"{name} (seq %d): no probe after the load (decode %d, load read %zu bytes): not judged\\n\", sq, rc, rd);");
+    let _ = writeln!(
+        s,
+        "          free(a); free(saved); if (tw) llama_free(tw); }}"
+    );
+}
+
 /// swa-window (src/oracles/swa_window.rs) on one sequence of an iSWA memory with window `n`:
 /// the windowed dump within the base cells and the window, and (`rule3`: the last op moves no
 /// position) no position lost that the next token attends.
@@ -160,6 +232,16 @@ pub(super) fn emit_seq_check(s: &mut String, input: &ReproInput) {
                 .and_then(Value::as_f64)
                 .unwrap_or(0.0);
             emit_probe_check(s, tolerance);
+        }
+        "round-trip-logits" | "save-load-invisible" => {
+            let tolerance = input
+                .expected
+                .get("max_abs_diff_at_most")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
+            let into_twin = input.oracle.name() == "round-trip-logits";
+            let whole = !input.kind.as_deref().is_some_and(|k| k.starts_with("seq"));
+            emit_reload_check(s, tolerance, into_twin, whole);
         }
         "swa-window" => {
             let t = &input.trace;

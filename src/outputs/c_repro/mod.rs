@@ -101,7 +101,7 @@ pub fn parse_input(text: &str) -> Result<ReproInput, Error> {
 }
 
 /// The oracles whose check a C reproducer states in C.
-pub const C_CHECKED: [OracleId; 10] = [
+pub const C_CHECKED: [OracleId; 12] = [
     OracleId::I1,
     OracleId::I2,
     OracleId::DIFFERENTIAL,
@@ -112,6 +112,8 @@ pub const C_CHECKED: [OracleId; 10] = [
     crate::oracles::contract::QUESTION_ID,
     crate::oracles::swa_window::ID,
     crate::oracles::cache_invisible::ID,
+    crate::oracles::round_trip_logits::ID,
+    crate::oracles::save_load_invisible::ID,
 ];
 
 /// The C program for `input`; `model` is the default model path baked in.

@@ -75,14 +75,19 @@ fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(Judgement, u64), 
     run_specs(repro, &a, b.as_ref())
 }
 
-/// Runs the repro's trace on `a` (and `b`), as the specs say what to observe.
+/// Runs the repro's trace on `a` (and `b`), as the specs say what to observe, and what the
+/// repro's oracle reads beyond that (the reload probe is in no spec's default).
 fn run_specs(
     repro: &Repro,
     a: &TargetSpec,
     b: Option<&TargetSpec>,
 ) -> Result<(Judgement, u64), String> {
-    let fa = a.factory()?;
-    let fb = b.map(|b| b.factory()).transpose()?;
+    let reads = crate::oracles::Registry::builtin()
+        .get(repro.oracle)
+        .map_or(Observe::BASIC, |o| o.observes());
+    let widen = |s: &TargetSpec| s.clone().with_observe(s.observe.union(reads));
+    let fa = widen(a).factory()?;
+    let fb = b.map(|b| widen(b).factory()).transpose()?;
     let mut judge = Judge::new(fa.as_ref(), fb.as_deref()).map_err(|e| e.to_string())?;
     let j = judge.run(&repro.trace).map_err(|e| e.to_string())?;
     Ok((j, judge.executions()))

@@ -75,11 +75,18 @@ pub struct Faults {
     /// src/llama-memory-recurrent.cpp:201-216). Accessors, dumps' cells and the return value
     /// are right. Caught by cache-invisible.
     pub refused_rm_resets_state: bool,
+    /// Recurrent (and a hybrid's recurrent half): state saves, whole and per sequence, write
+    /// each state as the empty state (the model of a save that writes the cells' metadata and
+    /// not the state rows the tokens built). Cells, positions and sequences are right, and a
+    /// dump of what a load gives back is the same bytes again, so I1 and round-trip see
+    /// nothing; the next token's logits after a load differ from the context's. Positive
+    /// control for round-trip-logits and save-load-invisible.
+    pub save_drops_state: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 17] = [
+    pub const NAMES: [&'static str; 18] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -97,6 +104,7 @@ impl Faults {
         "hybrid_rm_one_side",
         "batch_mixes_states",
         "refused_rm_resets_state",
+        "save_drops_state",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -118,6 +126,7 @@ impl Faults {
             "hybrid_rm_one_side" => &mut self.hybrid_rm_one_side,
             "batch_mixes_states" => &mut self.batch_mixes_states,
             "refused_rm_resets_state" => &mut self.refused_rm_resets_state,
+            "save_drops_state" => &mut self.save_drops_state,
             _ => return None,
         })
     }

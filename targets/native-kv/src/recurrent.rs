@@ -507,7 +507,12 @@ impl RecurrentCache {
                     out.extend_from_slice(&0i32.to_le_bytes()); // GGML_TYPE_F32
                     out.extend_from_slice(&(DIGEST_ROW_BYTES as u64).to_le_bytes());
                     for &i in &idxs {
-                        out.extend_from_slice(&self.cells[i].digest.to_le_bytes());
+                        let digest = if self.config.faults.save_drops_state {
+                            EMPTY_DIGEST
+                        } else {
+                            self.cells[i].digest
+                        };
+                        out.extend_from_slice(&digest.to_le_bytes());
                     }
                 }
             }

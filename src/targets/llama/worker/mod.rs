@@ -71,13 +71,14 @@ pub struct WorkerSpec {
 }
 
 /// `--observe`'s value for `what`: `basic`, or a comma-separated list of `whole`,
-/// `round-trip`, `before` and `logits`.
+/// `round-trip`, `before`, `logits` and `reload`.
 pub fn observe_arg(what: Observe) -> String {
     let parts: Vec<&str> = [
         (what.whole, "whole"),
         (what.round_trip, "round-trip"),
         (what.before, "before"),
         (what.logits, "logits"),
+        (what.reload, "reload"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
@@ -101,6 +102,7 @@ pub fn parse_observe_arg(arg: &str) -> Option<Observe> {
             "round-trip" => o.round_trip = true,
             "before" => o.before = true,
             "logits" => o.logits = true,
+            "reload" => o.reload = true,
             "all" => o = o.union(Observe::ALL),
             _ => return None,
         }
@@ -118,13 +120,16 @@ mod tests {
             for round_trip in [false, true] {
                 for before in [false, true] {
                     for logits in [false, true] {
-                        let what = Observe {
-                            whole,
-                            round_trip,
-                            before,
-                            logits,
-                        };
-                        assert_eq!(parse_observe_arg(&observe_arg(what)), Some(what));
+                        for reload in [false, true] {
+                            let what = Observe {
+                                whole,
+                                round_trip,
+                                before,
+                                logits,
+                                reload,
+                            };
+                            assert_eq!(parse_observe_arg(&observe_arg(what)), Some(what));
+                        }
                     }
                 }
             }

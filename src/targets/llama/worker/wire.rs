@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::WholeCell;
 use crate::base::target::{
-    LogitsProbe, Observation, OpOutcome, RoundTrip, SeqObservation, StepObservation, TargetInfo,
+    LogitsProbe, Observation, OpOutcome, ReloadProbe, RoundTrip, SeqObservation, StepObservation,
+    TargetInfo,
 };
 use crate::running::runner::{Skipped, TrialEnd, TrialRun};
 pub use crate::targets::llama::error::WireError;
@@ -198,7 +199,7 @@ type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
 type WireProbe = (SeqId, f32, u32, CacheType, bool, MemoryType);
 
 /// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells);
-/// then what else was observed (the logits probe last, left out of lines that have none).
+/// then what else was observed (the logits probe, then the reload probe; null when absent).
 #[derive(Debug, Serialize, Deserialize)]
 struct WireStep(
     WireOutcome,
@@ -207,6 +208,7 @@ struct WireStep(
     Option<RoundTrip>,
     Option<Vec<SeqObservation>>,
     #[serde(default)] Option<Vec<WireProbe>>,
+    #[serde(default)] Option<Vec<ReloadProbe>>,
 );
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -271,6 +273,7 @@ impl From<&TrialRun> for WireRun {
                             })
                             .collect()
                     }),
+                    st.reload_probe.clone(),
                 )
             })
             .collect();
@@ -287,7 +290,7 @@ impl From<WireRun> for TrialRun {
         let steps = steps
             .into_iter()
             .map(
-                |WireStep(outcome, seqs, whole, round_trip, before, probe)| {
+                |WireStep(outcome, seqs, whole, round_trip, before, probe, reload_probe)| {
                     let outcome = match outcome {
                         WireOutcome::D(returned) => OpOutcome::Done { returned },
                         WireOutcome::R(rc) => OpOutcome::Decoded { rc },
@@ -325,6 +328,7 @@ impl From<WireRun> for TrialRun {
                                 })
                                 .collect()
                         }),
+                        reload_probe,
                     })
                 },
             )

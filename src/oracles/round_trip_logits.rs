@@ -1,0 +1,225 @@
+//! **round-trip-logits**: a state saved after any op and loaded into the twin gives each
+//! sequence the next-token logits the original context gives (issue 23). The runner measures it
+//! after a trial's last op ([`crate::base::probe::probe_reloads`]): the whole state
+//! (`llama_state_get_data`) loaded into the emptied twin (`llama_state_set_data`), and each
+//! sequence's state (`llama_state_seq_get_data`) alone into the emptied twin
+//! (`llama_state_seq_set_data`); a probe token decoded after each sequence there, against the
+//! same probe decoded in the original. Unlike `cache-invisible` it needs no token model: the
+//! twin holds what the original saved, whatever a fresh decode would make of it, so it judges a
+//! partial `seq_add`, a load of unknown content and any other sequence with cells.
+//!
+//! What `round-trip` compares (cells, accessors, a second dump's bytes) is not what a decode
+//! reads: K/V rows, recurrent states, and what the context still has to do to them before they
+//! are read. A load that fails is `round-trip`'s finding, not judged here.
+//!
+//! The tolerance ([`tolerance`]): the twin holds the saved rows byte for byte, but in other
+//! cells (a whole dump leaves out empty cells, a sequence's load takes the first contiguous
+//! slot), so ggml may sum in another order; measured first on both pins (PREREG.md, issue-23
+//! batch). One table for both reload oracles (`save-load-invisible` reads it too).
+
+use serde_json::json;
+
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::op::{CacheType, MemoryType};
+use crate::base::target::{Observe, Reload, ReloadProbe, StepObservation};
+
+/// The oracle.
+pub struct RoundTripLogits;
+
+/// Its id.
+pub const ID: OracleId = OracleId::builtin(14, "round-trip-logits");
+
+/// The largest max |Δ| of the probe logits after a save and load that still holds, per memory
+/// type and cache type; `None`: no tolerance is measured (not judged). Measured on both pins
+/// before any judging run (PREREG.md, issue-23 batch): apart from the lost K-shift (a cluster
+/// above 1e-2), every probe was within 1e-6 on an attention memory (F16 and F32, unified and
+/// one stream per sequence), 0 on a recurrent one, at most 1e-4 on iSWA (F16) and 1.7e-4 on a
+/// hybrid (F16, a sequence loaded alone into the twin).
+pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
+    use CacheType::{F16, F32, Q4_0, Q8_0};
+    use MemoryType::{Hybrid, Iswa, Kv, Recurrent};
+    match (memory, cache) {
+        (Kv | Recurrent, F16 | F32) | (Iswa | Hybrid, F32) => Some(1e-4),
+        (Iswa | Hybrid, F16) => Some(1e-3),
+        (_, Q8_0 | Q4_0) => None,
+    }
+}
+
+/// The probes of `after` of the loads `which` takes that can be judged: loaded (a failed load
+/// is judged by what reads load failures), with a tolerance.
+pub(super) fn judged(
+    after: &StepObservation,
+    which: fn(Reload) -> bool,
+) -> impl Iterator<Item = (&ReloadProbe, f32)> {
+    after
+        .reload_probe
+        .iter()
+        .flatten()
+        .filter(move |p| which(p.load) && p.loaded)
+        .filter_map(|p| tolerance(p.memory, p.cache).map(|t| (p, t)))
+}
+
+/// What both reload oracles observe: the reload probe after a trial's last op.
+pub(super) const OBSERVES: Observe = Observe {
+    reload: true,
+    ..Observe::BASIC
+};
+
+/// The kind of a violation of `load`.
+pub(super) fn changes_logits(load: Reload) -> &'static str {
+    if load.whole() {
+        "whole load changes logits"
+    } else {
+        "seq load changes logits"
+    }
+}
+
+/// The first probe of the loads `which` takes whose logits differ from the reference by more
+/// than the tolerance, as a violation of `oracle`.
+pub(super) fn check_reloads(
+    oracle: OracleId,
+    after: &StepObservation,
+    which: fn(Reload) -> bool,
+) -> Option<Violation> {
+    let (p, tol) = judged(after, which).find(|(p, tol)| p.max_abs_diff > *tol)?;
+    Some(Violation {
+        oracle,
+        kind: changes_logits(p.load).into(),
+        seq: Some(p.seq),
+        observed: json!({ "max_abs_diff": p.max_abs_diff, "load": p.load.name() }),
+        expected: json!({
+            "max_abs_diff_at_most": tol,
+            "memory": p.memory,
+            "cache": p.cache,
+        }),
+    })
+}
+
+impl Oracle for RoundTripLogits {
+    fn id(&self) -> OracleId {
+        ID
+    }
+
+    fn summary(&self) -> &'static str {
+        "state saved after any op (whole, per sequence) and loaded into the twin gives each sequence the original's next-token logits"
+    }
+
+    fn reads(&self) -> Reads {
+        Reads::Step
+    }
+
+    fn kinds(&self) -> &'static [&'static str] {
+        &["whole load changes logits", "seq load changes logits"]
+    }
+
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        &[PositiveControl {
+            fault: "save_drops_state",
+            target: "native[save_drops_state] (arch=mamba)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_logits_save_drops_state.json",
+        }]
+    }
+
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Step { after, .. } => {
+                judged(after, Reload::into_twin).all(|(p, tol)| p.max_abs_diff <= tol)
+            }
+            _ => true,
+        }
+    }
+
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        match seen {
+            Seen::Step { after, .. } => check_reloads(ID, after, Reload::into_twin),
+            _ => None,
+        }
+    }
+
+    fn observes(&self) -> Observe {
+        OBSERVES
+    }
+
+    fn costly(&self) -> bool {
+        true
+    }
+
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Step { after, .. } => judged(after, Reload::into_twin).next().is_some(),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::base::target::{OpOutcome, SeqObservation};
+
+    /// An observation with one probe per `(load, loaded, max_abs_diff)` on sequence 0.
+    pub(in crate::oracles) fn step(probes: &[(Reload, bool, f32)]) -> StepObservation {
+        let mut s = StepObservation::basic(
+            OpOutcome::Done { returned: None },
+            vec![SeqObservation {
+                seq: 0,
+                pos_min: 0,
+                pos_max: 3,
+                cells: (0..4).collect(),
+                second_cells: None,
+            }],
+        );
+        s.reload_probe = Some(
+            probes
+                .iter()
+                .map(|&(load, loaded, max_abs_diff)| ReloadProbe {
+                    seq: 0,
+                    load,
+                    loaded,
+                    max_abs_diff,
+                    cache: CacheType::F16,
+                    memory: MemoryType::Kv,
+                })
+                .collect(),
+        );
+        s
+    }
+
+    pub(in crate::oracles) fn seen(s: &StepObservation) -> Seen<'_> {
+        static OP: crate::base::op::Op = crate::base::op::Op::Clear;
+        Seen::Step {
+            op: &OP,
+            after: s,
+            arch: crate::base::op::Arch::Llama,
+        }
+    }
+
+    #[test]
+    fn equal_logits_hold_and_a_changed_twin_is_caught() {
+        let s = step(&[
+            (Reload::WholeTwin, true, 0.0),
+            (Reload::SeqTwin, true, 1e-6),
+        ]);
+        assert!(RoundTripLogits.judges(&seen(&s)));
+        assert!(RoundTripLogits.check(&seen(&s)).is_none());
+        let s = step(&[(Reload::WholeTwin, true, 0.0), (Reload::SeqTwin, true, 0.5)]);
+        assert!(!RoundTripLogits.holds(&seen(&s)));
+        let v = RoundTripLogits.check(&seen(&s)).unwrap();
+        assert_eq!(v.kind, "seq load changes logits");
+        assert_eq!(v.seq, Some(0));
+    }
+
+    #[test]
+    fn in_place_loads_and_failed_loads_are_not_judged_here() {
+        let s = step(&[
+            (Reload::WholeInPlace, true, 9.0),
+            (Reload::WholeTwin, false, 0.0),
+        ]);
+        assert!(!RoundTripLogits.judges(&seen(&s)));
+        assert!(RoundTripLogits.holds(&seen(&s)));
+        let none = StepObservation::basic(OpOutcome::Done { returned: None }, vec![]);
+        assert!(!RoundTripLogits.judges(&seen(&none)));
+        assert_eq!(tolerance(MemoryType::Kv, CacheType::Q8_0), None);
+    }
+}

@@ -1,0 +1,152 @@
+//! **save-load-invisible**: a save and load in place changes nothing a later decode sees
+//! (issue 23): `[trace, save, load, probe]` against `[trace, probe]` on the same context, the
+//! whole state (`llama_state_get_data` then `llama_state_set_data` into the context itself) and
+//! each sequence's (`llama_state_seq_get_data` then `llama_state_seq_set_data` under its own
+//! id). The runner measures it after a trial's last op ([`crate::base::probe::probe_reloads`]).
+//! Where `round-trip-logits` loads into an empty twin, this loads into the context that wrote
+//! the state, with whatever it keeps beside the cells (its slot search's head, rows of freed
+//! cells, a pending K-shift, a recurrent memory's tails).
+//!
+//! A whole load of the context's own bytes that fails is a finding: llama.h offers no other way
+//! back. A sequence's load that fails is not judged: the sequence's cells are removed first
+//! (src/llama-kv-cache.cpp, `state_read_meta`) and its cells must then fit in one contiguous
+//! slot, which a fragmented cache or cells shared with another sequence may not have, and
+//! llama.h does not promise it. The tolerance is `round-trip-logits`'
+//! ([`super::round_trip_logits::tolerance`]).
+
+use serde_json::json;
+
+use super::round_trip_logits::{check_reloads, judged, OBSERVES};
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::target::{Observe, Reload, StepObservation};
+
+/// The oracle.
+pub struct SaveLoadInvisible;
+
+/// Its id.
+pub const ID: OracleId = OracleId::builtin(15, "save-load-invisible");
+
+fn in_place(load: Reload) -> bool {
+    !load.into_twin()
+}
+
+/// The first way the in-place loads of `after` changed what a decode sees, if any.
+pub fn check_in_place(after: &StepObservation) -> Option<Violation> {
+    let failed = after
+        .reload_probe
+        .iter()
+        .flatten()
+        .any(|p| p.load == Reload::WholeInPlace && !p.loaded);
+    if failed {
+        return Some(Violation {
+            oracle: ID,
+            kind: "whole load failed".into(),
+            seq: None,
+            observed: json!("llama_state_set_data returned 0"),
+            expected: json!("the context loads the bytes its llama_state_get_data wrote"),
+        });
+    }
+    check_reloads(ID, after, in_place)
+}
+
+impl Oracle for SaveLoadInvisible {
+    fn id(&self) -> OracleId {
+        ID
+    }
+
+    fn summary(&self) -> &'static str {
+        "a save and load in place (whole, per sequence) leaves each sequence's next-token logits as they were"
+    }
+
+    fn reads(&self) -> Reads {
+        Reads::Step
+    }
+
+    fn kinds(&self) -> &'static [&'static str] {
+        &[
+            "whole load failed",
+            "whole load changes logits",
+            "seq load changes logits",
+        ]
+    }
+
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        &[PositiveControl {
+            fault: "save_drops_state",
+            target: "native[save_drops_state] (arch=jamba)",
+            seed_depth: None,
+            evidence: "oracles/save_load_invisible_save_drops_state.json",
+        }]
+    }
+
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Step { after, .. } => check_in_place(after).is_none(),
+            _ => true,
+        }
+    }
+
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        match seen {
+            Seen::Step { after, .. } => check_in_place(after),
+            _ => None,
+        }
+    }
+
+    fn observes(&self) -> Observe {
+        OBSERVES
+    }
+
+    fn costly(&self) -> bool {
+        true
+    }
+
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Step { after, .. } => {
+                judged(after, in_place).next().is_some()
+                    || after
+                        .reload_probe
+                        .iter()
+                        .flatten()
+                        .any(|p| p.load == Reload::WholeInPlace)
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::round_trip_logits::tests::{seen, step};
+    use super::*;
+
+    #[test]
+    fn in_place_loads_are_judged_and_twin_loads_are_not() {
+        let s = step(&[
+            (Reload::WholeInPlace, true, 0.0),
+            (Reload::SeqTwin, true, 3.0),
+        ]);
+        assert!(SaveLoadInvisible.judges(&seen(&s)));
+        assert!(SaveLoadInvisible.holds(&seen(&s)));
+        let s = step(&[
+            (Reload::WholeInPlace, true, 0.0),
+            (Reload::SeqInPlace, true, 3.0),
+        ]);
+        let v = SaveLoadInvisible.check(&seen(&s)).unwrap();
+        assert_eq!(v.kind, "seq load changes logits");
+    }
+
+    #[test]
+    fn a_failed_whole_load_is_caught_and_a_failed_seq_load_not_judged() {
+        let s = step(&[(Reload::WholeInPlace, false, 0.0)]);
+        assert!(SaveLoadInvisible.judges(&seen(&s)));
+        assert_eq!(
+            SaveLoadInvisible.check(&seen(&s)).unwrap().kind,
+            "whole load failed"
+        );
+        let s = step(&[(Reload::SeqInPlace, false, 0.0)]);
+        assert!(!SaveLoadInvisible.judges(&seen(&s)));
+        assert!(SaveLoadInvisible.holds(&seen(&s)));
+    }
+}
