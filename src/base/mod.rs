@@ -10,6 +10,7 @@ pub mod exit;
 pub mod files;
 pub mod op;
 pub mod probe;
+pub mod setting;
 pub mod slots;
 pub mod state;
 pub mod target;

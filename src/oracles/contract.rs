@@ -61,6 +61,30 @@ pub static CLAUSES: [Clause; 18] = [
     Clause { kind: "state load failed: cache changed", op: "state_seq_load", promise: "(llama.h silent: \"Zero: Failed to load\") a failed load leaves the destination as it was or empty, and the rest untouched", documented: false },
 ];
 
+/// The promises llama.h states for the op `op` (its JSON name), in [`CLAUSES`] order.
+pub fn documented_clauses(op: &str) -> Vec<String> {
+    CLAUSES
+        .iter()
+        .filter(|c| c.op == op && c.documented)
+        .map(|c| c.promise.to_string())
+        .collect()
+}
+
+/// The clause a contract finding of `kind` breaks, quoted; the op's documented clauses when no
+/// clause has that kind (a finding from another version of the table).
+fn clause_of_kind(op: &str, kind: &str) -> super::LlamaHClause {
+    match CLAUSES.iter().find(|c| c.kind == kind) {
+        Some(c) => super::LlamaHClause {
+            lines: vec![c.promise.to_string()],
+            documented: c.documented,
+        },
+        None => super::LlamaHClause {
+            lines: documented_clauses(op),
+            documented: true,
+        },
+    }
+}
+
 fn clause(kind: &str) -> &'static Clause {
     CLAUSES
         .iter()
@@ -461,6 +485,14 @@ const OBSERVES: Observe = Observe {
 };
 
 impl Oracle for Contract {
+    fn llama_h_clause(&self, op: &str, kind: &str) -> super::LlamaHClause {
+        clause_of_kind(op, kind)
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::CONTRACT)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }
@@ -496,6 +528,14 @@ impl Oracle for Contract {
 }
 
 impl Oracle for ContractQuestion {
+    fn llama_h_clause(&self, op: &str, kind: &str) -> super::LlamaHClause {
+        clause_of_kind(op, kind)
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::CONTRACT)
+    }
+
     fn id(&self) -> OracleId {
         QUESTION_ID
     }

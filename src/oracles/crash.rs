@@ -50,6 +50,14 @@ pub fn crash_violation(message: &str) -> Violation {
 }
 
 impl Oracle for Crash {
+    fn check_in_words(&self) -> &'static str {
+        "the call returns"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::CRASH)
+    }
+
     fn id(&self) -> OracleId {
         OracleId::CRASH
     }

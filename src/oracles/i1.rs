@@ -68,6 +68,18 @@ pub fn check_i1(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
 }
 
 impl Oracle for I1 {
+    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
+        super::LlamaHClause::documented(&LLAMA_H)
+    }
+
+    fn check_in_words(&self) -> &'static str {
+        "seq_pos_min/seq_pos_max equal the smallest/largest position among the sequence's cells in llama_state_seq_get_data (-1 when it has none)"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::I1)
+    }
+
     fn id(&self) -> OracleId {
         OracleId::I1
     }

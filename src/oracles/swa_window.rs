@@ -117,6 +117,10 @@ fn window(arch: Arch) -> Option<u32> {
 }
 
 impl Oracle for SwaWindow {
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::SWA_WINDOW)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }

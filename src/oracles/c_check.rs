@@ -1,63 +1,235 @@
-//! The oracle checks in C: what the program states at the finding's step, from the context's
-//! own serialized state. Each oracle with a C check ([`super::C_CHECKED`]) adds code in up to
-//! three places: before the loop over the checked sequences (whole-context dumps), inside it
-//! (one sequence: locals `sq`, `cells`, `n`, `mn`, `mx`, `tmin`, `tmax`), and after it.
+//! The oracles' checks in C, as data for the C reproducer (`outputs/c_repro`): what a standalone
+//! program over llama.h states at a finding's step, from the context's own serialized state.
+//! An oracle with a C check returns one of the [`CCheck`]s here from [`super::Oracle::c_check`];
+//! the reproducer iterates the registry and never names an oracle.
+//!
+//! A check adds code in up to four places: right before the trace's last op, before the loop
+//! over the checked sequences (whole-context dumps), inside it (one sequence: locals `sq`,
+//! `cells`, `n`, `mn`, `mx`, `tmin`, `tmax`, `k`), and after it. The program's C helpers are
+//! `outputs/c_repro/prelude.rs`'s. Only integers and fixed text reach the program from here: the
+//! finding's `expected` is hostile, and only its integers are read.
 
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::ops::c_array;
-use super::ReproInput;
+use crate::base::op::Trace;
 
-/// Statements before the per-sequence loop.
-pub(super) fn emit_before_seqs(s: &mut String, input: &ReproInput) {
-    let _ = writeln!(s, "    (void)last_returned;");
-    match input.oracle.name() {
-        "contract" | "contract?" => {
-            // A clause about what the op returns (`seq_rm` of a whole sequence never fails).
-            if let Some(want) = input.expected.get("returned").and_then(Value::as_bool) {
-                let w = i32::from(want);
-                let _ = writeln!(s, "    if (last_returned != -1 && last_returned != {w}) {{ printf(\"contract violated: the op returned %s, llama.h says {want}\\n\", last_returned ? \"true\" : \"false\"); reproduced = 1; }}");
-            }
-        }
-        "round-trip" => emit_round_trip_prologue(s),
-        "conservation" => {
-            let _ = writeln!(
-                s,
-                "    size_t whole_len = 0; uint8_t *whole = dump_whole(ctx, &whole_len);"
-            );
-            let _ = writeln!(s, "    int orphans = 0, whole_pos[4096]; int n_whole = whole_cells(whole, whole_len, -1, whole_pos, 4096, &orphans);");
-            let _ = writeln!(s, "    printf(\"whole dump: %d used cells, %d of no sequence\\n\", n_whole, orphans);");
-            let _ = writeln!(s, "    if (orphans) {{ printf(\"conservation violated: cell without a sequence\\n\"); reproduced = 1; }}");
-        }
-        _ => {}
+/// What a check is given.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckInput<'a> {
+    /// The finding's trace.
+    pub trace: &'a Trace,
+    /// How many of its ops run before the check (the finding's step, at most the trace's length).
+    pub step: usize,
+    /// What the oracle expected (the finding's `expected`).
+    pub expected: &'a Value,
+    /// The sequences checked.
+    pub seqs: &'a [i32],
+}
+
+/// Writes C statements for a check.
+pub type Emit = fn(&mut String, &CheckInput<'_>);
+
+/// An oracle's check in C: the statements it puts in each place of the program.
+#[derive(Clone, Copy)]
+pub struct CCheck {
+    /// Right before the trace's last op.
+    pub before_last_op: Emit,
+    /// Before the loop over the checked sequences.
+    pub before_seqs: Emit,
+    /// Inside the loop: one sequence.
+    pub seq: Emit,
+    /// After the loop.
+    pub after_seqs: Emit,
+}
+
+impl std::fmt::Debug for CCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CCheck")
     }
 }
 
-/// What a check needs from right before the trace's last op: for swa-window, each checked
-/// sequence's windowed dump (rule 3 compares it with the one after).
-pub(super) fn emit_before_last_op(s: &mut String, input: &ReproInput, seqs: &[i32]) {
-    if input.oracle.name() == crate::oracles::cache_invisible::ID.name() {
-        emit_probe_tokens(s, input, seqs);
-        return;
-    }
-    if input.oracle.name() != "swa-window" {
-        return;
-    }
-    let n = seqs.len().max(1);
-    let _ = writeln!(s, "    int swa_before[{n}][256]; int swa_nbefore[{n}];");
-    for (k, seq) in seqs.iter().enumerate() {
-        let _ = writeln!(s, "    {{ int b[4096]; int nb; swa_nbefore[{k}] = resident_iswa(ctx, {seq}, b, &nb, swa_before[{k}], 256); }}");
+fn nothing(_: &mut String, _: &CheckInput<'_>) {}
+
+impl CCheck {
+    /// A check of each sequence alone.
+    const fn per_seq(seq: Emit) -> CCheck {
+        CCheck {
+            before_last_op: nothing,
+            before_seqs: nothing,
+            seq,
+            after_seqs: nothing,
+        }
     }
 }
+
+/// Integers as a C initializer list.
+pub fn c_array(v: &[i32]) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// I1: the accessors against the extremes of the sequence's cells.
+pub const I1: CCheck = CCheck::per_seq(|s, _| {
+    let _ = writeln!(s, "        if (mn != tmin || mx != tmax) {{ printf(\"I1 violated: accessors say [%d, %d], the state says [%d, %d]\\n\", mn, mx, tmin, tmax); reproduced = 1; }}");
+});
+
+/// I2: no hole between the sequence's cells.
+pub const I2: CCheck = CCheck::per_seq(|s, _| {
+    let _ = writeln!(s, "        for (int i = 1; i < n; i++) if (cells[i] - cells[i - 1] > 1) {{ printf(\"I2 violated: positions %d..%d missing\\n\", cells[i - 1] + 1, cells[i] - 1); reproduced = 1; }}");
+});
+
+/// differential: the sequence as the reference left it (`expected`'s `pos_min`, `pos_max`,
+/// `cells`).
+pub const DIFFERENTIAL: CCheck = CCheck::per_seq(|s, input| {
+    let e = input.expected;
+    let emin = e.get("pos_min").and_then(Value::as_i64).unwrap_or(-1);
+    let emax = e.get("pos_max").and_then(Value::as_i64).unwrap_or(-1);
+    let ecells = expected_cells(e).unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "        const int want[] = {{{}}}; const int nwant = {};",
+        if ecells.is_empty() {
+            "0".into()
+        } else {
+            c_array(&ecells)
+        },
+        ecells.len()
+    );
+    let _ = writeln!(
+        s,
+        "        int same = mn == {emin} && mx == {emax} && n == nwant;"
+    );
+    let _ = writeln!(
+        s,
+        "        for (int i = 0; same && i < n; i++) same = cells[i] == want[i];"
+    );
+    let _ = writeln!(s, "        if (!same) {{ printf(\"differs from the reference: seq_pos_min {emin}, seq_pos_max {emax}, {} cells\\n\"); reproduced = 1; }}", ecells.len());
+});
+
+/// crash: the program reproduces by crashing; reaching the end is not reproducing.
+pub const CRASH: CCheck = CCheck {
+    before_last_op: nothing,
+    before_seqs: nothing,
+    seq: |s, _| {
+        let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+    },
+    after_seqs: |s, _| {
+        let _ = writeln!(
+            s,
+            "    printf(\"no crash: the finding does not reproduce\\n\");"
+        );
+    },
+};
+
+/// conservation: the whole dump's cells are the union of the sequences' cells.
+pub const CONSERVATION: CCheck = CCheck {
+    before_last_op: nothing,
+    before_seqs: |s, _| {
+        let _ = writeln!(
+            s,
+            "    size_t whole_len = 0; uint8_t *whole = dump_whole(ctx, &whole_len);"
+        );
+        let _ = writeln!(s, "    int orphans = 0, whole_pos[4096]; int n_whole = whole_cells(whole, whole_len, -1, whole_pos, 4096, &orphans);");
+        let _ = writeln!(
+            s,
+            "    printf(\"whole dump: %d used cells, %d of no sequence\\n\", n_whole, orphans);"
+        );
+        let _ = writeln!(s, "    if (orphans) {{ printf(\"conservation violated: cell without a sequence\\n\"); reproduced = 1; }}");
+    },
+    seq: |s, _| {
+        let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+        let _ = writeln!(s, "        int in_whole[4096]; int nw = whole_cells(whole, whole_len, sq, in_whole, 4096, NULL);");
+        let _ = writeln!(s, "        int same = nw == n;");
+        let _ = writeln!(
+            s,
+            "        for (int i = 0; same && i < n; i++) same = cells[i] == in_whole[i];"
+        );
+        let _ = writeln!(
+            s,
+            "        printf(\"  the whole dump lists %d cells of seq %d:\", nw, sq);"
+        );
+        let _ = writeln!(
+            s,
+            "        for (int i = 0; i < nw; i++) printf(\" %d\", in_whole[i]);"
+        );
+        let _ = writeln!(s, "        printf(\"\\n\");");
+        let _ = writeln!(s, "        if (!same) {{ printf(\"conservation violated: %s\\n\", nw < n ? \"sequence cell missing from the whole dump\" : \"whole dump cell missing from the sequence dump\"); reproduced = 1; }}");
+    },
+    after_seqs: |s, _| {
+        let _ = writeln!(s, "    free(whole);");
+    },
+};
+
+/// round-trip: the whole dump and each sequence's dump load into a twin and read back the same.
+pub const ROUND_TRIP: CCheck = CCheck {
+    before_last_op: nothing,
+    before_seqs: |s, _| emit_round_trip_prologue(s),
+    seq: |s, _| emit_round_trip_seq(s),
+    after_seqs: |s, _| emit_round_trip_epilogue(s),
+};
+
+/// contract and `contract?`: what the op returned, and the fields of the finding's `expected`.
+pub const CONTRACT: CCheck = CCheck {
+    before_last_op: nothing,
+    before_seqs: |s, input| {
+        // A clause about what the op returns (`seq_rm` of a whole sequence never fails).
+        if let Some(want) = input.expected.get("returned").and_then(Value::as_bool) {
+            let w = i32::from(want);
+            let _ = writeln!(s, "    if (last_returned != -1 && last_returned != {w}) {{ printf(\"contract violated: the op returned %s, llama.h says {want}\\n\", last_returned ? \"true\" : \"false\"); reproduced = 1; }}");
+        }
+    },
+    seq: |s, input| emit_contract_seq(s, input.expected),
+    after_seqs: nothing,
+};
+
+/// swa-window: the windowed dump within the base cells and the window, and no attended position
+/// lost by an op that moves none.
+pub const SWA_WINDOW: CCheck = CCheck {
+    before_last_op: |s, input| {
+        // Each checked sequence's windowed dump before the op (rule 3 compares it with after).
+        let n = input.seqs.len().max(1);
+        let _ = writeln!(s, "    int swa_before[{n}][256]; int swa_nbefore[{n}];");
+        for (k, seq) in input.seqs.iter().enumerate() {
+            let _ = writeln!(s, "    {{ int b[4096]; int nb; swa_nbefore[{k}] = resident_iswa(ctx, {seq}, b, &nb, swa_before[{k}], 256); }}");
+        }
+    },
+    before_seqs: nothing,
+    seq: |s, input| {
+        let t = input.trace;
+        let rule3 = input
+            .step
+            .checked_sub(1)
+            .and_then(|i| t.ops.get(i))
+            .is_some_and(super::swa_window::keeps_positions);
+        emit_swa_window_check(s, t.setup.arch.swa_window().unwrap_or(0), rule3);
+    },
+    after_seqs: nothing,
+};
+
+/// cache-invisible: the probe's logits against a fresh twin that decodes the resident tokens.
+pub const CACHE_INVISIBLE: CCheck = CCheck {
+    before_last_op: cache_invisible_before_last_op,
+    before_seqs: nothing,
+    seq: |s, input| {
+        let tolerance = input
+            .expected
+            .get("max_abs_diff_at_most")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        emit_probe_check(s, tolerance);
+    },
+    after_seqs: nothing,
+};
 
 /// cache-invisible: the tokens the twin decodes for each checked sequence, by position, from the
 /// token model over the setup and the trace (`TokenModel::attention_tokens`): the resident
 /// tokens llama.h says the sequence holds.
-fn emit_probe_tokens(s: &mut String, input: &ReproInput, seqs: &[i32]) {
-    let t = &input.trace;
-    let step = input.step.unwrap_or(t.ops.len()).min(t.ops.len());
+fn cache_invisible_before_last_op(s: &mut String, input: &CheckInput<'_>) {
+    let (t, step, seqs) = (input.trace, input.step, input.seqs);
     let mut all = t.setup.clone();
     all.ops.extend(t.ops.iter().take(step).cloned());
     let model = crate::base::tokens::TokenModel::after_setup(&all);
@@ -145,104 +317,6 @@ fn emit_swa_window_check(s: &mut String, n: u32, rule3: bool) {
         let _ = writeln!(s, "          }}");
     }
     let _ = writeln!(s, "        }}");
-}
-
-/// The check of one sequence, inside the per-sequence loop.
-pub(super) fn emit_seq_check(s: &mut String, input: &ReproInput) {
-    match input.oracle.name() {
-        "cache-invisible" => {
-            let tolerance = input
-                .expected
-                .get("max_abs_diff_at_most")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
-            emit_probe_check(s, tolerance);
-        }
-        "swa-window" => {
-            let t = &input.trace;
-            let step = input.step.unwrap_or(t.ops.len()).min(t.ops.len());
-            let rule3 = step
-                .checked_sub(1)
-                .and_then(|i| t.ops.get(i))
-                .is_some_and(crate::oracles::swa_window::keeps_positions);
-            emit_swa_window_check(s, t.setup.arch.swa_window().unwrap_or(0), rule3);
-        }
-        "I1" => {
-            let _ = writeln!(s, "        if (mn != tmin || mx != tmax) {{ printf(\"I1 violated: accessors say [%d, %d], the state says [%d, %d]\\n\", mn, mx, tmin, tmax); reproduced = 1; }}");
-        }
-        "I2" => {
-            let _ = writeln!(s, "        for (int i = 1; i < n; i++) if (cells[i] - cells[i - 1] > 1) {{ printf(\"I2 violated: positions %d..%d missing\\n\", cells[i - 1] + 1, cells[i] - 1); reproduced = 1; }}");
-        }
-        "differential" => {
-            let e = &input.expected;
-            let emin = e.get("pos_min").and_then(Value::as_i64).unwrap_or(-1);
-            let emax = e.get("pos_max").and_then(Value::as_i64).unwrap_or(-1);
-            let ecells = expected_cells(e).unwrap_or_default();
-            let _ = writeln!(
-                s,
-                "        const int want[] = {{{}}}; const int nwant = {};",
-                if ecells.is_empty() {
-                    "0".into()
-                } else {
-                    c_array(&ecells)
-                },
-                ecells.len()
-            );
-            let _ = writeln!(
-                s,
-                "        int same = mn == {emin} && mx == {emax} && n == nwant;"
-            );
-            let _ = writeln!(
-                s,
-                "        for (int i = 0; same && i < n; i++) same = cells[i] == want[i];"
-            );
-            let _ = writeln!(s, "        if (!same) {{ printf(\"differs from the reference: seq_pos_min {emin}, seq_pos_max {emax}, {} cells\\n\"); reproduced = 1; }}", ecells.len());
-        }
-        "crash" => {
-            let _ = writeln!(s, "        (void)tmin; (void)tmax;");
-        }
-        "round-trip" => emit_round_trip_seq(s),
-        "conservation" => {
-            let _ = writeln!(s, "        (void)tmin; (void)tmax;");
-            let _ = writeln!(s, "        int in_whole[4096]; int nw = whole_cells(whole, whole_len, sq, in_whole, 4096, NULL);");
-            let _ = writeln!(s, "        int same = nw == n;");
-            let _ = writeln!(
-                s,
-                "        for (int i = 0; same && i < n; i++) same = cells[i] == in_whole[i];"
-            );
-            let _ = writeln!(
-                s,
-                "        printf(\"  the whole dump lists %d cells of seq %d:\", nw, sq);"
-            );
-            let _ = writeln!(
-                s,
-                "        for (int i = 0; i < nw; i++) printf(\" %d\", in_whole[i]);"
-            );
-            let _ = writeln!(s, "        printf(\"\\n\");");
-            let _ = writeln!(s, "        if (!same) {{ printf(\"conservation violated: %s\\n\", nw < n ? \"sequence cell missing from the whole dump\" : \"whole dump cell missing from the sequence dump\"); reproduced = 1; }}");
-        }
-        // `contract?` states the same comparison: the finding's expected cells.
-        "contract" | "contract?" => emit_contract_seq(s, &input.expected),
-        // `parse_input` refuses every other oracle.
-        other => unreachable!("no C check for oracle {other}"),
-    }
-}
-
-/// Statements after the per-sequence loop.
-pub(super) fn emit_after_seqs(s: &mut String, input: &ReproInput) {
-    match input.oracle.name() {
-        "round-trip" => emit_round_trip_epilogue(s),
-        "conservation" => {
-            let _ = writeln!(s, "    free(whole);");
-        }
-        _ => {}
-    }
-    if input.oracle.name() == "crash" {
-        let _ = writeln!(
-            s,
-            "    printf(\"no crash: the finding does not reproduce\\n\");"
-        );
-    }
 }
 
 /// `expected.cells` as integers, if it is an array (non-integers are dropped: the input is
