@@ -38,6 +38,16 @@ enum Case {
         finding: Value,
         reproduces: std::collections::BTreeMap<String, bool>,
     },
+    /// The C reproducer of a corpus file, checked with `kvaudit repro --check` on each release
+    /// pin the file names, reproducing where the file expects the finding (`fails`) and not
+    /// where it expects `holds`; `stdout`: lines the program prints on every pin.
+    ReproCCorpus {
+        #[allow(dead_code)]
+        about: String,
+        corpus: String,
+        #[serde(default)]
+        stdout: Vec<String>,
+    },
     /// A C reproducer checked by an oracle named here (the state oracles' C checks are keyed by
     /// oracle: see `Oracle::c_check`), compiled against each pin and run.
     ReproCNamed {
@@ -113,7 +123,37 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             finding,
             reproduces,
             ..
-        } => check_repro_c(&finding, &reproduces),
+        } => {
+            // A folder of its own: the repro_c cases run in parallel, and a folder per process
+            // would let one case's finding overwrite another's before `kvaudit repro` reads it.
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let file = dir.path().join("finding.json");
+            std::fs::write(&file, finding.to_string()).map_err(|e| e.to_string())?;
+            check_repro_c(&file, &reproduces, &[])
+        }
+        Case::ReproCCorpus { corpus, stdout, .. } => {
+            let file = super::root().join(&corpus);
+            let repro = kvaudit::outputs::repro::Repro::load(&file).map_err(|e| e.to_string())?;
+            let reproduces: std::collections::BTreeMap<String, bool> = repro
+                .targets
+                .iter()
+                .filter(|t| {
+                    t.target.starts_with("llama.cpp@")
+                        && !t.target.ends_with("+assert")
+                        && t.vs.is_none()
+                })
+                .map(|t| {
+                    (
+                        t.target.clone(),
+                        t.expect == kvaudit::outputs::repro::Expect::Fails,
+                    )
+                })
+                .collect();
+            if reproduces.is_empty() {
+                return Err(format!("{corpus} names no llama.cpp release pin"));
+            }
+            check_repro_c(&file, &reproduces, &stdout)
+        }
         Case::ReproCNamed {
             oracle,
             finding,
@@ -492,14 +532,10 @@ fn check_repro_c_named(
 }
 
 fn check_repro_c(
-    finding: &Value,
+    file: &std::path::Path,
     reproduces: &std::collections::BTreeMap<String, bool>,
+    stdout_lines: &[String],
 ) -> Result<(), String> {
-    // A folder of its own: the repro_c cases run in parallel, and a folder per process would
-    // let one case's finding overwrite another's before `kvaudit repro` reads it.
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let file = dir.path().join("finding.json");
-    std::fs::write(&file, finding.to_string()).map_err(|e| e.to_string())?;
     for (target, want) in reproduces {
         let out = Command::new(env!("CARGO_BIN_EXE_kvaudit"))
             .args(["repro", "--check", "--target", target])
@@ -528,6 +564,11 @@ fn check_repro_c(
         );
         if !stdout.contains(&line) {
             return Err(format!("{target}: output lacks {line:?}\n{stdout}"));
+        }
+        for line in stdout_lines {
+            if !stdout.contains(line.as_str()) {
+                return Err(format!("{target}: output lacks {line:?}\n{stdout}"));
+            }
         }
     }
     Ok(())
