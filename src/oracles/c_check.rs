@@ -1,6 +1,7 @@
 //! The oracles' checks in C, as data for the C reproducer (`outputs/c_repro`): what a standalone
 //! program over llama.h states at a finding's step, from the context's own serialized state.
-//! An oracle with a C check returns one of the [`CCheck`]s here from [`super::Oracle::c_check`];
+//! An oracle with a C check returns one of the [`CCheck`]s here (swa-window's is in its own file,
+//! beside the rule it restates) from [`super::Oracle::c_check`];
 //! the reproducer iterates the registry and never names an oracle.
 //!
 //! A check adds code in up to four places: right before the trace's last op, before the loop
@@ -50,7 +51,8 @@ impl std::fmt::Debug for CCheck {
     }
 }
 
-fn nothing(_: &mut String, _: &CheckInput<'_>) {}
+/// No statements.
+pub fn nothing(_: &mut String, _: &CheckInput<'_>) {}
 
 impl CCheck {
     /// A check of each sequence alone.
@@ -186,30 +188,6 @@ pub const CONTRACT: CCheck = CCheck {
     after_seqs: nothing,
 };
 
-/// swa-window: the windowed dump within the base cells and the window, and no attended position
-/// lost by an op that moves none.
-pub const SWA_WINDOW: CCheck = CCheck {
-    before_last_op: |s, input| {
-        // Each checked sequence's windowed dump before the op (rule 3 compares it with after).
-        let n = input.seqs.len().max(1);
-        let _ = writeln!(s, "    int swa_before[{n}][256]; int swa_nbefore[{n}];");
-        for (k, seq) in input.seqs.iter().enumerate() {
-            let _ = writeln!(s, "    {{ int b[4096]; int nb; swa_nbefore[{k}] = resident_iswa(ctx, {seq}, b, &nb, swa_before[{k}], 256); }}");
-        }
-    },
-    before_seqs: nothing,
-    seq: |s, input| {
-        let t = input.trace;
-        let rule3 = input
-            .step
-            .checked_sub(1)
-            .and_then(|i| t.ops.get(i))
-            .is_some_and(super::swa_window::keeps_positions);
-        emit_swa_window_check(s, t.setup.arch.swa_window().unwrap_or(0), rule3);
-    },
-    after_seqs: nothing,
-};
-
 /// cache-invisible: the probe's logits against a fresh twin that decodes the resident tokens.
 pub const CACHE_INVISIBLE: CCheck = CCheck {
     before_last_op: cache_invisible_before_last_op,
@@ -295,28 +273,6 @@ fn emit_probe_check(s: &mut String, tolerance: f64) {
     let _ = writeln!(s, "            if (d > tol) {{ printf(\"cache-invisible violated: the logits differ from a fresh decode of the resident tokens\\n\"); reproduced = 1; }}");
     let _ = writeln!(s, "          }} else printf(\"cache-invisible (seq %d): a probe decode failed (%d, %d): not judged\\n\", sq, rc, rt);");
     let _ = writeln!(s, "          free(a); if (tw) llama_free(tw); }}");
-}
-
-/// swa-window (src/oracles/swa_window.rs) on one sequence of an iSWA memory with window `n`:
-/// the windowed dump within the base cells and the window, and (`rule3`: the last op moves no
-/// position) no position lost that the next token attends.
-fn emit_swa_window_check(s: &mut String, n: u32, rule3: bool) {
-    let _ = writeln!(s, "        {{ int b[4096]; int nb; int w[4096]; int nw = resident_iswa(ctx, sq, b, &nb, w, 4096);");
-    let _ = writeln!(s, "          printf(\"  windowed cache (seq %d): %d cells:\", sq, nw); for (int i = 0; i < nw; i++) printf(\" %d\", w[i]); printf(\"\\n\");");
-    let _ = writeln!(s, "          int mx_b = nb ? b[nb - 1] : -1;");
-    let _ = writeln!(s, "          for (int i = 0; i < nw; i++) {{");
-    let _ = writeln!(s, "            if (!has_pos(b, nb, w[i])) {{ printf(\"swa-window violated: the windowed cache holds %d, the base cache does not\\n\", w[i]); reproduced = 1; }}");
-    let _ = writeln!(s, "            else if (mx_b - w[i] >= {n}) {{ printf(\"swa-window violated: the windowed cache holds %d, outside the window of %d\\n\", w[i], mx_b); reproduced = 1; }}");
-    let _ = writeln!(s, "          }}");
-    if rule3 {
-        let _ = writeln!(
-            s,
-            "          for (int i = 0; i < swa_nbefore[k]; i++) {{ int p = swa_before[k][i];"
-        );
-        let _ = writeln!(s, "            if (has_pos(b, nb, p) && mx_b + 1 - p < {n} && !has_pos(w, nw, p)) {{ printf(\"swa-window violated: the windowed cache lost %d, which the next token (%d) attends\\n\", p, mx_b + 1); reproduced = 1; }}");
-        let _ = writeln!(s, "          }}");
-    }
-    let _ = writeln!(s, "        }}");
 }
 
 /// `expected.cells` as integers, if it is an array (non-integers are dropped: the input is
