@@ -11,6 +11,7 @@ pub mod files;
 pub mod op;
 pub mod op_kind;
 pub mod probe;
+pub mod setting;
 pub mod slots;
 pub mod state;
 pub mod target;

@@ -640,34 +640,7 @@ impl Setup {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| format!("configuration {part:?}: expected key=value"))?;
-            let (k, v) = (k.trim(), v.trim());
-            let num = || {
-                v.parse::<u32>()
-                    .map_err(|_| format!("configuration {k}: {v:?} is not a number"))
-            };
-            let flag = || match v {
-                "true" | "on" | "1" => Ok(true),
-                "false" | "off" | "0" => Ok(false),
-                _ => Err(format!("configuration {k}: {v:?} is not true/false")),
-            };
-            match k {
-                "kv_unified" => s.kv_unified = flag()?,
-                "flash_attn" => s.flash_attn = flag()?,
-                "n_ctx" => s.n_ctx = num()?,
-                "n_seq_max" => s.n_seq_max = num()?,
-                "n_batch" => s.n_batch = Some(num()?),
-                "n_ubatch" => s.n_ubatch = Some(num()?),
-                "type_k" => s.type_k = v.parse()?,
-                "type_v" => s.type_v = v.parse()?,
-                "arch" => s.arch = v.parse()?,
-                "swa_full" => s.swa_full = flag()?,
-                _ => {
-                    return Err(format!(
-                        "unknown configuration key {k:?} (known: kv_unified, n_ctx, n_seq_max, \
-                         n_batch, n_ubatch, flash_attn, type_k, type_v, arch, swa_full)"
-                    ))
-                }
-            }
+            s.set_text(k.trim(), v.trim())?;
         }
         Ok(s)
     }

@@ -13,6 +13,7 @@ mod hunt;
 mod matrix;
 mod measure;
 mod merge;
+mod model;
 mod oracles;
 mod progress;
 mod replay;
@@ -62,6 +63,8 @@ pub enum Command {
     Explain(explain::ExplainArgs),
     /// Write a Markdown bug report of a repro file's finding for the engine's tracker.
     ReportBug(report_bug::ReportBugArgs),
+    /// Write the tiny GGUF model kvaudit runs an architecture on (what a C reproducer needs).
+    Model(model::ModelArgs),
     /// Measure the numerical oracles T1-T3 on a llama.cpp pin against PREREG.md's predictions.
     Measure(measure::MeasureArgs),
     /// Replay repro files on many llama.cpp versions: a table per finding per version.
@@ -133,6 +136,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Repro(r) => repro::run(r),
         Command::Explain(e) => explain::run(e),
         Command::ReportBug(r) => report_bug::run(r),
+        Command::Model(m) => model::run(m),
         Command::Measure(m) => measure::run(m),
         Command::Matrix(m) => matrix::run(m),
         Command::Bisect(b) => bisect::run(b),

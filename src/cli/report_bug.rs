@@ -1,7 +1,7 @@
 //! `kvaudit report-bug FILE`: a Markdown bug report of a repro file's finding, for the engine's
 //! tracker, with its C program checked on a pin.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 
@@ -38,7 +38,7 @@ pub fn run(a: ReportBugArgs) -> Result<i32, CliError> {
     let input = parse_input(&repro.to_text())
         .map_err(|e| CliError::usage(format!("{}: {e}", a.file.display())))?;
     // The reader runs it with their own model: no path of this machine in the program.
-    let program = emit_c(&input, Path::new("model.gguf"));
+    let program = emit_c(&input);
     let pin = a.target.clone().or_else(|| default_pin(&repro));
     let checked = match (&pin, a.no_check) {
         (Some(pin), false) => {

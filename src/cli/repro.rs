@@ -34,7 +34,8 @@ pub struct ReproArgs {
     /// The pin for --check (e.g. llama.cpp@0.1.156).
     #[arg(long)]
     target: Option<String>,
-    /// Model for the program (default: the generated tiny model).
+    /// Model for --check (default: the generated tiny model of the setup's architecture, as
+    /// `kvaudit model` writes it).
     #[arg(long)]
     model: Option<PathBuf>,
 }
@@ -54,7 +55,7 @@ pub fn run(a: ReproArgs) -> Result<i32, CliError> {
             .map_err(|e| CliError::harness(format!("tiny model: {e:#}")))?,
     };
     let Emit::C = a.emit;
-    let program = emit_c(&input, &model);
+    let program = emit_c(&input);
     match &a.out {
         Some(p) => write_output(p, &program).map_err(CliError::harness)?,
         None if !a.check => print!("{program}"),

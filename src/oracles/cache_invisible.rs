@@ -80,6 +80,10 @@ pub fn check_probes(after: &StepObservation) -> Option<Violation> {
 }
 
 impl Oracle for CacheInvisible {
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::CACHE_INVISIBLE)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }

@@ -60,6 +60,18 @@ pub fn check_conservation(after: &StepObservation) -> Option<Violation> {
 }
 
 impl Oracle for Conservation {
+    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
+        super::LlamaHClause::documented(&super::round_trip::LLAMA_H)
+    }
+
+    fn check_in_words(&self) -> &'static str {
+        "the cells of llama_state_get_data are exactly the union of the sequences' cells in llama_state_seq_get_data"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::CONSERVATION)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }

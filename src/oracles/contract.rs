@@ -39,33 +39,153 @@ pub struct Clause {
     pub documented: bool,
 }
 
+/// The clause `seq_rm: whole-sequence removal failed`.
+pub static SEQ_RM_WHOLE_SEQUENCE_REMOVAL_FAILED: Clause = Clause {
+    kind: "seq_rm: whole-sequence removal failed",
+    op: "seq_rm",
+    promise: "Removing a whole sequence never fails",
+    documented: true,
+};
+/// The clause `seq_rm: range not removed`.
+pub static SEQ_RM_RANGE_NOT_REMOVED: Clause = Clause {
+    kind: "seq_rm: range not removed",
+    op: "seq_rm",
+    promise:
+        "Removes all tokens that belong to the specified sequence and have positions in [p0, p1)",
+    documented: true,
+};
+/// The clause `seq_rm: failed removal changed the cache`.
+pub static SEQ_RM_FAILED_REMOVAL_CHANGED_THE_CACHE: Clause = Clause {
+    kind: "seq_rm: failed removal changed the cache",
+    op: "seq_rm",
+    promise: "(llama.h silent) a seq_rm that returns false leaves the cache as it was",
+    documented: false,
+};
+/// The clause `seq_cp: copy differs from the source range`.
+pub static SEQ_CP_COPY_DIFFERS_FROM_THE_SOURCE_RANGE: Clause = Clause {
+    kind: "seq_cp: copy differs from the source range",
+    op: "seq_cp",
+    promise: "Copy all tokens that belong to the specified sequence to another sequence",
+    documented: true,
+};
+/// The clause `seq_cp: into a non-empty destination`.
+pub static SEQ_CP_INTO_A_NON_EMPTY_DESTINATION: Clause = Clause {
+    kind: "seq_cp: into a non-empty destination",
+    op: "seq_cp",
+    promise: "(llama.h silent) the destination keeps its cells and gains the source's range",
+    documented: false,
+};
+/// The clause `seq_keep: other sequence kept`.
+pub static SEQ_KEEP_OTHER_SEQUENCE_KEPT: Clause = Clause {
+    kind: "seq_keep: other sequence kept",
+    op: "seq_keep",
+    promise: "Removes all tokens that do not belong to the specified sequence",
+    documented: true,
+};
+/// The clause `seq_add: positions not shifted`.
+pub static SEQ_ADD_POSITIONS_NOT_SHIFTED: Clause = Clause { kind: "seq_add: positions not shifted", op: "seq_add", promise: "Adds relative position delta to all tokens that belong to the specified sequence and have positions in [p0, p1)", documented: true };
+/// The clause `seq_add: shared cells moved another sequence`.
+pub static SEQ_ADD_SHARED_CELLS_MOVED_ANOTHER_SEQUENCE: Clause = Clause {
+    kind: "seq_add: shared cells moved another sequence",
+    op: "seq_add",
+    promise: "(llama.h silent) tokens of other sequences keep their positions",
+    documented: false,
+};
+/// The clause `seq_div: positions not divided`.
+pub static SEQ_DIV_POSITIONS_NOT_DIVIDED: Clause = Clause {
+    kind: "seq_div: positions not divided",
+    op: "seq_div",
+    promise: "Integer division of the positions by factor of d > 1",
+    documented: true,
+};
+/// The clause `seq_div: shared cells moved another sequence`.
+pub static SEQ_DIV_SHARED_CELLS_MOVED_ANOTHER_SEQUENCE: Clause = Clause {
+    kind: "seq_div: shared cells moved another sequence",
+    op: "seq_div",
+    promise: "(llama.h silent) tokens of other sequences keep their positions",
+    documented: false,
+};
+/// The clause `clear: cells left`.
+pub static CLEAR_CELLS_LEFT: Clause = Clause {
+    kind: "clear: cells left",
+    op: "clear",
+    promise: "Clear the memory contents",
+    documented: true,
+};
+/// The clause `decode: tokens not added`.
+pub static DECODE_TOKENS_NOT_ADDED: Clause = Clause {
+    kind: "decode: tokens not added",
+    op: "decode",
+    promise: "0 - success: the batch's tokens are in the memory at their positions",
+    documented: true,
+};
+/// The clause `decode: failed decode changed the cache`.
+pub static DECODE_FAILED_DECODE_CHANGED_THE_CACHE: Clause = Clause { kind: "decode: failed decode changed the cache", op: "decode", promise: "Upon other return values [1, -1], the memory state is restored to the state before this call", documented: true };
+/// The clause `decode: recurrent state not at the last token`.
+pub static DECODE_RECURRENT_STATE_NOT_AT_THE_LAST_TOKEN: Clause = Clause { kind: "decode: recurrent state not at the last token", op: "decode", promise: "0 - success: the batch's tokens are in the memory (a recurrent state absorbs them and takes the last one's position)", documented: true };
+/// The clause `seq_cp: recurrent state not copied`.
+pub static SEQ_CP_RECURRENT_STATE_NOT_COPIED: Clause = Clause { kind: "seq_cp: recurrent state not copied", op: "seq_cp", promise: "Copy all tokens that belong to the specified sequence to another sequence (a recurrent memory copies the whole state whatever the range: src/llama-memory-recurrent.cpp seq_cp)", documented: true };
+/// The clause `state save: cache changed`.
+pub static STATE_SAVE_CACHE_CHANGED: Clause = Clause {
+    kind: "state save: cache changed",
+    op: "state_seq_save",
+    promise: "Copy the state ... into the specified buffer (a read: the cache is unchanged)",
+    documented: true,
+};
+/// The clause `state_seq_load: other sequence changed`.
+pub static STATE_SEQ_LOAD_OTHER_SEQUENCE_CHANGED: Clause = Clause {
+    kind: "state_seq_load: other sequence changed",
+    op: "state_seq_load",
+    promise: "Copy the sequence data ... into the specified sequence (only that sequence changes)",
+    documented: true,
+};
+/// The clause `state load failed: cache changed`.
+pub static STATE_LOAD_FAILED_CACHE_CHANGED: Clause = Clause { kind: "state load failed: cache changed", op: "state_seq_load", promise: "(llama.h silent: \"Zero: Failed to load\") a failed load leaves the destination as it was or empty, and the rest untouched", documented: false };
+
 /// Every clause, in the order they are checked within an op.
-pub static CLAUSES: [Clause; 18] = [
-    Clause { kind: "seq_rm: whole-sequence removal failed", op: "seq_rm", promise: "Removing a whole sequence never fails", documented: true },
-    Clause { kind: "seq_rm: range not removed", op: "seq_rm", promise: "Removes all tokens that belong to the specified sequence and have positions in [p0, p1)", documented: true },
-    Clause { kind: "seq_rm: failed removal changed the cache", op: "seq_rm", promise: "(llama.h silent) a seq_rm that returns false leaves the cache as it was", documented: false },
-    Clause { kind: "seq_cp: copy differs from the source range", op: "seq_cp", promise: "Copy all tokens that belong to the specified sequence to another sequence", documented: true },
-    Clause { kind: "seq_cp: into a non-empty destination", op: "seq_cp", promise: "(llama.h silent) the destination keeps its cells and gains the source's range", documented: false },
-    Clause { kind: "seq_keep: other sequence kept", op: "seq_keep", promise: "Removes all tokens that do not belong to the specified sequence", documented: true },
-    Clause { kind: "seq_add: positions not shifted", op: "seq_add", promise: "Adds relative position delta to all tokens that belong to the specified sequence and have positions in [p0, p1)", documented: true },
-    Clause { kind: "seq_add: shared cells moved another sequence", op: "seq_add", promise: "(llama.h silent) tokens of other sequences keep their positions", documented: false },
-    Clause { kind: "seq_div: positions not divided", op: "seq_div", promise: "Integer division of the positions by factor of d > 1", documented: true },
-    Clause { kind: "seq_div: shared cells moved another sequence", op: "seq_div", promise: "(llama.h silent) tokens of other sequences keep their positions", documented: false },
-    Clause { kind: "clear: cells left", op: "clear", promise: "Clear the memory contents", documented: true },
-    Clause { kind: "decode: tokens not added", op: "decode", promise: "0 - success: the batch's tokens are in the memory at their positions", documented: true },
-    Clause { kind: "decode: failed decode changed the cache", op: "decode", promise: "Upon other return values [1, -1], the memory state is restored to the state before this call", documented: true },
-    Clause { kind: "decode: recurrent state not at the last token", op: "decode", promise: "0 - success: the batch's tokens are in the memory (a recurrent state absorbs them and takes the last one's position)", documented: true },
-    Clause { kind: "seq_cp: recurrent state not copied", op: "seq_cp", promise: "Copy all tokens that belong to the specified sequence to another sequence (a recurrent memory copies the whole state whatever the range: src/llama-memory-recurrent.cpp seq_cp)", documented: true },
-    Clause { kind: "state save: cache changed", op: "state_seq_save", promise: "Copy the state ... into the specified buffer (a read: the cache is unchanged)", documented: true },
-    Clause { kind: "state_seq_load: other sequence changed", op: "state_seq_load", promise: "Copy the sequence data ... into the specified sequence (only that sequence changes)", documented: true },
-    Clause { kind: "state load failed: cache changed", op: "state_seq_load", promise: "(llama.h silent: \"Zero: Failed to load\") a failed load leaves the destination as it was or empty, and the rest untouched", documented: false },
+pub static CLAUSES: [&Clause; 18] = [
+    &SEQ_RM_WHOLE_SEQUENCE_REMOVAL_FAILED,
+    &SEQ_RM_RANGE_NOT_REMOVED,
+    &SEQ_RM_FAILED_REMOVAL_CHANGED_THE_CACHE,
+    &SEQ_CP_COPY_DIFFERS_FROM_THE_SOURCE_RANGE,
+    &SEQ_CP_INTO_A_NON_EMPTY_DESTINATION,
+    &SEQ_KEEP_OTHER_SEQUENCE_KEPT,
+    &SEQ_ADD_POSITIONS_NOT_SHIFTED,
+    &SEQ_ADD_SHARED_CELLS_MOVED_ANOTHER_SEQUENCE,
+    &SEQ_DIV_POSITIONS_NOT_DIVIDED,
+    &SEQ_DIV_SHARED_CELLS_MOVED_ANOTHER_SEQUENCE,
+    &CLEAR_CELLS_LEFT,
+    &DECODE_TOKENS_NOT_ADDED,
+    &DECODE_FAILED_DECODE_CHANGED_THE_CACHE,
+    &DECODE_RECURRENT_STATE_NOT_AT_THE_LAST_TOKEN,
+    &SEQ_CP_RECURRENT_STATE_NOT_COPIED,
+    &STATE_SAVE_CACHE_CHANGED,
+    &STATE_SEQ_LOAD_OTHER_SEQUENCE_CHANGED,
+    &STATE_LOAD_FAILED_CACHE_CHANGED,
 ];
 
-fn clause(kind: &str) -> &'static Clause {
+/// The promises llama.h states for the op `op` (its JSON name), in [`CLAUSES`] order.
+pub fn documented_clauses(op: &str) -> Vec<String> {
     CLAUSES
         .iter()
-        .find(|c| c.kind == kind)
-        .unwrap_or_else(|| panic!("no clause {kind:?} in CLAUSES"))
+        .filter(|c| c.op == op && c.documented)
+        .map(|c| c.promise.to_string())
+        .collect()
+}
+
+/// The clause a contract finding of `kind` breaks, quoted; the op's documented clauses when no
+/// clause has that kind (a finding from another version of the table).
+fn clause_of_kind(op: &str, kind: &str) -> super::LlamaHClause {
+    match CLAUSES.iter().find(|c| c.kind == kind) {
+        Some(c) => super::LlamaHClause {
+            lines: vec![c.promise.to_string()],
+            documented: c.documented,
+        },
+        None => super::LlamaHClause {
+            lines: documented_clauses(op),
+            documented: true,
+        },
+    }
 }
 
 type Cells = BTreeMap<SeqId, Vec<Pos>>;
@@ -96,13 +216,13 @@ fn set(v: &[Pos]) -> BTreeSet<Pos> {
 
 /// A breach: the clause and the sequence, with what was seen and what was promised.
 struct Breach {
-    kind: &'static str,
+    kind: &'static Clause,
     seq: Option<SeqId>,
     observed: serde_json::Value,
     expected: serde_json::Value,
 }
 
-fn breach(kind: &'static str, seq: SeqId, observed: &[Pos], expected: &[Pos]) -> Breach {
+fn breach(kind: &'static Clause, seq: SeqId, observed: &[Pos], expected: &[Pos]) -> Breach {
     Breach {
         kind,
         seq: Some(seq),
@@ -112,7 +232,12 @@ fn breach(kind: &'static str, seq: SeqId, observed: &[Pos], expected: &[Pos]) ->
 }
 
 /// Sequences other than `except` must be as they were.
-fn others_unchanged(kind: &'static str, b: &Cells, a: &Cells, except: &[SeqId]) -> Option<Breach> {
+fn others_unchanged(
+    kind: &'static Clause,
+    b: &Cells,
+    a: &Cells,
+    except: &[SeqId],
+) -> Option<Breach> {
     b.iter()
         .filter(|(s, _)| !except.contains(s))
         .find(|(s, cells)| a.get(s) != Some(cells))
@@ -164,13 +289,13 @@ fn first_breach(
             if returned == Some(false) {
                 if whole {
                     return Some(Breach {
-                        kind: "seq_rm: whole-sequence removal failed",
+                        kind: &SEQ_RM_WHOLE_SEQUENCE_REMOVAL_FAILED,
                         seq: Some(seq),
                         observed: json!({ "returned": false }),
                         expected: json!({ "returned": true }),
                     });
                 }
-                return others_unchanged("seq_rm: failed removal changed the cache", b, a, &[]);
+                return others_unchanged(&SEQ_RM_FAILED_REMOVAL_CHANGED_THE_CACHE, b, a, &[]);
             }
             for (&s, before) in b {
                 let want = if seq < 0 || s == seq {
@@ -185,7 +310,7 @@ fn first_breach(
                     before.clone()
                 };
                 if get(a, s) != want {
-                    return Some(breach("seq_rm: range not removed", s, &get(a, s), &want));
+                    return Some(breach(&SEQ_RM_RANGE_NOT_REMOVED, s, &get(a, s), &want));
                 }
             }
             None
@@ -194,16 +319,10 @@ fn first_breach(
             if src == dst || !b.contains_key(&src) || !b.contains_key(&dst) {
                 return None;
             }
-            others_unchanged("seq_cp: recurrent state not copied", b, a, &[dst]).or_else(|| {
+            others_unchanged(&SEQ_CP_RECURRENT_STATE_NOT_COPIED, b, a, &[dst]).or_else(|| {
                 let want = get(b, src);
-                (get(a, dst) != want).then(|| {
-                    breach(
-                        "seq_cp: recurrent state not copied",
-                        dst,
-                        &get(a, dst),
-                        &want,
-                    )
-                })
+                (get(a, dst) != want)
+                    .then(|| breach(&SEQ_CP_RECURRENT_STATE_NOT_COPIED, dst, &get(a, dst), &want))
             })
         }
         Op::SeqCp { src, dst, p0, p1 } => {
@@ -211,7 +330,7 @@ fn first_breach(
                 return None;
             }
             if let Some(x) =
-                others_unchanged("seq_cp: copy differs from the source range", b, a, &[dst])
+                others_unchanged(&SEQ_CP_COPY_DIFFERS_FROM_THE_SOURCE_RANGE, b, a, &[dst])
             {
                 return Some(x);
             }
@@ -224,7 +343,7 @@ fn first_breach(
             if had.is_empty() {
                 if after != copied {
                     return Some(breach(
-                        "seq_cp: copy differs from the source range",
+                        &SEQ_CP_COPY_DIFFERS_FROM_THE_SOURCE_RANGE,
                         dst,
                         &after,
                         &copied,
@@ -235,7 +354,7 @@ fn first_breach(
                 if set(&after) != want {
                     let want: Vec<Pos> = want.into_iter().collect();
                     return Some(breach(
-                        "seq_cp: into a non-empty destination",
+                        &SEQ_CP_INTO_A_NON_EMPTY_DESTINATION,
                         dst,
                         &after,
                         &want,
@@ -248,12 +367,7 @@ fn first_breach(
             for (&s, before) in b {
                 let want = if s == seq { before.clone() } else { Vec::new() };
                 if get(a, s) != want {
-                    return Some(breach(
-                        "seq_keep: other sequence kept",
-                        s,
-                        &get(a, s),
-                        &want,
-                    ));
+                    return Some(breach(&SEQ_KEEP_OTHER_SEQUENCE_KEPT, s, &get(a, s), &want));
                 }
             }
             None
@@ -263,22 +377,22 @@ fn first_breach(
             a,
             seq,
             moved(&get(b, seq), p0, p1, |p| p + delta),
-            "seq_add: positions not shifted",
-            "seq_add: shared cells moved another sequence",
+            &SEQ_ADD_POSITIONS_NOT_SHIFTED,
+            &SEQ_ADD_SHARED_CELLS_MOVED_ANOTHER_SEQUENCE,
         ),
         Op::SeqDiv { seq, p0, p1, d } if d > 0 => shift_breach(
             b,
             a,
             seq,
             moved(&get(b, seq), p0, p1, |p| p / d),
-            "seq_div: positions not divided",
-            "seq_div: shared cells moved another sequence",
+            &SEQ_DIV_POSITIONS_NOT_DIVIDED,
+            &SEQ_DIV_SHARED_CELLS_MOVED_ANOTHER_SEQUENCE,
         ),
         Op::SeqDiv { .. } => None,
         Op::Clear => a
             .iter()
             .find(|(_, c)| !c.is_empty())
-            .map(|(s, c)| breach("clear: cells left", *s, c, &[])),
+            .map(|(s, c)| breach(&CLEAR_CELLS_LEFT, *s, c, &[])),
         Op::Decode(ref d) => match outcome {
             OpOutcome::Decoded { rc: 0 } => {
                 let start = match d.pos {
@@ -287,8 +401,8 @@ fn first_breach(
                 };
                 let new: Vec<Pos> = (0..d.n as Pos).map(|i| start + i).collect();
                 let kind = match part {
-                    Part::Cells => "decode: tokens not added",
-                    Part::States => "decode: recurrent state not at the last token",
+                    Part::Cells => &DECODE_TOKENS_NOT_ADDED,
+                    Part::States => &DECODE_RECURRENT_STATE_NOT_AT_THE_LAST_TOKEN,
                 };
                 for (&s, before) in b {
                     let want = match (part, d.seqs.contains(&s)) {
@@ -303,29 +417,23 @@ fn first_breach(
                 None
             }
             OpOutcome::Decoded { rc: 1 | -1 } => {
-                others_unchanged("decode: failed decode changed the cache", b, a, &[])
+                others_unchanged(&DECODE_FAILED_DECODE_CHANGED_THE_CACHE, b, a, &[])
             }
             _ => None,
         },
         Op::StateSeqSave { .. } | Op::StateSave { .. } => {
-            others_unchanged("state save: cache changed", b, a, &[])
+            others_unchanged(&STATE_SAVE_CACHE_CHANGED, b, a, &[])
         }
         Op::StateSeqLoad { seq, .. } => {
             if returned == Some(true) {
-                return others_unchanged("state_seq_load: other sequence changed", b, a, &[seq]);
+                return others_unchanged(&STATE_SEQ_LOAD_OTHER_SEQUENCE_CHANGED, b, a, &[seq]);
             }
-            if let Some(x) = others_unchanged("state load failed: cache changed", b, a, &[seq]) {
+            if let Some(x) = others_unchanged(&STATE_LOAD_FAILED_CACHE_CHANGED, b, a, &[seq]) {
                 return Some(x);
             }
             let after = get(a, seq);
-            (after != get(b, seq) && !after.is_empty()).then(|| {
-                breach(
-                    "state load failed: cache changed",
-                    seq,
-                    &after,
-                    &get(b, seq),
-                )
-            })
+            (after != get(b, seq) && !after.is_empty())
+                .then(|| breach(&STATE_LOAD_FAILED_CACHE_CHANGED, seq, &after, &get(b, seq)))
         }
         Op::StateLoad { .. } => None,
     }
@@ -339,8 +447,8 @@ fn shift_breach(
     a: &Cells,
     seq: SeqId,
     want: Vec<Pos>,
-    kind: &'static str,
-    shared_kind: &'static str,
+    kind: &'static Clause,
+    shared_kind: &'static Clause,
 ) -> Option<Breach> {
     if !b.contains_key(&seq) {
         return None;
@@ -385,7 +493,7 @@ fn failed_rm_moved_accessors(
     before.iter().find_map(|b| {
         let a = after.iter().find(|a| a.seq == b.seq)?;
         (accessors(a) != accessors(b)).then(|| Breach {
-            kind: "seq_rm: failed removal changed the cache",
+            kind: &SEQ_RM_FAILED_REMOVAL_CHANGED_THE_CACHE,
             seq: Some(b.seq),
             observed: json!({ "pos_min": a.pos_min, "pos_max": a.pos_max }),
             expected: json!({ "pos_min": b.pos_min, "pos_max": b.pos_max }),
@@ -417,7 +525,7 @@ pub fn check_contract(
             })?
         })
         .or_else(|| failed_rm_moved_accessors(op, &after.outcome, before, &after.seqs))?;
-    let c = clause(x.kind);
+    let c = x.kind;
     (c.documented == documented).then(|| Violation {
         oracle: if documented { ID } else { QUESTION_ID },
         kind: c.kind.into(),
@@ -461,6 +569,14 @@ const OBSERVES: Observe = Observe {
 };
 
 impl Oracle for Contract {
+    fn llama_h_clause(&self, op: &str, kind: &str) -> super::LlamaHClause {
+        clause_of_kind(op, kind)
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::CONTRACT)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }
@@ -496,6 +612,14 @@ impl Oracle for Contract {
 }
 
 impl Oracle for ContractQuestion {
+    fn llama_h_clause(&self, op: &str, kind: &str) -> super::LlamaHClause {
+        clause_of_kind(op, kind)
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::CONTRACT)
+    }
+
     fn id(&self) -> OracleId {
         QUESTION_ID
     }

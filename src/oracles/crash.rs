@@ -73,6 +73,14 @@ pub fn crash_violation(message: &str, observation: Option<Observation>) -> Viola
 }
 
 impl Oracle for Crash {
+    fn check_in_words(&self) -> &'static str {
+        "the call returns"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::CRASH)
+    }
+
     fn id(&self) -> OracleId {
         OracleId::CRASH
     }

@@ -76,6 +76,14 @@ pub fn check_differential(a: &StepObservation, b: &StepObservation) -> Option<Vi
 }
 
 impl Oracle for Differential {
+    fn check_in_words(&self) -> &'static str {
+        "the same calls give the same seq_pos_min, seq_pos_max and cells as the reference behaviour"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::DIFFERENTIAL)
+    }
+
     fn id(&self) -> OracleId {
         OracleId::DIFFERENTIAL
     }

@@ -24,6 +24,17 @@ pub const LLAMA_H: [&str; 4] = [
 /// The oracle.
 pub struct I1;
 
+/// Every kind I1 reports, one table that [`check_i1`] picks from: which accessors are wrong
+/// (pos_min, pos_max, both), on an empty sequence, then on one with cells.
+const KINDS: [&str; 6] = [
+    "pos_min stale on an empty sequence",
+    "pos_max stale on an empty sequence",
+    "pos_min and pos_max stale on an empty sequence",
+    "pos_min disagree with the cells",
+    "pos_max disagree with the cells",
+    "pos_min and pos_max disagree with the cells",
+];
+
 /// I1 holds on one sequence of a `memory` (no allocation: the explorer's hot path).
 pub fn i1_holds(memory: MemoryType, s: &SeqObservation) -> bool {
     allowed(memory, s).admits(s)
@@ -36,10 +47,11 @@ pub fn check_i1(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
         return None;
     }
     let min_ok = (allowed.min.0..=allowed.min.1).contains(&s.pos_min);
+    // Which accessors are wrong (0: pos_min, 1: pos_max, 2: both).
     let which = match (!min_ok, s.pos_max != allowed.max) {
-        (true, true) => "pos_min and pos_max",
-        (true, false) => "pos_min",
-        _ => "pos_max",
+        (true, true) => 2,
+        (true, false) => 0,
+        _ => 1,
     };
     let min = if allowed.min.0 == allowed.min.1 {
         json!(allowed.min.0)
@@ -53,14 +65,11 @@ pub fn check_i1(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
     if memory != MemoryType::Kv {
         expected["memory"] = json!(memory);
     }
-    let kind = if super::memory::present(memory, s).next().is_none() {
-        format!("{which} stale on an empty sequence")
-    } else {
-        format!("{which} disagree with the cells")
-    };
+    let empty = super::memory::present(memory, s).next().is_none();
+    let kind = KINDS[which + if empty { 0 } else { 3 }];
     Some(Violation {
         oracle: OracleId::I1,
-        kind,
+        kind: kind.to_string(),
         seq: Some(s.seq),
         observed: json!({ "pos_min": s.pos_min, "pos_max": s.pos_max }),
         expected,
@@ -68,6 +77,18 @@ pub fn check_i1(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
 }
 
 impl Oracle for I1 {
+    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
+        super::LlamaHClause::documented(&LLAMA_H)
+    }
+
+    fn check_in_words(&self) -> &'static str {
+        "seq_pos_min/seq_pos_max equal the smallest/largest position among the sequence's cells in llama_state_seq_get_data (-1 when it has none)"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::I1)
+    }
+
     fn id(&self) -> OracleId {
         OracleId::I1
     }
@@ -81,14 +102,7 @@ impl Oracle for I1 {
     }
 
     fn kinds(&self) -> &'static [&'static str] {
-        &[
-            "pos_min stale on an empty sequence",
-            "pos_max stale on an empty sequence",
-            "pos_min and pos_max stale on an empty sequence",
-            "pos_min disagree with the cells",
-            "pos_max disagree with the cells",
-            "pos_min and pos_max disagree with the cells",
-        ]
+        &KINDS
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {

@@ -60,6 +60,18 @@ pub fn check_i2(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
 }
 
 impl Oracle for I2 {
+    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
+        super::LlamaHClause::documented(&LLAMA_H)
+    }
+
+    fn check_in_words(&self) -> &'static str {
+        "every position between the smallest and the largest of the sequence's cells in llama_state_seq_get_data is present"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::I2)
+    }
+
     fn id(&self) -> OracleId {
         OracleId::I2
     }

@@ -9,6 +9,7 @@
 //! [`Reads::Runs`]: they run metamorphic partner traces themselves, through
 //! [`crate::base::target::CacheUnderTest`] only.
 
+pub mod c_check;
 pub mod cache_invisible;
 pub mod config_differential;
 pub mod conservation;
@@ -310,6 +311,50 @@ pub trait Oracle: Send + Sync {
     /// it); false where it varies between equally failing runs and the kind carries the class.
     fn observed_is_evidence(&self) -> bool {
         true
+    }
+    /// The llama.h words a violation of `kind` after the op `op` (its JSON name) breaks, for bug
+    /// reports. By default the op's documented clauses ([`contract::documented_clauses`]) and
+    /// that llama.h documents no abort for it.
+    fn llama_h_clause(&self, op: &str, kind: &str) -> LlamaHClause {
+        let _ = kind;
+        let mut lines = contract::documented_clauses(op);
+        lines.push(format!(
+            "(llama.h documents no abort for llama_memory_{op} or the calls before it)"
+        ));
+        LlamaHClause {
+            lines,
+            documented: true,
+        }
+    }
+    /// The check in plain words, for a bug report's "expected" (the reader has llama.h, not
+    /// kvaudit).
+    fn check_in_words(&self) -> &'static str {
+        "the call does what llama.h says"
+    }
+    /// Its check in C, for standalone reproducers (`outputs/c_repro`); `None`: a C reproducer
+    /// cannot state it (the reproducer refuses such a finding).
+    fn c_check(&self) -> Option<c_check::CCheck> {
+        None
+    }
+}
+
+/// The llama.h words a finding breaks ([`Oracle::llama_h_clause`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LlamaHClause {
+    /// Quoted lines.
+    pub lines: Vec<String>,
+    /// Whether llama.h states them (`false`: llama.h is silent and the lines say what the
+    /// reference behaviour is).
+    pub documented: bool,
+}
+
+impl LlamaHClause {
+    /// Lines llama.h states.
+    pub fn documented(lines: &[&str]) -> LlamaHClause {
+        LlamaHClause {
+            lines: lines.iter().map(|l| l.to_string()).collect(),
+            documented: true,
+        }
     }
 }
 

@@ -28,6 +28,14 @@ pub struct RoundTripOracle;
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(8, "round-trip");
 
+/// llama.h's words on saving and loading state, which the round trip and conservation check
+/// (quoted by bug reports).
+pub const LLAMA_H: [&str; 3] = [
+    "Copies the state to the specified destination address. (llama_state_get_data)",
+    "Set the state reading from the specified address (llama_state_set_data)",
+    "Copy the sequence data (originally copied with `llama_state_seq_get_data`) into the specified sequence (llama_state_seq_set_data)",
+];
+
 fn seq_view(s: &SeqObservation) -> serde_json::Value {
     let mut v = json!({ "pos_min": s.pos_min, "pos_max": s.pos_max, "cells": s.cells });
     if let Some(second) = &s.second_cells {
@@ -117,6 +125,18 @@ pub fn check_round_trip(after: &StepObservation, memory: MemoryType) -> Option<V
 }
 
 impl Oracle for RoundTripOracle {
+    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
+        super::LlamaHClause::documented(&LLAMA_H)
+    }
+
+    fn check_in_words(&self) -> &'static str {
+        "state saved with llama_state_get_data / llama_state_seq_get_data loads into a fresh context of the same configuration and reads back the same"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::ROUND_TRIP)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }

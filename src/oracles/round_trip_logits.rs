@@ -96,6 +96,18 @@ pub(super) fn check_reloads(
 }
 
 impl Oracle for RoundTripLogits {
+    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
+        super::LlamaHClause::documented(&super::round_trip::LLAMA_H)
+    }
+
+    fn check_in_words(&self) -> &'static str {
+        "state saved with llama_state_get_data / llama_state_seq_get_data and loaded into a fresh context of the same configuration gives each sequence the same next-token logits as the context it was saved from"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::ROUND_TRIP_LOGITS)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }

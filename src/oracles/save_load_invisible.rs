@@ -50,6 +50,18 @@ pub fn check_in_place(after: &StepObservation) -> Option<Violation> {
 }
 
 impl Oracle for SaveLoadInvisible {
+    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
+        super::LlamaHClause::documented(&super::round_trip::LLAMA_H)
+    }
+
+    fn check_in_words(&self) -> &'static str {
+        "state saved with llama_state_get_data / llama_state_seq_get_data and loaded back into the same context changes none of the next-token logits a later decode sees"
+    }
+
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::SAVE_LOAD_INVISIBLE)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }

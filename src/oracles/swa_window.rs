@@ -131,6 +131,10 @@ fn window(arch: Arch) -> Option<u32> {
 }
 
 impl Oracle for SwaWindow {
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(C_CHECK)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }
@@ -178,6 +182,59 @@ impl Oracle for SwaWindow {
             _ => None,
         }
     }
+}
+
+// ---- the check in C, for reproducers (`Oracle::c_check`; `super::c_check` has the others) ----
+
+use super::c_check::{nothing, CCheck};
+use std::fmt::Write as _;
+
+/// swa-window: the windowed dump within the base cells and the window, and no attended position
+/// lost by an op that moves none.
+pub const C_CHECK: CCheck = CCheck {
+    before_last_op: |s, input| {
+        // Each checked sequence's windowed dump before the op (rule 3 compares it with after).
+        let n = input.seqs.len().max(1);
+        let _ = writeln!(s, "    int swa_before[{n}][256]; int swa_nbefore[{n}];");
+        for (k, seq) in input.seqs.iter().enumerate() {
+            let _ = writeln!(s, "    {{ int b[4096]; int nb; swa_nbefore[{k}] = resident_iswa(ctx, {seq}, b, &nb, swa_before[{k}], 256); }}");
+        }
+    },
+    before_seqs: nothing,
+    seq: |s, input| {
+        let t = input.trace;
+        let rule3 = input
+            .step
+            .checked_sub(1)
+            .and_then(|i| t.ops.get(i))
+            .is_some_and(keeps_positions);
+        emit_swa_window_check(s, t.setup.arch.swa_window().unwrap_or(0), rule3);
+    },
+    after_seqs: nothing,
+};
+
+/// The C check on one sequence of an iSWA memory with window `n`:
+/// the windowed dump within the base cells and the window, and (`rule3`: the last op moves no
+/// position) no position lost that the next token attends.
+fn emit_swa_window_check(s: &mut String, n: u32, rule3: bool) {
+    let _ = writeln!(s, "        {{ int b[4096]; int nb; int w[4096]; int nw = resident_iswa(ctx, sq, b, &nb, w, 4096);");
+    let _ = writeln!(s, "          printf(\"  windowed cache (seq %d): %d cells:\", sq, nw); for (int i = 0; i < nw; i++) printf(\" %d\", w[i]); printf(\"\\n\");");
+    // The window is keyed off the windowed cache's own seq_pos_max, which the memory answers
+    // (`mx`; src/llama-kv-cache-iswa.cpp:146-148), not the base cache's largest position.
+    let _ = writeln!(s, "          int mx_w = mx;");
+    let _ = writeln!(s, "          for (int i = 0; i < nw; i++) {{");
+    let _ = writeln!(s, "            if (!has_pos(b, nb, w[i])) {{ printf(\"swa-window violated: the windowed cache holds %d, the base cache does not\\n\", w[i]); reproduced = 1; }}");
+    let _ = writeln!(s, "            else if (mx_w - w[i] >= {n}) {{ printf(\"swa-window violated: the windowed cache holds %d, outside the window of %d\\n\", w[i], mx_w); reproduced = 1; }}");
+    let _ = writeln!(s, "          }}");
+    if rule3 {
+        let _ = writeln!(
+            s,
+            "          for (int i = 0; i < swa_nbefore[k]; i++) {{ int p = swa_before[k][i];"
+        );
+        let _ = writeln!(s, "            if (has_pos(b, nb, p) && mx_w + 1 - p < {n} && !has_pos(w, nw, p)) {{ printf(\"swa-window violated: the windowed cache lost %d, which the next token (%d) attends\\n\", p, mx_w + 1); reproduced = 1; }}");
+        let _ = writeln!(s, "          }}");
+    }
+    let _ = writeln!(s, "        }}");
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@
 use std::fmt::Write as _;
 
 use crate::base::op::{Op, Setup};
-use crate::oracles::contract::CLAUSES;
-use crate::oracles::OracleId;
+use crate::oracles::{LlamaHClause, OracleId, Registry};
+use crate::outputs::c_repro::{default_model_file, model_command};
 use crate::outputs::repro::{Expect, Repro};
 use crate::records::report::{markdown_code, markdown_text};
 use crate::targets::llama::pins::{Pin, Variant};
@@ -27,88 +27,56 @@ pub struct CheckedProgram {
 }
 
 /// The llama.h words the finding breaks: quoted lines, and whether llama.h states them (`false`:
-/// llama.h is silent and the line says what the reference behaviour is).
+/// llama.h is silent and the line says what the reference behaviour is). The oracle's own
+/// ([`crate::oracles::Oracle::llama_h_clause`]).
 pub fn contract_quote(repro: &Repro) -> (Vec<String>, bool) {
-    let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let op = repro
         .trace
         .ops
         .get(repro.step.saturating_sub(1))
         .map(Op::name)
         .unwrap_or_default();
-    let clause_of_op = || {
-        CLAUSES
-            .iter()
-            .filter(|c| c.op == op && c.documented)
-            .map(|c| c.promise.to_string())
-            .collect::<Vec<_>>()
-    };
-    match repro.oracle.name() {
-        "I1" => (lines(&crate::oracles::i1::LLAMA_H), true),
-        "I2" => (lines(&crate::oracles::i2::LLAMA_H), true),
-        "contract" | "contract?" => match CLAUSES.iter().find(|c| c.kind == repro.kind) {
-            Some(c) => (vec![c.promise.to_string()], c.documented),
-            None => (clause_of_op(), true),
+    let clause = match Registry::builtin().get(repro.oracle) {
+        Some(o) => o.llama_h_clause(op, &repro.kind),
+        None => LlamaHClause {
+            lines: Vec::new(),
+            documented: false,
         },
-        "round-trip" | "conservation" => (
-            lines(&[
-                "Copies the state to the specified destination address. (llama_state_get_data)",
-                "Set the state reading from the specified address (llama_state_set_data)",
-                "Copy the sequence data (originally copied with `llama_state_seq_get_data`) into the specified sequence (llama_state_seq_set_data)",
-            ]),
-            true,
-        ),
-        _ => {
-            let mut q = clause_of_op();
-            q.push(format!(
-                "(llama.h documents no abort for llama_memory_{op} or the calls before it)"
-            ));
-            (q, true)
-        }
-    }
+    };
+    (clause.lines, clause.documented)
 }
 
 /// The oracle's check in plain words, for "expected".
 fn what_is_checked(oracle: OracleId) -> &'static str {
-    match oracle.name() {
-        "I1" => "seq_pos_min/seq_pos_max equal the smallest/largest position among the sequence's cells in llama_state_seq_get_data (-1 when it has none)",
-        "I2" => "every position between the smallest and the largest of the sequence's cells in llama_state_seq_get_data is present",
-        "crash" => "the call returns",
-        "differential" => "the same calls give the same seq_pos_min, seq_pos_max and cells as the reference behaviour",
-        "round-trip" => "state saved with llama_state_get_data / llama_state_seq_get_data loads into a fresh context of the same configuration and reads back the same",
-        "conservation" => "the cells of llama_state_get_data are exactly the union of the sequences' cells in llama_state_seq_get_data",
-        _ => "the call does what llama.h says",
-    }
+    Registry::builtin()
+        .get(oracle)
+        .map_or("the call does what llama.h says", |o| o.check_in_words())
 }
 
-/// The context configuration as a bullet list.
+/// The context configuration as a bullet list: every setting of the setup, as the C program
+/// sets it (the model's architecture first: it decides the memory type).
 fn configuration(setup: &Setup) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "- `n_ctx` = {}", setup.n_ctx);
-    let _ = writeln!(s, "- `n_seq_max` = {}", setup.n_seq_max);
-    let _ = writeln!(s, "- `kv_unified` = {}", setup.kv_unified);
-    if let Some(n) = setup.n_batch {
-        let _ = writeln!(s, "- `n_batch` = {n}");
-    }
-    if let Some(n) = setup.n_ubatch {
-        let _ = writeln!(s, "- `n_ubatch` = {n}");
-    }
+    let arch = setup.arch;
     let _ = writeln!(
         s,
-        "- `flash_attn_type` = {}",
-        if setup.flash_attn {
-            "LLAMA_FLASH_ATTN_TYPE_ENABLED"
-        } else {
-            "LLAMA_FLASH_ATTN_TYPE_DISABLED"
+        "- model: `general.architecture` = `{arch}` ({} memory); `{}` writes the tiny model kvaudit ran",
+        arch.memory(),
+        model_command(arch)
+    );
+    for setting in setup.settings() {
+        if let Some(fields) = setting.llama_h() {
+            let line: Vec<String> = fields
+                .iter()
+                .map(|(field, value)| format!("`{field}` = {value}"))
+                .collect();
+            let _ = writeln!(s, "- {}", line.join(", "));
         }
-    );
+    }
     let _ = writeln!(
         s,
-        "- `type_k` = {}, `type_v` = {}",
-        setup.type_k.name(),
-        setup.type_v.name()
+        "- every other field as `llama_context_default_params()` sets it"
     );
-    let _ = writeln!(s, "- `n_threads` = `n_threads_batch` = 1; every other field as `llama_context_default_params()` sets it");
     s
 }
 
@@ -251,7 +219,11 @@ pub fn bug_report(repro: &Repro, program: &str, checked: Option<&CheckedProgram>
     let _ = writeln!(s, "## Reproducer (C, llama.h only)\n");
     let _ = writeln!(
         s,
-        "Build against llama.cpp (`include/` and `ggml/include/` on the include path, `libllama` and `libggml*` linked) and run with any small llama-architecture GGUF model: `./repro model.gguf`. Exit code 1: the bug reproduces (it prints `REPRODUCED`); 0: it does not; 2: the model or context could not be set up; a crash is the crash (the shell reports 128 + the signal).\n"
+        "Build against llama.cpp (`include/` and `ggml/include/` on the include path, `libllama` and `libggml*` linked) and run with a small GGUF model of architecture `{arch}` ({memory} memory; `{command}` writes the one kvaudit ran): `./repro {file}`. Exit code 1: the bug reproduces (it prints `REPRODUCED`); 0: it does not; 2: the model or context could not be set up; a crash is the crash (the shell reports 128 + the signal).\n",
+        arch = repro.trace.setup.arch,
+        memory = repro.trace.setup.arch.memory(),
+        command = model_command(repro.trace.setup.arch),
+        file = default_model_file(repro.trace.setup.arch),
     );
     match checked {
         Some(c) => {

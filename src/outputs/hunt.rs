@@ -256,7 +256,7 @@ pub fn write_new_groups(
         let (json, name) = path("json");
         write_output(&json, &repro.to_text())?;
         g.files.push(name);
-        let program = parse_input(&repro.to_text()).map(|i| emit_c(&i, Path::new("model.gguf")));
+        let program = parse_input(&repro.to_text()).map(|i| emit_c(&i));
         // On llama.cpp the check compiles and runs a program and the picture runs the trace in
         // a worker: both only while the budget lasts.
         let on_llama = s.target.starts_with("llama.cpp@");

@@ -54,6 +54,8 @@ struct kvaudit_shim {
     struct llama_context *ctx;
     llama_memory_t mem;
     int32_t n_vocab;
+    /* What the context was made with, for kvaudit_shim_setting_value. */
+    struct llama_context_params cparams;
 };
 
 /* ---- log capture -------------------------------------------------------------------------- */
@@ -145,17 +147,87 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_assertions_enabled(void) {
 
 /* ---- lifetime ----------------------------------------------------------------------------- */
 
+/* Applies one setting to cparams: the one place each key of src/base/setting.rs meets its
+ * llama_context_params field. Returns 0, or 1 with a reason in err for a key this shim does not
+ * know or a value its field cannot hold. */
+static int shim_apply_setting(struct llama_context_params *cparams,
+                              const kvaudit_shim_setting *s, char *err, size_t err_cap) {
+    const char *k = s->key;
+    int64_t v = s->value;
+    char why[256];
+    if (k == NULL) {
+        shim_copy_error(err, err_cap, "kvaudit_shim_open: a setting without a key");
+        return 1;
+    }
+    if (v < INT32_MIN || v > (int64_t)UINT32_MAX) {
+        snprintf(why, sizeof why, "kvaudit_shim_open: setting %s = %lld is out of range", k,
+                 (long long)v);
+        shim_copy_error(err, err_cap, why);
+        return 1;
+    }
+    if (strcmp(k, "n_ctx") == 0) {
+        cparams->n_ctx = (uint32_t)v;
+    } else if (strcmp(k, "n_seq_max") == 0) {
+        cparams->n_seq_max = (uint32_t)v;
+    } else if (strcmp(k, "n_batch") == 0) {
+        cparams->n_batch = (uint32_t)v;
+    } else if (strcmp(k, "n_ubatch") == 0) {
+        cparams->n_ubatch = (uint32_t)v;
+    } else if (strcmp(k, "n_threads") == 0) {
+        cparams->n_threads = (int32_t)v;
+        cparams->n_threads_batch = (int32_t)v;
+    } else if (strcmp(k, "kv_unified") == 0) {
+#ifdef KVAUDIT_SHIM_NO_KV_UNIFIED
+        /* One stream for every sequence is all this llama.cpp has: a request for a stream per
+         * sequence is refused as llama_init_from_model would refuse it (an unsupported setup). */
+        if (v == 0) {
+            shim_copy_error(err, err_cap,
+                            "llama_init_from_model: kv_unified = false (a stream per sequence) is "
+                            "not in this llama.cpp version, whose cache is always unified");
+            return 1;
+        }
+#else
+        cparams->kv_unified = v != 0;
+#endif
+    } else if (strcmp(k, "swa_full") == 0) {
+        cparams->swa_full = v != 0;
+    } else if (strcmp(k, "flash_attn") == 0) {
+#if SHIM_HAS_STATE_SEQ_FLAGS
+        cparams->flash_attn_type = v != 0 ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+#else
+        /* A bool before llama_flash_attn_type. */
+        cparams->flash_attn = v != 0;
+#endif
+    } else if (strcmp(k, "type_k") == 0) {
+        cparams->type_k = (enum ggml_type)v;
+    } else if (strcmp(k, "type_v") == 0) {
+        cparams->type_v = (enum ggml_type)v;
+    } else {
+        snprintf(why, sizeof why, "kvaudit_shim_open: unknown setting %.64s", k);
+        shim_copy_error(err, err_cap, why);
+        return 1;
+    }
+    return 0;
+}
+
 KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
-                                                 const kvaudit_shim_params *params, char *err,
-                                                 size_t err_cap) {
+                                                 const kvaudit_shim_setting *settings,
+                                                 size_t n_settings, char *err, size_t err_cap) {
     pthread_once(&shim_once, shim_init_once);
     shim_clear_error();
-    if (model_path == NULL || params == NULL) {
-        shim_copy_error(err, err_cap, "kvaudit_shim_open: model_path and params must not be NULL");
+    if (model_path == NULL || (settings == NULL && n_settings > 0)) {
+        shim_copy_error(err, err_cap, "kvaudit_shim_open: model_path and settings must not be NULL");
         return NULL;
     }
     kvaudit_shim *h = NULL;
     SHIM_TRY
+    struct llama_context_params cparams = llama_context_default_params();
+    for (size_t i = 0; i < n_settings; i++) {
+        if (shim_apply_setting(&cparams, &settings[i], err, err_cap) != 0) {
+            return NULL;
+        }
+    }
+
     struct llama_model_params mparams = llama_model_default_params();
     mparams.n_gpu_layers = 0;
 
@@ -165,45 +237,6 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
         return NULL;
     }
 
-    struct llama_context_params cparams = llama_context_default_params();
-    cparams.n_ctx = params->n_ctx;
-    cparams.n_seq_max = params->n_seq_max > 0 ? params->n_seq_max : cparams.n_seq_max;
-    if (params->n_batch > 0) {
-        cparams.n_batch = params->n_batch;
-    }
-    if (params->n_ubatch > 0) {
-        cparams.n_ubatch = params->n_ubatch;
-    }
-    if (params->n_threads > 0) {
-        cparams.n_threads = params->n_threads;
-        cparams.n_threads_batch = params->n_threads;
-    }
-#ifdef KVAUDIT_SHIM_NO_KV_UNIFIED
-    /* One stream for every sequence is all this llama.cpp has: a request for a stream per
-     * sequence is refused as llama_init_from_model would refuse it (an unsupported setup). */
-    if (params->kv_unified == 0) {
-        shim_copy_error(err, err_cap,
-                        "llama_init_from_model: kv_unified = false (a stream per sequence) is not "
-                        "in this llama.cpp version, whose cache is always unified");
-        llama_model_free(model);
-        return NULL;
-    }
-#else
-    cparams.kv_unified = params->kv_unified != 0;
-#endif
-    cparams.swa_full = params->swa_full != 0;
-#if SHIM_HAS_STATE_SEQ_FLAGS
-    cparams.flash_attn_type = (enum llama_flash_attn_type)params->flash_attn;
-#else
-    /* A bool before llama_flash_attn_type: auto (-1) is off, as that bool's default was. */
-    cparams.flash_attn = params->flash_attn > 0;
-#endif
-    if (params->type_k >= 0) {
-        cparams.type_k = (enum ggml_type)params->type_k;
-    }
-    if (params->type_v >= 0) {
-        cparams.type_v = (enum ggml_type)params->type_v;
-    }
     cparams.no_perf = true;
 
     struct llama_context *ctx = llama_init_from_model(model, cparams);
@@ -224,6 +257,7 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
     h->ctx = ctx;
     h->mem = llama_get_memory(ctx);
     h->n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    h->cparams = cparams;
     SHIM_CATCH(shim_copy_error(err, err_cap, shim_err); return NULL)
     return h;
 }
@@ -238,6 +272,56 @@ KVAUDIT_SHIM_API void kvaudit_shim_close(kvaudit_shim *h) {
     llama_model_free(h->model);
     SHIM_CATCH((void)0)
     free(h);
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_setting_value(kvaudit_shim *h, const char *key,
+                                                    int64_t *out) {
+    shim_clear_error();
+    if (h == NULL || key == NULL || out == NULL) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    const struct llama_context_params *c = &h->cparams;
+    if (strcmp(key, "n_ctx") == 0) {
+        *out = (int64_t)llama_n_ctx(h->ctx);
+    } else if (strcmp(key, "n_seq_max") == 0) {
+        *out = (int64_t)llama_n_seq_max(h->ctx);
+    } else if (strcmp(key, "n_batch") == 0) {
+        *out = (int64_t)llama_n_batch(h->ctx);
+    } else if (strcmp(key, "n_ubatch") == 0) {
+        *out = (int64_t)llama_n_ubatch(h->ctx);
+    } else if (strcmp(key, "n_threads") == 0) {
+        *out = (int64_t)llama_n_threads(h->ctx);
+    } else if (strcmp(key, "kv_unified") == 0) {
+#ifdef KVAUDIT_SHIM_NO_KV_UNIFIED
+        *out = 1;
+#else
+        *out = c->kv_unified ? 1 : 0;
+#endif
+    } else if (strcmp(key, "swa_full") == 0) {
+        *out = c->swa_full ? 1 : 0;
+    } else if (strcmp(key, "flash_attn") == 0) {
+#if SHIM_HAS_STATE_SEQ_FLAGS
+        *out = c->flash_attn_type == LLAMA_FLASH_ATTN_TYPE_ENABLED ? 1 : 0;
+#else
+        *out = c->flash_attn ? 1 : 0;
+#endif
+    } else if (strcmp(key, "type_k") == 0) {
+        *out = (int64_t)c->type_k;
+    } else if (strcmp(key, "type_v") == 0) {
+        *out = (int64_t)c->type_v;
+    } else {
+        return KVAUDIT_SHIM_E_LLAMA;
+    }
+    return KVAUDIT_SHIM_OK;
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_model_arch(kvaudit_shim *h, char *buf, size_t cap) {
+    shim_clear_error();
+    if (h == NULL || (buf == NULL && cap > 0)) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    int32_t n = llama_model_meta_val_str(h->model, "general.architecture", buf, cap);
+    return n < 0 ? KVAUDIT_SHIM_E_LLAMA : n;
 }
 
 /* ---- decode ------------------------------------------------------------------------------- */

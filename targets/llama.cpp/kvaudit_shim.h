@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 /* Bump when any signature, struct or meaning below changes. Checked by src/llama/ffi.rs. */
-#define KVAUDIT_SHIM_ABI 2
+#define KVAUDIT_SHIM_ABI 3
 
 #define KVAUDIT_SHIM_OK 0
 /* A NULL handle, or a NULL pointer where data is required. */
@@ -60,20 +60,24 @@
 extern "C" {
 #endif
 
-/* Context and model settings. All fields are 32-bit so the layout has no padding.
- * 0 (or -1 where noted) keeps llama.cpp's default from llama_context_default_params(). */
-typedef struct kvaudit_shim_params {
-    uint32_t n_ctx;      /* 0 = from the model; llama.cpp pads it to a multiple of 256 */
-    uint32_t n_seq_max;  /* number of sequences; seq ids 0..n_seq_max-1 (default 1) */
-    uint32_t n_batch;    /* 0 = default (2048) */
-    uint32_t n_ubatch;   /* 0 = default (512) */
-    int32_t n_threads;   /* <= 0 = default; sets n_threads and n_threads_batch */
-    int32_t kv_unified;  /* bool: one KV stream shared by all sequences (default 0) */
-    int32_t swa_full;    /* bool: full-size SWA cache (default 1) */
-    int32_t flash_attn;  /* enum llama_flash_attn_type: -1 auto (default), 0 off, 1 on */
-    int32_t type_k;      /* enum ggml_type of the K cache; -1 = default (F16) */
-    int32_t type_v;      /* enum ggml_type of the V cache; -1 = default (F16) */
-} kvaudit_shim_params;
+/* One context setting: a key as kvaudit names it (src/base/setting.rs, the one list of
+ * settings) and its value. kvaudit_shim_open applies an array of them to
+ * llama_context_default_params() one by one; a key not listed here fails the open.
+ *   n_ctx       context size (0 = from the model; llama.cpp pads it to a multiple of 256)
+ *   n_seq_max   number of sequences; seq ids 0..n_seq_max-1
+ *   n_batch     logical batch size
+ *   n_ubatch    physical batch size
+ *   n_threads   sets n_threads and n_threads_batch
+ *   kv_unified  bool: one KV stream shared by all sequences
+ *   swa_full    bool: full-size SWA cache
+ *   flash_attn  bool: flash attention on (LLAMA_FLASH_ATTN_TYPE_ENABLED) or off (_DISABLED)
+ *   type_k      enum ggml_type of the K cache
+ *   type_v      enum ggml_type of the V cache
+ * A setting not given keeps llama.cpp's default. The key must stay valid during the call only. */
+typedef struct kvaudit_shim_setting {
+    const char *key;
+    int64_t value;
+} kvaudit_shim_setting;
 
 /* One loaded model with one context. Opaque. */
 typedef struct kvaudit_shim kvaudit_shim;
@@ -90,11 +94,24 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_state_seq_format(void);
 /* 1 if the shim was compiled without NDEBUG (the "+assert" variant), else 0. */
 KVAUDIT_SHIM_API int32_t kvaudit_shim_assertions_enabled(void);
 
-/* Loads the model (CPU only) and creates a context. On failure returns NULL and writes a
- * NUL-terminated reason into err (at most err_cap bytes, may be NULL). */
+/* Loads the model (CPU only) and creates a context with the n_settings settings. On failure
+ * returns NULL and writes a NUL-terminated reason into err (at most err_cap bytes, may be
+ * NULL); an unknown key or a value out of its field's range is such a failure. */
 KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
-                                                 const kvaudit_shim_params *params, char *err,
-                                                 size_t err_cap);
+                                                 const kvaudit_shim_setting *settings,
+                                                 size_t n_settings, char *err, size_t err_cap);
+
+/* The value a setting has in the open context, read back through llama.h where llama.h can
+ * tell (n_ctx: llama_n_ctx, n_seq_max: llama_n_seq_max, n_batch: llama_n_batch, n_ubatch:
+ * llama_n_ubatch, n_threads: llama_n_threads), else as the shim passed it to
+ * llama_init_from_model (kv_unified, swa_full, flash_attn: 1 when enabled, type_k, type_v),
+ * into *out. Returns KVAUDIT_SHIM_OK, or KVAUDIT_SHIM_E_LLAMA for an unknown key. */
+KVAUDIT_SHIM_API int32_t kvaudit_shim_setting_value(kvaudit_shim *h, const char *key,
+                                                    int64_t *out);
+
+/* The model's general.architecture (llama_model_meta_val_str) as a NUL-terminated string of at
+ * most cap bytes in buf; returns its full length, or KVAUDIT_SHIM_E_LLAMA if it has none. */
+KVAUDIT_SHIM_API int32_t kvaudit_shim_model_arch(kvaudit_shim *h, char *buf, size_t cap);
 
 /* Frees the context and the model. NULL is a no-op. */
 KVAUDIT_SHIM_API void kvaudit_shim_close(kvaudit_shim *h);

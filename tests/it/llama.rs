@@ -38,14 +38,39 @@ enum Case {
         finding: Value,
         reproduces: std::collections::BTreeMap<String, bool>,
     },
+    /// The C reproducer of a corpus file, checked with `kvaudit repro --check` on each release
+    /// pin the file names, reproducing where the file expects the finding (`fails`) and not
+    /// where it expects `holds`; `stdout`: lines the program prints on every pin.
+    ReproCCorpus {
+        #[allow(dead_code)]
+        about: String,
+        corpus: String,
+        #[serde(default)]
+        stdout: Vec<String>,
+    },
     /// A C reproducer checked by an oracle named here (the state oracles' C checks are keyed by
-    /// oracle: see `c_repro::C_CHECKED`), compiled against each pin and run.
+    /// oracle: see `Oracle::c_check`), compiled against each pin and run.
     ReproCNamed {
         #[allow(dead_code)]
         about: String,
         oracle: String,
         finding: Value,
         reproduces: std::collections::BTreeMap<String, bool>,
+    },
+    /// Every setting of a setup, each not at its default, reaches the context (read back through
+    /// llama.h where it can tell, else through the shim), the C reproducer and the bug report.
+    Settings {
+        #[allow(dead_code)]
+        about: String,
+        target: String,
+        setup: Setup,
+        /// Each setting's value in the context, in the shim's encoding (the architecture: the
+        /// model's `general.architecture`).
+        applied: std::collections::BTreeMap<String, Value>,
+        /// Lines the C program must hold.
+        c: Vec<String>,
+        /// Lines the bug report must hold.
+        report: Vec<String>,
     },
     Hang {
         #[allow(dead_code)]
@@ -111,7 +136,37 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             finding,
             reproduces,
             ..
-        } => check_repro_c(&finding, &reproduces),
+        } => {
+            // A folder of its own: the repro_c cases run in parallel, and a folder per process
+            // would let one case's finding overwrite another's before `kvaudit repro` reads it.
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let file = dir.path().join("finding.json");
+            std::fs::write(&file, finding.to_string()).map_err(|e| e.to_string())?;
+            check_repro_c(&file, &reproduces, &[])
+        }
+        Case::ReproCCorpus { corpus, stdout, .. } => {
+            let file = super::root().join(&corpus);
+            let repro = kvaudit::outputs::repro::Repro::load(&file).map_err(|e| e.to_string())?;
+            let reproduces: std::collections::BTreeMap<String, bool> = repro
+                .targets
+                .iter()
+                .filter(|t| {
+                    t.target.starts_with("llama.cpp@")
+                        && !t.target.ends_with("+assert")
+                        && t.vs.is_none()
+                })
+                .map(|t| {
+                    (
+                        t.target.clone(),
+                        t.expect == kvaudit::outputs::repro::Expect::Fails,
+                    )
+                })
+                .collect();
+            if reproduces.is_empty() {
+                return Err(format!("{corpus} names no llama.cpp release pin"));
+            }
+            check_repro_c(&file, &reproduces, &stdout)
+        }
         Case::ReproCNamed {
             oracle,
             finding,
@@ -134,6 +189,108 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             trace,
             ..
         } => check_observation_crash(&target, &crash_observing, &domain, depth, trace),
+        Case::Settings {
+            target,
+            setup,
+            applied,
+            c,
+            report,
+            ..
+        } => check_settings(&target, &setup, &applied, &c, &report),
+    }
+}
+
+/// The settings case: the setup must leave no setting at its default (so that a setting that
+/// does not arrive shows), `applied` must name every key, and each key's value is read back from
+/// a context the llama.cpp target made for the setup, from the C program and from the bug report.
+fn check_settings(
+    target: &str,
+    setup: &Setup,
+    applied: &std::collections::BTreeMap<String, Value>,
+    c_lines: &[String],
+    report_lines: &[String],
+) -> Result<(), String> {
+    use kvaudit::base::setting::Key;
+    use kvaudit::base::target::CacheUnderTest;
+    use kvaudit::outputs::bug_report::bug_report;
+    use kvaudit::outputs::c_repro::{emit_c, parse_input};
+    use kvaudit::outputs::repro::Repro;
+    use kvaudit::targets::llama::ffi::LlamaShim;
+    use kvaudit::targets::llama::target::LlamaTarget;
+    let mut failures = Vec::new();
+    let changed: Vec<Key> = setup.non_default_settings().iter().map(|s| s.key).collect();
+    for key in Key::ALL {
+        if key.configurable() && !changed.contains(&key) {
+            failures.push(format!(
+                "{key}: the setup leaves it at its default, or it is not in the setup's settings"
+            ));
+        }
+        if !applied.contains_key(key.name()) {
+            failures.push(format!("{key}: not in \"applied\""));
+        }
+    }
+    // The context, made as an audit makes it.
+    let spec = llama_worker_spec(target, None)?;
+    let shim = LlamaShim::load(&spec.shim).map_err(|e| format!("{e:#}"))?;
+    let mut t = LlamaTarget::new(
+        shim,
+        &spec.model,
+        &spec.label,
+        spec.format,
+        ResetMode::Rebuild,
+    );
+    t.reset(setup)
+        .map_err(|e| format!("{target}: reset: {e}"))?;
+    let ctx = t.context().ok_or("no context after a reset")?;
+    for (name, want) in applied {
+        let got = if name == Key::Arch.name() {
+            Value::from(ctx.model_arch().map_err(|e| format!("{e:#}"))?)
+        } else {
+            let key = Key::ALL
+                .into_iter()
+                .find(|k| k.name() == name)
+                .ok_or(format!("\"applied\" names {name}, which is no setting"))?;
+            match ctx.setting_value(key).map_err(|e| format!("{e:#}"))? {
+                Some(v) => Value::from(v),
+                None => Value::Null,
+            }
+        };
+        if got != *want {
+            failures.push(format!(
+                "{target}: {name} is {got} in the context, the setup asked for {want}"
+            ));
+        }
+    }
+    // The C program and the bug report of a finding on this setup.
+    let finding = serde_json::json!({
+        "repro": "every setting not at its default",
+        "postmortem": "",
+        "since": "2026-12-01",
+        "oracle": "I1",
+        "kind": "pos_max disagree with the cells",
+        "trace": { "setup": setup, "ops": [{ "op": "decode", "seq": 0, "n": 1 }] },
+        "step": 1,
+        "observed": {},
+        "expected": {},
+        "targets": [{ "target": target, "expect": "holds" }]
+    });
+    let program = emit_c(&parse_input(&finding.to_string()).map_err(|e| e.to_string())?);
+    for line in c_lines {
+        if !program.contains(line.as_str()) {
+            failures.push(format!("the C program lacks {line:?}"));
+        }
+    }
+    let repro = Repro::parse(&finding.to_string()).map_err(|e| e.to_string())?;
+    let report = bug_report(&repro, &program, None);
+    for line in report_lines {
+        if !report.contains(line.as_str()) {
+            failures.push(format!("the bug report lacks {line:?}"));
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
     }
 }
 
@@ -476,7 +633,7 @@ fn check_repro_c_named(
     let mut input = parse_input(&finding.to_string()).map_err(|e| e.to_string())?;
     input.oracle = id;
     let model = kvaudit::model::tiny::try_audit_model_path().map_err(|e| format!("{e:#}"))?;
-    let program = emit_c(&input, &model);
+    let program = emit_c(&input);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let src = dir.path().join("repro.c");
     std::fs::write(&src, &program).map_err(|e| e.to_string())?;
@@ -513,14 +670,10 @@ fn check_repro_c_named(
 }
 
 fn check_repro_c(
-    finding: &Value,
+    file: &std::path::Path,
     reproduces: &std::collections::BTreeMap<String, bool>,
+    stdout_lines: &[String],
 ) -> Result<(), String> {
-    // A folder of its own: the repro_c cases run in parallel, and a folder per process would
-    // let one case's finding overwrite another's before `kvaudit repro` reads it.
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let file = dir.path().join("finding.json");
-    std::fs::write(&file, finding.to_string()).map_err(|e| e.to_string())?;
     for (target, want) in reproduces {
         let out = Command::new(env!("CARGO_BIN_EXE_kvaudit"))
             .args(["repro", "--check", "--target", target])
@@ -549,6 +702,11 @@ fn check_repro_c(
         );
         if !stdout.contains(&line) {
             return Err(format!("{target}: output lacks {line:?}\n{stdout}"));
+        }
+        for line in stdout_lines {
+            if !stdout.contains(line.as_str()) {
+                return Err(format!("{target}: output lacks {line:?}\n{stdout}"));
+            }
         }
     }
     Ok(())

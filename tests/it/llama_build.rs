@@ -102,12 +102,12 @@ pub struct DoubledSeqCp {
 /// into seq 0, `seq_cp(0, 1, 0, 3)` twice, `seq_keep(0)`. Only for release builds: `+assert`
 /// builds abort at the second `seq_cp`.
 pub fn doubled_seq_cp(shim: &LlamaShim, model: &Path) -> Result<DoubledSeqCp> {
-    let params = ContextParams {
+    let params = ContextParams::of(&kvaudit::base::op::Setup {
         n_ctx: 256,
         n_seq_max: 4,
         kv_unified: true,
         ..Default::default()
-    };
+    });
     let mut ctx = shim.open(model, &params)?;
     let tokens: Vec<i32> = (1..=7).collect();
     let positions: Vec<i32> = (0..7).collect();

@@ -15,10 +15,11 @@ use std::process::Command;
 
 use libtest_mimic::Trial;
 
+use kvaudit::base::op::CacheType;
 use kvaudit::base::op::{Op, Setup, Trace};
 use kvaudit::base::state::{parse_seq_state, parse_whole_state, StateFormat};
 use kvaudit::running::runner::{TrialEnd, TrialRunner};
-use kvaudit::targets::llama::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim};
+use kvaudit::targets::llama::ffi::{ContextParams, LlamaContext, LlamaShim};
 use kvaudit::targets::llama::target::ResetMode;
 use kvaudit::targets::llama::worker::WorkerRunner;
 use kvaudit::targets::registry::llama_worker_spec;
@@ -181,20 +182,19 @@ struct Probe {
 }
 
 impl Probe {
-    fn params(&self) -> ContextParams {
-        ContextParams {
+    fn params(&self) -> Setup {
+        Setup {
             n_ctx: 256,
             n_seq_max: 4,
             kv_unified: self.unified,
-            flash_attn: FlashAttn::Off,
-            n_threads: 1,
-            ..ContextParams::default()
+            flash_attn: false,
+            ..Setup::default()
         }
     }
 
-    fn open(&self, params: &ContextParams) -> Result<LlamaContext, String> {
+    fn open(&self, setup: &Setup) -> Result<LlamaContext, String> {
         self.shim
-            .open(&self.model, params)
+            .open(&self.model, &ContextParams::of(setup))
             .map_err(|e| format!("{e:#}"))
     }
 
@@ -248,16 +248,16 @@ fn probe_child() -> Result<(), String> {
         "create" => {
             let mut q = params.clone();
             let (fa, k, v) = match arg {
-                "fa_f16" => (true, 1, 1),
-                "fa_q8_0" => (true, 8, 8),
-                "fa_q4_0" => (true, 2, 2),
-                "nofa_k_q8_0" => (false, 8, 1),
-                "nofa_v_q8_0" => (false, 1, 8),
-                _ => (false, 0, 0),
+                "fa_f16" => (true, CacheType::F16, CacheType::F16),
+                "fa_q8_0" => (true, CacheType::Q8_0, CacheType::Q8_0),
+                "fa_q4_0" => (true, CacheType::Q4_0, CacheType::Q4_0),
+                "nofa_k_q8_0" => (false, CacheType::Q8_0, CacheType::F16),
+                "nofa_v_q8_0" => (false, CacheType::F16, CacheType::Q8_0),
+                _ => (false, CacheType::F32, CacheType::F32),
             };
-            q.flash_attn = if fa { FlashAttn::On } else { FlashAttn::Off };
-            q.type_k = Some(k);
-            q.type_v = Some(v);
+            q.flash_attn = fa;
+            q.type_k = k;
+            q.type_v = v;
             match p.open(&q) {
                 Ok(mut c) => {
                     let rc = c.decode(&[1, 2, 3], None, &[&[0], &[0], &[0]]).map_err(e)?;
@@ -305,9 +305,9 @@ fn probe_child() -> Result<(), String> {
         "ubatch" | "batch" => {
             let mut q = params.clone();
             if kind == "ubatch" {
-                q.n_ubatch = 4;
+                q.n_ubatch = Some(4);
             } else {
-                q.n_batch = 4;
+                q.n_batch = Some(4);
             }
             let mut c = p.open(&q)?;
             say(format!(

@@ -12,7 +12,6 @@
 //!   as its count says; emptying the kind's declared fields removes it, emptying the others does
 //!   not; every domain field is an override a domain file can set.
 
-use std::path::Path;
 
 use kvaudit::base::domain::Domain;
 use kvaudit::base::op::{Decode, Op, OpGroup, OpKind, Setup, Slot, Trace};
@@ -125,7 +124,7 @@ fn c_program(ops: Vec<Op>) -> Result<String, String> {
     };
     let input = json!({ "oracle": "crash", "trace": trace }).to_string();
     let input = parse_input(&input).map_err(|e| e.to_string())?;
-    Ok(emit_c(&input, Path::new("model.gguf")))
+    Ok(emit_c(&input))
 }
 
 fn every_kind_renders() -> Result<(), String> {

@@ -235,7 +235,7 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, M
         format,
         ResetMode::Fresh,
     )
-    .with_cache_type(GGML_TYPE_F32);
+    .with_cache_type(crate::base::op::CacheType::F32);
     let mut lab = Lab {
         label,
         llama,

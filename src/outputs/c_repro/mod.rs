@@ -21,21 +21,26 @@
 //! load prints what llama.cpp returned. A load from a slot the program never saved into is
 //! skipped with a note, as the harness refuses it.
 //!
-//! The parts: `escape.rs` (text into C), `ops.rs` (the program's skeleton: ops and the context's
-//! configuration), `checks.rs` (each oracle's check in C), `prelude.rs` (the C helpers every
-//! program starts with), `check.rs` (compiling a program against a pin and running it); this
-//! file reads the input and assembles the program.
+//! The parts: `escape.rs` (text into C), `ops.rs` (the ops as llama.h calls), `settings.rs` (the
+//! model and the context's configuration, from the setup's one list of settings), `prelude.rs`
+//! (the C helpers every program starts with), `check.rs` (compiling a program against a pin and
+//! running it); this file reads the input and assembles the program. Each oracle's check in C is
+//! the oracle's ([`crate::oracles::Oracle::c_check`], `oracles/c_check.rs`): the program asks
+//! the registry for it and names no oracle.
 
 pub mod check;
-mod checks;
 mod escape;
 mod ops;
 mod prelude;
+mod settings;
 
 pub use escape::{c_comment_lines, c_string_literal, program_shape};
 
-use ops::{c_array, describe_config, emit_context_params, emit_op, slot_var};
+pub use settings::{default_model_file, model_command};
+
+use ops::{c_array, emit_op, slot_var};
 use prelude::C_PRELUDE;
+use settings::{describe_config, describe_model, emit_context_params, emit_model};
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -46,7 +51,8 @@ use serde_json::Value;
 use crate::base::error::Error;
 use crate::base::files::read_text_limited;
 use crate::base::op::{MemoryType, Op, Slot, Trace};
-use crate::oracles::OracleId;
+use crate::oracles::c_check::{CCheck, CheckInput};
+use crate::oracles::{OracleId, Registry};
 use crate::outputs::repro::{check_trace_limits, MAX_REPRO_BYTES};
 use crate::records::report::terminal_text;
 
@@ -82,7 +88,7 @@ pub fn read_input(path: &Path) -> Result<ReproInput, Error> {
 }
 
 /// Parses a reproducer's input (see [`read_input`]); errors say where. Only inputs whose oracle
-/// has a C check ([`C_CHECKED`]) parse: [`emit_c`] states that check in C.
+/// has a C check ([`c_check_of`]) parse: [`emit_c`] states that check in C.
 pub fn parse_input(text: &str) -> Result<ReproInput, Error> {
     let input: ReproInput = serde_json::from_str(text).map_err(|e| {
         // serde quotes the offending value, which the file's author chose.
@@ -90,34 +96,29 @@ pub fn parse_input(text: &str) -> Result<ReproInput, Error> {
         format!("line {}, column {}: {what}", e.line(), e.column())
     })?;
     check_trace_limits(&input.trace)?;
-    if !C_CHECKED.contains(&input.oracle) {
+    if c_check_of(input.oracle).is_none() {
+        let checked: Vec<&str> = Registry::builtin()
+            .iter()
+            .filter(|o| o.c_check().is_some())
+            .map(|o| o.id().name())
+            .collect();
         return Err(Error::input(format!(
             "oracle {} has no check in C reproducers (they check {})",
             input.oracle,
-            C_CHECKED.map(|o| o.name()).join(", ")
+            checked.join(", ")
         )));
     }
     Ok(input)
 }
 
-/// The oracles whose check a C reproducer states in C.
-pub const C_CHECKED: [OracleId; 12] = [
-    OracleId::I1,
-    OracleId::I2,
-    OracleId::DIFFERENTIAL,
-    OracleId::CRASH,
-    crate::oracles::round_trip::ID,
-    crate::oracles::conservation::ID,
-    crate::oracles::contract::ID,
-    crate::oracles::contract::QUESTION_ID,
-    crate::oracles::swa_window::ID,
-    crate::oracles::cache_invisible::ID,
-    crate::oracles::round_trip_logits::ID,
-    crate::oracles::save_load_invisible::ID,
-];
+/// The C check of the oracle `id` ([`crate::oracles::Oracle::c_check`]), if it has one.
+pub fn c_check_of(id: OracleId) -> Option<CCheck> {
+    Registry::builtin().get(id).and_then(|o| o.c_check())
+}
 
-/// The C program for `input`; `model` is the default model path baked in.
-pub fn emit_c(input: &ReproInput, model: &Path) -> String {
+/// The C program for `input`. It opens the model `argv[1]` names, else
+/// [`default_model_file`] in the current folder (never a path of this machine).
+pub fn emit_c(input: &ReproInput) -> String {
     let t = &input.trace;
     let step = input
         .step
@@ -127,6 +128,15 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     let seqs: Vec<i32> = match input.seq {
         Some(s) if s >= 0 => vec![s],
         _ => (0..t.setup.n_seq_max.max(1) as i32).collect(),
+    };
+    // `parse_input` admits only oracles with a C check.
+    let check = c_check_of(input.oracle).expect("an oracle with a C check");
+    let checked = CheckInput {
+        trace: t,
+        step: input.step.unwrap_or(t.ops.len()).min(t.ops.len()),
+        expected: &input.expected,
+        kind: input.kind.as_deref(),
+        seqs: &seqs,
     };
     let mut s = String::new();
     let ops_json: Vec<String> = t.ops.iter().map(Op::to_json).collect();
@@ -150,6 +160,7 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     for o in &ops_json {
         let _ = writeln!(s, " *   {o}");
     }
+    describe_model(&mut s, t.setup.arch);
     let _ = writeln!(s, " *");
     let _ = writeln!(s, " * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm");
     let _ = writeln!(
@@ -182,22 +193,11 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     let _ = writeln!(
         s,
         "    const char *model_path = argc > 1 ? argv[1] : {};",
-        c_string_literal(&model.display().to_string())
+        c_string_literal(&default_model_file(t.setup.arch))
     );
     let _ = writeln!(s, "    llama_log_set(quiet, NULL);");
     let _ = writeln!(s, "    llama_backend_init();");
-    let _ = writeln!(
-        s,
-        "    struct llama_model_params mp = llama_model_default_params();"
-    );
-    let _ = writeln!(
-        s,
-        "    struct llama_model *model = llama_model_load_from_file(model_path, mp);"
-    );
-    let _ = writeln!(
-        s,
-        "    if (!model) {{ fprintf(stderr, \"cannot load %s\\n\", model_path); return 2; }}"
-    );
+    emit_model(&mut s, t.setup.arch);
     let _ = writeln!(
         s,
         "    struct llama_context_params cp = llama_context_default_params();"
@@ -219,12 +219,13 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     }
     for (i, op) in t.ops.iter().take(step).enumerate() {
         if i + 1 == step {
-            checks::emit_before_last_op(&mut s, input, &seqs);
+            (check.before_last_op)(&mut s, &checked);
         }
         emit_op(&mut s, op, &format!("op {}", i + 1));
     }
     let _ = writeln!(s, "    int reproduced = 0;");
-    checks::emit_before_seqs(&mut s, input);
+    let _ = writeln!(s, "    (void)last_returned;");
+    (check.before_seqs)(&mut s, &checked);
     let _ = writeln!(
         s,
         "    const llama_seq_id check[] = {{{}}};",
@@ -239,18 +240,21 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
     // iSWA memory's are its base cache's, and its windowed dump (`win`, `nwin`) bounds
     // `seq_pos_min` (docs/memory-types.md).
     let reader = match t.setup.arch.memory() {
-        MemoryType::Kv => "resident",
-        MemoryType::Recurrent => "resident_recurrent",
-        MemoryType::Hybrid => "resident_hybrid",
-        MemoryType::Iswa => "",
+        MemoryType::Kv => Some("resident"),
+        MemoryType::Recurrent => Some("resident_recurrent"),
+        MemoryType::Hybrid => Some("resident_hybrid"),
+        MemoryType::Iswa => None,
     };
-    if reader.is_empty() {
-        let _ = writeln!(s, "        int cells[4096]; int n = 0; int win[4096]; int nwin = resident_iswa(ctx, sq, cells, &n, win, 4096); (void)nwin;");
-    } else {
-        let _ = writeln!(
-            s,
-            "        int cells[4096]; int n = {reader}(ctx, sq, cells, 4096);"
-        );
+    match reader {
+        Some(f) => {
+            let _ = writeln!(
+                s,
+                "        int cells[4096]; int n = {f}(ctx, sq, cells, 4096);"
+            );
+        }
+        None => {
+            let _ = writeln!(s, "        int cells[4096]; int n = 0; int win[4096]; int nwin = resident_iswa(ctx, sq, cells, &n, win, 4096); (void)nwin;");
+        }
     }
     let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
     let _ = writeln!(
@@ -263,9 +267,9 @@ pub fn emit_c(input: &ReproInput, model: &Path) -> String {
         "        for (int i = 0; i < n; i++) printf(\" %d\", cells[i]);"
     );
     let _ = writeln!(s, "        printf(\"\\n\");");
-    checks::emit_seq_check(&mut s, input);
+    (check.seq)(&mut s, &checked);
     let _ = writeln!(s, "    }}");
-    checks::emit_after_seqs(&mut s, input);
+    (check.after_seqs)(&mut s, &checked);
     let _ = writeln!(s, "    llama_free(ctx);");
     let _ = writeln!(s, "    llama_model_free(model);");
     let _ = writeln!(
@@ -296,14 +300,13 @@ pub fn fuzz_repro_json(data: &[u8]) {
         assert_eq!(safe_file_name(&name), name);
     }
     if let Ok(input) = parse_input(text) {
-        let model = Path::new("/tmp/model.gguf");
-        let program = emit_c(&input, model);
+        let program = emit_c(&input);
         let mut plain = input.clone();
         plain.kind = None;
         plain.target = None;
         assert_eq!(
             program_shape(&program),
-            program_shape(&emit_c(&plain, model)),
+            program_shape(&emit_c(&plain)),
             "{program}"
         );
     }
@@ -336,12 +339,15 @@ mod tests {
 
     #[test]
     fn state_ops_and_the_configuration_read_as_c() {
-        let c = emit_c(&state_ops_input("contract"), Path::new("/tmp/m.gguf"));
+        let c = emit_c(&state_ops_input("contract"));
         for want in [
-            "cp.n_ctx = 256; cp.n_seq_max = 2; cp.kv_unified = false;",
+            "cp.n_ctx = 256;\n    cp.n_seq_max = 2;\n    cp.kv_unified = false;",
             "cp.n_ubatch = 4;",
             "cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;",
-            "cp.type_k = GGML_TYPE_Q8_0; cp.type_v = GGML_TYPE_F16;",
+            "cp.type_k = GGML_TYPE_Q8_0;\n    cp.type_v = GGML_TYPE_F16;",
+            "cp.swa_full = true;",
+            "cp.n_threads = 1; cp.n_threads_batch = 1;",
+            "argc > 1 ? argv[1] : \"tiny-llama.gguf\"",
             "static uint8_t *slot_a; static size_t slot_a_len;",
             "static uint8_t *slot_whole_1; static size_t slot_whole_1_len;",
             "static uint8_t *slot_b; static size_t slot_b_len;",
@@ -357,21 +363,21 @@ mod tests {
         ] {
             assert!(c.contains(want), "{want}\n{c}");
         }
-        let rt = emit_c(&state_ops_input("round-trip"), Path::new("/tmp/m.gguf"));
+        let rt = emit_c(&state_ops_input("round-trip"));
         assert!(
             rt.contains("llama_init_from_model(model, cp);\n    if (!twin)"),
             "{rt}"
         );
         assert!(rt.contains("round trip violated: seq redump differs"));
-        let cons = emit_c(&state_ops_input("conservation"), Path::new("/tmp/m.gguf"));
+        let cons = emit_c(&state_ops_input("conservation"));
         assert!(cons.contains("whole_cells(whole, whole_len, sq, in_whole, 4096, NULL)"));
     }
 
     #[test]
     fn the_state_oracles_parse_by_name() {
-        let names = C_CHECKED.map(|o| o.name());
         for name in ["round-trip", "conservation", "contract", "contract?"] {
-            assert!(names.contains(&name), "{name}");
+            let id = OracleId::known(name).expect("a built-in oracle");
+            assert!(c_check_of(id).is_some(), "{name}");
         }
     }
 
@@ -380,7 +386,7 @@ mod tests {
         let json = r#"{"oracle":"I1","seq":1,"trace":{"setup":{"n_ctx":256,"n_seq_max":2,"ops":[{"op":"decode","seq":0,"n":7}]},
             "ops":[{"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":3},{"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":3},{"op":"seq_keep","seq":0}]}}"#;
         let input: ReproInput = serde_json::from_str(json).unwrap();
-        let c = emit_c(&input, Path::new("/tmp/m.gguf"));
+        let c = emit_c(&input);
         assert!(c.contains("llama_memory_seq_cp(mem, 0, 1, 0, 3);"));
         assert!(c.contains("llama_memory_seq_keep(mem, 0);"));
         assert!(c.contains("int rc = decode(ctx, 7, toks, NULL, 1, seqs);"));

@@ -1,17 +1,12 @@
 //! The program's skeleton over llama.h: each op as llama.h calls (state ops over one buffer per
-//! slot), and the context's configuration as `llama_context_params` fields.
+//! slot).
 
 use std::fmt::Write as _;
 
 use super::escape::c_string_literal;
-use crate::base::op::{CacheType, Op, Setup, Slot};
+use crate::base::op::{Op, Slot};
 
-pub(super) fn c_array(v: &[i32]) -> String {
-    v.iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+pub(super) use crate::oracles::c_check::c_array;
 
 pub(super) fn emit_op(out: &mut String, op: &Op, label: &str) {
     let _ = writeln!(
@@ -220,66 +215,4 @@ fn emit_load(
     );
     let _ = writeln!(out, "        free(b);");
     let _ = writeln!(out, "    }}");
-}
-
-/// `enum ggml_type` name of a cache type, as C source.
-fn ggml_type_name(t: CacheType) -> &'static str {
-    match t {
-        CacheType::F16 => "GGML_TYPE_F16",
-        CacheType::F32 => "GGML_TYPE_F32",
-        CacheType::Q8_0 => "GGML_TYPE_Q8_0",
-        CacheType::Q4_0 => "GGML_TYPE_Q4_0",
-    }
-}
-
-/// The setup's configuration in one line of plain words (for the header comment).
-pub(super) fn describe_config(setup: &Setup) -> String {
-    let mut out = format!(
-        "n_ctx {}, n_seq_max {}, kv_unified {}",
-        setup.n_ctx, setup.n_seq_max, setup.kv_unified
-    );
-    if let Some(n) = setup.n_batch {
-        let _ = write!(out, ", n_batch {n}");
-    }
-    if let Some(n) = setup.n_ubatch {
-        let _ = write!(out, ", n_ubatch {n}");
-    }
-    let _ = write!(
-        out,
-        ", flash_attn {}, type_k {}, type_v {}",
-        if setup.flash_attn { "on" } else { "off" },
-        setup.type_k.name(),
-        setup.type_v.name()
-    );
-    out
-}
-
-/// The statements that fill `cp` (already `llama_context_default_params()`) from `setup`.
-pub(super) fn emit_context_params(s: &mut String, setup: &Setup) {
-    let _ = writeln!(
-        s,
-        "    cp.n_ctx = {}; cp.n_seq_max = {}; cp.kv_unified = {};",
-        setup.n_ctx, setup.n_seq_max, setup.kv_unified
-    );
-    if let Some(n) = setup.n_batch {
-        let _ = writeln!(s, "    cp.n_batch = {n};");
-    }
-    if let Some(n) = setup.n_ubatch {
-        let _ = writeln!(s, "    cp.n_ubatch = {n};");
-    }
-    let _ = writeln!(
-        s,
-        "    cp.n_threads = 1; cp.n_threads_batch = 1; cp.flash_attn_type = {};",
-        if setup.flash_attn {
-            "LLAMA_FLASH_ATTN_TYPE_ENABLED"
-        } else {
-            "LLAMA_FLASH_ATTN_TYPE_DISABLED"
-        }
-    );
-    let _ = writeln!(
-        s,
-        "    cp.type_k = {}; cp.type_v = {};",
-        ggml_type_name(setup.type_k),
-        ggml_type_name(setup.type_v)
-    );
 }

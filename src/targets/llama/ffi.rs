@@ -27,6 +27,8 @@ use std::sync::Arc;
 
 pub use super::error::ShimError;
 use super::shim::{BuiltShim, SHIM_ABI};
+use crate::base::op::Setup;
+use crate::base::setting::{Key, Setting, Value as SettingValue};
 
 /// The private raw layer: C types and the function table.
 mod raw {
@@ -43,20 +45,12 @@ mod raw {
     pub const E_BUFFER: i64 = -1003;
     pub const E_LLAMA: i64 = -1004;
 
-    /// `kvaudit_shim_params`: ten 32-bit fields, no padding.
+    /// `kvaudit_shim_setting`: a NUL-terminated key and its value.
     #[repr(C)]
     #[derive(Debug, Clone, Copy)]
-    pub struct Params {
-        pub n_ctx: u32,
-        pub n_seq_max: u32,
-        pub n_batch: u32,
-        pub n_ubatch: u32,
-        pub n_threads: i32,
-        pub kv_unified: i32,
-        pub swa_full: i32,
-        pub flash_attn: i32,
-        pub type_k: i32,
-        pub type_v: i32,
+    pub struct Setting {
+        pub key: *const c_char,
+        pub value: i64,
     }
 
     /// The opaque `kvaudit_shim` handle.
@@ -72,8 +66,15 @@ mod raw {
         pub version: unsafe extern "C" fn() -> *const c_char,
         pub state_seq_format: unsafe extern "C" fn() -> i32,
         pub assertions_enabled: unsafe extern "C" fn() -> i32,
-        pub open:
-            unsafe extern "C" fn(*const c_char, *const Params, *mut c_char, usize) -> *mut Handle,
+        pub open: unsafe extern "C" fn(
+            *const c_char,
+            *const Setting,
+            usize,
+            *mut c_char,
+            usize,
+        ) -> *mut Handle,
+        pub setting_value: unsafe extern "C" fn(*mut Handle, *const c_char, *mut i64) -> i32,
+        pub model_arch: unsafe extern "C" fn(*mut Handle, *mut c_char, usize) -> i32,
         pub close: unsafe extern "C" fn(*mut Handle),
         pub decode: unsafe extern "C" fn(
             *mut Handle,
@@ -160,6 +161,8 @@ mod raw {
                 state_seq_format: symbol(&lib, path, b"kvaudit_shim_state_seq_format\0")?,
                 assertions_enabled: symbol(&lib, path, b"kvaudit_shim_assertions_enabled\0")?,
                 open: symbol(&lib, path, b"kvaudit_shim_open\0")?,
+                setting_value: symbol(&lib, path, b"kvaudit_shim_setting_value\0")?,
+                model_arch: symbol(&lib, path, b"kvaudit_shim_model_arch\0")?,
                 close: symbol(&lib, path, b"kvaudit_shim_close\0")?,
                 decode: symbol(&lib, path, b"kvaudit_shim_decode\0")?,
                 seq_rm: symbol(&lib, path, b"kvaudit_shim_seq_rm\0")?,
@@ -202,80 +205,61 @@ mod raw {
     }
 }
 
-/// Flash attention setting (`enum llama_flash_attn_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FlashAttn {
-    /// llama.cpp decides (its default).
-    #[default]
-    Auto,
-    /// Off.
-    Off,
-    /// On.
-    On,
-}
-
-/// Model and context settings for [`LlamaShim::open`].
+/// Model and context settings for [`LlamaShim::open`]: a setup's list of settings
+/// ([`Setup::settings`]), which the shim applies to `llama_context_params` key by key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextParams {
-    /// Context size; 0 takes the model's. llama.cpp pads it to a multiple of 256.
-    pub n_ctx: u32,
-    /// Number of sequences (seq ids `0..n_seq_max`).
-    pub n_seq_max: u32,
-    /// Logical batch size; 0 keeps llama.cpp's default (2048).
-    pub n_batch: u32,
-    /// Physical batch size; 0 keeps llama.cpp's default (512).
-    pub n_ubatch: u32,
-    /// Threads for decoding; 0 keeps llama.cpp's default (4).
-    pub n_threads: u32,
-    /// One KV stream shared by all sequences (needed for seq ids 0..3 in one stream).
-    pub kv_unified: bool,
-    /// Full-size SWA cache.
-    pub swa_full: bool,
-    /// Flash attention.
-    pub flash_attn: FlashAttn,
-    /// `ggml_type` of the K cache; `None`: F16.
-    pub type_k: Option<u32>,
-    /// `ggml_type` of the V cache; `None`: F16.
-    pub type_v: Option<u32>,
-}
-
-impl Default for ContextParams {
-    /// llama.cpp's defaults, except one thread (cheap and deterministic for auditing).
-    fn default() -> ContextParams {
-        ContextParams {
-            n_ctx: 512,
-            n_seq_max: 1,
-            n_batch: 0,
-            n_ubatch: 0,
-            n_threads: 1,
-            kv_unified: false,
-            swa_full: true,
-            flash_attn: FlashAttn::Auto,
-            type_k: None,
-            type_v: None,
-        }
-    }
+    settings: Vec<Setting>,
 }
 
 impl ContextParams {
-    fn to_raw(&self) -> raw::Params {
-        let to_i32 = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
-        raw::Params {
-            n_ctx: self.n_ctx,
-            n_seq_max: self.n_seq_max,
-            n_batch: self.n_batch,
-            n_ubatch: self.n_ubatch,
-            n_threads: to_i32(self.n_threads),
-            kv_unified: self.kv_unified as i32,
-            swa_full: self.swa_full as i32,
-            flash_attn: match self.flash_attn {
-                FlashAttn::Auto => -1,
-                FlashAttn::Off => 0,
-                FlashAttn::On => 1,
-            },
-            type_k: self.type_k.map_or(-1, to_i32),
-            type_v: self.type_v.map_or(-1, to_i32),
+    /// The settings of `setup`.
+    pub fn of(setup: &Setup) -> ContextParams {
+        ContextParams {
+            settings: setup.settings(),
         }
+    }
+
+    /// The same with `key` set to `value` (replaced, or added at the end).
+    pub fn with(mut self, key: Key, value: SettingValue) -> ContextParams {
+        match self.settings.iter_mut().find(|s| s.key == key) {
+            Some(s) => s.value = value,
+            None => self.settings.push(Setting { key, value }),
+        }
+        self
+    }
+
+    /// The value of `key`, if set.
+    pub fn get(&self, key: Key) -> Option<SettingValue> {
+        self.settings.iter().find(|s| s.key == key).map(|s| s.value)
+    }
+
+    /// The settings, in the order the shim applies them.
+    pub fn settings(&self) -> &[Setting] {
+        &self.settings
+    }
+
+    /// The keys as C strings and the pairs pointing into them (the architecture picks the
+    /// model, not a context field: it is not passed). The pairs are valid while the keys live.
+    fn to_raw(&self) -> (Vec<std::ffi::CString>, Vec<raw::Setting>) {
+        let given: Vec<(&'static str, i64)> = self
+            .settings
+            .iter()
+            .filter_map(|s| s.shim_value().map(|v| (s.key.name(), v)))
+            .collect();
+        let keys: Vec<std::ffi::CString> = given
+            .iter()
+            .map(|(k, _)| std::ffi::CString::new(*k).expect("key names have no NUL"))
+            .collect();
+        let pairs = keys
+            .iter()
+            .zip(&given)
+            .map(|(k, (_, v))| raw::Setting {
+                key: k.as_ptr(),
+                value: *v,
+            })
+            .collect();
+        (keys, pairs)
     }
 }
 
@@ -373,14 +357,16 @@ impl LlamaShim {
                     path: model.to_path_buf(),
                 }
             })?;
-        let raw_params = params.to_raw();
+        let (_keys, pairs) = params.to_raw();
         let mut err = vec![0u8; 2048];
-        // SAFETY: c_path is NUL-terminated, raw_params lives across the call, err is writable
-        // for err.len() bytes; the shim copies what it needs and keeps no pointer to them.
+        // SAFETY: c_path is NUL-terminated, `pairs` holds pairs.len() settings whose keys point
+        // into `_keys` (NUL-terminated, alive across the call), err is writable for err.len()
+        // bytes; the shim copies what it needs and keeps no pointer to them.
         let handle = unsafe {
             (self.api.open)(
                 c_path.as_ptr(),
-                &raw_params,
+                pairs.as_ptr(),
+                pairs.len(),
                 err.as_mut_ptr().cast(),
                 err.len(),
             )
@@ -767,6 +753,31 @@ impl LlamaContext {
         Ok(self.check("n_ubatch", n)? as u32)
     }
 
+    /// The value `key` has in this context, read back through llama.h where llama.h can tell
+    /// (`llama_n_ctx`, `llama_n_seq_max`, `llama_n_batch`, `llama_n_ubatch`, `llama_n_threads`),
+    /// else as the shim passed it to `llama_init_from_model`; in the shim's encoding
+    /// ([`Setting::shim_value`]). `None` for a key the shim cannot read back.
+    pub fn setting_value(&mut self, key: Key) -> Result<Option<i64>, ShimError> {
+        let name = std::ffi::CString::new(key.name()).expect("key names have no NUL");
+        let mut out = 0i64;
+        // SAFETY: live handle, NUL-terminated key, `out` is writable.
+        let rc = unsafe { (self.api.setting_value)(self.h(), name.as_ptr(), &mut out) };
+        match i64::from(rc) {
+            raw::E_LLAMA => Ok(None),
+            rc => self.check("setting_value", rc).map(|_| Some(out)),
+        }
+    }
+
+    /// The model's `general.architecture`, through `llama_model_meta_val_str`.
+    pub fn model_arch(&mut self) -> Result<String, ShimError> {
+        let mut buf = vec![0u8; 64];
+        // SAFETY: live handle; buf is writable for buf.len() bytes, NUL included.
+        let n = unsafe { (self.api.model_arch)(self.h(), buf.as_mut_ptr().cast(), buf.len()) };
+        let n = self.check("model_arch", i64::from(n))? as usize;
+        buf.truncate(n.min(buf.len() - 1));
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
     /// The logits of the last output of the last decode (`llama_get_logits_ith(-1)`).
     pub fn logits_last(&mut self) -> Result<Vec<f32>, ShimError> {
         let n = usize::try_from(self.n_vocab).unwrap_or(0);
@@ -783,33 +794,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn params_struct_is_ten_packed_i32() {
-        assert_eq!(std::mem::size_of::<raw::Params>(), 40);
-        let header = super::super::shim::SHIM_HEADER;
-        let start = header.find("typedef struct kvaudit_shim_params {").unwrap();
-        let end = start + header[start..].find("} kvaudit_shim_params;").unwrap();
-        let fields: Vec<&str> = header[start..end]
-            .lines()
-            .skip(1)
-            .filter_map(|l| l.trim().split(';').next())
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .collect();
-        assert_eq!(
-            fields,
-            [
-                "n_ctx",
-                "n_seq_max",
-                "n_batch",
-                "n_ubatch",
-                "n_threads",
-                "kv_unified",
-                "swa_full",
-                "flash_attn",
-                "type_k",
-                "type_v"
-            ]
-        );
+    fn every_shim_key_is_a_key_the_shim_applies_and_reads_back() {
+        // The C side's one loop compares keys by name: each one kvaudit passes must be in the
+        // shim's apply and read-back chains (an unknown key would fail every open).
+        let source = super::super::shim::SHIM_SOURCE;
+        let setup = Setup {
+            n_batch: Some(8),
+            n_ubatch: Some(4),
+            ..Setup::default()
+        };
+        for s in ContextParams::of(&setup).settings() {
+            let quoted = format!("strcmp(k, \"{}\") == 0", s.key);
+            let read = format!("strcmp(key, \"{}\") == 0", s.key);
+            match s.shim_value() {
+                Some(_) => assert!(
+                    source.contains(&quoted) && source.contains(&read),
+                    "{} is not applied and read back by the shim",
+                    s.key
+                ),
+                None => assert!(!source.contains(&quoted), "{}", s.key),
+            }
+        }
+        assert_eq!(std::mem::size_of::<raw::Setting>(), 16);
     }
 
     #[test]
@@ -835,18 +841,30 @@ mod tests {
     }
 
     #[test]
-    fn default_params_map_to_llama_defaults() {
-        let p = ContextParams::default().to_raw();
-        assert_eq!(
-            (
-                p.n_ctx,
-                p.n_seq_max,
-                p.n_threads,
-                p.flash_attn,
-                p.type_k,
-                p.swa_full
-            ),
-            (512, 1, 1, -1, -1, 1)
+    fn the_architecture_picks_the_model_and_is_not_passed() {
+        let setup = Setup {
+            arch: crate::base::op::Arch::Mamba,
+            ..Setup::default()
+        };
+        let params = ContextParams::of(&setup).with(
+            Key::TypeK,
+            SettingValue::Type(crate::base::op::CacheType::F32),
         );
+        let (keys, pairs) = params.to_raw();
+        let names: Vec<&str> = keys.iter().map(|k| k.to_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "n_ctx",
+                "n_seq_max",
+                "kv_unified",
+                "flash_attn",
+                "type_k",
+                "type_v",
+                "swa_full",
+                "n_threads"
+            ]
+        );
+        assert_eq!(pairs[4].value, 0);
     }
 }

@@ -20,8 +20,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::ffi::{ContextParams, FlashAttn, LlamaContext, LlamaShim, ShimError};
-use crate::base::op::{Arch, MemoryType, Op, OpKind, Pos, SeqId, Setup};
+use super::ffi::{ContextParams, LlamaContext, LlamaShim, ShimError};
+use crate::base::op::{Arch, CacheType, MemoryType, Op, OpKind, Pos, SeqId, Setup};
+use crate::base::setting::{Key, Value};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
@@ -50,8 +51,8 @@ pub struct LlamaTarget {
     /// The setup, the state right after it, and the slots its ops wrote (a restore must bring
     /// those back too: the trace may load them).
     saved: Option<(Setup, Vec<u8>, SlotStore)>,
-    /// `ggml_type` of the K and V caches; `None`: llama.cpp's default (F16).
-    cache_type: Option<u32>,
+    /// The type of the K and V caches, over the setup's; `None`: the setup's.
+    cache_type: Option<CacheType>,
     /// The context holds the logits of a successful decode made since the last reset.
     logits_valid: bool,
     /// The state ops' buffers of the current trial.
@@ -128,9 +129,9 @@ impl LlamaTarget {
         }
     }
 
-    /// The same target with K and V caches of `ggml_type` (0 = F32), for the numerical oracles.
-    pub fn with_cache_type(mut self, ggml_type: u32) -> Self {
-        self.cache_type = Some(ggml_type);
+    /// The same target with K and V caches of `cache_type`, for the numerical oracles.
+    pub fn with_cache_type(mut self, cache_type: CacheType) -> Self {
+        self.cache_type = Some(cache_type);
         self
     }
 
@@ -157,22 +158,12 @@ impl LlamaTarget {
     /// The context params of `setup`'s configuration (the [`Self::with_cache_type`] override,
     /// when set, wins over the setup's cache types).
     pub fn params(&self, setup: &Setup) -> ContextParams {
-        ContextParams {
-            type_k: Some(self.cache_type.unwrap_or(setup.type_k.ggml_type())),
-            type_v: Some(self.cache_type.unwrap_or(setup.type_v.ggml_type())),
-            n_ctx: setup.n_ctx,
-            n_seq_max: setup.n_seq_max,
-            n_batch: setup.n_batch.unwrap_or(0),
-            n_ubatch: setup.n_ubatch.unwrap_or(0),
-            kv_unified: setup.kv_unified,
-            swa_full: setup.swa_full,
-            flash_attn: if setup.flash_attn {
-                FlashAttn::On
-            } else {
-                FlashAttn::Off
-            },
-            n_threads: 1,
-            ..ContextParams::default()
+        let params = ContextParams::of(setup);
+        match self.cache_type {
+            Some(t) => params
+                .with(Key::TypeK, Value::Type(t))
+                .with(Key::TypeV, Value::Type(t)),
+            None => params,
         }
     }
 
@@ -385,7 +376,8 @@ impl CacheUnderTest for LlamaTarget {
             self.device_state_used |= flags & STATE_SEQ_FLAGS_ON_DEVICE != 0;
         }
         if let Op::SeqCp { src, dst, .. } = op {
-            self.stream_copy_pending |= !params.params.kv_unified && src != dst;
+            self.stream_copy_pending |=
+                params.params.get(Key::KvUnified) != Some(Value::Flag(true)) && src != dst;
         }
         let applied = apply_op(ctx, &mut self.slots, op);
         let outcome = applied.map_err(|e| HarnessError::Target {

@@ -1,0 +1,541 @@
+//! The oracles' checks in C, as data for the C reproducer (`outputs/c_repro`): what a standalone
+//! program over llama.h states at a finding's step, from the context's own serialized state.
+//! An oracle with a C check returns one of the [`CCheck`]s here (swa-window's is in its own file,
+//! beside the rule it restates) from [`super::Oracle::c_check`];
+//! the reproducer iterates the registry and never names an oracle.
+//!
+//! A check adds code in up to four places: right before the trace's last op, before the loop
+//! over the checked sequences (whole-context dumps), inside it (one sequence: locals `sq`,
+//! `cells`, `n`, `mn`, `mx`, `tmin`, `tmax`, `k`), and after it. The program's C helpers are
+//! `outputs/c_repro/prelude.rs`'s. Only integers and fixed text reach the program from here: the
+//! finding's `expected` is hostile, and only its integers are read.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::base::op::{MemoryType, Trace};
+
+/// What a check is given.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckInput<'a> {
+    /// The finding's trace.
+    pub trace: &'a Trace,
+    /// How many of its ops run before the check (the finding's step, at most the trace's length).
+    pub step: usize,
+    /// What the oracle expected (the finding's `expected`).
+    pub expected: &'a Value,
+    /// The finding's kind (hostile text: compared, never written into the program).
+    pub kind: Option<&'a str>,
+    /// The sequences checked.
+    pub seqs: &'a [i32],
+}
+
+/// Writes C statements for a check.
+pub type Emit = fn(&mut String, &CheckInput<'_>);
+
+/// An oracle's check in C: the statements it puts in each place of the program.
+#[derive(Clone, Copy)]
+pub struct CCheck {
+    /// Right before the trace's last op.
+    pub before_last_op: Emit,
+    /// Before the loop over the checked sequences.
+    pub before_seqs: Emit,
+    /// Inside the loop: one sequence.
+    pub seq: Emit,
+    /// After the loop.
+    pub after_seqs: Emit,
+}
+
+impl std::fmt::Debug for CCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CCheck")
+    }
+}
+
+/// No statements.
+pub fn nothing(_: &mut String, _: &CheckInput<'_>) {}
+
+impl CCheck {
+    /// A check of each sequence alone.
+    const fn per_seq(seq: Emit) -> CCheck {
+        CCheck {
+            before_last_op: nothing,
+            before_seqs: nothing,
+            seq,
+            after_seqs: nothing,
+        }
+    }
+}
+
+/// Integers as a C initializer list.
+pub fn c_array(v: &[i32]) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// I1: the accessors against the extremes of the sequence's cells; for an iSWA memory
+/// (`memory::allowed`), pos_max is the base cache's largest position and pos_min lies between
+/// the base cache's smallest and the windowed dump's smallest (`win`, `nwin`).
+pub const I1: CCheck = CCheck::per_seq(|s, input| {
+    if input.trace.setup.arch.memory() == MemoryType::Iswa {
+        let _ = writeln!(
+            s,
+            "        int wmin = nwin ? win[0] : tmax; if (wmin < tmin) wmin = tmin;"
+        );
+        let _ = writeln!(s, "        if (tmax < 0 ? (mn != -1 || mx != -1) : (mx != tmax || mn < tmin || mn > wmin)) {{ printf(\"I1 violated: accessors say [%d, %d], the base cache holds [%d, %d], the windowed dump starts at %d\\n\", mn, mx, tmin, tmax, nwin ? win[0] : -1); reproduced = 1; }}");
+    } else {
+        let _ = writeln!(s, "        if (mn != tmin || mx != tmax) {{ printf(\"I1 violated: accessors say [%d, %d], the state says [%d, %d]\\n\", mn, mx, tmin, tmax); reproduced = 1; }}");
+    }
+});
+
+/// I2: no hole between the sequence's cells.
+pub const I2: CCheck = CCheck::per_seq(|s, _| {
+    let _ = writeln!(s, "        for (int i = 1; i < n; i++) if (cells[i] - cells[i - 1] > 1) {{ printf(\"I2 violated: positions %d..%d missing\\n\", cells[i - 1] + 1, cells[i] - 1); reproduced = 1; }}");
+});
+
+/// differential: the sequence as the reference left it (`expected`'s `pos_min`, `pos_max`,
+/// `cells`).
+pub const DIFFERENTIAL: CCheck = CCheck::per_seq(|s, input| {
+    let e = input.expected;
+    let emin = e.get("pos_min").and_then(Value::as_i64).unwrap_or(-1);
+    let emax = e.get("pos_max").and_then(Value::as_i64).unwrap_or(-1);
+    let ecells = expected_cells(e).unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "        const int want[] = {{{}}}; const int nwant = {};",
+        if ecells.is_empty() {
+            "0".into()
+        } else {
+            c_array(&ecells)
+        },
+        ecells.len()
+    );
+    let _ = writeln!(
+        s,
+        "        int same = mn == {emin} && mx == {emax} && n == nwant;"
+    );
+    let _ = writeln!(
+        s,
+        "        for (int i = 0; same && i < n; i++) same = cells[i] == want[i];"
+    );
+    let _ = writeln!(s, "        if (!same) {{ printf(\"differs from the reference: seq_pos_min {emin}, seq_pos_max {emax}, {} cells\\n\"); reproduced = 1; }}", ecells.len());
+});
+
+/// crash: the program reproduces by crashing; reaching the end is not reproducing.
+pub const CRASH: CCheck = CCheck {
+    before_last_op: nothing,
+    before_seqs: nothing,
+    seq: |s, _| {
+        let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+    },
+    after_seqs: |s, _| {
+        let _ = writeln!(
+            s,
+            "    printf(\"no crash: the finding does not reproduce\\n\");"
+        );
+    },
+};
+
+/// conservation: the whole dump's cells are the union of the sequences' cells.
+pub const CONSERVATION: CCheck = CCheck {
+    before_last_op: nothing,
+    before_seqs: |s, _| {
+        let _ = writeln!(
+            s,
+            "    size_t whole_len = 0; uint8_t *whole = dump_whole(ctx, &whole_len);"
+        );
+        let _ = writeln!(s, "    int orphans = 0, whole_pos[4096]; int n_whole = whole_cells(whole, whole_len, -1, whole_pos, 4096, &orphans);");
+        let _ = writeln!(
+            s,
+            "    printf(\"whole dump: %d used cells, %d of no sequence\\n\", n_whole, orphans);"
+        );
+        let _ = writeln!(s, "    if (orphans) {{ printf(\"conservation violated: cell without a sequence\\n\"); reproduced = 1; }}");
+    },
+    seq: |s, _| {
+        let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+        let _ = writeln!(s, "        int in_whole[4096]; int nw = whole_cells(whole, whole_len, sq, in_whole, 4096, NULL);");
+        let _ = writeln!(s, "        int same = nw == n;");
+        let _ = writeln!(
+            s,
+            "        for (int i = 0; same && i < n; i++) same = cells[i] == in_whole[i];"
+        );
+        let _ = writeln!(
+            s,
+            "        printf(\"  the whole dump lists %d cells of seq %d:\", nw, sq);"
+        );
+        let _ = writeln!(
+            s,
+            "        for (int i = 0; i < nw; i++) printf(\" %d\", in_whole[i]);"
+        );
+        let _ = writeln!(s, "        printf(\"\\n\");");
+        let _ = writeln!(s, "        if (!same) {{ printf(\"conservation violated: %s\\n\", nw < n ? \"sequence cell missing from the whole dump\" : \"whole dump cell missing from the sequence dump\"); reproduced = 1; }}");
+    },
+    after_seqs: |s, _| {
+        let _ = writeln!(s, "    free(whole);");
+    },
+};
+
+/// round-trip: the whole dump and each sequence's dump load into a twin and read back the same.
+pub const ROUND_TRIP: CCheck = CCheck {
+    before_last_op: nothing,
+    before_seqs: |s, _| emit_round_trip_prologue(s),
+    seq: |s, _| emit_round_trip_seq(s),
+    after_seqs: |s, _| emit_round_trip_epilogue(s),
+};
+
+/// contract and `contract?`: what the op returned, and the fields of the finding's `expected`.
+pub const CONTRACT: CCheck = CCheck {
+    before_last_op: nothing,
+    before_seqs: |s, input| {
+        // A clause about what the op returns (`seq_rm` of a whole sequence never fails).
+        if let Some(want) = input.expected.get("returned").and_then(Value::as_bool) {
+            let w = i32::from(want);
+            let _ = writeln!(s, "    if (last_returned != -1 && last_returned != {w}) {{ printf(\"contract violated: the op returned %s, llama.h says {want}\\n\", last_returned ? \"true\" : \"false\"); reproduced = 1; }}");
+        }
+    },
+    seq: |s, input| emit_contract_seq(s, input.expected),
+    after_seqs: nothing,
+};
+
+/// cache-invisible: the probe's logits against a fresh twin that decodes the resident tokens.
+pub const CACHE_INVISIBLE: CCheck = CCheck {
+    before_last_op: cache_invisible_before_last_op,
+    before_seqs: nothing,
+    seq: |s, input| {
+        let tolerance = input
+            .expected
+            .get("max_abs_diff_at_most")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        emit_probe_check(s, tolerance);
+    },
+    after_seqs: nothing,
+};
+
+/// cache-invisible: the tokens the twin decodes for each checked sequence, by position, from the
+/// token model over the setup and the trace (`TokenModel::attention_tokens`): the resident
+/// tokens llama.h says the sequence holds.
+fn cache_invisible_before_last_op(s: &mut String, input: &CheckInput<'_>) {
+    let (t, step, seqs) = (input.trace, input.step, input.seqs);
+    let mut all = t.setup.clone();
+    all.ops.extend(t.ops.iter().take(step).cloned());
+    let model = crate::base::tokens::TokenModel::after_setup(&all);
+    let n = seqs.len().max(1);
+    let lists: Vec<Vec<(i32, i32)>> = seqs
+        .iter()
+        .map(|&q| model.attention_tokens(q).unwrap_or_default())
+        .collect();
+    let width = lists.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let rows = |f: fn(&(i32, i32)) -> i32| -> String {
+        lists
+            .iter()
+            .map(|l| format!("{{{}}}", c_array(&l.iter().map(f).collect::<Vec<_>>())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let counts: Vec<i32> = lists.iter().map(|l| l.len() as i32).collect();
+    let _ = writeln!(s, "    /* the resident tokens of each checked sequence, by position (the twin decodes them) */");
+    let _ = writeln!(s, "    const int ci_n[{n}] = {{{}}};", c_array(&counts));
+    let _ = writeln!(
+        s,
+        "    const llama_pos ci_pos[{n}][{width}] = {{{}}};",
+        rows(|e| e.0)
+    );
+    let _ = writeln!(
+        s,
+        "    const llama_token ci_tok[{n}][{width}] = {{{}}};",
+        rows(|e| e.1)
+    );
+}
+
+/// cache-invisible on one sequence: the probe token's logits after the sequence in the audited
+/// context against a fresh twin that decodes the resident tokens and the same probe.
+fn emit_probe_check(s: &mut String, tolerance: f64) {
+    let probe = crate::base::probe::PROBE_TOKEN;
+    let _ = writeln!(s, "        {{ const float tol = {tolerance:e}f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));");
+    let _ = writeln!(s, "          llama_token pt = {probe}; llama_pos at = cells[n - 1] + 1; llama_seq_id one[1] = {{sq}};");
+    let _ = writeln!(
+        s,
+        "          int rc = n ? decode(ctx, 1, &pt, &at, 1, one) : -1;"
+    );
+    let _ = writeln!(
+        s,
+        "          float *a = malloc(sizeof(float) * (size_t)nv);"
+    );
+    let _ = writeln!(s, "          if (rc == 0) memcpy(a, llama_get_logits_ith(ctx, -1), sizeof(float) * (size_t)nv);");
+    let _ = writeln!(
+        s,
+        "          struct llama_context *tw = llama_init_from_model(model, cp);"
+    );
+    let _ = writeln!(s, "          int rt = (tw && ci_n[k]) ? decode(tw, ci_n[k], ci_tok[k], ci_pos[k], 1, one) : (tw ? 0 : -1);");
+    let _ = writeln!(
+        s,
+        "          if (rt == 0) rt = decode(tw, 1, &pt, &at, 1, one);"
+    );
+    let _ = writeln!(s, "          if (rc == 0 && rt == 0) {{");
+    let _ = writeln!(
+        s,
+        "            const float *b = llama_get_logits_ith(tw, -1); float d = 0;"
+    );
+    let _ = writeln!(s, "            for (int i = 0; i < nv; i++) {{ float x = a[i] - b[i]; if (x < 0) x = -x; if (!(x <= d)) d = x; }}");
+    let _ = writeln!(s, "            printf(\"cache-invisible (seq %d): probe at %d, %d resident tokens, max |logit difference| %g, tolerance %g\\n\", sq, at, ci_n[k], d, tol);");
+    let _ = writeln!(s, "            if (d > tol) {{ printf(\"cache-invisible violated: the logits differ from a fresh decode of the resident tokens\\n\"); reproduced = 1; }}");
+    let _ = writeln!(s, "          }} else printf(\"cache-invisible (seq %d): a probe decode failed (%d, %d): not judged\\n\", sq, rc, rt);");
+    let _ = writeln!(s, "          free(a); if (tw) llama_free(tw); }}");
+}
+
+/// `expected.cells` as integers, if it is an array (non-integers are dropped: the input is
+/// hostile, and only integers may reach the program).
+fn expected_cells(e: &Value) -> Option<Vec<i32>> {
+    e.get("cells").and_then(Value::as_array).map(|a| {
+        a.iter()
+            .filter_map(Value::as_i64)
+            .map(|x| x.clamp(i32::MIN.into(), i32::MAX.into()) as i32)
+            .collect()
+    })
+}
+
+/// `expected.<key>` as an i32, if it is an integer.
+fn expected_pos(e: &Value, key: &str) -> Option<i32> {
+    e.get(key)
+        .and_then(Value::as_i64)
+        .map(|x| x.clamp(i32::MIN.into(), i32::MAX.into()) as i32)
+}
+
+/// The `contract` check of one sequence: the fields the finding's `expected` holds
+/// (`pos_min`, `pos_max`, `cells`) against what the context says, as the differential check.
+fn emit_contract_seq(s: &mut String, e: &Value) {
+    let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+    let _ = writeln!(s, "        int same = 1;");
+    if let Some(v) = expected_pos(e, "pos_min") {
+        let _ = writeln!(s, "        if (mn != {v}) {{ printf(\"  seq_pos_min %d, the contract says {v}\\n\", mn); same = 0; }}");
+    }
+    if let Some(v) = expected_pos(e, "pos_max") {
+        let _ = writeln!(s, "        if (mx != {v}) {{ printf(\"  seq_pos_max %d, the contract says {v}\\n\", mx); same = 0; }}");
+    }
+    if let Some(cells) = expected_cells(e) {
+        let _ = writeln!(
+            s,
+            "        const int want[] = {{{}}}; const int nwant = {};",
+            if cells.is_empty() {
+                "0".into()
+            } else {
+                c_array(&cells)
+            },
+            cells.len()
+        );
+        let _ = writeln!(s, "        int same_cells = n == nwant;");
+        let _ = writeln!(
+            s,
+            "        for (int i = 0; same_cells && i < n; i++) same_cells = cells[i] == want[i];"
+        );
+        let _ = writeln!(
+            s,
+            "        if (!same_cells) {{ printf(\"  the contract says {} cells\\n\"); same = 0; }}",
+            cells.len()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "        if (!same) {{ printf(\"contract violated for seq %d\\n\", sq); reproduced = 1; }}"
+    );
+}
+
+/// Round trip, before the per-sequence loop: the whole dump and every checked sequence's dump
+/// are taken from `ctx`; the whole dump goes into a twin made with the same params.
+fn emit_round_trip_prologue(s: &mut String) {
+    let _ = writeln!(
+        s,
+        "    struct llama_context *twin = llama_init_from_model(model, cp);"
+    );
+    let _ = writeln!(
+        s,
+        "    if (!twin) {{ fprintf(stderr, \"cannot create the twin context\\n\"); return 2; }}"
+    );
+    let _ = writeln!(s, "    llama_memory_t twin_mem = llama_get_memory(twin);");
+    let _ = writeln!(
+        s,
+        "    size_t whole_len = 0; uint8_t *whole = dump_whole(ctx, &whole_len);"
+    );
+    let _ = writeln!(
+        s,
+        "    size_t whole_read = llama_state_set_data(twin, whole, whole_len);"
+    );
+    let _ = writeln!(s, "    printf(\"round trip: llama_state_set_data into the twin read %zu of %zu bytes\\n\", whole_read, whole_len);");
+    let _ = writeln!(s, "    if (!whole_read) {{ printf(\"round trip violated: whole load failed\\n\"); reproduced = 1; }}");
+    let _ = writeln!(
+        s,
+        "    size_t again_len = 0; uint8_t *again = dump_whole(twin, &again_len);"
+    );
+    let _ = writeln!(s, "    int whole_same_bytes = again_len == whole_len && memcmp(again, whole, whole_len) == 0;");
+    let _ = writeln!(s, "    free(again);");
+}
+
+/// Round trip, inside the per-sequence loop: compare the twin after the whole load (it happens
+/// once, before the loop).
+fn emit_round_trip_seq(s: &mut String) {
+    let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+    let _ = writeln!(
+        s,
+        "        int tc[4096]; int tn = resident(twin, sq, tc, 4096);"
+    );
+    let _ = writeln!(s, "        llama_pos tmn = llama_memory_seq_pos_min(twin_mem, sq), tmx = llama_memory_seq_pos_max(twin_mem, sq);");
+    let _ = writeln!(s, "        int same = tmn == mn && tmx == mx && tn == n;");
+    let _ = writeln!(
+        s,
+        "        for (int i = 0; same && i < n; i++) same = tc[i] == cells[i];"
+    );
+    let _ = writeln!(s, "        printf(\"  twin after the whole load: seq_pos_min %d, seq_pos_max %d, %d cells\\n\", tmn, tmx, tn);");
+    let _ = writeln!(s, "        if (whole_read && !same) {{ printf(\"round trip violated: whole load differs (seq %d)\\n\", sq); reproduced = 1; }}");
+}
+
+/// Round trip, after the per-sequence loop: every checked sequence's dump into the emptied twin,
+/// then each compared, then the redumps' bytes.
+fn emit_round_trip_epilogue(s: &mut String) {
+    // Each sequence alone into the emptied twin, as the harness does (base/target.rs
+    // `round_trip`): sequences that share cells are written out separately.
+    let _ = writeln!(
+        s,
+        "    const size_t n_check = sizeof check / sizeof check[0];"
+    );
+    let _ = writeln!(s, "    uint8_t *seq_bytes[sizeof check / sizeof check[0]]; size_t seq_len[sizeof check / sizeof check[0]]; size_t seq_read[sizeof check / sizeof check[0]];");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) seq_bytes[k] = dump_seq(ctx, check[k], &seq_len[k]);");
+    let _ = writeln!(s, "    for (size_t k = 0; k < n_check; k++) {{");
+    let _ = writeln!(s, "        llama_memory_clear(twin_mem, true);");
+    let _ = writeln!(
+        s,
+        "        seq_read[k] = llama_state_seq_set_data(twin, seq_bytes[k], seq_len[k], check[k]);"
+    );
+    let _ = writeln!(s, "        printf(\"round trip: llama_state_seq_set_data(seq %d) into the emptied twin read %zu of %zu bytes\\n\", check[k], seq_read[k], seq_len[k]);");
+    let _ = writeln!(s, "        llama_seq_id sq = check[k];");
+    let _ = writeln!(
+        s,
+        "        int cells[4096]; int n = resident(ctx, sq, cells, 4096);"
+    );
+    let _ = writeln!(
+        s,
+        "        int tc[4096]; int tn = resident(twin, sq, tc, 4096);"
+    );
+    let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
+    let _ = writeln!(s, "        llama_pos tmn = llama_memory_seq_pos_min(twin_mem, sq), tmx = llama_memory_seq_pos_max(twin_mem, sq);");
+    let _ = writeln!(s, "        int same = tmn == mn && tmx == mx && tn == n;");
+    let _ = writeln!(
+        s,
+        "        for (int i = 0; same && i < n; i++) same = tc[i] == cells[i];"
+    );
+    let _ = writeln!(s, "        printf(\"  twin after the load: seq %d: seq_pos_min %d, seq_pos_max %d, %d cells\\n\", sq, tmn, tmx, tn);");
+    let _ = writeln!(s, "        if (!seq_read[k]) {{ printf(\"round trip violated: seq load failed (seq %d)\\n\", sq); reproduced = 1; }}");
+    let _ = writeln!(s, "        else if (!same) {{ printf(\"round trip violated: seq load differs (seq %d)\\n\", sq); reproduced = 1; }}");
+    let _ = writeln!(
+        s,
+        "        size_t again_len = 0; uint8_t *again = dump_seq(twin, check[k], &again_len);"
+    );
+    let _ = writeln!(s, "        if (seq_read[k] && (again_len != seq_len[k] || memcmp(again, seq_bytes[k], seq_len[k]) != 0)) {{ printf(\"round trip violated: seq redump differs (seq %d)\\n\", check[k]); reproduced = 1; }}");
+    let _ = writeln!(s, "        free(again); free(seq_bytes[k]);");
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "    if (whole_read && !whole_same_bytes) {{ printf(\"round trip violated: whole redump differs\\n\"); reproduced = 1; }}");
+    let _ = writeln!(s, "    free(whole);");
+    let _ = writeln!(s, "    llama_free(twin);");
+}
+
+/// The tolerance a reload finding recorded (`expected`'s `max_abs_diff_at_most`).
+fn reload_tolerance(input: &CheckInput<'_>) -> f64 {
+    input
+        .expected
+        .get("max_abs_diff_at_most")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0)
+}
+
+/// Whether a reload finding is of a sequence's own state (its kind starts with `seq`), not the
+/// whole context's.
+fn reload_of_whole(input: &CheckInput<'_>) -> bool {
+    !input.kind.is_some_and(|k| k.starts_with("seq"))
+}
+
+/// round-trip-logits: the saved state loaded into a fresh twin gives the same next-token logits.
+pub const ROUND_TRIP_LOGITS: CCheck = CCheck::per_seq(|s, input| {
+    emit_reload_check(s, reload_tolerance(input), true, reload_of_whole(input));
+});
+
+/// save-load-invisible: the saved state loaded back into the context changes no next-token
+/// logits.
+pub const SAVE_LOAD_INVISIBLE: CCheck = CCheck::per_seq(|s, input| {
+    emit_reload_check(s, reload_tolerance(input), false, reload_of_whole(input));
+});
+
+/// round-trip-logits (`into_twin`) and save-load-invisible on one sequence (the reload probe,
+/// `base/probe.rs`): the state saved (`whole`, or the sequence's), a probe token's logits in
+/// the context, then the same probe after the state is loaded into a fresh twin or back into
+/// the context.
+fn emit_reload_check(s: &mut String, tolerance: f64, into_twin: bool, whole: bool) {
+    let probe = crate::base::probe::PROBE_TOKEN;
+    let name = if into_twin {
+        "round-trip-logits"
+    } else {
+        "save-load-invisible"
+    };
+    let _ = writeln!(s, "        {{ const float tol = {tolerance:e}f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));");
+    let _ = writeln!(s, "          llama_token pt = {probe}; llama_pos at = n ? cells[n - 1] + 1 : 0; llama_seq_id one[1] = {{sq}};");
+    let save = if whole {
+        "dump_whole(ctx, &sl)"
+    } else {
+        "dump_seq(ctx, sq, &sl)"
+    };
+    let _ = writeln!(s, "          size_t sl = 0; uint8_t *saved = {save};");
+    let _ = writeln!(
+        s,
+        "          int rc = n ? decode(ctx, 1, &pt, &at, 1, one) : -1;"
+    );
+    let _ = writeln!(
+        s,
+        "          float *a = malloc(sizeof(float) * (size_t)nv);"
+    );
+    let _ = writeln!(s, "          if (rc == 0) memcpy(a, llama_get_logits_ith(ctx, -1), sizeof(float) * (size_t)nv);");
+    let _ = writeln!(s, "          llama_memory_seq_rm(mem, sq, at, -1);");
+    let target = if into_twin {
+        let _ = writeln!(
+            s,
+            "          struct llama_context *tw = llama_init_from_model(model, cp);"
+        );
+        "tw"
+    } else {
+        let _ = writeln!(s, "          struct llama_context *tw = NULL;");
+        "ctx"
+    };
+    let load = if whole {
+        format!("llama_state_set_data({target}, saved, sl)")
+    } else {
+        format!("llama_state_seq_set_data({target}, saved, sl, sq)")
+    };
+    let _ = writeln!(
+        s,
+        "          size_t rd = (rc == 0 && (tw || !{into_twin})) ? {load} : 0;",
+        into_twin = i32::from(into_twin)
+    );
+    let _ = writeln!(
+        s,
+        "          int rt = rd ? decode({target}, 1, &pt, &at, 1, one) : -1;"
+    );
+    let _ = writeln!(s, "          if (rt == 0) {{");
+    let _ = writeln!(
+        s,
+        "            const float *b = llama_get_logits_ith({target}, -1); float d = 0;"
+    );
+    let _ = writeln!(s, "            for (int i = 0; i < nv; i++) {{ float x = a[i] - b[i]; if (x < 0) x = -x; if (!(x <= d)) d = x; }}");
+    let _ = writeln!(s, "            printf(\"{name} (seq %d): probe at %d after the load, max |logit difference| %g, tolerance %g\\n\", sq, at, d, tol);");
+    let _ = writeln!(s, "            if (d > tol) {{ printf(\"{name} violated: the load changed the next-token logits\\n\"); reproduced = 1; }}");
+    let _ = writeln!(
+        s,
+        "            llama_memory_seq_rm(llama_get_memory({target}), sq, at, -1);"
+    );
+    let _ = writeln!(s, "          }} else printf(\"{name} (seq %d): no probe after the load (decode %d, load read %zu bytes): not judged\\n\", sq, rc, rd);");
+    let _ = writeln!(
+        s,
+        "          free(a); free(saved); if (tw) llama_free(tw); }}"
+    );
+}
+
