@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use kvaudit::base::domain::Domain;
 use kvaudit::engines::explore::{ExhaustiveConfig, Explorer, RunControl};
-use kvaudit::engines::states::{run_states, StatesConfig};
+use kvaudit::engines::state_space::{run_states, StatesConfig};
 use kvaudit::records::report::Shard;
 use kvaudit::running::states::KeyScope;
 use kvaudit::targets::registry::TargetSpec;

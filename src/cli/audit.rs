@@ -11,7 +11,7 @@ use super::progress::{duration, thousands, Display};
 use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::engines::explore::{Estimate, ExhaustiveConfig, Explorer, RunControl};
-use kvaudit::engines::states::{run_states, StatesConfig};
+use kvaudit::engines::state_space::{run_states, StatesConfig};
 use kvaudit::records::report::{Event, Report, Shard};
 use kvaudit::running::states::KeyScope;
 
@@ -71,7 +71,7 @@ pub struct AuditArgs {
 pub enum Strategy {
     /// Every op sequence of length 1..=depth.
     Exhaustive,
-    /// Every distinct state, breadth first (`engines::states`).
+    /// Every distinct state, breadth first (`engines::state_space`).
     States,
 }
 
@@ -315,7 +315,7 @@ fn finish(
     out: &OutputArgs,
 ) -> Result<i32, CliError> {
     report.prediction = report.check_predictions(predictions);
-    kvaudit::engines::group::group_report(&mut report);
+    kvaudit::engines::root_cause::group_report(&mut report);
     out.emit(&report)?;
     Ok(if report.has_findings() {
         exit::FINDINGS

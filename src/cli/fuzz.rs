@@ -433,7 +433,7 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         checker.as_mut(),
         &mut |e| display.show(e),
     )?;
-    kvaudit::engines::group::group_report(&mut report);
+    kvaudit::engines::root_cause::group_report(&mut report);
     a.out.emit(&report)?;
     let fz = report.fuzz.as_ref().expect("a fuzz report");
     if !a.out.quiet {

@@ -27,7 +27,7 @@ pub fn run(m: MergeArgs) -> Result<i32, CliError> {
         reports.push(r);
     }
     let mut merged = merge(reports).map_err(CliError::usage)?;
-    kvaudit::engines::group::group_report(&mut merged);
+    kvaudit::engines::root_cause::group_report(&mut merged);
     m.out.emit(&merged)?;
     Ok(if merged.has_findings() {
         exit::FINDINGS

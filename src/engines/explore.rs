@@ -112,21 +112,21 @@ impl EverBits {
     }
 }
 
-/// A set of tracked oracles (a `Judges`' step and pair oracles), by index: one bit each.
+/// A set of tracked oracles (a `RunOracles`' step and pair oracles), by index: one bit each.
 pub type OracleBits = u64;
 
 /// The oracles an exhaustive run asks, split by what they read. Step and pair oracles are
 /// *tracked*: whether they failed at an earlier step of a trial is known from its prefix.
-pub struct Judges {
+pub struct RunOracles {
     /// Tracked oracles (step oracles on A, then pair oracles), at most 64.
     tracked: Vec<&'static dyn Oracle>,
     /// Crash oracles.
     crash: Vec<&'static dyn Oracle>,
 }
 
-impl Judges {
+impl RunOracles {
     /// The oracles of `oracles` that judge a run with or without a second target.
-    pub fn new(oracles: &Registry, with_vs: bool) -> Judges {
+    pub fn new(oracles: &Registry, with_vs: bool) -> RunOracles {
         let observing: Vec<_> = oracles.observing(with_vs).collect();
         let tracked: Vec<_> = observing
             .iter()
@@ -134,7 +134,7 @@ impl Judges {
             .filter(|o| matches!(o.reads(), Reads::Step | Reads::Pair))
             .collect();
         assert!(tracked.len() <= 64, "at most 64 observation oracles");
-        Judges {
+        RunOracles {
             tracked,
             crash: observing
                 .into_iter()
@@ -365,7 +365,7 @@ struct Shared<'c> {
     ops: Vec<Op>,
     info_a: TargetInfo,
     info_b: Option<TargetInfo>,
-    judges: Judges,
+    judges: RunOracles,
 }
 
 impl Shared<'_> {
@@ -422,7 +422,7 @@ impl<'c> Explorer<'c> {
             .collect::<Result<_, HarnessError>>()?;
         let info_a = runners[0].0.info();
         let info_b = runners[0].1.as_ref().map(|b| b.info());
-        let judges = Judges::new(&cfg.oracles, info_b.is_some());
+        let judges = RunOracles::new(&cfg.oracles, info_b.is_some());
         Ok(Explorer {
             shared: Shared {
                 cfg,
@@ -665,7 +665,7 @@ struct DepthWork<'a> {
     ever: Option<&'a EverBits>,
     info_a: &'a TargetInfo,
     info_b: Option<&'a TargetInfo>,
-    judges: &'a Judges,
+    judges: &'a RunOracles,
 }
 
 /// A batch out at the runners, with each trace's index within its depth, and the piece of

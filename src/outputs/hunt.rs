@@ -1,7 +1,7 @@
 //! A hunt's groups against the corpus, and the files of its new ones.
 //!
 //! Each corpus file's finding gets its root cause the way the hunt's findings get theirs
-//! (`engines::group::cause_of`, on the label of the file's expectation for the hunt's target,
+//! (`engines::root_cause::cause_of`, on the label of the file's expectation for the hunt's target,
 //! else its first failing one). A group is the corpus file's when they share a cause and an
 //! oracle (`matched_by: cause`), or, failing that, when one of its findings has the file's
 //! oracle, kind (line numbers aside), memory type and op at the failing step (`signature`: the
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::base::error::Error;
-use crate::engines::group::cause_of;
+use crate::engines::root_cause::cause_of;
 use crate::oracles::{Reads, Registry};
 use crate::records::finding::Finding;
 use crate::records::group::Cause;

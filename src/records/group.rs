@@ -1,6 +1,6 @@
 //! Root-cause groups: findings that are the same bug, as one group with a representative (the
 //! smallest trace) and a count. Plain data; the evidence that decides sameness is gathered by
-//! `engines::group` (it runs traces) and stored here as a [`Cause`].
+//! `engines::root_cause` (it runs traces) and stored here as a [`Cause`].
 //!
 //! Sameness is decided by evidence, not by the failing op's name: findings that the native model
 //! reproduces exactly with the same known fault injected (and not without it) are one bug; crashes

@@ -113,7 +113,7 @@ pub struct Report {
     /// Distinct findings, by oracle then depth.
     pub findings: Vec<Finding>,
     /// The findings grouped by root cause (largest group first); empty until grouped
-    /// (`engines::group`).
+    /// (`engines::root_cause`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<FindingGroup>,
     /// Wall clock.

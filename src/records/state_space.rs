@@ -1,9 +1,9 @@
-//! What a state-space search (`audit --strategy states`, `engines::states`) covered: a report's
+//! What a state-space search (`audit --strategy states`, `engines::state_space`) covered: a report's
 //! optional `state_space` section.
 
 use serde::{Deserialize, Serialize};
 
-/// What a state-space search covered (`engines::states`).
+/// What a state-space search covered (`engines::state_space`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateSpace {
     /// Distinct states reached, the setup's included.

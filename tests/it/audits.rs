@@ -138,7 +138,7 @@ fn run_states(
     oracles: kvaudit::oracles::Registry,
     observe: kvaudit::base::target::Observe,
 ) -> Result<Report, String> {
-    use kvaudit::engines::states::{run_states, StatesConfig};
+    use kvaudit::engines::state_space::{run_states, StatesConfig};
     use kvaudit::running::states::KeyScope;
     if strategy != "states" {
         return Err(format!("unknown strategy {strategy}"));

@@ -228,7 +228,7 @@ fn fresh_audit_groups() -> Result<(), String> {
     };
     let mut report =
         run_exhaustive(&cfg, a.as_ref(), None, &mut |_| {}).map_err(|e| e.to_string())?;
-    kvaudit::engines::group::group_report(&mut report);
+    kvaudit::engines::root_cause::group_report(&mut report);
     one_refcount_group(&report)
 }
 

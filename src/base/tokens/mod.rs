@@ -46,7 +46,7 @@ use std::sync::Arc;
 use crate::base::op::{MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
 use crate::base::target::{OpOutcome, SeqObservation};
 
-mod states;
+mod recurrent;
 
 /// A token id, as `llama_token`.
 pub type Token = i32;

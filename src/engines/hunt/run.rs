@@ -15,7 +15,7 @@ use crate::base::domain::Domain;
 use crate::base::error::Error;
 use crate::engines::explore::{ExhaustiveConfig, Explorer, RunControl};
 use crate::engines::fuzz::{run_fuzz_until, FuzzConfig, GenConfig, Generator};
-use crate::engines::group::group_findings;
+use crate::engines::root_cause::group_findings;
 use crate::engines::shrink::{shrink, FailureMode, ShrinkConfig};
 use crate::records::finding::{Finding, FindingKey};
 use crate::records::hunt::{

@@ -38,7 +38,7 @@ use std::time::Instant;
 use crate::base::domain::Domain;
 use crate::base::op::{Op, Trace};
 use crate::base::target::HarnessError;
-use crate::engines::explore::{Judges, OracleBits};
+use crate::engines::explore::{RunOracles, OracleBits};
 use crate::oracles::Registry;
 use crate::records::report::{Event, Report, Shard, StateSpace, Timing};
 use crate::records::tally::Tally;
@@ -99,7 +99,7 @@ pub fn run_states(
     let mut runners: Vec<StateRunner> =
         (0..threads).map(|_| factory()).collect::<Result<_, _>>()?;
     let info = runners[0].info();
-    let judges = Judges::new(&cfg.oracles, false);
+    let judges = RunOracles::new(&cfg.oracles, false);
     sink(&Event::Start {
         target: info.clone(),
         vs: None,
@@ -229,7 +229,7 @@ struct LevelWork<'a> {
     parents: &'a [Parent],
     /// The states of every earlier level (read only while a level runs).
     visited: &'a HashSet<Box<[u8]>>,
-    judges: &'a Judges,
+    judges: &'a RunOracles,
     next_chunk: &'a AtomicUsize,
     failed: &'a AtomicBool,
     found: &'a Mutex<Vec<Candidate>>,
