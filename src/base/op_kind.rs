@@ -72,7 +72,10 @@ impl OpGroup {
 
     /// The kinds of this group, in [`OpKind::ALL`] order.
     pub fn kinds(self) -> impl Iterator<Item = OpKind> {
-        OpKind::ALL.iter().copied().filter(move |k| k.group() == self)
+        OpKind::ALL
+            .iter()
+            .copied()
+            .filter(move |k| k.group() == self)
     }
 }
 
@@ -112,7 +115,13 @@ impl OpKind {
                 6,
                 &["copies", "seqs", "ranges", "copy_ranges"],
             ),
-            OpKind::SeqKeep => ("seq_keep", "llama_memory_seq_keep", Memory, 3, &["keep", "seqs"]),
+            OpKind::SeqKeep => (
+                "seq_keep",
+                "llama_memory_seq_keep",
+                Memory,
+                3,
+                &["keep", "seqs"],
+            ),
             OpKind::SeqAdd => (
                 "seq_add",
                 "llama_memory_seq_add",

@@ -19,7 +19,9 @@ use kvaudit::engines::hunt::{
 };
 use kvaudit::outputs::hunt::{classify, read_corpus, write_new_groups};
 use kvaudit::outputs::repro::{check_date, today_utc};
-use kvaudit::records::hunt::{Budget, FuzzShare, HuntSummary, PlanEntry, Support, MAX_SUMMARY_BYTES};
+use kvaudit::records::hunt::{
+    Budget, FuzzShare, HuntSummary, PlanEntry, Support, MAX_SUMMARY_BYTES,
+};
 use kvaudit::records::report::Shard;
 use kvaudit::records::text::terminal_text;
 use kvaudit::targets::registry::TargetSpec;
@@ -89,7 +91,10 @@ fn load_summary(dir: &Path) -> Result<HuntSummary, CliError> {
 }
 
 fn write_summary(dir: &Path, s: &HuntSummary) -> Result<(), CliError> {
-    for (name, text) in [("summary.json", s.to_json()), ("summary.md", s.to_markdown())] {
+    for (name, text) in [
+        ("summary.json", s.to_json()),
+        ("summary.md", s.to_markdown()),
+    ] {
         let path = dir.join(name);
         write_atomically(&path, text)
             .map_err(|e| CliError::harness(format!("{}: {e}", path.display())))?;
@@ -106,7 +111,10 @@ fn print_plan(
     let mut memory: Vec<_> = entries.iter().map(|(_, e)| e.memory).collect();
     memory.sort();
     memory.dedup();
-    let mut oracles: Vec<_> = entries.iter().flat_map(|(_, e)| e.oracles.clone()).collect();
+    let mut oracles: Vec<_> = entries
+        .iter()
+        .flat_map(|(_, e)| e.oracles.clone())
+        .collect();
     oracles.sort();
     oracles.dedup();
     println!(
@@ -117,11 +125,19 @@ fn print_plan(
     );
     println!(
         "memory types: {}",
-        memory.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+        memory
+            .iter()
+            .map(|m| m.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!(
         "oracles: {}",
-        oracles.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+        oracles
+            .iter()
+            .map(|o| o.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let share = match budget {
         Budget::Seconds(s) => s * ENTRY_PART / entries.len().max(1) as f64,
@@ -152,7 +168,11 @@ fn print_plan(
             terminal_text(&e.pairing.label()),
             est.ops,
             terminal_text(&cost),
-            e.oracles.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+            e.oracles
+                .iter()
+                .map(|o| o.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     Ok(())
@@ -175,7 +195,8 @@ fn finish(
 
 /// Runs the hunt.
 pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
-    let budget = Budget::parse(&a.budget).map_err(|e| CliError::usage(format!("--budget: {}", e.message)))?;
+    let budget = Budget::parse(&a.budget)
+        .map_err(|e| CliError::usage(format!("--budget: {}", e.message)))?;
     let date = match &a.date {
         Some(d) => check_date(d).map_err(|e| CliError::usage(format!("--date: {e}")))?,
         None => today_utc(),
@@ -184,7 +205,11 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
     // A name or fault the target cannot take is refused before anything runs.
     target.factory().map(drop)?;
     let plan = plan(&target);
-    if let Some(bad) = a.entries.iter().find(|id| !plan.iter().any(|e| &e.id == *id)) {
+    if let Some(bad) = a
+        .entries
+        .iter()
+        .find(|id| !plan.iter().any(|e| &e.id == *id))
+    {
         return Err(CliError::usage(format!(
             "--entries: no entry '{bad}' in the plan (kvaudit hunt --plan lists them)"
         )));
@@ -259,10 +284,17 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
         eprintln!(
             "kvaudit hunt: {}{}, budget {}, seed {}, {} of {} plan entries",
             terminal_text(&target.name),
-            target.faults.iter().map(|f| format!("[{f}]")).collect::<String>(),
+            target
+                .faults
+                .iter()
+                .map(|f| format!("[{f}]"))
+                .collect::<String>(),
             budget.describe(),
             a.seed,
-            shard_entries(&plan, shard).iter().filter(|(_, e)| wanted(e)).count(),
+            shard_entries(&plan, shard)
+                .iter()
+                .filter(|(_, e)| wanted(e))
+                .count(),
             plan.len()
         );
     }
@@ -284,7 +316,9 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
                     FuzzShare::Cases(n) => format!("{n} fuzz cases"),
                 };
                 let eta = match (estimate.share_s, left_s) {
-                    (Some(s), Some(l)) => format!(", eta {} (hunt: {} left)", duration(s), duration(*l)),
+                    (Some(s), Some(l)) => {
+                        format!(", eta {} (hunt: {} left)", duration(s), duration(*l))
+                    }
                     _ => String::new(),
                 };
                 eprintln!(
@@ -329,7 +363,10 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
     write_summary(&a.out, &summary)?;
     print!("{}", summary.to_terminal());
     if !a.quiet {
-        eprintln!("kvaudit hunt: summary in {}", a.out.join("summary.md").display());
+        eprintln!(
+            "kvaudit hunt: summary in {}",
+            a.out.join("summary.md").display()
+        );
     }
     Ok(exit_code(&summary))
 }

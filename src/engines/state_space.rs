@@ -38,7 +38,7 @@ use std::time::Instant;
 use crate::base::domain::Domain;
 use crate::base::op::{Op, Trace};
 use crate::base::target::HarnessError;
-use crate::engines::explore::{RunOracles, OracleBits};
+use crate::engines::explore::{OracleBits, RunOracles};
 use crate::oracles::Registry;
 use crate::records::report::{Event, Report, Shard, StateSpace, Timing};
 use crate::records::tally::Tally;

@@ -538,4 +538,3 @@ fn emit_reload_check(s: &mut String, tolerance: f64, into_twin: bool, whole: boo
         "          free(a); free(saved); if (tw) llama_free(tw); }}"
     );
 }
-

@@ -126,7 +126,11 @@ pub fn classify(
                         && without_numbers(&f.kind) == without_numbers(&c.repro.kind)
                         && f.trace.setup.arch.memory() == c.repro.trace.setup.arch.memory()
                         && failing_op(f)
-                            == c.repro.trace.ops.get(c.repro.step.max(1) - 1).map_or("setup", |o| o.name())
+                            == c.repro
+                                .trace
+                                .ops
+                                .get(c.repro.step.max(1) - 1)
+                                .map_or("setup", |o| o.name())
                 })
             })
         };
@@ -174,7 +178,10 @@ pub fn classify(
         let reached = plan.iter().find(|e| {
             e.domain.setup == c.repro.trace.setup
                 && s.entries.iter().any(|o| {
-                    o.id == e.id && o.oracles.get(&c.repro.oracle).is_some_and(|st| st.checked > 0)
+                    o.id == e.id
+                        && o.oracles
+                            .get(&c.repro.oracle)
+                            .is_some_and(|st| st.checked > 0)
                 })
         });
         let Some(entry) = reached else {

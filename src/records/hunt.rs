@@ -37,9 +37,9 @@ impl Budget {
                 _ => Err(format!("budget '{s}': expected a positive number of trials").into()),
             };
         }
-        parse_seconds(t)
-            .map(Budget::Seconds)
-            .map_err(|e| format!("budget '{s}': {} (or a trial count: 5000trials)", e.message).into())
+        parse_seconds(t).map(Budget::Seconds).map_err(|e| {
+            format!("budget '{s}': {} (or a trial count: 5000trials)", e.message).into()
+        })
     }
 
     /// As the command line takes it.
@@ -330,7 +330,9 @@ impl HuntSummary {
         let mut rows: BTreeMap<(MemoryType, OracleId), TableRow> = BTreeMap::new();
         for e in &self.entries {
             for (o, s) in &e.oracles {
-                let r = rows.entry((e.memory, *o)).or_insert_with(|| TableRow::new(e.memory, *o));
+                let r = rows
+                    .entry((e.memory, *o))
+                    .or_insert_with(|| TableRow::new(e.memory, *o));
                 r.judged += s.checked;
                 r.violations += s.violations;
             }
@@ -355,7 +357,9 @@ impl HuntSummary {
         }
         for f in &self.fixed {
             if let Some(e) = self.entries.iter().find(|e| e.id == f.entry) {
-                let r = rows.entry((e.memory, f.oracle)).or_insert_with(|| TableRow::new(e.memory, f.oracle));
+                let r = rows
+                    .entry((e.memory, f.oracle))
+                    .or_insert_with(|| TableRow::new(e.memory, f.oracle));
                 r.fixed += 1;
             }
         }
@@ -454,7 +458,10 @@ impl HuntSummary {
             COLUMNS.join(" | ")
         ));
         for r in self.table() {
-            s.push_str(&format!("| {} |\n", r.cells().map(|c| markdown_text(&c)).join(" | ")));
+            s.push_str(&format!(
+                "| {} |\n",
+                r.cells().map(|c| markdown_text(&c)).join(" | ")
+            ));
         }
         s.push_str("\n## Groups\n\n");
         if self.groups.is_empty() {

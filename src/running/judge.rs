@@ -394,7 +394,10 @@ mod tests {
         )));
         runner.set_skipped(&[(1, Observation::Whole)]);
         let mut run = runner.run(&trace).unwrap();
-        assert!(run.steps.iter().all(|s| s.whole.is_none() && s.round_trip.is_some()));
+        assert!(run
+            .steps
+            .iter()
+            .all(|s| s.whole.is_none() && s.round_trip.is_some()));
         run.observation_crash = Some(ObservationCrash {
             step: 1,
             observation: Observation::Whole,
@@ -403,7 +406,10 @@ mod tests {
         let j = judge_run(&Registry::builtin(), &trace, &run, None);
         let crash = j.first(OracleId::CRASH).expect("a crash finding");
         assert_eq!(crash.step, 1);
-        assert_eq!(crash.violation.kind, "observation crash (the whole dump): SIGSEGV");
+        assert_eq!(
+            crash.violation.kind,
+            "observation crash (the whole dump): SIGSEGV"
+        );
         // Conservation reads the whole dump: not judged. I2 is judged (and finds the hole).
         assert!(j.unjudged.contains(&crate::oracles::conservation::ID));
         assert!(!j.unjudged.contains(&OracleId::I2));
@@ -411,6 +417,11 @@ mod tests {
         assert_eq!(j.steps, 2);
         // Without the skip, every step has the whole dump again.
         runner.set_skipped(&[]);
-        assert!(runner.run(&trace).unwrap().steps.iter().all(|s| s.whole.is_some()));
+        assert!(runner
+            .run(&trace)
+            .unwrap()
+            .steps
+            .iter()
+            .all(|s| s.whole.is_some()));
     }
 }

@@ -231,10 +231,8 @@ impl CacheUnderTest for NativeTensorTarget {
             Op::StateSeqSave { .. }
             | Op::StateSeqLoad { .. }
             | Op::StateSave { .. }
-            | Op::StateLoad { .. } => {
-                apply_state_op(&mut self.cache, &mut self.context, op, false)
-                    .expect("apply_state_op takes every state op")
-            }
+            | Op::StateLoad { .. } => apply_state_op(&mut self.cache, &mut self.context, op, false)
+                .expect("apply_state_op takes every state op"),
             Op::Decode(d) => self.decode(d),
             Op::SeqRm { .. }
             | Op::SeqCp { .. }

@@ -102,7 +102,9 @@ fn fuzz_crate_calls_the_library_bodies() -> Result<(), String> {
     let mut want: Vec<String> = TARGETS.iter().map(|(p, _)| target_name(p)).collect();
     want.sort();
     if names != want {
-        return Err(format!("fuzz/fuzz_targets/ holds {names:?}, the library's bodies are {want:?}"));
+        return Err(format!(
+            "fuzz/fuzz_targets/ holds {names:?}, the library's bodies are {want:?}"
+        ));
     }
     let manifest = std::fs::read_to_string(super::root().join("fuzz/Cargo.toml"))
         .map_err(|e| e.to_string())?;
@@ -114,7 +116,9 @@ fn fuzz_crate_calls_the_library_bodies() -> Result<(), String> {
         .collect();
     bins.sort();
     if bins != want {
-        return Err(format!("fuzz/Cargo.toml builds {bins:?}, the targets are {want:?}"));
+        return Err(format!(
+            "fuzz/Cargo.toml builds {bins:?}, the targets are {want:?}"
+        ));
     }
     Ok(())
 }

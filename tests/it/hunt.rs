@@ -113,13 +113,19 @@ fn interrupted(c: &HuntCase, dir: &std::path::Path) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let stderr = child.stderr.take().ok_or("no stderr")?;
     let mut lines = BufReader::new(stderr).lines();
-    let started = lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("[1/"));
+    let started = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("[1/"));
     if !started {
         let _ = child.kill();
         return Err("the hunt never started an entry".into());
     }
     let pid = child.id().to_string();
-    Command::new("kill").args(["-INT", &pid]).status().map_err(|e| e.to_string())?;
+    Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .map_err(|e| e.to_string())?;
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let code = child.wait().map_err(|e| e.to_string())?.code();
     if code != Some(4) {
@@ -140,19 +146,37 @@ fn check(c: &HuntCase) -> Result<(), String> {
         for k in 0..m {
             let part = dir.path().join(format!("shard-{k}"));
             let shard = format!("{k}/{m}");
-            let o = hunt(&c.args, &["--shard".as_ref(), shard.as_ref(), "--out".as_ref(), part.as_os_str()], false)
-                .output()
-                .map_err(|e| e.to_string())?;
+            let o = hunt(
+                &c.args,
+                &[
+                    "--shard".as_ref(),
+                    shard.as_ref(),
+                    "--out".as_ref(),
+                    part.as_os_str(),
+                ],
+                false,
+            )
+            .output()
+            .map_err(|e| e.to_string())?;
             if !matches!(o.status.code(), Some(0 | 1)) {
-                return Err(format!("shard {shard}: {}", String::from_utf8_lossy(&o.stderr)));
+                return Err(format!(
+                    "shard {shard}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ));
             }
             merge.push(part.into_os_string());
         }
-        let merge: Vec<&std::ffi::OsStr> = merge.iter().map(|s| s.as_os_str()).chain(out_arg).collect();
+        let merge: Vec<&std::ffi::OsStr> =
+            merge.iter().map(|s| s.as_os_str()).chain(out_arg).collect();
         hunt(&c.args, &merge, false).output()
     } else if c.interrupt {
         interrupted(c, dir.path())?;
-        hunt(&c.args, &["--resume".as_ref(), dir.path().as_os_str()], false).output()
+        hunt(
+            &c.args,
+            &["--resume".as_ref(), dir.path().as_os_str()],
+            false,
+        )
+        .output()
     } else {
         hunt(&c.args, &out_arg, false).output()
     }
@@ -181,15 +205,25 @@ fn check(c: &HuntCase) -> Result<(), String> {
     let s = read_summary(dir.path())?;
     let says = if s.failing_groups() > 0 { 1 } else { 0 };
     if code != says {
-        return Err(format!("exit {code}, but the summary has {} new or regressed groups", s.failing_groups()));
+        return Err(format!(
+            "exit {code}, but the summary has {} new or regressed groups",
+            s.failing_groups()
+        ));
     }
     if s.incomplete {
         return Err("the summary is marked incomplete".into());
     }
     let ran: usize = s.entries.len() + s.unsupported.len() + s.skipped.len();
-    let wanted = if s.only.is_empty() { s.plan.len() } else { s.only.len() };
+    let wanted = if s.only.is_empty() {
+        s.plan.len()
+    } else {
+        s.only.len()
+    };
     if ran != wanted {
-        return Err(format!("{ran} entries ran or were refused, of {wanted}:\n{}", s.to_terminal()));
+        return Err(format!(
+            "{ran} entries ran or were refused, of {wanted}:\n{}",
+            s.to_terminal()
+        ));
     }
     if let Budget::Seconds(b) = s.budget {
         if s.elapsed_s > b * 1.1 {
@@ -198,32 +232,61 @@ fn check(c: &HuntCase) -> Result<(), String> {
     }
     let why = || s.to_terminal();
     for g in &c.groups {
-        let hit = s.groups.iter().find(|h| {
-            matches!(&h.group.cause, Cause::NativeFault { faults } if *faults == g.faults)
-        });
+        let hit = s.groups.iter().find(
+            |h| matches!(&h.group.cause, Cause::NativeFault { faults } if *faults == g.faults),
+        );
         let Some(h) = hit else {
             return Err(format!("no group caused by {:?}:\n{}", g.faults, why()));
         };
         if h.class.word() != g.class {
-            return Err(format!("the {:?} group is {:?}, expected {}:\n{}", g.faults, h.class, g.class, why()));
+            return Err(format!(
+                "the {:?} group is {:?}, expected {}:\n{}",
+                g.faults,
+                h.class,
+                g.class,
+                why()
+            ));
         }
         if let GroupClass::Known { file } | GroupClass::Regressed { file } = &h.class {
             if !g.files.is_empty() && !g.files.contains(file) {
-                return Err(format!("the {:?} group is matched to {file}, expected one of {:?}", g.faults, g.files));
+                return Err(format!(
+                    "the {:?} group is matched to {file}, expected one of {:?}",
+                    g.faults, g.files
+                ));
             }
         }
     }
     if c.nothing_new && s.failing_groups() > 0 {
-        return Err(format!("{} new or regressed groups:\n{}", s.failing_groups(), why()));
+        return Err(format!(
+            "{} new or regressed groups:\n{}",
+            s.failing_groups(),
+            why()
+        ));
     }
     if c.no_fault_cause {
-        if let Some(g) = s.groups.iter().find(|g| matches!(g.group.cause, Cause::NativeFault { .. })) {
-            return Err(format!("a group rests on a native fault: {:?}\n{}", g.group.cause, why()));
+        if let Some(g) = s
+            .groups
+            .iter()
+            .find(|g| matches!(g.group.cause, Cause::NativeFault { .. }))
+        {
+            return Err(format!(
+                "a group rests on a native fault: {:?}\n{}",
+                g.group.cause,
+                why()
+            ));
         }
     }
-    let known = s.groups.iter().filter(|g| matches!(g.class, GroupClass::Known { .. })).count();
+    let known = s
+        .groups
+        .iter()
+        .filter(|g| matches!(g.class, GroupClass::Known { .. }))
+        .count();
     if known < c.known_at_least {
-        return Err(format!("{known} known groups, expected at least {}:\n{}", c.known_at_least, why()));
+        return Err(format!(
+            "{known} known groups, expected at least {}:\n{}",
+            c.known_at_least,
+            why()
+        ));
     }
     if c.new_groups_have_files {
         for g in s.groups.iter().filter(|g| g.class == GroupClass::New) {

@@ -321,9 +321,10 @@ fn check_observation_crash(
         ..spec.clone()
     };
     let audit = |spec: kvaudit::targets::llama::worker::WorkerSpec| {
-        let factory = move || -> Result<Box<dyn TrialRunner>, kvaudit::base::target::HarnessError> {
-            Ok(Box::new(WorkerRunner::new(spec.clone())?))
-        };
+        let factory =
+            move || -> Result<Box<dyn TrialRunner>, kvaudit::base::target::HarnessError> {
+                Ok(Box::new(WorkerRunner::new(spec.clone())?))
+            };
         let cfg = ExhaustiveConfig {
             domain: d.clone(),
             depth,
@@ -344,7 +345,10 @@ fn check_observation_crash(
     let crash = OracleId::CRASH;
     let mut lost = 0;
     for (id, without) in &plain.oracles {
-        let with = crashed.oracles.get(id).ok_or(format!("{id} missing under the hook"))?;
+        let with = crashed
+            .oracles
+            .get(id)
+            .ok_or(format!("{id} missing under the hook"))?;
         if *id == crash {
             if without.violations != 0 || with.violations != crashed.trials {
                 return Err(format!(
@@ -368,13 +372,21 @@ fn check_observation_crash(
         }
     }
     if lost == 0 {
-        return Err(format!("no oracle reads {crash_observing}: the case proves nothing"));
+        return Err(format!(
+            "no oracle reads {crash_observing}: the case proves nothing"
+        ));
     }
     let prefix = format!("observation crash ({}): SIGSEGV", what.describe());
-    let crash_findings: Vec<_> = crashed.findings.iter().filter(|f| f.oracle == crash).collect();
+    let crash_findings: Vec<_> = crashed
+        .findings
+        .iter()
+        .filter(|f| f.oracle == crash)
+        .collect();
     if crash_findings.is_empty() || crash_findings.iter().any(|f| f.kind != prefix) {
         let kinds: Vec<&str> = crash_findings.iter().map(|f| f.kind.as_str()).collect();
-        return Err(format!("crash findings {kinds:?}, expected each {prefix:?}"));
+        return Err(format!(
+            "crash findings {kinds:?}, expected each {prefix:?}"
+        ));
     }
     // Every step observed: the crash is at step 1, and the oracles that do not read the
     // observation judge every step.
@@ -395,7 +407,10 @@ fn check_observation_crash(
             trace.ops.len()
         ));
     }
-    for o in oracles.iter().filter(|o| o.reads() == kvaudit::oracles::Reads::Step) {
+    for o in oracles
+        .iter()
+        .filter(|o| o.reads() == kvaudit::oracles::Reads::Step)
+    {
         let unjudged = j.unjudged.contains(&o.id());
         if needs(o.id()) != unjudged && plain.oracles.get(&o.id()).is_some_and(|s| s.checked > 0) {
             return Err(format!(

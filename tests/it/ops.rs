@@ -12,7 +12,6 @@
 //!   as its count says; emptying the kind's declared fields removes it, emptying the others does
 //!   not; every domain field is an override a domain file can set.
 
-
 use kvaudit::base::domain::Domain;
 use kvaudit::base::op::{Decode, Op, OpGroup, OpKind, Setup, Slot, Trace};
 use kvaudit::engines::fuzz::{arb_op, case_runner, op_strategy, GenConfig};
@@ -32,7 +31,10 @@ pub fn trials() -> Vec<Trial> {
             "every_kind_is_generated_with_its_weight",
             every_kind_is_generated_with_its_weight,
         ),
-        t("every_kind_has_shrinker_moves", every_kind_has_shrinker_moves),
+        t(
+            "every_kind_has_shrinker_moves",
+            every_kind_has_shrinker_moves,
+        ),
         t("every_kind_has_a_domain_axis", every_kind_has_a_domain_axis),
     ]
 }
@@ -148,7 +150,10 @@ fn every_kind_renders() -> Result<(), String> {
         }
         let value: Value = serde_json::from_str(&op.to_json()).map_err(|e| e.to_string())?;
         if value["op"] != kind.name() {
-            return Err(format!("{kind:?}: JSON {value} is not tagged {:?}", kind.name()));
+            return Err(format!(
+                "{kind:?}: JSON {value} is not tagged {:?}",
+                kind.name()
+            ));
         }
         let back: Op = serde_json::from_str(&op.to_json()).map_err(|e| e.to_string())?;
         if back != op {
@@ -157,7 +162,10 @@ fn every_kind_renders() -> Result<(), String> {
         let shown = op.to_string();
         let call = shown.split_once(" = ").map_or(shown.as_str(), |(_, c)| c);
         if !call.starts_with(&format!("{}(", kind.llama_fn())) {
-            return Err(format!("{kind:?} displays as {shown:?}, not as {}", kind.llama_fn()));
+            return Err(format!(
+                "{kind:?} displays as {shown:?}, not as {}",
+                kind.llama_fn()
+            ));
         }
         // The C program calls the op's function once more than the same program without it.
         let calls = |text: &str| text.matches(&format!("{}(", kind.llama_fn())).count();
@@ -194,7 +202,8 @@ fn expected_shares(state: bool) -> Vec<(OpKind, f64)> {
     for &group in groups {
         let kinds_total: u32 = group.kinds().map(|k| k.weight()).sum();
         for kind in group.kinds() {
-            let share = f64::from(group.weight()) / f64::from(group_total) * f64::from(kind.weight())
+            let share = f64::from(group.weight()) / f64::from(group_total)
+                * f64::from(kind.weight())
                 / f64::from(kinds_total);
             out.push((kind, share));
         }
@@ -235,7 +244,9 @@ fn every_kind_is_generated_with_its_weight() -> Result<(), String> {
         let mut runner = case_runner(7, u64::from(state));
         let drawn: Vec<OpKind> = (0..DRAWS)
             .map(|_| {
-                let tree = strategy.new_tree(&mut runner).expect("the generator rejects nothing");
+                let tree = strategy
+                    .new_tree(&mut runner)
+                    .expect("the generator rejects nothing");
                 tree.current().kind()
             })
             .collect();
@@ -291,10 +302,20 @@ fn every_kind_has_shrinker_moves() -> Result<(), String> {
             [s, t, ..] => (*s, *t),
         };
         let swapped = swap_seqs(&op, a, b);
-        let rename = |s: i32| if s == a { b } else if s == b { a } else { s };
+        let rename = |s: i32| {
+            if s == a {
+                b
+            } else if s == b {
+                a
+            } else {
+                s
+            }
+        };
         let want: Vec<i32> = named.iter().map(|&s| rename(s)).collect();
         if swapped.kind() != kind || seqs_of(&swapped) != want || swap_seqs(&swapped, a, b) != op {
-            return Err(format!("{kind:?}: swapping {a} and {b} in {op} gives {swapped}"));
+            return Err(format!(
+                "{kind:?}: swapping {a} and {b} in {op} gives {swapped}"
+            ));
         }
     }
     Ok(())

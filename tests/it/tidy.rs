@@ -667,7 +667,8 @@ fn is_catch_all(pat: &str) -> bool {
         let s = s.strip_prefix("mut").unwrap_or(s);
         !s.is_empty()
             && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-            && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
     };
     binding(inner) || (inner.contains('_') && inner.chars().all(|c| "_(),.".contains(c)))
 }
@@ -704,7 +705,11 @@ pub fn check_op_matches(sources: &[Source]) -> Result<(), String> {
             let end = group_end(&code, open);
             let pats = arm_patterns(&code, open, end);
             if pats.iter().any(|p| names_an_op(p)) && pats.iter().any(|p| is_catch_all(p)) {
-                bad.push(format!("{}:{}: a catch-all arm in a match over ops", s.path, line_of(at)));
+                bad.push(format!(
+                    "{}:{}: a catch-all arm in a match over ops",
+                    s.path,
+                    line_of(at)
+                ));
             }
         }
     }

@@ -147,7 +147,11 @@ pub fn kind_strategy(kind: OpKind, g: &GenConfig) -> BoxedStrategy<Op> {
         OpKind::Clear => Just(Op::Clear).boxed(),
         OpKind::Decode => decode(g).prop_map(Op::Decode).boxed(),
         OpKind::StateSeqSave => (0..n, slot())
-            .prop_map(|(seq, slot)| Op::StateSeqSave { seq, slot, flags: 0 })
+            .prop_map(|(seq, slot)| Op::StateSeqSave {
+                seq,
+                slot,
+                flags: 0,
+            })
             .boxed(),
         OpKind::StateSeqLoad => (0..n, slot(), truncate())
             .prop_map(|(seq, slot, truncate)| Op::StateSeqLoad {
@@ -531,9 +535,8 @@ fn arb_weighted<T: Copy>(u: &mut Unstructured<'_>, items: &[(u32, T)]) -> arbitr
 
 /// One op, any kind, drawn by `arbitrary` with the weights of [`op_strategy`].
 pub fn arb_op(u: &mut Unstructured<'_>, g: &GenConfig) -> arbitrary::Result<Op> {
-    let weighted = |group: OpGroup| -> Vec<(u32, OpKind)> {
-        group.kinds().map(|k| (k.weight(), k)).collect()
-    };
+    let weighted =
+        |group: OpGroup| -> Vec<(u32, OpKind)> { group.kinds().map(|k| (k.weight(), k)).collect() };
     let group = if g.state {
         arb_weighted(
             u,

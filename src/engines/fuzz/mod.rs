@@ -255,7 +255,14 @@ pub fn run_fuzz_with_queue(
     sink: &mut dyn FnMut(&Event),
 ) -> Result<(Report, Vec<Trace>), HarnessError> {
     let never = AtomicBool::new(false);
-    run_fuzz_until(cfg, runner_a, runner_b, checker, (&never, &BTreeSet::new()), sink)
+    run_fuzz_until(
+        cfg,
+        runner_a,
+        runner_b,
+        checker,
+        (&never, &BTreeSet::new()),
+        sink,
+    )
 }
 
 /// [`run_fuzz_with_queue`] that also ends, between cases, once `stop` is set (a hunt's deadline

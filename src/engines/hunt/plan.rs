@@ -186,7 +186,10 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
             out.push(entry(
                 id,
                 d,
-                format!("{} memory: the {name} preset against itself under {config}", arch.memory()),
+                format!(
+                    "{} memory: the {name} preset against itself under {config}",
+                    arch.memory()
+                ),
                 Pairing::Config {
                     config: config.into(),
                 },
@@ -213,7 +216,11 @@ pub fn factories(
     let a = target.clone().with_observe(observe);
     let b = match &e.pairing {
         Pairing::Alone => None,
-        Pairing::Native => Some(TargetSpec::new("native", &[]).with_observe(observe).factory()?),
+        Pairing::Native => Some(
+            TargetSpec::new("native", &[])
+                .with_observe(observe)
+                .factory()?,
+        ),
         Pairing::Config { config } => Some(reconfigured_factory(a.factory()?, config.clone())),
     };
     Ok((a.factory()?, b))
@@ -327,7 +334,9 @@ mod tests {
             assert!(p.iter().any(|e| e.memory == arch.memory()), "{arch}");
         }
         for e in &p {
-            e.domain.validate().unwrap_or_else(|err| panic!("{}: {err}", e.id));
+            e.domain
+                .validate()
+                .unwrap_or_else(|err| panic!("{}: {err}", e.id));
             assert!(!e.oracles.is_empty(), "{}", e.id);
         }
         assert!(p.iter().any(|e| e.pairing == Pairing::Native));

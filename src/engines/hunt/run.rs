@@ -234,18 +234,27 @@ pub fn run_hunt(
         .filter(|(_, e)| cfg.only.is_empty() || cfg.only.contains(&e.id))
         .collect();
     let entries_end = match cfg.budget {
-        Budget::Seconds(b) => Some(started + Duration::from_secs_f64((b * ENTRY_PART - offset).max(0.0))),
+        Budget::Seconds(b) => {
+            Some(started + Duration::from_secs_f64((b * ENTRY_PART - offset).max(0.0)))
+        }
         Budget::Trials(_) => None,
     };
     let mut trials_left = match cfg.budget {
         Budget::Trials(n) => {
-            let spent: u64 = summary.entries.iter().map(|e| e.trials + e.fuzz_cases).sum();
+            let spent: u64 = summary
+                .entries
+                .iter()
+                .map(|e| e.trials + e.fuzz_cases)
+                .sum();
             n.saturating_sub(spent)
         }
         Budget::Seconds(_) => 0,
     };
-    let mut seen: BTreeSet<Signature> =
-        summary.findings.iter().map(|f| signature(&f.finding)).collect();
+    let mut seen: BTreeSet<Signature> = summary
+        .findings
+        .iter()
+        .map(|f| signature(&f.finding))
+        .collect();
     for (k, &(plan_index, entry)) in todo.iter().enumerate() {
         if cfg.stop.load(Ordering::Relaxed) {
             summary.incomplete = true;
@@ -259,10 +268,7 @@ pub fn run_hunt(
         }
         let (support, per_trial) = probe(&cfg.target, entry)?;
         if let Support::Unsupported { reason } = &support {
-            sink(&HuntEvent::Unsupported {
-                entry,
-                reason,
-            });
+            sink(&HuntEvent::Unsupported { entry, reason });
             summary.unsupported.push((entry.id.clone(), reason.clone()));
             continue;
         }
@@ -465,8 +471,11 @@ pub fn regroup(summary: &mut HuntSummary) {
     summary.groups = group_findings(&findings)
         .into_iter()
         .map(|group| {
-            let members: Vec<&HuntFinding> =
-                group.findings.iter().map(|&n| &summary.findings[n - 1]).collect();
+            let members: Vec<&HuntFinding> = group
+                .findings
+                .iter()
+                .map(|&n| &summary.findings[n - 1])
+                .collect();
             let mut memory: Vec<_> = members.iter().map(|f| f.memory).collect();
             memory.sort();
             memory.dedup();
@@ -498,7 +507,9 @@ pub fn regroup(summary: &mut HuntSummary) {
 /// cover every shard once.
 pub fn merge_shards(mut parts: Vec<HuntSummary>) -> Result<HuntSummary, Error> {
     parts.sort_by_key(|p| p.shard.index);
-    let first = parts.first().ok_or_else(|| Error::input("no hunt summaries to merge"))?;
+    let first = parts
+        .first()
+        .ok_or_else(|| Error::input("no hunt summaries to merge"))?;
     let count = first.shard.count;
     for (i, p) in parts.iter().enumerate() {
         if !p.same_hunt(first) {

@@ -39,8 +39,8 @@ use crate::running::judge::{Judge, Judgement, StepViolation};
 
 mod simplify;
 
-pub use simplify::{op_size, simplifications, swap_seqs};
 use simplify::trace_size;
+pub use simplify::{op_size, simplifications, swap_seqs};
 
 /// How a trace fails: the oracle, and the kind of violation. Shrinking keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -71,7 +71,11 @@ pub fn never_saw_pair(trace: &Trace) -> Option<Pair> {
 /// trace compared when the trace ends with a decode into `seq` alone (then both sides' last token
 /// is `seq`'s last); a greedy continuation in `seq`.
 pub(crate) fn recompute_pair(theorem: Theorem, trace: &Trace, partner: Trace, seq: SeqId) -> Pair {
-    let ends_in_seq = trace.ops.last().and_then(Op::as_decode).is_some_and(|d| d.seqs == [seq]);
+    let ends_in_seq = trace
+        .ops
+        .last()
+        .and_then(Op::as_decode)
+        .is_some_and(|d| d.seqs == [seq]);
     Pair {
         theorem,
         left: trace.clone(),

@@ -529,7 +529,9 @@ impl WorkerRunner {
             for (k, r) in runs.into_iter().enumerate() {
                 out[todo[k]] = Some(r);
             }
-            let Some((at, end, observing)) = died else { break };
+            let Some((at, end, observing)) = died else {
+                break;
+            };
             let crashed = todo[at];
             let observing = blamed_observation(observing, &end);
             out[crashed] = Some(match (observing, end) {
@@ -549,7 +551,8 @@ impl WorkerRunner {
                         // A crash in the setup is reported at step 1 of a trace that may
                         // have no op.
                         let prefix = t.ops[..(*step).min(t.ops.len())].to_vec();
-                        self.crashes.insert((t.setup.clone(), prefix), message.clone());
+                        self.crashes
+                            .insert((t.setup.clone(), prefix), message.clone());
                     }
                     TrialRun::new(vec![], end)
                 }

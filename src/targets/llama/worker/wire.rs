@@ -337,7 +337,11 @@ impl From<WireRun> for TrialRun {
             WireEnd::C => TrialEnd::Completed,
             WireEnd::Other(e) => e,
         };
-        TrialRun { steps, end, observation_crash: None }
+        TrialRun {
+            steps,
+            end,
+            observation_crash: None,
+        }
     }
 }
 
