@@ -264,22 +264,10 @@ impl TokenModel {
                 // In a hybrid model each layer's input depends on the layers below it, recurrent
                 // and attention alike: a token decoded while a sequence's state and attention
                 // cells held different tokens has rows and a state no fresh decode gives.
-                let mixed = match op {
-                    Op::Decode(d) => {
-                        self.memory == MemoryType::Hybrid
-                            && d.seqs.iter().any(|&s| !self.parts_agree(s))
-                    }
-                    Op::SeqRm { .. }
-                    | Op::SeqCp { .. }
-                    | Op::SeqKeep { .. }
-                    | Op::SeqAdd { .. }
-                    | Op::SeqDiv { .. }
-                    | Op::Clear
-                    | Op::StateSeqSave { .. }
-                    | Op::StateSeqLoad { .. }
-                    | Op::StateSave { .. }
-                    | Op::StateLoad { .. } => false,
-                };
+                let mixed = op.as_decode().is_some_and(|d| {
+                    self.memory == MemoryType::Hybrid
+                        && d.seqs.iter().any(|&s| !self.parts_agree(s))
+                });
                 let first_new = self.next_id;
                 if self.has_states() {
                     self.apply_states(op, outcome, next);
