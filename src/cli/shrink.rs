@@ -86,6 +86,17 @@ pub fn run(a: ShrinkArgs) -> Result<i32, CliError> {
                 .map(|v| TargetSpec::new(v, &a.inject_b).with_observe(Observe::ALL_WITH_PROBE)),
         ),
     };
+    // What the oracle to keep reads beyond the default (the reload probe is in no default set),
+    // as a replay widens its specs.
+    let asked = wanted_oracle
+        .or(input.as_ref().map(|r| r.oracle))
+        .and_then(|id| Registry::builtin().get(id).map(|o| o.observes()))
+        .unwrap_or(Observe::BASIC);
+    let widen = |s: TargetSpec| {
+        let observe = s.observe.union(asked);
+        s.with_observe(observe)
+    };
+    let (spec_a, spec_b) = (widen(spec_a), spec_b.map(widen));
     let (fa, fb) = factories(&spec_a, spec_b.as_ref(), None)?;
     let record_on = record_on_specs(&a.record_on)?;
     let date = match (&a.date, &input) {
