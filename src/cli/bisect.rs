@@ -10,7 +10,7 @@ use kvaudit::base::exit;
 use kvaudit::outputs::repro::Repro;
 use kvaudit::outputs::versions::bisect::{bisect, BisectAnswer, GitVerdict};
 use kvaudit::outputs::versions::{build, outcome_on, Outcome};
-use kvaudit::targets::llama::pins::{known_versions, Pin, Variant, ASSERT_SUFFIX};
+use kvaudit::targets::llama::pins::{known_versions, Pin, Variant};
 
 /// Arguments of `kvaudit bisect`.
 #[derive(Debug, Args)]
@@ -43,9 +43,13 @@ pub struct BisectArgs {
 pub fn run(a: BisectArgs) -> Result<i32, CliError> {
     let repro =
         Repro::load(&a.file).map_err(|e| CliError::usage(format!("{}: {e}", a.file.display())))?;
-    let suffix = if a.assert { ASSERT_SUFFIX } else { "" };
+    let suffix = if a.assert {
+        Variant::ASSERT.suffix()
+    } else {
+        String::new()
+    };
     if a.run {
-        return Ok(git_step(&repro, &a, suffix).exit_code());
+        return Ok(git_step(&repro, &a, &suffix).exit_code());
     }
     let versions = known_versions().map_err(|e| CliError::harness(format!("{e:#}")))?;
     let bare = |v: &str| v.trim().trim_start_matches("llama.cpp@").to_string();
@@ -67,9 +71,9 @@ pub fn run(a: BisectArgs) -> Result<i32, CliError> {
             let pin = Pin {
                 version: v.to_string(),
                 variant: if a.assert {
-                    Variant::Assert
+                    Variant::ASSERT
                 } else {
-                    Variant::Release
+                    Variant::RELEASE
                 },
                 tree: None,
             };

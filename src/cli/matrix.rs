@@ -38,9 +38,9 @@ pub struct MatrixArgs {
 /// Runs the matrix.
 pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
     let variant = if a.assert {
-        Variant::Assert
+        Variant::ASSERT
     } else {
-        Variant::Release
+        Variant::RELEASE
     };
     let pins = select(&a.targets, variant).map_err(|e| CliError::usage(format!("{e:#}")))?;
     // With --built-only the versions the cache lacks stay in the table as unavailable columns:

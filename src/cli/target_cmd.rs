@@ -112,8 +112,8 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
                 println!(
                     "llama.cpp@{:<9} {:>5} / {:<5}  llama {} ggml {}, state v{}, seq_pos {}",
                     info.version,
-                    is_built(Variant::Release),
-                    is_built(Variant::Assert),
+                    is_built(Variant::RELEASE),
+                    is_built(Variant::ASSERT),
                     info.llama_version,
                     info.ggml_version,
                     info.state_seq_version,

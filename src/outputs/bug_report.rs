@@ -15,7 +15,7 @@ use crate::oracles::{LlamaHClause, OracleId, Registry};
 use crate::outputs::c_repro::{default_model_file, model_command};
 use crate::outputs::repro::{Expect, Repro};
 use crate::records::report::{markdown_code, markdown_text};
-use crate::targets::llama::pins::{Pin, Variant};
+use crate::targets::llama::pins::{Flag, Pin, Variant};
 
 /// How the C program ended on a pin, for the report.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,12 +99,28 @@ fn build_settings(label: &str) -> String {
     let _ = writeln!(
         s,
         "- CPU backend only (`GGML_USE_CPU`), {}",
-        match pin.variant {
-            Variant::Release => "a release build: `NDEBUG` defined, so `GGML_ASSERT` stays and `assert` is compiled out",
-            Variant::Assert => "`NDEBUG` not defined: `assert` is compiled in",
-        }
+        build_in_words(pin.variant)
     );
     s
+}
+
+/// How a variant was built, for the report's environment list.
+fn build_in_words(variant: Variant) -> String {
+    let mut words = vec![if variant.has(Flag::Assert) {
+        "`NDEBUG` not defined: `assert` is compiled in"
+    } else {
+        "a release build: `NDEBUG` defined, so `GGML_ASSERT` stays and `assert` is compiled out"
+    }];
+    for flag in variant.flags() {
+        words.push(match flag {
+            Flag::Assert => continue,
+            Flag::Asan => {
+                "built with AddressSanitizer (`-fsanitize=address -fno-omit-frame-pointer -g`)"
+            }
+            Flag::Ubsan => "built with UndefinedBehaviorSanitizer (`-fsanitize=undefined -g`)",
+        });
+    }
+    words.join("; ")
 }
 
 /// The C program in a fenced block whose fence no line of it can close.

@@ -30,7 +30,7 @@ pub fn build_and_load_both_pins() -> Result<Vec<(BuiltShim, LlamaShim)>> {
             .with_context(|| format!("pins.toml has no {version}"))?;
         let pin = Pin {
             version: version.to_string(),
-            variant: Variant::Release,
+            variant: Variant::RELEASE,
             tree: None,
         };
         let built = ensure_built(&BuildSpec::new(pin.clone()), false)
@@ -247,7 +247,7 @@ fn first_release_pin() -> Result<(Pin, &'static kvaudit::targets::llama::pins::P
         .context("pins.toml has no first reference pin")?;
     let pin = Pin {
         version: version.to_string(),
-        variant: Variant::Release,
+        variant: Variant::RELEASE,
         tree: None,
     };
     Ok((pin, info))
@@ -353,7 +353,7 @@ pub fn a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug() -> Resu
         .context("pins.toml holds no pin")?;
     let pin = Pin {
         version: version.clone(),
-        variant: Variant::Release,
+        variant: Variant::RELEASE,
         tree: None,
     };
     ensure_built(&BuildSpec::new(pin.clone()), false)?;
@@ -408,7 +408,7 @@ pub fn git_bisect_run_names_the_commit_that_reintroduced_a_bug() -> Result<()> {
         .context("pins.toml has no newest reference pin")?;
     let pin = Pin {
         version: version.to_string(),
-        variant: Variant::Release,
+        variant: Variant::RELEASE,
         tree: None,
     };
     ensure_built(&BuildSpec::new(pin), false)?;

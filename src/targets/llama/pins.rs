@@ -3,8 +3,9 @@
 //! `targets/llama.cpp/pins.toml` is the one place pins are recorded; it is embedded here with
 //! `include_str!`, so the binary knows its pins without the source tree. A label names a pin
 //! and a build variant: `llama.cpp@0.1.156` is the release build (`-DNDEBUG`, as shipped),
-//! `llama.cpp@0.1.156+assert` the same sources with llama.cpp's `assert`s compiled in.
-//! `llama.cpp@src:PATH[+assert]` names a llama.cpp source tree instead (a developer's own
+//! `llama.cpp@0.1.156+assert` the same sources with llama.cpp's `assert`s compiled in, and
+//! `+asan`, `+ubsan` the same under a sanitizer; flags combine (`+assert+asan`), written in
+//! one canonical order ([`Flag::ALL`]). `llama.cpp@src:PATH[+FLAG...]` names a llama.cpp source tree instead (a developer's own
 //! checkout): its facts are read from the tree, and it is held to a known pin's expectations
 //! ([`Pin::baseline`]).
 
@@ -35,9 +36,6 @@ pub const TARGET: &str = "llama.cpp";
 /// reference-counted `seq_pos` and the newest overall. Every other pin is built on demand
 /// (`kvaudit target build`, `matrix`, `bisect`).
 pub const REFERENCE_PINS: [&str; 2] = ["0.1.156", "0.1.161"];
-
-/// The suffix of the assert variant in a pin label.
-pub const ASSERT_SUFFIX: &str = "+assert";
 
 /// What pins.toml records about one pin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,29 +94,152 @@ struct PinsFile {
     pins: BTreeMap<String, PinInfo>,
 }
 
-/// How a pin's sources are compiled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Variant {
-    /// `-O3 -DNDEBUG`: what users of the pin run.
-    Release,
-    /// `-O3` without `NDEBUG`: llama.cpp's `assert`s abort where release builds carry on.
+/// One build flag of a variant, written `+NAME` after the version in a label. What each flag
+/// changes in the build is its row of `build::recipe::flag_build` (the one table of compile and
+/// link flags); what the worker needs to run it, its row of `flag_build` too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Flag {
+    /// `+assert`: `-O3` without `NDEBUG`, llama.cpp's `assert`s abort where release builds
+    /// carry on.
     Assert,
+    /// `+asan`: AddressSanitizer (`-fsanitize=address`): an out-of-bounds access or a use after
+    /// free is reported (and aborts) where it happens, not when glibc notices a corrupted heap.
+    Asan,
+    /// `+ubsan`: UndefinedBehaviorSanitizer (`-fsanitize=undefined`): signed overflow, bad
+    /// shifts, misaligned or null accesses abort with a report.
+    Ubsan,
+}
+
+impl Flag {
+    /// Every flag, in the canonical order of labels (`+assert+asan+ubsan`).
+    pub const ALL: [Flag; 3] = [Flag::Assert, Flag::Asan, Flag::Ubsan];
+
+    /// The name after the `+` in a label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flag::Assert => "assert",
+            Flag::Asan => "asan",
+            Flag::Ubsan => "ubsan",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+
+    fn from_name(name: &str) -> Option<Flag> {
+        Flag::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+/// How a pin's sources are compiled: a set of [`Flag`]s; the empty set is the release build
+/// (`-O3 -DNDEBUG`, what users of the pin run). Written in canonical order whatever the order
+/// in the label, so one variant has one label, one cache entry and one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Variant {
+    bits: u16,
 }
 
 impl Variant {
-    /// The name used in cache directories and manifests (`release`, `assert`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Variant::Release => "release",
-            Variant::Assert => "assert",
+    /// The release build: no flag.
+    pub const RELEASE: Variant = Variant { bits: 0 };
+    /// `+assert`.
+    pub const ASSERT: Variant = Variant { bits: 1 };
+
+    /// This variant with `flag` too.
+    pub fn with(self, flag: Flag) -> Variant {
+        Variant {
+            bits: self.bits | flag.bit(),
         }
     }
+
+    /// Whether the variant has `flag`.
+    pub fn has(self, flag: Flag) -> bool {
+        self.bits & flag.bit() != 0
+    }
+
+    /// Its flags, in canonical order.
+    pub fn flags(self) -> impl Iterator<Item = Flag> {
+        Flag::ALL.into_iter().filter(move |f| self.has(*f))
+    }
+
+    /// Whether any flag is set (not the release build).
+    pub fn is_release(self) -> bool {
+        self.bits == 0
+    }
+
+    /// The name used in cache directories and manifests: `release`, `assert`, `assert+asan`.
+    pub fn as_str(self) -> String {
+        if self.is_release() {
+            return "release".into();
+        }
+        self.flags().map(Flag::name).collect::<Vec<_>>().join("+")
+    }
+
+    /// The label's suffix: empty for release, else `+assert`, `+asan+ubsan`, ...
+    pub fn suffix(self) -> String {
+        self.flags().map(|f| format!("+{}", f.name())).collect()
+    }
+
+    /// The variant `+a+b...` names (`""` is release), in any order; `Err` names an unknown or
+    /// repeated flag.
+    fn from_suffix(suffix: &str) -> Result<Variant, String> {
+        let mut v = Variant::RELEASE;
+        if suffix.is_empty() {
+            return Ok(v);
+        }
+        let Some(rest) = suffix.strip_prefix('+') else {
+            return Err(format!("a variant starts with `+`, not {suffix:?}"));
+        };
+        for name in rest.split('+') {
+            let flag = Flag::from_name(name).ok_or_else(|| {
+                format!(
+                    "unknown variant `+{name}`, the variants are {}",
+                    variant_names()
+                )
+            })?;
+            if v.has(flag) {
+                return Err(format!("`+{name}` is given twice"));
+            }
+            v = v.with(flag);
+        }
+        Ok(v)
+    }
+
+    /// The variant `as_str` wrote.
+    fn from_str_name(name: &str) -> Result<Variant, String> {
+        if name == "release" {
+            return Ok(Variant::RELEASE);
+        }
+        Variant::from_suffix(&format!("+{name}"))
+    }
+}
+
+/// The flags as a label writes them, for messages: `+assert`, `+asan`, `+ubsan` (combinable).
+pub fn variant_names() -> String {
+    let names: Vec<String> = Flag::ALL
+        .iter()
+        .map(|f| format!("`+{}`", f.name()))
+        .collect();
+    format!("{} (combinable)", names.join(", "))
 }
 
 impl fmt::Display for Variant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(&self.as_str())
+    }
+}
+
+impl Serialize for Variant {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Variant {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Variant, D::Error> {
+        let name = String::deserialize(d)?;
+        Variant::from_str_name(&name).map_err(serde::de::Error::custom)
     }
 }
 
@@ -144,20 +265,19 @@ impl Pin {
         let rest = match label.split_once('@') {
             Some((target, rest)) if target == TARGET => rest,
             Some((target, _)) => return Err(pin_error(format!(
-                "pin label `{label}`: unknown target `{target}`, expected `{TARGET}@VERSION[{ASSERT_SUFFIX}]`"
+                "pin label `{label}`: unknown target `{target}`, expected `{TARGET}@VERSION[+VARIANT]`"
             ))),
-            None => return Err(pin_error(format!("pin label `{label}`: expected `{TARGET}@VERSION[{ASSERT_SUFFIX}]`"))),
+            None => return Err(pin_error(format!("pin label `{label}`: expected `{TARGET}@VERSION[+VARIANT]`"))),
         };
         if let Some(path) = rest.strip_prefix("src:") {
             return Pin::parse_tree(label, path);
         }
-        let (version, variant) = match rest.split_once('+') {
-            None => (rest, Variant::Release),
-            Some((version, "assert")) => (version, Variant::Assert),
-            Some((_, other)) => return Err(pin_error(format!(
-                "pin label `{label}`: unknown variant `+{other}`, the only variant is `{ASSERT_SUFFIX}`"
-            ))),
+        let (version, suffix) = match rest.find('+') {
+            None => (rest, ""),
+            Some(i) => (&rest[..i], &rest[i..]),
         };
+        let variant = Variant::from_suffix(suffix)
+            .map_err(|e| pin_error(format!("pin label `{label}`: {e}")))?;
         if version.is_empty() {
             return Err(pin_error(format!("pin label `{label}`: empty version")));
         }
@@ -174,16 +294,24 @@ impl Pin {
         })
     }
 
-    /// `llama.cpp@src:PATH[+assert]`: the tree at PATH (a llama.cpp root, or an unpacked crate
+    /// `llama.cpp@src:PATH[+FLAG...]`: the tree at PATH (a llama.cpp root, or an unpacked crate
     /// holding one in `llama.cpp/`), which must exist.
     fn parse_tree(label: &str, rest: &str) -> Result<Pin, LlamaError> {
-        let (path, variant) = match rest.strip_suffix(ASSERT_SUFFIX) {
-            Some(path) => (path, Variant::Assert),
-            None => (rest, Variant::Release),
-        };
+        // A path may hold `+`: only trailing `+FLAG`s that name flags are the variant.
+        let mut path = rest;
+        let mut variant = Variant::RELEASE;
+        while let Some((head, name)) = path.rsplit_once('+') {
+            match Flag::from_name(name) {
+                Some(flag) if !variant.has(flag) => {
+                    variant = variant.with(flag);
+                    path = head;
+                }
+                _ => break,
+            }
+        }
         if path.is_empty() {
             return Err(pin_error(format!(
-                "target `{label}`: expected `{TARGET}@src:PATH[{ASSERT_SUFFIX}]` with the path of a llama.cpp tree"
+                "target `{label}`: expected `{TARGET}@src:PATH[+VARIANT]` with the path of a llama.cpp tree"
             )));
         }
         let root = tree::normalize_tree(std::path::Path::new(path))?;
@@ -209,10 +337,7 @@ impl Pin {
             Some(t) => format!("{SRC_VERSION}:{}", t.display()),
             None => self.version.clone(),
         };
-        match self.variant {
-            Variant::Release => format!("{TARGET}@{what}"),
-            Variant::Assert => format!("{TARGET}@{what}{ASSERT_SUFFIX}"),
-        }
+        format!("{TARGET}@{what}{}", self.variant.suffix())
     }
 
     /// What pins.toml records about this pin; for a source tree, the same facts read from the
@@ -439,15 +564,72 @@ mod tests {
             p,
             Pin {
                 version: "0.1.156".into(),
-                variant: Variant::Release,
+                variant: Variant::RELEASE,
                 tree: None,
             }
         );
         let p: Pin = "llama.cpp@0.1.161+assert".parse().unwrap();
-        assert_eq!(p.variant, Variant::Assert);
+        assert_eq!(p.variant, Variant::ASSERT);
         assert_eq!(p.label(), "llama.cpp@0.1.161+assert");
         assert_eq!(p.to_string(), "llama.cpp@0.1.161+assert");
         assert_eq!(p.info().unwrap().version, "0.1.161");
+    }
+
+    #[test]
+    fn variant_flags_combine_in_one_canonical_order() {
+        let p = Pin::parse("llama.cpp@0.1.161+asan+assert").unwrap();
+        assert_eq!(p.variant, Variant::ASSERT.with(Flag::Asan));
+        assert_eq!(p.label(), "llama.cpp@0.1.161+assert+asan");
+        assert_eq!(p.variant.as_str(), "assert+asan");
+        assert_eq!(Pin::parse(&p.label()).unwrap(), p);
+        for label in ["llama.cpp@0.1.161+asan", "llama.cpp@0.1.161+ubsan"] {
+            assert_eq!(Pin::parse(label).unwrap().label(), label);
+        }
+        // The names of cache entries and manifests: release and assert as they always were.
+        assert_eq!(Variant::RELEASE.as_str(), "release");
+        assert_eq!(Variant::ASSERT.as_str(), "assert");
+        for v in [
+            Variant::RELEASE,
+            Variant::ASSERT,
+            Variant::ASSERT.with(Flag::Ubsan).with(Flag::Asan),
+        ] {
+            let json = serde_json::to_string(&v).unwrap();
+            assert_eq!(serde_json::from_str::<Variant>(&json).unwrap(), v, "{json}");
+        }
+        let err = |l: &str| format!("{:#}", Pin::parse(l).unwrap_err());
+        assert!(err("llama.cpp@0.1.161+asan+asan").contains("given twice"));
+        assert!(err("llama.cpp@0.1.161+asan+msan").contains("unknown variant `+msan`"));
+    }
+
+    #[test]
+    fn a_tree_label_takes_trailing_flags_and_keeps_a_plus_in_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("llama+cpp");
+        for (rel, text) in [
+            ("CMakeLists.txt", "set(LLAMA_VERSION_MAJOR 0)\n"),
+            ("ggml/CMakeLists.txt", "set(GGML_VERSION_MAJOR 0)\n"),
+            ("ggml/include/ggml.h", ""),
+            (
+                "include/llama.h",
+                "#define LLAMA_STATE_SEQ_VERSION 2\nvoid llama_memory_seq_cp(void);\n",
+            ),
+            ("src/llama-kv-cache.cpp", ""),
+            ("src/llama-kv-cells.h", ""),
+            ("src/llama-context.cpp", ""),
+        ] {
+            let p = tree.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let root = tree.canonicalize().unwrap();
+        let pin = Pin::parse(&format!("llama.cpp@src:{}+ubsan+assert", tree.display())).unwrap();
+        assert_eq!(pin.tree.as_deref(), Some(root.as_path()));
+        assert_eq!(pin.variant, Variant::ASSERT.with(Flag::Ubsan));
+        assert_eq!(
+            pin.label(),
+            format!("llama.cpp@src:{}+assert+ubsan", root.display())
+        );
+        assert_eq!(Pin::parse(&pin.label()).unwrap(), pin);
     }
 
     #[test]
@@ -464,7 +646,7 @@ mod tests {
     #[test]
     fn targets_select_ranges_and_lists_of_known_versions() {
         let versions = |spec: &str| -> Vec<String> {
-            select(spec, Variant::Release)
+            select(spec, Variant::RELEASE)
                 .unwrap()
                 .into_iter()
                 .map(|p| p.version)
@@ -481,7 +663,7 @@ mod tests {
             ["0.1.156", "0.1.161"]
         );
         assert_eq!(versions("all").len(), known_pins().unwrap().len());
-        let err = |spec: &str| format!("{:#}", select(spec, Variant::Release).unwrap_err());
+        let err = |spec: &str| format!("{:#}", select(spec, Variant::RELEASE).unwrap_err());
         assert!(err("0.1.148").contains("not a known llama.cpp version"));
         assert!(err("0.1.161..0.1.156").contains("backwards"));
         assert!(err(",").contains("names no version"));

@@ -163,7 +163,7 @@ pub(super) fn cache_key(
         tree,
         shim_header: SHIM_HEADER,
         shim_source: SHIM_SOURCE,
-        link_flags: link_flags(Path::new("$SHIM/exports.map"), "$SONAME"),
+        link_flags: link_flags(pin.variant, Path::new("$SHIM/exports.map"), "$SONAME"),
     };
     let bytes = serde_json::to_vec(&input).map_err(|e| LlamaError::Compile {
         what: "hashing the cache key".into(),
@@ -484,7 +484,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pin = Pin {
             version: "0.1.156".into(),
-            variant: Variant::Release,
+            variant: Variant::RELEASE,
             tree: None,
         };
         let key = "ab".repeat(32);
@@ -501,7 +501,7 @@ mod tests {
             .to_string();
         assert!(err.contains(MANIFEST_NAME) && err.contains("key"), "{err}");
         let assert_pin = Pin {
-            variant: Variant::Assert,
+            variant: Variant::ASSERT,
             ..pin.clone()
         };
         let err = load_entry(&entry, &key, &assert_pin)

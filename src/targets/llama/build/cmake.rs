@@ -260,7 +260,7 @@ my_add_compile_definitions(NOT_A_CALL)
             };
             let pin = Pin {
                 version: info.version.clone(),
-                variant: Variant::Release,
+                variant: Variant::RELEASE,
                 tree: None,
             };
             let recipe = Recipe::for_tree(&tree, &pin).unwrap();

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::cache::verify_file;
+use super::recipe::{variant_compile_flags, variant_defines_ndebug, variant_link_flags};
 use super::toolchain::{base_build, find_compiler};
 use crate::targets::llama::error::{IoContext as _, LlamaError};
-use crate::targets::llama::pins::Variant;
 use crate::targets::llama::shim::BuiltShim;
 
 /// Archives `objects` into `static_lib` with the archiver `cc` picks.
@@ -131,14 +131,16 @@ impl BuiltShim {
             .args(["-std=gnu11", "-O2", "-Wall"])
             .arg("-I")
             .arg(&self.include_dir);
-        if self.pin.variant == Variant::Release {
+        if variant_defines_ndebug(self.pin.variant) {
             compile.arg("-DNDEBUG");
         }
+        compile.args(variant_compile_flags(self.pin.variant));
         compile.arg("-c").arg(source).arg("-o").arg(&object);
         run_checked(&mut compile, &format!("compiling {}", source.display()))?;
         let mut link = Command::new(&cxx_path);
         link.arg(&object)
             .arg(&self.static_lib)
+            .args(variant_link_flags(self.pin.variant))
             .args(["-lpthread", "-lm", "-o"])
             .arg(output);
         run_checked(&mut link, &format!("linking {}", output.display()))?;

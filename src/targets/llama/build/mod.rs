@@ -461,7 +461,7 @@ impl EntryBuild<'_> {
             self.pin.variant,
             &self.key[..16]
         );
-        let flags = link_flags(&shim_dir.join("exports.map"), &soname);
+        let flags = link_flags(self.pin.variant, &shim_dir.join("exports.map"), &soname);
         link_shared(
             &self.toolchain.cxx,
             &flags,
@@ -537,7 +537,7 @@ mod tests {
         let spec = BuildSpec {
             pin: Pin {
                 version: "0.1.156".into(),
-                variant: Variant::Release,
+                variant: Variant::RELEASE,
                 tree: None,
             },
             llama_src: Some(looped.clone()),

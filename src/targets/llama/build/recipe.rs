@@ -14,7 +14,7 @@ use super::cmake::{
 };
 
 use crate::targets::llama::error::{IoContext as _, LlamaError};
-use crate::targets::llama::pins::{Pin, PinInfo, Variant};
+use crate::targets::llama::pins::{Flag, Pin, PinInfo, Variant};
 use crate::targets::llama::tree::{shim_defines as shim_defines_for, tree_version};
 
 /// Bump when the recipe below changes in a way the key does not see.
@@ -24,6 +24,84 @@ pub(super) const RECIPE_VERSION: u32 = 1;
 /// multiply-adds in ggml core and llama and change numerics (LLAMA-FACTS).
 pub(super) const X86_CPU_FLAGS: &[&str] =
     &["-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2"];
+
+/// What one variant flag changes in a build, and what a process needs to run the build: the
+/// one table of the flags a label may carry (`+assert`, `+asan`, ...). A flag's compile flags go
+/// to every unit (llama.cpp, ggml and the shim) and to a C reproducer; its link flags to the
+/// shared object and to a C reproducer. The release build (no flag) is what users run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlagBuild {
+    /// Whether `NDEBUG` is left undefined, so that llama.cpp's `assert`s are compiled in.
+    pub drops_ndebug: bool,
+    /// Flags of every compile unit.
+    pub compile: &'static [&'static str],
+    /// Flags of every link.
+    pub link: &'static [&'static str],
+    /// A sanitizer runtime that must be loaded first in a process that loads the build (gcc's
+    /// `libasan.so`, as `gcc -print-file-name` names it): the worker, a Rust binary not linked
+    /// with it, preloads it (ASan refuses to start when it is not the first library).
+    pub preload: Option<&'static str>,
+    /// The runtime's options variable and the options the worker sets in it: stop at the first
+    /// report, abort (so the worker's signal report names the trial and step), no leak check
+    /// (llama.cpp's process-lifetime allocations are not findings).
+    pub options: Option<(&'static str, &'static str)>,
+}
+
+/// The row of `flag` in the table of variant flags.
+pub const fn flag_build(flag: Flag) -> FlagBuild {
+    match flag {
+        Flag::Assert => FlagBuild {
+            drops_ndebug: true,
+            compile: &[],
+            link: &[],
+            preload: None,
+            options: None,
+        },
+        // -g: ASan's report names file:line only with debug information (symbolized by
+        // llvm-symbolizer); -fno-omit-frame-pointer: its fast unwinder walks frame pointers.
+        Flag::Asan => FlagBuild {
+            drops_ndebug: false,
+            compile: &["-fsanitize=address", "-fno-omit-frame-pointer", "-g"],
+            link: &["-fsanitize=address"],
+            preload: Some("libasan.so"),
+            options: Some((
+                "ASAN_OPTIONS",
+                "abort_on_error=1:halt_on_error=1:detect_leaks=0:handle_segv=0:handle_abort=0:symbolize=1",
+            )),
+        },
+        Flag::Ubsan => FlagBuild {
+            drops_ndebug: false,
+            compile: &["-fsanitize=undefined", "-fno-omit-frame-pointer", "-g"],
+            link: &["-fsanitize=undefined"],
+            preload: None,
+            options: Some((
+                "UBSAN_OPTIONS",
+                "abort_on_error=1:halt_on_error=1:print_stacktrace=1:symbolize=1",
+            )),
+        },
+    }
+}
+
+/// The compile flags of `variant`'s flags, in canonical order.
+pub fn variant_compile_flags(variant: Variant) -> Vec<String> {
+    variant
+        .flags()
+        .flat_map(|f| flag_build(f).compile.iter().map(|s| s.to_string()))
+        .collect()
+}
+
+/// The link flags of `variant`'s flags, in canonical order.
+pub fn variant_link_flags(variant: Variant) -> Vec<String> {
+    variant
+        .flags()
+        .flat_map(|f| flag_build(f).link.iter().map(|s| s.to_string()))
+        .collect()
+}
+
+/// Whether `variant` defines `NDEBUG` (no flag of it keeps the asserts).
+pub fn variant_defines_ndebug(variant: Variant) -> bool {
+    !variant.flags().any(|f| flag_build(f).drops_ndebug)
+}
 
 /// Defines every ggml group gets (`add_compile_definitions` in ggml/src/CMakeLists.txt).
 const GGML_DEFINES: &[&str] = &[
@@ -126,10 +204,13 @@ impl Recipe {
         // Without a git checkout cmake's commit is "unknown" for both.
         let commit = "unknown";
 
-        let ndebug: &[&str] = match pin.variant {
-            Variant::Release => &["NDEBUG"],
-            Variant::Assert => &[],
+        let ndebug: &[&str] = if variant_defines_ndebug(pin.variant) {
+            &["NDEBUG"]
+        } else {
+            &[]
         };
+        // Empty for release and +assert, so their recipes (and cache keys) are what they were.
+        let sanitize = variant_compile_flags(pin.variant);
         let strings = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let quoted = |name: &str, value: &str| format!("{name}=\"{value}\"");
 
@@ -186,7 +267,7 @@ impl Recipe {
             lang,
             sources,
             defines,
-            flags,
+            flags: flags.into_iter().chain(sanitize.iter().cloned()).collect(),
             includes,
         };
         let mut ggml_cxx_defines = ggml_defines.clone();
@@ -300,9 +381,10 @@ pub(super) fn check_tree_versions(pin: &Pin, info: &PinInfo, recipe: &Recipe, sr
 /// The version script of the shared object: the shim's functions and nothing else.
 pub(super) const EXPORT_MAP: &str = "{ global: kvaudit_shim_*; local: *; };\n";
 
-/// The flags of the shared-object link, `export_map` being a file with [`EXPORT_MAP`].
-pub(super) fn link_flags(export_map: &Path, soname: &str) -> Vec<String> {
-    vec![
+/// The flags of the shared-object link of `variant`, `export_map` being a file with
+/// [`EXPORT_MAP`].
+pub(super) fn link_flags(variant: Variant, export_map: &Path, soname: &str) -> Vec<String> {
+    let mut flags = vec![
         "-shared".into(),
         format!("-Wl,-soname,{soname}"),
         format!("-Wl,--version-script={}", export_map.display()),
@@ -311,7 +393,9 @@ pub(super) fn link_flags(export_map: &Path, soname: &str) -> Vec<String> {
         // Without it a missing source file still "links", with undefined symbols.
         "-Wl,--no-undefined".into(),
         "-Wl,--exclude-libs,ALL".into(),
-    ]
+    ];
+    flags.extend(variant_link_flags(variant));
+    flags
 }
 
 /// Define names in the tree's CMake files that the recipe neither passes nor lists in
