@@ -6,6 +6,11 @@
 //! twin round trip, the probe) is a class of its own, `observation crash (WHAT): ...`: the op is
 //! not blamed, and the worker runs the trial again without that observation, so that the oracles
 //! that do not read it still judge the trial ([`crate::running::runner::ObservationCrash`]).
+//!
+//! On a sanitizer build (`+asan`, `+ubsan`) the crash is the sanitizer's report: its class
+//! (`heap-buffer-overflow`, `signed integer overflow`, ...) and its site, the first frame in
+//! llama.cpp or the shim (`llama-batch.cpp:321`), are the crash's kind ([`sanitizer_report`]),
+//! so a replay compares both.
 
 use serde_json::json;
 
@@ -33,15 +38,136 @@ pub const HEAP_CORRUPTION: &str = "SIGABRT: heap corruption (glibc's allocator a
 
 /// The class of a crash message, for telling crash findings apart: its first line, at most 80
 /// characters; every abort of glibc's allocator on a corrupted heap is one class,
-/// [`HEAP_CORRUPTION`] (the exact message stays in the violation's `observed`).
+/// [`HEAP_CORRUPTION`] (the exact message stays in the violation's `observed`); a sanitizer's
+/// report is its class and site ([`SanitizerReport::kind`]), whole.
 pub fn crash_kind(message: &str) -> String {
     let first = message.lines().next().unwrap_or("crash");
     if let Some(rest) = first.strip_prefix("SIGABRT: ") {
         if GLIBC_HEAP_ABORTS.iter().any(|m| rest.starts_with(m)) {
             return HEAP_CORRUPTION.to_string();
         }
+        if SANITIZERS.iter().any(|s| rest.starts_with(s)) {
+            return rest.to_string();
+        }
     }
     first.chars().take(80).collect()
+}
+
+/// The sanitizers whose reports [`sanitizer_report`] reads, as their reports name them.
+const SANITIZERS: [&str; 2] = ["AddressSanitizer", "UndefinedBehaviorSanitizer"];
+
+/// What a sanitizer report says: which sanitizer, the class of the error, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SanitizerReport {
+    /// `AddressSanitizer` or `UndefinedBehaviorSanitizer`.
+    pub sanitizer: &'static str,
+    /// The class: ASan's error name (`heap-buffer-overflow`, `heap-use-after-free`,
+    /// `attempting double-free`), UBSan's runtime error up to its details (`signed integer
+    /// overflow`, `load of misaligned address`).
+    pub class: String,
+    /// The first frame in llama.cpp, ggml or the shim, as `FILE:LINE` with the file's name
+    /// only; `None` when no frame has one (a build without `-g`).
+    pub site: Option<String>,
+}
+
+impl SanitizerReport {
+    /// The crash message's detail: `AddressSanitizer: heap-buffer-overflow at llama-batch.cpp:321`.
+    pub fn kind(&self) -> String {
+        match &self.site {
+            Some(site) => format!("{}: {} at {site}", self.sanitizer, self.class),
+            None => format!("{}: {}", self.sanitizer, self.class),
+        }
+    }
+}
+
+/// The report a sanitizer printed in `stderr` (the first one), if any. ASan (gcc's libasan,
+/// symbolized by its own libbacktrace or llvm-symbolizer) writes
+/// `==PID==ERROR: AddressSanitizer: CLASS on address ...` and then frames
+/// `#N 0xADDR in FUNCTION FILE:LINE[:COL]`; UBSan writes
+/// `FILE:LINE:COL: runtime error: CLASS: details` and, with `print_stacktrace=1`, frames.
+pub fn sanitizer_report(stderr: &str) -> Option<SanitizerReport> {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).collect();
+    for (i, line) in lines.iter().enumerate() {
+        if let Some(rest) = line
+            .find("ERROR: AddressSanitizer: ")
+            .map(|k| &line[k + "ERROR: AddressSanitizer: ".len()..])
+        {
+            let end = [
+                " on address",
+                " on unknown address",
+                " on ",
+                " at pc",
+                " in thread",
+                " (",
+            ]
+            .iter()
+            .filter_map(|m| rest.find(m))
+            .min()
+            .unwrap_or(rest.len());
+            return Some(SanitizerReport {
+                sanitizer: SANITIZERS[0],
+                class: rest[..end].trim_end_matches(':').trim().to_string(),
+                site: first_source_frame(&lines[i + 1..]),
+            });
+        }
+        if let Some(k) = line.find(": runtime error: ") {
+            let details = &line[k + ": runtime error: ".len()..];
+            let class = details.split(':').next().unwrap_or(details);
+            let class: Vec<&str> = class
+                .split(' ')
+                .take_while(|w| !w.starts_with("0x"))
+                .collect();
+            let here = source_site(&line[..k]);
+            let site = match here {
+                Some((path, site)) if !outside_the_target(path) => Some(site),
+                _ => first_source_frame(&lines[i + 1..]),
+            };
+            return Some(SanitizerReport {
+                sanitizer: SANITIZERS[1],
+                class: class.join(" "),
+                site,
+            });
+        }
+    }
+    None
+}
+
+/// Sources that are not the target's: the sanitizer runtime, the C/C++ standard library's
+/// headers (an inlined `std::vector::operator[]`), Rust.
+fn outside_the_target(path: &str) -> bool {
+    path.contains("libsanitizer")
+        || path.contains("compiler-rt")
+        || path.starts_with("/usr/")
+        || path.ends_with(".rs")
+}
+
+/// `(path, "FILE:LINE")` of a location `PATH:LINE[:COL]`, the file's name only in the second.
+fn source_site(location: &str) -> Option<(&str, String)> {
+    let number = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    let (head, last) = location.rsplit_once(':')?;
+    let (path, line) = match head.rsplit_once(':') {
+        Some((path, line)) if number(line) && number(last) => (path, line),
+        _ => (head, last),
+    };
+    if !number(line) {
+        return None;
+    }
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let is_source = [".c", ".cpp", ".cc", ".h", ".hpp", ".inc"]
+        .iter()
+        .any(|e| file.ends_with(e));
+    is_source.then(|| (path, format!("{file}:{line}")))
+}
+
+/// The site of the first stack frame (`#N 0xADDR in FUNCTION LOCATION`) in the target's sources.
+fn first_source_frame(lines: &[&str]) -> Option<String> {
+    lines
+        .iter()
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.starts_with('#'))
+        .filter_map(|l| source_site(l.rsplit(' ').next()?))
+        .find(|(path, _)| !outside_the_target(path))
+        .map(|(_, site)| site)
 }
 
 /// How the kind of an observation crash starts.
@@ -109,6 +235,12 @@ impl Oracle for Crash {
                 evidence: "llama/assert_build_repeated_seq_cp_0.1.156.json",
             },
             PositiveControl {
+                fault: "+asan: the shim's test hook writes one byte past a heap block at each decode (KVAUDIT_TEST_SHIM_OVERFLOW)",
+                target: "llama.cpp@0.1.161+asan",
+                seed_depth: None,
+                evidence: "llama/sanitizer_control_asan_0.1.161.json",
+            },
+            PositiveControl {
                 fault: "a zero hang timeout",
                 target: "llama.cpp@0.1.161",
                 seed_depth: None,
@@ -158,8 +290,53 @@ mod tests {
         ] {
             assert_eq!(crash_kind(m), HEAP_CORRUPTION, "{m}");
         }
+        let asan = "SIGABRT: AddressSanitizer: heap-buffer-overflow at a-file-name-long-enough-to-pass-eighty-characters.cpp:321";
+        assert_eq!(crash_kind(asan), &asan["SIGABRT: ".len()..]);
         let assert_line = "GGML_ASSERT(x) failed at llama-kv-cache.cpp:300";
         assert_eq!(crash_kind(assert_line), assert_line);
         assert_eq!(crash_kind("SIGSEGV"), "SIGSEGV");
+    }
+
+    #[test]
+    fn a_sanitizer_report_reads_as_its_class_and_first_target_frame() {
+        let asan = "\
+=================================================================
+==4242==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x602000000034 at pc 0x7f00 bp 0x7f01 sp 0x7f02
+WRITE of size 4 at 0x602000000034 thread T0
+    #0 0x7f10 in __interceptor_memset ../../../../src/libsanitizer/sanitizer_common/sanitizer_common_interceptors.inc:799
+    #1 0x7f11 in std::vector<int>::operator[](unsigned long) /usr/include/c++/12/bits/stl_vector.h:1123
+    #2 0x7f12 in llama_batch_allocr::init(llama_batch const&) /root/.cargo/registry/src/x/llama-cpp-sys-2-0.1.161/llama.cpp/src/llama-batch.cpp:321:29
+    #3 0x7f13 in kvaudit_shim_decode /tmp/shim/kvaudit_shim.c:400
+    #4 0x55 in kvaudit::targets::llama::ffi::LlamaShim::decode /work/src/targets/llama/ffi.rs:10
+
+0x602000000034 is located 0 bytes to the right of 4-byte region
+SUMMARY: AddressSanitizer: heap-buffer-overflow src/llama-batch.cpp:321 in llama_batch_allocr::init
+";
+        let r = sanitizer_report(asan).unwrap();
+        assert_eq!(
+            r.kind(),
+            "AddressSanitizer: heap-buffer-overflow at llama-batch.cpp:321"
+        );
+        let free = "==7==ERROR: AddressSanitizer: attempting double-free on 0x6 in thread T0:\n    #0 0x1 in free (/usr/lib/x86_64-linux-gnu/libasan.so.8+0x1)\n    #1 0x2 in f /src/ggml/src/ggml.c:12\n";
+        assert_eq!(
+            sanitizer_report(free).unwrap().kind(),
+            "AddressSanitizer: attempting double-free at ggml.c:12"
+        );
+        let ubsan = "/src/llama.cpp/src/llama-kv-cells.h:88:21: runtime error: signed integer overflow: 2147483647 + 1 cannot be represented in type 'int'\n";
+        assert_eq!(
+            sanitizer_report(ubsan).unwrap().kind(),
+            "UndefinedBehaviorSanitizer: signed integer overflow at llama-kv-cells.h:88"
+        );
+        let misaligned = "/usr/include/c++/12/bits/stl_algobase.h:5:1: runtime error: load of misaligned address 0x55 for type 'int', which requires 4 byte alignment\n    #0 0x1 in g /src/ggml/src/ggml-cpu/ops.cpp:77\n";
+        assert_eq!(
+            sanitizer_report(misaligned).unwrap().kind(),
+            "UndefinedBehaviorSanitizer: load of misaligned address at ops.cpp:77"
+        );
+        assert_eq!(sanitizer_report("GGML_ASSERT(x) failed\n"), None);
+        let unsymbolized = "==1==ERROR: AddressSanitizer: heap-use-after-free on address 0x1\n    #0 0x2 (/lib/libkvaudit_shim.so+0x10)\n";
+        assert_eq!(
+            sanitizer_report(unsymbolized).unwrap().kind(),
+            "AddressSanitizer: heap-use-after-free"
+        );
     }
 }

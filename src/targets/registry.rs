@@ -194,6 +194,8 @@ pub fn llama_worker_spec(
         timeout: LLAMA_TRIAL_TIMEOUT,
         reset: ResetMode::Restore,
         observe: Observe::ALL,
+        env: crate::targets::llama::worker::runtime_env(pin.variant)
+            .map_err(|e| Error::harness(format!("{name}: {e:#}")))?,
         crash_observing: crash_observing_hook()?,
     })
 }

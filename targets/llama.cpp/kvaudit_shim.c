@@ -108,9 +108,23 @@ static void shim_log(enum ggml_log_level level, const char *text, void *user_dat
 
 static pthread_once_t shim_once = PTHREAD_ONCE_INIT;
 
+/* A test hook (KVAUDIT_TEST_SHIM_OVERFLOW set): each decode writes one byte past an 8-byte heap
+ * block, the positive control of +asan. glibc's block holds 24 usable bytes, so a release build
+ * corrupts nothing and carries on; AddressSanitizer reports a heap-buffer-overflow here. */
+static int shim_test_overflow = 0;
+
+static void shim_test_overflow_write(void) {
+    volatile unsigned char *block = (volatile unsigned char *)malloc(8);
+    if (block != NULL) {
+        block[8] = 1;
+        free((void *)block);
+    }
+}
+
 static void shim_init_once(void) {
     const char *env = getenv("KVAUDIT_SHIM_LOG");
     shim_log_to_stderr = env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
+    shim_test_overflow = getenv("KVAUDIT_TEST_SHIM_OVERFLOW") != NULL;
     /* llama_log_set also calls ggml_log_set: one call silences both. */
     llama_log_set(shim_log, NULL);
     llama_backend_init();
@@ -344,6 +358,9 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_decode(kvaudit_shim *h, int32_t n_tokens,
     }
     llama_seq_id **seq_id = n_seq_id != NULL ? (llama_seq_id **)scratch : NULL;
     int8_t *logits = (int8_t *)(scratch + ptr_bytes);
+    if (shim_test_overflow) {
+        shim_test_overflow_write();
+    }
 
     size_t offset = 0;
     for (size_t i = 0; i < n; i++) {

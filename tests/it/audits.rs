@@ -43,6 +43,10 @@ struct AuditCase {
     #[serde(default)]
     key: Option<String>,
     expect: Expect,
+    /// Run the audit this many times more: each report must equal the first apart from its
+    /// timings (trials independent of each other whatever the target does to its heap).
+    #[serde(default)]
+    repeats: usize,
     /// What the same audit without any injected fault must report: a positive control fails
     /// with its fault and passes without.
     #[serde(default)]
@@ -182,11 +186,35 @@ fn check(path: &std::path::Path) -> Result<(), String> {
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let report = run(&case, Shard::WHOLE)?;
     expect(&case, &case.expect, &report)?;
+    for k in 0..case.repeats {
+        let again = run(&case, Shard::WHOLE)?;
+        let (mut a, mut b) = (report.clone(), again);
+        a.timing = Default::default();
+        b.timing = Default::default();
+        if a != b {
+            let counts = |r: &Report| {
+                r.oracles
+                    .iter()
+                    .map(|(id, s)| format!("{}: {}", id.name(), s.violations))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(format!(
+                "run {} differs from the first apart from timings:
+first: {}
+then:  {}",
+                k + 2,
+                counts(&a),
+                counts(&b)
+            ));
+        }
+    }
     if let Some(clean) = &case.clean {
         let without = AuditCase {
             inject: Vec::new(),
             inject_b: Vec::new(),
             clean: None,
+            repeats: 0,
             shards: None,
             strategy: case.strategy.clone(),
             key: case.key.clone(),

@@ -83,6 +83,23 @@ enum Case {
         /// without running, they would prove nothing).
         control: Vec<Op>,
     },
+    /// The positive control of a sanitizer variant: with the shim's test hook (`env`,
+    /// `KVAUDIT_TEST_SHIM_OVERFLOW`: each decode writes one byte past an 8-byte heap block),
+    /// the trace crashes on `target` at `step` with a kind that starts with `kind` (the
+    /// sanitizer's class and site), then a trace without a decode completes in the same runner
+    /// (the worker lives on); on `release` the same trace completes (glibc's block has room).
+    SanitizerControl {
+        #[allow(dead_code)]
+        about: String,
+        target: String,
+        release: String,
+        env: std::collections::BTreeMap<String, String>,
+        setup: Setup,
+        ops: Vec<Op>,
+        step: usize,
+        kind: String,
+        control: Vec<Op>,
+    },
     /// The worker hook `crash_observing` makes every such observation die of SIGSEGV: an
     /// exhaustive audit with it against one without, and one trace judged step by step.
     ObservationCrash {
@@ -189,6 +206,17 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             trace,
             ..
         } => check_observation_crash(&target, &crash_observing, &domain, depth, trace),
+        Case::SanitizerControl {
+            about: _,
+            target,
+            release,
+            env,
+            setup,
+            ops,
+            step,
+            kind,
+            control,
+        } => check_sanitizer_control(&target, &release, &env, setup, ops, step, &kind, control),
         Case::Settings {
             target,
             setup,
@@ -425,6 +453,57 @@ fn check_observation_crash(
 
 /// A trial past the hang timeout is a crash finding, and the fork server survives it: the
 /// timeout is made zero for one batch, so that the parent gives up on trials that are running.
+#[allow(clippy::too_many_arguments)]
+fn check_sanitizer_control(
+    target: &str,
+    release: &str,
+    env: &std::collections::BTreeMap<String, String>,
+    setup: Setup,
+    ops: Vec<Op>,
+    step: usize,
+    kind: &str,
+    control: Vec<Op>,
+) -> Result<(), String> {
+    use kvaudit::oracles::crash::crash_kind;
+    let runner = |label: &str| -> Result<WorkerRunner, String> {
+        let mut spec = llama_worker_spec(label, None)?;
+        spec.env
+            .extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        WorkerRunner::new(spec).map_err(|e| e.to_string())
+    };
+    let trace = Trace {
+        setup: setup.clone(),
+        ops,
+    };
+    let control = Trace {
+        setup,
+        ops: control,
+    };
+    let mut sanitized = runner(target)?;
+    let runs = sanitized
+        .run_batch_last(&[trace.clone(), control])
+        .map_err(|e| e.to_string())?;
+    match &runs[0].end {
+        TrialEnd::Crashed { step: s, message } if *s == step && crash_kind(message).starts_with(kind) => {}
+        other => return Err(format!("{target}: expected a crash at step {step} of kind {kind}..., the trace ended {other:?}")),
+    }
+    if !matches!(runs[1].end, TrialEnd::Completed) {
+        return Err(format!(
+            "{target}: the control trace ended {:?}",
+            runs[1].end
+        ));
+    }
+    let runs = runner(release)?
+        .run_batch_last(std::slice::from_ref(&trace))
+        .map_err(|e| e.to_string())?;
+    match &runs[0].end {
+        TrialEnd::Completed => Ok(()),
+        other => Err(format!(
+            "{release}: the hooked trace ended {other:?}, expected it to complete"
+        )),
+    }
+}
+
 fn check_hang(
     target: &str,
     setup: Setup,

@@ -134,7 +134,7 @@ impl BuiltShim {
         if variant_defines_ndebug(self.pin.variant) {
             compile.arg("-DNDEBUG");
         }
-        compile.args(variant_compile_flags(self.pin.variant));
+        compile.args(variant_compile_flags(self.pin.variant, None));
         compile.arg("-c").arg(source).arg("-o").arg(&object);
         run_checked(&mut compile, &format!("compiling {}", source.display()))?;
         let mut link = Command::new(&cxx_path);

@@ -42,7 +42,7 @@ pub use self::cache::{
 pub use self::cmake::{cmake_define_names, cmake_version, version_header};
 pub use self::fetch::{cargo_home, locate_or_fetch};
 pub use self::recipe::unknown_cmake_defines;
-pub use self::recipe::{CompileUnit, Lang, Recipe};
+pub use self::recipe::{flag_build, CompileUnit, FlagBuild, Lang, Recipe};
 pub use super::shim::{BuildManifest, BuiltShim, UnitRecord, SHIM_HEADER, SHIM_SOURCE};
 
 use self::cache::{cache_key, entry_dir, install_entry, load_entry, BuildLock};

@@ -27,14 +27,16 @@ pub(super) const X86_CPU_FLAGS: &[&str] =
 
 /// What one variant flag changes in a build, and what a process needs to run the build: the
 /// one table of the flags a label may carry (`+assert`, `+asan`, ...). A flag's compile flags go
-/// to every unit (llama.cpp, ggml and the shim) and to a C reproducer; its link flags to the
-/// shared object and to a C reproducer. The release build (no flag) is what users run.
+/// to the units of its `groups` and to a C reproducer; its link flags to the shared object and
+/// to a C reproducer. The release build (no flag) is what users run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlagBuild {
     /// Whether `NDEBUG` is left undefined, so that llama.cpp's `assert`s are compiled in.
     pub drops_ndebug: bool,
-    /// Flags of every compile unit.
+    /// Flags of the compile units of `groups`.
     pub compile: &'static [&'static str],
+    /// The compile units (`CompileUnit::group`) that take `compile`.
+    pub groups: &'static [&'static str],
     /// Flags of every link.
     pub link: &'static [&'static str],
     /// A sanitizer runtime that must be loaded first in a process that loads the build (gcc's
@@ -53,15 +55,23 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
         Flag::Assert => FlagBuild {
             drops_ndebug: true,
             compile: &[],
+            groups: &[],
             link: &[],
             preload: None,
             options: None,
         },
-        // -g: ASan's report names file:line only with debug information (symbolized by
-        // llvm-symbolizer); -fno-omit-frame-pointer: its fast unwinder walks frame pointers.
+        // -g: ASan's report names file:line only with debug information (gcc's libasan
+        // symbolizes with its own libbacktrace); -fno-omit-frame-pointer: its fast unwinder
+        // walks frame pointers. llama.cpp (`src/`, the memory code under audit) and the shim
+        // only: ggml's CPU kernels at -O3 with ASan took 6 minutes for 13 of its 28 objects on
+        // this 2-core machine, and uninstrumented they are the release build's objects, taken
+        // from the object cache (docs/usage.md "Variants"). Allocations made in ggml still get
+        // ASan's redzones (malloc is intercepted process-wide); accesses in ggml's own code are
+        // not checked.
         Flag::Asan => FlagBuild {
             drops_ndebug: false,
             compile: &["-fsanitize=address", "-fno-omit-frame-pointer", "-g"],
+            groups: SANITIZED_GROUPS,
             link: &["-fsanitize=address"],
             preload: Some("libasan.so"),
             options: Some((
@@ -72,6 +82,7 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
         Flag::Ubsan => FlagBuild {
             drops_ndebug: false,
             compile: &["-fsanitize=undefined", "-fno-omit-frame-pointer", "-g"],
+            groups: SANITIZED_GROUPS,
             link: &["-fsanitize=undefined"],
             preload: None,
             options: Some((
@@ -82,11 +93,17 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
     }
 }
 
-/// The compile flags of `variant`'s flags, in canonical order.
-pub fn variant_compile_flags(variant: Variant) -> Vec<String> {
+/// The compile units a sanitizer instruments: llama.cpp's and the shim's.
+const SANITIZED_GROUPS: &[&str] = &["llama", "shim"];
+
+/// The compile flags of `variant`'s flags for the units of `group` (`None`: a C reproducer's
+/// own source, which takes every flag), in canonical order.
+pub fn variant_compile_flags(variant: Variant, group: Option<&str>) -> Vec<String> {
     variant
         .flags()
-        .flat_map(|f| flag_build(f).compile.iter().map(|s| s.to_string()))
+        .map(flag_build)
+        .filter(|row| group.is_none_or(|g| row.groups.contains(&g)))
+        .flat_map(|row| row.compile.iter().map(|s| s.to_string()))
         .collect()
 }
 
@@ -210,7 +227,7 @@ impl Recipe {
             &[]
         };
         // Empty for release and +assert, so their recipes (and cache keys) are what they were.
-        let sanitize = variant_compile_flags(pin.variant);
+        let sanitize = |group: &str| variant_compile_flags(pin.variant, Some(group));
         let strings = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let quoted = |name: &str, value: &str| format!("{name}=\"{value}\"");
 
@@ -267,7 +284,7 @@ impl Recipe {
             lang,
             sources,
             defines,
-            flags: flags.into_iter().chain(sanitize.iter().cloned()).collect(),
+            flags: flags.into_iter().chain(sanitize(group)).collect(),
             includes,
         };
         let mut ggml_cxx_defines = ggml_defines.clone();

@@ -24,16 +24,26 @@
 //!
 //! The signal handlers, `fork`, `waitpid` and every other libc call live in
 //! [`super::sys`].
+//!
+//! A sanitizer build (`+asan`, `+ubsan`) runs in a worker started with the runtime it needs
+//! ([`runtime_env`]): ASan preloaded (the shim is dlopen'ed by a Rust binary that is not linked
+//! with it, and ASan must come first), and each sanitizer told to abort at its first report, so
+//! that the signal report names the trial and step and the parent reads the report as the
+//! crash ([`crate::oracles::crash::sanitizer_report`]).
 
 mod parent;
 mod server;
 pub mod wire;
 
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 pub use self::parent::{crash_detail, WorkerRunner};
 pub use self::server::worker_main;
+use super::build::flag_build;
+use super::error::LlamaError;
+use super::pins::Variant;
 use super::target::ResetMode;
 use crate::base::state::StateFormat;
 use crate::base::target::{Observation, Observe};
@@ -64,10 +74,63 @@ pub struct WorkerSpec {
     /// What the worker observes after each op beyond the accessors and per-sequence dumps
     /// (passed at spawn: `--observe`, see [`observe_arg`]).
     pub observe: Observe,
+    /// Environment variables the worker starts with: the runtime its build's variant needs
+    /// ([`runtime_env`]).
+    pub env: Vec<(String, String)>,
     /// A test hook: the worker dies of SIGSEGV whenever it makes this observation
     /// (`--crash-observing`; `KVAUDIT_TEST_CRASH_OBSERVING`, docs/usage.md), the positive
     /// control of observation crashes.
     pub crash_observing: Option<Observation>,
+}
+
+/// The environment a process that loads a build of `variant` needs: `LD_PRELOAD` of each
+/// runtime the variant's flags must load first (found with `gcc -print-file-name`, before any
+/// `LD_PRELOAD` the user set), and each sanitizer's options (the user's, if set, after ours, so
+/// that they win). Empty for release and `+assert`.
+pub fn runtime_env(variant: Variant) -> Result<Vec<(String, String)>, LlamaError> {
+    let mut preload = Vec::new();
+    let mut env = Vec::new();
+    for flag in variant.flags() {
+        let row = flag_build(flag);
+        if let Some(name) = row.preload {
+            preload.push(runtime_path(name)?);
+        }
+        if let Some((var, options)) = row.options {
+            let value = match std::env::var(var) {
+                Ok(user) if !user.is_empty() => format!("{options}:{user}"),
+                _ => options.to_string(),
+            };
+            env.push((var.to_string(), value));
+        }
+    }
+    if !preload.is_empty() {
+        if let Ok(user) = std::env::var("LD_PRELOAD") {
+            preload.push(user);
+        }
+        env.push(("LD_PRELOAD".to_string(), preload.join(":")));
+    }
+    Ok(env)
+}
+
+/// The path of gcc's runtime library `name` (`libasan.so`).
+fn runtime_path(name: &str) -> Result<String, LlamaError> {
+    let what = format!("finding the sanitizer runtime {name} (`gcc -print-file-name={name}`)");
+    let out = Command::new("gcc")
+        .arg(format!("-print-file-name={name}"))
+        .output()
+        .map_err(|e| LlamaError::io(what.clone(), e))?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    // gcc prints the name itself when it has no such file.
+    if !out.status.success() || !std::path::Path::new(&path).is_absolute() {
+        return Err(LlamaError::Command {
+            what,
+            status: out.status.to_string(),
+            output: format!(
+                "gcc printed {path:?}: is gcc's {name} installed (libasan8 on Debian)?"
+            ),
+        });
+    }
+    Ok(path)
 }
 
 /// `--observe`'s value for `what`: `basic`, or a comma-separated list of `whole`,

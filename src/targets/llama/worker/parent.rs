@@ -18,7 +18,7 @@ use super::wire::{
 use super::WorkerSpec;
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::target::{HarnessError, Observation, TargetInfo};
-use crate::oracles::crash::{crash_kind, HEAP_CORRUPTION};
+use crate::oracles::crash::{crash_kind, sanitizer_report, HEAP_CORRUPTION};
 use crate::running::runner::{
     ObservationCrash, Skipped, StartedBatch, TrialEnd, TrialRun, TrialRunner,
 };
@@ -160,10 +160,15 @@ pub struct WorkerRunner {
     /// Processes lost to a crash or a hang so far: a fork server's child (the server lives on) or
     /// the whole worker.
     pub deaths: usize,
+    /// Children retired so far around trials that may corrupt memory.
+    pub retired: usize,
+    /// Whether the worker's child has run no trial since it was forked from the warm server.
+    child_fresh: bool,
 }
 
-/// How much of the worker's stderr is kept (its end: llama.cpp's last words).
-const STDERR_KEEP: usize = 8192;
+/// How much of the worker's stderr is kept (its end: llama.cpp's last words). A sanitizer's
+/// report, with its stacks and shadow bytes, runs to a few KiB and must be kept from its start.
+const STDERR_KEEP: usize = 64 * 1024;
 
 impl WorkerRunner {
     /// Starts a worker and waits until it has loaded the shim.
@@ -183,6 +188,8 @@ impl WorkerRunner {
             skipped: Vec::new(),
             starts: 0,
             deaths: 0,
+            retired: 0,
+            child_fresh: true,
         };
         r.start()?;
         Ok(r)
@@ -210,6 +217,7 @@ impl WorkerRunner {
             .arg("--label")
             .arg(&self.spec.label)
             .env("GGML_NO_BACKTRACE", "1")
+            .envs(self.spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -323,6 +331,7 @@ impl WorkerRunner {
             }
         }
         self.worker = Some(w);
+        self.child_fresh = true;
         Ok(())
     }
 
@@ -330,14 +339,55 @@ impl WorkerRunner {
     /// the results received and, if the worker died, the index of the trace it died on and how.
     /// The worker flushes its replies in groups (see `wire::REPLY_GROUP`), so traces between the
     /// last reply and the crashed one ran but were not reported: the caller sends them again.
+    ///
+    /// A trace that may corrupt memory ([`may_corrupt_memory`]) runs alone in a child that ran
+    /// nothing before it and ends after it: the child before it is retired first (the request
+    /// before it retires, or an empty retiring request), so that its outcome depends on its own
+    /// ops only and no later trial runs on a heap it may have corrupted.
     fn send(
         &mut self,
         traces: &[Trace],
         last_only: bool,
         flush_each: bool,
     ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
-        self.write_request(traces, last_only, flush_each)?;
-        self.read_replies(traces, last_only, flush_each)
+        let isolated: Vec<bool> = traces.iter().map(may_corrupt_memory).collect();
+        let mut runs = Vec::with_capacity(traces.len());
+        let mut start = 0;
+        while start < traces.len() {
+            let end = if isolated[start] {
+                if !self.child_fresh {
+                    self.send_request(&[], last_only, flush_each, true)?;
+                }
+                start + 1
+            } else {
+                isolated[start..]
+                    .iter()
+                    .position(|&i| i)
+                    .map_or(traces.len(), |k| start + k)
+            };
+            // A segment retires its child when a trace that may corrupt memory is in it or next.
+            let retire = isolated[start] || end < traces.len();
+            let (more, died) =
+                self.send_request(&traces[start..end], last_only, flush_each, retire)?;
+            runs.extend(more);
+            if let Some((at, how, observing)) = died {
+                return Ok((runs, Some((start + at, how, observing))));
+            }
+            start = end;
+        }
+        Ok((runs, None))
+    }
+
+    /// One request for `traces` (its child ending after it when `retire`) and its replies.
+    fn send_request(
+        &mut self,
+        traces: &[Trace],
+        last_only: bool,
+        flush_each: bool,
+        retire: bool,
+    ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
+        self.write_request_retiring(traces, last_only, flush_each, retire)?;
+        self.read_replies_retiring(traces, last_only, flush_each, retire)
     }
 
     /// Starts the worker if needed and hands it `traces`; it starts on them at once.
@@ -347,12 +397,27 @@ impl WorkerRunner {
         last_only: bool,
         flush_each: bool,
     ) -> Result<(), HarnessError> {
+        self.write_request_retiring(traces, last_only, flush_each, false)
+    }
+
+    /// [`WorkerRunner::write_request`], the child ending after the request when `retire`.
+    fn write_request_retiring(
+        &mut self,
+        traces: &[Trace],
+        last_only: bool,
+        flush_each: bool,
+        retire: bool,
+    ) -> Result<(), HarnessError> {
         if self.worker.is_none() {
             self.start()?;
+        }
+        if !traces.is_empty() {
+            self.child_fresh = false;
         }
         let w = self.worker.as_mut().expect("started");
         let line = Request::new(traces, last_only, flush_each)
             .skipping(&self.skipped)
+            .retiring(retire)
             .to_line();
         if w.stdin
             .write_all(&line)
@@ -366,6 +431,51 @@ impl WorkerRunner {
 
     /// The second half of [`WorkerRunner::send`]: the replies to the request just written.
     fn read_replies(
+        &mut self,
+        traces: &[Trace],
+        last_only: bool,
+        flush_each: bool,
+    ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
+        self.read_replies_retiring(traces, last_only, flush_each, false)
+    }
+
+    /// [`WorkerRunner::read_replies`] of a request that retires its child when `retire`: after
+    /// the runs, the server's word that the child has ended.
+    fn read_replies_retiring(
+        &mut self,
+        traces: &[Trace],
+        last_only: bool,
+        flush_each: bool,
+        retire: bool,
+    ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
+        let (runs, died) = self.read_runs(traces, last_only, flush_each)?;
+        if died.is_some() || !retire {
+            return Ok((runs, died));
+        }
+        let w = self.worker.as_mut().expect("a request was written");
+        match w.next_line(self.spec.timeout) {
+            Ok(Some(Ok(Reply::Retired))) => {
+                self.retired += 1;
+                self.child_fresh = true;
+                Ok((runs, None))
+            }
+            other => {
+                // The protocol broke (or the server died between the runs and its word): the
+                // worker's state is unknown, so a later batch gets a new one.
+                self.worker = None;
+                let said = match other {
+                    Ok(Some(Ok(reply))) => format!("a {} reply", reply.kind()),
+                    Ok(Some(Err(e))) => e.to_string(),
+                    Ok(None) | Err(RecvTimeoutError::Disconnected) => "nothing (it ended)".into(),
+                    Err(RecvTimeoutError::Timeout) => "nothing in time".into(),
+                };
+                Err(self.harness(format!("worker said {said} instead of retiring its child")))
+            }
+        }
+    }
+
+    /// The runs of the request just written, until the batch is done or the worker dies.
+    fn read_runs(
         &mut self,
         traces: &[Trace],
         last_only: bool,
@@ -400,6 +510,7 @@ impl WorkerRunner {
                     // stuck in (the fork server forwards it; a server stuck itself dies of it).
                     let death = w.abort_hang();
                     self.deaths += 1;
+                    self.child_fresh = true;
                     let marker = crash_marker(&death.stderr).unwrap_or(Marker {
                         trial: runs.len(),
                         step: traces[runs.len()].ops.len(),
@@ -419,6 +530,8 @@ impl WorkerRunner {
                 }
             };
             self.deaths += 1;
+            // The server forks a new child from its warm state (or a new worker starts).
+            self.child_fresh = true;
             if !death.server_alive {
                 self.worker = None;
             }
@@ -483,8 +596,11 @@ impl TrialRunner for WorkerRunner {
 
     fn start_batch_last(&mut self, traces: Vec<Trace>) -> Result<StartedBatch, HarnessError> {
         // A batch holding a trace that starts with a known crashing prefix takes the careful
-        // path at the finish (those traces are answered without running them).
-        let sent = !traces.iter().any(|t| self.known_crash(t).is_some());
+        // path at the finish (those traces are answered without running them), and so does one
+        // holding a trace that runs in a child of its own.
+        let sent = !traces
+            .iter()
+            .any(|t| self.known_crash(t).is_some() || may_corrupt_memory(t));
         if sent {
             self.write_request(&traces, true, false)?;
         }
@@ -627,6 +743,22 @@ impl WorkerRunner {
     }
 }
 
+/// Whether a trial may corrupt the worker's memory without crashing, so that it must not share
+/// a process with another trial: it names a sequence id at or beyond the setup's `n_seq_max`
+/// (in its setup or its ops). llama.cpp checks such ids against `LLAMA_MAX_SEQ` only, or not
+/// before it uses them: 0.1.161's batch allocator writes its next-position array at the id
+/// before it validates it (corpora/crash_decode_next_pos_seq_id_out_of_range.json), and the
+/// heap it corrupts made later trials of the same child crash or not from run to run (`seqids`
+/// audits: crash 0, 54, 53). A sanitizer's report ends the child anyway (it aborts).
+pub fn may_corrupt_memory(trace: &Trace) -> bool {
+    let limit = trace.setup.n_seq_max as i64;
+    let mut beyond = false;
+    for op in trace.setup.ops.iter().chain(&trace.ops) {
+        op.for_each_seq(|s| beyond |= s as i64 >= limit);
+    }
+    beyond
+}
+
 /// The observation a crash is blamed on: what the worker was observing, unless glibc's
 /// allocator aborted. It finds a corrupted heap at a later malloc or free than the write that
 /// corrupted it, so such an abort while observing is the op's (a decode writing out of bounds:
@@ -707,8 +839,12 @@ fn crash_end(
 }
 
 /// The assertion line llama.cpp printed, with machine-specific directories removed so the same
-/// crash reads the same everywhere.
+/// crash reads the same everywhere; on a sanitizer build, the sanitizer's report as its class
+/// and site.
 pub fn crash_detail(stderr: &str) -> String {
+    if let Some(report) = sanitizer_report(stderr) {
+        return report.kind();
+    }
     let lines: Vec<&str> = stderr
         .lines()
         .map(str::trim)

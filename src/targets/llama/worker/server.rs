@@ -7,7 +7,11 @@
 //! same warm state, which reads the next request. Without it every crash cost a new process
 //! (exec, dynamic loading, model, context and setup: about 25 ms; an `+assert` depth-3 audit
 //! crashes about 2,000 times). A child lives until it dies or stdin closes, since a fork per
-//! request costs a fifth of a release audit's time in copy-on-write faults.
+//! request costs a fifth of a release audit's time in copy-on-write faults, or until it has
+//! answered a retiring request (`Request::retire`): then it ends, the server says
+//! `Reply::Retired` and forks the next child from the warm state. The parent retires the child
+//! before and after each trial that may corrupt memory, so that such a trial runs on the warm
+//! server's heap and no later trial runs on its heap.
 //!
 //! Every libc call (fork, signals, waitpid, _exit, mallopt) goes through [`sys`].
 
@@ -15,6 +19,9 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use super::wire::{read_request, write_reply, Reply, Request, WireRun, DIED_MARKER, REPLY_GROUP};
+
+/// The exit code of a child that ended after a retiring request, as asked.
+const RETIRED_EXIT: i32 = 4;
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::base::target::{
@@ -185,6 +192,15 @@ pub fn worker_main(
             // stdin closed (0) or the child reported a harness error itself (3).
             return code;
         }
+        if ended.code() == Some(RETIRED_EXIT) {
+            // Said only now that the child is gone: the parent writes the next request after
+            // it, so no child but the next reads it.
+            if !write_reply(&mut out, &Reply::Retired, true) {
+                return 3;
+            }
+            input = std::io::BufReader::new(std::io::stdin());
+            continue;
+        }
         // The child's last words are on stderr before this line: the parent reads up to it.
         eprintln!("{DIED_MARKER}");
         if !write_reply(&mut out, &Reply::Died(status), true) {
@@ -208,8 +224,8 @@ fn next_request(
 }
 
 /// The fork server's child: runs `first` (the request the server read) and then every request on
-/// stdin. Exit codes: 0 stdin closed, 3 a harness error (reported as `Reply::Error`); any other
-/// end is a death the server reports.
+/// stdin. Exit codes: 0 stdin closed, 3 a harness error (reported as `Reply::Error`),
+/// [`RETIRED_EXIT`] after a retiring request; any other end is a death the server reports.
 fn serve_requests(
     runner: &mut LocalRunner,
     mut first: Option<Request>,
@@ -233,6 +249,9 @@ fn serve_requests(
         let code = run_request(runner, &req, &mut trace, out);
         if code != 0 {
             return code;
+        }
+        if req.retire {
+            return RETIRED_EXIT;
         }
     }
 }

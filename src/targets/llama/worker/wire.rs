@@ -66,6 +66,16 @@ pub struct Request {
     /// trace whose observation crashed (`LocalRunner::set_skipped`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) skipped: Skipped,
+    /// The child that runs the request ends after it (the fork server says
+    /// [`Reply::Retired`] once it has) and the next request runs in a child forked afresh from
+    /// the warm server: a trial that may corrupt memory neither inherits nor leaves a heap
+    /// another trial ran on (`WorkerRunner`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub(super) retire: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Request {
@@ -103,7 +113,14 @@ impl Request {
             last_only,
             flush_each,
             skipped: Vec::new(),
+            retire: false,
         }
+    }
+
+    /// This request, its child ending after it when `retire`.
+    pub(super) fn retiring(mut self, retire: bool) -> Request {
+        self.retire = retire;
+        self
     }
 
     /// This request, leaving `skipped` out of its traces.
@@ -171,6 +188,9 @@ pub enum Reply {
     /// The fork server's child running the request died; its raw `waitpid` status. The server
     /// lives on and takes the next request.
     Died(i32),
+    /// The child that ran a retiring request has ended as asked; the next request runs in a
+    /// new one.
+    Retired,
 }
 
 impl Reply {
@@ -181,6 +201,7 @@ impl Reply {
             Reply::Run(_) => "run",
             Reply::Error(_) => "error",
             Reply::Died(_) => "died",
+            Reply::Retired => "retired",
         }
     }
 }
