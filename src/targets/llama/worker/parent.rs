@@ -386,22 +386,13 @@ impl WorkerRunner {
         flush_each: bool,
         retire: bool,
     ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
-        self.write_request_retiring(traces, last_only, flush_each, retire)?;
-        self.read_replies_retiring(traces, last_only, flush_each, retire)
+        self.write_request(traces, last_only, flush_each, retire)?;
+        self.read_replies(traces, last_only, flush_each, retire)
     }
 
-    /// Starts the worker if needed and hands it `traces`; it starts on them at once.
+    /// Starts the worker if needed and hands it `traces`; it starts on them at once. The child
+    /// ends after the request when `retire`.
     fn write_request(
-        &mut self,
-        traces: &[Trace],
-        last_only: bool,
-        flush_each: bool,
-    ) -> Result<(), HarnessError> {
-        self.write_request_retiring(traces, last_only, flush_each, false)
-    }
-
-    /// [`WorkerRunner::write_request`], the child ending after the request when `retire`.
-    fn write_request_retiring(
         &mut self,
         traces: &[Trace],
         last_only: bool,
@@ -429,19 +420,9 @@ impl WorkerRunner {
         Ok(())
     }
 
-    /// The second half of [`WorkerRunner::send`]: the replies to the request just written.
+    /// The second half of [`WorkerRunner::send`]: the replies to the request just written and,
+    /// when it retires its child (`retire`), the server's word that the child has ended.
     fn read_replies(
-        &mut self,
-        traces: &[Trace],
-        last_only: bool,
-        flush_each: bool,
-    ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
-        self.read_replies_retiring(traces, last_only, flush_each, false)
-    }
-
-    /// [`WorkerRunner::read_replies`] of a request that retires its child when `retire`: after
-    /// the runs, the server's word that the child has ended.
-    fn read_replies_retiring(
         &mut self,
         traces: &[Trace],
         last_only: bool,
@@ -602,7 +583,7 @@ impl TrialRunner for WorkerRunner {
             .iter()
             .any(|t| self.known_crash(t).is_some() || may_corrupt_memory(t));
         if sent {
-            self.write_request(&traces, true, false)?;
+            self.write_request(&traces, true, false, false)?;
         }
         Ok(StartedBatch { traces, sent })
     }
@@ -636,7 +617,7 @@ impl WorkerRunner {
         while !todo.is_empty() {
             let (runs, died) = if std::mem::take(&mut sent) {
                 debug_assert_eq!(todo.len(), traces.len());
-                self.read_replies(traces, last_only, false)?
+                self.read_replies(traces, last_only, false, false)?
             } else {
                 let batch: Vec<Trace> = todo.iter().map(|&i| traces[i].clone()).collect();
                 self.send(&batch, last_only, false)?
