@@ -49,18 +49,27 @@ pub struct ReplayArgs {
 pub fn run(a: ReplayArgs) -> Result<i32, CliError> {
     let baseline = match (&a.baseline, &a.target) {
         (Some(b), _) => Some(b.clone()),
-        (None, Some(t)) if t.contains("@src:") => {
+        // A source tree is held to its baseline pin, a sanitizer build to the build without
+        // the sanitizer, where a file records nothing for them.
+        (None, Some(t)) if t.starts_with("llama.cpp@") => {
             let pin = kvaudit::targets::llama::pins::Pin::parse(t)
                 .map_err(|e| CliError::usage(format!("{e:#}")))?;
-            let base = pin
+            let mut base = pin
                 .baseline()
-                .map_err(|e| CliError::usage(format!("{e:#}")))?
-                .label();
-            let version = pin
-                .version_text()
                 .map_err(|e| CliError::usage(format!("{e:#}")))?;
-            println!("{t}: {version}; held to the expectations of {base} (--baseline to change)");
-            Some(base)
+            base.variant = base.variant.without_added_checks();
+            let base = base.label();
+            if base == pin.label() {
+                None
+            } else {
+                let version = pin
+                    .version_text()
+                    .map_err(|e| CliError::usage(format!("{e:#}")))?;
+                println!(
+                    "{t}: {version}; held to the expectations of {base} where a file records none (--baseline to change)"
+                );
+                Some(base)
+            }
         }
         _ => None,
     };

@@ -123,6 +123,16 @@ impl Flag {
         }
     }
 
+    /// Whether a build with this flag finds what the build without it finds, and more: a
+    /// sanitizer only turns silent memory errors into crashes, so a replay holds its build to
+    /// the expectations of the build without it where a file records none of its own.
+    pub fn adds_checks_only(self) -> bool {
+        match self {
+            Flag::Assert => false,
+            Flag::Asan | Flag::Ubsan => true,
+        }
+    }
+
     fn bit(self) -> u16 {
         1 << (self as u16)
     }
@@ -151,6 +161,13 @@ impl Variant {
         Variant {
             bits: self.bits | flag.bit(),
         }
+    }
+
+    /// This variant without the flags that only add checks ([`Flag::adds_checks_only`]).
+    pub fn without_added_checks(self) -> Variant {
+        self.flags()
+            .filter(|f| !f.adds_checks_only())
+            .fold(Variant::RELEASE, Variant::with)
     }
 
     /// Whether the variant has `flag`.

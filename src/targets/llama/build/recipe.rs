@@ -62,12 +62,12 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
         },
         // -g: ASan's report names file:line only with debug information (gcc's libasan
         // symbolizes with its own libbacktrace); -fno-omit-frame-pointer: its fast unwinder
-        // walks frame pointers. llama.cpp (`src/`, the memory code under audit) and the shim
-        // only: ggml's CPU kernels at -O3 with ASan took 6 minutes for 13 of its 28 objects on
-        // this 2-core machine, and uninstrumented they are the release build's objects, taken
-        // from the object cache (docs/usage.md "Variants"). Allocations made in ggml still get
-        // ASan's redzones (malloc is intercepted process-wide); accesses in ggml's own code are
-        // not checked.
+        // walks frame pointers. llama.cpp's memory sources and the shim only: at -O3 with ASan,
+        // ggml took 6 minutes for 13 of its 28 objects and llama.cpp's src/ 31 minutes for 21 of
+        // its 189 on this (loaded) 2-core machine; uninstrumented, the rest are the release
+        // build's objects, taken from the object cache (docs/usage.md "Variants"). Allocations
+        // made elsewhere still get ASan's redzones (malloc is intercepted process-wide);
+        // accesses in uninstrumented code are not checked.
         Flag::Asan => FlagBuild {
             drops_ndebug: false,
             compile: &["-fsanitize=address", "-fno-omit-frame-pointer", "-g"],
@@ -93,8 +93,23 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
     }
 }
 
-/// The compile units a sanitizer instruments: llama.cpp's and the shim's.
-const SANITIZED_GROUPS: &[&str] = &["llama", "shim"];
+/// The compile units a sanitizer instruments: llama.cpp's memory and batch sources (split off
+/// the `llama` unit into [`MEMORY_GROUP`] when a flag asks for it) and the shim.
+const SANITIZED_GROUPS: &[&str] = &[MEMORY_GROUP, "shim"];
+
+/// The unit of llama.cpp's memory sources in a variant that instruments them apart from the rest
+/// of llama.cpp.
+pub const MEMORY_GROUP: &str = "llama-memory";
+
+/// llama.cpp's sources of the memory under audit, as path prefixes: the batch allocator, the
+/// context (its state functions), every KV cache and memory class (`llama-kv-cache*.cpp`,
+/// `llama-memory*.cpp`). Their headers (`llama-kv-cells.h`) are compiled into them.
+const MEMORY_SOURCES: &[&str] = &[
+    "src/llama-batch.cpp",
+    "src/llama-context.cpp",
+    "src/llama-kv-cache",
+    "src/llama-memory",
+];
 
 /// The compile flags of `variant`'s flags for the units of `group` (`None`: a C reproducer's
 /// own source, which takes every flag), in canonical order.
@@ -331,6 +346,30 @@ impl Recipe {
                 strings(&["$SRC/src", "$SRC/include", "$SRC/ggml/include", "$GEN"]),
             ),
         ];
+        let mut units = units;
+        // A variant that instruments the memory sources alone compiles them as a unit of their
+        // own (release and +assert keep one llama unit, and their keys).
+        if pin
+            .variant
+            .flags()
+            .any(|f| flag_build(f).groups.contains(&MEMORY_GROUP))
+        {
+            let at = units
+                .iter()
+                .position(|u| u.group == "llama")
+                .expect("the recipe has a llama unit");
+            let (memory, rest): (Vec<String>, Vec<String>) = units[at]
+                .sources
+                .iter()
+                .cloned()
+                .partition(|s| MEMORY_SOURCES.iter().any(|m| s.starts_with(m)));
+            let mut memory_unit = units[at].clone();
+            memory_unit.group = MEMORY_GROUP.to_string();
+            memory_unit.sources = memory;
+            memory_unit.flags.extend(sanitize(MEMORY_GROUP));
+            units[at].sources = rest;
+            units.insert(at + 1, memory_unit);
+        }
         for u in &units {
             if u.sources.is_empty() {
                 return Err(LlamaError::Source {

@@ -869,6 +869,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_trial_naming_a_sequence_id_beyond_n_seq_max_runs_alone() {
+        use crate::base::op::Decode;
+        let setup = Setup {
+            n_seq_max: 2,
+            ops: vec![Op::Decode(Decode::next(0, 7))],
+            ..Setup::default()
+        };
+        let trace = |ops: Vec<Op>| Trace {
+            setup: setup.clone(),
+            ops,
+        };
+        let any_seq = Op::SeqRm {
+            seq: -1,
+            p0: -1,
+            p1: -1,
+        };
+        assert!(!may_corrupt_memory(&trace(vec![
+            any_seq.clone(),
+            Op::Decode(Decode::next(1, 1))
+        ])));
+        assert!(may_corrupt_memory(&trace(vec![
+            any_seq,
+            Op::Decode(Decode::next(2, 1))
+        ])));
+        let beyond_in_setup = Trace {
+            setup: Setup {
+                ops: vec![Op::Decode(Decode::next(40, 1))],
+                ..setup.clone()
+            },
+            ops: vec![],
+        };
+        assert!(may_corrupt_memory(&beyond_in_setup));
+    }
+
+    #[test]
     fn crash_text_is_read_back() {
         let stderr = "/root/.cargo/registry/src/x/llama-cpp-sys-2-0.1.156/llama.cpp/src/llama-kv-cells.h:318: void llama_kv_cells::seq_add(uint32_t, llama_seq_id): Assertion `!seq[i].test(seq_id)' failed.\n\nkvaudit-worker: signal 6 trial 12 step 2\n";
         assert_eq!(
