@@ -563,6 +563,7 @@ mod tests {
             "ggml/src/ggml-cpu/arch/x86/cpu-feats.cpp",
             "ggml/src/ggml-cpu/arch/x86/repack.cpp",
             "src/llama.cpp",
+            "src/llama-batch.cpp",
             "src/models/llama.cpp",
         ];
         for f in files {
@@ -577,7 +578,27 @@ mod tests {
         }
         let pin = Pin::parse("llama.cpp@0.1.156+assert").unwrap();
         let r = Recipe::for_tree(&dir, &pin).unwrap();
+        let asan = Recipe::for_tree(&dir, &Pin::parse("llama.cpp@0.1.156+asan").unwrap()).unwrap();
+        let release = Recipe::for_tree(&dir, &Pin::parse("llama.cpp@0.1.156").unwrap()).unwrap();
         fs::remove_dir_all(&dir).ok();
+        // +asan: the memory sources are a unit of their own, instrumented with the shim; the
+        // rest compile as in the release build (the same objects).
+        let asan_units: BTreeMap<String, &CompileUnit> =
+            asan.units.iter().map(|u| (u.name(), u)).collect();
+        let release_units: BTreeMap<String, &CompileUnit> =
+            release.units.iter().map(|u| (u.name(), u)).collect();
+        assert_eq!(
+            asan_units["llama-memory.c++"].sources,
+            ["src/llama-batch.cpp"]
+        );
+        assert!(asan_units["llama-memory.c++"]
+            .flags
+            .contains(&"-fsanitize=address".to_string()));
+        assert!(asan.shim.flags.contains(&"-fsanitize=address".to_string()));
+        for name in ["ggml.c", "ggml-cpu.c++", "llama.c++"] {
+            assert_eq!(asan_units[name].flags, release_units[name].flags, "{name}");
+        }
+        assert!(!release_units.contains_key("llama-memory.c++"));
         let by_name: BTreeMap<String, &CompileUnit> =
             r.units.iter().map(|u| (u.name(), u)).collect();
         assert_eq!(r.llama_version, "0.1.0-dev");
@@ -601,7 +622,11 @@ mod tests {
         );
         assert_eq!(
             by_name["llama.c++"].sources,
-            ["src/llama.cpp", "src/models/llama.cpp"]
+            [
+                "src/llama-batch.cpp",
+                "src/llama.cpp",
+                "src/models/llama.cpp"
+            ]
         );
         // The assert variant has no NDEBUG anywhere; the CPU flags stay in their group.
         assert!(r
