@@ -190,7 +190,7 @@ pub fn llama_worker_spec(
         shim: built.so_path.clone(),
         model,
         label: pin.label(),
-        format: info.state_format(),
+        format: crate::targets::llama::state_format(&info),
         timeout: LLAMA_TRIAL_TIMEOUT,
         reset: ResetMode::Restore,
         observe: Observe::ALL,

@@ -250,7 +250,10 @@ fn check_settings(
                 .into_iter()
                 .find(|k| k.name() == name)
                 .ok_or(format!("\"applied\" names {name}, which is no setting"))?;
-            match ctx.setting_value(key).map_err(|e| format!("{e:#}"))? {
+            match ctx
+                .setting_value(key.name())
+                .map_err(|e| format!("{e:#}"))?
+            {
                 Some(v) => Value::from(v),
                 None => Value::Null,
             }

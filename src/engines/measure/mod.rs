@@ -225,7 +225,7 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, M
     };
     let native_model = Arc::new(Model::load(&model_path).map_err(MeasureError::Model)?);
     let hp = native_model.hparams().clone();
-    let format = info.state_format();
+    let format = crate::targets::llama::state_format(&info);
     // A fresh context at every reset, with F32 K and V caches (flash attention off, one thread,
     // unified KV: the settings of `LlamaTarget`).
     let llama = LlamaTarget::new(
