@@ -39,10 +39,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use thiserror::Error;
 
+use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::base::exit;
 use crate::base::op::SeqId;
 use crate::base::state::RowError;
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::model::forward::Model;
 use crate::model::ModelError;
 use crate::oracles::theorems::TheoremError;

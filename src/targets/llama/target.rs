@@ -21,11 +21,11 @@
 use std::path::{Path, PathBuf};
 
 use super::ffi::{ContextParams, LlamaContext, LlamaShim, ShimError};
+use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 use crate::base::op::{Arch, CacheType, MemoryType, Op, OpKind, Pos, SeqId, Setup};
 use crate::base::setting::{Key, Setting, Value};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 
 /// How a [`LlamaTarget`] resets between trials.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,7 +285,7 @@ impl LlamaTarget {
 
     fn rebuild(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         self.ctx()?.clear(true).map_err(|e| self.harness(e))?;
-        crate::base::target::apply_setup_ops(self, setup)?;
+        crate::base::cache::apply_setup_ops(self, setup)?;
         Ok(())
     }
 }
