@@ -323,7 +323,7 @@ pub struct SeqRoundTrip {
     pub same_bytes: bool,
 }
 
-/// What [`observe`] looks at beyond the accessors and the per-sequence dumps. Oracles say what
+/// What `running::observe` looks at beyond the accessors and the per-sequence dumps. Oracles say what
 /// they need ([`crate::oracles::Oracle::observes`]); observing less is faster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Observe {

@@ -11,7 +11,7 @@
 //!
 //! Soundness. Merging two paths into one state is sound only when nothing any later op or
 //! observation reads differs between them: the key is the target's complete state, compared byte
-//! for byte (no hash collisions), through [`KeyedTarget`], which only a target whose whole state
+//! for byte (no hash collisions), through [`KeyedTarget`](crate::running::state_runner::KeyedTarget), which only a target whose whole state
 //! can be read offers (`running::state_runner` says what the native target's key holds, and why
 //! llama.cpp has none).
 //!

@@ -239,7 +239,7 @@ pub enum ShimError {
     },
 }
 
-/// A line of the worker protocol that cannot be taken (see [`super::worker::wire`]).
+/// A line of the worker protocol that cannot be taken (see kvaudit's `targets::llama::worker::wire`).
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
     /// A line longer than its direction's limit; the reader stopped reading it there.
