@@ -45,8 +45,8 @@ use super::build::flag_build;
 use super::error::LlamaError;
 use super::pins::Variant;
 use super::target::ResetMode;
+use crate::base::cache::{Observation, Observe};
 use crate::base::state::StateFormat;
-use crate::base::target::{Observation, Observe};
 
 #[cfg(doc)]
 use {

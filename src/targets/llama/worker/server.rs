@@ -19,18 +19,18 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use super::wire::{read_request, write_reply, Reply, Request, WireRun, DIED_MARKER, REPLY_GROUP};
-
-/// The exit code of a child that ended after a retiring request, as asked.
-const RETIRED_EXIT: i32 = 4;
-use crate::base::op::{Op, Setup, Trace};
-use crate::base::state::StateFormat;
-use crate::base::target::{
+use crate::base::cache::{
     CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, TargetInfo,
 };
+use crate::base::op::{Op, Setup, Trace};
+use crate::base::state::StateFormat;
 use crate::running::runner::{LocalRunner, TrialRunner as _};
 use crate::targets::llama::ffi::LlamaShim;
 use crate::targets::llama::sys;
 use crate::targets::llama::target::{LlamaTarget, ResetMode};
+
+/// The exit code of a child that ended after a retiring request, as asked.
+const RETIRED_EXIT: i32 = 4;
 
 /// A [`LlamaTarget`] wrapper that records the step before each op and the observation the
 /// runner makes after it, for the fatal-signal report.

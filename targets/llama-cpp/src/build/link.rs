@@ -10,8 +10,8 @@ use std::process::Command;
 use super::cache::verify_file;
 use super::recipe::{variant_compile_flags, variant_defines_ndebug, variant_link_flags};
 use super::toolchain::{base_build, find_compiler};
-use crate::targets::llama::error::{IoContext as _, LlamaError};
-use crate::targets::llama::shim::BuiltShim;
+use crate::error::{IoContext as _, LlamaError};
+use crate::shim::BuiltShim;
 
 /// Archives `objects` into `static_lib` with the archiver `cc` picks.
 pub(super) fn archive(
