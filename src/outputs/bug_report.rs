@@ -102,6 +102,7 @@ fn build_settings(label: &str) -> String {
         match pin.variant {
             Variant::Release => "a release build: `NDEBUG` defined, so `GGML_ASSERT` stays and `assert` is compiled out",
             Variant::Assert => "`NDEBUG` not defined: `assert` is compiled in",
+            Variant::Cov => "a release build whose memory sources record the code they reach (`-fsanitize-coverage=trace-pc`)",
         }
     );
     s

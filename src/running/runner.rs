@@ -17,8 +17,8 @@ use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::probe::{probe_logits, probe_reloads};
 use crate::base::state::StateFormat;
 use crate::base::target::{
-    observe_seqs, observe_with, CacheUnderTest, HarnessError, Observation, Observe, OpOutcome,
-    SeqObservation, StepObservation, TargetInfo,
+    observe_seqs, observe_with, CacheUnderTest, CodeCoverage, HarnessError, Observation, Observe,
+    OpOutcome, SeqObservation, StepObservation, TargetInfo,
 };
 use crate::base::tokens::TokenModel;
 
@@ -58,6 +58,10 @@ pub struct TrialRun {
     /// [`TrialEnd::Crashed`] at that step instead, unobserved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observation_crash: Option<ObservationCrash>,
+    /// The points of the target's own code the trial's ops reached, on a target that records
+    /// them (a `+cov` build of llama.cpp); `None` elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<CodeCoverage>,
 }
 
 impl TrialRun {
@@ -67,6 +71,7 @@ impl TrialRun {
             steps,
             end,
             observation_crash: None,
+            code: None,
         }
     }
 
@@ -204,6 +209,7 @@ fn unsupported_setup(e: HarnessError) -> Result<TrialRun, HarnessError> {
             steps: Vec::new(),
             end: TrialEnd::Unsupported { step: 0, reason },
             observation_crash: None,
+            code: None,
         }),
         other => Err(other),
     }
@@ -323,6 +329,7 @@ impl LocalRunner {
                         reason: reason.clone(),
                     },
                     observation_crash: None,
+                    code: None,
                 });
             }
             let mut obs = observe_with(
@@ -358,6 +365,7 @@ impl LocalRunner {
             steps,
             end: TrialEnd::Completed,
             observation_crash: None,
+            code: None,
         })
     }
 
@@ -429,6 +437,7 @@ impl LocalRunner {
                         reason: reason.clone(),
                     },
                     observation_crash: None,
+                    code: None,
                 });
             }
             let mut obs = observe_with(state.as_mut(), format, &seqs, outcome, observe)?;
@@ -455,6 +464,7 @@ impl LocalRunner {
             steps,
             end: TrialEnd::Completed,
             observation_crash: None,
+            code: None,
         })
     }
 }

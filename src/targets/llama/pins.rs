@@ -38,6 +38,8 @@ pub const REFERENCE_PINS: [&str; 2] = ["0.1.156", "0.1.161"];
 
 /// The suffix of the assert variant in a pin label.
 pub const ASSERT_SUFFIX: &str = "+assert";
+/// The label suffix of a coverage build.
+pub const COV_SUFFIX: &str = "+cov";
 
 /// What pins.toml records about one pin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +106,9 @@ pub enum Variant {
     Release,
     /// `-O3` without `NDEBUG`: llama.cpp's `assert`s abort where release builds carry on.
     Assert,
+    /// A release build whose memory sources record the code they reach (`+cov`,
+    /// `build/cov.rs`): the worker returns the points with each trial's observations.
+    Cov,
 }
 
 impl Variant {
@@ -112,6 +117,7 @@ impl Variant {
         match self {
             Variant::Release => "release",
             Variant::Assert => "assert",
+            Variant::Cov => "cov",
         }
     }
 }
@@ -154,8 +160,9 @@ impl Pin {
         let (version, variant) = match rest.split_once('+') {
             None => (rest, Variant::Release),
             Some((version, "assert")) => (version, Variant::Assert),
+            Some((version, "cov")) => (version, Variant::Cov),
             Some((_, other)) => return Err(pin_error(format!(
-                "pin label `{label}`: unknown variant `+{other}`, the only variant is `{ASSERT_SUFFIX}`"
+                "pin label `{label}`: unknown variant `+{other}`, the variants are `{ASSERT_SUFFIX}` and `{COV_SUFFIX}`"
             ))),
         };
         if version.is_empty() {
@@ -177,9 +184,13 @@ impl Pin {
     /// `llama.cpp@src:PATH[+assert]`: the tree at PATH (a llama.cpp root, or an unpacked crate
     /// holding one in `llama.cpp/`), which must exist.
     fn parse_tree(label: &str, rest: &str) -> Result<Pin, LlamaError> {
-        let (path, variant) = match rest.strip_suffix(ASSERT_SUFFIX) {
-            Some(path) => (path, Variant::Assert),
-            None => (rest, Variant::Release),
+        let (path, variant) = match (
+            rest.strip_suffix(ASSERT_SUFFIX),
+            rest.strip_suffix(COV_SUFFIX),
+        ) {
+            (Some(path), _) => (path, Variant::Assert),
+            (None, Some(path)) => (path, Variant::Cov),
+            (None, None) => (rest, Variant::Release),
         };
         if path.is_empty() {
             return Err(pin_error(format!(
@@ -212,6 +223,7 @@ impl Pin {
         match self.variant {
             Variant::Release => format!("{TARGET}@{what}"),
             Variant::Assert => format!("{TARGET}@{what}{ASSERT_SUFFIX}"),
+            Variant::Cov => format!("{TARGET}@{what}{COV_SUFFIX}"),
         }
     }
 

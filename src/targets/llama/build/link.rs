@@ -131,7 +131,7 @@ impl BuiltShim {
             .args(["-std=gnu11", "-O2", "-Wall"])
             .arg("-I")
             .arg(&self.include_dir);
-        if self.pin.variant == Variant::Release {
+        if self.pin.variant != Variant::Assert {
             compile.arg("-DNDEBUG");
         }
         compile.arg("-c").arg(source).arg("-o").arg(&object);

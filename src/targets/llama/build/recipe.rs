@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::cmake::{
     cmake_define_names, cmake_option_default, version_header, CMAKE_DEFINES_NOT_PASSED, CMAKE_FILES,
 };
+use super::cov;
 
 use crate::targets::llama::error::{IoContext as _, LlamaError};
 use crate::targets::llama::pins::{Pin, PinInfo, Variant};
@@ -127,7 +128,7 @@ impl Recipe {
         let commit = "unknown";
 
         let ndebug: &[&str] = match pin.variant {
-            Variant::Release => &["NDEBUG"],
+            Variant::Release | Variant::Cov => &["NDEBUG"],
             Variant::Assert => &[],
         };
         let strings = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -191,7 +192,25 @@ impl Recipe {
         };
         let mut ggml_cxx_defines = ggml_defines.clone();
         ggml_cxx_defines.push("GGML_USE_CPU".to_string());
-        let units = vec![
+        let llama_includes = strings(&["$SRC/src", "$SRC/include", "$SRC/ggml/include", "$GEN"]);
+        // `+cov`: the memory sources in a unit of their own, instrumented (build/cov.rs).
+        let (llama_cxx, cov_cxx): (Vec<String>, Vec<String>) = match pin.variant {
+            Variant::Cov => llama_cxx
+                .into_iter()
+                .partition(|s| !cov::is_memory_source(s)),
+            Variant::Release | Variant::Assert => (llama_cxx, Vec::new()),
+        };
+        let cov_unit = (!cov_cxx.is_empty()).then(|| {
+            unit(
+                cov::COV_GROUP,
+                Lang::Cxx,
+                cov_cxx,
+                llama_defines.clone(),
+                strings(cov::COV_FLAGS),
+                llama_includes.clone(),
+            )
+        });
+        let mut units = vec![
             unit(
                 "ggml",
                 Lang::C,
@@ -230,9 +249,10 @@ impl Recipe {
                 llama_cxx,
                 llama_defines,
                 vec![],
-                strings(&["$SRC/src", "$SRC/include", "$SRC/ggml/include", "$GEN"]),
+                llama_includes,
             ),
         ];
+        units.extend(cov_unit);
         for u in &units {
             if u.sources.is_empty() {
                 return Err(LlamaError::Source {
@@ -248,10 +268,14 @@ impl Recipe {
         let mut shim_defines = vec![format!("KVAUDIT_SHIM_PIN=\"{}\"", pin.label())];
         shim_defines.extend(shim_defines_for(&read("include/llama.h")?));
         shim_defines.extend(strings(ndebug));
+        let mut shim_sources = vec!["kvaudit_shim.c".to_string()];
+        if pin.variant == Variant::Cov {
+            shim_sources.push(cov::COV_FILE.to_string());
+        }
         let shim = unit(
             "shim",
             Lang::Cxx,
-            vec!["kvaudit_shim.c".to_string()],
+            shim_sources,
             shim_defines,
             // Compiled as C++ so its try/catch guards stop exceptions at the C ABI.
             strings(&["-x", "c++", "-fvisibility=hidden"]),

@@ -599,6 +599,7 @@ impl WorkerRunner {
                 let end = TrialEnd::Crashed { step, message };
                 return Ok(TrialRun {
                     observation_crash: Some(first),
+                    code: None,
                     ..TrialRun::new(vec![], end)
                 });
             }
@@ -619,6 +620,7 @@ impl WorkerRunner {
                 Some((_, _, end)) => {
                     return Ok(TrialRun {
                         observation_crash: Some(first),
+                        code: None,
                         ..TrialRun::new(vec![], end)
                     });
                 }
