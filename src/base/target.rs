@@ -163,7 +163,7 @@ pub struct SeqObservation {
 pub struct CodeCoverage {
     /// PC offsets (return addresses of the coverage callback, minus the load base).
     pub pcs: Vec<u32>,
-    /// Edge hashes.
+    /// Edge hashes, each mixed with its hit-count class (AFL: 1, 2, 3, 4-7, ..., 128+ times).
     pub edges: Vec<u32>,
 }
 

@@ -17,7 +17,7 @@ use kvaudit::base::files::{read_text_limited, write_atomically};
 use kvaudit::outputs::coverage::{
     figures, html_index, html_page, lines_reached, page_name, unreached_runs,
 };
-use kvaudit::records::code::{markdown_table, terminal_table, CodeSet};
+use kvaudit::records::code::{markdown_table, terminal_table, total, CodeSet, FileCoverage};
 use kvaudit::records::hunt::HuntSummary;
 use kvaudit::records::report::{Report, MAX_REPORT_BYTES};
 use kvaudit::targets::llama::build::cov::CodeMap;
@@ -55,6 +55,23 @@ fn code_of(path: &Path) -> Result<Option<CodeSet>, CliError> {
         ))
     })?;
     Ok(summary.code)
+}
+
+/// The line coverage of `code` over its build's memory sources, all files together (a hunt's
+/// summary carries it); `None` without code points, or when the build cannot be mapped (said
+/// on stderr: the summary keeps the points, `kvaudit coverage` maps them later).
+pub fn total_lines(code: Option<&CodeSet>) -> Option<FileCoverage> {
+    let code = code?;
+    let mapped = (|| -> Result<FileCoverage, String> {
+        let pin = Pin::parse(&code.build).map_err(|e| e.to_string())?;
+        let built = ensure_built(&BuildSpec::new(pin), false).map_err(|e| e.to_string())?;
+        let map = CodeMap::of_build(&built).map_err(|e| e.to_string())?;
+        let files = lines_reached(&map, &code.pcs).map_err(|e| e.to_string())?;
+        Ok(total(&figures(&files)))
+    })();
+    mapped
+        .map_err(|e| eprintln!("kvaudit hunt: the memory code reached is not mapped to lines: {e}"))
+        .ok()
 }
 
 /// Maps, prints and writes.

@@ -420,7 +420,16 @@ impl HuntSummary {
             self.unsupported.len(),
             self.skipped.len(),
             if self.incomplete { " (INCOMPLETE: stopped before every entry ran)" } else { "" }
-        )
+        ) + &self.code_lines.as_ref().map_or(String::new(), |c| {
+            format!(
+                "; memory code reached: {} of {} lines ({:.1}%), {} of {} blocks (`kvaudit coverage`)",
+                c.lines_reached,
+                c.lines,
+                c.line_percent(),
+                c.blocks_reached,
+                c.blocks
+            )
+        })
     }
 
     /// For a terminal.

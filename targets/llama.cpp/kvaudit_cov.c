@@ -6,7 +6,7 @@
  * This file defines that callback: it records the return address minus the shared object's
  * load base (a PC offset that addr2line maps to file:line in the same .so) in a fixed-size
  * open-addressing set, and the AFL-style edge (previous PC >> 1 xor this PC, per thread) in a
- * second one. No allocation, no lock: the memory code runs on the thread that calls llama.h
+ * second one, with how often it was taken (handed out as AFL's hit-count class). No allocation, no lock: the memory code runs on the thread that calls llama.h
  * (ggml's worker threads run no instrumented code), and a racing write could only lose a
  * point, never corrupt the tables.
  *
@@ -41,6 +41,8 @@ extern const char __ehdr_start __attribute__((visibility("hidden")));
 struct cov_set {
     /* Value + 1 per slot (0: empty). */
     uint32_t slot[COV_SLOTS];
+    /* How often each slot's value was recorded since the last take (saturating). */
+    uint16_t hits[COV_SLOTS];
     /* The values recorded since the last take, in order. */
     uint32_t list[COV_MAX_POINTS];
     uint32_t n;
@@ -56,8 +58,11 @@ static inline void cov_insert(struct cov_set *s, uint32_t v) {
     uint32_t h = (v * 2654435761u) & (COV_SLOTS - 1);
     for (;;) {
         uint32_t cur = s->slot[h];
-        if (cur == v + 1)
+        if (cur == v + 1) {
+            if (s->hits[h] != UINT16_MAX)
+                s->hits[h]++;
             return;
+        }
         if (cur == 0)
             break;
         h = (h + 1) & (COV_SLOTS - 1);
@@ -67,7 +72,23 @@ static inline void cov_insert(struct cov_set *s, uint32_t v) {
         return;
     }
     s->slot[h] = v + 1;
+    s->hits[h] = 1;
     s->list[s->n++] = v;
+}
+
+/* AFL's hit-count classes: 1, 2, 3, 4-7, 8-15, 16-31, 32-127, 128+. */
+static inline uint32_t cov_bucket(uint16_t hits) {
+    if (hits <= 3)
+        return hits - 1;
+    if (hits <= 7)
+        return 3;
+    if (hits <= 15)
+        return 4;
+    if (hits <= 31)
+        return 5;
+    if (hits <= 127)
+        return 6;
+    return 7;
 }
 
 __attribute__((visibility("hidden"), no_sanitize_address)) void __sanitizer_cov_trace_pc(void) {
@@ -86,23 +107,27 @@ COV_API void kvaudit_shim_cov_enable(int on) {
     cov_on = on;
 }
 
-static size_t cov_take_set(struct cov_set *s, uint32_t *out, size_t cap) {
+/* With `with_hits`, each value goes out mixed with its hit-count class (AFL's edge counts: a
+ * loop that runs once and one that runs ten times are different edges). */
+static size_t cov_take_set(struct cov_set *s, uint32_t *out, size_t cap, int with_hits) {
     size_t n = 0;
     for (uint32_t i = 0; i < s->n; i++) {
         uint32_t v = s->list[i];
-        if (out != NULL && n < cap)
-            out[n++] = v;
         /* Clear the slot: find it again. */
         uint32_t h = (v * 2654435761u) & (COV_SLOTS - 1);
         while (s->slot[h] != v + 1)
             h = (h + 1) & (COV_SLOTS - 1);
+        if (out != NULL && n < cap)
+            out[n++] = with_hits ? v ^ (cov_bucket(s->hits[h]) * 0x9E3779B1u) : v;
         s->slot[h] = 0;
+        s->hits[h] = 0;
     }
     s->n = 0;
     return n;
 }
 
-/* Copies the PC offsets (at most pcs_cap) and edges (at most edges_cap) recorded since the last
+/* Copies the PC offsets (at most pcs_cap) and edges with their hit-count class (at most
+ * edges_cap) recorded since the last
  * take into the buffers (NULL: discard), clears both sets, and writes how many of each were
  * copied into *n_pcs and *n_edges. Returns the points dropped since the last take because a
  * set was full (0 normally). Clearing with open addressing: every slot is emptied, so no
@@ -110,8 +135,8 @@ static size_t cov_take_set(struct cov_set *s, uint32_t *out, size_t cap) {
 COV_API uint32_t kvaudit_shim_cov_take(uint32_t *pcs, size_t pcs_cap, size_t *n_pcs, uint32_t *edges,
                                size_t edges_cap, size_t *n_edges) {
     uint32_t dropped = cov_pcs.dropped + cov_edges.dropped;
-    size_t np = cov_take_set(&cov_pcs, pcs, pcs_cap);
-    size_t ne = cov_take_set(&cov_edges, edges, edges_cap);
+    size_t np = cov_take_set(&cov_pcs, pcs, pcs_cap, 0);
+    size_t ne = cov_take_set(&cov_edges, edges, edges_cap, 1);
     cov_pcs.dropped = cov_edges.dropped = 0;
     if (n_pcs != NULL)
         *n_pcs = np;
