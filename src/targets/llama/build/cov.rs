@@ -27,9 +27,11 @@ pub(super) const COV_FILE: &str = "kvaudit_cov.c";
 /// block with `jmp __sanitizer_cov_trace_pc`, whose return address is then in whichever
 /// function called the instrumented one (58 of 1,804 points of a 0.1.156 fuzz run were such
 /// addresses in uninstrumented callers).
+/// `-g1`: the line tables `addr2line` maps points with (and nothing else of DWARF).
 pub(super) const COV_FLAGS: &[&str] = &[
     "-fsanitize-coverage=trace-pc",
     "-fno-optimize-sibling-calls",
+    "-g1",
 ];
 
 /// The group name of the instrumented llama sources.
