@@ -422,7 +422,7 @@ impl HuntSummary {
             if self.incomplete { " (INCOMPLETE: stopped before every entry ran)" } else { "" }
         ) + &self.code_lines.as_ref().map_or(String::new(), |c| {
             format!(
-                "; memory code reached: {} of {} lines ({:.1}%), {} of {} blocks (`kvaudit coverage`)",
+                "; memory code reached: {} of {} lines ({:.1}%), {} of {} blocks (kvaudit coverage)",
                 c.lines_reached,
                 c.lines,
                 c.line_percent(),
