@@ -20,8 +20,8 @@
 use std::collections::{BTreeSet, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use crate::base::cache::{OpOutcome, SeqObservation, StepObservation};
 use crate::base::op::{Op, Pos, SeqId, Trace};
-use crate::base::target::{OpOutcome, SeqObservation, StepObservation};
 use crate::records::code::CodeSet;
 use crate::records::fuzz::CoveragePoint;
 use crate::running::runner::{TrialEnd, TrialRun};

@@ -15,11 +15,11 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use super::wire::{read_request, write_reply, Reply, Request, WireRun, DIED_MARKER, REPLY_GROUP};
+use crate::base::cache::{
+    CacheUnderTest, CodeCoverage, HarnessError, Observation, Observe, OpOutcome, TargetInfo,
+};
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
-use crate::base::target::{
-    CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, TargetInfo,
-};
 use crate::running::runner::{LocalRunner, TrialRunner as _};
 use crate::targets::llama::ffi::LlamaShim;
 use crate::targets::llama::sys;
@@ -277,7 +277,12 @@ fn run_request(
             runner.run(trace)
         };
         // The points of this trial's ops (taking them clears them for the next trial).
-        let code = cov.and_then(LlamaShim::cov_take);
+        let code = cov
+            .and_then(LlamaShim::cov_take)
+            .map(|p| CodeCoverage {
+                pcs: p.pcs,
+                edges: p.edges,
+            });
         let (reply, failed) = match result {
             Ok(mut run) => {
                 run.code = code;

@@ -1,7 +1,7 @@
 //! The `+cov` variant's part of the recipe: which llama.cpp sources are instrumented (the memory
 //! code: the KV caches, the recurrent and hybrid memories, batch splitting and the context's
 //! state functions; `llama-kv-cells.h` is inlined into them), with which flag, and the runtime
-//! that records what they reach (`targets/llama.cpp/kvaudit_cov.c`, compiled into the shim's
+//! that records what they reach (`shim/kvaudit_cov.c`, compiled into the shim's
 //! unit). Only these sources are instrumented, so a point means "memory code reached". And the
 //! map of a built `+cov` shared object's points to source lines ([`CodeMap`]), the denominator
 //! of `kvaudit coverage`.
@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::cache::verify_file;
-use crate::targets::llama::error::{IoContext as _, LlamaError};
-use crate::targets::llama::pins::Variant;
-use crate::targets::llama::shim::BuiltShim;
+use crate::error::{IoContext as _, LlamaError};
+use crate::pins::Variant;
+use crate::shim::BuiltShim;
 
-/// `targets/llama.cpp/kvaudit_cov.c`, as compiled into this binary.
-pub const COV_SOURCE: &str = include_str!("../../../../targets/llama.cpp/kvaudit_cov.c");
+/// `shim/kvaudit_cov.c`, as compiled into this binary.
+pub const COV_SOURCE: &str = include_str!("../../shim/kvaudit_cov.c");
 
 /// The runtime's file name in the shim directory.
 pub(super) const COV_FILE: &str = "kvaudit_cov.c";
