@@ -156,7 +156,7 @@ pub struct SeqObservation {
 }
 
 /// The points of a target's own code that some ops reached, as a target that records them
-/// gives them (a `+cov` build of llama.cpp: `targets/llama.cpp/kvaudit_cov.c`): PCs as offsets
+/// gives them (a `+cov` build of llama.cpp: `targets/llama-cpp/shim/kvaudit_cov.c`): PCs as offsets
 /// into the target's shared object (addr2line maps them to file:line), and edges (AFL's hash of
 /// a PC and the one before it). Each list is distinct values, in the order first reached.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

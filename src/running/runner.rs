@@ -14,8 +14,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::cache::{
-    CacheUnderTest, CodeCoverage, HarnessError, Observation, Observe, OpOutcome, SeqObservation, StepObservation,
-    TargetInfo,
+    CacheUnderTest, CodeCoverage, HarnessError, Observation, Observe, OpOutcome, SeqObservation,
+    StepObservation, TargetInfo,
 };
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::state::StateFormat;

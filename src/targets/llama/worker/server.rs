@@ -277,12 +277,10 @@ fn run_request(
             runner.run(trace)
         };
         // The points of this trial's ops (taking them clears them for the next trial).
-        let code = cov
-            .and_then(LlamaShim::cov_take)
-            .map(|p| CodeCoverage {
-                pcs: p.pcs,
-                edges: p.edges,
-            });
+        let code = cov.and_then(LlamaShim::cov_take).map(|p| CodeCoverage {
+            pcs: p.pcs,
+            edges: p.edges,
+        });
         let (reply, failed) = match result {
             Ok(mut run) => {
                 run.code = code;

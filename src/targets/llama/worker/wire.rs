@@ -16,8 +16,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::cache::{
-    CodeCoverage, LogitsProbe, Observation, OpOutcome, ReloadProbe, RoundTrip, SeqObservation, StepObservation,
-    TargetInfo,
+    CodeCoverage, LogitsProbe, Observation, OpOutcome, ReloadProbe, RoundTrip, SeqObservation,
+    StepObservation, TargetInfo,
 };
 use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::WholeCell;
