@@ -155,6 +155,18 @@ pub struct SeqObservation {
     pub second_cells: Option<Vec<Pos>>,
 }
 
+/// The points of a target's own code that some ops reached, as a target that records them
+/// gives them (a `+cov` build of llama.cpp: `targets/llama-cpp/shim/kvaudit_cov.c`): PCs as offsets
+/// into the target's shared object (addr2line maps them to file:line), and edges (AFL's hash of
+/// a PC and the one before it). Each list is distinct values, in the order first reached.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeCoverage {
+    /// PC offsets (return addresses of the coverage callback, minus the load base).
+    pub pcs: Vec<u32>,
+    /// Edge hashes, each mixed with its hit-count class (AFL: 1, 2, 3, 4-7, ..., 128+ times).
+    pub edges: Vec<u32>,
+}
+
 /// What the cache looks like after one op.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepObservation {

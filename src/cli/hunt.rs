@@ -359,6 +359,7 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
         Budget::Trials(_) => None,
     };
     finish(&mut summary, &plan, &a, &date, check_until)?;
+    summary.code_lines = super::coverage::total_lines(summary.code.as_ref());
     summary.elapsed_s = spent_before + started.elapsed().as_secs_f64();
     write_summary(&a.out, &summary)?;
     print!("{}", summary.to_terminal());

@@ -6,6 +6,7 @@
 mod args;
 mod audit;
 mod bisect;
+mod coverage;
 mod domain;
 mod explain;
 mod fuzz;
@@ -72,6 +73,9 @@ pub enum Command {
     /// Find the llama.cpp version (or, with --run under `git bisect run`, the commit) where a
     /// finding appears or disappears.
     Bisect(bisect::BisectArgs),
+    /// The memory code of a `+cov` build that runs reached: a table per file, and with --out
+    /// the Markdown, the unreached lines and an annotated HTML page per file.
+    Coverage(coverage::CoverageArgs),
     /// Build and inspect targets (`kvaudit target build llama.cpp@0.1.156`).
     Target(target_cmd::TargetCmd),
     /// Internal: serve a llama.cpp target to a parent kvaudit over stdin/stdout.
@@ -128,6 +132,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Audit(a) => audit::run(a),
         Command::Domain(d) => domain::run(d),
         Command::Merge(m) => merge::run(m),
+        Command::Coverage(c) => coverage::run(c),
         Command::Oracles(o) => oracles::run(o),
         Command::Fuzz(f) => fuzz::run(f),
         Command::Shrink(s) => shrink::run(s),

@@ -118,6 +118,9 @@ fn build_in_words(variant: Variant) -> String {
                 "built with AddressSanitizer (`-fsanitize=address -fno-omit-frame-pointer -g`)"
             }
             Flag::Ubsan => "built with UndefinedBehaviorSanitizer (`-fsanitize=undefined -g`)",
+            Flag::Cov => {
+                "its memory sources record the code they reach (`-fsanitize-coverage=trace-pc`)"
+            }
         });
     }
     words.join("; ")

@@ -3,6 +3,7 @@
 
 pub mod bug_report;
 pub mod c_repro;
+pub mod coverage;
 pub mod explain;
 pub mod hunt;
 pub mod repro;

@@ -195,6 +195,9 @@ pub struct FuzzSummary {
     /// The guided generator's queue (`--generator guided`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueStats>,
+    /// The target's memory code the cases reached, on a target that records it (`+cov`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<crate::records::code::CodeSet>,
 }
 
 /// The generator of a fuzz run's cases.
@@ -238,6 +241,16 @@ pub struct CoveragePoint {
     pub transitions: u64,
     /// Distinct observation shapes seen.
     pub shapes: u64,
+    /// Distinct PCs of the target's memory code reached (a `+cov` build; 0 elsewhere).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pcs: u64,
+    /// Distinct edges of the target's memory code taken (a `+cov` build; 0 elsewhere).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub edges: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl CoveragePoint {

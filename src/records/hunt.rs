@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::records::code::{CodeSet, FileCoverage};
 use serde::{Deserialize, Serialize};
 
 use crate::base::config::MemoryType;
@@ -160,6 +161,9 @@ pub struct EntryOutcome {
     pub repeats: u64,
     /// Wall time, seconds.
     pub elapsed_s: f64,
+    /// The memory code its fuzzing reached (a `+cov` build), until the summary joins it.
+    #[serde(skip)]
+    pub code: Option<CodeSet>,
 }
 
 /// A finding of the hunt: shrunk, with where and when it was first reached.
@@ -281,6 +285,13 @@ pub struct HuntSummary {
     /// Stopped before every entry of its share ran (Ctrl-C, SIGTERM).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub incomplete: bool,
+    /// The memory code the entries' fuzzing reached, on a `+cov` build (`kvaudit coverage`
+    /// maps it to lines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<CodeSet>,
+    /// Its line coverage over the memory sources, when the hunt mapped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_lines: Option<FileCoverage>,
 }
 
 /// The largest summary read back.
@@ -409,7 +420,16 @@ impl HuntSummary {
             self.unsupported.len(),
             self.skipped.len(),
             if self.incomplete { " (INCOMPLETE: stopped before every entry ran)" } else { "" }
-        )
+        ) + &self.code_lines.as_ref().map_or(String::new(), |c| {
+            format!(
+                "; memory code reached: {} of {} lines ({:.1}%), {} of {} blocks (kvaudit coverage)",
+                c.lines_reached,
+                c.lines,
+                c.line_percent(),
+                c.blocks_reached,
+                c.blocks
+            )
+        })
     }
 
     /// For a terminal.

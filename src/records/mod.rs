@@ -2,6 +2,7 @@
 //!
 //! Records import the base and the oracles only: they never run anything.
 
+pub mod code;
 pub mod finding;
 pub mod fuzz;
 pub mod group;

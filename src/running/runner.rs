@@ -14,8 +14,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::cache::{
-    CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, SeqObservation, StepObservation,
-    TargetInfo,
+    CacheUnderTest, CodeCoverage, HarnessError, Observation, Observe, OpOutcome, SeqObservation,
+    StepObservation, TargetInfo,
 };
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::state::StateFormat;
@@ -59,6 +59,10 @@ pub struct TrialRun {
     /// [`TrialEnd::Crashed`] at that step instead, unobserved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observation_crash: Option<ObservationCrash>,
+    /// The points of the target's own code the trial's ops reached, on a target that records
+    /// them (a `+cov` build of llama.cpp); `None` elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<CodeCoverage>,
 }
 
 impl TrialRun {
@@ -68,6 +72,7 @@ impl TrialRun {
             steps,
             end,
             observation_crash: None,
+            code: None,
         }
     }
 
@@ -205,6 +210,7 @@ fn unsupported_setup(e: HarnessError) -> Result<TrialRun, HarnessError> {
             steps: Vec::new(),
             end: TrialEnd::Unsupported { step: 0, reason },
             observation_crash: None,
+            code: None,
         }),
         other => Err(other),
     }
@@ -324,6 +330,7 @@ impl LocalRunner {
                         reason: reason.clone(),
                     },
                     observation_crash: None,
+                    code: None,
                 });
             }
             let mut obs = observe_with(
@@ -359,6 +366,7 @@ impl LocalRunner {
             steps,
             end: TrialEnd::Completed,
             observation_crash: None,
+            code: None,
         })
     }
 
@@ -430,6 +438,7 @@ impl LocalRunner {
                         reason: reason.clone(),
                     },
                     observation_crash: None,
+                    code: None,
                 });
             }
             let mut obs = observe_with(state.as_mut(), format, &seqs, outcome, observe)?;
@@ -456,6 +465,7 @@ impl LocalRunner {
             steps,
             end: TrialEnd::Completed,
             observation_crash: None,
+            code: None,
         })
     }
 }

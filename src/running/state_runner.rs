@@ -152,6 +152,7 @@ impl StateRunner {
                     steps: Vec::new(),
                     end: TrialEnd::Unsupported { step: 1, reason },
                     observation_crash: None,
+                    code: None,
                 },
                 key: None,
             });
@@ -173,6 +174,7 @@ impl StateRunner {
                 steps: vec![Arc::new(obs)],
                 end: TrialEnd::Completed,
                 observation_crash: None,
+                code: None,
             },
             key: Some(key),
         })

@@ -1,4 +1,6 @@
-//! The fuzzer's coverage signal: which abstract transitions and observation shapes a run of
+//! The fuzzer's coverage signal. On a target that records its own code (a `+cov` build of
+//! llama.cpp: `TrialRun::code`), the PCs and edges of its memory code a case reached; elsewhere,
+//! which abstract transitions and observation shapes a run of
 //! target A reached, read from the observations the run already has (the cells parsed from the
 //! serialized state by `base/state/`, the accessors, each op's outcome), so it costs no
 //! execution and means the same on every target.
@@ -15,11 +17,12 @@
 //! whole shape before each op) made nearly every case new in a trial of 2,000 cases, and a
 //! queue that keeps everything guides nothing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::base::cache::{OpOutcome, SeqObservation, StepObservation};
 use crate::base::op::{Op, Pos, SeqId, Trace};
+use crate::records::code::CodeSet;
 use crate::records::fuzz::CoveragePoint;
 use crate::running::runner::{TrialEnd, TrialRun};
 
@@ -186,16 +189,49 @@ fn key(value: &impl Hash) -> u64 {
     h.finish()
 }
 
-/// The transitions and shapes a run has reached.
+/// The transitions and shapes a run has reached, and the target's own code when it records it.
 #[derive(Clone, Debug, Default)]
 pub struct Coverage {
     transitions: BTreeSet<u64>,
     shapes: BTreeSet<u64>,
+    /// PCs of the target's memory code (a `+cov` build).
+    pcs: BTreeSet<u32>,
+    /// Edges of the target's memory code.
+    edges: HashSet<u32>,
+    /// Whether any run carried code points.
+    has_code: bool,
 }
 
 impl Coverage {
-    /// Adds what `run` (of `trace` on target A) reached; true if any of it is new.
+    /// Adds what `run` (of `trace` on target A) reached; true if any of it is new: on a target
+    /// that records its code (`TrialRun::code`), new PCs or edges are the signal; elsewhere new
+    /// abstract transitions or shapes.
     pub fn add(&mut self, trace: &Trace, run: &TrialRun) -> bool {
+        let abstract_new = self.add_abstract(trace, run);
+        let Some(code) = &run.code else {
+            return abstract_new;
+        };
+        self.has_code = true;
+        let mut new = false;
+        for &pc in &code.pcs {
+            new |= self.pcs.insert(pc);
+        }
+        for &e in &code.edges {
+            new |= self.edges.insert(e);
+        }
+        new
+    }
+
+    /// The code reached so far, as a report keeps it (`None` when no run carried code points).
+    pub fn code(&self, build: &str) -> Option<CodeSet> {
+        self.has_code.then(|| CodeSet {
+            build: build.to_string(),
+            pcs: self.pcs.clone(),
+            edges: self.edges.len() as u64,
+        })
+    }
+
+    fn add_abstract(&mut self, trace: &Trace, run: &TrialRun) -> bool {
         let mut new = false;
         // Before the first op: the setup's state, the same for every trace of a run.
         let mut before: Option<&StepObservation> = None;
@@ -227,6 +263,8 @@ impl Coverage {
             cases,
             transitions: self.transitions.len() as u64,
             shapes: self.shapes.len() as u64,
+            pcs: self.pcs.len() as u64,
+            edges: self.edges.len() as u64,
         }
     }
 }

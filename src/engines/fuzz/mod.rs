@@ -584,6 +584,7 @@ pub fn run_fuzz_until(
         generator_kind: cfg.generator,
         coverage: points,
         queue: guided.then_some(queue_stats),
+        code: coverage.code(&report.target.name),
     });
     sink(&Event::Done(Box::new(report.clone())));
     Ok((report, queue))

@@ -17,6 +17,7 @@ use crate::engines::explore::{ExhaustiveConfig, Explorer, RunControl};
 use crate::engines::fuzz::{run_fuzz_until, FuzzConfig, GenConfig, Generator};
 use crate::engines::root_cause::group_findings;
 use crate::engines::shrink::{shrink, FailureMode, ShrinkConfig};
+use crate::records::code::CodeSet;
 use crate::records::finding::{Finding, FindingKey};
 use crate::records::hunt::{
     Budget, EntryEstimate, EntryOutcome, FuzzShare, GroupClass, HuntFinding, HuntGroup,
@@ -217,6 +218,8 @@ pub fn run_hunt(
             fixed: Vec::new(),
             elapsed_s: 0.0,
             incomplete: false,
+            code: None,
+            code_lines: None,
         },
     };
     let offset = summary.elapsed_s;
@@ -322,7 +325,14 @@ pub fn run_hunt(
             );
             ran
         });
-        let (outcome, found) = ran?;
+        let (mut outcome, found) = ran?;
+        if let Some(code) = outcome.code.take() {
+            let all = summary
+                .code
+                .get_or_insert_with(|| CodeSet::new(&code.build));
+            all.pcs.extend(code.pcs);
+            all.edges = all.edges.max(code.edges);
+        }
         trials_left = trials_left.saturating_sub(outcome.trials + outcome.fuzz_cases);
         for (f, at) in found {
             summary.findings.push(HuntFinding {
@@ -451,6 +461,7 @@ fn run_entry(
         .map_err(harness)?;
         let fz = report.fuzz.clone().expect("a fuzz report");
         outcome.fuzz_cases = fz.cases;
+        outcome.code = fz.code;
         add_stats(&mut outcome, &report);
         for (f, rec) in report.findings.into_iter().zip(&fz.findings) {
             if !seen.insert(signature(&f)) {

@@ -21,6 +21,7 @@
 //! No Rust code is ever called from C (the shim's log callback is C), so no panic can unwind
 //! across the boundary, and the shim catches every C++ exception before it reaches Rust.
 
+use std::os::raw::c_int;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -107,8 +108,19 @@ mod raw {
         pub n_vocab: unsafe extern "C" fn(*mut Handle) -> i32,
         pub get_logits_ith: unsafe extern "C" fn(*mut Handle, i32, *mut f32, i32) -> i32,
         pub last_error: unsafe extern "C" fn(*mut c_char, usize) -> usize,
+        /// `kvaudit_shim_cov_enable` and `kvaudit_shim_cov_take` of `kvaudit_cov.c`: only a
+        /// `+cov` build has them.
+        pub cov: Option<Cov>,
         // Declared last: dropped after nothing else can use the pointers above.
         _lib: Library,
+    }
+
+    /// The coverage runtime's functions (`shim/kvaudit_cov.c`).
+    #[derive(Clone, Copy)]
+    pub struct Cov {
+        pub enable: unsafe extern "C" fn(c_int),
+        pub take:
+            unsafe extern "C" fn(*mut u32, usize, *mut usize, *mut u32, usize, *mut usize) -> u32,
     }
 
     /// Copies one function pointer out of `lib`.
@@ -187,6 +199,14 @@ mod raw {
                 n_vocab: symbol(&lib, path, b"kvaudit_shim_n_vocab\0")?,
                 get_logits_ith: symbol(&lib, path, b"kvaudit_shim_get_logits_ith\0")?,
                 last_error: symbol(&lib, path, b"kvaudit_shim_last_error\0")?,
+                // A build without the coverage runtime lacks its symbols; then none is taken.
+                cov: match symbol(&lib, path, b"kvaudit_shim_cov_enable\0") {
+                    Ok(enable) => Some(Cov {
+                        enable,
+                        take: symbol(&lib, path, b"kvaudit_shim_cov_take\0")?,
+                    }),
+                    Err(_) => None,
+                },
                 _lib: lib,
             }))
         }
@@ -255,6 +275,17 @@ impl ContextParams {
     }
 }
 
+/// What the coverage runtime of a `+cov` build recorded since its last take: PC offsets into
+/// the shared object and edges (with their hit-count class), each distinct, in the order first
+/// reached (`shim/kvaudit_cov.c`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CovPoints {
+    /// PC offsets (return addresses of the coverage callback, minus the load base).
+    pub pcs: Vec<u32>,
+    /// Edge hashes, each mixed with its hit-count class.
+    pub edges: Vec<u32>,
+}
+
 /// One loaded `libkvaudit_shim.so`. Cheap to clone; several pins load side by side.
 #[derive(Clone)]
 pub struct LlamaShim {
@@ -317,6 +348,44 @@ impl LlamaShim {
             });
         }
         Ok(shim)
+    }
+
+    /// Whether this build records the code its memory sources reach (a `+cov` build).
+    pub fn records_coverage(&self) -> bool {
+        self.api.cov.is_some()
+    }
+
+    /// Turns the recording of reached code on or off (nothing on a build without it).
+    pub fn cov_enable(&self, on: bool) {
+        if let Some(cov) = self.api.cov {
+            // SAFETY: takes an int and sets two static variables of the library.
+            unsafe { (cov.enable)(c_int::from(on)) }
+        }
+    }
+
+    /// The points recorded since the last take (which it clears): `None` on a build without
+    /// coverage. Points beyond the runtime's capacity are dropped (it holds 32,768 of each).
+    pub fn cov_take(&self) -> Option<CovPoints> {
+        let cov = self.api.cov?;
+        const CAP: usize = 1 << 15;
+        let mut pcs = vec![0u32; CAP];
+        let mut edges = vec![0u32; CAP];
+        let (mut n_pcs, mut n_edges) = (0usize, 0usize);
+        // SAFETY: both buffers are writable for CAP u32s, the runtime writes at most cap of
+        // each and the counts into the two usizes, and touches nothing else of ours.
+        unsafe {
+            (cov.take)(
+                pcs.as_mut_ptr(),
+                CAP,
+                &mut n_pcs,
+                edges.as_mut_ptr(),
+                CAP,
+                &mut n_edges,
+            );
+        }
+        pcs.truncate(n_pcs.min(CAP));
+        edges.truncate(n_edges.min(CAP));
+        Some(CovPoints { pcs, edges })
     }
 
     /// The pin label compiled into the shim, e.g. `llama.cpp@0.1.156+assert`.

@@ -94,11 +94,14 @@ pub enum Flag {
     /// `+ubsan`: UndefinedBehaviorSanitizer (`-fsanitize=undefined`): signed overflow, bad
     /// shifts, misaligned or null accesses abort with a report.
     Ubsan,
+    /// `+cov`: a release build whose memory sources record the code they reach
+    /// (`build/cov.rs`): the worker returns the points with each trial's observations.
+    Cov,
 }
 
 impl Flag {
-    /// Every flag, in the canonical order of labels (`+assert+asan+ubsan`).
-    pub const ALL: [Flag; 3] = [Flag::Assert, Flag::Asan, Flag::Ubsan];
+    /// Every flag, in the canonical order of labels (`+assert+asan+ubsan+cov`).
+    pub const ALL: [Flag; 4] = [Flag::Assert, Flag::Asan, Flag::Ubsan, Flag::Cov];
 
     /// The name after the `+` in a label.
     pub fn name(self) -> &'static str {
@@ -106,16 +109,18 @@ impl Flag {
             Flag::Assert => "assert",
             Flag::Asan => "asan",
             Flag::Ubsan => "ubsan",
+            Flag::Cov => "cov",
         }
     }
 
     /// Whether a build with this flag finds what the build without it finds, and more: a
-    /// sanitizer only turns silent memory errors into crashes, so a replay holds its build to
-    /// the expectations of the build without it where a file records none of its own.
+    /// sanitizer only turns silent memory errors into crashes, and coverage counters change
+    /// nothing the target does, so a replay holds its build to the expectations of the build
+    /// without it where a file records none of its own.
     pub fn adds_checks_only(self) -> bool {
         match self {
             Flag::Assert => false,
-            Flag::Asan | Flag::Ubsan => true,
+            Flag::Asan | Flag::Ubsan | Flag::Cov => true,
         }
     }
 

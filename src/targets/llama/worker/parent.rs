@@ -696,6 +696,7 @@ impl WorkerRunner {
                 let end = TrialEnd::Crashed { step, message };
                 return Ok(TrialRun {
                     observation_crash: Some(first),
+                    code: None,
                     ..TrialRun::new(vec![], end)
                 });
             }
@@ -716,6 +717,7 @@ impl WorkerRunner {
                 Some((_, _, end)) => {
                     return Ok(TrialRun {
                         observation_crash: Some(first),
+                        code: None,
                         ..TrialRun::new(vec![], end)
                     });
                 }

@@ -20,7 +20,7 @@ use std::path::Path;
 
 use super::wire::{read_request, write_reply, Reply, Request, WireRun, DIED_MARKER, REPLY_GROUP};
 use crate::base::cache::{
-    CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, TargetInfo,
+    CacheUnderTest, CodeCoverage, HarnessError, Observation, Observe, OpOutcome, TargetInfo,
 };
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
@@ -40,6 +40,9 @@ struct Stepped {
     observing: Option<Observation>,
     /// The test hook: this observation dies of SIGSEGV (`KVAUDIT_TEST_CRASH_OBSERVING`).
     crash_observing: Option<Observation>,
+    /// The shim, when it records reached code (`+cov`): on for the trace's ops only, so that
+    /// resets and observations add nothing to a trial's points.
+    cov: Option<LlamaShim>,
 }
 
 impl CacheUnderTest for Stepped {
@@ -53,10 +56,17 @@ impl CacheUnderTest for Stepped {
     }
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
         // The probe's decodes are observation, not trace steps.
-        if self.observing.is_none() {
-            sys::advance_current_step();
+        if self.observing.is_some() {
+            return self.target.apply(op);
         }
-        self.target.apply(op)
+        sys::advance_current_step();
+        let Some(cov) = &self.cov else {
+            return self.target.apply(op);
+        };
+        cov.cov_enable(true);
+        let outcome = self.target.apply(op);
+        cov.cov_enable(false);
+        outcome
     }
     fn observing(&mut self, what: Option<Observation>) {
         self.observing = what;
@@ -118,11 +128,13 @@ pub fn worker_main(
             return 3;
         }
     };
+    let cov = loaded.records_coverage().then(|| loaded.clone());
     let target = LlamaTarget::new(loaded, model, label, format, reset);
     let stepped = Stepped {
         target,
         observing: None,
         crash_observing,
+        cov: cov.clone(),
     };
     let mut runner = LocalRunner::new(Box::new(stepped)).with_observe(observe);
     if !write_reply(&mut out, &Reply::Ready(runner.info()), true) {
@@ -169,7 +181,14 @@ pub fn worker_main(
             }
             sys::install_fatal_signal_report();
             sys::release_sigabrt();
-            serve_requests(&mut runner, first.take(), &mut input, &mut line, &mut out)
+            serve_requests(
+                &mut runner,
+                cov.as_ref(),
+                first.take(),
+                &mut input,
+                &mut line,
+                &mut out,
+            )
         });
         let pid = match forked {
             Ok(pid) => pid,
@@ -228,6 +247,7 @@ fn next_request(
 /// [`RETIRED_EXIT`] after a retiring request; any other end is a death the server reports.
 fn serve_requests(
     runner: &mut LocalRunner,
+    cov: Option<&LlamaShim>,
     mut first: Option<Request>,
     input: &mut impl BufRead,
     line: &mut Vec<u8>,
@@ -246,7 +266,7 @@ fn serve_requests(
                 Err(code) => return code,
             },
         };
-        let code = run_request(runner, &req, &mut trace, out);
+        let code = run_request(runner, cov, &req, &mut trace, out);
         if code != 0 {
             return code;
         }
@@ -256,9 +276,11 @@ fn serve_requests(
     }
 }
 
-/// Runs one request's trials (0: done; 3: a harness error, already reported as `Reply::Error`).
+/// Runs one request's trials, each run with the points of code its ops reached when `cov` records
+/// them (0: done; 3: a harness error, already reported as `Reply::Error`).
 fn run_request(
     runner: &mut LocalRunner,
+    cov: Option<&LlamaShim>,
     req: &Request,
     trace: &mut Trace,
     out: &mut impl Write,
@@ -273,8 +295,16 @@ fn run_request(
         } else {
             runner.run(trace)
         };
+        // The points of this trial's ops (taking them clears them for the next trial).
+        let code = cov.and_then(LlamaShim::cov_take).map(|p| CodeCoverage {
+            pcs: p.pcs,
+            edges: p.edges,
+        });
         let (reply, failed) = match result {
-            Ok(run) => (Reply::Run(WireRun::from(&run)), false),
+            Ok(mut run) => {
+                run.code = code;
+                (Reply::Run(WireRun::from(&run)), false)
+            }
             Err(e) => (Reply::Error(e.to_string()), true),
         };
         let flush = failed || req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == n;

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::cache::{
-    LogitsProbe, Observation, OpOutcome, ReloadProbe, RoundTrip, SeqObservation, StepObservation,
-    TargetInfo,
+    CodeCoverage, LogitsProbe, Observation, OpOutcome, ReloadProbe, RoundTrip, SeqObservation,
+    StepObservation, TargetInfo,
 };
 use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::WholeCell;
@@ -211,7 +211,13 @@ impl Reply {
 /// tagged enums by buffering them first).
 #[doc(hidden)]
 #[derive(Debug, Serialize, Deserialize)]
-pub struct WireRun(Vec<WireStep>, WireEnd);
+pub struct WireRun(
+    Vec<WireStep>,
+    WireEnd,
+    /// The points of code the trial's ops reached, on a `+cov` build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    Option<CodeCoverage>,
+);
 
 /// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells).
 type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
@@ -302,12 +308,12 @@ impl From<&TrialRun> for WireRun {
             TrialEnd::Completed => WireEnd::C,
             other => WireEnd::Other(other.clone()),
         };
-        WireRun(steps, end)
+        WireRun(steps, end, run.code.clone())
     }
 }
 
 impl From<WireRun> for TrialRun {
-    fn from(WireRun(steps, end): WireRun) -> TrialRun {
+    fn from(WireRun(steps, end, code): WireRun) -> TrialRun {
         let steps = steps
             .into_iter()
             .map(
@@ -362,6 +368,7 @@ impl From<WireRun> for TrialRun {
             steps,
             end,
             observation_crash: None,
+            code,
         }
     }
 }
@@ -535,6 +542,7 @@ mod tests {
                 message: "signal SIGABRT".into(),
             },
             observation_crash: None,
+            code: None,
         };
         let line = |r: &Reply| {
             let mut v = serde_json::to_vec(r).unwrap();
@@ -634,6 +642,7 @@ mod tests {
                 ],
                 end: TrialEnd::Completed,
                 observation_crash: None,
+                code: None,
             },
             TrialRun {
                 steps: vec![step(OpOutcome::Unsupported {
@@ -644,6 +653,7 @@ mod tests {
                     reason: "why".into(),
                 },
                 observation_crash: None,
+                code: None,
             },
             TrialRun {
                 steps: vec![],
@@ -652,6 +662,7 @@ mod tests {
                     message: "SIGABRT".into(),
                 },
                 observation_crash: None,
+                code: None,
             },
         ];
         for run in runs {

@@ -28,7 +28,7 @@ use super::recipe::link_flags;
 use super::recipe::{Recipe, RECIPE_VERSION};
 use super::toolchain::Toolchain;
 use crate::error::{IoContext as _, LlamaError};
-use crate::pins::Pin;
+use crate::pins::{Flag, Pin};
 use crate::shim::{BuildManifest, BuiltShim, SHIM_ABI, SHIM_HEADER, SHIM_SOURCE};
 use crate::sys;
 
@@ -153,6 +153,8 @@ pub(super) fn cache_key(
         tree: &'a str,
         shim_header: &'a str,
         shim_source: &'a str,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        cov_source: &'a str,
         link_flags: Vec<String>,
     }
     let input = KeyInput {
@@ -163,6 +165,12 @@ pub(super) fn cache_key(
         tree,
         shim_header: SHIM_HEADER,
         shim_source: SHIM_SOURCE,
+        // Only `+cov` builds compile it; the others keep their keys.
+        cov_source: if pin.variant.has(Flag::Cov) {
+            super::cov::COV_SOURCE
+        } else {
+            ""
+        },
         link_flags: link_flags(pin.variant, Path::new("$SHIM/exports.map"), "$SONAME"),
     };
     let bytes = serde_json::to_vec(&input).map_err(|e| LlamaError::Compile {

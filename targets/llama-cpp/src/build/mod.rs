@@ -25,6 +25,7 @@
 mod cache;
 mod cmake;
 mod compile;
+pub mod cov;
 mod fetch;
 mod link;
 mod objects;
@@ -406,6 +407,7 @@ impl EntryBuild<'_> {
             (shim_dir.join("kvaudit_shim.h"), SHIM_HEADER),
             (shim_dir.join("kvaudit_shim.c"), SHIM_SOURCE),
             (shim_dir.join("exports.map"), EXPORT_MAP),
+            (shim_dir.join(cov::COV_FILE), cov::COV_SOURCE),
         ] {
             fs::write(&path, text).context_io(|| format!("writing {}", path.display()))?;
         }

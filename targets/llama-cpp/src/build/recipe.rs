@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::cmake::{
     cmake_define_names, cmake_option_default, version_header, CMAKE_DEFINES_NOT_PASSED, CMAKE_FILES,
 };
+use super::cov;
 
 use crate::error::{IoContext as _, LlamaError};
 use crate::pins::{Flag, Pin, PinInfo, Variant};
@@ -90,6 +91,16 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
                 "abort_on_error=1:halt_on_error=1:print_stacktrace=1:symbolize=1",
             )),
         },
+        // The memory sources only, so a point means "memory code reached"; never the shim,
+        // which holds the callback itself (build/cov.rs has the flags' reasons).
+        Flag::Cov => FlagBuild {
+            drops_ndebug: false,
+            compile: cov::COV_FLAGS,
+            groups: &[MEMORY_GROUP],
+            link: &[],
+            preload: None,
+            options: None,
+        },
     }
 }
 
@@ -101,23 +112,33 @@ const SANITIZED_GROUPS: &[&str] = &[MEMORY_GROUP, "shim"];
 /// of llama.cpp.
 pub const MEMORY_GROUP: &str = "llama-memory";
 
-/// llama.cpp's sources of the memory under audit, as path prefixes: the batch allocator, the
-/// context (its state functions), every KV cache and memory class (`llama-kv-cache*.cpp`,
-/// `llama-memory*.cpp`). Their headers (`llama-kv-cells.h`) are compiled into them.
-const MEMORY_SOURCES: &[&str] = &[
-    "src/llama-batch.cpp",
-    "src/llama-context.cpp",
-    "src/llama-kv-cache",
-    "src/llama-memory",
-];
+/// Whether `rel` (a path relative to the llama.cpp tree) is one of llama.cpp's sources of the
+/// memory under audit, which `+asan`, `+ubsan` and `+cov` instrument apart from the rest:
+/// `src/llama-kv-cache*.cpp` (the unified cache and the iSWA pair, also the older `-unified`
+/// names), `src/llama-memory*.cpp`, `src/llama-batch.cpp` (the batch allocator) and
+/// `src/llama-context.cpp` (its state functions). Their headers (`llama-kv-cells.h`) are
+/// compiled into them.
+pub fn is_memory_source(rel: &str) -> bool {
+    let Some(name) = rel.strip_prefix("src/") else {
+        return false;
+    };
+    let Some(stem) = name.strip_suffix(".cpp") else {
+        return false;
+    };
+    stem.starts_with("llama-kv-cache")
+        || stem.starts_with("llama-memory")
+        || stem == "llama-batch"
+        || stem == "llama-context"
+}
 
 /// The compile flags of `variant`'s flags for the units of `group` (`None`: a C reproducer's
-/// own source, which takes every flag), in canonical order.
+/// own source, compiled as the shim is: a sanitizer's flags, not `+cov`'s, whose callback only
+/// the shim defines), in canonical order.
 pub fn variant_compile_flags(variant: Variant, group: Option<&str>) -> Vec<String> {
     variant
         .flags()
         .map(flag_build)
-        .filter(|row| group.is_none_or(|g| row.groups.contains(&g)))
+        .filter(|row| row.groups.contains(&group.unwrap_or("shim")))
         .flat_map(|row| row.compile.iter().map(|s| s.to_string()))
         .collect()
 }
@@ -304,6 +325,7 @@ impl Recipe {
         };
         let mut ggml_cxx_defines = ggml_defines.clone();
         ggml_cxx_defines.push("GGML_USE_CPU".to_string());
+        let llama_includes = strings(&["$SRC/src", "$SRC/include", "$SRC/ggml/include", "$GEN"]);
         let units = vec![
             unit(
                 "ggml",
@@ -343,7 +365,7 @@ impl Recipe {
                 llama_cxx,
                 llama_defines,
                 vec![],
-                strings(&["$SRC/src", "$SRC/include", "$SRC/ggml/include", "$GEN"]),
+                llama_includes,
             ),
         ];
         let mut units = units;
@@ -362,7 +384,7 @@ impl Recipe {
                 .sources
                 .iter()
                 .cloned()
-                .partition(|s| MEMORY_SOURCES.iter().any(|m| s.starts_with(m)));
+                .partition(|s| is_memory_source(s));
             let mut memory_unit = units[at].clone();
             memory_unit.group = MEMORY_GROUP.to_string();
             memory_unit.sources = memory;
@@ -385,10 +407,14 @@ impl Recipe {
         let mut shim_defines = vec![format!("KVAUDIT_SHIM_PIN=\"{}\"", pin.label())];
         shim_defines.extend(shim_defines_for(&read("include/llama.h")?));
         shim_defines.extend(strings(ndebug));
+        let mut shim_sources = vec!["kvaudit_shim.c".to_string()];
+        if pin.variant.has(Flag::Cov) {
+            shim_sources.push(cov::COV_FILE.to_string());
+        }
         let shim = unit(
             "shim",
             Lang::Cxx,
-            vec!["kvaudit_shim.c".to_string()],
+            shim_sources,
             shim_defines,
             // Compiled as C++ so its try/catch guards stop exceptions at the C ABI.
             strings(&["-x", "c++", "-fvisibility=hidden"]),

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Regenerates reports/coverage/: the memory code of llama.cpp@0.1.161 reached by a guided fuzz
+# run and a short hunt on its `+cov` build (docs/usage.md, "kvaudit coverage"): the table per
+# file (coverage.md, coverage.json), the instrumented lines no run reached (unreached.md) and
+# an annotated HTML page per file. reports/coverage/README.md (by hand) groups the unreached
+# lines with a reason.
+#
+#   scripts/coverage-reports.sh                      # fuzz 5m (with state ops), hunt 10m
+#   FUZZ_TIME=1m HUNT_BUDGET=0 scripts/coverage-reports.sh   # the fuzz run alone, short
+#
+# Exit code 1 of the fuzz run or the hunt (findings) is expected; any other failure stops the
+# script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzz_time=${FUZZ_TIME:-5m}
+hunt_budget=${HUNT_BUDGET:-10m}
+pin=llama.cpp@0.1.161+cov
+out=reports/coverage
+cargo build --release --quiet
+k=target/release/kvaudit
+$k target build "$pin"
+mkdir -p "$out"
+find "$out" -maxdepth 1 \( -name '*.html' -o -name 'coverage.*' -o -name 'unreached.md' \) -delete
+runs=()
+$k fuzz --target "$pin" --generator guided --state --time "$fuzz_time" --seed 1 --no-repros \
+  --format json --out "$out/fuzz.json" > /dev/null || [ $? -eq 1 ]
+runs+=("$out/fuzz.json")
+if [ "$hunt_budget" != 0 ]; then
+  rm -rf "$out/hunt"
+  $k hunt --target "$pin" --budget "$hunt_budget" --out "$out/hunt" --seed 1 \
+    > "$out/hunt-terminal.txt" || [ $? -eq 1 ]
+  runs+=("$out/hunt")
+fi
+$k coverage "${runs[@]}" --out "$out" | tee "$out/terminal.txt"
