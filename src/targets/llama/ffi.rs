@@ -862,6 +862,7 @@ mod tests {
                 "type_k",
                 "type_v",
                 "swa_full",
+                "n_rs_seq",
                 "n_threads"
             ]
         );
