@@ -20,7 +20,7 @@
 
 use super::cache_invisible::{judged, probe_violation};
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-use crate::base::target::Observe;
+use crate::base::cache::Observe;
 
 /// The oracle.
 pub struct Rollback;

@@ -70,7 +70,7 @@ fn describe(step: usize, kind: &str, seq: Option<SeqId>, observed: &Value) -> St
 }
 
 /// Runs the repro's trace on `entry`'s target(s) and judges every step.
-fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(Judgement, u64), String> {
+fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(RunJudgement, u64), String> {
     let (a, b) = entry.specs();
     run_specs(repro, &a, b.as_ref())
 }
@@ -81,7 +81,7 @@ fn run_specs(
     repro: &Repro,
     a: &TargetSpec,
     b: Option<&TargetSpec>,
-) -> Result<(Judgement, u64), String> {
+) -> Result<(RunJudgement, u64), String> {
     let reads = crate::oracles::Registry::builtin()
         .get(repro.oracle)
         .map_or(Observe::BASIC, |o| o.observes());
@@ -100,7 +100,7 @@ pub fn judge_on(
     repro: &Repro,
     target: &TargetSpec,
     vs: Option<&TargetSpec>,
-) -> Result<Judgement, Error> {
+) -> Result<RunJudgement, Error> {
     run_specs(repro, target, vs)
         .map(|(j, _)| j)
         .map_err(Error::harness)
@@ -128,7 +128,7 @@ pub fn check(repro: &Repro, entry: &TargetExpectation) -> EntryResult {
 }
 
 /// Compares what the oracles said about the repro's trace with `entry`'s expectation.
-pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &Judgement) -> Status {
+pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &RunJudgement) -> Status {
     let oracle = repro.oracle;
     let first = j.first(oracle);
     if let Some((step, reason)) = &j.unsupported {

@@ -25,14 +25,11 @@
 //! left may survive it (a recurrent state keeps the probe's token, a partial `seq_rm` being
 //! refused).
 
-use crate::base::op::{CacheType, Decode, MemoryType, Op, Pos, SeqId, Setup};
-use crate::base::target::{
+use crate::base::cache::{
     CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, Reload, ReloadProbe, SeqObservation,
 };
-use crate::base::tokens::{Token, TokenModel};
-
-/// The token every probe decodes (below 64: inside the generated tiny models' vocabulary).
-pub const PROBE_TOKEN: Token = 5;
+use crate::base::op::{CacheType, Decode, MemoryType, Op, Pos, SeqId, Setup};
+use crate::base::tokens::{Token, TokenModel, PROBE_TOKEN};
 
 /// The largest absolute difference of two logit vectors; `f32::MAX` when their lengths differ
 /// or a difference is not finite (so that a probe's figure is always a comparable number).
