@@ -289,6 +289,11 @@ pub struct LogitsProbe {
     /// tolerances).
     #[serde(default)]
     pub memory: MemoryType,
+    /// The sequence's recurrent state came back from a rollback (an accepted partial `seq_rm`
+    /// with `n_rs_seq` > 0, [`crate::base::tokens::TokenModel::rolled_back`]): the rollback
+    /// oracle judges this probe, cache-invisible the others.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rolled_back: bool,
 }
 
 // A probe's difference is never NaN (see `max_abs_diff`), so equality is an equivalence.

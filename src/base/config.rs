@@ -22,6 +22,10 @@ pub enum Arch {
     Mamba,
     /// `jamba`: recurrent and attention layers (`llama_memory_hybrid`).
     Jamba,
+    /// `lfm2`: short-convolution and attention layers (`llama_memory_hybrid`), the one
+    /// architecture kvaudit writes whose recurrent states roll back (`n_rs_seq`,
+    /// `llm_arch_supports_rs_rollback` in 0.1.161's src/llama-arch.cpp; not in 0.1.156's).
+    Lfm2,
 }
 
 /// The memory implementation an architecture selects.
@@ -43,7 +47,13 @@ pub enum MemoryType {
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Gemma2, Arch::Mamba, Arch::Jamba];
+    pub const ALL: [Arch; 5] = [
+        Arch::Llama,
+        Arch::Gemma2,
+        Arch::Mamba,
+        Arch::Jamba,
+        Arch::Lfm2,
+    ];
 
     pub(crate) fn is_default(&self) -> bool {
         *self == Arch::Llama
@@ -56,6 +66,7 @@ impl Arch {
             Arch::Gemma2 => "gemma2",
             Arch::Mamba => "mamba",
             Arch::Jamba => "jamba",
+            Arch::Lfm2 => "lfm2",
         }
     }
 
@@ -66,7 +77,7 @@ impl Arch {
     pub const fn swa_window(self) -> Option<u32> {
         match self {
             Arch::Gemma2 => Some(4),
-            Arch::Llama | Arch::Mamba | Arch::Jamba => None,
+            Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 => None,
         }
     }
 
@@ -76,7 +87,7 @@ impl Arch {
             Arch::Llama => MemoryType::Kv,
             Arch::Gemma2 => MemoryType::Iswa,
             Arch::Mamba => MemoryType::Recurrent,
-            Arch::Jamba => MemoryType::Hybrid,
+            Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
         }
     }
 }
@@ -94,7 +105,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2)")
             })
     }
 }

@@ -168,7 +168,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 14] = [
+pub const PRESETS: [&str; 15] = [
     "seed",
     "wide",
     "streams",
@@ -183,10 +183,11 @@ pub const PRESETS: [&str; 14] = [
     "iswa",
     "recurrent",
     "hybrid",
+    "rollback",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 14] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 15] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -201,6 +202,7 @@ pub const PRESET_SUMMARIES: [(&str, &str); 14] = [
     ("iswa", "gemma2's iSWA memory (window 4) with a full windowed cache, so decodes evict: ranges and shifts across the window, multi-sequence decodes, state save/load"),
     ("recurrent", "mamba's recurrent memory: partial and whole removals, copies, shifts, multi-sequence decodes, state save/load"),
     ("hybrid", "jamba's hybrid memory (recurrent + attention): the recurrent preset's ops on both parts"),
+    ("rollback", "lfm2's hybrid memory with recurrent rollback (n_rs_seq 3): speculative decoding's multi-token decodes, partial seq_rm inside and beyond the snapshot window, decodes again, copies and state save/load"),
 ];
 
 impl Domain {
@@ -372,6 +374,30 @@ impl Domain {
                 ranges: vec![[0, 3], [4, 7], [0, 7], [7, -1], [-1, -1]],
                 decode_next: vec![1, 3],
                 decode_shared: true,
+                state: true,
+                ..seed
+            }),
+            "rollback" => Some(Domain {
+                name: "rollback".into(),
+                // lfm2 is the architecture kvaudit writes whose states roll back on 0.1.161
+                // (llm_arch_supports_rs_rollback; mamba and jamba clamp n_rs_seq to 0). The
+                // setup decodes 0..=6 in one ubatch, which writes snapshot planes 0..=3.
+                setup: Setup {
+                    arch: Arch::Lfm2,
+                    n_rs_seq: 3,
+                    ..seed.setup.clone()
+                },
+                // From the state at 6: [6, -1), [5, -1) and [4, -1) roll back 1, 2 and 3 tokens
+                // (accepted), [3, -1) four (deeper than n_rs_seq: refused), [0, 3) misses the
+                // state, [-1, -1) removes the sequence. After a decode of 1 or 3 more tokens the
+                // same ranges take back more.
+                ranges: vec![[6, -1], [5, -1], [4, -1], [3, -1], [0, 3], [-1, -1]],
+                copy_ranges: Some(vec![[-1, -1]]),
+                deltas: Vec::new(),
+                divisors: Vec::new(),
+                rm_all: false,
+                clear: false,
+                decode_next: vec![1, 3],
                 state: true,
                 ..seed
             }),

@@ -546,13 +546,20 @@ pub struct Setup {
     pub type_v: CacheType,
     /// The model's architecture, which decides the memory type llama.cpp gives the context
     /// (`llama-model.cpp`, `create_memory`): `llama` (an attention KV cache, the default),
-    /// `gemma2` (iSWA), `mamba` (recurrent), `jamba` (hybrid).
+    /// `gemma2` (iSWA), `mamba` (recurrent), `jamba` and `lfm2` (hybrid).
     #[serde(default, skip_serializing_if = "Arch::is_default")]
     pub arch: Arch,
     /// The sliding-window cache holds the full context (`swa_full`; llama.cpp's default: true).
     /// False makes the windowed cache small enough to evict. Only iSWA memory reads it.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub swa_full: bool,
+    /// Recurrent-state snapshots per sequence for rollback (`n_rs_seq`, llama.h:370 in 0.1.161,
+    /// "[EXPERIMENTAL]"; default 0: no rollback): how many tokens a partial `seq_rm` may take
+    /// back from a recurrent state. llama.cpp clamps it to 0 for an architecture without
+    /// rollback (`llm_arch_supports_rs_rollback`, src/llama-arch.cpp), which the llama.cpp
+    /// target reports as unsupported. Only recurrent and hybrid memories read it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub n_rs_seq: u32,
     /// Ops run before the trace; not checked and not counted.
     #[serde(default)]
     pub ops: Vec<Op>,
@@ -591,6 +598,7 @@ impl Default for Setup {
             type_v: CacheType::F16,
             arch: Arch::Llama,
             swa_full: true,
+            n_rs_seq: 0,
             ops: Vec::new(),
         }
     }
@@ -624,6 +632,9 @@ impl Setup {
         }
         if !self.swa_full {
             s.push_str(", swa_full off");
+        }
+        if self.n_rs_seq > 0 {
+            s.push_str(&format!(", n_rs_seq {}", self.n_rs_seq));
         }
         s
     }

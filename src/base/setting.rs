@@ -39,6 +39,8 @@ pub enum Key {
     Arch,
     /// `swa_full`: the sliding-window cache holds the full context.
     SwaFull,
+    /// `n_rs_seq`: recurrent-state snapshots per sequence for rollback (0: none).
+    NRsSeq,
     /// `n_threads`: threads for decoding (and for batches): always 1 in kvaudit, not a field of
     /// the setup.
     NThreads,
@@ -46,7 +48,7 @@ pub enum Key {
 
 impl Key {
     /// Every key, in the order settings are listed.
-    pub const ALL: [Key; 11] = [
+    pub const ALL: [Key; 12] = [
         Key::NCtx,
         Key::NSeqMax,
         Key::KvUnified,
@@ -57,6 +59,7 @@ impl Key {
         Key::TypeV,
         Key::Arch,
         Key::SwaFull,
+        Key::NRsSeq,
         Key::NThreads,
     ];
 
@@ -73,6 +76,7 @@ impl Key {
             Key::TypeV => "type_v",
             Key::Arch => "arch",
             Key::SwaFull => "swa_full",
+            Key::NRsSeq => "n_rs_seq",
             Key::NThreads => "n_threads",
         }
     }
@@ -105,6 +109,7 @@ impl Key {
             Key::TypeV => setup.type_v = v.parse()?,
             Key::Arch => setup.arch = v.parse()?,
             Key::SwaFull => setup.swa_full = flag()?,
+            Key::NRsSeq => setup.n_rs_seq = num()?,
             Key::NThreads => return Err(format!("configuration {k}: kvaudit runs one thread")),
         }
         Ok(())
@@ -194,6 +199,7 @@ impl Setting {
             Key::TypeK => one("type_k"),
             Key::TypeV => one("type_v"),
             Key::SwaFull => one("swa_full"),
+            Key::NRsSeq => one("n_rs_seq"),
             Key::NThreads => Some(vec![
                 ("n_threads", c(self.value)),
                 ("n_threads_batch", c(self.value)),
@@ -235,6 +241,7 @@ impl Setup {
             type_v,
             arch,
             swa_full,
+            n_rs_seq,
             ops: _,
         } = self;
         let set = |key, value| Some(Setting { key, value });
@@ -249,6 +256,7 @@ impl Setup {
             set(Key::TypeV, Value::Type(*type_v)),
             set(Key::Arch, Value::Arch(*arch)),
             set(Key::SwaFull, Value::Flag(*swa_full)),
+            set(Key::NRsSeq, Value::Count(*n_rs_seq)),
             set(Key::NThreads, Value::Count(N_THREADS)),
         ]
         .into_iter()
@@ -306,13 +314,14 @@ mod tests {
             ("type_v", "f32"),
             ("arch", "gemma2"),
             ("swa_full", "off"),
+            ("n_rs_seq", "2"),
         ] {
             s.set_text(k, v).unwrap();
         }
         let listed: Vec<Key> = s.settings().iter().map(|s| s.key).collect();
         assert_eq!(listed, Key::ALL);
         let changed: Vec<Key> = s.non_default_settings().iter().map(|s| s.key).collect();
-        assert_eq!(changed, &Key::ALL[..10]);
+        assert_eq!(changed, &Key::ALL[..11]);
         assert!(s.set_text("n_threads", "2").is_err());
         assert!(s
             .set_text("frobnicate", "1")

@@ -52,22 +52,39 @@ pub fn tolerance(memory: MemoryType, cache: CacheType, shifted: bool) -> Option<
     }
 }
 
-/// The probes of `after` that can be judged (their cache type has a tolerance).
-fn judged(after: &StepObservation) -> impl Iterator<Item = (&LogitsProbe, f32)> {
+/// The probes of `after` that can be judged (their cache type has a tolerance) and whose
+/// sequence's state did or did not come back from a rollback, as `rolled_back` says: the
+/// rollback oracle takes the first, this oracle the others, so a finding has one oracle.
+pub(super) fn judged(
+    after: &StepObservation,
+    rolled_back: bool,
+) -> impl Iterator<Item = (&LogitsProbe, f32)> {
     after
         .logits_probe
         .iter()
         .flatten()
+        .filter(move |p| p.rolled_back == rolled_back)
         .filter_map(|p| tolerance(p.memory, p.cache, p.shifted).map(|t| (p, t)))
 }
 
 /// The first probe in `after` whose logits differ from the fresh context's by more than the
 /// tolerance, if any.
 pub fn check_probes(after: &StepObservation) -> Option<Violation> {
-    let (p, tol) = judged(after).find(|(p, tol)| p.max_abs_diff > *tol)?;
+    probe_violation(after, false, ID, "logits differ from a fresh decode")
+}
+
+/// The first probe of `after` (of a rolled-back state or not, [`judged`]) whose logits differ
+/// from the fresh context's by more than the tolerance, as a violation of `oracle`.
+pub(super) fn probe_violation(
+    after: &StepObservation,
+    rolled_back: bool,
+    oracle: OracleId,
+    kind: &str,
+) -> Option<Violation> {
+    let (p, tol) = judged(after, rolled_back).find(|(p, tol)| p.max_abs_diff > *tol)?;
     Some(Violation {
-        oracle: ID,
-        kind: "logits differ from a fresh decode".into(),
+        oracle,
+        kind: kind.into(),
         seq: Some(p.seq),
         observed: json!({ "max_abs_diff": p.max_abs_diff, "resident_tokens": p.n_tokens }),
         expected: json!({
@@ -131,7 +148,7 @@ impl Oracle for CacheInvisible {
 
     fn holds(&self, seen: &Seen<'_>) -> bool {
         match seen {
-            Seen::Step { after, .. } => judged(after).all(|(p, tol)| p.max_abs_diff <= tol),
+            Seen::Step { after, .. } => judged(after, false).all(|(p, tol)| p.max_abs_diff <= tol),
             _ => true,
         }
     }
@@ -156,7 +173,7 @@ impl Oracle for CacheInvisible {
 
     fn judges(&self, seen: &Seen<'_>) -> bool {
         match seen {
-            Seen::Step { after, .. } => judged(after).next().is_some(),
+            Seen::Step { after, .. } => judged(after, false).next().is_some(),
             _ => false,
         }
     }
@@ -189,6 +206,7 @@ mod tests {
                     cache,
                     shifted: false,
                     memory: MemoryType::Kv,
+                    rolled_back: false,
                 })
                 .collect(),
         );

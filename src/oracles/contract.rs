@@ -298,7 +298,16 @@ fn first_breach(
                 return others_unchanged(&SEQ_RM_FAILED_REMOVAL_CHANGED_THE_CACHE, b, a, &[]);
             }
             for (&s, before) in b {
-                let want = if seq < 0 || s == seq {
+                // A recurrent state that a removal from after 0 cut and that llama.cpp kept
+                // (true) rolled back: the state of the tokens before p0, at p0 - 1
+                // (`cell.pos = p0 - 1`, src/llama-memory-recurrent.cpp:200-214 in 0.1.161).
+                let rolled_back = part == Part::States
+                    && s == seq
+                    && p0 > 0
+                    && before.iter().any(|&p| in_range(p, p0, p1));
+                let want = if rolled_back {
+                    vec![p0 - 1]
+                } else if seq < 0 || s == seq {
                     sorted(
                         before
                             .iter()

@@ -20,6 +20,7 @@ pub mod i1;
 pub mod i2;
 pub mod memory;
 pub mod metamorphic;
+pub mod rollback;
 pub mod round_trip;
 pub mod round_trip_logits;
 pub mod save_load_invisible;
@@ -375,7 +376,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 16] = [
+pub static BUILTIN: [&dyn Oracle; 17] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -392,6 +393,7 @@ pub static BUILTIN: [&dyn Oracle; 16] = [
     &swa_window::SwaWindow,
     &round_trip_logits::RoundTripLogits,
     &save_load_invisible::SaveLoadInvisible,
+    &rollback::Rollback,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.

@@ -147,6 +147,7 @@ pub fn probe_logits(
             cache,
             shifted,
             memory,
+            rolled_back: tokens.rolled_back(s.seq),
         });
     }
     Ok(Some(out))

@@ -8,12 +8,12 @@
 //!
 //! Setup mapping (`memory_config`): the architecture picks the memory as llama.cpp's
 //! `create_memory` does (`llama`: an attention cache; `gemma2`: iSWA; `mamba`: recurrent;
-//! `jamba`: hybrid; see `native_kv::memory`). `n_ctx` is padded as llama.cpp pads it (a multiple
+//! `jamba`, `lfm2`: hybrid; see `native_kv::memory`). `n_ctx` is padded as llama.cpp pads it (a multiple
 //! of 256; with one stream per sequence, each stream holds `pad(n_ctx / n_seq_max, 256)` cells),
 //! `kv_unified` picks one stream or one per sequence. iSWA takes the window [`NATIVE_N_SWA`] (the
 //! tiny gemma2 models' `sliding_window`), and sizes its windowed cache from `n_ubatch` and
-//! `swa_full` as llama.cpp does; recurrent memories have no rollback depth (`n_rs_seq` 0, llama.cpp's
-//! default), and their states carry a digest of the tokens they absorbed, from which the target
+//! `swa_full` as llama.cpp does; recurrent memories roll back `n_rs_seq` tokens where the
+//! architecture does (`lfm2`; elsewhere a non-zero `n_rs_seq` is unsupported), and their states carry a digest of the tokens they absorbed, from which the target
 //! answers stand-in logits ([`stand_in_logits`]) for the cache-invisible oracle (attention
 //! memories answer none: `native+tensors` runs the llama forward pass). Flash attention, the K/V cache types and the batch sizes otherwise
 //! change how llama.cpp stores and computes rows, not the cell bookkeeping, so the native cache
@@ -27,7 +27,7 @@ use native_kv::{
 
 use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 use crate::base::error::Error;
-use crate::base::op::{MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
+use crate::base::op::{Arch, MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
 use crate::running::state_runner::{KeyScope, KeyedTarget};
@@ -473,15 +473,41 @@ pub(crate) fn memory_config(
             }
         }
         MemoryType::Recurrent => MemoryKind::Recurrent {
-            n_rs_seq: 0,
+            n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
         },
         MemoryType::Hybrid => MemoryKind::Hybrid {
-            n_rs_seq: 0,
+            n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
         },
     };
     Ok(MemoryConfig { cache, kind })
+}
+
+/// The rollback depth of `setup`'s recurrent states: `n_rs_seq` where the architecture rolls
+/// back (`lfm2`), as llama.cpp keeps it; a non-zero depth for an architecture llama.cpp clamps
+/// to 0 (`llm_arch_supports_rs_rollback`, src/llama-arch.cpp) is unsupported, as the llama.cpp
+/// target says, and so is one deeper than the native memory's planes.
+fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
+    let unsupported = |reason: String| HarnessError::Unsupported {
+        target: name.into(),
+        reason,
+    };
+    match setup.arch {
+        _ if setup.n_rs_seq == 0 => Ok(0),
+        Arch::Lfm2 if setup.n_rs_seq < native_kv::recurrent::MAX_PLANES as u32 => {
+            Ok(setup.n_rs_seq)
+        }
+        Arch::Lfm2 => Err(unsupported(format!(
+            "n_rs_seq {} above the native limit {}",
+            setup.n_rs_seq,
+            native_kv::recurrent::MAX_PLANES - 1
+        ))),
+        Arch::Llama | Arch::Gemma2 | Arch::Mamba | Arch::Jamba => Err(unsupported(format!(
+            "n_rs_seq = {} requested, {} has no recurrent rollback",
+            setup.n_rs_seq, setup.arch
+        ))),
+    }
 }
 
 /// The attention cache of `setup` (an iSWA memory's base cache), whatever the architecture.

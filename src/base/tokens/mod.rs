@@ -33,14 +33,18 @@
 //!   partial removal, no rollback depth) changes nothing, and one that returned true while its
 //!   range held absorbed tokens but not the state's position leaves the model unable to say
 //!   (llama.cpp kept the tokens the caller removed); a shift that moves the state's position
-//!   does too. A decode into several sequences is judged when they held the same state.
+//!   does too. A decode into several sequences is judged when they held the same state. With a
+//!   rollback depth (`n_rs_seq` > 0), a partial `seq_rm` that llama.cpp accepted as a rollback
+//!   (its range starts after 0, at most `n_rs_seq` tokens back, and runs past the state's
+//!   position) leaves the state of the kept tokens: what llama.h's "true" promises, and what the
+//!   rollback oracle judges ([`TokenModel::rolled_back`]).
 //! - **hybrid**: both models, attention for the attention cache and recurrent for the states; a
 //!   refused `seq_rm` changes neither part (`llama_memory_hybrid::seq_rm` asks the recurrent
 //!   memory first); a sequence is judged when both parts hold the same tokens at the same
 //!   positions, and a decode into a sequence whose parts differed leaves it unjudged for as long
 //!   as those tokens stay (its attention rows and state came from mixed inputs).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::base::cache::{OpOutcome, SeqObservation};
@@ -103,6 +107,12 @@ pub struct TokenModel {
     unified: bool,
     memory: MemoryType,
     n_seq_max: u32,
+    /// The recurrent rollback depth (`n_rs_seq`): how many tokens a partial `seq_rm` may take
+    /// back from a state.
+    n_rs_seq: u32,
+    /// The sequences whose recurrent state came back from a rollback (an accepted partial
+    /// `seq_rm`) since it was last emptied: the rollback oracle judges their probes.
+    rolled_back: BTreeSet<SeqId>,
     /// Sequences not listed hold nothing (the attention cells).
     seqs: BTreeMap<SeqId, SeqTokens>,
     /// The recurrent states (recurrent and hybrid memories); sequences not listed hold none.
@@ -131,6 +141,8 @@ impl TokenModel {
             unified: setup.kv_unified,
             memory: setup.arch.memory(),
             n_seq_max: setup.n_seq_max,
+            n_rs_seq: setup.n_rs_seq,
+            rolled_back: BTreeSet::new(),
             seqs: BTreeMap::new(),
             states: BTreeMap::new(),
             all_unknown: false,
@@ -204,12 +216,14 @@ impl TokenModel {
     }
 
     fn forget_all(&mut self) {
+        self.rolled_back.clear();
         self.seqs.clear();
         self.states.clear();
         self.all_unknown = true;
     }
 
     fn clear_all(&mut self) {
+        self.rolled_back.clear();
         self.seqs.clear();
         self.states.clear();
         self.all_unknown = false;
@@ -439,6 +453,9 @@ impl TokenModel {
                 truncate,
                 flip,
             } => {
+                // A load gives the sequence a state from bytes, and resets its pending rollback
+                // (`set_rs_idx(seq_id, 0)` in `state_read`).
+                self.rolled_back.remove(seq);
                 let clean = *flags == 0 && truncate.is_none() && flip.is_none();
                 let (cells, state) = match (clean && done, self.slots.get(slot)) {
                     (true, Some(Saved::Seq(v, state))) => {
@@ -458,6 +475,7 @@ impl TokenModel {
                 truncate,
                 flip,
             } => {
+                self.rolled_back.clear();
                 let clean = truncate.is_none() && flip.is_none();
                 match (clean && done, self.slots.get(slot)) {
                     (true, Some(Saved::Whole(all, states))) => {

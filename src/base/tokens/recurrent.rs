@@ -45,7 +45,32 @@ impl TokenModel {
                         None => Some(v),
                         // The range covers the state's position from 0: the state goes.
                         Some(&(pos, _)) if in_range(pos, *p0, *p1) && *p0 <= 0 => {
+                            self.rolled_back.remove(seq);
                             Some(Arc::new(Vec::new()))
+                        }
+                        // A rollback llama.cpp accepted (0.1.161 llama-memory-recurrent.cpp:200-214:
+                        // `0 < p0 <= pos < p1`, at most `n_rs_seq` tokens back): the state of the
+                        // tokens before `p0`, as if only they had been decoded. llama.cpp counts
+                        // the tokens it takes back by position (`pos - (p0 - 1)`): the model
+                        // answers only when the state's last positions are consecutive.
+                        Some(&(pos, _))
+                            if self.n_rs_seq > 0
+                                && 0 < *p0
+                                && *p0 <= pos
+                                && (*p1 < 0 || *p1 > pos) =>
+                        {
+                            let back = (pos - (*p0 - 1)) as usize;
+                            let kept = v.len().checked_sub(back);
+                            let consecutive = kept.is_some_and(|k| {
+                                v[k..].iter().zip(*p0..).all(|(&(p, _), want)| p == want)
+                            });
+                            match kept {
+                                Some(k) if consecutive => {
+                                    self.rolled_back.insert(*seq);
+                                    Some(Arc::new(v[..k].to_vec()))
+                                }
+                                _ => None,
+                            }
                         }
                         // A rollback that was accepted (a rollback depth the model does not
                         // follow), or a range that names absorbed tokens and not the state's
@@ -63,8 +88,14 @@ impl TokenModel {
                 // The whole state, whatever the range; an empty source empties the destination.
                 let from = self.get_state(*src);
                 self.states.insert(*dst, from);
+                if self.rolled_back.contains(src) {
+                    self.rolled_back.insert(*dst);
+                } else {
+                    self.rolled_back.remove(dst);
+                }
             }
             Op::SeqKeep { seq } => {
+                self.rolled_back.retain(|s| s == seq);
                 let kept = self.get_state(*seq);
                 self.states.clear();
                 self.all_unknown_states_known();
@@ -96,6 +127,12 @@ impl TokenModel {
             | Op::StateSave { .. }
             | Op::StateLoad { .. } => {}
         }
+    }
+
+    /// Whether `seq`'s recurrent state came back from a rollback (an accepted partial `seq_rm`,
+    /// with `n_rs_seq` > 0) since it was last emptied: its probe is the rollback oracle's.
+    pub fn rolled_back(&self, seq: SeqId) -> bool {
+        self.rolled_back.contains(&seq)
     }
 
     /// After a `seq_keep` the other sequences hold nothing, known or not before.

@@ -314,3 +314,28 @@ fn iswa_is_judged_while_the_windowed_cache_holds_the_lowest_position() {
     assert!(m.resident(&obs(0, 0, &all, Some(&[3, 4, 5, 6]))).is_some());
     assert!(m.resident(&obs(0, 2, &all, Some(&[3, 4, 5, 6]))).is_none());
 }
+
+#[test]
+fn an_accepted_rollback_keeps_the_state_of_the_kept_tokens_and_marks_the_sequence() {
+    use crate::base::op::Arch;
+    let mut s = arch_setup(Arch::Lfm2);
+    s.n_rs_seq = 3;
+    let mut m = TokenModel::after_setup(&s);
+    assert!(!m.rolled_back(0));
+    // Two tokens back: attention keeps 0..=4, the state absorbed 0..=4.
+    m.apply(&rm(0, 5, -1), &returned(true));
+    let kept: Vec<Pos> = (0..5).collect();
+    let r = m.resident(&obs(0, 4, &kept, Some(&[4]))).unwrap().0;
+    assert_eq!(r.len(), 5);
+    assert!(m.rolled_back(0));
+    // A copy carries the mark; a whole removal clears it.
+    m.apply(&cp(0, 1, -1, -1), &done());
+    assert!(m.rolled_back(1));
+    m.apply(&rm(0, -1, -1), &returned(true));
+    assert!(!m.rolled_back(0) && m.rolled_back(1));
+    // Without a rollback depth an accepted partial removal leaves the state unknown.
+    let mut m = TokenModel::after_setup(&arch_setup(Arch::Jamba));
+    m.apply(&rm(0, 5, -1), &returned(true));
+    assert!(m.resident(&obs(0, 4, &kept, Some(&[4]))).is_none());
+    assert!(!m.rolled_back(0));
+}

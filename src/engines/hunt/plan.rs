@@ -38,6 +38,7 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Gemma2 => "iswa",
         Arch::Mamba => "recurrent",
         Arch::Jamba => "hybrid",
+        Arch::Lfm2 => "rollback",
     }
 }
 

@@ -1,7 +1,8 @@
 //! The tiny models of the architectures that give llama.cpp's other memory types: `gemma2`
 //! (`llama_kv_cache_iswa`: a full cache beside a sliding-window one), `mamba`
-//! (`llama_memory_recurrent`: one state per sequence) and `jamba` (`llama_memory_hybrid`: recurrent
-//! and attention layers).
+//! (`llama_memory_recurrent`: one state per sequence), `jamba` (`llama_memory_hybrid`: recurrent
+//! and attention layers) and `lfm2` (`llama_memory_hybrid` too, with short-convolution layers:
+//! `src/models/lfm2.cpp`, the architecture whose recurrent states roll back, `n_rs_seq`).
 //!
 //! Keys and tensor shapes are the ones llama.cpp's loaders ask for, identical in both pins:
 //! `src/models/gemma2.cpp` (`load_arch_hparams`, `load_arch_tensors`), `src/models/mamba.cpp` and
@@ -28,11 +29,30 @@ pub fn ssm_inner_size(spec: &TinyModelSpec) -> u32 {
     2 * spec.n_embd
 }
 
+/// `shortconv.l_cache`: the width of lfm2's short convolution (3 in the released LFM2 models);
+/// its recurrent state is the last `l_cache - 1` inputs per channel (`n_embd_r`,
+/// src/llama-hparams.cpp).
+pub const SHORTCONV_L_CACHE: u32 = 3;
+
 /// Whether layer `l` of a jamba model is an attention layer (the others are mamba layers):
 /// odd layers, so a two-block model has one of each. llama.cpp marks a recurrent layer by a
 /// `head_count_kv` of 0 (`is_recr_impl[i] = n_head_kv(i) == 0` in `src/models/jamba.cpp`).
 pub fn jamba_is_attention_layer(l: u32) -> bool {
     l % 2 == 1
+}
+
+/// `attention.head_count_kv` per layer of a jamba or lfm2 model: 0 marks a recurrent layer
+/// ([`jamba_is_attention_layer`] says which are not).
+fn kv_heads_per_layer(s: &TinyModelSpec) -> Vec<GgufValue> {
+    (0..s.n_layer)
+        .map(|l| {
+            GgufValue::U32(if jamba_is_attention_layer(l) {
+                s.n_head_kv
+            } else {
+                0
+            })
+        })
+        .collect()
 }
 
 /// The keys every architecture shares, under `arch.`, with strict types as llama.cpp checks them.
@@ -188,20 +208,11 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
             }
         }
         Arch::Jamba => {
-            let kv_heads = (0..s.n_layer)
-                .map(|l| {
-                    GgufValue::U32(if jamba_is_attention_layer(l) {
-                        s.n_head_kv
-                    } else {
-                        0
-                    })
-                })
-                .collect();
             w.add_kv(k("feed_forward_length"), GgufValue::U32(s.n_ff))
                 .add_kv(k("attention.head_count"), GgufValue::U32(s.n_head))
                 .add_kv(
                     k("attention.head_count_kv"),
-                    GgufValue::Array(GgufValueType::U32, kv_heads),
+                    GgufValue::Array(GgufValueType::U32, kv_heads_per_layer(s)),
                 );
             ssm_keys(&mut w, s);
             embedding_and_output(&mut w, s, false);
@@ -211,6 +222,45 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
                     attention_and_ffn(&mut w, s, l, true);
                 } else {
                     mamba_block(&mut w, s, l, true);
+                    attention_and_ffn(&mut w, s, l, false);
+                }
+            }
+        }
+        Arch::Lfm2 => {
+            // src/models/lfm2.cpp: a layer with 0 KV heads is a short-convolution layer
+            // (`is_recr_impl`); every layer has the feed-forward block and `attn_norm`, attention
+            // layers add Q/K norms; the output norm is named `token_embd_norm`.
+            w.add_kv(k("feed_forward_length"), GgufValue::U32(s.n_ff))
+                .add_kv(k("attention.head_count"), GgufValue::U32(s.n_head))
+                .add_kv(
+                    k("attention.head_count_kv"),
+                    GgufValue::Array(GgufValueType::U32, kv_heads_per_layer(s)),
+                )
+                .add_kv(k("rope.freq_base"), GgufValue::F32(s.rope_freq_base))
+                .add_kv(k("shortconv.l_cache"), GgufValue::U32(SHORTCONV_L_CACHE));
+            let vocab = u64::from(s.n_vocab);
+            uniform(&mut w, s, "token_embd.weight".into(), &[embd, vocab], 1);
+            constant(&mut w, "token_embd_norm.weight".into(), &[embd], 1.0);
+            uniform(&mut w, s, "output.weight".into(), &[embd, vocab], embd);
+            let hd = u64::from(s.head_dim());
+            for l in 0..s.n_layer {
+                let name = |t: &str| format!("blk.{l}.{t}.weight");
+                constant(&mut w, name("attn_norm"), &[embd], 1.0);
+                if jamba_is_attention_layer(l) {
+                    constant(&mut w, name("attn_q_norm"), &[hd], 1.0);
+                    constant(&mut w, name("attn_k_norm"), &[hd], 1.0);
+                    attention_and_ffn(&mut w, s, l, true);
+                } else {
+                    let conv = u64::from(SHORTCONV_L_CACHE);
+                    uniform(&mut w, s, name("shortconv.conv"), &[conv, embd], conv);
+                    uniform(
+                        &mut w,
+                        s,
+                        name("shortconv.in_proj"),
+                        &[embd, 3 * embd],
+                        embd,
+                    );
+                    uniform(&mut w, s, name("shortconv.out_proj"), &[embd, embd], embd);
                     attention_and_ffn(&mut w, s, l, false);
                 }
             }

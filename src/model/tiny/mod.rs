@@ -115,7 +115,9 @@ impl TinyModelSpec {
     ///   full) and a window of 4 positions, so that a short trace already crosses it;
     /// - `mamba`: one block, n_embd 16 (the state is `conv_kernel - 1` + `state_size` rows);
     /// - `jamba`: two blocks, a mamba one and an attention one
-    ///   ([`memory_types::jamba_is_attention_layer`]), n_embd 16.
+    ///   ([`memory_types::jamba_is_attention_layer`]), n_embd 16;
+    /// - `lfm2`: two blocks, a short-convolution one and an attention one (the same layer
+    ///   pattern), n_embd 16.
     pub fn for_arch(arch: Arch) -> Self {
         let audit = TinyModelSpec::audit();
         match arch {
@@ -135,7 +137,7 @@ impl TinyModelSpec {
                 n_ff: 0,
                 ..audit
             },
-            Arch::Jamba => TinyModelSpec {
+            Arch::Jamba | Arch::Lfm2 => TinyModelSpec {
                 arch,
                 n_layer: 2,
                 n_embd: 16,
@@ -168,8 +170,8 @@ impl TinyModelSpec {
         }
         ensure_spec!(self.n_ff > 0, "tiny model: n_ff must be positive: {self:?}");
         ensure_spec!(
-            self.arch != Arch::Jamba || self.n_layer >= 2,
-            "tiny model: jamba needs two blocks, one recurrent and one attention"
+            !matches!(self.arch, Arch::Jamba | Arch::Lfm2) || self.n_layer >= 2,
+            "tiny model: jamba and lfm2 need two blocks, one recurrent and one attention"
         );
         ensure_spec!(
             self.arch != Arch::Gemma2 || self.n_layer >= 2,

@@ -96,6 +96,7 @@ mod tests {
                 "type_k",
                 "type_v",
                 "swa_full",
+                "n_rs_seq",
                 "n_threads"
             ]
         );

@@ -331,8 +331,14 @@ impl CacheUnderTest for LlamaTarget {
         // cell. In an iSWA memory the head decides which masked cells the next decode
         // overwrites (src/llama-kv-cache.cpp:1020-1105), so a restored setup would evict other
         // positions than the setup built from scratch (and the C reproducer) does: such setups
-        // are rebuilt every trial.
-        let fast = self.reset_mode == ResetMode::Restore && setup.arch.memory() != MemoryType::Iswa;
+        // are rebuilt every trial. So are setups with recurrent rollback (`n_rs_seq` > 0): a load
+        // writes a state's rows to plane 0 only and resets `rs_idx`, so the snapshot planes a
+        // rollback reads are not the ones the setup's decodes wrote
+        // (src/llama-memory-recurrent.cpp, `state_read_data`; every rollback after such a
+        // restore differed from a fresh decode, 125 of 125 in the first `rollback` audit).
+        let fast = self.reset_mode == ResetMode::Restore
+            && setup.arch.memory() != MemoryType::Iswa
+            && setup.n_rs_seq == 0;
         if fast {
             if let Some((saved_setup, bytes, slots)) = self.saved.take() {
                 if saved_setup == *setup {

@@ -205,6 +205,19 @@ static int shim_apply_setting(struct llama_context_params *cparams,
 #endif
     } else if (strcmp(k, "swa_full") == 0) {
         cparams->swa_full = v != 0;
+    } else if (strcmp(k, "n_rs_seq") == 0) {
+#ifdef KVAUDIT_SHIM_NO_RS_SEQ
+        /* No recurrent rollback in this llama.cpp: a request for it is refused as an unsupported
+         * setup (the name says llama_init_from_model so that the target reads it as one). */
+        if (v != 0) {
+            shim_copy_error(err, err_cap,
+                            "llama_init_from_model: n_rs_seq (recurrent rollback) is not in this "
+                            "llama.cpp version's llama_context_params");
+            return 1;
+        }
+#else
+        cparams->n_rs_seq = (uint32_t)v;
+#endif
     } else if (strcmp(k, "flash_attn") == 0) {
 #if SHIM_HAS_STATE_SEQ_FLAGS
         cparams->flash_attn_type = v != 0 ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -259,6 +272,22 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
         llama_model_free(model);
         return NULL;
     }
+#ifndef KVAUDIT_SHIM_NO_RS_SEQ
+    /* llama_init_from_model clamps n_rs_seq to 0 for an architecture without recurrent rollback
+     * (src/llama-context.cpp: llm_arch_supports_rs_rollback) and says so only at debug level: a
+     * setting that does not reach the context is an unsupported setup, not a silent one. */
+    if (llama_n_rs_seq(ctx) != cparams.n_rs_seq) {
+        char why[256];
+        snprintf(why, sizeof why,
+                 "llama_init_from_model: n_rs_seq = %u requested, the context has %u (this "
+                 "architecture has no recurrent rollback)",
+                 (unsigned)cparams.n_rs_seq, (unsigned)llama_n_rs_seq(ctx));
+        shim_copy_error(err, err_cap, why);
+        llama_free(ctx);
+        llama_model_free(model);
+        return NULL;
+    }
+#endif
 
     h = (kvaudit_shim *)calloc(1, sizeof(kvaudit_shim));
     if (h == NULL) {
@@ -313,6 +342,12 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_setting_value(kvaudit_shim *h, const char 
 #endif
     } else if (strcmp(key, "swa_full") == 0) {
         *out = c->swa_full ? 1 : 0;
+    } else if (strcmp(key, "n_rs_seq") == 0) {
+#ifdef KVAUDIT_SHIM_NO_RS_SEQ
+        *out = 0;
+#else
+        *out = (int64_t)llama_n_rs_seq(h->ctx);
+#endif
     } else if (strcmp(key, "flash_attn") == 0) {
 #if SHIM_HAS_STATE_SEQ_FLAGS
         *out = c->flash_attn_type == LLAMA_FLASH_ATTN_TYPE_ENABLED ? 1 : 0;

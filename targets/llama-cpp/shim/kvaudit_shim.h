@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 /* Bump when any signature, struct or meaning below changes. Checked by src/llama/ffi.rs. */
-#define KVAUDIT_SHIM_ABI 3
+#define KVAUDIT_SHIM_ABI 4
 
 #define KVAUDIT_SHIM_OK 0
 /* A NULL handle, or a NULL pointer where data is required. */

@@ -100,11 +100,16 @@ pub struct TreeFacts {
 /// The defines the shim needs for the API of a tree whose include/llama.h is `header` (see the
 /// top of kvaudit_shim.c): what the header alone cannot tell the preprocessor.
 pub fn shim_defines(header: &str) -> Vec<String> {
-    if header.contains("kv_unified") {
-        Vec::new()
-    } else {
-        vec!["KVAUDIT_SHIM_NO_KV_UNIFIED".to_string()]
+    let mut defines = Vec::new();
+    if !header.contains("kv_unified") {
+        defines.push("KVAUDIT_SHIM_NO_KV_UNIFIED".to_string());
     }
+    // `n_rs_seq` (recurrent rollback) is in llama_context_params from some version between
+    // crates 0.1.112 and 0.1.156 on (llama.h:356 in 0.1.156, :370 in 0.1.161).
+    if !header.contains("n_rs_seq") {
+        defines.push("KVAUDIT_SHIM_NO_RS_SEQ".to_string());
+    }
+    defines
 }
 
 /// Reads `tree`'s facts (a root as [`normalize_tree`] returns it).
@@ -249,7 +254,8 @@ mod tests {
         assert_eq!((f.state_seq_version, f.kv_state_has_n_rot), (4, true));
         assert_eq!(f.seq_pos_bookkeeping, "pos-cell-set");
         assert!(f.kv_state_has_n_stream && f.has_kv_unified);
-        assert!(shim_defines("bool kv_unified;").is_empty());
+        assert!(shim_defines("bool kv_unified; uint32_t n_rs_seq;").is_empty());
+        assert_eq!(shim_defines("bool kv_unified;"), ["KVAUDIT_SHIM_NO_RS_SEQ"]);
         assert!(f.state_seq_has_header && !f.whole_state_has_outputs);
         fs::write(t.join("include/llama.h"), "llama_memory_seq_cp").unwrap();
         let err = tree_facts(&root).unwrap_err().to_string();
@@ -288,7 +294,7 @@ mod tests {
         assert!(!f.kv_state_has_n_stream && !f.has_kv_unified && !f.kv_state_has_n_rot);
         assert_eq!(
             shim_defines("bool flash_attn;"),
-            ["KVAUDIT_SHIM_NO_KV_UNIFIED"]
+            ["KVAUDIT_SHIM_NO_KV_UNIFIED", "KVAUDIT_SHIM_NO_RS_SEQ"]
         );
         assert!(label_safe("/home/me/llama.cpp") && !label_safe("/a\"b") && !label_safe(""));
     }

@@ -82,11 +82,18 @@ pub struct Faults {
     /// nothing; the next token's logits after a load differ from the context's. Positive
     /// control for round-trip-logits and save-load-invisible.
     pub save_drops_state: bool,
+    /// Recurrent with a rollback depth (`n_rs_seq` > 0): an accepted rollback of `d` tokens
+    /// restores snapshot plane `d` as llama.cpp 0.1.161 keeps its planes: a decode writes only
+    /// the planes of its own last `min(n_tokens, n_rs_seq + 1)` tokens (`n_written`,
+    /// src/models/lfm2.cpp:209 and mamba-base.cpp), so after a single-token decode, or when the
+    /// rollback takes back the whole last decode, plane `d` is stale (upstream #29117, #26695).
+    /// Positions, cells and the return value are right. Positive control for rollback.
+    pub rollback_reads_stale_plane: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 18] = [
+    pub const NAMES: [&'static str; 19] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -105,6 +112,7 @@ impl Faults {
         "batch_mixes_states",
         "refused_rm_resets_state",
         "save_drops_state",
+        "rollback_reads_stale_plane",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -127,6 +135,7 @@ impl Faults {
             "batch_mixes_states" => &mut self.batch_mixes_states,
             "refused_rm_resets_state" => &mut self.refused_rm_resets_state,
             "save_drops_state" => &mut self.save_drops_state,
+            "rollback_reads_stale_plane" => &mut self.rollback_reads_stale_plane,
             _ => return None,
         })
     }

@@ -36,6 +36,12 @@
 //! that shape as zeros (the layout llama.cpp writes for such a model; a load then gives the
 //! empty digest).
 //!
+//! Rollback (`n_rs_seq` > 0): each cell remembers the digests of its last states (`back`), and
+//! an accepted rollback of `d` tokens gives the state of the kept tokens, as llama.h's "true"
+//! promises; llama.cpp instead reads snapshot plane `d`, which only the last decode's last
+//! `min(n_tokens, n_rs_seq + 1)` tokens wrote (`planes`, read under the fault
+//! `rollback_reads_stale_plane`).
+//!
 //! 0.1.156 differs: `seq_rm` with `seq_id < 0` over the whole range clears every sequence and
 //! returns true (no `n_seq_max` check before it), a second rollback before a decode is accepted
 //! (no "pending" check, :209 in 0.1.161), and a failed sequence load empties the sequence with
@@ -80,7 +86,25 @@ struct RsCell {
     tail: i32,
     /// The fold of the tokens the state absorbed ([`fold_digest`]).
     digest: u64,
+    /// `back[d]`: the digest `d` tokens back along the state's timeline (`back[0]` is
+    /// `digest`; [`UNKNOWN_DIGEST`] past what the cell saw): what a rollback of `d` restores.
+    back: [u64; HISTORY],
+    /// What llama.cpp's snapshot planes hold (plane `d` of the cell's rows,
+    /// `rs_idx * size + cell`): a decode writes the planes of its own last tokens only. Read by
+    /// a rollback under [`Faults::rollback_reads_stale_plane`].
+    planes: [u64; MAX_PLANES],
 }
+
+/// The most snapshot planes a native recurrent memory keeps: `n_rs_seq` up to 7.
+pub const MAX_PLANES: usize = 8;
+
+/// How many digests back a cell remembers: enough for any rollback after a rollback (each
+/// takes back at most `MAX_PLANES - 1`); a state rolled back further than it remembers gets
+/// [`UNKNOWN_DIGEST`], which no decode gives (a limit of this model, not of llama.cpp).
+const HISTORY: usize = 2 * MAX_PLANES;
+
+/// The digest of a state this model cannot tell (past a cell's remembered history).
+pub const UNKNOWN_DIGEST: u64 = 0xbb67_ae85_84ca_a73b;
 
 const EMPTY: RsCell = RsCell {
     pos: -1,
@@ -88,6 +112,8 @@ const EMPTY: RsCell = RsCell {
     src: -1,
     tail: -1,
     digest: EMPTY_DIGEST,
+    back: [UNKNOWN_DIGEST; HISTORY],
+    planes: [UNKNOWN_DIGEST; MAX_PLANES],
 };
 
 /// The bytes of one digest row in a dump.
@@ -109,6 +135,16 @@ pub fn fold_digest(digest: u64, token: i32, pos: Pos) -> u64 {
 }
 
 impl RsCell {
+    /// A state loaded from a dump: its digest, and nothing back (a dump holds one state; the
+    /// load writes llama.cpp's plane 0 only).
+    fn set_loaded(&mut self, digest: u64) {
+        self.digest = digest;
+        self.back = EMPTY.back;
+        self.back[0] = digest;
+        self.planes = EMPTY.planes;
+        self.planes[0] = digest;
+    }
+
     fn has(&self, s: SeqId) -> bool {
         (0..MAX_SEQ as SeqId).contains(&s) && self.seq & (1u64 << s) != 0
     }
@@ -156,6 +192,12 @@ impl RecurrentCache {
             put_i32(out, c.src);
             put_i32(out, c.tail);
             put_u64(out, c.digest);
+            if self.config.n_rs_seq > 0 {
+                // What a later rollback reads.
+                for &d in c.back.iter().chain(&c.planes) {
+                    put_u64(out, d);
+                }
+            }
         }
         put_u32(out, self.head);
         put_u32(out, self.used);
@@ -217,7 +259,23 @@ impl RecurrentCache {
                 let pending = self.rs_idx[seq as usize] != 0;
                 if !pending && rollback >= 1 && rollback <= self.config.n_rs_seq as Pos {
                     self.rs_idx[seq as usize] = rollback as u32;
-                    self.cells[t].pos = p0 - 1;
+                    let c = &mut self.cells[t];
+                    c.pos = p0 - 1;
+                    // llama.cpp reads plane `rollback` at the next decode (`s_copy`) or dump
+                    // (`state_write`): the state of the kept tokens, which this model takes
+                    // from the cell's history (or, faulty, from the planes llama.cpp keeps).
+                    let d = rollback as usize;
+                    c.digest = if self.config.faults.rollback_reads_stale_plane {
+                        c.planes[d]
+                    } else {
+                        c.back[d]
+                    };
+                    c.back.copy_within(d.., 0);
+                    c.back[HISTORY - d..].fill(UNKNOWN_DIGEST);
+                    c.back[0] = c.digest;
+                    // llama.cpp leaves the planes as they are (the next decode reads plane `d`
+                    // and rewrites plane 0 first).
+                    c.planes[0] = c.digest;
                     return true;
                 }
                 if self.config.faults.recurrent_rm_false_changes {
@@ -425,9 +483,14 @@ impl RecurrentCache {
                     let t = tail as usize;
                     self.cells[e].pos = self.cells[t].pos;
                     self.cells[e].digest = self.cells[t].digest;
+                    self.cells[e].back = self.cells[t].back;
+                    self.cells[e].planes = self.cells[t].planes;
                     self.cells[t].seq &= !(1u64 << s0);
                 } else {
                     self.cells[e].digest = EMPTY_DIGEST;
+                    self.cells[e].back = EMPTY.back;
+                    self.cells[e].back[0] = EMPTY_DIGEST;
+                    self.cells[e].planes = EMPTY.planes;
                 }
                 e
             };
@@ -437,10 +500,19 @@ impl RecurrentCache {
             } else {
                 1
             };
+            let planes = (self.config.n_rs_seq as usize + 1).min(MAX_PLANES);
             let c = &mut self.cells[cell];
-            for &(token, p) in &absorbed {
+            let n = absorbed.len();
+            for (i, &(token, p)) in absorbed.iter().enumerate() {
                 for _ in 0..times {
                     c.digest = fold_digest(c.digest, token, p);
+                }
+                c.back.copy_within(..HISTORY - 1, 1);
+                c.back[0] = c.digest;
+                // Plane `n - 1 - i` holds the state after this token when it is one of the
+                // decode's last `planes` tokens (`n_written`); the others keep what they held.
+                if n - 1 - i < planes {
+                    c.planes[n - 1 - i] = c.digest;
                 }
             }
             c.pos = last;
@@ -634,7 +706,7 @@ impl RecurrentCache {
             // Placed as a decode of one token would be, then given the loaded state.
             self.place(&[vec![seq]], &[p], &[0]);
             let t = self.cells[seq as usize].tail as usize;
-            self.cells[t].digest = digests[0];
+            self.cells[t].set_loaded(digests[0]);
         }
         Ok(())
     }
@@ -692,7 +764,7 @@ impl RecurrentCache {
         self.used = cell_count;
         let digests = self.read_rows(cell_count, r)?;
         for (c, d) in self.cells.iter_mut().zip(digests) {
-            c.digest = d;
+            c.set_loaded(d);
         }
         Ok(())
     }

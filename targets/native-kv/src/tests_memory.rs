@@ -315,3 +315,35 @@ fn iswa_eviction_follows_positions_and_the_off_by_one_breaks_it() {
     });
     assert!(caught.is_some(), "the fault is caught by the rule");
 }
+
+#[test]
+fn a_rollback_restores_the_state_of_the_kept_tokens_and_the_fault_a_stale_plane() {
+    // The state after 0..=4 decoded alone: what a rollback to 4 must give back.
+    let mut fresh = recurrent(Faults::default(), 3, None);
+    fresh.decode(&toks(5, 0)).unwrap();
+    let want = fresh.state_digest(0);
+    for (fault, same) in [(false, true), (true, false)] {
+        let faults = Faults {
+            rollback_reads_stale_plane: fault,
+            ..Faults::default()
+        };
+        let mut m = recurrent(faults, 3, None);
+        m.decode(&toks(7, 0)).unwrap();
+        // One ubatch of 7 wrote planes 0..=3: a rollback of 2 is exact either way.
+        assert_eq!(m.seq_rm(0, 5, -1), Ok(true));
+        assert_eq!(m.state_digest(0), want);
+        // Decodes of 2 and 1 tokens rewrite planes 0..=1 and 0; a rollback of 2 then reads
+        // plane 2, which still holds the first decode's state after 0..=4 (0..=5 is wanted).
+        m.decode(&toks(2, 0)).unwrap();
+        m.decode(&toks(1, 0)).unwrap();
+        assert_eq!(range(&m, 0), (7, 7));
+        assert_eq!(m.seq_rm(0, 6, -1), Ok(true));
+        let mut fresh6 = recurrent(Faults::default(), 3, None);
+        fresh6.decode(&toks(6, 0)).unwrap();
+        assert_eq!(
+            m.state_digest(0) == fresh6.state_digest(0),
+            same,
+            "fault {fault}"
+        );
+    }
+}

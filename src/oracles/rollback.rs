@@ -1,0 +1,97 @@
+//! **Rollback**: after a recurrent state rolls back (a partial `seq_rm(seq, p0, -1)` that
+//! llama.cpp accepted, with `n_rs_seq` > 0: the speculative-decoding path), the sequence's
+//! next-token logits equal, within cache-invisible's tolerance, those of a fresh context that
+//! decoded only the kept tokens, however many decodes followed. llama.h's `seq_rm` returns true
+//! only when the removal happened (llama.h, `llama_memory_seq_rm`: "Returns false if a partial
+//! sequence cannot be removed"); a rollback llama.cpp cannot do exactly must be refused.
+//!
+//! It reads the same logits probe as cache-invisible ([`crate::base::probe`]), and judges the
+//! probes of the sequences whose state came back from a rollback
+//! ([`crate::base::tokens::TokenModel::rolled_back`]); cache-invisible judges the others, so a
+//! finding has one oracle. A refused rollback (deeper than `n_rs_seq`, or a second one before a
+//! decode: `pending`, llama-memory-recurrent.cpp:207-213 in 0.1.161) must change nothing: the
+//! token model keeps the state, and cache-invisible and the contract judge that.
+//!
+//! What llama.cpp 0.1.161 does (src/llama-memory-recurrent.cpp:200-214, src/models/lfm2.cpp:207-219):
+//! a rollback of `d` tokens sets `rs_idx[seq] = d` and the next decode (`s_copy`) or dump
+//! (`state_write`) reads snapshot plane `d`; a decode writes the planes of its own last
+//! `min(n_tokens, n_rs_seq + 1)` tokens only, so plane `d` is the wanted state only when the
+//! last decode wrote it (upstream #29117 and #26695 describe the stale planes).
+
+use super::cache_invisible::{judged, probe_violation};
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::Observe;
+
+/// The oracle.
+pub struct Rollback;
+
+/// Its id.
+pub const ID: OracleId = OracleId::builtin(16, "rollback");
+
+/// Its one kind of violation.
+const KIND: &str = "logits after a rollback differ from a fresh decode of the kept tokens";
+
+impl Oracle for Rollback {
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        // The same program as cache-invisible's: the twin decodes the tokens the sequence
+        // kept (the token model over the trace), then the probe token in both contexts.
+        Some(super::c_check::CACHE_INVISIBLE)
+    }
+
+    fn id(&self) -> OracleId {
+        ID
+    }
+
+    fn summary(&self) -> &'static str {
+        "after an accepted recurrent rollback, the next-token logits equal a fresh decode of the kept tokens"
+    }
+
+    fn reads(&self) -> Reads {
+        Reads::Step
+    }
+
+    fn kinds(&self) -> &'static [&'static str] {
+        &[KIND]
+    }
+
+    fn positive_controls(&self) -> &'static [PositiveControl] {
+        &[PositiveControl {
+            fault: "rollback_reads_stale_plane",
+            target: "native[rollback_reads_stale_plane] (arch=lfm2, n_rs_seq=3)",
+            seed_depth: None,
+            evidence: "oracles/rollback_reads_stale_plane.json",
+        }]
+    }
+
+    fn holds(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Step { after, .. } => judged(after, true).all(|(p, tol)| p.max_abs_diff <= tol),
+            _ => true,
+        }
+    }
+
+    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        match seen {
+            Seen::Step { after, .. } => probe_violation(after, true, ID, KIND),
+            _ => None,
+        }
+    }
+
+    fn observes(&self) -> Observe {
+        Observe {
+            logits: true,
+            ..Observe::BASIC
+        }
+    }
+
+    fn costly(&self) -> bool {
+        true
+    }
+
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        match seen {
+            Seen::Step { after, .. } => judged(after, true).next().is_some(),
+            _ => false,
+        }
+    }
+}
