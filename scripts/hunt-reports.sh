@@ -5,6 +5,7 @@
 #
 #   scripts/hunt-reports.sh                 # --budget 30m each (about an hour on 2 cores)
 #   BUDGET=2m scripts/hunt-reports.sh       # a short hunt, to see the script work
+#   PINS=0.1.156 scripts/hunt-reports.sh    # one pin only
 #
 # Exit code 1 of a hunt (new or regressed groups) is expected; any other failure stops the
 # script.
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 budget=${BUDGET:-30m}
 cargo build --release --quiet
 k=target/release/kvaudit
-for pin in 0.1.161 0.1.156; do
+for pin in ${PINS:-0.1.161 0.1.156}; do
   out=reports/hunt/llama.cpp@$pin
   rm -rf "$out"
   mkdir -p "$out"

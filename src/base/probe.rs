@@ -158,7 +158,7 @@ pub fn probe_logits(
 /// The cache type a probe of `setup` is judged by: the coarser of K and V, and F32 for a
 /// recurrent memory, which keeps no K/V: its states are F32 whatever the K/V types
 /// (llama_model::create_memory, src/llama-model.cpp:2677-2685 in 0.1.161).
-fn probe_cache(setup: &Setup) -> CacheType {
+pub fn probe_cache(setup: &Setup) -> CacheType {
     match setup.arch.memory() {
         MemoryType::Recurrent => CacheType::F32,
         _ => coarser(setup.type_k, setup.type_v),

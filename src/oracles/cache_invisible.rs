@@ -15,7 +15,8 @@
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-use crate::base::op::{CacheType, MemoryType};
+use crate::base::op::{CacheType, MemoryType, Setup};
+use crate::base::probe::probe_cache;
 use crate::base::target::{LogitsProbe, Observe, StepObservation};
 
 /// The oracle.
@@ -152,6 +153,13 @@ impl Oracle for CacheInvisible {
 
     fn costly(&self) -> bool {
         true
+    }
+
+    fn judges_setup(&self, setup: &Setup) -> bool {
+        let (memory, cache) = (setup.arch.memory(), probe_cache(setup));
+        [false, true]
+            .into_iter()
+            .any(|moved| tolerance(memory, cache, moved).is_some())
     }
 
     fn judges(&self, seen: &Seen<'_>) -> bool {

@@ -20,7 +20,8 @@
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-use crate::base::op::{CacheType, MemoryType};
+use crate::base::op::{CacheType, MemoryType, Setup};
+use crate::base::probe::probe_cache;
 use crate::base::target::{Observe, Reload, ReloadProbe, StepObservation};
 
 /// The oracle.
@@ -43,6 +44,12 @@ pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
         (Iswa | Hybrid, F16) => Some(1e-3),
         (_, Q8_0 | Q4_0) => None,
     }
+}
+
+/// Whether a reload probe of a trace from `setup` can be judged: its memory and cache types
+/// have a tolerance (both reload oracles).
+pub(super) fn judges_setup_reloads(setup: &Setup) -> bool {
+    tolerance(setup.arch.memory(), probe_cache(setup)).is_some()
 }
 
 /// The probes of `after` of the loads `which` takes that can be judged: loaded (a failed load
@@ -155,6 +162,10 @@ impl Oracle for RoundTripLogits {
 
     fn costly(&self) -> bool {
         true
+    }
+
+    fn judges_setup(&self, setup: &Setup) -> bool {
+        judges_setup_reloads(setup)
     }
 
     fn judges(&self, seen: &Seen<'_>) -> bool {

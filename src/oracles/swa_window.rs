@@ -34,7 +34,7 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-use crate::base::op::{Arch, MemoryType, Op, Pos};
+use crate::base::op::{Arch, MemoryType, Op, Pos, Setup};
 use crate::base::target::{Observe, SeqObservation, StepObservation};
 
 /// The oracle.
@@ -165,6 +165,10 @@ impl Oracle for SwaWindow {
             before: true,
             ..Observe::BASIC
         }
+    }
+
+    fn judges_setup(&self, setup: &Setup) -> bool {
+        window(setup.arch).is_some()
     }
 
     fn judges(&self, seen: &Seen<'_>) -> bool {

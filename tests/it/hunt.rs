@@ -32,6 +32,10 @@ struct HuntCase {
     /// `--plan`: stdout names every memory type and every oracle that judges observations.
     #[serde(default)]
     plan_lists_everything: bool,
+    /// `--plan`: per entry id, oracles its line must not list (they cannot judge its setup:
+    /// no reading of its memory type, no tolerance for its cache types).
+    #[serde(default)]
+    plan_leaves_out: std::collections::BTreeMap<String, Vec<String>>,
     /// Groups that must be there.
     #[serde(default)]
     groups: Vec<GroupExpect>,
@@ -200,6 +204,26 @@ fn check(c: &HuntCase) -> Result<(), String> {
                 return Err(format!("--plan does not list {name}:\n{stdout}"));
             }
         }
+    }
+    for (entry, oracles) in &c.plan_leaves_out {
+        let mut lines = stdout.lines();
+        lines
+            .find(|l| l.split_whitespace().next() == Some(entry.as_str()))
+            .ok_or_else(|| format!("--plan has no entry {entry}:\n{stdout}"))?;
+        let listed = lines
+            .next()
+            .and_then(|l| l.trim().strip_prefix("oracles:"))
+            .ok_or_else(|| format!("--plan lists no oracles for {entry}:\n{stdout}"))?;
+        if let Some(o) = oracles
+            .iter()
+            .find(|o| listed.split(',').any(|w| w.trim() == o.as_str()))
+        {
+            return Err(format!(
+                "--plan lists {o} on {entry}, which it cannot judge: {listed}"
+            ));
+        }
+    }
+    if c.plan_lists_everything || !c.plan_leaves_out.is_empty() {
         return Ok(());
     }
     let s = read_summary(dir.path())?;
