@@ -243,21 +243,13 @@ pub fn write_new_groups(
             .is_some_and(|o| o.reads() == Reads::Pair);
         let vs = match (&pairing, is_pair) {
             (Pairing::Native, true) => Some(TargetSpec::new("native", &[])),
-            (Pairing::Config { config }, true) => {
-                // The repro format names a second target, not a second configuration.
-                g.files.push(format!(
-                    "(no repro file: a configuration pair, rerun with kvaudit fuzz --vs-config {config})"
-                ));
-                continue;
-            }
             _ => None,
         };
-        let mut repro = Repro::from_finding(
-            f,
-            date,
-            vec![TargetExpectation::new(&target, vs.as_ref(), Expect::Fails)],
-            None,
-        );
+        let mut expectation = TargetExpectation::new(&target, vs.as_ref(), Expect::Fails);
+        if let (Pairing::Config { config }, true) = (&pairing, is_pair) {
+            expectation.vs_config = Some(config.clone());
+        }
+        let mut repro = Repro::from_finding(f, date, vec![expectation], None);
         repro.postmortem = format!(
             "Found by kvaudit hunt (entry {}); root cause: {}.",
             hf.entry,
@@ -296,6 +288,9 @@ pub fn write_new_groups(
             }
             _ => None,
         };
+        if let Err(e) = &program {
+            g.files.push(format!("(no C program: {})", e.message));
+        }
         if let Ok(p) = &program {
             let (c, name) = path("c");
             write_output(&c, p)?;
