@@ -150,6 +150,7 @@ pub fn probe_logits(
             cache,
             shifted,
             memory,
+            v_summed_in_f16: v_summed_in_f16(setup),
         });
     }
     Ok(Some(out))
@@ -163,6 +164,14 @@ pub fn probe_cache(setup: &Setup) -> CacheType {
         MemoryType::Recurrent => CacheType::F32,
         _ => coarser(setup.type_k, setup.type_v),
     }
+}
+
+/// Whether a logits probe of `setup` sums V rows in F16: flash attention over an F16 V cache on
+/// a memory with attention ([`LogitsProbe::v_summed_in_f16`]).
+pub fn v_summed_in_f16(setup: &Setup) -> bool {
+    setup.flash_attn
+        && setup.type_v == CacheType::F16
+        && setup.arch.memory() != MemoryType::Recurrent
 }
 
 /// What one probe decode gave.
@@ -266,6 +275,7 @@ pub fn probe_reloads(
             max_abs_diff,
             cache,
             memory,
+            v_summed_in_f16: v_summed_in_f16(setup),
         });
         Ok(())
     };

@@ -250,6 +250,9 @@ pub struct ReloadProbe {
     pub cache: CacheType,
     /// The memory type of the setup's architecture.
     pub memory: MemoryType,
+    /// V rows summed in F16 (as [`LogitsProbe::v_summed_in_f16`]): no tolerance is measured.
+    #[serde(default)]
+    pub v_summed_in_f16: bool,
 }
 
 // As for `LogitsProbe`: the difference is never NaN.
@@ -277,6 +280,11 @@ pub struct LogitsProbe {
     /// tolerances).
     #[serde(default)]
     pub memory: MemoryType,
+    /// Flash attention on over an F16 V cache: ggml-cpu's flash attention accumulates the
+    /// weighted V rows in F16 (`VKQ16`, ggml-cpu/ops.cpp:8940-9035 in 0.1.161), so the order
+    /// of the cells changes the sum's rounding at F16 precision; no tolerance is measured.
+    #[serde(default)]
+    pub v_summed_in_f16: bool,
 }
 
 // A probe's difference is never NaN (see `max_abs_diff`), so equality is an equivalence.

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::op::{CacheType, MemoryType, Setup};
-use crate::base::probe::probe_cache;
+use crate::base::probe::{probe_cache, v_summed_in_f16};
 use crate::base::target::{LogitsProbe, Observe, StepObservation};
 
 /// The oracle.
@@ -53,12 +53,16 @@ pub fn tolerance(memory: MemoryType, cache: CacheType, shifted: bool) -> Option<
     }
 }
 
-/// The probes of `after` that can be judged (their cache type has a tolerance).
+/// The probes of `after` that can be judged: their cache type has a tolerance, and their V rows
+/// are not summed in F16 (flash attention over an F16 V cache: the tolerances were measured with
+/// flash attention off, and 3.6e-4 was seen on one resident token where 1e-4 holds without it,
+/// `docs/results.md`, the hunt).
 fn judged(after: &StepObservation) -> impl Iterator<Item = (&LogitsProbe, f32)> {
     after
         .logits_probe
         .iter()
         .flatten()
+        .filter(|p| !p.v_summed_in_f16)
         .filter_map(|p| tolerance(p.memory, p.cache, p.shifted).map(|t| (p, t)))
 }
 
@@ -157,9 +161,10 @@ impl Oracle for CacheInvisible {
 
     fn judges_setup(&self, setup: &Setup) -> bool {
         let (memory, cache) = (setup.arch.memory(), probe_cache(setup));
-        [false, true]
-            .into_iter()
-            .any(|moved| tolerance(memory, cache, moved).is_some())
+        !v_summed_in_f16(setup)
+            && [false, true]
+                .into_iter()
+                .any(|moved| tolerance(memory, cache, moved).is_some())
     }
 
     fn judges(&self, seen: &Seen<'_>) -> bool {
@@ -197,6 +202,7 @@ mod tests {
                     cache,
                     shifted: false,
                     memory: MemoryType::Kv,
+                    v_summed_in_f16: false,
                 })
                 .collect(),
         );
@@ -266,5 +272,25 @@ mod tests {
         let q = step(&[(9.0, CacheType::Q8_0)]);
         assert!(!CacheInvisible.judges(&seen(&q)));
         assert!(check_probes(&q).is_none());
+    }
+
+    #[test]
+    fn flash_attention_over_an_f16_v_cache_is_not_judged() {
+        // The hunt's `flash` entry on 0.1.161: one resident token, 3.6e-4 (docs/results.md).
+        let mut s = step(&[(3.57e-4, CacheType::F16)]);
+        assert!(check_probes(&s).is_some());
+        for p in s.logits_probe.iter_mut().flatten() {
+            p.v_summed_in_f16 = true;
+        }
+        assert!(!CacheInvisible.judges(&seen(&s)));
+        assert!(check_probes(&s).is_none());
+        let setup = |config: &str| {
+            crate::base::op::Setup::default()
+                .with_config(config)
+                .unwrap()
+        };
+        assert!(!CacheInvisible.judges_setup(&setup("flash_attn=on")));
+        assert!(CacheInvisible.judges_setup(&setup("flash_attn=on,type_k=f32,type_v=f32")));
+        assert!(CacheInvisible.judges_setup(&setup("")));
     }
 }

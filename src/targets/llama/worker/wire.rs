@@ -195,8 +195,8 @@ pub struct WireRun(Vec<WireStep>, WireEnd);
 /// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells).
 type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
 
-/// One logits probe: (seq, max_abs_diff, n_tokens, cache, shifted, memory).
-type WireProbe = (SeqId, f32, u32, CacheType, bool, MemoryType);
+/// One logits probe: (seq, max_abs_diff, n_tokens, cache, shifted, memory, v_summed_in_f16).
+type WireProbe = (SeqId, f32, u32, CacheType, bool, MemoryType, bool);
 
 /// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells);
 /// then what else was observed (the logits probe, then the reload probe; null when absent).
@@ -269,6 +269,7 @@ impl From<&TrialRun> for WireRun {
                                     x.cache,
                                     x.shifted,
                                     x.memory,
+                                    x.v_summed_in_f16,
                                 )
                             })
                             .collect()
@@ -316,16 +317,25 @@ impl From<WireRun> for TrialRun {
                         before,
                         logits_probe: probe.map(|p| {
                             p.into_iter()
-                                .map(|(seq, max_abs_diff, n_tokens, cache, shifted, memory)| {
-                                    LogitsProbe {
+                                .map(
+                                    |(
                                         seq,
                                         max_abs_diff,
                                         n_tokens,
                                         cache,
                                         shifted,
                                         memory,
-                                    }
-                                })
+                                        v_summed_in_f16,
+                                    )| LogitsProbe {
+                                        seq,
+                                        max_abs_diff,
+                                        n_tokens,
+                                        cache,
+                                        shifted,
+                                        memory,
+                                        v_summed_in_f16,
+                                    },
+                                )
                                 .collect()
                         }),
                         reload_probe,
