@@ -17,6 +17,10 @@ struct CliCase {
     stdout: Option<String>,
     #[serde(default)]
     stderr: Option<String>,
+    /// Run with stdout a pipe whose reading end is already closed (`kvaudit oracles | head -0`):
+    /// the case then checks the exit code and that no panic reached stderr.
+    #[serde(default)]
+    stdout_closed: bool,
 }
 
 pub fn trials() -> Vec<Trial> {
@@ -47,10 +51,23 @@ fn check(c: &CliCase) -> Result<(), String> {
         .iter()
         .map(|a| a.replace("@DATA", &data.to_string_lossy()))
         .collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_kvaudit"))
-        .args(&args)
-        .output()
-        .map_err(|e| e.to_string())?;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kvaudit"));
+    command.args(&args);
+    let out = if c.stdout_closed {
+        // The reading end is closed before the child starts, so its first write fails
+        // whatever the scheduling (a pipe closed after the spawn races a fast child).
+        let (reader, writer) = std::io::pipe().map_err(|e| e.to_string())?;
+        drop(reader);
+        command.stdout(writer).output().map_err(|e| e.to_string())?
+    } else {
+        command.output().map_err(|e| e.to_string())?
+    };
+    if c.stdout_closed {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") {
+            return Err(format!("a panic reached the user:\n{stderr}"));
+        }
+    }
     let (stdout, stderr) = super::exited(&out, c.exit)?;
     if let Some(s) = &c.stdout {
         if !stdout.contains(s.as_str()) {
