@@ -1,12 +1,13 @@
-/* kvaudit reproducer: differential resident positions differ
- * Setup: n_ctx 256, n_seq_max 2, kv_unified true, flash_attn false, type_k f16, type_v f16, arch llama, swa_full true, n_threads 1, then:
- *   {"op":"decode","seq":0,"n":7}
+/* kvaudit reproducer: I1 pos_min and pos_max stale on an empty sequence
+ * Setup: n_ctx 512, n_seq_max 2, kv_unified true, n_ubatch 16, flash_attn false, type_k f16, type_v f16, arch gemma2, swa_full false, n_threads 1, then:
+ *   {"op":"decode","seq":1,"n":6}
+ *   {"op":"decode","seq":0,"n":250}
  * Ops (checked after op 4):
- *   {"op":"seq_rm","seq":0,"p0":0,"p1":7}
  *   {"op":"state_save","slot":"s"}
- *   {"op":"decode","seq":0,"n":1}
- *   {"op":"state_load","slot":"s"}
- * Model: a llama GGUF (kv memory); kvaudit writes the tiny one it ran: kvaudit model --arch llama --out tiny-llama.gguf
+ *   {"op":"seq_rm","seq":0,"p0":0,"p1":3}
+ *   {"op":"seq_rm","seq":1,"p0":201,"p1":221}
+ *   {"op":"state_load","slot":"s","truncate":61}
+ * Model: a gemma2 GGUF (iswa memory); kvaudit writes the tiny one it ran: kvaudit model --arch gemma2 --out tiny-gemma2.gguf
  *
  * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm
  * Run:   ./repro [MODEL.gguf]   exit 1: reproduces; 0: does not; 2: setup failed.
@@ -227,57 +228,62 @@ done:
 static uint8_t *slot_s; static size_t slot_s_len;
 
 int main(int argc, char **argv) {
-    const char *model_path = argc > 1 ? argv[1] : "tiny-llama.gguf";
+    const char *model_path = argc > 1 ? argv[1] : "tiny-gemma2.gguf";
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
-    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch llama --out tiny-llama.gguf)\n", model_path); return 2; }
+    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch gemma2 --out tiny-gemma2.gguf)\n", model_path); return 2; }
     { char arch[64] = ""; llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
-      if (strcmp(arch, "llama") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a llama model (kvaudit model --arch llama --out tiny-llama.gguf)\n", model_path, arch); return 2; } }
+      if (strcmp(arch, "gemma2") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a gemma2 model (kvaudit model --arch gemma2 --out tiny-gemma2.gguf)\n", model_path, arch); return 2; } }
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 256;
+    cp.n_ctx = 512;
     cp.n_seq_max = 2;
     cp.kv_unified = true;
+    cp.n_ubatch = 16;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
-    cp.swa_full = true;
+    cp.swa_full = false;
     cp.n_threads = 1; cp.n_threads_batch = 1;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 2; }
     llama_memory_t mem = llama_get_memory(ctx);
     int last_returned = -1;
-    printf("%s: %s\n", "setup", "llama_decode(ctx, 7 token(s) into seq {0} at next pos)");
+    printf("%s: %s\n", "setup", "llama_decode(ctx, 6 token(s) into seq {1} at next pos)");
     {
-        const llama_token toks[] = {12, 49, 23, 60, 34, 8, 45};
-        const llama_seq_id seqs[] = {0};
-        int rc = decode(ctx, 7, toks, NULL, 1, seqs);
+        const llama_token toks[] = {12, 49, 23, 60, 34, 8};
+        const llama_seq_id seqs[] = {1};
+        int rc = decode(ctx, 6, toks, NULL, 1, seqs);
         printf("  llama_decode returned %d\n", rc);
     }
-    printf("%s: %s\n", "op 1", "llama_memory_seq_rm(mem, 0, 0, 7)");
-    last_returned = llama_memory_seq_rm(mem, 0, 0, 7);
-    printf("  returned %s\n", last_returned ? "true" : "false");
-    printf("%s: %s\n", "op 2", "s = llama_state_get_data(ctx, ..)");
+    printf("%s: %s\n", "setup", "llama_decode(ctx, 250 token(s) into seq {0} at next pos)");
+    {
+        const llama_token toks[] = {12, 49, 23, 60, 34, 8, 45, 19, 56, 30, 4, 41, 15, 52, 26, 63, 37, 11, 48, 22, 59, 33, 7, 44, 18, 55, 29, 3, 40, 14, 51, 25, 62, 36, 10, 47, 21, 58, 32, 6, 43, 17, 54, 28, 2, 39, 13, 50, 24, 61, 35, 9, 46, 20, 57, 31, 5, 42, 16, 53, 27, 1, 38, 12, 49, 23, 60, 34, 8, 45, 19, 56, 30, 4, 41, 15, 52, 26, 63, 37, 11, 48, 22, 59, 33, 7, 44, 18, 55, 29, 3, 40, 14, 51, 25, 62, 36, 10, 47, 21, 58, 32, 6, 43, 17, 54, 28, 2, 39, 13, 50, 24, 61, 35, 9, 46, 20, 57, 31, 5, 42, 16, 53, 27, 1, 38, 12, 49, 23, 60, 34, 8, 45, 19, 56, 30, 4, 41, 15, 52, 26, 63, 37, 11, 48, 22, 59, 33, 7, 44, 18, 55, 29, 3, 40, 14, 51, 25, 62, 36, 10, 47, 21, 58, 32, 6, 43, 17, 54, 28, 2, 39, 13, 50, 24, 61, 35, 9, 46, 20, 57, 31, 5, 42, 16, 53, 27, 1, 38, 12, 49, 23, 60, 34, 8, 45, 19, 56, 30, 4, 41, 15, 52, 26, 63, 37, 11, 48, 22, 59, 33, 7, 44, 18, 55, 29, 3, 40, 14, 51, 25, 62, 36, 10, 47, 21, 58, 32, 6, 43, 17, 54, 28, 2, 39, 13, 50, 24, 61, 35, 9, 46, 20, 57, 31, 5, 42, 16, 53, 27};
+        const llama_seq_id seqs[] = {0};
+        int rc = decode(ctx, 250, toks, NULL, 1, seqs);
+        printf("  llama_decode returned %d\n", rc);
+    }
+    printf("%s: %s\n", "op 1", "s = llama_state_get_data(ctx, ..)");
     {
         size_t size = llama_state_get_size(ctx);
         free(slot_s); slot_s = malloc(size ? size : 1); if (!slot_s) { fprintf(stderr, "out of memory\n"); return 2; }
         slot_s_len = llama_state_get_data(ctx, slot_s, size);
         printf("  wrote %zu of %zu bytes\n", slot_s_len, size);
     }
-    printf("%s: %s\n", "op 3", "llama_decode(ctx, 1 token(s) into seq {0} at next pos)");
-    {
-        const llama_token toks[] = {12};
-        const llama_seq_id seqs[] = {0};
-        int rc = decode(ctx, 1, toks, NULL, 1, seqs);
-        printf("  llama_decode returned %d\n", rc);
-    }
-    printf("%s: %s\n", "op 4", "llama_state_set_data(ctx, s)");
+    printf("%s: %s\n", "op 2", "llama_memory_seq_rm(mem, 0, 0, 3)");
+    last_returned = llama_memory_seq_rm(mem, 0, 0, 3);
+    printf("  returned %s\n", last_returned ? "true" : "false");
+    printf("%s: %s\n", "op 3", "llama_memory_seq_rm(mem, 1, 201, 221)");
+    last_returned = llama_memory_seq_rm(mem, 1, 201, 221);
+    printf("  returned %s\n", last_returned ? "true" : "false");
+    printf("%s: %s\n", "op 4", "llama_state_set_data(ctx, s (truncated to 61 bytes))");
     if (!slot_s) printf("  slot %s holds nothing (never saved): not loaded\n", "s");
     else {
         size_t len = slot_s_len;
         uint8_t *b = malloc(len ? len : 1); if (!b) { fprintf(stderr, "out of memory\n"); return 2; }
         memcpy(b, slot_s, len);
+        if (len > 61u) len = 61u; /* truncated */
         size_t read = llama_state_set_data(ctx, b, len);
         printf("  llama_state_set_data read %zu of %zu bytes%s\n", read, len, read ? "" : " (0: failed to load)");
         free(b);
@@ -287,16 +293,14 @@ int main(int argc, char **argv) {
     const llama_seq_id check[] = {0};
     for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {
         llama_seq_id sq = check[k];
-        int cells[4096]; int n = resident(ctx, sq, cells, 4096);
+        int cells[4096]; int n = 0; int win[4096]; int nwin = resident_iswa(ctx, sq, cells, &n, win, 4096); (void)nwin;
         llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);
         int tmin = n ? cells[0] : -1, tmax = n ? cells[n - 1] : -1;
         printf("seq %d: seq_pos_min %d, seq_pos_max %d; serialized cells (%d):", sq, mn, mx, n);
         for (int i = 0; i < n; i++) printf(" %d", cells[i]);
         printf("\n");
-        const int want[] = {0}; const int nwant = 0;
-        int same = mn == -1 && mx == -1 && n == nwant;
-        for (int i = 0; same && i < n; i++) same = cells[i] == want[i];
-        if (!same) { printf("differs from the reference: seq_pos_min -1, seq_pos_max -1, 0 cells\n"); reproduced = 1; }
+        int wmin = nwin ? win[0] : tmax; if (wmin < tmin) wmin = tmin;
+        if (tmax < 0 ? (mn != -1 || mx != -1) : (mx != tmax || mn < tmin || mn > wmin)) { printf("I1 violated: accessors say [%d, %d], the base cache holds [%d, %d], the windowed dump starts at %d\n", mn, mx, tmin, tmax, nwin ? win[0] : -1); reproduced = 1; }
     }
     llama_free(ctx);
     llama_model_free(model);

@@ -1,47 +1,11 @@
-# seq\_rm, state\_save, decode, state\_load: differential resident positions differ (seq 0) at step 4
-
-**Summary.** differential resident positions differ (sequence 0) after call 4 of the trace below.
-
-## The llama.h contract it breaks
-
-> (llama.h documents no abort for llama\_memory\_state\_load or the calls before it)
-
-Cause, as far as known: Found by kvaudit hunt (entry state); root cause: minimal trace \[setup {"n":7,"op":"decode","seq":"s0"}, {"op":"seq\_rm","p0":"p0","p1":"p1","seq":"s0"}, {"op":"state\_save","slot":"slot0"}, {"n":1,"op":"decode","seq":"s0"}, {"op":"state\_load","slot":"slot0"}\].
-
-## Minimal trace (llama.h calls)
-
-```text
-setup: llama_decode(ctx, 7 token(s) into seq {0} at next pos)
- 1. llama_memory_seq_rm(mem, 0, 0, 7)
- 2. s = llama_state_get_data(ctx, ..)
- 3. llama_decode(ctx, 1 token(s) into seq {0} at next pos)
- 4. llama_state_set_data(ctx, s)   <- here
-```
-
-## Observed vs expected
-
-After call 4, sequence 0:
-
-- observed: `{"cells":[0],"pos_max":0,"pos_min":0}`
-- expected: `{"cells":[],"pos_max":-1,"pos_min":-1}`
-- the check: the same calls give the same seq\_pos\_min, seq\_pos\_max and cells as the reference behaviour
-
-## Reproducer (C, llama.h only)
-
-Build against llama.cpp (`include/` and `ggml/include/` on the include path, `libllama` and `libggml*` linked) and run with a small GGUF model of architecture `llama` (kv memory; `kvaudit model --arch llama --out tiny-llama.gguf` writes the one kvaudit ran): `./repro tiny-llama.gguf`. Exit code 1: the bug reproduces (it prints `REPRODUCED`); 0: it does not; 2: the model or context could not be set up; a crash is the crash (the shell reports 128 + the signal).
-
-Checked: compiled against `llama.cpp@0.1.156` and run: exit code 1.
-
-```c
-/* kvaudit reproducer: differential resident positions differ
- * Setup: n_ctx 256, n_seq_max 2, kv_unified true, flash_attn false, type_k f16, type_v f16, arch llama, swa_full true, n_threads 1, then:
+/* kvaudit reproducer: I1 pos_min and pos_max stale on an empty sequence
+ * Setup: n_ctx 256, n_seq_max 2, kv_unified false, flash_attn false, type_k f16, type_v f16, arch jamba, swa_full true, n_threads 1, then:
  *   {"op":"decode","seq":0,"n":7}
- * Ops (checked after op 4):
- *   {"op":"seq_rm","seq":0,"p0":0,"p1":7}
- *   {"op":"state_save","slot":"s"}
- *   {"op":"decode","seq":0,"n":1}
- *   {"op":"state_load","slot":"s"}
- * Model: a llama GGUF (kv memory); kvaudit writes the tiny one it ran: kvaudit model --arch llama --out tiny-llama.gguf
+ * Ops (checked after op 3):
+ *   {"op":"seq_rm","seq":0,"p0":0,"p1":3}
+ *   {"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":255}
+ *   {"op":"seq_div","seq":0,"p0":0,"p1":7,"d":3}
+ * Model: a jamba GGUF (hybrid memory); kvaudit writes the tiny one it ran: kvaudit model --arch jamba --out tiny-jamba.gguf
  *
  * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm
  * Run:   ./repro [MODEL.gguf]   exit 1: reproduces; 0: does not; 2: setup failed.
@@ -259,21 +223,19 @@ done:
     return n;
 }
 
-static uint8_t *slot_s; static size_t slot_s_len;
-
 int main(int argc, char **argv) {
-    const char *model_path = argc > 1 ? argv[1] : "tiny-llama.gguf";
+    const char *model_path = argc > 1 ? argv[1] : "tiny-jamba.gguf";
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
-    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch llama --out tiny-llama.gguf)\n", model_path); return 2; }
+    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch jamba --out tiny-jamba.gguf)\n", model_path); return 2; }
     { char arch[64] = ""; llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
-      if (strcmp(arch, "llama") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a llama model (kvaudit model --arch llama --out tiny-llama.gguf)\n", model_path, arch); return 2; } }
+      if (strcmp(arch, "jamba") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a jamba model (kvaudit model --arch jamba --out tiny-jamba.gguf)\n", model_path, arch); return 2; } }
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 256;
     cp.n_seq_max = 2;
-    cp.kv_unified = true;
+    cp.kv_unified = false;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
@@ -290,73 +252,28 @@ int main(int argc, char **argv) {
         int rc = decode(ctx, 7, toks, NULL, 1, seqs);
         printf("  llama_decode returned %d\n", rc);
     }
-    printf("%s: %s\n", "op 1", "llama_memory_seq_rm(mem, 0, 0, 7)");
-    last_returned = llama_memory_seq_rm(mem, 0, 0, 7);
+    printf("%s: %s\n", "op 1", "llama_memory_seq_rm(mem, 0, 0, 3)");
+    last_returned = llama_memory_seq_rm(mem, 0, 0, 3);
     printf("  returned %s\n", last_returned ? "true" : "false");
-    printf("%s: %s\n", "op 2", "s = llama_state_get_data(ctx, ..)");
-    {
-        size_t size = llama_state_get_size(ctx);
-        free(slot_s); slot_s = malloc(size ? size : 1); if (!slot_s) { fprintf(stderr, "out of memory\n"); return 2; }
-        slot_s_len = llama_state_get_data(ctx, slot_s, size);
-        printf("  wrote %zu of %zu bytes\n", slot_s_len, size);
-    }
-    printf("%s: %s\n", "op 3", "llama_decode(ctx, 1 token(s) into seq {0} at next pos)");
-    {
-        const llama_token toks[] = {12};
-        const llama_seq_id seqs[] = {0};
-        int rc = decode(ctx, 1, toks, NULL, 1, seqs);
-        printf("  llama_decode returned %d\n", rc);
-    }
-    printf("%s: %s\n", "op 4", "llama_state_set_data(ctx, s)");
-    if (!slot_s) printf("  slot %s holds nothing (never saved): not loaded\n", "s");
-    else {
-        size_t len = slot_s_len;
-        uint8_t *b = malloc(len ? len : 1); if (!b) { fprintf(stderr, "out of memory\n"); return 2; }
-        memcpy(b, slot_s, len);
-        size_t read = llama_state_set_data(ctx, b, len);
-        printf("  llama_state_set_data read %zu of %zu bytes%s\n", read, len, read ? "" : " (0: failed to load)");
-        free(b);
-    }
+    printf("%s: %s\n", "op 2", "llama_memory_seq_cp(mem, 0, 1, 0, 255)");
+    llama_memory_seq_cp(mem, 0, 1, 0, 255);
+    printf("%s: %s\n", "op 3", "llama_memory_seq_div(mem, 0, 0, 7, 3)");
+    llama_memory_seq_div(mem, 0, 0, 7, 3);
     int reproduced = 0;
     (void)last_returned;
-    const llama_seq_id check[] = {0};
+    const llama_seq_id check[] = {1};
     for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {
         llama_seq_id sq = check[k];
-        int cells[4096]; int n = resident(ctx, sq, cells, 4096);
+        int cells[4096]; int n = resident_hybrid(ctx, sq, cells, 4096);
         llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);
         int tmin = n ? cells[0] : -1, tmax = n ? cells[n - 1] : -1;
         printf("seq %d: seq_pos_min %d, seq_pos_max %d; serialized cells (%d):", sq, mn, mx, n);
         for (int i = 0; i < n; i++) printf(" %d", cells[i]);
         printf("\n");
-        const int want[] = {0}; const int nwant = 0;
-        int same = mn == -1 && mx == -1 && n == nwant;
-        for (int i = 0; same && i < n; i++) same = cells[i] == want[i];
-        if (!same) { printf("differs from the reference: seq_pos_min -1, seq_pos_max -1, 0 cells\n"); reproduced = 1; }
+        if (mn != tmin || mx != tmax) { printf("I1 violated: accessors say [%d, %d], the state says [%d, %d]\n", mn, mx, tmin, tmax); reproduced = 1; }
     }
     llama_free(ctx);
     llama_model_free(model);
     printf(reproduced ? "REPRODUCED\n" : "not reproduced\n");
     return reproduced;
 }
-```
-
-## Versions
-
-No llama.cpp version was checked.
-
-These are the versions this trace was checked on, not a bisection: the versions between them (a version matrix) are not listed yet.
-
-## Build settings
-
-## Context configuration
-
-- model: `general.architecture` = `llama` (kv memory); `kvaudit model --arch llama --out tiny-llama.gguf` writes the tiny model kvaudit ran
-- `n_ctx` = 256
-- `n_seq_max` = 2
-- `kv_unified` = true
-- `flash_attn_type` = LLAMA_FLASH_ATTN_TYPE_DISABLED
-- `type_k` = GGML_TYPE_F16
-- `type_v` = GGML_TYPE_F16
-- `swa_full` = true
-- `n_threads` = 1, `n_threads_batch` = 1
-- every other field as `llama_context_default_params()` sets it
