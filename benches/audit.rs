@@ -21,7 +21,7 @@ use kvaudit::base::domain::Domain;
 use kvaudit::engines::explore::{ExhaustiveConfig, Explorer, RunControl};
 use kvaudit::engines::state_space::{run_states, StatesConfig};
 use kvaudit::records::report::Shard;
-use kvaudit::running::states::KeyScope;
+use kvaudit::running::state_runner::KeyScope;
 use kvaudit::targets::registry::TargetSpec;
 
 fn main() {

@@ -138,7 +138,7 @@ fn main() {
         let label = format!("llama.cpp@{version}");
         let pin = Pin::parse(&label).expect("known pin");
         let info = pin.info().expect("pin info");
-        let format: StateFormat = info.state_format();
+        let format: StateFormat = kvaudit::targets::llama::state_format(&info);
         let built = ensure_built(&BuildSpec::new(pin), true).expect("pin builds");
         let shim = LlamaShim::load(&built.so_path).expect("shim loads");
         if runs("audit") {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use kvaudit::base::op::Trace;
-use kvaudit::oracles::theorems::{check_pair, t1, t2, t3, Judgement, Tolerance};
+use kvaudit::oracles::theorems::{check_pair, t1, t2, t3, TheoremJudgement, Tolerance};
 use kvaudit::targets::native_tensor::NativeTensorTarget;
 use kvaudit::targets::registry::TargetSpec;
 
@@ -23,13 +23,13 @@ fn trace(json: &str) -> Trace {
 }
 
 /// Runs `check` for about a second; checks per second.
-fn rate(mut check: impl FnMut() -> Judgement) -> f64 {
+fn rate(mut check: impl FnMut() -> TheoremJudgement) -> f64 {
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < Duration::from_secs(1) {
         match check() {
-            Judgement::Judged(v) => assert!(v.holds, "{v}"),
-            Judgement::Unsupported { reason } => panic!("unsupported: {reason}"),
+            TheoremJudgement::Judged(v) => assert!(v.holds, "{v}"),
+            TheoremJudgement::Unsupported { reason } => panic!("unsupported: {reason}"),
         }
         n += 1;
     }

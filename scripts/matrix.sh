@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the committed version matrix in reports/matrix/: every corpus file on every pin of
-# targets/llama.cpp/pins.toml (release builds), as Markdown and JSON, with each finding's first
+# targets/llama-cpp/pins.toml (release builds), as Markdown and JSON, with each finding's first
 # failing and first fixed version. Pins that are not built yet are built first, one after another
 # (3 to 8 minutes each on 2 cores, 50 pins: a long run; `nice -n 19` keeps the machine usable).
 #

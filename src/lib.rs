@@ -26,11 +26,11 @@ pub mod records;
 pub mod running;
 pub mod targets;
 
+pub use base::cache::{CacheUnderTest, HarnessError, OpOutcome, StepObservation, TargetInfo};
 pub use base::domain::Domain;
 pub use base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
-pub use base::target::{CacheUnderTest, HarnessError, OpOutcome, StepObservation, TargetInfo};
 pub use engines::explore::{run_exhaustive, ExhaustiveConfig};
 pub use oracles::{OracleId, Violation};
 pub use records::report::{Finding, Report};
-pub use running::judge::{Judge, Judgement};
+pub use running::judge::{Judge, RunJudgement};
 pub use targets::registry::TargetSpec;

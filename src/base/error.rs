@@ -7,8 +7,8 @@
 
 use std::fmt;
 
+use crate::base::cache::HarnessError;
 use crate::base::exit;
-use crate::base::target::HarnessError;
 
 /// Whose fault a failure is, and so which exit code it gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

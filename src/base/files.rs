@@ -4,47 +4,16 @@
 //! manifests) goes through [`write_atomically`], so a reader never sees half a file; content
 //! hashes are sha256 as lowercase hex ([`sha256_hex`]). Input files a user may have been sent
 //! (repro files, reports, domain files) are read through [`read_text_limited`].
+//!
+//! The atomic write and the hashes are the llama.cpp target crate's (`targets/llama-cpp`, whose
+//! build cache needs them and which depends on nothing of kvaudit), re-exported here: one copy.
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use sha2::{Digest, Sha256};
+pub use llama_cpp_target::files::{file_sha256, hex, sha256_hex, write_atomically};
 
 use crate::base::error::Error;
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder (created when
-/// missing), then a rename. The temporary name is unique per process and call, so concurrent
-/// writers of the same path never share one.
-pub fn write_atomically(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} has no file name", path.display()),
-        )
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
-/// `bytes` as lowercase hex (a digest kvaudit computed itself, e.g. of several files).
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// `Err` naming the limit when `len` bytes of `what` (e.g. "a repro file") exceed `max_bytes`.
 pub fn check_input_size(len: u64, max_bytes: u64, what: &str) -> Result<(), Error> {
@@ -80,16 +49,6 @@ pub fn read_text_limited(path: &Path, max_bytes: u64) -> Result<String, Error> {
             e.utf8_error().valid_up_to()
         ))
     })
-}
-
-/// sha256 of `bytes`, lowercase hex.
-pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
-    hex(&Sha256::digest(bytes.as_ref()))
-}
-
-/// sha256 of a file's contents, lowercase hex.
-pub fn file_sha256(path: &Path) -> io::Result<String> {
-    Ok(sha256_hex(std::fs::read(path)?))
 }
 
 #[cfg(test)]

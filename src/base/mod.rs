@@ -1,8 +1,9 @@
-//! Layer 0, the base: the op algebra, argument domains, the [`target::CacheUnderTest`] trait and
+//! Layer 0, the base: the op algebra, argument domains, the [`cache::CacheUnderTest`] trait and
 //! its observations, the one parser of serialized state, and exit codes.
 //!
 //! Nothing here imports from any other layer of kvaudit.
 
+pub mod cache;
 pub mod config;
 pub mod domain;
 pub mod error;
@@ -10,9 +11,7 @@ pub mod exit;
 pub mod files;
 pub mod op;
 pub mod op_kind;
-pub mod probe;
 pub mod setting;
 pub mod slots;
 pub mod state;
-pub mod target;
 pub mod tokens;

@@ -1,7 +1,7 @@
 //! A setup's settings as one list: every field of [`Setup`] but its ops, plus the thread count
 //! kvaudit runs every context with, as (key, value) pairs. This is the one place a setting is
 //! declared: the llama.cpp target hands the list to the shim as data (`kvaudit_shim_open` applies
-//! the pairs to `llama_context_params` by one loop, `targets/llama.cpp/kvaudit_shim.c`), the C
+//! the pairs to `llama_context_params` by one loop, `targets/llama-cpp/shim/kvaudit_shim.c`), the C
 //! reproducer writes one `cp.FIELD = VALUE;` per pair, the bug report lists them, and
 //! `--config key=value` parses by the same keys.
 //!

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::base::cache::OpOutcome;
 use crate::base::op::{damaged, Slot};
-use crate::base::target::OpOutcome;
 
 /// Named byte buffers of one trial.
 #[derive(Clone, Debug, Default)]

@@ -13,7 +13,7 @@ use kvaudit::base::exit;
 use kvaudit::engines::explore::{Estimate, ExhaustiveConfig, Explorer, RunControl};
 use kvaudit::engines::state_space::{run_states, StatesConfig};
 use kvaudit::records::report::{Event, Report, Shard};
-use kvaudit::running::states::KeyScope;
+use kvaudit::running::state_runner::KeyScope;
 
 /// An audit estimated to take longer than this (seconds) runs only with `--yes`.
 const ASK_ABOVE_S: f64 = 86_400.0;

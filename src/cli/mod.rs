@@ -115,8 +115,8 @@ impl From<kvaudit::base::error::Error> for CliError {
     }
 }
 
-impl From<kvaudit::base::target::HarnessError> for CliError {
-    fn from(e: kvaudit::base::target::HarnessError) -> Self {
+impl From<kvaudit::base::cache::HarnessError> for CliError {
+    fn from(e: kvaudit::base::cache::HarnessError) -> Self {
         CliError::harness(e.to_string())
     }
 }

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::CliError;
+use kvaudit::base::cache::Observe;
 use kvaudit::base::exit;
 use kvaudit::base::files::write_atomically;
-use kvaudit::base::target::Observe;
 use kvaudit::outputs::repro::{
     junit_xml, replay_file, repro_files, FileResult, ReplayFilter, Status,
 };

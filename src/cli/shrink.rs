@@ -7,8 +7,8 @@ use clap::Args;
 
 use super::args::{factories, record_on_specs};
 use super::CliError;
+use kvaudit::base::cache::Observe;
 use kvaudit::base::exit;
-use kvaudit::base::target::Observe;
 use kvaudit::engines::shrink::{shrink, FailureMode, ShrinkConfig};
 use kvaudit::oracles::{Reads, Registry};
 use kvaudit::outputs::repro::{

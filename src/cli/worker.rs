@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::CliError;
+use kvaudit::base::cache::{Observation, Observe};
 use kvaudit::base::state::StateFormat;
-use kvaudit::base::target::{Observation, Observe};
 use kvaudit::targets::llama::target::ResetMode;
 use kvaudit::targets::llama::worker::{parse_observe_arg, worker_main};
 

@@ -35,9 +35,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::base::cache::{HarnessError, TargetInfo};
 use crate::base::domain::{total_trials, Domain};
 use crate::base::op::{Op, Trace};
-use crate::base::target::{HarnessError, TargetInfo};
 use crate::oracles::{Oracle, Reads, Registry, Seen};
 use crate::records::incomplete::Incomplete;
 use crate::records::report::{Event, Report, Shard, Timing};

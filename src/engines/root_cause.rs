@@ -19,7 +19,7 @@ use crate::oracles::{OracleId, Reads, Registry};
 use crate::records::finding::Finding;
 use crate::records::group::{build_groups, canonical_trace, crash_site, Cause, FindingGroup};
 use crate::records::report::Report;
-use crate::running::judge::{Judge, Judgement};
+use crate::running::judge::{Judge, RunJudgement};
 use crate::targets::registry::TargetSpec;
 
 use super::shrink::{shrink, FailureMode, ShrinkConfig};
@@ -56,7 +56,7 @@ fn native_judge(faults: &[String], vs: Option<&TargetSpec>, oracle: OracleId) ->
 }
 
 /// True if `j` shows `f`'s violation exactly.
-fn reproduces(j: &Judgement, f: &Finding) -> bool {
+fn reproduces(j: &RunJudgement, f: &Finding) -> bool {
     j.first(f.oracle).is_some_and(|v| {
         v.step == f.step
             && v.violation.kind == f.kind

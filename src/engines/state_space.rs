@@ -11,8 +11,8 @@
 //!
 //! Soundness. Merging two paths into one state is sound only when nothing any later op or
 //! observation reads differs between them: the key is the target's complete state, compared byte
-//! for byte (no hash collisions), through [`KeyedTarget`], which only a target whose whole state
-//! can be read offers (`running::states` says what the native target's key holds, and why
+//! for byte (no hash collisions), through [`KeyedTarget`](crate::running::state_runner::KeyedTarget), which only a target whose whole state
+//! can be read offers (`running::state_runner` says what the native target's key holds, and why
 //! llama.cpp has none).
 //!
 //! Traces. Each state keeps the transition that first reached it (its BFS parent), in a fixed
@@ -35,14 +35,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::base::cache::HarnessError;
 use crate::base::domain::Domain;
 use crate::base::op::{Op, Trace};
-use crate::base::target::HarnessError;
 use crate::engines::explore::{OracleBits, RunOracles};
 use crate::oracles::Registry;
 use crate::records::report::{Event, Report, Shard, StateSpace, Timing};
 use crate::records::tally::Tally;
-use crate::running::states::{StateRunner, StateRunnerFactory};
+use crate::running::state_runner::{StateRunner, StateRunnerFactory};
 
 /// What a state-space search runs.
 pub struct StatesConfig {
@@ -319,7 +319,7 @@ impl LevelWork<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::running::states::{KeyScope, StateRunner};
+    use crate::running::state_runner::{KeyScope, StateRunner};
     use crate::targets::native::NativeTarget;
 
     fn search(threads: usize, depth: u32) -> Report {

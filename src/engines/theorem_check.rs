@@ -13,14 +13,14 @@
 
 use std::sync::Arc;
 
+use crate::base::cache::{CacheUnderTest, HarnessError, TargetInfo};
 use crate::base::op::Trace;
-use crate::base::target::{CacheUnderTest, HarnessError, TargetInfo};
 use crate::engines::shrink::Predicate;
 use crate::model::forward::Model;
 
 use crate::oracles::theorems::pair::check_pair;
 use crate::oracles::theorems::t1::check_placement;
-use crate::oracles::theorems::{Derivation, Judgement, Pair, Theorem, Tolerance};
+use crate::oracles::theorems::{Derivation, Pair, Theorem, TheoremJudgement, Tolerance};
 
 /// One judged (or unsupported) theorem check of one trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,13 +32,13 @@ pub struct Check {
     /// The pair that ran (T2, T3).
     pub pair: Option<Pair>,
     /// The verdict, or why the target cannot be judged.
-    pub judgement: Judgement,
+    pub judgement: TheoremJudgement,
 }
 
 impl Check {
     /// True if the theorem was judged and violated.
     pub fn violated(&self) -> bool {
-        matches!(&self.judgement, Judgement::Judged(v) if !v.holds)
+        matches!(&self.judgement, TheoremJudgement::Judged(v) if !v.holds)
     }
 }
 
@@ -200,7 +200,7 @@ mod tests {
         let checks = checker(&[], None).check(Theorem::T2, &trace).unwrap();
         assert_eq!(checks.len(), 1);
         assert!(!checks[0].violated(), "{}", checks[0].judgement);
-        assert!(matches!(checks[0].judgement, Judgement::Judged(_)));
+        assert!(matches!(checks[0].judgement, TheoremJudgement::Judged(_)));
         let mut bad = checker(&["seq_add_delta_rotation"], None);
         let checks = bad.check(Theorem::T2, &trace).unwrap();
         assert!(checks[0].violated());

@@ -269,7 +269,7 @@ fn cache_invisible_before_last_op(s: &mut String, input: &CheckInput<'_>) {
 /// cache-invisible on one sequence: the probe token's logits after the sequence in the audited
 /// context against a fresh twin that decodes the resident tokens and the same probe.
 fn emit_probe_check(s: &mut String, tolerance: f64) {
-    let probe = crate::base::probe::PROBE_TOKEN;
+    let probe = crate::base::tokens::PROBE_TOKEN;
     let _ = writeln!(s, "        {{ const float tol = {tolerance:e}f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));");
     let _ = writeln!(s, "          llama_token pt = {probe}; llama_pos at = cells[n - 1] + 1; llama_seq_id one[1] = {{sq}};");
     let _ = writeln!(
@@ -410,7 +410,7 @@ fn emit_round_trip_seq(s: &mut String) {
 /// Round trip, after the per-sequence loop: every checked sequence's dump into the emptied twin,
 /// then each compared, then the redumps' bytes.
 fn emit_round_trip_epilogue(s: &mut String) {
-    // Each sequence alone into the emptied twin, as the harness does (base/target.rs
+    // Each sequence alone into the emptied twin, as the harness does (running/observe.rs
     // `round_trip`): sequences that share cells are written out separately.
     let _ = writeln!(
         s,
@@ -483,11 +483,11 @@ pub const SAVE_LOAD_INVISIBLE: CCheck = CCheck::per_seq(|s, input| {
 });
 
 /// round-trip-logits (`into_twin`) and save-load-invisible on one sequence (the reload probe,
-/// `base/probe.rs`): the state saved (`whole`, or the sequence's), a probe token's logits in
+/// `running/probe.rs`): the state saved (`whole`, or the sequence's), a probe token's logits in
 /// the context, then the same probe after the state is loaded into a fresh twin or back into
 /// the context.
 fn emit_reload_check(s: &mut String, tolerance: f64, into_twin: bool, whole: bool) {
-    let probe = crate::base::probe::PROBE_TOKEN;
+    let probe = crate::base::tokens::PROBE_TOKEN;
     let name = if into_twin {
         "round-trip-logits"
     } else {

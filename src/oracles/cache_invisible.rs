@@ -1,7 +1,7 @@
 //! **Cache-invisible**: after a trace, each sequence's next-token logits equal, within a stated
 //! tolerance per cache type, those of a fresh context that decodes the sequence's resident
 //! tokens at their positions (issue 10). The runner measures it after a trial's last op
-//! ([`crate::base::probe`]): a probe token decoded after the sequence in the audited cache and
+//! ([`crate::running::probe`]): a probe token decoded after the sequence in the audited cache and
 //! in the target's emptied twin. Only sequences whose cached K/V a fresh decode would reproduce
 //! are probed ([`crate::base::tokens`]); a target without logits (plain `native`), a trial
 //! where no sequence could be probed, and a cache type without a measured tolerance are not
@@ -15,9 +15,8 @@
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::{probe_cache, v_summed_in_f16, LogitsProbe, Observe, StepObservation};
 use crate::base::op::{CacheType, MemoryType, Setup};
-use crate::base::probe::{probe_cache, v_summed_in_f16};
-use crate::base::target::{LogitsProbe, Observe, StepObservation};
 
 /// The oracle.
 pub struct CacheInvisible;
@@ -178,7 +177,7 @@ impl Oracle for CacheInvisible {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::base::target::{OpOutcome, SeqObservation};
+    use crate::base::cache::{OpOutcome, SeqObservation};
 
     fn step(probes: &[(f32, CacheType)]) -> StepObservation {
         let mut s = StepObservation::basic(

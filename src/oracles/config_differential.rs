@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::differential::check_differential;
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::{Observe, OpOutcome, StepObservation};
 use crate::base::op::Op;
-use crate::base::target::{Observe, OpOutcome, StepObservation};
 
 /// The oracle.
 pub struct ConfigDifferential;
@@ -170,8 +170,8 @@ impl Oracle for ConfigDifferential {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::cache::SeqObservation;
     use crate::base::op::Decode;
-    use crate::base::target::SeqObservation;
 
     fn seq(cells: &[i32]) -> SeqObservation {
         SeqObservation {

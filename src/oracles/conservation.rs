@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::{Observe, StepObservation};
 use crate::base::op::{Pos, SeqId};
-use crate::base::target::{Observe, StepObservation};
 
 /// The oracle.
 pub struct Conservation;
@@ -130,8 +130,8 @@ impl Oracle for Conservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::cache::{OpOutcome, SeqObservation};
     use crate::base::state::WholeCell;
-    use crate::base::target::{OpOutcome, SeqObservation};
 
     fn step(seqs: &[(SeqId, &[Pos])], whole: &[(Pos, &[SeqId])]) -> StepObservation {
         let mut s = StepObservation::basic(

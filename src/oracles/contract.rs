@@ -1,5 +1,5 @@
 //! **Contracts**: what llama.h promises for each op, judged on the sequences' cells right before
-//! and right after it ([`crate::base::target::StepObservation::before`]).
+//! and right after it ([`crate::base::cache::StepObservation::before`]).
 //!
 //! The promises are one table, [`CLAUSES`]: the op, llama.h's words (or, where llama.h is
 //! silent, the behaviour of llama.cpp's unified single-stream cache that stands in for them) and
@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::{Observe, OpOutcome, SeqObservation, StepObservation};
 use crate::base::op::{MemoryType, Op, Pos, SeqId};
-use crate::base::target::{Observe, OpOutcome, SeqObservation, StepObservation};
 
 /// The `contract` oracle: documented promises.
 pub struct Contract;

@@ -10,7 +10,7 @@
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-use crate::base::target::Observation;
+use crate::base::cache::Observation;
 
 /// The oracle.
 pub struct Crash;

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-use crate::base::target::{OpOutcome, SeqObservation, StepObservation};
+use crate::base::cache::{OpOutcome, SeqObservation, StepObservation};
 
 /// The oracle.
 pub struct Differential;

@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::memory::allowed;
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::SeqObservation;
 use crate::base::op::MemoryType;
-use crate::base::target::SeqObservation;
 
 /// llama.h's words that I1 checks (the comments of `llama_memory_seq_pos_min` and
 /// `llama_memory_seq_pos_max`, the same in every pin kvaudit builds), quoted by bug reports.

@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::memory::present;
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::SeqObservation;
 use crate::base::op::{MemoryType, Pos};
-use crate::base::target::SeqObservation;
 
 /// llama.h's words that I2 checks, quoted by bug reports.
 pub const LLAMA_H: [&str; 2] = [

@@ -31,8 +31,8 @@
 //!   src/llama-memory-hybrid.cpp:172-180: the extremes of that intersection whenever it is not
 //!   empty). Where the parts do not overlap nothing is present and llama.h's answer is -1.
 
+use crate::base::cache::SeqObservation;
 use crate::base::op::{MemoryType, Pos};
-use crate::base::target::SeqObservation;
 
 /// The accessor answers a sequence's dumps allow: `pos_min` in `min.0..=min.1`, `pos_max`
 /// exactly `max`.

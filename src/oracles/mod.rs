@@ -7,7 +7,7 @@
 //! The observation oracles ([`i1`], [`i2`], [`differential`], [`crash`]) never drive a target:
 //! they read observations only. The theorems T1-T3 ([`theorems`]) are registered as oracles that
 //! [`Reads::Runs`]: they run metamorphic partner traces themselves, through
-//! [`crate::base::target::CacheUnderTest`] only.
+//! [`crate::base::cache::CacheUnderTest`] only.
 
 pub mod c_check;
 pub mod cache_invisible;
@@ -33,8 +33,8 @@ use std::sync::Mutex;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::base::cache::{Observation, Observe, StepObservation};
 use crate::base::op::{Arch, Op, SeqId, Setup};
-use crate::base::target::{Observation, Observe, StepObservation};
 
 /// An oracle's name: what reports, repro files, PREREG.md and `--oracles` call it. Ordered as
 /// the built-in registry lists oracles (report order), other names after them by name. The rank

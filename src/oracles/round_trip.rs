@@ -2,7 +2,7 @@
 //! (`llama_state_get_data`) and each observed sequence (`llama_state_seq_get_data`), loads them
 //! into an empty twin context of the same configuration (`llama_state_set_data`, and
 //! `llama_state_seq_set_data` each sequence alone into the emptied twin), and observes the twin
-//! ([`crate::base::target::RoundTrip`]). The twin must answer the accessors and hold the cells
+//! ([`crate::base::cache::RoundTrip`]). The twin must answer the accessors and hold the cells
 //! the original does, and a second dump must give the same bytes. A load that fails (returns 0)
 //! on bytes the target itself wrote is a finding too: llama.h offers no other way to restore.
 //!
@@ -19,8 +19,8 @@ use serde_json::json;
 
 use super::memory::{reloaded, Allowed};
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::{Observe, SeqObservation, StepObservation};
 use crate::base::op::MemoryType;
-use crate::base::target::{Observe, SeqObservation, StepObservation};
 
 /// The oracle.
 pub struct RoundTripOracle;
@@ -198,7 +198,7 @@ impl Oracle for RoundTripOracle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::base::target::{OpOutcome, RoundTrip, SeqRoundTrip};
+    use crate::base::cache::{OpOutcome, RoundTrip, SeqRoundTrip};
 
     fn seq(seq: i32, cells: &[i32]) -> SeqObservation {
         SeqObservation {

@@ -1,6 +1,6 @@
 //! **round-trip-logits**: a state saved after any op and loaded into the twin gives each
 //! sequence the next-token logits the original context gives (issue 23). The runner measures it
-//! after a trial's last op ([`crate::base::probe::probe_reloads`]): the whole state
+//! after a trial's last op ([`crate::running::probe::probe_reloads`]): the whole state
 //! (`llama_state_get_data`) loaded into the emptied twin (`llama_state_set_data`), and each
 //! sequence's state (`llama_state_seq_get_data`) alone into the emptied twin
 //! (`llama_state_seq_set_data`); a probe token decoded after each sequence there, against the
@@ -20,9 +20,10 @@
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::{
+    probe_cache, v_summed_in_f16, Observe, Reload, ReloadProbe, StepObservation,
+};
 use crate::base::op::{CacheType, MemoryType, Setup};
-use crate::base::probe::{probe_cache, v_summed_in_f16};
-use crate::base::target::{Observe, Reload, ReloadProbe, StepObservation};
 
 /// The oracle.
 pub struct RoundTripLogits;
@@ -180,7 +181,7 @@ impl Oracle for RoundTripLogits {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::base::target::{OpOutcome, SeqObservation};
+    use crate::base::cache::{OpOutcome, SeqObservation};
 
     /// An observation with one probe per `(load, loaded, max_abs_diff)` on sequence 0.
     pub(in crate::oracles) fn step(probes: &[(Reload, bool, f32)]) -> StepObservation {

@@ -2,7 +2,7 @@
 //! (issue 23): `[trace, save, load, probe]` against `[trace, probe]` on the same context, the
 //! whole state (`llama_state_get_data` then `llama_state_set_data` into the context itself) and
 //! each sequence's (`llama_state_seq_get_data` then `llama_state_seq_set_data` under its own
-//! id). The runner measures it after a trial's last op ([`crate::base::probe::probe_reloads`]).
+//! id). The runner measures it after a trial's last op ([`crate::running::probe::probe_reloads`]).
 //! Where `round-trip-logits` loads into an empty twin, this loads into the context that wrote
 //! the state, with whatever it keeps beside the cells (its slot search's head, rows of freed
 //! cells, a pending K-shift, a recurrent memory's tails).
@@ -18,8 +18,8 @@ use serde_json::json;
 
 use super::round_trip_logits::{check_reloads, judged, OBSERVES};
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::{Observe, Reload, StepObservation};
 use crate::base::op::Setup;
-use crate::base::target::{Observe, Reload, StepObservation};
 
 /// The oracle.
 pub struct SaveLoadInvisible;

@@ -34,8 +34,8 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use crate::base::cache::{Observe, SeqObservation, StepObservation};
 use crate::base::op::{Arch, MemoryType, Op, Pos, Setup};
-use crate::base::target::{Observe, SeqObservation, StepObservation};
 
 /// The oracle.
 pub struct SwaWindow;
@@ -244,8 +244,8 @@ fn emit_swa_window_check(s: &mut String, n: u32, rule3: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::cache::OpOutcome;
     use crate::base::op::Decode;
-    use crate::base::target::OpOutcome;
 
     /// A sequence whose accessors answer what its windowed cache holds (`pos_max`: the dump's
     /// largest position, which the dump never masks).

@@ -15,10 +15,10 @@
 
 use std::fmt::Write as _;
 
+use crate::base::cache::SeqObservation;
 use crate::base::error::Error;
 use crate::base::op::{Op, Trace};
 use crate::base::state::WholeCell;
-use crate::base::target::SeqObservation;
 use crate::outputs::repro::{Expect, Repro, TargetExpectation};
 use crate::outputs::xml::xml_text;
 use crate::running::runner::{TrialEnd, TrialRun};

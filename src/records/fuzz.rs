@@ -8,9 +8,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::cache::{LogitsProbe, Reload, ReloadProbe};
 use crate::base::error::Error;
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
-use crate::base::target::{LogitsProbe, Reload, ReloadProbe};
 use crate::oracles::theorems::{Derivation, Theorem, Verdict};
 
 /// What the generator draws from.

@@ -18,10 +18,10 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use tabled::{settings::Style, Table, Tabled};
 
+use crate::base::cache::TargetInfo;
 use crate::base::domain::{check_trace_limits, total_trials, Domain};
 use crate::base::error::Error;
 use crate::base::files::check_input_size;
-use crate::base::target::TargetInfo;
 use crate::oracles::OracleId;
 use crate::records::prereg::{self, OraclePrediction, Prediction, PredictionCheck, RunName};
 pub use crate::records::state_space::StateSpace;

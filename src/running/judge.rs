@@ -12,8 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::cache::{HarnessError, LogitsProbe, ReloadProbe, TargetInfo};
 use crate::base::op::Trace;
-use crate::base::target::{HarnessError, LogitsProbe, ReloadProbe, TargetInfo};
 use crate::oracles::{OracleId, Reads, Registry, Seen, Violation};
 use crate::running::runner::{RunnerFactory, TrialEnd, TrialRun, TrialRunner};
 
@@ -31,7 +31,7 @@ pub struct StepViolation {
 
 /// What the oracles say about one run.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Judgement {
+pub struct RunJudgement {
     /// The first violation of each violated oracle, in [`OracleId`] order.
     pub violations: Vec<StepViolation>,
     /// Steps judged: the ops every target ran and was observed after.
@@ -47,7 +47,7 @@ pub struct Judgement {
     pub reload_probes: Vec<ReloadProbe>,
 }
 
-impl Judgement {
+impl RunJudgement {
     /// The first violation of `oracle`, if any.
     pub fn first(&self, oracle: OracleId) -> Option<&StepViolation> {
         self.violations
@@ -76,11 +76,11 @@ pub fn judge_run(
     trace: &Trace,
     a: &TrialRun,
     b: Option<&TrialRun>,
-) -> Judgement {
-    let mut out = Judgement {
+) -> RunJudgement {
+    let mut out = RunJudgement {
         steps: b.map_or(a.steps.len(), |b| a.steps.len().min(b.steps.len())),
         unsupported: unsupported_at(a).or_else(|| b.and_then(unsupported_at)),
-        ..Judgement::default()
+        ..RunJudgement::default()
     };
     let crashes = std::iter::once((false, a)).chain(b.map(|b| (true, b)));
     let crash = crashes
@@ -257,13 +257,16 @@ impl Judge {
     }
 
     /// Runs `trace` on every target and judges every step.
-    pub fn run(&mut self, trace: &Trace) -> Result<Judgement, HarnessError> {
+    pub fn run(&mut self, trace: &Trace) -> Result<RunJudgement, HarnessError> {
         Ok(self.run_observed(trace)?.0)
     }
 
     /// [`Judge::run`], also handing back target A's run (its observation after each op) to a
     /// caller that reads more than the oracles do (the fuzzer's coverage).
-    pub fn run_observed(&mut self, trace: &Trace) -> Result<(Judgement, TrialRun), HarnessError> {
+    pub fn run_observed(
+        &mut self,
+        trace: &Trace,
+    ) -> Result<(RunJudgement, TrialRun), HarnessError> {
         let traces = std::slice::from_ref(trace);
         let a = self.a.run_batch(traces)?.pop().expect("one run per trace");
         self.executions += 1;
@@ -377,7 +380,7 @@ mod tests {
 
     #[test]
     fn an_observation_crash_is_its_own_class_and_judges_the_other_oracles() {
-        use crate::base::target::Observation;
+        use crate::base::cache::Observation;
         use crate::running::runner::{LocalRunner, ObservationCrash};
         let trace = seed_trace(vec![
             Op::SeqRm {

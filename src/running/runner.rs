@@ -13,14 +13,15 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::base::op::{Op, SeqId, Setup, Trace};
-use crate::base::probe::{probe_logits, probe_reloads};
-use crate::base::state::StateFormat;
-use crate::base::target::{
-    observe_seqs, observe_with, CacheUnderTest, HarnessError, Observation, Observe, OpOutcome,
-    SeqObservation, StepObservation, TargetInfo,
+use crate::base::cache::{
+    CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, SeqObservation, StepObservation,
+    TargetInfo,
 };
+use crate::base::op::{Op, SeqId, Setup, Trace};
+use crate::base::state::StateFormat;
 use crate::base::tokens::TokenModel;
+use crate::running::observe::{observe_seqs, observe_with};
+use crate::running::probe::{probe_logits, probe_reloads};
 
 /// How a trial ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

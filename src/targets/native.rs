@@ -25,12 +25,12 @@ use native_kv::{
     iswa_swa_size, BatchToken, CacheConfig, Faults, Memory, MemoryConfig, MemoryKind, MemoryOps,
 };
 
+use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 use crate::base::error::Error;
 use crate::base::op::{MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
-use crate::running::states::{KeyScope, KeyedTarget};
+use crate::running::state_runner::{KeyScope, KeyedTarget};
 
 /// `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` (llama.h): the tensor data of a sequence save stays in the
 /// context (`mem_storage[seq_id]`), the bytes carry the metadata only.
@@ -541,7 +541,7 @@ impl CacheUnderTest for NativeTarget {
         }
         self.context.clear();
         self.last_logits = None;
-        crate::base::target::apply_setup_ops(self, setup)?;
+        crate::base::cache::apply_setup_ops(self, setup)?;
         Ok(())
     }
 

@@ -28,8 +28,8 @@ use std::sync::Arc;
 use native_kv::tensors::TensorShape;
 use native_kv::{CacheConfig, CellCache, Faults};
 
+use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 use crate::base::op::{Op, Pos, SeqId, Setup};
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 use crate::model::forward::{KvEntry, KvStore, Model};
 use crate::targets::native::{apply_state_op, batch_of, loaded, set_seq_state, ContextState};
 
@@ -221,7 +221,7 @@ impl CacheUnderTest for NativeTensorTarget {
         }
         self.last_logits = None;
         self.context.clear();
-        crate::base::target::apply_setup_ops(self, setup)?;
+        crate::base::cache::apply_setup_ops(self, setup)?;
         Ok(())
     }
 

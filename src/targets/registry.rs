@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use native_kv::Faults;
 
+use crate::base::cache::{CacheUnderTest, HarnessError, Observe};
 use crate::base::error::Error;
-use crate::base::target::{CacheUnderTest, HarnessError, Observe};
 use crate::model::forward::Model;
 use crate::running::runner::RunnerFactory;
 use crate::running::runner::{LocalRunner, TrialRunner};
-use crate::running::states::{KeyScope, StateRunner, StateRunnerFactory};
+use crate::running::state_runner::{KeyScope, StateRunner, StateRunnerFactory};
 use crate::targets::native::{parse_faults, NativeTarget};
 
 /// A target as named on the command line, plus injected faults.
@@ -190,7 +190,7 @@ pub fn llama_worker_spec(
         shim: built.so_path.clone(),
         model,
         label: pin.label(),
-        format: info.state_format(),
+        format: crate::targets::llama::state_format(&info),
         timeout: LLAMA_TRIAL_TIMEOUT,
         reset: ResetMode::Restore,
         observe: Observe::ALL,
@@ -201,8 +201,8 @@ pub fn llama_worker_spec(
 /// The test hook `KVAUDIT_TEST_CRASH_OBSERVING=OBSERVATION` (docs/usage.md): llama.cpp workers
 /// die of SIGSEGV whenever they make that observation (`whole`, `round-trip`, `before`,
 /// `probe`, `sequences`), so that an observation crash can be shown on any pin.
-fn crash_observing_hook() -> Result<Option<crate::base::target::Observation>, Error> {
-    use crate::base::target::Observation;
+fn crash_observing_hook() -> Result<Option<crate::base::cache::Observation>, Error> {
+    use crate::base::cache::Observation;
     let Some(v) = std::env::var_os("KVAUDIT_TEST_CRASH_OBSERVING") else {
         return Ok(None);
     };

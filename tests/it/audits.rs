@@ -96,7 +96,7 @@ fn run(case: &AuditCase, shard: Shard) -> Result<Report, String> {
         }
         oracles = oracles.only(|o| names.iter().any(|n| o.id().name() == n));
     }
-    let observe = kvaudit::base::target::Observe::ALL.union(oracles.observe());
+    let observe = kvaudit::base::cache::Observe::ALL.union(oracles.observe());
     let spec = |name: &str, faults: &[String]| TargetSpec::new(name, faults).with_observe(observe);
     let a = spec(&case.target, &case.inject).factory()?;
     let b = match (&case.vs, &case.vs_config) {
@@ -136,10 +136,10 @@ fn run_states(
     strategy: &str,
     domain: Domain,
     oracles: kvaudit::oracles::Registry,
-    observe: kvaudit::base::target::Observe,
+    observe: kvaudit::base::cache::Observe,
 ) -> Result<Report, String> {
     use kvaudit::engines::state_space::{run_states, StatesConfig};
-    use kvaudit::running::states::KeyScope;
+    use kvaudit::running::state_runner::KeyScope;
     if strategy != "states" {
         return Err(format!("unknown strategy {strategy}"));
     }
@@ -150,7 +150,7 @@ fn run_states(
     };
     // The logits probe cannot be keyed: a state search asks the oracles that do without it.
     let oracles = oracles.only(|o| !o.observes().logits);
-    let observe = kvaudit::base::target::Observe {
+    let observe = kvaudit::base::cache::Observe {
         logits: false,
         ..observe
     };

@@ -429,8 +429,8 @@ fn generated_seeds() -> Result<Vec<(&'static str, String, Vec<u8>)>, String> {
     );
 
     // seq_state: the native cache's own bytes, with and without K/V rows.
+    use kvaudit::base::cache::CacheUnderTest;
     use kvaudit::base::op::{Decode, Op, Setup};
-    use kvaudit::base::target::CacheUnderTest;
     use kvaudit::targets::registry::TargetSpec;
     let setup = Setup {
         n_ctx: 256,

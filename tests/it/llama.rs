@@ -210,8 +210,8 @@ fn check_settings(
     c_lines: &[String],
     report_lines: &[String],
 ) -> Result<(), String> {
+    use kvaudit::base::cache::CacheUnderTest;
     use kvaudit::base::setting::Key;
-    use kvaudit::base::target::CacheUnderTest;
     use kvaudit::outputs::bug_report::bug_report;
     use kvaudit::outputs::c_repro::{emit_c, parse_input};
     use kvaudit::outputs::repro::Repro;
@@ -250,7 +250,10 @@ fn check_settings(
                 .into_iter()
                 .find(|k| k.name() == name)
                 .ok_or(format!("\"applied\" names {name}, which is no setting"))?;
-            match ctx.setting_value(key).map_err(|e| format!("{e:#}"))? {
+            match ctx
+                .setting_value(key.name())
+                .map_err(|e| format!("{e:#}"))?
+            {
                 Some(v) => Value::from(v),
                 None => Value::Null,
             }
@@ -306,7 +309,7 @@ fn check_observation_crash(
     depth: u32,
     trace: Vec<Op>,
 ) -> Result<(), String> {
-    use kvaudit::base::target::Observation;
+    use kvaudit::base::cache::Observation;
     use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
     use kvaudit::oracles::{OracleId, Registry};
     use kvaudit::records::report::Shard;
@@ -322,7 +325,7 @@ fn check_observation_crash(
     };
     let audit = |spec: kvaudit::targets::llama::worker::WorkerSpec| {
         let factory =
-            move || -> Result<Box<dyn TrialRunner>, kvaudit::base::target::HarnessError> {
+            move || -> Result<Box<dyn TrialRunner>, kvaudit::base::cache::HarnessError> {
                 Ok(Box::new(WorkerRunner::new(spec.clone())?))
             };
         let cfg = ExhaustiveConfig {

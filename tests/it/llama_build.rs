@@ -17,7 +17,7 @@ use std::path::Path;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use kvaudit::targets::llama::build::{ensure_built, BuildSpec, BuiltShim, SO_NAME};
-use kvaudit::targets::llama::ffi::{ContextParams, LlamaShim};
+use kvaudit::targets::llama::ffi::LlamaShim;
 use kvaudit::targets::llama::pins::{known_pins, Pin, Variant, REFERENCE_PINS};
 
 /// Builds (or finds in the cache) the release build of both reference pins, loads them into
@@ -102,12 +102,13 @@ pub struct DoubledSeqCp {
 /// into seq 0, `seq_cp(0, 1, 0, 3)` twice, `seq_keep(0)`. Only for release builds: `+assert`
 /// builds abort at the second `seq_cp`.
 pub fn doubled_seq_cp(shim: &LlamaShim, model: &Path) -> Result<DoubledSeqCp> {
-    let params = ContextParams::of(&kvaudit::base::op::Setup {
+    let setup = kvaudit::base::op::Setup {
         n_ctx: 256,
         n_seq_max: 4,
         kv_unified: true,
         ..Default::default()
-    });
+    };
+    let params = kvaudit::targets::llama::context_params(setup.settings());
     let mut ctx = shim.open(model, &params)?;
     let tokens: Vec<i32> = (1..=7).collect();
     let positions: Vec<i32> = (0..7).collect();

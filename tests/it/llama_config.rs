@@ -19,7 +19,8 @@ use kvaudit::base::op::CacheType;
 use kvaudit::base::op::{Op, Setup, Trace};
 use kvaudit::base::state::{parse_seq_state, parse_whole_state, StateFormat};
 use kvaudit::running::runner::{TrialEnd, TrialRunner};
-use kvaudit::targets::llama::ffi::{ContextParams, LlamaContext, LlamaShim};
+use kvaudit::targets::llama::context_params;
+use kvaudit::targets::llama::ffi::{LlamaContext, LlamaShim};
 use kvaudit::targets::llama::target::ResetMode;
 use kvaudit::targets::llama::worker::WorkerRunner;
 use kvaudit::targets::registry::llama_worker_spec;
@@ -194,7 +195,7 @@ impl Probe {
 
     fn open(&self, setup: &Setup) -> Result<LlamaContext, String> {
         self.shim
-            .open(&self.model, &ContextParams::of(setup))
+            .open(&self.model, &context_params(setup.settings()))
             .map_err(|e| format!("{e:#}"))
     }
 

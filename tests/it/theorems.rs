@@ -12,7 +12,7 @@ use kvaudit::base::op::{SeqId, Trace};
 use kvaudit::model::forward::Model;
 use kvaudit::oracles::theorems::t3::BoundRow;
 use kvaudit::oracles::theorems::{
-    check_pair, check_pair_on, t1, t2, t3, Continuation, Judgement, Pair, Theorem, Tolerance,
+    check_pair, check_pair_on, t1, t2, t3, Continuation, Pair, Theorem, TheoremJudgement, Tolerance,
 };
 use kvaudit::targets::native::parse_faults;
 use kvaudit::targets::native_tensor::NativeTensorTarget;
@@ -128,7 +128,7 @@ fn model(window: Option<u32>) -> Result<Arc<Model>, String> {
     NativeTensorTarget::default_model(window).map_err(|e| e.to_string())
 }
 
-fn run(case: &Case) -> Result<Judgement, String> {
+fn run(case: &Case) -> Result<TheoremJudgement, String> {
     let faults = parse_faults(&case.inject)?;
     let target_model = model(case.window)?;
     // The oracle's reference model is loaded on its own: it shares no state with the target.
@@ -136,7 +136,7 @@ fn run(case: &Case) -> Result<Judgement, String> {
     let hd = reference.hparams().head_dim;
     let mut target = NativeTensorTarget::new(target_model, faults);
     let exact = Tolerance::EXACT;
-    let harness = |e: kvaudit::base::target::HarnessError| e.to_string();
+    let harness = |e: kvaudit::base::cache::HarnessError| e.to_string();
     match &case.check {
         Check::Placement { trace } => {
             t1::check_placement(&mut target, trace, &reference, exact).map_err(harness)
@@ -151,7 +151,9 @@ fn run(case: &Case) -> Result<Judgement, String> {
             t1::check_paths(&mut target, traces, *seq, &reference, case.theorem, exact)
                 .map_err(harness)
         }
-        Check::WindowBound { rows } => Ok(Judgement::Judged(t3::check_window_bounds(faults, rows))),
+        Check::WindowBound { rows } => Ok(TheoremJudgement::Judged(t3::check_window_bounds(
+            faults, rows,
+        ))),
         Check::Pair {
             left,
             right,
@@ -206,8 +208,8 @@ fn check(path: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let case: Case = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let verdict = match run(&case)? {
-        Judgement::Judged(v) => v,
-        Judgement::Unsupported { reason } => return Err(format!("unsupported: {reason}")),
+        TheoremJudgement::Judged(v) => v,
+        TheoremJudgement::Unsupported { reason } => return Err(format!("unsupported: {reason}")),
     };
     if verdict.theorem != case.theorem {
         return Err(format!(

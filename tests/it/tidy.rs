@@ -1,16 +1,20 @@
 //! Tidy checks (as rust-analyzer's `tidy.rs`): the invariants of ARCHITECTURE.md that the
-//! compiler does not enforce, read from the source text of `src/`.
+//! compiler does not enforce, read from the source text of `src/` and of the crates under
+//! `targets/` (`targets/llama-cpp/src/`, `targets/native-kv/src/`: [`crate_sources`]).
 //!
 //! - `tidy::layers`: a module imports only from its own layer or the layers before it (base,
 //!   model, oracles, records, running, targets, engines, outputs), and no two modules import each
 //!   other in a circle (a module and its own parent or child do not count: Rust's `mod` tree
 //!   puts those edges in every folder).
 //! - `tidy::unsafe_code`: `unsafe` appears only in the modules that talk to foreign code or the
-//!   OS (`targets/llama/ffi.rs`, `targets/llama/sys.rs`).
+//!   OS (the llama.cpp target crate's `ffi.rs` and `sys.rs`).
 //! - `tidy::one_state_parser`: only `base/state/` decodes binary state (and `model/gguf/read.rs` its
 //!   own file format): nothing else calls `from_le_bytes`.
 //! - `tidy::module_docs`: every module starts with `//!` docs.
 //! - `tidy::error_style`: no public function returns `Result<_, String>`.
+//!
+//! Those four read the target crates too (the state parser's not in native-kv, which models
+//! llama.cpp's own state writer and reader); the layers and the op matches are kvaudit's own.
 //! - `tidy::cli_outside_the_library`: the command line lives in the binary.
 //! - `tidy::ops_matched_exhaustively`: outside the op declaration (`base/op_kind.rs`), no
 //!   `matches!` names an op (`Op::..`, `OpKind::..`) and no `match` over ops has a catch-all arm
@@ -32,31 +36,51 @@ pub const LAYERS: [&str; 8] = [
 ];
 
 /// Modules allowed to hold `unsafe` code.
-const UNSAFE_ALLOWED: [&str; 2] = ["targets/llama/ffi.rs", "targets/llama/sys.rs"];
+const UNSAFE_ALLOWED: [&str; 2] = [
+    "targets/llama-cpp/src/ffi.rs",
+    "targets/llama-cpp/src/sys.rs",
+];
+
+/// The crates under `targets/` (each depends on nothing of kvaudit), by their source folder.
+const TARGET_CRATES: [&str; 2] = ["targets/llama-cpp/src", NATIVE_KV];
+
+/// The native model's crate.
+const NATIVE_KV: &str = "targets/native-kv/src";
 
 /// Modules allowed to decode binary formats by hand.
 const BYTE_DECODERS: [&str; 3] = [
-    "base/state/mod.rs",
-    "base/state/rows.rs",
-    "model/gguf/read.rs",
+    "src/base/state/mod.rs",
+    "src/base/state/rows.rs",
+    "src/model/gguf/read.rs",
 ];
 
 /// The one module that may tell ops apart without an exhaustive `match`: the declaration of
 /// the op kinds.
 const OP_DECLARATION: &str = "src/base/op_kind.rs";
 
-/// A source file of the library: its path under `src/` and its text.
+/// A source file: its path under its source folder (`src/` for the library), the folder, and
+/// its text.
 pub struct Source {
     path: String,
+    dir: String,
     text: String,
 }
 
 impl Source {
-    /// A made-up file, for the checks' own tests.
+    /// A made-up file of the library, for the checks' own tests.
     pub fn new(path: &str, text: &str) -> Source {
         Source {
             path: path.into(),
+            dir: "src".into(),
             text: text.into(),
+        }
+    }
+
+    /// Where it is from the repository root (`src/base/op.rs`).
+    fn location(&self) -> String {
+        match self.dir.as_str() {
+            "" => self.path.clone(),
+            dir => format!("{dir}/{}", self.path),
         }
     }
 
@@ -80,7 +104,7 @@ impl Source {
 pub fn library_sources() -> Vec<Source> {
     let src = super::root().join("src");
     let mut out = Vec::new();
-    walk(&src, &src, &mut out);
+    walk(&src, &src, "src", &mut out);
     out.retain(|s| s.path != "main.rs" && !s.path.starts_with("cli/"));
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
@@ -92,13 +116,31 @@ pub fn op_sources() -> Vec<Source> {
     let root = super::root();
     let mut out = Vec::new();
     for dir in ["src", "benches", "fuzz/fuzz_targets"] {
-        walk(&root, &root.join(dir), &mut out);
+        walk(&root, &root.join(dir), "", &mut out);
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<Source>) {
+/// Every `.rs` file of the crates under `targets/` ([`TARGET_CRATES`]).
+pub fn crate_sources() -> Vec<Source> {
+    let mut out = Vec::new();
+    for dir in TARGET_CRATES {
+        let src = super::root().join(dir);
+        walk(&src, &src, dir, &mut out);
+    }
+    out
+}
+
+/// The library's sources and the target crates'.
+pub fn all_sources() -> Vec<Source> {
+    let mut out = library_sources();
+    out.extend(crate_sources());
+    out
+}
+
+/// Every `.rs` file under `dir`, its path relative to `root`, from the source folder `name`.
+fn walk(root: &Path, dir: &Path, name: &str, out: &mut Vec<Source>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -106,7 +148,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Source>) {
     entries.sort();
     for p in entries {
         if p.is_dir() {
-            walk(root, &p, out);
+            walk(root, &p, name, out);
         } else if p.extension().is_some_and(|e| e == "rs") {
             let rel = p
                 .strip_prefix(root)
@@ -114,7 +156,11 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Source>) {
                 .to_string_lossy()
                 .replace('\\', "/");
             let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{rel}: {e}"));
-            out.push(Source { path: rel, text });
+            out.push(Source {
+                path: rel,
+                dir: name.into(),
+                text,
+            });
         }
     }
 }
@@ -488,11 +534,11 @@ fn has_word(code: &str, word: &str) -> bool {
 
 /// `unsafe` only where [`UNSAFE_ALLOWED`] says.
 pub fn check_unsafe(sources: &[Source]) -> Result<(), String> {
-    let bad: Vec<&str> = sources
+    let bad: Vec<String> = sources
         .iter()
-        .filter(|s| !UNSAFE_ALLOWED.contains(&s.path.as_str()))
+        .filter(|s| !UNSAFE_ALLOWED.contains(&s.location().as_str()))
         .filter(|s| has_word(&strip_comments(&s.text), "unsafe"))
-        .map(|s| s.path.as_str())
+        .map(|s| s.location())
         .collect();
     if bad.is_empty() {
         Ok(())
@@ -507,16 +553,16 @@ pub fn check_unsafe(sources: &[Source]) -> Result<(), String> {
 
 /// Binary decoding only where [`BYTE_DECODERS`] says.
 pub fn check_one_state_parser(sources: &[Source]) -> Result<(), String> {
-    let bad: Vec<&str> = sources
+    let bad: Vec<String> = sources
         .iter()
-        .filter(|s| !BYTE_DECODERS.contains(&s.path.as_str()))
+        .filter(|s| !BYTE_DECODERS.contains(&s.location().as_str()))
         .filter(|s| {
             let code = s.code();
             code.contains("from_le_bytes")
                 || code.contains("from_be_bytes")
                 || code.contains("from_ne_bytes")
         })
-        .map(|s| s.path.as_str())
+        .map(|s| s.location())
         .collect();
     if bad.is_empty() {
         Ok(())
@@ -546,7 +592,7 @@ pub fn check_error_style(sources: &[Source]) -> Result<(), String> {
                     .split(['(', '<'])
                     .next()
                     .unwrap_or("?");
-                bad.push(format!("src/{}: {name}", s.path));
+                bad.push(format!("{}: {name}", s.location()));
             }
         }
     }
@@ -562,10 +608,10 @@ pub fn check_error_style(sources: &[Source]) -> Result<(), String> {
 
 /// Every module starts with `//!` docs.
 pub fn check_module_docs(sources: &[Source]) -> Result<(), String> {
-    let bad: Vec<&str> = sources
+    let bad: Vec<String> = sources
         .iter()
         .filter(|s| !s.text.trim_start().starts_with("//!"))
-        .map(|s| s.path.as_str())
+        .map(|s| s.location())
         .collect();
     if bad.is_empty() {
         Ok(())
@@ -730,6 +776,13 @@ fn run(
     move || super::outcome(f(&library_sources()))
 }
 
+/// `f` over the library and the target crates.
+fn run_all(
+    f: fn(&[Source]) -> Result<(), String>,
+) -> impl FnOnce() -> Result<(), libtest_mimic::Failed> {
+    move || super::outcome(f(&all_sources()))
+}
+
 fn must_fail(
     f: fn(&[Source]) -> Result<(), String>,
     tree: Vec<Source>,
@@ -748,10 +801,16 @@ pub fn trials() -> Vec<Trial> {
     let lib_rs = super::root().join("src/lib.rs");
     vec![
         Trial::test("tidy::layers", run(check_layers)),
-        Trial::test("tidy::unsafe_code", run(check_unsafe)),
-        Trial::test("tidy::one_state_parser", run(check_one_state_parser)),
-        Trial::test("tidy::module_docs", run(check_module_docs)),
-        Trial::test("tidy::error_style", run(check_error_style)),
+        Trial::test("tidy::unsafe_code", run_all(check_unsafe)),
+        Trial::test("tidy::one_state_parser", move || {
+            // native-kv models llama.cpp down to its own state writer and reader: those bytes
+            // are the model's, not a target's that kvaudit reads.
+            let mut sources = all_sources();
+            sources.retain(|s| s.dir != NATIVE_KV);
+            super::outcome(check_one_state_parser(&sources))
+        }),
+        Trial::test("tidy::module_docs", run_all(check_module_docs)),
+        Trial::test("tidy::error_style", run_all(check_error_style)),
         Trial::test("tidy::ops_matched_exhaustively", move || {
             super::outcome(check_op_matches(&op_sources()))
         }),
@@ -851,6 +910,37 @@ pub fn trials() -> Vec<Trial> {
                 super::outcome(check_layers(&tree))
             },
         ),
+        Trial::test("tidy::checks_read_the_target_crates", move || {
+            // Each target crate is read (a moved folder would leave it unchecked), the allowed
+            // `unsafe` modules exist, and `unsafe` in any other file of a crate is caught.
+            let sources = all_sources();
+            let missing: Vec<&str> = TARGET_CRATES
+                .iter()
+                .copied()
+                .filter(|dir| !sources.iter().any(|s| s.dir == *dir))
+                .chain(
+                    UNSAFE_ALLOWED
+                        .iter()
+                        .copied()
+                        .filter(|l| !sources.iter().any(|s| s.location() == *l)),
+                )
+                .collect();
+            let stray = Source {
+                path: "build/mod.rs".into(),
+                dir: TARGET_CRATES[0].into(),
+                text: "//! x
+fn f() { unsafe {} }
+".into(),
+            };
+            let u = check_unsafe(&[stray]).err().unwrap_or_default();
+            super::outcome(
+                if missing.is_empty() && u.contains("targets/llama-cpp/src/build/mod.rs") {
+                    Ok(())
+                } else {
+                    Err(format!("not read: {missing:?}; unsafe: {u:?}"))
+                },
+            )
+        }),
         Trial::test("tidy::checks_catch_unsafe_and_a_second_parser", move || {
             let tree = vec![Source::new(
                 "engines/fuzz.rs",

@@ -1,7 +1,7 @@
 //! The token model: which token the harness decoded at each (sequence, position), carried through
 //! every op of a trial, and what each token attended to when it was decoded.
 //!
-//! The cache-invisible oracle ([`crate::base::probe`]) compares a sequence's next-token logits
+//! The cache-invisible oracle ([`crate::running::probe`]) compares a sequence's next-token logits
 //! with those of a fresh context that decodes the sequence's resident tokens at their positions.
 //! That comparison only means something when a fresh decode *would* give the same K/V rows: a
 //! token's rows in layers above the first depend on what it attended to when it was decoded, so
@@ -43,13 +43,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::base::cache::{OpOutcome, SeqObservation};
 use crate::base::op::{MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
-use crate::base::target::{OpOutcome, SeqObservation};
 
 mod recurrent;
 
 /// A token id, as `llama_token`.
 pub type Token = i32;
+
+/// The token every probe decodes (below 64: inside the generated tiny models' vocabulary); the
+/// probes themselves drive targets, in `running/probe.rs`.
+pub const PROBE_TOKEN: Token = 5;
 
 /// What a token attended to when it was decoded: its own position then, and the K/V content
 /// (by identity) and position of every token of its sequence below it, sorted by identity.

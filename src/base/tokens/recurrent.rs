@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::{empty_range, in_range, Token, TokenModel};
+use crate::base::cache::OpOutcome;
 use crate::base::op::{Op, Pos, SeqId};
-use crate::base::target::OpOutcome;
 
 impl TokenModel {
     /// The recurrent part of [`TokenModel::apply_after`] (llama-memory-recurrent.cpp, both pins:

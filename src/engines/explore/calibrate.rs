@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 use super::{chunks, run_work, Explorer, Work};
-use crate::base::target::HarnessError;
+use crate::base::cache::HarnessError;
 use crate::records::incomplete::Incomplete;
 
 /// Runs with fewer trials than this are not calibrated: they take about as long as a

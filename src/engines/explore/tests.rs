@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn an_oracle_whose_observation_a_target_cannot_give_is_not_judged_not_passed() {
-    use crate::base::target::Observe;
+    use crate::base::cache::Observe;
     use crate::running::runner::{LocalRunner, TrialRunner};
     use crate::targets::native::NativeTarget;
     let basic = || -> Result<Box<dyn TrialRunner>, HarnessError> {

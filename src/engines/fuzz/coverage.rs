@@ -18,8 +18,8 @@
 use std::collections::BTreeSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use crate::base::cache::{OpOutcome, SeqObservation, StepObservation};
 use crate::base::op::{Op, Pos, SeqId, Trace};
-use crate::base::target::{OpOutcome, SeqObservation, StepObservation};
 use crate::records::fuzz::CoveragePoint;
 use crate::running::runner::{TrialEnd, TrialRun};
 

@@ -34,14 +34,14 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
+use crate::base::cache::HarnessError;
 use crate::base::domain::Domain;
 use crate::base::op::{Op, Trace};
-use crate::base::target::HarnessError;
 use crate::engines::shrink::{
     shape, shrink, shrink_tree, shrink_tree_by, FailureMode, ShrinkConfig,
 };
 use crate::engines::theorem_check::{StillViolated, TheoremChecker};
-use crate::oracles::theorems::{Derivation, Judgement as TheoremJudgement, Theorem};
+use crate::oracles::theorems::{Derivation, Theorem, TheoremJudgement};
 use crate::oracles::OracleId;
 use crate::records::report::{Event, Finding, FindingKey, Report, Shard, Timing};
 use crate::records::tally::Tally;

@@ -172,7 +172,7 @@ fn shrunk(f: Finding, judge: &mut Judge, cfg: &ShrinkConfig) -> Result<Finding, 
     })
 }
 
-fn harness(e: crate::base::target::HarnessError) -> Error {
+fn harness(e: crate::base::cache::HarnessError) -> Error {
     Error::harness(e.to_string())
 }
 

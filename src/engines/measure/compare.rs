@@ -4,8 +4,8 @@
 
 use std::ops::Range;
 
+use crate::base::cache::CacheUnderTest;
 use crate::base::op::{Pos, SeqId, Trace};
-use crate::base::target::CacheUnderTest;
 use crate::model::forward::{argmax, Model, VecKvStore};
 use crate::oracles::theorems::{decode_one, read_seq_rows, run_trace, CellRows, SeqRows};
 

@@ -3,8 +3,8 @@
 //! the span (and its too-late control), T3's prefix splice against a recompute. Each records its
 //! [`Experiment`] and its [`Figure`]s, with the tolerances stated before measuring.
 
+use crate::base::cache::CacheUnderTest;
 use crate::base::op::{Pos, Trace};
-use crate::base::target::CacheUnderTest;
 use crate::model::forward::{argmax, Model};
 use crate::targets::llama::target::LlamaTarget;
 use crate::targets::native_tensor::NativeTensorTarget;

@@ -39,10 +39,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use thiserror::Error;
 
+use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::base::exit;
 use crate::base::op::SeqId;
 use crate::base::state::RowError;
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::model::forward::Model;
 use crate::model::ModelError;
 use crate::oracles::theorems::TheoremError;
@@ -225,7 +225,7 @@ pub fn measure_pin(label: &str, model: Option<&Path>) -> Result<MeasureReport, M
     };
     let native_model = Arc::new(Model::load(&model_path).map_err(MeasureError::Model)?);
     let hp = native_model.hparams().clone();
-    let format = info.state_format();
+    let format = crate::targets::llama::state_format(&info);
     // A fresh context at every reset, with F32 K and V caches (flash attention off, one thread,
     // unified KV: the settings of `LlamaTarget`).
     let llama = LlamaTarget::new(

@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 use proptest::strategy::ValueTree;
 use serde::{Deserialize, Serialize};
 
+use crate::base::cache::HarnessError;
 use crate::base::op::{Op, SeqId, Setup, Trace};
-use crate::base::target::HarnessError;
 use crate::oracles::{OracleId, Violation};
-use crate::running::judge::{Judge, Judgement, StepViolation};
+use crate::running::judge::{Judge, RunJudgement, StepViolation};
 
 mod simplify;
 
@@ -61,7 +61,7 @@ impl FailureMode {
     }
 
     /// The first violation of this oracle in `j`, if it is of this kind.
-    pub fn find<'j>(&self, j: &'j Judgement) -> Option<&'j StepViolation> {
+    pub fn find<'j>(&self, j: &'j RunJudgement) -> Option<&'j StepViolation> {
         j.first(self.oracle)
             .filter(|v| v.violation.kind == self.kind && v.step > 0)
     }

@@ -14,7 +14,7 @@
 //!   explicitly `-inf`-masked reference; reusing a copied prefix and decoding a suffix equals
 //!   decoding prefix and suffix fresh.
 //!
-//! A check returns a [`Judgement`]: a [`Verdict`] holding the [`Measurement`] (max |Δ| of K, V and
+//! A check returns a [`TheoremJudgement`]: a [`Verdict`] holding the [`Measurement`] (max |Δ| of K, V and
 //! logits as f64, greedy token flips, whether the structure matched) and whether it is within the
 //! stated [`Tolerance`] (0 for the native target: equality of `f32::to_bits`), or `Unsupported`
 //! when the target exposes no rows, logits or restore. A violated theorem is a verdict, never an
@@ -33,9 +33,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::base::op::{Op, Pos, SeqId, Trace};
 use crate::base::state::{parse_seq_rows, RowError, StateFormat};
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
 
 pub use crate::base::state::CellRows;
 
@@ -303,7 +303,7 @@ impl fmt::Display for Verdict {
 /// A check either judged, or not applicable to the target (neither a pass nor a failure).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "judgement", rename_all = "snake_case")]
-pub enum Judgement {
+pub enum TheoremJudgement {
     /// Measured and judged.
     Judged(Verdict),
     /// The target does not expose what the check needs.
@@ -313,11 +313,11 @@ pub enum Judgement {
     },
 }
 
-impl fmt::Display for Judgement {
+impl fmt::Display for TheoremJudgement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Judgement::Judged(v) => v.fmt(f),
-            Judgement::Unsupported { reason } => write!(f, "unsupported: {reason}"),
+            TheoremJudgement::Judged(v) => v.fmt(f),
+            TheoremJudgement::Unsupported { reason } => write!(f, "unsupported: {reason}"),
         }
     }
 }
@@ -363,7 +363,7 @@ pub fn read_seq_rows(seq: SeqId, bytes: &[u8], format: StateFormat) -> Result<Se
 /// Why a step of a check stopped before the check could judge.
 ///
 /// Exit codes: [`TheoremError::Unsupported`] never leaves a check (it is the judgement
-/// [`Judgement::Unsupported`], neither a pass nor a failure; [`TheoremError::into_judgement`]);
+/// [`TheoremJudgement::Unsupported`], neither a pass nor a failure; [`TheoremError::into_judgement`]);
 /// where a caller needs every step to run (`kvaudit measure`) it is the harness breaking, exit 3
 /// (`HARNESS`), as the other variants always are.
 #[derive(Debug, Error)]
@@ -398,11 +398,11 @@ impl TheoremError {
         }
     }
 
-    /// What a check returns for this error: [`Judgement::Unsupported`], or the harness error
+    /// What a check returns for this error: [`TheoremJudgement::Unsupported`], or the harness error
     /// (rows that do not decode keep today's [`HarnessError::Target`] message).
-    pub fn into_judgement(self) -> Result<Judgement, HarnessError> {
+    pub fn into_judgement(self) -> Result<TheoremJudgement, HarnessError> {
         match self {
-            TheoremError::Unsupported { reason } => Ok(Judgement::Unsupported { reason }),
+            TheoremError::Unsupported { reason } => Ok(TheoremJudgement::Unsupported { reason }),
             TheoremError::Rows {
                 target,
                 seq,
@@ -435,8 +435,10 @@ pub fn target_rows(target: &mut dyn CacheUnderTest, seq: SeqId) -> Result<SeqRow
     Ok(rows)
 }
 
-/// Judges a check's steps: an unsupported step is the judgement [`Judgement::Unsupported`].
-pub(crate) fn judged(r: Result<Judgement, TheoremError>) -> Result<Judgement, HarnessError> {
+/// Judges a check's steps: an unsupported step is the judgement [`TheoremJudgement::Unsupported`].
+pub(crate) fn judged(
+    r: Result<TheoremJudgement, TheoremError>,
+) -> Result<TheoremJudgement, HarnessError> {
     r.or_else(TheoremError::into_judgement)
 }
 

@@ -6,13 +6,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::base::op::{SeqId, Trace};
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::model::forward::argmax;
 
 use super::{
-    compare_rows, decode_one, judged, run_trace, target_rows, Judgement, Measurement, Quantity,
-    SeqRows, Theorem, TheoremError, Tolerance, Verdict,
+    compare_rows, decode_one, judged, run_trace, target_rows, Measurement, Quantity, SeqRows,
+    Theorem, TheoremError, TheoremJudgement, Tolerance, Verdict,
 };
 
 /// A greedy continuation after the trace, in `seq`.
@@ -177,9 +177,9 @@ fn judge(
     b: &SideObservation,
     tolerance: Tolerance,
     head_dim: usize,
-) -> Judgement {
+) -> TheoremJudgement {
     let m = measure(a, b, pair, head_dim);
-    Judgement::Judged(Verdict::judge(pair.theorem, "pair", tolerance, m))
+    TheoremJudgement::Judged(Verdict::judge(pair.theorem, "pair", tolerance, m))
 }
 
 /// Runs both sides of `pair` on one target, one after the other, and judges them against
@@ -189,7 +189,7 @@ pub fn check_pair(
     pair: &Pair,
     tolerance: Tolerance,
     head_dim: usize,
-) -> Result<Judgement, HarnessError> {
+) -> Result<TheoremJudgement, HarnessError> {
     let sides = both_sides(|i| observe_pair_side(target, pair, i));
     judged(sides.map(|(a, b)| judge(pair, &a, &b, tolerance, head_dim)))
 }
@@ -202,7 +202,7 @@ pub fn check_pair_on(
     pair: &Pair,
     tolerance: Tolerance,
     head_dim: usize,
-) -> Result<Judgement, HarnessError> {
+) -> Result<TheoremJudgement, HarnessError> {
     let sides = both_sides(|i| match i {
         0 => observe_pair_side(left, pair, 0),
         _ => observe_pair_side(right, pair, 1),

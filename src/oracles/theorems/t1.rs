@@ -15,14 +15,14 @@
 //!   same rows. With the window unset this is the seed's "window unset is a no-op" witness; with a
 //!   window, "windowed forward equals the `-inf`-masked reference".
 
+use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::base::op::{OpKind, SeqId, Setup, Trace};
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome};
 use crate::model::forward::Model;
 
 use super::reference::Reference;
 use super::{
-    compare_rows, decode_one, judged, run_trace, target_rows, Judgement, Measurement, Quantity,
-    SeqRows, Theorem, TheoremError, Tolerance, Verdict,
+    compare_rows, decode_one, judged, run_trace, target_rows, Measurement, Quantity, SeqRows,
+    Theorem, TheoremError, TheoremJudgement, Tolerance, Verdict,
 };
 
 /// Runs `trace` on `target` beside the reference and measures every step.
@@ -83,7 +83,7 @@ pub fn check_placement(
     trace: &Trace,
     model: &Model,
     tolerance: Tolerance,
-) -> Result<Judgement, HarnessError> {
+) -> Result<TheoremJudgement, HarnessError> {
     judge_placement(Theorem::T1, "placement", target, trace, model, tolerance)
 }
 
@@ -96,10 +96,10 @@ pub(crate) fn judge_placement(
     trace: &Trace,
     model: &Model,
     tolerance: Tolerance,
-) -> Result<Judgement, HarnessError> {
+) -> Result<TheoremJudgement, HarnessError> {
     judged(
         placement(target, trace, model)
-            .map(|(m, _)| Judgement::Judged(Verdict::judge(theorem, name, tolerance, m))),
+            .map(|(m, _)| TheoremJudgement::Judged(Verdict::judge(theorem, name, tolerance, m))),
     )
 }
 
@@ -113,7 +113,7 @@ pub fn check_round_trip(
     probe: u32,
     tolerance: Tolerance,
     head_dim: usize,
-) -> Result<Judgement, HarnessError> {
+) -> Result<TheoremJudgement, HarnessError> {
     judged(round_trip(target, trace, seq, probe, tolerance, head_dim))
 }
 
@@ -124,7 +124,7 @@ fn round_trip(
     probe: u32,
     tolerance: Tolerance,
     head_dim: usize,
-) -> Result<Judgement, TheoremError> {
+) -> Result<TheoremJudgement, TheoremError> {
     run_trace(target, trace)?;
     let mut m = Measurement::default();
     let before = target.seq_state(seq)?;
@@ -139,7 +139,7 @@ fn round_trip(
         OpOutcome::Unsupported { reason } => return Err(TheoremError::Unsupported { reason }),
         other => {
             m.mismatch(|| format!("restoring the state of seq {seq}: {other:?}"));
-            return Ok(Judgement::Judged(Verdict::judge(
+            return Ok(TheoremJudgement::Judged(Verdict::judge(
                 Theorem::T1,
                 "round trip",
                 tolerance,
@@ -170,7 +170,7 @@ fn round_trip(
         }
         Err(e) => return Err(e),
     }
-    Ok(Judgement::Judged(Verdict::judge(
+    Ok(TheoremJudgement::Judged(Verdict::judge(
         Theorem::T1,
         "round trip",
         tolerance,
@@ -188,7 +188,7 @@ pub fn check_paths(
     model: &Model,
     theorem: Theorem,
     tolerance: Tolerance,
-) -> Result<Judgement, HarnessError> {
+) -> Result<TheoremJudgement, HarnessError> {
     judged(paths(target, traces, seq, model, theorem, tolerance))
 }
 
@@ -199,7 +199,7 @@ fn paths(
     model: &Model,
     theorem: Theorem,
     tolerance: Tolerance,
-) -> Result<Judgement, TheoremError> {
+) -> Result<TheoremJudgement, TheoremError> {
     let mut m = Measurement::default();
     let mut first: Option<SeqRows> = None;
     let hd = model.hparams().head_dim;
@@ -226,7 +226,7 @@ fn paths(
             Some(r0) => compare_rows(&mut m, r0, &rows, hd, &format!("path 0 vs {label}")),
         }
     }
-    Ok(Judgement::Judged(Verdict::judge(
+    Ok(TheoremJudgement::Judged(Verdict::judge(
         theorem, "paths", tolerance, m,
     )))
 }

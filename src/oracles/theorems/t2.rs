@@ -14,14 +14,14 @@
 //!
 //! [`never_saw_partner`] derives the partner from a trace; it is the fuzz seam.
 
+use crate::base::cache::{CacheUnderTest, HarnessError};
 use crate::base::op::{Op, SeqId, Trace};
-use crate::base::target::{CacheUnderTest, HarnessError};
 use crate::model::forward::Model;
 
 use super::pair::{Continuation, Pair};
 use super::reference::fresh_prefill_partner;
 use super::t1::judge_placement;
-use super::{Judgement, Theorem, Tolerance};
+use super::{Theorem, TheoremJudgement, Tolerance};
 
 /// The token a derived pair's continuation starts with when the two sides' last logits are not
 /// comparable (the trace's last decode went elsewhere).
@@ -38,7 +38,7 @@ pub fn check_reposition(
     trace: &Trace,
     model: &Model,
     tolerance: Tolerance,
-) -> Result<Judgement, HarnessError> {
+) -> Result<TheoremJudgement, HarnessError> {
     judge_placement(Theorem::T2, "reposition", target, trace, model, tolerance)
 }
 

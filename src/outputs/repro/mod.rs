@@ -26,14 +26,14 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::base::cache::Observe;
 pub use crate::base::domain::check_trace_limits;
 use crate::base::error::Error;
 use crate::base::files::{check_input_size, read_text_limited, write_atomically};
 use crate::base::op::{Op, SeqId, Trace};
-use crate::base::target::Observe;
 use crate::oracles::{OracleId, Reads, Registry};
 use crate::records::report::{terminal_text, Finding};
-use crate::running::judge::{Judge, Judgement};
+use crate::running::judge::{Judge, RunJudgement};
 use crate::targets::registry::TargetSpec;
 
 /// The largest repro or trace file kvaudit reads (64 MiB): far above any shrunk repro (a few KB)

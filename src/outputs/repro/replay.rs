@@ -70,7 +70,7 @@ fn describe(step: usize, kind: &str, seq: Option<SeqId>, observed: &Value) -> St
 }
 
 /// Runs the repro's trace on `entry`'s target(s) and judges every step.
-fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(Judgement, u64), String> {
+fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(RunJudgement, u64), String> {
     let (a, b) = entry.specs();
     let second = match (&entry.vs_config, &b) {
         (Some(config), _) => Second::Config(config),
@@ -92,7 +92,7 @@ enum Second<'a> {
 
 /// Runs the repro's trace on `a` (and the second side), as the specs say what to observe, and
 /// what the repro's oracle reads beyond that (the reload probe is in no spec's default).
-fn run_specs(repro: &Repro, a: &TargetSpec, b: Second<'_>) -> Result<(Judgement, u64), String> {
+fn run_specs(repro: &Repro, a: &TargetSpec, b: Second<'_>) -> Result<(RunJudgement, u64), String> {
     let reads = crate::oracles::Registry::builtin()
         .get(repro.oracle)
         .map_or(Observe::BASIC, |o| o.observes());
@@ -118,7 +118,7 @@ pub fn judge_on(
     repro: &Repro,
     target: &TargetSpec,
     vs: Option<&TargetSpec>,
-) -> Result<Judgement, Error> {
+) -> Result<RunJudgement, Error> {
     let second = vs.map_or(Second::None, Second::Target);
     run_specs(repro, target, second)
         .map(|(j, _)| j)
@@ -147,7 +147,7 @@ pub fn check(repro: &Repro, entry: &TargetExpectation) -> EntryResult {
 }
 
 /// Compares what the oracles said about the repro's trace with `entry`'s expectation.
-pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &Judgement) -> Status {
+pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &RunJudgement) -> Status {
     let oracle = repro.oracle;
     let first = j.first(oracle);
     if let Some((step, reason)) = &j.unsupported {

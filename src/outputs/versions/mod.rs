@@ -13,11 +13,11 @@ pub mod matrix;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::cache::Observe;
 use crate::base::error::Error;
-use crate::base::target::Observe;
 use crate::oracles::{OracleId, Registry};
 use crate::outputs::repro::{judge_on, Repro};
-use crate::running::judge::Judgement;
+use crate::running::judge::RunJudgement;
 use crate::targets::llama::build::{ensure_built, BuildSpec};
 use crate::targets::llama::pins::Pin;
 use crate::targets::registry::TargetSpec;
@@ -103,7 +103,7 @@ impl Outcome {
 
 /// What `j` says about the finding of `repro`: the earlier of the file's oracle's first
 /// violation and a crash, else unsupported if the target stopped first, else holds.
-pub fn classify(repro: &Repro, j: &Judgement) -> Outcome {
+pub fn classify(repro: &Repro, j: &RunJudgement) -> Outcome {
     let first = j.first(repro.oracle);
     let crash = j.first(OracleId::CRASH);
     let earliest = [crash, first].into_iter().flatten().min_by_key(|v| v.step);
@@ -200,7 +200,7 @@ mod tests {
             "/corpora/i1_seq_cp_twice_stale_max.json"
         )))
         .unwrap();
-        let mut j = Judgement::default();
+        let mut j = RunJudgement::default();
         assert_eq!(classify(&repro, &j), Outcome::Holds);
         j.unsupported = Some((2, "no such op".into()));
         assert!(matches!(classify(&repro, &j), Outcome::Unsupported { .. }));

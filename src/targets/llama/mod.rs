@@ -1,35 +1,104 @@
-//! The llama.cpp target: which versions kvaudit audits, how it builds them, and how it calls them.
+//! The llama.cpp target as kvaudit sees it: the crate `llama-cpp-target` (`targets/llama-cpp/`:
+//! pins, tree facts, the C shim, the build, the FFI and libc; llama.h's vocabulary, nothing of
+//! kvaudit's), adapted here to kvaudit's types.
 //!
-//! - [`pins`]: the pins recorded in `targets/llama.cpp/pins.toml` and the labels that name them
-//!   (`llama.cpp@0.1.156`, `llama.cpp@0.1.156+assert`, `llama.cpp@src:PATH` for a tree).
-//! - [`shim`]: the C shim as both the build and the loader know it (its sources, ABI number, and
-//!   what a finished build is); below both, so neither imports the other.
-//! - [`build`]: fetches a pin's sources through cargo (the crates.io crate `llama-cpp-sys-2`
-//!   vendors llama.cpp), compiles them without cmake together with the C shim
-//!   `targets/llama.cpp/kvaudit_shim.c` into one `libkvaudit_shim.so` per pin and variant, and
-//!   caches the result outside the repository, verified before each use.
-//! - [`ffi`]: the only place kvaudit calls into llama.cpp: loads a built shim with `libloading`,
-//!   checks its ABI number, and offers a safe handle API ([`ffi::LlamaShim`],
-//!   [`ffi::LlamaContext`]).
+//! - The crate's modules, re-exported so that kvaudit names them in one place: [`pins`],
+//!   [`tree`], [`shim`], [`build`], [`ffi`], [`sys`], [`error`].
+//! - [`context_params`]: a setup's settings (`base/setting.rs`) as the shim's (key, value)
+//!   pairs; [`state_format`]: a pin's state format as `base/state/` reads it.
 //! - [`target`]: [`target::LlamaTarget`], the `CacheUnderTest` over one context.
-//! - [`tree`]: what a llama.cpp source tree says about itself (its root, versions, state
-//!   format), for `llama.cpp@src:PATH`.
-//! - [`worker`]: crash isolation, a fork server in a child process and its line protocol.
-//! - [`sys`]: every libc call (file locks, fork, signals, waitpid, mallopt) behind a safe
-//!   function.
-//! - [`error`]: [`error::LlamaError`] and its parts, the one error style of this module.
-//!
-//! Invariants: nothing outside [`ffi`] calls foreign code, and the compiler's memory-safety
-//! checks are waived in [`ffi`] and [`sys`] only (a test in `sys` scans `src/` for it); the shim never aborts by itself, but llama.cpp does (GGML_ASSERT,
-//! and `assert` in `+assert` builds), so callers that must survive that run the context in a
-//! child process with `GGML_NO_BACKTRACE=1` set.
+//! - [`worker`]: crash isolation, a fork server in a child process and its line protocol. Its
+//!   trial loop runs kvaudit's `LocalRunner` over a [`target::LlamaTarget`], so it stays here,
+//!   over the crate's process plumbing ([`sys`]: fork, signals, waitpid).
 
-pub mod build;
-pub mod error;
-pub mod ffi;
-pub mod pins;
-pub mod shim;
-pub mod sys;
+pub use llama_cpp_target::{build, error, ffi, pins, shim, sys, tree};
+
 pub mod target;
-pub mod tree;
 pub mod worker;
+
+use self::ffi::ContextParams;
+use self::pins::PinInfo;
+use crate::base::setting::Setting;
+use crate::base::state::StateFormat;
+
+/// The context params of `settings`, in order: each as the shim takes it
+/// ([`Setting::shim_value`]); the architecture is left out (it picks the model, not a context
+/// field). A key given twice keeps its first place and its last value.
+pub fn context_params(settings: impl IntoIterator<Item = Setting>) -> ContextParams {
+    settings
+        .into_iter()
+        .fold(ContextParams::default(), |params, s| match s.shim_value() {
+            Some(v) => params.with(s.key.name(), v),
+            None => params,
+        })
+}
+
+/// The variant of the state format `pin` writes (the memory type is the setup's).
+pub fn state_format(pin: &PinInfo) -> StateFormat {
+    StateFormat {
+        rot_fields: pin.kv_state_has_n_rot,
+        no_stream_count: !pin.kv_state_has_n_stream,
+        no_seq_header: !pin.state_seq_has_header,
+        whole_has_outputs: pin.whole_state_has_outputs,
+        ..StateFormat::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::op::{Arch, CacheType, Setup};
+    use crate::base::setting::{Key, Value};
+
+    #[test]
+    fn every_shim_key_is_a_key_the_shim_applies_and_reads_back() {
+        // The C side's one loop compares keys by name: each one kvaudit passes must be in the
+        // shim's apply and read-back chains (an unknown key would fail every open).
+        let source = shim::SHIM_SOURCE;
+        let setup = Setup {
+            n_batch: Some(8),
+            n_ubatch: Some(4),
+            ..Setup::default()
+        };
+        for s in setup.settings() {
+            let quoted = format!("strcmp(k, \"{}\") == 0", s.key);
+            let read = format!("strcmp(key, \"{}\") == 0", s.key);
+            match s.shim_value() {
+                Some(_) => assert!(
+                    source.contains(&quoted) && source.contains(&read),
+                    "{} is not applied and read back by the shim",
+                    s.key
+                ),
+                None => assert!(!source.contains(&quoted), "{}", s.key),
+            }
+        }
+    }
+
+    #[test]
+    fn the_architecture_picks_the_model_and_is_not_passed() {
+        let setup = Setup {
+            arch: Arch::Mamba,
+            ..Setup::default()
+        };
+        let retyped = Setting {
+            key: Key::TypeK,
+            value: Value::Type(CacheType::F32),
+        };
+        let params = context_params(setup.settings().into_iter().chain([retyped]));
+        let names: Vec<&str> = params.settings().iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "n_ctx",
+                "n_seq_max",
+                "kv_unified",
+                "flash_attn",
+                "type_k",
+                "type_v",
+                "swa_full",
+                "n_threads"
+            ]
+        );
+        assert_eq!(params.get("type_k"), Some(0));
+    }
+}

@@ -21,11 +21,11 @@
 use std::path::{Path, PathBuf};
 
 use super::ffi::{ContextParams, LlamaContext, LlamaShim, ShimError};
+use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 use crate::base::op::{Arch, CacheType, MemoryType, Op, OpKind, Pos, SeqId, Setup};
-use crate::base::setting::{Key, Value};
+use crate::base::setting::{Key, Setting, Value};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
-use crate::base::target::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 
 /// How a [`LlamaTarget`] resets between trials.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,13 +158,13 @@ impl LlamaTarget {
     /// The context params of `setup`'s configuration (the [`Self::with_cache_type`] override,
     /// when set, wins over the setup's cache types).
     pub fn params(&self, setup: &Setup) -> ContextParams {
-        let params = ContextParams::of(setup);
-        match self.cache_type {
-            Some(t) => params
-                .with(Key::TypeK, Value::Type(t))
-                .with(Key::TypeV, Value::Type(t)),
-            None => params,
-        }
+        let retyped = self.cache_type.into_iter().flat_map(|t| {
+            [Key::TypeK, Key::TypeV].map(|key| Setting {
+                key,
+                value: Value::Type(t),
+            })
+        });
+        super::context_params(setup.settings().into_iter().chain(retyped))
     }
 
     /// The model file a setup of `arch` runs on: the target's own for `llama`, else the generated
@@ -285,7 +285,7 @@ impl LlamaTarget {
 
     fn rebuild(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         self.ctx()?.clear(true).map_err(|e| self.harness(e))?;
-        crate::base::target::apply_setup_ops(self, setup)?;
+        crate::base::cache::apply_setup_ops(self, setup)?;
         Ok(())
     }
 }
@@ -375,9 +375,10 @@ impl CacheUnderTest for LlamaTarget {
         if let Op::StateSeqSave { flags, .. } | Op::StateSeqLoad { flags, .. } = op {
             self.device_state_used |= flags & STATE_SEQ_FLAGS_ON_DEVICE != 0;
         }
+        // kv_unified is a flag: 1 in the shim's encoding when on.
         if let Op::SeqCp { src, dst, .. } = op {
             self.stream_copy_pending |=
-                params.params.get(Key::KvUnified) != Some(Value::Flag(true)) && src != dst;
+                params.params.get(Key::KvUnified.name()) != Some(1) && src != dst;
         }
         let applied = apply_op(ctx, &mut self.slots, op);
         let outcome = applied.map_err(|e| HarnessError::Target {

@@ -3,10 +3,10 @@
 //! twin through the runner, on both native targets and in both stream modes.
 
 use super::*;
+use crate::base::cache::Observe;
 use crate::base::op::{Decode, Trace};
 use crate::base::state::parse_whole_state;
 use crate::base::state::WholeCell;
-use crate::base::target::Observe;
 use crate::running::runner::LocalRunner;
 use crate::targets::native_tensor::NativeTensorTarget;
 

@@ -35,8 +35,8 @@ use std::time::Duration;
 pub use self::parent::{crash_detail, WorkerRunner};
 pub use self::server::worker_main;
 use super::target::ResetMode;
+use crate::base::cache::{Observation, Observe};
 use crate::base::state::StateFormat;
-use crate::base::target::{Observation, Observe};
 
 #[cfg(doc)]
 use {

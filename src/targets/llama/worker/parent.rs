@@ -16,8 +16,8 @@ use super::wire::{
     MAX_REPLY_LINE_BYTES,
 };
 use super::WorkerSpec;
+use crate::base::cache::{HarnessError, Observation, TargetInfo};
 use crate::base::op::{Op, Setup, Trace};
-use crate::base::target::{HarnessError, Observation, TargetInfo};
 use crate::oracles::crash::{crash_kind, HEAP_CORRUPTION};
 use crate::running::runner::{
     ObservationCrash, Skipped, StartedBatch, TrialEnd, TrialRun, TrialRunner,

@@ -15,11 +15,11 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use super::wire::{read_request, write_reply, Reply, Request, WireRun, DIED_MARKER, REPLY_GROUP};
-use crate::base::op::{Op, Setup, Trace};
-use crate::base::state::StateFormat;
-use crate::base::target::{
+use crate::base::cache::{
     CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, TargetInfo,
 };
+use crate::base::op::{Op, Setup, Trace};
+use crate::base::state::StateFormat;
 use crate::running::runner::{LocalRunner, TrialRunner as _};
 use crate::targets::llama::ffi::LlamaShim;
 use crate::targets::llama::sys;

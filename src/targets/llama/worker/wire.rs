@@ -15,12 +15,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup, Trace};
-use crate::base::state::WholeCell;
-use crate::base::target::{
+use crate::base::cache::{
     LogitsProbe, Observation, OpOutcome, ReloadProbe, RoundTrip, SeqObservation, StepObservation,
     TargetInfo,
 };
+use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup, Trace};
+use crate::base::state::WholeCell;
 use crate::running::runner::{Skipped, TrialEnd, TrialRun};
 pub use crate::targets::llama::error::WireError;
 

@@ -16,8 +16,8 @@ use sha2::{Digest, Sha256};
 
 use super::cmake::CMAKE_FILES;
 use super::recipe::{glob_sources, Recipe};
-use crate::targets::llama::error::{IoContext as _, LlamaError};
-use crate::targets::llama::pins::PinInfo;
+use crate::error::{IoContext as _, LlamaError};
+use crate::pins::PinInfo;
 
 /// Cargo's home: `$CARGO_HOME`, else `$HOME/.cargo`.
 pub fn cargo_home() -> Result<PathBuf, LlamaError> {
@@ -147,9 +147,9 @@ pub(super) fn tree_fingerprint(src: &Path, recipe: &Recipe) -> Result<String, Ll
     let mut h = Sha256::new();
     for rel in &files {
         let path = src.join(rel);
-        let content = crate::base::files::file_sha256(&path)
+        let content = crate::files::file_sha256(&path)
             .context_io(|| format!("reading {}", path.display()))?;
         h.update(format!("{rel}\0{content}\n"));
     }
-    Ok(crate::base::files::hex(&h.finalize()))
+    Ok(crate::files::hex(&h.finalize()))
 }

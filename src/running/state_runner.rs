@@ -19,11 +19,11 @@
 
 use std::sync::Arc;
 
-use crate::base::op::{Op, SeqId, Setup};
-use crate::base::target::{
-    observe_seqs, observe_with, CacheUnderTest, HarnessError, Observe, OpOutcome, SeqObservation,
-    TargetInfo,
+use crate::base::cache::{
+    CacheUnderTest, HarnessError, Observe, OpOutcome, SeqObservation, TargetInfo,
 };
+use crate::base::op::{Op, SeqId, Setup};
+use crate::running::observe::{observe_seqs, observe_with};
 use crate::running::runner::{state_format, TrialEnd, TrialRun};
 
 /// Which parts of a state a key covers.

@@ -25,14 +25,12 @@
 //! left may survive it (a recurrent state keeps the probe's token, a partial `seq_rm` being
 //! refused).
 
-use crate::base::op::{CacheType, Decode, MemoryType, Op, Pos, SeqId, Setup};
-use crate::base::target::{
-    CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, Reload, ReloadProbe, SeqObservation,
+use crate::base::cache::{
+    probe_cache, v_summed_in_f16, CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, Reload,
+    ReloadProbe, SeqObservation,
 };
-use crate::base::tokens::{Token, TokenModel};
-
-/// The token every probe decodes (below 64: inside the generated tiny models' vocabulary).
-pub const PROBE_TOKEN: Token = 5;
+use crate::base::op::{Decode, Op, Pos, SeqId, Setup};
+use crate::base::tokens::{Token, TokenModel, PROBE_TOKEN};
 
 /// The largest absolute difference of two logit vectors; `f32::MAX` when their lengths differ
 /// or a difference is not finite (so that a probe's figure is always a comparable number).
@@ -48,21 +46,6 @@ pub fn logits_distance(a: &[f32], b: &[f32]) -> f32 {
             f32::MAX
         }
     })
-}
-
-/// The coarser of two cache types (fewer bits per value).
-pub fn coarser(a: CacheType, b: CacheType) -> CacheType {
-    let bits = |t: CacheType| match t {
-        CacheType::F32 => 32,
-        CacheType::F16 => 16,
-        CacheType::Q8_0 => 8,
-        CacheType::Q4_0 => 4,
-    };
-    if bits(a) <= bits(b) {
-        a
-    } else {
-        b
-    }
 }
 
 fn probe_decode(seq: SeqId, pos: Pos) -> Op {
@@ -154,24 +137,6 @@ pub fn probe_logits(
         });
     }
     Ok(Some(out))
-}
-
-/// The cache type a probe of `setup` is judged by: the coarser of K and V, and F32 for a
-/// recurrent memory, which keeps no K/V: its states are F32 whatever the K/V types
-/// (llama_model::create_memory, src/llama-model.cpp:2677-2685 in 0.1.161).
-pub fn probe_cache(setup: &Setup) -> CacheType {
-    match setup.arch.memory() {
-        MemoryType::Recurrent => CacheType::F32,
-        _ => coarser(setup.type_k, setup.type_v),
-    }
-}
-
-/// Whether a logits probe of `setup` sums V rows in F16: flash attention over an F16 V cache on
-/// a memory with attention ([`LogitsProbe::v_summed_in_f16`]).
-pub fn v_summed_in_f16(setup: &Setup) -> bool {
-    setup.flash_attn
-        && setup.type_v == CacheType::F16
-        && setup.arch.memory() != MemoryType::Recurrent
 }
 
 /// What one probe decode gave.

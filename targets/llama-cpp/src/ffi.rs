@@ -1,7 +1,7 @@
-//! The fenced FFI module: the only code in kvaudit that calls into llama.cpp.
+//! The fenced FFI module: the only code that calls into llama.cpp.
 //!
 //! Two layers, as in git2/libgit2-sys and rusqlite:
-//! - `raw` (private): the C ABI of `targets/llama.cpp/kvaudit_shim.h`. One struct holds the
+//! - `raw` (private): the C ABI of `shim/kvaudit_shim.h`. One struct holds the
 //!   `libloading::Library` together with every function pointer taken from it, so no symbol
 //!   can outlive its library, and the pointers never leave this module.
 //! - the safe layer: [`LlamaShim`] (one loaded `libkvaudit_shim.so`, shareable) and
@@ -27,8 +27,6 @@ use std::sync::Arc;
 
 pub use super::error::ShimError;
 use super::shim::{BuiltShim, SHIM_ABI};
-use crate::base::op::Setup;
-use crate::base::setting::{Key, Setting, Value as SettingValue};
 
 /// The private raw layer: C types and the function table.
 mod raw {
@@ -205,55 +203,49 @@ mod raw {
     }
 }
 
-/// Model and context settings for [`LlamaShim::open`]: a setup's list of settings
-/// ([`Setup::settings`]), which the shim applies to `llama_context_params` key by key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Model and context settings for [`LlamaShim::open`]: (key, value) pairs as the shim takes them
+/// (`kvaudit_shim_setting`: a `llama_context_params` field's name, its value as an integer:
+/// counts as they are, flags 0/1, cache types as their `enum ggml_type`), which
+/// `kvaudit_shim_open` applies to `llama_context_params` key by key, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContextParams {
-    settings: Vec<Setting>,
+    settings: Vec<(String, i64)>,
 }
 
 impl ContextParams {
-    /// The settings of `setup`.
-    pub fn of(setup: &Setup) -> ContextParams {
-        ContextParams {
-            settings: setup.settings(),
-        }
-    }
-
-    /// The same with `key` set to `value` (replaced, or added at the end).
-    pub fn with(mut self, key: Key, value: SettingValue) -> ContextParams {
-        match self.settings.iter_mut().find(|s| s.key == key) {
-            Some(s) => s.value = value,
-            None => self.settings.push(Setting { key, value }),
+    /// The same with `key` set to `value` (replaced, or added at the end). A key has no NUL.
+    pub fn with(mut self, key: &str, value: i64) -> ContextParams {
+        match self.settings.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value,
+            None => self.settings.push((key.to_string(), value)),
         }
         self
     }
 
     /// The value of `key`, if set.
-    pub fn get(&self, key: Key) -> Option<SettingValue> {
-        self.settings.iter().find(|s| s.key == key).map(|s| s.value)
+    pub fn get(&self, key: &str) -> Option<i64> {
+        self.settings
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| *v)
     }
 
     /// The settings, in the order the shim applies them.
-    pub fn settings(&self) -> &[Setting] {
+    pub fn settings(&self) -> &[(String, i64)] {
         &self.settings
     }
 
-    /// The keys as C strings and the pairs pointing into them (the architecture picks the
-    /// model, not a context field: it is not passed). The pairs are valid while the keys live.
+    /// The keys as C strings and the pairs pointing into them. The pairs are valid while the
+    /// keys live.
     fn to_raw(&self) -> (Vec<std::ffi::CString>, Vec<raw::Setting>) {
-        let given: Vec<(&'static str, i64)> = self
+        let keys: Vec<std::ffi::CString> = self
             .settings
             .iter()
-            .filter_map(|s| s.shim_value().map(|v| (s.key.name(), v)))
-            .collect();
-        let keys: Vec<std::ffi::CString> = given
-            .iter()
-            .map(|(k, _)| std::ffi::CString::new(*k).expect("key names have no NUL"))
+            .map(|(k, _)| std::ffi::CString::new(k.as_str()).expect("key names have no NUL"))
             .collect();
         let pairs = keys
             .iter()
-            .zip(&given)
+            .zip(&self.settings)
             .map(|(k, (_, v))| raw::Setting {
                 key: k.as_ptr(),
                 value: *v,
@@ -756,9 +748,9 @@ impl LlamaContext {
     /// The value `key` has in this context, read back through llama.h where llama.h can tell
     /// (`llama_n_ctx`, `llama_n_seq_max`, `llama_n_batch`, `llama_n_ubatch`, `llama_n_threads`),
     /// else as the shim passed it to `llama_init_from_model`; in the shim's encoding
-    /// ([`Setting::shim_value`]). `None` for a key the shim cannot read back.
-    pub fn setting_value(&mut self, key: Key) -> Result<Option<i64>, ShimError> {
-        let name = std::ffi::CString::new(key.name()).expect("key names have no NUL");
+    /// ([`ContextParams`]). `None` for a key the shim cannot read back.
+    pub fn setting_value(&mut self, key: &str) -> Result<Option<i64>, ShimError> {
+        let name = std::ffi::CString::new(key).expect("key names have no NUL");
         let mut out = 0i64;
         // SAFETY: live handle, NUL-terminated key, `out` is writable.
         let rc = unsafe { (self.api.setting_value)(self.h(), name.as_ptr(), &mut out) };
@@ -794,28 +786,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_shim_key_is_a_key_the_shim_applies_and_reads_back() {
-        // The C side's one loop compares keys by name: each one kvaudit passes must be in the
-        // shim's apply and read-back chains (an unknown key would fail every open).
-        let source = super::super::shim::SHIM_SOURCE;
-        let setup = Setup {
-            n_batch: Some(8),
-            n_ubatch: Some(4),
-            ..Setup::default()
-        };
-        for s in ContextParams::of(&setup).settings() {
-            let quoted = format!("strcmp(k, \"{}\") == 0", s.key);
-            let read = format!("strcmp(key, \"{}\") == 0", s.key);
-            match s.shim_value() {
-                Some(_) => assert!(
-                    source.contains(&quoted) && source.contains(&read),
-                    "{} is not applied and read back by the shim",
-                    s.key
-                ),
-                None => assert!(!source.contains(&quoted), "{}", s.key),
-            }
-        }
+    fn a_setting_is_one_pair_of_sixteen_bytes() {
+        // `kvaudit_shim_setting` is a pointer and an int64_t: the C side reads the array so.
         assert_eq!(std::mem::size_of::<raw::Setting>(), 16);
+    }
+
+    #[test]
+    fn params_keep_their_order_and_replace_in_place() {
+        let params = ContextParams::default()
+            .with("n_ctx", 256)
+            .with("type_k", 1)
+            .with("n_ctx", 512);
+        let (keys, pairs) = params.to_raw();
+        let names: Vec<&str> = keys.iter().map(|k| k.to_str().unwrap()).collect();
+        assert_eq!(names, ["n_ctx", "type_k"]);
+        assert_eq!(pairs[0].value, 512);
+        assert_eq!(params.get("type_k"), Some(1));
+        assert_eq!(params.get("n_batch"), None);
     }
 
     #[test]
@@ -838,33 +825,5 @@ mod tests {
     fn loading_a_missing_library_is_an_error() {
         let err = LlamaShim::load(Path::new("/nonexistent/libkvaudit_shim.so")).unwrap_err();
         assert!(format!("{err:#}").contains("/nonexistent/libkvaudit_shim.so"));
-    }
-
-    #[test]
-    fn the_architecture_picks_the_model_and_is_not_passed() {
-        let setup = Setup {
-            arch: crate::base::op::Arch::Mamba,
-            ..Setup::default()
-        };
-        let params = ContextParams::of(&setup).with(
-            Key::TypeK,
-            SettingValue::Type(crate::base::op::CacheType::F32),
-        );
-        let (keys, pairs) = params.to_raw();
-        let names: Vec<&str> = keys.iter().map(|k| k.to_str().unwrap()).collect();
-        assert_eq!(
-            names,
-            [
-                "n_ctx",
-                "n_seq_max",
-                "kv_unified",
-                "flash_attn",
-                "type_k",
-                "type_v",
-                "swa_full",
-                "n_threads"
-            ]
-        );
-        assert_eq!(pairs[4].value, 0);
     }
 }

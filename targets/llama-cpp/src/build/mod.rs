@@ -3,7 +3,7 @@
 //! The recipe is LLAMA-FACTS "Building without cmake": three groups of sources found by glob
 //! rules (ggml core, the ggml CPU backend, llama), compiled with the `cc` crate used as a library
 //! at run time, all groups at once so both cores stay busy, then one `c++ -shared` link of every
-//! object plus the shim (`targets/llama.cpp/kvaudit_shim.c`, embedded in this binary) with an
+//! object plus the shim (`targets/llama-cpp/shim/kvaudit_shim.c`, embedded in this binary) with an
 //! export map that leaves only `kvaudit_shim_*` visible.
 //!
 //! One file per concern:
@@ -147,7 +147,7 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
             "warning: {}: {} names defines that kvaudit neither passes nor knows: {}. A define \
              left out switches a feature off silently: check whether the default cmake build \
              sets it, then pass it or list it in CMAKE_DEFINES_NOT_PASSED \
-             (src/targets/llama/build/cmake.rs).",
+             (targets/llama-cpp/src/build/cmake.rs).",
             spec.pin,
             src.join("**/CMakeLists.txt").display(),
             unknown_defines.join(", ")
@@ -527,7 +527,7 @@ impl EntryBuild<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::targets::llama::pins::Variant;
+    use crate::pins::Variant;
 
     #[test]
     fn a_llama_src_that_is_a_symlink_loop_is_one_line_naming_it() {

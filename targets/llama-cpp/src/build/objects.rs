@@ -26,7 +26,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::targets::llama::error::{IoContext as _, LlamaError};
+use crate::error::{IoContext as _, LlamaError};
 
 /// The folder of the object cache under the cache root.
 pub(super) fn objects_dir(cache: &Path) -> PathBuf {
@@ -94,7 +94,7 @@ impl FileHashes {
     pub(super) fn of(&mut self, path: &Path) -> Option<String> {
         self.known
             .entry(path.to_path_buf())
-            .or_insert_with(|| crate::base::files::file_sha256(path).ok())
+            .or_insert_with(|| crate::files::file_sha256(path).ok())
             .clone()
     }
 }
@@ -134,7 +134,7 @@ impl ObjectCache {
             message: "the source cannot be read".into(),
         })?;
         let name = places.abstract_path(&source.display().to_string());
-        Ok(crate::base::files::sha256_hex(format!(
+        Ok(crate::files::sha256_hex(format!(
             "kvaudit object v1\0{command}\0{toolchain_id}\0{name}\0{content}"
         )))
     }
@@ -163,7 +163,7 @@ impl ObjectCache {
             let h = hashes.of(&places.concrete_path(d))?;
             text.push_str(&format!("{d}\0{h}\n"));
         }
-        Some(crate::base::files::sha256_hex(text))
+        Some(crate::files::sha256_hex(text))
     }
 
     /// Looks `source_key` up: a hit when its recorded dependencies hash to a cached object.
@@ -301,8 +301,7 @@ fn copy_atomically(from: &Path, dest: &Path) -> Result<(), LlamaError> {
 fn write_atomically(dest: &Path, bytes: &[u8]) -> Result<(), LlamaError> {
     let parent = dest.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(parent).context_io(|| format!("creating {}", parent.display()))?;
-    crate::base::files::write_atomically(dest, bytes)
-        .context_io(|| format!("writing {}", dest.display()))
+    crate::files::write_atomically(dest, bytes).context_io(|| format!("writing {}", dest.display()))
 }
 
 /// Removes every cached object not in `keep` (with `dry_run`, only counts them); returns the

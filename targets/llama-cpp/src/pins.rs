@@ -1,6 +1,6 @@
 //! The llama.cpp pins kvaudit knows, and the labels that name them.
 //!
-//! `targets/llama.cpp/pins.toml` is the one place pins are recorded; it is embedded here with
+//! `targets/llama-cpp/pins.toml` is the one place pins are recorded; it is embedded here with
 //! `include_str!`, so the binary knows its pins without the source tree. A label names a pin
 //! and a build variant: `llama.cpp@0.1.156` is the release build (`-DNDEBUG`, as shipped),
 //! `llama.cpp@0.1.156+assert` the same sources with llama.cpp's `assert`s compiled in.
@@ -18,15 +18,14 @@ use serde::{Deserialize, Serialize};
 
 use super::error::LlamaError;
 use super::tree;
-use crate::base::state::StateFormat;
 
 /// A [`LlamaError::Pin`] with `message`.
 fn pin_error(message: String) -> LlamaError {
     LlamaError::Pin { message }
 }
 
-/// The text of `targets/llama.cpp/pins.toml`, as compiled into this binary.
-pub const PINS_TOML: &str = include_str!("../../../targets/llama.cpp/pins.toml");
+/// The text of `targets/llama-cpp/pins.toml`, as compiled into this binary.
+pub const PINS_TOML: &str = include_str!("../pins.toml");
 
 /// The target name in a pin label (`llama.cpp@VERSION`).
 pub const TARGET: &str = "llama.cpp";
@@ -75,19 +74,6 @@ pub struct PinInfo {
 
 fn yes() -> bool {
     true
-}
-
-impl PinInfo {
-    /// The variant of the state format this pin writes (the memory type is the setup's).
-    pub fn state_format(&self) -> StateFormat {
-        StateFormat {
-            rot_fields: self.kv_state_has_n_rot,
-            no_stream_count: !self.kv_state_has_n_stream,
-            no_seq_header: !self.state_seq_has_header,
-            whole_has_outputs: self.whole_state_has_outputs,
-            ..StateFormat::default()
-        }
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,7 +149,7 @@ impl Pin {
         }
         if !known_pins()?.contains_key(version) {
             return Err(pin_error(format!(
-                "pin label `{label}`: llama.cpp pin `{version}` is not in targets/llama.cpp/pins.toml (known: {}; `kvaudit target list` lists them)",
+                "pin label `{label}`: llama.cpp pin `{version}` is not in targets/llama-cpp/pins.toml (known: {}; `kvaudit target list` lists them)",
                 known_range()?
             )));
         }
@@ -341,7 +327,7 @@ pub fn known_pins() -> Result<&'static BTreeMap<String, PinInfo>, LlamaError> {
     static PINS: OnceLock<Result<BTreeMap<String, PinInfo>, String>> = OnceLock::new();
     PINS.get_or_init(|| parse_pins_toml(PINS_TOML).map_err(|e| e.to_string()))
         .as_ref()
-        .map_err(|e| pin_error(format!("embedded targets/llama.cpp/pins.toml: {e}")))
+        .map_err(|e| pin_error(format!("embedded targets/llama-cpp/pins.toml: {e}")))
 }
 
 /// The known versions as `OLDEST .. NEWEST (N pins)`.
@@ -453,7 +439,7 @@ mod tests {
     #[test]
     fn bad_labels_say_what_is_wrong() {
         let err = |l: &str| format!("{:#}", Pin::parse(l).unwrap_err());
-        assert!(err("llama.cpp@0.1.999").contains("not in targets/llama.cpp/pins.toml"));
+        assert!(err("llama.cpp@0.1.999").contains("not in targets/llama-cpp/pins.toml"));
         assert!(err("llama.cpp@0.1.999").contains("0.1.109 .. 0.1.161"));
         assert!(err("vllm@0.1.156").contains("unknown target `vllm`"));
         assert!(err("llama.cpp@0.1.156+debug").contains("unknown variant `+debug`"));

@@ -15,10 +15,10 @@ use super::pins::{Pin, Variant};
 /// recorded in every build's manifest).
 pub const SHIM_ABI: u32 = 3;
 
-/// `targets/llama.cpp/kvaudit_shim.h`, as compiled into this binary.
-pub const SHIM_HEADER: &str = include_str!("../../../targets/llama.cpp/kvaudit_shim.h");
-/// `targets/llama.cpp/kvaudit_shim.c`, as compiled into this binary.
-pub const SHIM_SOURCE: &str = include_str!("../../../targets/llama.cpp/kvaudit_shim.c");
+/// `targets/llama-cpp/shim/kvaudit_shim.h`, as compiled into this binary.
+pub const SHIM_HEADER: &str = include_str!("../shim/kvaudit_shim.h");
+/// `targets/llama-cpp/shim/kvaudit_shim.c`, as compiled into this binary.
+pub const SHIM_SOURCE: &str = include_str!("../shim/kvaudit_shim.c");
 
 /// A built pin: the shared object to load, and what a C program needs to link against the
 /// same pin.

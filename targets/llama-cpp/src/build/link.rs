@@ -9,9 +9,9 @@ use std::process::Command;
 
 use super::cache::verify_file;
 use super::toolchain::{base_build, find_compiler};
-use crate::targets::llama::error::{IoContext as _, LlamaError};
-use crate::targets::llama::pins::Variant;
-use crate::targets::llama::shim::BuiltShim;
+use crate::error::{IoContext as _, LlamaError};
+use crate::pins::Variant;
+use crate::shim::BuiltShim;
 
 /// Archives `objects` into `static_lib` with the archiver `cc` picks.
 pub(super) fn archive(

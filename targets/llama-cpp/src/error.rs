@@ -6,19 +6,17 @@
 //! - [`ShimError`]: the loaded shim and its call protocol (library missing, ABI mismatch, NULL
 //!   handle, an exception caught at the C boundary); what [`super::ffi`] returns.
 //! - [`WireError`]: the worker's line protocol (a line too long, malformed, or naming a setup or
-//!   op the request does not hold); what [`super::worker::wire`] returns.
+//!   op the request does not hold); what kvaudit's worker wire returns.
 //!
 //! Each message is complete on its own (paths, commands, exit codes, what the tool printed):
-//! callers print them with `{e}` or `{e:#}` alike, and the runner turns them into
-//! [`HarnessError::Target`] with [`LlamaError::harness`]. A divergence of llama.cpp's cache is
+//! callers print them with `{e}` or `{e:#}` alike, and kvaudit's runner turns them into its
+//! harness errors. A divergence of llama.cpp's cache is
 //! never an error here: it is a value the oracles judge.
 //!
-//! This module sits below `build`, `ffi` and `worker`, and imports none of them.
+//! This module sits below `build` and `ffi`, and imports neither.
 
 use std::io;
 use std::path::PathBuf;
-
-use crate::base::target::HarnessError;
 
 /// Something between a pin label and a loaded shim broke.
 #[derive(Debug, thiserror::Error)]
@@ -134,14 +132,6 @@ impl LlamaError {
             error,
         }
     }
-
-    /// The harness error a runner reports for `target` (its label).
-    pub fn harness(&self, target: &str) -> HarnessError {
-        HarnessError::Target {
-            target: target.to_string(),
-            message: self.to_string(),
-        }
-    }
 }
 
 /// `.context_io(|| "creating DIR")` on `io::Result`: the operation and path go into the error.
@@ -249,7 +239,7 @@ pub enum ShimError {
     },
 }
 
-/// A line of the worker protocol that cannot be taken (see [`super::worker::wire`]).
+/// A line of the worker protocol that cannot be taken (see kvaudit's `targets::llama::worker::wire`).
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
     /// A line longer than its direction's limit; the reader stopped reading it there.

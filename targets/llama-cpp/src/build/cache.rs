@@ -27,10 +27,10 @@ use super::fetch::non_empty_env;
 use super::recipe::link_flags;
 use super::recipe::{Recipe, RECIPE_VERSION};
 use super::toolchain::Toolchain;
-use crate::targets::llama::error::{IoContext as _, LlamaError};
-use crate::targets::llama::pins::Pin;
-use crate::targets::llama::shim::{BuildManifest, BuiltShim, SHIM_ABI, SHIM_HEADER, SHIM_SOURCE};
-use crate::targets::llama::sys;
+use crate::error::{IoContext as _, LlamaError};
+use crate::pins::Pin;
+use crate::shim::{BuildManifest, BuiltShim, SHIM_ABI, SHIM_HEADER, SHIM_SOURCE};
+use crate::sys;
 
 /// File name of the shared object in a cache entry.
 pub const SO_NAME: &str = "libkvaudit_shim.so";
@@ -169,12 +169,12 @@ pub(super) fn cache_key(
         what: "hashing the cache key".into(),
         message: e.to_string(),
     })?;
-    Ok(crate::base::files::sha256_hex(bytes))
+    Ok(crate::files::sha256_hex(bytes))
 }
 
 /// sha256 of a file, hex; the error names the file.
 pub fn file_sha256(path: &Path) -> Result<String, LlamaError> {
-    crate::base::files::file_sha256(path).context_io(|| format!("reading {}", path.display()))
+    crate::files::file_sha256(path).context_io(|| format!("reading {}", path.display()))
 }
 
 /// The directory of the entry for `pin` and `key` under the cache root `cache`.
@@ -409,7 +409,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt as _;
 
     use super::*;
-    use crate::targets::llama::pins::Variant;
+    use crate::pins::Variant;
 
     #[test]
     fn abandoned_builds_are_removed_and_live_ones_kept() {

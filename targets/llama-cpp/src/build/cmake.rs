@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-pub use crate::targets::llama::tree::cmake_version;
+pub use crate::tree::cmake_version;
 
 /// Names in the pins' CMake `add_compile_definitions` / `target_compile_definitions` calls
 /// that the recipe deliberately does not pass, with the reason. A name in a pin's CMake files
@@ -183,7 +183,7 @@ mod tests {
     use super::super::fetch::{cargo_home, find_in_registry};
     use super::super::recipe::{unknown_cmake_defines, Recipe};
     use super::*;
-    use crate::targets::llama::pins::{Pin, Variant};
+    use crate::pins::{Pin, Variant};
 
     const CMAKE_SAMPLE: &str = r#"
 set(LLAMA_VERSION_MAJOR 0)
@@ -247,7 +247,7 @@ my_add_compile_definitions(NOT_A_CALL)
     #[test]
     fn the_pins_cmake_defines_are_all_accounted_for() {
         // Runs against the unpacked pins when cargo's registry has them; says so when not.
-        for info in crate::targets::llama::pins::known_pins().unwrap().values() {
+        for info in crate::pins::known_pins().unwrap().values() {
             let Ok(home) = cargo_home() else { return };
             let Some(tree) = find_in_registry(&home, info).unwrap() else {
                 eprintln!(

@@ -13,9 +13,9 @@ use super::cmake::{
     cmake_define_names, cmake_option_default, version_header, CMAKE_DEFINES_NOT_PASSED, CMAKE_FILES,
 };
 
-use crate::targets::llama::error::{IoContext as _, LlamaError};
-use crate::targets::llama::pins::{Pin, PinInfo, Variant};
-use crate::targets::llama::tree::{shim_defines as shim_defines_for, tree_version};
+use crate::error::{IoContext as _, LlamaError};
+use crate::pins::{Pin, PinInfo, Variant};
+use crate::tree::{shim_defines as shim_defines_for, tree_version};
 
 /// Bump when the recipe below changes in a way the key does not see.
 pub(super) const RECIPE_VERSION: u32 = 1;

@@ -1,4 +1,4 @@
-//! Every libc call kvaudit makes, each behind a small safe function whose comment says why it is
+//! Every libc call of the llama.cpp target and kvaudit's worker, each behind a small safe function whose comment says why it is
 //! sound. With [`super::ffi`] (llama.cpp's own code) this is one of the two modules of the crate
 //! that contain `unsafe`.
 //!
@@ -153,7 +153,7 @@ pub fn send_sigabrt(pid: u32) -> io::Result<()> {
 
 /// How the fatal-signal handler's line starts: `kvaudit-worker: signal SIG trial T step S`, on
 /// stderr, where the worker's parent looks for it; ` observing O` follows when the child was
-/// observing the result of step S (O: [`crate::base::target::Observation::code`]).
+/// observing the result of step S (O: the code given to [`set_current_observation`]).
 pub const FATAL_SIGNAL_REPORT: &str = "kvaudit-worker: signal ";
 
 /// The trial (within its request) the worker's child is running, for the report.

@@ -13,8 +13,8 @@ use super::objects::{FileHashes, Lookup, ObjectCache, Places};
 use super::progress::{Progress, UnitLog};
 use super::recipe::{CompileUnit, Lang, Recipe};
 use super::toolchain::base_build;
-use crate::targets::llama::error::LlamaError;
-use crate::targets::llama::shim::UnitRecord;
+use crate::error::LlamaError;
+use crate::shim::UnitRecord;
 
 /// Substitutes the placeholders of a recipe path.
 fn resolve(path: &str, src: &Path, gen: &Path, shim: &Path) -> PathBuf {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::targets::llama::pins::Pin;
+use crate::pins::Pin;
 
 /// The progress display: an indicatif bar on a terminal, a plain line every 15 s otherwise.
 pub(super) struct Progress {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup};
-use crate::base::state::{parse_seq_state, parse_whole_state, ParseError, StateFormat, WholeCell};
+use crate::base::state::{ParseError, StateFormat, WholeCell};
 
 /// Who a target is, for reports and repro files.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -176,12 +176,12 @@ pub struct StepObservation {
     pub before: Option<Vec<SeqObservation>>,
     /// The next-token logits probe of each sequence the token model can judge, when
     /// [`Observe::logits`] asked for it and the target computes logits: after the last op of a
-    /// trial only ([`crate::base::probe`]).
+    /// trial only (`running/probe.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logits_probe: Option<Vec<LogitsProbe>>,
     /// The reload probe of each sequence with cells, when [`Observe::reload`] asked for it and
     /// the target computes logits and can load state: after the last op of a trial only
-    /// ([`crate::base::probe::probe_reloads`]).
+    /// ([`crate::running::probe::probe_reloads`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reload_probe: Option<Vec<ReloadProbe>>,
 }
@@ -233,7 +233,7 @@ impl Reload {
 }
 
 /// One sequence's next-token logits after one save and load ([`Reload`]), against the logits
-/// the context gave for the same probe token before the load ([`crate::base::probe`]).
+/// the context gave for the same probe token before the load (`running/probe.rs`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReloadProbe {
     /// The sequence.
@@ -260,7 +260,7 @@ impl Eq for ReloadProbe {}
 
 /// One sequence's logits probe: the logits of a probe token decoded after the sequence's last
 /// position, in the audited cache and in a fresh context that decoded the sequence's resident
-/// tokens at their positions ([`crate::base::probe`]).
+/// tokens at their positions (`running/probe.rs`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LogitsProbe {
     /// The sequence.
@@ -331,7 +331,7 @@ pub struct SeqRoundTrip {
     pub same_bytes: bool,
 }
 
-/// What [`observe`] looks at beyond the accessors and the per-sequence dumps. Oracles say what
+/// What `running::observe` looks at beyond the accessors and the per-sequence dumps. Oracles say what
 /// they need ([`crate::oracles::Oracle::observes`]); observing less is faster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Observe {
@@ -558,148 +558,35 @@ pub trait CacheUnderTest {
     }
 }
 
-/// Observes `seqs` on `target`: the accessors, and the cells from the serialized state.
-pub fn observe(
-    target: &mut dyn CacheUnderTest,
-    format: StateFormat,
-    seqs: &[SeqId],
-    outcome: OpOutcome,
-) -> Result<StepObservation, HarnessError> {
-    target.observing(Some(Observation::Sequences));
-    let mut out = Vec::with_capacity(seqs.len());
-    for &seq in seqs {
-        out.push(observe_seq(target, format, seq)?);
-    }
-    Ok(StepObservation::basic(outcome, out))
-}
-
-/// The sequences `seqs` as they are now: what [`StepObservation::before`] holds.
-pub fn observe_seqs(
-    target: &mut dyn CacheUnderTest,
-    format: StateFormat,
-    seqs: &[SeqId],
-) -> Result<Vec<SeqObservation>, HarnessError> {
-    target.observing(Some(Observation::Before));
-    seqs.iter()
-        .map(|&seq| observe_seq(target, format, seq))
-        .collect()
-}
-
-fn observe_seq(
-    target: &mut dyn CacheUnderTest,
-    format: StateFormat,
-    seq: SeqId,
-) -> Result<SeqObservation, HarnessError> {
-    let pos_min = target.seq_pos_min(seq)?;
-    let pos_max = target.seq_pos_max(seq)?;
-    let bytes = target.seq_state(seq)?;
-    let parsed = parse_seq_state(&bytes, format).map_err(|source| HarnessError::State {
-        target: target.info().name,
-        seq,
-        source,
-    })?;
-    Ok(SeqObservation {
-        seq,
-        pos_min,
-        pos_max,
-        cells: parsed.resident_positions(),
-        second_cells: parsed.second_positions(),
-    })
-}
-
-/// [`observe`], plus what `what` asks for and the target can give: the whole-context dump's
-/// cells, and the round trip into a twin.
-pub fn observe_with(
-    target: &mut dyn CacheUnderTest,
-    format: StateFormat,
-    seqs: &[SeqId],
-    outcome: OpOutcome,
-    what: Observe,
-) -> Result<StepObservation, HarnessError> {
-    let mut obs = observe(target, format, seqs, outcome)?;
-    if !(what.whole || what.round_trip) {
-        return Ok(obs);
-    }
-    // The round trip loads the whole dump too: taken for it alone, a crash there is the round
-    // trip's.
-    target.observing(Some(if what.whole {
-        Observation::Whole
+/// The coarser of two cache types (fewer bits per value).
+pub fn coarser(a: CacheType, b: CacheType) -> CacheType {
+    let bits = |t: CacheType| match t {
+        CacheType::F32 => 32,
+        CacheType::F16 => 16,
+        CacheType::Q8_0 => 8,
+        CacheType::Q4_0 => 4,
+    };
+    if bits(a) <= bits(b) {
+        a
     } else {
-        Observation::RoundTrip
-    }));
-    let Some(whole) = target.state_get()? else {
-        return Ok(obs);
-    };
-    if what.whole {
-        let cells = parse_whole_state(&whole, format).map_err(|source| HarnessError::State {
-            target: target.info().name,
-            seq: -1,
-            source,
-        })?;
-        obs.whole = Some(cells);
+        b
     }
-    if what.round_trip {
-        target.observing(Some(Observation::RoundTrip));
-        obs.round_trip = round_trip(target, format, seqs, &whole)?;
-    }
-    Ok(obs)
 }
 
-/// Loads `whole` (this target's whole-context dump) into the target's twin, then each
-/// sequence's dump into the emptied twin, one at a time, and observes the twin. `None` when the target has no twin or the twin cannot
-/// load state at all.
-fn round_trip(
-    target: &mut dyn CacheUnderTest,
-    format: StateFormat,
-    seqs: &[SeqId],
-    whole: &[u8],
-) -> Result<Option<RoundTrip>, HarnessError> {
-    let mut seq_bytes = Vec::with_capacity(seqs.len());
-    for &seq in seqs {
-        seq_bytes.push(target.seq_state(seq)?);
+/// The cache type a probe of `setup` is judged by: the coarser of K and V, and F32 for a
+/// recurrent memory, which keeps no K/V: its states are F32 whatever the K/V types
+/// (llama_model::create_memory, src/llama-model.cpp:2677-2685 in 0.1.161).
+pub fn probe_cache(setup: &Setup) -> CacheType {
+    match setup.arch.memory() {
+        MemoryType::Recurrent => CacheType::F32,
+        _ => coarser(setup.type_k, setup.type_v),
     }
-    let Some(twin) = target.twin()? else {
-        return Ok(None);
-    };
-    let whole_loaded = match twin.state_set(whole)? {
-        OpOutcome::Unsupported { .. } => return Ok(None),
-        o => {
-            o == OpOutcome::Done {
-                returned: Some(true),
-            }
-        }
-    };
-    let mut whole_twin = Vec::with_capacity(seqs.len());
-    for &seq in seqs {
-        whole_twin.push(observe_seq(twin, format, seq)?);
-    }
-    let whole_same_bytes = twin.state_get()?.as_deref() == Some(whole);
-    // Each sequence goes into an emptied twin on its own: sequences that share cells in the
-    // original (a `seq_cp`) are written out separately, so loaded together they can need more
-    // cells than the cache has, which llama.h does not promise to hold.
-    let mut per_seq = Vec::with_capacity(seqs.len());
-    for (&seq, bytes) in seqs.iter().zip(&seq_bytes) {
-        twin.apply(&crate::base::op::Op::Clear)?;
-        let loaded = match twin.set_seq_state(seq, bytes)? {
-            OpOutcome::Unsupported { .. } => return Ok(None),
-            o => {
-                o == OpOutcome::Done {
-                    returned: Some(true),
-                }
-            }
-        };
-        let obs = observe_seq(twin, format, seq)?;
-        let same_bytes = twin.seq_state(seq)? == *bytes;
-        per_seq.push(SeqRoundTrip {
-            loaded,
-            twin: obs,
-            same_bytes,
-        });
-    }
-    Ok(Some(RoundTrip {
-        whole_loaded,
-        whole_twin,
-        whole_same_bytes,
-        seqs: per_seq,
-    }))
+}
+
+/// Whether a logits probe of `setup` sums V rows in F16: flash attention over an F16 V cache on
+/// a memory with attention ([`LogitsProbe::v_summed_in_f16`]).
+pub fn v_summed_in_f16(setup: &Setup) -> bool {
+    setup.flash_attn
+        && setup.type_v == CacheType::F16
+        && setup.arch.memory() != MemoryType::Recurrent
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 use serde::Serialize;
 
 use super::recipe::X86_CPU_FLAGS;
-use crate::targets::llama::error::{IoContext as _, LlamaError};
+use crate::error::{IoContext as _, LlamaError};
 
 /// The only host the recipe's flags are right for (x86-64 AVX2 CPU backend, ELF link flags).
 pub(super) const TRIPLE: &str = "x86_64-unknown-linux-gnu";
