@@ -5,15 +5,20 @@
 #
 #   scripts/hunt-reports.sh                 # --budget 30m each (about an hour on 2 cores)
 #   BUDGET=2m scripts/hunt-reports.sh       # a short hunt, to see the script work
+#   PINS=0.1.156 scripts/hunt-reports.sh    # one pin only
+#   KVAUDIT=/tmp/copy/kvaudit scripts/hunt-reports.sh   # that binary (named kvaudit), no build
 #
 # Exit code 1 of a hunt (new or regressed groups) is expected; any other failure stops the
 # script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget=${BUDGET:-30m}
-cargo build --release --quiet
-k=target/release/kvaudit
-for pin in 0.1.161 0.1.156; do
+# KVAUDIT=PATH runs that binary (a copy, so that a rebuild does not pull it from under a hunt).
+if [ -z "${KVAUDIT:-}" ]; then
+  cargo build --release --quiet
+fi
+k=${KVAUDIT:-target/release/kvaudit}
+for pin in ${PINS:-0.1.161 0.1.156}; do
   out=reports/hunt/llama.cpp@$pin
   rm -rf "$out"
   mkdir -p "$out"

@@ -262,6 +262,9 @@ pub struct ReloadProbe {
     pub cache: CacheType,
     /// The memory type of the setup's architecture.
     pub memory: MemoryType,
+    /// V rows summed in F16 (as [`LogitsProbe::v_summed_in_f16`]): no tolerance is measured.
+    #[serde(default)]
+    pub v_summed_in_f16: bool,
 }
 
 // As for `LogitsProbe`: the difference is never NaN.
@@ -294,6 +297,11 @@ pub struct LogitsProbe {
     /// oracle judges this probe, cache-invisible the others.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rolled_back: bool,
+    /// Flash attention on over an F16 V cache: ggml-cpu's flash attention accumulates the
+    /// weighted V rows in F16 (`VKQ16`, ggml-cpu/ops.cpp:8940-9035 in 0.1.161), so the order
+    /// of the cells changes the sum's rounding at F16 precision; no tolerance is measured.
+    #[serde(default)]
+    pub v_summed_in_f16: bool,
 }
 
 // A probe's difference is never NaN (see `max_abs_diff`), so equality is an equivalence.
@@ -565,4 +573,37 @@ pub trait CacheUnderTest {
     fn observing(&mut self, what: Option<Observation>) {
         let _ = what;
     }
+}
+
+/// The coarser of two cache types (fewer bits per value).
+pub fn coarser(a: CacheType, b: CacheType) -> CacheType {
+    let bits = |t: CacheType| match t {
+        CacheType::F32 => 32,
+        CacheType::F16 => 16,
+        CacheType::Q8_0 => 8,
+        CacheType::Q4_0 => 4,
+    };
+    if bits(a) <= bits(b) {
+        a
+    } else {
+        b
+    }
+}
+
+/// The cache type a probe of `setup` is judged by: the coarser of K and V, and F32 for a
+/// recurrent memory, which keeps no K/V: its states are F32 whatever the K/V types
+/// (llama_model::create_memory, src/llama-model.cpp:2677-2685 in 0.1.161).
+pub fn probe_cache(setup: &Setup) -> CacheType {
+    match setup.arch.memory() {
+        MemoryType::Recurrent => CacheType::F32,
+        _ => coarser(setup.type_k, setup.type_v),
+    }
+}
+
+/// Whether a logits probe of `setup` sums V rows in F16: flash attention over an F16 V cache on
+/// a memory with attention ([`LogitsProbe::v_summed_in_f16`]).
+pub fn v_summed_in_f16(setup: &Setup) -> bool {
+    setup.flash_attn
+        && setup.type_v == CacheType::F16
+        && setup.arch.memory() != MemoryType::Recurrent
 }

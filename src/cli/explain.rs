@@ -7,7 +7,7 @@ use clap::Args;
 use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::outputs::explain::{default_target, explain_repro, to_svg};
-use kvaudit::outputs::repro::{parse_label, write_output, Repro};
+use kvaudit::outputs::repro::{parse_label, write_output, Repro, TargetExpectation};
 
 /// Arguments of `kvaudit explain`.
 #[derive(Debug, Args)]
@@ -28,12 +28,23 @@ pub fn run(a: ExplainArgs) -> Result<i32, CliError> {
     let repro = Repro::load(&a.file).map_err(CliError::usage)?;
     let label = match &a.target {
         Some(t) => t.clone(),
-        None => default_target(&repro).map(|t| t.label()).ok_or_else(|| {
-            CliError::usage(format!(
-                "{}: no target expects the finding; name one with --target",
-                a.file.display()
-            ))
-        })?,
+        // A pair's first target alone: the picture is of one target's cells.
+        None => default_target(&repro)
+            .map(|t| {
+                TargetExpectation {
+                    vs: None,
+                    vs_faults: Vec::new(),
+                    vs_config: None,
+                    ..t.clone()
+                }
+                .label()
+            })
+            .ok_or_else(|| {
+                CliError::usage(format!(
+                    "{}: no target expects the finding; name one with --target",
+                    a.file.display()
+                ))
+            })?,
     };
     let spec = parse_label(&label).map_err(CliError::usage)?;
     let picture = explain_repro(&repro, &spec)?;

@@ -58,10 +58,6 @@ pub struct HuntArgs {
     /// The fuzz seed: entry i of the plan fuzzes with seed + i.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Merge the summaries of these shard folders into --out (classified again) instead of
-    /// hunting.
-    #[arg(long, num_args = 1.., value_name = "DIR")]
-    merge: Vec<PathBuf>,
     /// Only these entries of the plan (comma-separated ids, as `--plan` lists them).
     #[arg(long, value_delimiter = ',')]
     entries: Vec<String>,
@@ -178,19 +174,60 @@ fn print_plan(
     Ok(())
 }
 
-/// Classifies the summary's groups, writes the new ones' files and the summary.
+/// Classifies the summary's groups against the corpus folder `corpus`, writes the new ones'
+/// files and the summary into `out`.
 fn finish(
     s: &mut HuntSummary,
     plan: &[PlanEntry],
-    a: &HuntArgs,
+    (corpus, out): (&Path, &Path),
     date: &str,
     check_until: Option<Instant>,
 ) -> Result<(), CliError> {
-    let corpus = read_corpus(&a.corpus, s)
-        .map_err(|e| CliError::usage(format!("--corpus {}: {}", a.corpus.display(), e.message)))?;
-    classify(s, &corpus, plan, check_until);
-    write_new_groups(s, plan, &a.out, date, check_until)?;
-    write_summary(&a.out, s)
+    let entries = read_corpus(corpus, s)
+        .map_err(|e| CliError::usage(format!("--corpus {}: {}", corpus.display(), e.message)))?;
+    classify(s, &entries, plan, check_until);
+    write_new_groups(s, plan, out, date, check_until)?;
+    write_summary(out, s)
+}
+
+/// Whether `path` names a hunt's folder (or its `summary.json`) for `kvaudit merge`: a folder,
+/// or anything but an audit report's `.json` file.
+pub fn is_hunt_summary(path: &Path) -> bool {
+    path.is_dir()
+        || path.file_name().is_some_and(|n| n == "summary.json")
+        || !matches!(path.extension(), Some(e) if e == "json")
+}
+
+/// `kvaudit merge` of a hunt's shards: the summaries in `parts` (folders, or their
+/// `summary.json`) merged into the folder `out`, grouped and classified against `corpus` again,
+/// with the new groups' files (C programs checked on the target, with no deadline).
+pub fn merge_shards_into(
+    parts: &[PathBuf],
+    out: &Path,
+    corpus: &Path,
+    date: Option<&str>,
+) -> Result<i32, CliError> {
+    let date = match date {
+        Some(d) => check_date(d).map_err(|e| CliError::usage(format!("--date: {e}")))?,
+        None => today_utc(),
+    };
+    let summaries = parts
+        .iter()
+        .map(|p| {
+            load_summary(if p.is_dir() {
+                p
+            } else {
+                p.parent().unwrap_or(p)
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut whole = merge_shards(summaries).map_err(usage)?;
+    let target = TargetSpec::new(&whole.target, &whole.faults);
+    std::fs::create_dir_all(out)
+        .map_err(|e| CliError::harness(format!("{}: {e}", out.display())))?;
+    finish(&mut whole, &plan(&target), (corpus, out), &date, None)?;
+    print!("{}", whole.to_terminal());
+    Ok(exit_code(&whole))
 }
 
 /// Runs the hunt.
@@ -215,19 +252,6 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
         )));
     }
     let wanted = |e: &PlanEntry| a.entries.is_empty() || a.entries.contains(&e.id);
-    if !a.merge.is_empty() {
-        let parts = a
-            .merge
-            .iter()
-            .map(|d| load_summary(d))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut whole = merge_shards(parts).map_err(usage)?;
-        std::fs::create_dir_all(&a.out)
-            .map_err(|e| CliError::harness(format!("{}: {e}", a.out.display())))?;
-        finish(&mut whole, &plan, &a, &date, None)?;
-        print!("{}", whole.to_terminal());
-        return Ok(exit_code(&whole));
-    }
     let resume = match &a.resume {
         Some(dir) => {
             let r = load_summary(dir)?;
@@ -358,7 +382,7 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
         Budget::Seconds(b) => Some(started + Duration::from_secs_f64((b - spent_before).max(0.0))),
         Budget::Trials(_) => None,
     };
-    finish(&mut summary, &plan, &a, &date, check_until)?;
+    finish(&mut summary, &plan, (&a.corpus, &a.out), &date, check_until)?;
     summary.code_lines = super::coverage::total_lines(summary.code.as_ref());
     summary.elapsed_s = spent_before + started.elapsed().as_secs_f64();
     write_summary(&a.out, &summary)?;

@@ -1,4 +1,5 @@
-//! `kvaudit merge`: combines shard reports into the report of the whole run.
+//! `kvaudit merge`: combines shard reports into the report of the whole run: audit reports
+//! (JSON), or a hunt's shard folders (`super::hunt::merge_shards_into`).
 
 use std::path::PathBuf;
 
@@ -12,15 +13,40 @@ use kvaudit::records::report::{merge, Report};
 /// Arguments of `kvaudit merge`.
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// Shard reports (JSON), one per shard.
+    /// Shard reports (JSON), one per shard; or a hunt's shard folders (`kvaudit hunt --shard
+    /// K/M --out DIR`), merged into the folder --out names.
     #[arg(required = true)]
     reports: Vec<PathBuf>,
     #[command(flatten)]
     out: OutputArgs,
+    /// Hunt shards: the regression corpus the merged groups are classified against.
+    #[arg(long, default_value = "corpora")]
+    corpus: PathBuf,
+    /// Hunt shards: the new repro files' `since` date, YYYY-MM-DD (default: today, UTC).
+    #[arg(long, env = "KVAUDIT_DATE")]
+    date: Option<String>,
 }
 
 /// Reads, checks and merges.
 pub fn run(m: MergeArgs) -> Result<i32, CliError> {
+    let hunts = m
+        .reports
+        .iter()
+        .filter(|p| super::hunt::is_hunt_summary(p))
+        .count();
+    if hunts > 0 {
+        if hunts < m.reports.len() {
+            return Err(CliError::usage(
+                "merge: give audit reports (JSON files) or hunt shard folders, not both",
+            ));
+        }
+        let Some(out) = m.out.out.as_deref() else {
+            return Err(CliError::usage(
+                "merge of hunt shards: --out names the folder of the merged hunt",
+            ));
+        };
+        return super::hunt::merge_shards_into(&m.reports, out, &m.corpus, m.date.as_deref());
+    }
     let mut reports = Vec::new();
     for p in &m.reports {
         let r = Report::load(p).map_err(CliError::usage)?;

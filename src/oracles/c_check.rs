@@ -98,8 +98,23 @@ pub const I2: CCheck = CCheck::per_seq(|s, _| {
 
 /// differential: the sequence as the reference left it (`expected`'s `pos_min`, `pos_max`,
 /// `cells`).
-pub const DIFFERENTIAL: CCheck = CCheck::per_seq(|s, input| {
-    let e = input.expected;
+pub const DIFFERENTIAL: CCheck = CCheck::per_seq(|s, input| differs_from(s, input.expected));
+
+/// config-differential: the sequence as the other configuration left it (`expected`'s `other
+/// configuration`, recorded by kvaudit): the program runs the first configuration only.
+pub const CONFIG_DIFFERENTIAL: CCheck = CCheck::per_seq(|s, input| {
+    differs_from(
+        s,
+        input
+            .expected
+            .get("other configuration")
+            .unwrap_or(&Value::Null),
+    )
+});
+
+/// The statements of a check that the sequence differs from `e`'s `pos_min`, `pos_max` and
+/// `cells`.
+fn differs_from(s: &mut String, e: &Value) {
     let emin = e.get("pos_min").and_then(Value::as_i64).unwrap_or(-1);
     let emax = e.get("pos_max").and_then(Value::as_i64).unwrap_or(-1);
     let ecells = expected_cells(e).unwrap_or_default();
@@ -122,7 +137,7 @@ pub const DIFFERENTIAL: CCheck = CCheck::per_seq(|s, input| {
         "        for (int i = 0; same && i < n; i++) same = cells[i] == want[i];"
     );
     let _ = writeln!(s, "        if (!same) {{ printf(\"differs from the reference: seq_pos_min {emin}, seq_pos_max {emax}, {} cells\\n\"); reproduced = 1; }}", ecells.len());
-});
+}
 
 /// crash: the program reproduces by crashing; reaching the end is not reproducing.
 pub const CRASH: CCheck = CCheck {

@@ -108,6 +108,10 @@ pub fn check_config_differential(
 }
 
 impl Oracle for ConfigDifferential {
+    fn c_check(&self) -> Option<super::c_check::CCheck> {
+        Some(super::c_check::CONFIG_DIFFERENTIAL)
+    }
+
     fn id(&self) -> OracleId {
         ID
     }

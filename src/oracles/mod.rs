@@ -35,7 +35,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::base::cache::{Observation, Observe, StepObservation};
-use crate::base::op::{Arch, Op, SeqId};
+use crate::base::op::{Arch, Op, SeqId, Setup};
 
 /// An oracle's name: what reports, repro files, PREREG.md and `--oracles` call it. Ordered as
 /// the built-in registry lists oracles (report order), other names after them by name. The rank
@@ -301,6 +301,14 @@ pub trait Oracle: Send + Sync {
     /// as checked, so an oracle a target cannot take shows as unjudged, never as passing.
     fn judges(&self, seen: &Seen<'_>) -> bool {
         let _ = seen;
+        true
+    }
+    /// Whether any step of a trace from `setup` can be judged: false where the oracle has no
+    /// reading or no measured tolerance for the setup's memory type or cache types, so that
+    /// every trial from it would be "not judged" (a hunt's plan leaves such oracles out of
+    /// the entry, `engines::hunt::plan`).
+    fn judges_setup(&self, setup: &Setup) -> bool {
+        let _ = setup;
         true
     }
     /// Whether what it observes costs more than a trial (decodes per sequence): an exhaustive

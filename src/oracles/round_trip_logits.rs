@@ -20,8 +20,10 @@
 use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-use crate::base::cache::{Observe, Reload, ReloadProbe, StepObservation};
-use crate::base::op::{CacheType, MemoryType};
+use crate::base::cache::{
+    probe_cache, v_summed_in_f16, Observe, Reload, ReloadProbe, StepObservation,
+};
+use crate::base::op::{CacheType, MemoryType, Setup};
 
 /// The oracle.
 pub struct RoundTripLogits;
@@ -45,8 +47,15 @@ pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
     }
 }
 
+/// Whether a reload probe of a trace from `setup` can be judged: its memory and cache types
+/// have a tolerance (both reload oracles).
+pub(super) fn judges_setup_reloads(setup: &Setup) -> bool {
+    !v_summed_in_f16(setup) && tolerance(setup.arch.memory(), probe_cache(setup)).is_some()
+}
+
 /// The probes of `after` of the loads `which` takes that can be judged: loaded (a failed load
-/// is judged by what reads load failures), with a tolerance.
+/// is judged by what reads load failures), with a tolerance, V rows not summed in F16 (flash
+/// attention over an F16 V cache: measured with flash attention off; `v_summed_in_f16`).
 pub(super) fn judged(
     after: &StepObservation,
     which: fn(Reload) -> bool,
@@ -55,7 +64,7 @@ pub(super) fn judged(
         .reload_probe
         .iter()
         .flatten()
-        .filter(move |p| which(p.load) && p.loaded)
+        .filter(move |p| which(p.load) && p.loaded && !p.v_summed_in_f16)
         .filter_map(|p| tolerance(p.memory, p.cache).map(|t| (p, t)))
 }
 
@@ -157,6 +166,10 @@ impl Oracle for RoundTripLogits {
         true
     }
 
+    fn judges_setup(&self, setup: &Setup) -> bool {
+        judges_setup_reloads(setup)
+    }
+
     fn judges(&self, seen: &Seen<'_>) -> bool {
         match seen {
             Seen::Step { after, .. } => judged(after, Reload::into_twin).next().is_some(),
@@ -192,6 +205,7 @@ pub(super) mod tests {
                     max_abs_diff,
                     cache: CacheType::F16,
                     memory: MemoryType::Kv,
+                    v_summed_in_f16: false,
                 })
                 .collect(),
         );
@@ -205,6 +219,20 @@ pub(super) mod tests {
             after: s,
             arch: crate::base::op::Arch::Llama,
         }
+    }
+
+    #[test]
+    fn flash_attention_over_an_f16_v_cache_is_not_judged() {
+        let mut s = step(&[(Reload::WholeTwin, true, 3.6e-4)]);
+        assert!(RoundTripLogits.check(&seen(&s)).is_some());
+        for p in s.reload_probe.iter_mut().flatten() {
+            p.v_summed_in_f16 = true;
+        }
+        assert!(!RoundTripLogits.judges(&seen(&s)));
+        assert!(RoundTripLogits.check(&seen(&s)).is_none());
+        let flash = Setup::default().with_config("flash_attn=on").unwrap();
+        assert!(!RoundTripLogits.judges_setup(&flash));
+        assert!(RoundTripLogits.judges_setup(&Setup::default()));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use serde_json::json;
 use super::round_trip_logits::{check_reloads, judged, OBSERVES};
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, Reload, StepObservation};
+use crate::base::op::Setup;
 
 /// The oracle.
 pub struct SaveLoadInvisible;
@@ -111,6 +112,10 @@ impl Oracle for SaveLoadInvisible {
 
     fn costly(&self) -> bool {
         true
+    }
+
+    fn judges_setup(&self, setup: &Setup) -> bool {
+        super::round_trip_logits::judges_setup_reloads(setup)
     }
 
     fn judges(&self, seen: &Seen<'_>) -> bool {

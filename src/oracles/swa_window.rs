@@ -35,7 +35,7 @@ use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, SeqObservation, StepObservation};
-use crate::base::op::{Arch, MemoryType, Op, Pos};
+use crate::base::op::{Arch, MemoryType, Op, Pos, Setup};
 
 /// The oracle.
 pub struct SwaWindow;
@@ -165,6 +165,10 @@ impl Oracle for SwaWindow {
             before: true,
             ..Observe::BASIC
         }
+    }
+
+    fn judges_setup(&self, setup: &Setup) -> bool {
+        window(setup.arch).is_some()
     }
 
     fn judges(&self, seen: &Seen<'_>) -> bool {

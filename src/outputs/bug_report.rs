@@ -153,7 +153,7 @@ pub fn bug_report(repro: &Repro, program: &str, checked: Option<&CheckedProgram>
     let pins: Vec<(String, Expect)> = repro
         .targets
         .iter()
-        .filter(|t| t.target.starts_with("llama.cpp@") && t.vs.is_none())
+        .filter(|t| t.target.starts_with("llama.cpp@"))
         .map(|t| (t.target.clone(), t.expect))
         .collect();
     let affected: Vec<String> = pins
@@ -291,7 +291,7 @@ pub fn default_pin(repro: &Repro) -> Option<String> {
         repro
             .targets
             .iter()
-            .filter(|t| t.target.starts_with("llama.cpp@") && t.vs.is_none())
+            .filter(|t| t.target.starts_with("llama.cpp@"))
     };
     pins()
         .find(|t| t.expect == Expect::Fails)

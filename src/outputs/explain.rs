@@ -116,14 +116,10 @@ pub fn picture(
 }
 
 /// The target a picture of `repro` is drawn on by default: the first llama.cpp pin the file
-/// expects to fail (the engine a bug report is for), else the first target it expects to fail.
+/// expects to fail (the engine a bug report is for), else the first target it expects to fail;
+/// of a pair (`vs`, `vs_config`), its first target is drawn.
 pub fn default_target(repro: &Repro) -> Option<&TargetExpectation> {
-    let fails = || {
-        repro
-            .targets
-            .iter()
-            .filter(|t| t.expect == Expect::Fails && t.vs.is_none())
-    };
+    let fails = || repro.targets.iter().filter(|t| t.expect == Expect::Fails);
     fails()
         .find(|t| t.target.starts_with("llama.cpp@"))
         .or_else(|| fails().next())

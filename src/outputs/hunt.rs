@@ -2,11 +2,13 @@
 //!
 //! Each corpus file's finding gets its root cause the way the hunt's findings get theirs
 //! (`engines::root_cause::cause_of`, on the label of the file's expectation for the hunt's target,
-//! else its first failing one). A group is the corpus file's when they share a cause and an
-//! oracle (`matched_by: cause`), or, failing that, when one of its findings has the file's
-//! oracle, kind (line numbers aside), memory type and op at the failing step (`signature`: the
-//! shrinker may stop at another minimal trace than the file's, and a crash's line moves
-//! between versions). Then its class is *regressed* if the file records
+//! else its first failing one). A group can be a corpus file's only when one of its findings is
+//! of the file's class (`same_class`: oracle, kind with line numbers aside, memory type, stream
+//! layout and, on iSWA memory, `swa_full`); then it is the file's when they share a cause
+//! (`matched_by: cause`), or both are the native model's design (`design`), or, failing those,
+//! when that finding fails at the file's op (`signature`: the shrinker may stop at another
+//! minimal trace than the file's, and a crash's line moves between versions). Then its class
+//! is *regressed* if the file records
 //! that the finding holds on this target, else *known*. A corpus file that expects a failure on
 //! this target, whose setup and oracle an entry judged, and that no group matched, is replayed:
 //! if it now holds it is *fixed*. Every other group is *new*: its representative is written to
@@ -17,6 +19,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::base::config::MemoryType;
 use crate::base::error::Error;
 use crate::engines::root_cause::cause_of;
 use crate::oracles::{Reads, Registry};
@@ -96,6 +99,19 @@ fn without_numbers(kind: &str) -> String {
     kind.chars().filter(|c| !c.is_ascii_digit()).collect()
 }
 
+/// Whether `f` is of the class `repro` files: the same oracle, kind (line numbers aside),
+/// memory type and configuration that selects llama.cpp's code paths for it (one stream or
+/// one per sequence; on iSWA memory, whether the windowed cache evicts).
+fn same_class(f: &Finding, repro: &Repro) -> bool {
+    let (a, b) = (&f.trace.setup, &repro.trace.setup);
+    let memory = a.arch.memory();
+    f.oracle == repro.oracle
+        && without_numbers(&f.kind) == without_numbers(&repro.kind)
+        && memory == b.arch.memory()
+        && a.kv_unified == b.kv_unified
+        && (memory != MemoryType::Iswa || a.swa_full == b.swa_full)
+}
+
 /// Classifies every group of `s` against `corpus`, and finds the corpus findings that the
 /// plan reached and that no longer fail (replayed on the target, until `replay_until`).
 pub fn classify(
@@ -116,15 +132,17 @@ pub fn classify(
             .iter()
             .map(|&n| &s.findings[n - 1].finding)
             .collect();
+        // Every match needs a finding of the group of the file's class: its oracle, kind (line
+        // numbers aside), memory type and stream layout; a cause or a design shared alone
+        // says too little (one fault or one model design shows in many oracles and setups).
+        let of_class = |c: &CorpusEntry| members.iter().any(|f| same_class(f, &c.repro));
         let by_cause = corpus
             .iter()
-            .find(|c| c.cause == g.group.cause && g.group.oracles.contains(&c.repro.oracle));
+            .find(|c| c.cause == g.group.cause && of_class(c));
         let by_signature = || {
             corpus.iter().find(|c| {
                 members.iter().any(|f| {
-                    f.oracle == c.repro.oracle
-                        && without_numbers(&f.kind) == without_numbers(&c.repro.kind)
-                        && f.trace.setup.arch.memory() == c.repro.trace.setup.arch.memory()
+                    same_class(f, &c.repro)
                         && failing_op(f)
                             == c.repro
                                 .trace
@@ -135,16 +153,13 @@ pub fn classify(
             })
         };
         // The model's design (the native model without faults shows both): the same
-        // violation of the same oracle on the same memory type, whatever trace reached it.
+        // violation of the same oracle on the same memory type and layout, whatever trace
+        // reached it.
         let by_design = || {
             corpus.iter().find(|c| {
                 matches!(c.cause, Cause::NativeModel { .. })
                     && matches!(g.group.cause, Cause::NativeModel { .. })
-                    && members.iter().any(|f| {
-                        f.oracle == c.repro.oracle
-                            && f.kind == c.repro.kind
-                            && f.trace.setup.arch.memory() == c.repro.trace.setup.arch.memory()
-                    })
+                    && of_class(c)
             })
         };
         let (hit, how) = match (by_cause, by_design()) {
@@ -228,21 +243,13 @@ pub fn write_new_groups(
             .is_some_and(|o| o.reads() == Reads::Pair);
         let vs = match (&pairing, is_pair) {
             (Pairing::Native, true) => Some(TargetSpec::new("native", &[])),
-            (Pairing::Config { config }, true) => {
-                // The repro format names a second target, not a second configuration.
-                g.files.push(format!(
-                    "(no repro file: a configuration pair, rerun with kvaudit fuzz --vs-config {config})"
-                ));
-                continue;
-            }
             _ => None,
         };
-        let mut repro = Repro::from_finding(
-            f,
-            date,
-            vec![TargetExpectation::new(&target, vs.as_ref(), Expect::Fails)],
-            None,
-        );
+        let mut expectation = TargetExpectation::new(&target, vs.as_ref(), Expect::Fails);
+        if let (Pairing::Config { config }, true) = (&pairing, is_pair) {
+            expectation.vs_config = Some(config.clone());
+        }
+        let mut repro = Repro::from_finding(f, date, vec![expectation], None);
         repro.postmortem = format!(
             "Found by kvaudit hunt (entry {}); root cause: {}.",
             hf.entry,
@@ -281,6 +288,9 @@ pub fn write_new_groups(
             }
             _ => None,
         };
+        if let Err(e) = &program {
+            g.files.push(format!("(no C program: {})", e.message));
+        }
         if let Ok(p) = &program {
             let (c, name) = path("c");
             write_output(&c, p)?;
@@ -301,4 +311,100 @@ pub fn write_new_groups(
     }
     let _ = std::fs::create_dir_all(&new_dir);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::finding::Finding;
+    use crate::records::group::FindingGroup;
+    use crate::records::hunt::{Budget, HuntFinding, HuntGroup};
+    use crate::records::report::Shard;
+
+    /// A summary of one group of one finding: `file`'s finding with its setup changed by
+    /// `config`, caused by the native model's design.
+    fn summary_of(repro: &Repro, config: &str) -> HuntSummary {
+        let mut trace = repro.trace.clone();
+        trace.setup = trace.setup.with_config(config).unwrap();
+        let finding = Finding {
+            oracle: repro.oracle,
+            kind: repro.kind.clone(),
+            target: "llama.cpp@0.1.161".into(),
+            depth: trace.ops.len() as u32,
+            trial_index: 0,
+            step: repro.step,
+            seq: repro.seq,
+            trace,
+            observed: repro.observed.clone(),
+            expected: repro.expected.clone(),
+        };
+        HuntSummary {
+            kvaudit: String::new(),
+            target: "llama.cpp@0.1.161".into(),
+            faults: Vec::new(),
+            budget: Budget::Trials(1),
+            seed: 1,
+            shard: Shard::WHOLE,
+            plan: Vec::new(),
+            only: Vec::new(),
+            unsupported: Vec::new(),
+            entries: Vec::new(),
+            skipped: Vec::new(),
+            findings: vec![HuntFinding {
+                memory: finding.trace.setup.arch.memory(),
+                finding,
+                entry: "seed".into(),
+                found_at_s: 0.0,
+            }],
+            groups: vec![HuntGroup {
+                group: FindingGroup {
+                    cause: Cause::NativeModel {
+                        shape: "another trace".into(),
+                    },
+                    oracles: vec![repro.oracle],
+                    representative: 1,
+                    findings: vec![1],
+                },
+                memory: Vec::new(),
+                entries: Vec::new(),
+                class: GroupClass::New,
+                matched_by: String::new(),
+                first_violation_s: 0.0,
+                files: Vec::new(),
+            }],
+            fixed: Vec::new(),
+            elapsed_s: 0.0,
+            incomplete: false,
+            code: None,
+            code_lines: None,
+        }
+    }
+
+    #[test]
+    fn a_design_finding_is_known_only_on_the_files_memory_type_and_layout() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
+        let file = "contract_streams_seq_keep_leaves_other_streams.json";
+        let repro = Repro::load(&dir.join(file)).unwrap();
+        let corpus = vec![CorpusEntry {
+            file: file.into(),
+            repro: repro.clone(),
+            cause: Cause::NativeModel {
+                shape: "the file's trace".into(),
+            },
+        }];
+        // The file's own class (one stream per sequence, kv memory): known by design.
+        let mut same = summary_of(&repro, "");
+        classify(&mut same, &corpus, &[], None);
+        assert_eq!(
+            same.groups[0].class,
+            GroupClass::Known { file: file.into() }
+        );
+        assert_eq!(same.groups[0].matched_by, "design");
+        // The same oracle and kind in a unified cache, or on iSWA memory: not the file's.
+        for other in ["kv_unified=true", "arch=gemma2"] {
+            let mut s = summary_of(&repro, other);
+            classify(&mut s, &corpus, &[], None);
+            assert_eq!(s.groups[0].class, GroupClass::New, "{other}");
+        }
+    }
 }

@@ -26,9 +26,10 @@
 //! refused).
 
 use crate::base::cache::{
-    CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, Reload, ReloadProbe, SeqObservation,
+    probe_cache, v_summed_in_f16, CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, Reload,
+    ReloadProbe, SeqObservation,
 };
-use crate::base::op::{CacheType, Decode, MemoryType, Op, Pos, SeqId, Setup};
+use crate::base::op::{Decode, Op, Pos, SeqId, Setup};
 use crate::base::tokens::{Token, TokenModel, PROBE_TOKEN};
 
 /// The largest absolute difference of two logit vectors; `f32::MAX` when their lengths differ
@@ -45,21 +46,6 @@ pub fn logits_distance(a: &[f32], b: &[f32]) -> f32 {
             f32::MAX
         }
     })
-}
-
-/// The coarser of two cache types (fewer bits per value).
-pub fn coarser(a: CacheType, b: CacheType) -> CacheType {
-    let bits = |t: CacheType| match t {
-        CacheType::F32 => 32,
-        CacheType::F16 => 16,
-        CacheType::Q8_0 => 8,
-        CacheType::Q4_0 => 4,
-    };
-    if bits(a) <= bits(b) {
-        a
-    } else {
-        b
-    }
 }
 
 fn probe_decode(seq: SeqId, pos: Pos) -> Op {
@@ -148,19 +134,10 @@ pub fn probe_logits(
             shifted,
             memory,
             rolled_back: tokens.rolled_back(s.seq),
+            v_summed_in_f16: v_summed_in_f16(setup),
         });
     }
     Ok(Some(out))
-}
-
-/// The cache type a probe of `setup` is judged by: the coarser of K and V, and F32 for a
-/// recurrent memory, which keeps no K/V: its states are F32 whatever the K/V types
-/// (llama_model::create_memory, src/llama-model.cpp:2677-2685 in 0.1.161).
-fn probe_cache(setup: &Setup) -> CacheType {
-    match setup.arch.memory() {
-        MemoryType::Recurrent => CacheType::F32,
-        _ => coarser(setup.type_k, setup.type_v),
-    }
 }
 
 /// What one probe decode gave.
@@ -264,6 +241,7 @@ pub fn probe_reloads(
             max_abs_diff,
             cache,
             memory,
+            v_summed_in_f16: v_summed_in_f16(setup),
         });
         Ok(())
     };

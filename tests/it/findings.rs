@@ -162,7 +162,7 @@ fn report_bug(path: &Path) -> Result<(), String> {
     let expect = repro
         .targets
         .iter()
-        .find(|t| t.target == pin && t.vs.is_none())
+        .find(|t| t.target == pin)
         .map(|t| t.expect)
         .ok_or(format!("the file has no expectation on {pin}"))?;
     let agrees = match expect {

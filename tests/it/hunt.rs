@@ -32,6 +32,10 @@ struct HuntCase {
     /// `--plan`: stdout names every memory type and every oracle that judges observations.
     #[serde(default)]
     plan_lists_everything: bool,
+    /// `--plan`: per entry id, oracles its line must not list (they cannot judge its setup:
+    /// no reading of its memory type, no tolerance for its cache types).
+    #[serde(default)]
+    plan_leaves_out: std::collections::BTreeMap<String, Vec<String>>,
     /// Groups that must be there.
     #[serde(default)]
     groups: Vec<GroupExpect>,
@@ -44,10 +48,12 @@ struct HuntCase {
     /// At least this many groups are known.
     #[serde(default)]
     known_at_least: usize,
-    /// Every group's class is decided and a new one has its repro file in `new/`.
+    /// Every group's class is decided and a new one has its repro file in `new/`, which
+    /// parses (a configuration pair's too).
     #[serde(default)]
     new_groups_have_files: bool,
-    /// Run as this many shards (`--shard K/M` each into its own folder), then `--merge` them:
+    /// Run as this many shards (`--shard K/M` each into its own folder), then `kvaudit merge`
+    /// them:
     /// the merged summary is checked, and must hold every entry the shards ran.
     #[serde(default)]
     shards: Option<usize>,
@@ -142,7 +148,7 @@ fn check(c: &HuntCase) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let out_arg: [&std::ffi::OsStr; 2] = ["--out".as_ref(), dir.path().as_os_str()];
     let out = if let Some(m) = c.shards {
-        let mut merge: Vec<std::ffi::OsString> = vec!["--merge".into()];
+        let mut merge: Vec<std::ffi::OsString> = vec!["merge".into()];
         for k in 0..m {
             let part = dir.path().join(format!("shard-{k}"));
             let shard = format!("{k}/{m}");
@@ -166,9 +172,13 @@ fn check(c: &HuntCase) -> Result<(), String> {
             }
             merge.push(part.into_os_string());
         }
-        let merge: Vec<&std::ffi::OsStr> =
-            merge.iter().map(|s| s.as_os_str()).chain(out_arg).collect();
-        hunt(&c.args, &merge, false).output()
+        Command::new(env!("CARGO_BIN_EXE_kvaudit"))
+            .args(&merge)
+            .args(out_arg)
+            .arg("--corpus")
+            .arg(super::root().join("corpora"))
+            .env("KVAUDIT_DATE", "2026-12-01")
+            .output()
     } else if c.interrupt {
         interrupted(c, dir.path())?;
         hunt(
@@ -200,6 +210,26 @@ fn check(c: &HuntCase) -> Result<(), String> {
                 return Err(format!("--plan does not list {name}:\n{stdout}"));
             }
         }
+    }
+    for (entry, oracles) in &c.plan_leaves_out {
+        let mut lines = stdout.lines();
+        lines
+            .find(|l| l.split_whitespace().next() == Some(entry.as_str()))
+            .ok_or_else(|| format!("--plan has no entry {entry}:\n{stdout}"))?;
+        let listed = lines
+            .next()
+            .and_then(|l| l.trim().strip_prefix("oracles:"))
+            .ok_or_else(|| format!("--plan lists no oracles for {entry}:\n{stdout}"))?;
+        if let Some(o) = oracles
+            .iter()
+            .find(|o| listed.split(',').any(|w| w.trim() == o.as_str()))
+        {
+            return Err(format!(
+                "--plan lists {o} on {entry}, which it cannot judge: {listed}"
+            ));
+        }
+    }
+    if c.plan_lists_everything || !c.plan_leaves_out.is_empty() {
         return Ok(());
     }
     let s = read_summary(dir.path())?;
@@ -292,9 +322,12 @@ fn check(c: &HuntCase) -> Result<(), String> {
         for g in s.groups.iter().filter(|g| g.class == GroupClass::New) {
             let repro = g.files.iter().find(|f| f.ends_with(".json"));
             match repro {
-                Some(f) if dir.path().join(f).exists() => {}
-                _ if g.files.iter().any(|f| f.starts_with("(no repro file")) => {}
-                _ => return Err(format!("new group without its repro file: {:?}", g.files)),
+                // It parses as a repro file (a configuration pair's names its `vs_config`).
+                Some(f) => {
+                    kvaudit::outputs::repro::Repro::load(&dir.path().join(f))
+                        .map_err(|e| format!("new group's repro file {f}: {e}"))?;
+                }
+                None => return Err(format!("new group without its repro file: {:?}", g.files)),
             }
         }
     }

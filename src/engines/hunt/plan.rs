@@ -12,7 +12,7 @@ use std::time::Instant;
 use crate::base::config::Arch;
 use crate::base::domain::{total_trials, Domain, PRESETS, PRESET_SUMMARIES};
 use crate::base::error::Error;
-use crate::base::op::{Decode, Op, Trace};
+use crate::base::op::{Decode, Op, Setup, Trace};
 use crate::oracles::{Reads, Registry};
 use crate::records::hunt::{Budget, EntryEstimate, FuzzShare, Pairing, PlanEntry, Support};
 use crate::running::judge::Judge;
@@ -136,11 +136,14 @@ fn user_caches() -> Vec<(String, Domain, String)> {
 }
 
 /// The oracles of an entry: every oracle of the registry that judges observations of a run
-/// with this pairing.
-fn oracles_for(pairing: &Pairing) -> Registry {
+/// with this pairing, from this setup (an oracle that has no reading of the setup's memory or
+/// cache types, `Oracle::judges_setup`, would leave every trial not judged).
+fn oracles_for(pairing: &Pairing, setup: &Setup) -> Registry {
     let with_vs = *pairing != Pairing::Alone;
-    Registry::for_run(matches!(pairing, Pairing::Config { .. }))
-        .only(move |o| o.reads().observed(with_vs) && o.reads() != Reads::Runs)
+    let setup = setup.clone();
+    Registry::for_run(matches!(pairing, Pairing::Config { .. })).only(move |o| {
+        o.reads().observed(with_vs) && o.reads() != Reads::Runs && o.judges_setup(&setup)
+    })
 }
 
 /// The plan of a hunt on `target` (faults included): every entry, in order.
@@ -155,7 +158,10 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
         id,
         memory: domain.setup.arch.memory(),
         why,
-        oracles: oracles_for(&pairing).iter().map(|o| o.id()).collect(),
+        oracles: oracles_for(&pairing, &domain.setup)
+            .iter()
+            .map(|o| o.id())
+            .collect(),
         domain,
         pairing,
     };
@@ -213,7 +219,7 @@ pub fn factories(
     ),
     Error,
 > {
-    let observe = oracles_for(&e.pairing).observe();
+    let observe = registry(e).observe();
     let a = target.clone().with_observe(observe);
     let b = match &e.pairing {
         Pairing::Alone => None,
@@ -230,7 +236,7 @@ pub fn factories(
 /// The registry of an entry's oracles.
 pub fn registry(e: &PlanEntry) -> Registry {
     let keep = e.oracles.clone();
-    oracles_for(&e.pairing).only(move |o| keep.contains(&o.id()))
+    oracles_for(&e.pairing, &e.domain.setup).only(move |o| keep.contains(&o.id()))
 }
 
 /// Probe trials timed per entry (after one that starts the runners).
@@ -339,7 +345,17 @@ mod tests {
                 .validate()
                 .unwrap_or_else(|err| panic!("{}: {err}", e.id));
             assert!(!e.oracles.is_empty(), "{}", e.id);
+            for o in registry(e).iter() {
+                assert!(o.judges_setup(&e.domain.setup), "{}: {}", e.id, o.id());
+            }
         }
+        let oracles_of = |id: &str| &p.iter().find(|e| e.id == id).expect(id).oracles;
+        let swa = crate::oracles::Registry::builtin()
+            .find("swa-window")
+            .expect("registered")
+            .id();
+        assert!(!oracles_of("seed").contains(&swa));
+        assert!(oracles_of("iswa").contains(&swa));
         assert!(p.iter().any(|e| e.pairing == Pairing::Native));
         let native = plan(&TargetSpec::new("native", &[]));
         assert!(native.iter().all(|e| e.pairing != Pairing::Native));

@@ -127,6 +127,11 @@ pub struct TargetExpectation {
     /// Faults of the second target.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vs_faults: Vec<String>,
+    /// The second side is the target itself under this configuration (`--vs-config`,
+    /// `kv_unified=false`): a configuration pair, judged by `config-differential`. Exclusive
+    /// with `vs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_config: Option<String>,
     /// What the trace does there.
     pub expect: Expect,
     /// Where this target fails at another step than the file's.
@@ -151,6 +156,7 @@ impl TargetExpectation {
             faults: target.faults.clone(),
             vs: vs.map(|v| v.name.clone()),
             vs_faults: vs.map(|v| v.faults.clone()).unwrap_or_default(),
+            vs_config: None,
             expect,
             step: None,
             kind: None,
@@ -180,9 +186,11 @@ impl TargetExpectation {
             s
         };
         let a = one(&self.target, &self.faults);
-        match &self.vs {
-            Some(vs) => format!("{a} vs {}", one(vs, &self.vs_faults)),
-            None => a,
+        match (&self.vs, &self.vs_config) {
+            // As a configuration pair's second runner names itself (`running::Reconfigured`).
+            (_, Some(config)) => format!("{a} vs {a} ({config})"),
+            (Some(vs), None) => format!("{a} vs {}", one(vs, &self.vs_faults)),
+            (None, None) => a,
         }
     }
 }
@@ -446,6 +454,7 @@ impl Repro {
                 .chain(&t.faults)
                 .chain(&t.vs)
                 .chain(&t.vs_faults)
+                .chain(&t.vs_config)
                 .chain(&t.kind);
             for name in names {
                 check_one_line("targets", name)?;
@@ -456,9 +465,22 @@ impl Repro {
             if let Some(step) = t.step {
                 in_trace(step, &format!("target {}: \"step\"", t.label()))?;
             }
-            if pair != t.vs.is_some() {
+            if let Some(config) = &t.vs_config {
+                if t.vs.is_some() {
+                    return Err(format!(
+                        "target {}: \"vs\" and \"vs_config\" both name a second side; give one",
+                        t.label()
+                    )
+                    .into());
+                }
+                self.trace
+                    .setup
+                    .with_config(config)
+                    .map_err(|e| format!("target {}: \"vs_config\": {e}", t.label()))?;
+            }
+            if pair != (t.vs.is_some() || t.vs_config.is_some()) {
                 return Err(format!(
-                    "target {}: a repro of {}, which compares two targets, needs \"vs\" on every target; other oracles none",
+                    "target {}: a repro of {}, which compares two targets, needs \"vs\" (or \"vs_config\") on every target; other oracles none",
                     t.label(),
                     self.oracle
                 ).into());

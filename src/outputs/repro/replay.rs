@@ -72,22 +72,40 @@ fn describe(step: usize, kind: &str, seq: Option<SeqId>, observed: &Value) -> St
 /// Runs the repro's trace on `entry`'s target(s) and judges every step.
 fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(RunJudgement, u64), String> {
     let (a, b) = entry.specs();
-    run_specs(repro, &a, b.as_ref())
+    let second = match (&entry.vs_config, &b) {
+        (Some(config), _) => Second::Config(config),
+        (None, Some(b)) => Second::Target(b),
+        (None, None) => Second::None,
+    };
+    run_specs(repro, &a, second)
 }
 
-/// Runs the repro's trace on `a` (and `b`), as the specs say what to observe, and what the
-/// repro's oracle reads beyond that (the reload probe is in no spec's default).
-fn run_specs(
-    repro: &Repro,
-    a: &TargetSpec,
-    b: Option<&TargetSpec>,
-) -> Result<(RunJudgement, u64), String> {
+/// The second side of a replay.
+enum Second<'a> {
+    /// One target alone.
+    None,
+    /// Another target (`vs`).
+    Target(&'a TargetSpec),
+    /// The target itself under another configuration (`vs_config`).
+    Config(&'a str),
+}
+
+/// Runs the repro's trace on `a` (and the second side), as the specs say what to observe, and
+/// what the repro's oracle reads beyond that (the reload probe is in no spec's default).
+fn run_specs(repro: &Repro, a: &TargetSpec, b: Second<'_>) -> Result<(RunJudgement, u64), String> {
     let reads = crate::oracles::Registry::builtin()
         .get(repro.oracle)
         .map_or(Observe::BASIC, |o| o.observes());
     let widen = |s: &TargetSpec| s.clone().with_observe(s.observe.union(reads));
     let fa = widen(a).factory()?;
-    let fb = b.map(|b| widen(b).factory()).transpose()?;
+    let fb = match b {
+        Second::None => None,
+        Second::Target(b) => Some(widen(b).factory()?),
+        Second::Config(config) => Some(crate::running::runner::reconfigured_factory(
+            widen(a).factory()?,
+            config.to_string(),
+        )),
+    };
     let mut judge = Judge::new(fa.as_ref(), fb.as_deref()).map_err(|e| e.to_string())?;
     let j = judge.run(&repro.trace).map_err(|e| e.to_string())?;
     Ok((j, judge.executions()))
@@ -101,7 +119,8 @@ pub fn judge_on(
     target: &TargetSpec,
     vs: Option<&TargetSpec>,
 ) -> Result<RunJudgement, Error> {
-    run_specs(repro, target, vs)
+    let second = vs.map_or(Second::None, Second::Target);
+    run_specs(repro, target, second)
         .map(|(j, _)| j)
         .map_err(Error::harness)
 }

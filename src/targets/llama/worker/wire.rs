@@ -222,8 +222,9 @@ pub struct WireRun(
 /// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells).
 type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
 
-/// One logits probe: (seq, max_abs_diff, n_tokens, cache, shifted, memory, rolled_back).
-type WireProbe = (SeqId, f32, u32, CacheType, bool, MemoryType, bool);
+/// One logits probe: (seq, max_abs_diff, n_tokens, cache, shifted, memory, rolled_back,
+/// v_summed_in_f16).
+type WireProbe = (SeqId, f32, u32, CacheType, bool, MemoryType, bool, bool);
 
 /// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells);
 /// then what else was observed (the logits probe, then the reload probe; null when absent).
@@ -297,6 +298,7 @@ impl From<&TrialRun> for WireRun {
                                     x.shifted,
                                     x.memory,
                                     x.rolled_back,
+                                    x.v_summed_in_f16,
                                 )
                             })
                             .collect()
@@ -353,16 +355,16 @@ impl From<WireRun> for TrialRun {
                                         shifted,
                                         memory,
                                         rolled_back,
-                                    )| {
-                                        LogitsProbe {
-                                            seq,
-                                            max_abs_diff,
-                                            n_tokens,
-                                            cache,
-                                            shifted,
-                                            memory,
-                                            rolled_back,
-                                        }
+                                        v_summed_in_f16,
+                                    )| LogitsProbe {
+                                        seq,
+                                        max_abs_diff,
+                                        n_tokens,
+                                        cache,
+                                        shifted,
+                                        memory,
+                                        rolled_back,
+                                        v_summed_in_f16,
                                     },
                                 )
                                 .collect()
