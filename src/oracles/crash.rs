@@ -110,6 +110,14 @@ pub fn sanitizer_report(stderr: &str) -> Option<SanitizerReport> {
                 site: first_source_frame(&lines[i + 1..]),
             });
         }
+        // The runtime's own check, e.g. an interceptor without the real function behind it.
+        if line.contains("AddressSanitizer: CHECK failed") {
+            return Some(SanitizerReport {
+                sanitizer: SANITIZERS[0],
+                class: "CHECK failed".into(),
+                site: first_source_frame(&lines[i + 1..]),
+            });
+        }
         if let Some(k) = line.find(": runtime error: ") {
             let details = &line[k + ": runtime error: ".len()..];
             let class = details.split(':').next().unwrap_or(details);
@@ -333,6 +341,11 @@ SUMMARY: AddressSanitizer: heap-buffer-overflow src/llama-batch.cpp:321 in llama
             "UndefinedBehaviorSanitizer: load of misaligned address at ops.cpp:77"
         );
         assert_eq!(sanitizer_report("GGML_ASSERT(x) failed\n"), None);
+        let check = "AddressSanitizer: CHECK failed: asan_interceptors.cpp:320 \"((__interception::real___cxa_throw)) != (0)\" (0x0, 0x0) (tid=1)\n    #0 0x1 in CheckUnwind ../../../../src/libsanitizer/asan/asan_rtl.cpp:67\n    #1 0x2 in llama_io_write_host::write(void const*, unsigned long) /x/llama.cpp/src/llama-context.cpp:2709\n";
+        assert_eq!(
+            sanitizer_report(check).unwrap().kind(),
+            "AddressSanitizer: CHECK failed at llama-context.cpp:2709"
+        );
         let unsymbolized = "==1==ERROR: AddressSanitizer: heap-use-after-free on address 0x1\n    #0 0x2 (/lib/libkvaudit_shim.so+0x10)\n";
         assert_eq!(
             sanitizer_report(unsymbolized).unwrap().kind(),

@@ -26,7 +26,7 @@
 //! [`super::sys`].
 //!
 //! A sanitizer build (`+asan`, `+ubsan`) runs in a worker started with the runtime it needs
-//! ([`runtime_env`]): ASan preloaded (the shim is dlopen'ed by a Rust binary that is not linked
+//! ([`runtime_env`]): ASan (and libstdc++) preloaded (the shim is dlopen'ed by a Rust binary that is not linked
 //! with it, and ASan must come first), and each sanitizer told to abort at its first report, so
 //! that the signal report names the trial and step and the parent reads the report as the
 //! crash ([`crate::oracles::crash::sanitizer_report`]).
@@ -92,7 +92,7 @@ pub fn runtime_env(variant: Variant) -> Result<Vec<(String, String)>, LlamaError
     let mut env = Vec::new();
     for flag in variant.flags() {
         let row = flag_build(flag);
-        if let Some(name) = row.preload {
+        for name in row.preload {
             preload.push(runtime_path(name)?);
         }
         if let Some((var, options)) = row.options {

@@ -40,10 +40,14 @@ pub struct FlagBuild {
     pub groups: &'static [&'static str],
     /// Flags of every link.
     pub link: &'static [&'static str],
-    /// A sanitizer runtime that must be loaded first in a process that loads the build (gcc's
-    /// `libasan.so`, as `gcc -print-file-name` names it): the worker, a Rust binary not linked
-    /// with it, preloads it (ASan refuses to start when it is not the first library).
-    pub preload: Option<&'static str>,
+    /// Libraries that must be loaded first in a process that loads the build (as `gcc
+    /// -print-file-name` names them): the worker, a Rust binary not linked with them, preloads
+    /// them. ASan refuses to start when it is not the first library, and it finds the real
+    /// `__cxa_throw` only in a libstdc++ loaded when it starts: without libstdc++ preloaded too,
+    /// the first C++ exception llama.cpp throws (and catches, e.g. `llama_io_write_host::write`
+    /// on a too-small buffer) ends the process in `AddressSanitizer: CHECK failed:
+    /// asan_interceptors.cpp:320 "((__interception::real___cxa_throw)) != (0)"`.
+    pub preload: &'static [&'static str],
     /// The runtime's options variable and the options the worker sets in it: stop at the first
     /// report, abort (so the worker's signal report names the trial and step), no leak check
     /// (llama.cpp's process-lifetime allocations are not findings).
@@ -58,7 +62,7 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
             compile: &[],
             groups: &[],
             link: &[],
-            preload: None,
+            preload: &[],
             options: None,
         },
         // -g: ASan's report names file:line only with debug information (gcc's libasan
@@ -74,7 +78,7 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
             compile: &["-fsanitize=address", "-fno-omit-frame-pointer", "-g"],
             groups: SANITIZED_GROUPS,
             link: &["-fsanitize=address"],
-            preload: Some("libasan.so"),
+            preload: &["libasan.so", "libstdc++.so"],
             options: Some((
                 "ASAN_OPTIONS",
                 "abort_on_error=1:halt_on_error=1:detect_leaks=0:handle_segv=0:handle_abort=0:symbolize=1",
@@ -85,7 +89,7 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
             compile: &["-fsanitize=undefined", "-fno-omit-frame-pointer", "-g"],
             groups: SANITIZED_GROUPS,
             link: &["-fsanitize=undefined"],
-            preload: None,
+            preload: &[],
             options: Some((
                 "UBSAN_OPTIONS",
                 "abort_on_error=1:halt_on_error=1:print_stacktrace=1:symbolize=1",
