@@ -102,7 +102,7 @@ pub const fn flag_build(flag: Flag) -> FlagBuild {
             compile: cov::COV_FLAGS,
             groups: &[MEMORY_GROUP],
             link: &[],
-            preload: None,
+            preload: &[],
             options: None,
         },
     }
