@@ -154,8 +154,16 @@ impl Display {
 }
 
 /// "1,234/5,678 trials (21.7%), 590,000 trials/s, eta 8 s": a log's progress line.
+/// A total of 0 is an unknown one (a fuzz run limited by time): "1,234 trials, 590 trials/s".
 pub fn progress_line(done: u64, total: u64, elapsed_s: f64) -> String {
     let rate = done as f64 / elapsed_s.max(1e-9);
+    if total == 0 {
+        return format!(
+            "{} trials, {} trials/s",
+            thousands(done),
+            thousands(rate as u64)
+        );
+    }
     let eta = total.saturating_sub(done) as f64 / rate.max(1e-9);
     format!(
         "{}/{} trials ({:.1}%), {} trials/s, eta {}",
@@ -209,5 +217,7 @@ mod tests {
             progress_line(50, 200, 1.0),
             "50/200 trials (25.0%), 50 trials/s, eta 3 s"
         );
+        // A fuzz run limited by time has no total: no share of it, no eta.
+        assert_eq!(progress_line(8_112, 0, 2.0), "8,112 trials, 4,056 trials/s");
     }
 }

@@ -495,8 +495,16 @@ pub(super) fn read_request(
 
 /// Writes one reply line, flushing when asked; false when the parent is gone.
 pub(super) fn write_reply(out: &mut impl Write, reply: &Reply, flush: bool) -> bool {
-    let ok = serde_json::to_writer(&mut *out, reply).is_ok() && out.write_all(b"\n").is_ok();
-    ok && (!flush || out.flush().is_ok())
+    // The whole line goes to `out` in one write: serialized piece by piece into a buffered
+    // writer, a line larger than the buffer's free space was flushed in part, and a child that
+    // crashed in its next trial (before the rest was flushed) left half a reply in the pipe,
+    // which the parent read as a malformed line (seen on `+cov`, whose replies carry points).
+    let mut line = match serde_json::to_vec(reply) {
+        Ok(line) => line,
+        Err(_) => return false,
+    };
+    line.push(b'\n');
+    out.write_all(&line).is_ok() && (!flush || out.flush().is_ok())
 }
 
 /// Fuzz target `worker_wire` (`fuzz/fuzz_targets/worker_wire.rs`, and `tests/it/fuzz_seeds.rs`
@@ -698,6 +706,23 @@ mod tests {
         let request = Request::new(&[trace], false, false).to_line();
         let reply = serde_json::to_vec(&Reply::Died(134)).unwrap();
         (request, reply)
+    }
+
+    #[test]
+    fn a_reply_reaches_the_pipe_whole_or_not_at_all() {
+        // What a child leaves in the pipe when it crashes right after a reply it did not
+        // flush: whole lines only, however small the buffer against the line.
+        let mut out = std::io::BufWriter::with_capacity(16, Vec::new());
+        for n in [3, 40, 200] {
+            let reply = Reply::Error("x".repeat(n));
+            assert!(write_reply(&mut out, &reply, false));
+            let in_pipe = out.get_ref();
+            assert!(
+                in_pipe.is_empty() || in_pipe.ends_with(b"\n"),
+                "half a line in the pipe: {:?}",
+                String::from_utf8_lossy(in_pipe)
+            );
+        }
     }
 
     #[test]
