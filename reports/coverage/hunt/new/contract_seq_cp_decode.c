@@ -1,5 +1,5 @@
 /* kvaudit reproducer: contract decode: tokens not added
- * Setup: n_ctx 256, n_seq_max 2, kv_unified true, flash_attn false, type_k f16, type_v f16, arch jamba, swa_full true, n_threads 1, then:
+ * Setup: n_ctx 256, n_seq_max 2, kv_unified true, flash_attn false, type_k f16, type_v f16, arch jamba, swa_full true, n_rs_seq 0, n_threads 1, then:
  *   {"op":"decode","seq":0,"n":7}
  * Ops (checked after op 2):
  *   {"op":"seq_cp","src":1,"dst":0,"p0":0,"p1":1}
@@ -239,6 +239,7 @@ int main(int argc, char **argv) {
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
     cp.swa_full = true;
+    cp.n_rs_seq = 0;
     cp.n_threads = 1; cp.n_threads_batch = 1;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 2; }
