@@ -31,6 +31,7 @@
 //! that the signal report names the trial and step and the parent reads the report as the
 //! crash ([`crate::oracles::crash::sanitizer_report`]).
 
+mod last_words;
 mod parent;
 mod server;
 pub mod wire;
@@ -39,7 +40,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-pub use self::parent::{crash_detail, WorkerRunner};
+pub use self::last_words::crash_detail;
+pub use self::parent::WorkerRunner;
 pub use self::server::worker_main;
 use super::build::flag_build;
 use super::error::LlamaError;
