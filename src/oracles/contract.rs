@@ -512,7 +512,7 @@ fn failed_rm_moved_accessors(
 
 /// The first breach in `after` (against `after.before`) of a clause with `documented`, if any,
 /// on a memory of type `memory`: the first part's cells by its rules, then a hybrid memory's
-/// recurrent states by theirs.
+/// recurrent states by theirs, or an MSA memory's indexer key cache by the cell rules.
 pub fn check_contract(
     op: &Op,
     after: &StepObservation,
@@ -527,11 +527,17 @@ pub fn check_contract(
     let b = cells(before);
     let x = first_breach(op, &after.outcome, &b, &cells(&after.seqs), first, &b)
         .or_else(|| {
-            (memory == MemoryType::Hybrid).then(|| {
-                let b2 = second_cells(before);
-                let a2 = second_cells(&after.seqs);
-                first_breach(op, &after.outcome, &b2, &a2, Part::States, &b)
-            })?
+            // The second part: a hybrid memory's recurrent states by their rules; an MSA
+            // memory's indexer key cache by the cell rules, since it takes every op and every
+            // ubatch the K/V cache takes (llama-kv-cache-msa.cpp:58-90, :133-154).
+            let second = match memory {
+                MemoryType::Hybrid => Part::States,
+                MemoryType::Msa => Part::Cells,
+                MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent => return None,
+            };
+            let b2 = second_cells(before);
+            let a2 = second_cells(&after.seqs);
+            first_breach(op, &after.outcome, &b2, &a2, second, &b)
         })
         .or_else(|| failed_rm_moved_accessors(op, &after.outcome, before, &after.seqs))?;
     let c = x.kind;

@@ -39,9 +39,10 @@ pub const ID: OracleId = OracleId::builtin(14, "round-trip-logits");
 /// hybrid (F16, a sequence loaded alone into the twin).
 pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
     use CacheType::{F16, F32, Q4_0, Q8_0};
-    use MemoryType::{Hybrid, Iswa, Kv, Recurrent};
+    use MemoryType::{Hybrid, Iswa, Kv, Msa, Recurrent};
     match (memory, cache) {
-        (Kv | Recurrent, F16 | F32) | (Iswa | Hybrid, F32) => Some(1e-4),
+        (Kv | Recurrent, F16 | F32) | (Iswa | Hybrid | Msa, F32) => Some(1e-4),
+        (Msa, F16) => None,
         (Iswa | Hybrid, F16) => Some(1e-3),
         (_, Q8_0 | Q4_0) => None,
     }
