@@ -605,12 +605,20 @@ impl Oracle for Contract {
         kinds_of(true)
     }
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "keep_noop",
-            target: "native[keep_noop]",
-            seed_depth: Some(1),
-            evidence: "oracles/contract_keep_noop.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "keep_noop",
+                target: "native[keep_noop]",
+                seed_depth: Some(1),
+                evidence: "oracles/contract_keep_noop.json",
+            },
+            PositiveControl {
+                fault: "msa_idx_skips_seq_cp",
+                target: "native[msa_idx_skips_seq_cp] (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/contract_msa_idx_skips_seq_cp.json",
+            },
+        ]
     }
     fn holds(&self, seen: &Seen<'_>) -> bool {
         judge(seen, true).is_none()
