@@ -529,7 +529,7 @@ pub fn check_contract(
         .or_else(|| {
             // The second part: a hybrid memory's recurrent states by their rules; an MSA
             // memory's indexer key cache by the cell rules, since it takes every op and every
-            // ubatch the K/V cache takes (llama-kv-cache-msa.cpp:58-90, :133-154).
+            // ubatch the K/V cache takes (llama-kv-cache-msa.cpp:52-84, `init_batch` :102-144).
             let second = match memory {
                 MemoryType::Hybrid => Part::States,
                 MemoryType::Msa => Part::Cells,

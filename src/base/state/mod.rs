@@ -15,7 +15,7 @@
 //!   recurrent: one recurrent section
 //!   hybrid:    one cache (the attention layers), then one recurrent section
 //!   msa:       two caches: the K/V cache of every layer, then the indexer key cache of the
-//!              sparse layers (`llama_kv_cache_msa::state_write`, llama-kv-cache-msa.cpp:177)
+//!              sparse layers (`llama_kv_cache_msa::state_write`, llama-kv-cache-msa.cpp:160)
 //! a cache:
 //!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
 //!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V

@@ -92,7 +92,7 @@ pub struct Faults {
     /// MSA (`llama_kv_cache_msa`): `seq_cp` copies in the K/V cache only, so the destination's
     /// indexer keys are missing (the class of upstream #27941, "seq_cp lost the indexer keys",
     /// reported for `llama_memory_hybrid_idx`; `llama_kv_cache_msa::seq_cp` sends it to both,
-    /// llama-kv-cache-msa.cpp:68-71). Accessors (the K/V cache's) are right. Positive control
+    /// llama-kv-cache-msa.cpp:66-69). Accessors (the K/V cache's) are right. Positive control
     /// for the contract on the indexer cache and for the differential.
     pub msa_idx_skips_seq_cp: bool,
 }

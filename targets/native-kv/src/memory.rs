@@ -25,10 +25,10 @@
 //!
 //! - **MSA** (`llama_kv_cache_msa`, src/llama-kv-cache-msa.cpp, 0.1.161): the K/V cache of every
 //!   layer (`kv_base`) and the indexer key cache of the sparse layers (`kv_idx`), both of the
-//!   same size. Every op goes to both, base first (:53-90); `seq_rm` returns the AND of both
-//!   (:58-65); the accessors are the base cache's (:92-98); a decode prepares both before either
-//!   places (`init_batch`, :113-154). Dumps: the base cache's memory, then the indexer cache's
-//!   (:177-185), each in the attention layout (no window: the indexer cache dumps every cell).
+//!   same size. Every op goes to both, base first (:52-84); `seq_rm` returns the AND of both
+//!   (:57-64); the accessors are the base cache's (:86-92); a decode prepares both before either
+//!   places (`init_batch`, :102-144). Dumps: the base cache's memory, then the indexer cache's
+//!   (:160-168), each in the attention layout (no window: the indexer cache dumps every cell).
 //!
 //! Whole-context dumps start with the architecture name ([`crate::STATE_ARCH`]), per-sequence
 //! dumps with the magic and the sequence id, as the attention cache's.
