@@ -537,7 +537,12 @@ pub fn check_contract(
             };
             let b2 = second_cells(before);
             let a2 = second_cells(&after.seqs);
-            first_breach(op, &after.outcome, &b2, &a2, second, &b)
+            let mut breach = first_breach(op, &after.outcome, &b2, &a2, second, &b)?;
+            // The accessors are the K/V cache's: say which cache broke the clause.
+            if let (MemoryType::Msa, Some(o)) = (memory, breach.observed.as_object_mut()) {
+                o.insert("part".into(), json!("indexer cache"));
+            }
+            Some(breach)
         })
         .or_else(|| failed_rm_moved_accessors(op, &after.outcome, before, &after.seqs))?;
     let c = x.kind;
