@@ -403,12 +403,11 @@ impl Op {
     /// Whether it loads a damaged buffer (a `state_load` or `state_seq_load` with `truncate` or
     /// `flip`).
     pub fn loads_damaged(&self) -> bool {
-        match self {
-            Op::StateLoad { truncate, flip, .. } | Op::StateSeqLoad { truncate, flip, .. } => {
-                truncate.is_some() || flip.is_some()
-            }
-            _ => false,
+        if let Op::StateLoad { truncate, flip, .. } | Op::StateSeqLoad { truncate, flip, .. } = self
+        {
+            return truncate.is_some() || flip.is_some();
         }
+        false
     }
 
     /// The op's name as in its JSON `op` field.
