@@ -38,6 +38,22 @@ impl TargetInfo {
         }
         s
     }
+
+    /// Whether `other` writes its state byte for byte in this one's layout, so that a buffer
+    /// cut or flipped at one offset is damaged at the same field in both: the same
+    /// implementation (`llama.cpp`, `native`, `native+tensors`: llama.cpp's whole state has its
+    /// output header and both llama.cpp's and `native+tensors`' dumps hold K/V rows, plain
+    /// `native`'s neither) and the same [`StateFormat`] variant.
+    pub fn same_state_layout(&self, other: &TargetInfo) -> bool {
+        let implementation = |t: &TargetInfo| {
+            t.name
+                .split(['@', ' '])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        };
+        self.state_format == other.state_format && implementation(self) == implementation(other)
+    }
 }
 
 /// The harness broke: not a finding.

@@ -226,6 +226,8 @@ impl RunOracles {
                         op,
                         a: last,
                         b: step_b,
+                        damaged_apart: !info_a.same_state_layout(info_b)
+                            && trace.damaged_load_by(trace.ops.len()),
                     },
                     Some(info_b),
                 ),

@@ -70,12 +70,14 @@ fn unsupported_at(run: &TrialRun) -> Option<(usize, String)> {
 
 /// Judges every step of `a` (and of `b`, the same trace on a second target) with every oracle
 /// of `oracles` that observes: step oracles on `a`, pair oracles on the steps both ran, crash
-/// oracles on a crash of either (the earlier one).
+/// oracles on a crash of either (the earlier one). `same_layout`: the two targets write their
+/// states in one layout ([`TargetInfo::same_state_layout`]).
 pub fn judge_run(
     oracles: &Registry,
     trace: &Trace,
     a: &TrialRun,
     b: Option<&TrialRun>,
+    same_layout: bool,
 ) -> RunJudgement {
     let mut out = RunJudgement {
         steps: b.map_or(a.steps.len(), |b| a.steps.len().min(b.steps.len())),
@@ -114,6 +116,7 @@ pub fn judge_run(
                         op: &trace.ops[i],
                         a: x,
                         b: y,
+                        damaged_apart: !same_layout && trace.damaged_load_by(i + 1),
                     })
                 })
             }),
@@ -145,6 +148,7 @@ pub fn judge_run(
                             op: &trace.ops[i],
                             a: x,
                             b: y,
+                            damaged_apart: !same_layout && trace.damaged_load_by(i + 1),
                         };
                         (oracle.judges(&seen) && !oracle.holds(&seen))
                             .then(|| (i + 1, oracle.check(&seen), false))
@@ -277,7 +281,11 @@ impl Judge {
             }
             None => None,
         };
-        let judgement = judge_run(&self.oracles, trace, &a, b.as_ref());
+        let same_layout = self
+            .info_b
+            .as_ref()
+            .map_or(true, |b| self.info_a.same_state_layout(b));
+        let judgement = judge_run(&self.oracles, trace, &a, b.as_ref(), same_layout);
         Ok((judgement, a))
     }
 }
@@ -379,6 +387,59 @@ mod tests {
     }
 
     #[test]
+    fn the_differential_does_not_judge_after_a_damaged_load_of_two_layouts() {
+        use crate::base::cache::OpOutcome;
+        use crate::running::runner::LocalRunner;
+        // The hunt's trace (reports/hunt/llama.cpp@0.1.161, entry `state`): llama.cpp refuses
+        // the sequence load cut at byte 36 of its dump where the native model, whose dump has
+        // no K/V rows, takes the first 36 bytes of its own: two different loads.
+        let ops: Vec<Op> = serde_json::from_str(
+            r#"[{"op":"decode","seq":1,"n":1},{"op":"state_seq_save","seq":1,"slot":"a"},
+                {"op":"state_seq_load","seq":0,"slot":"a","truncate":36}]"#,
+        )
+        .unwrap();
+        let trace = seed_trace(ops);
+        assert!(!trace.damaged_load_by(2) && trace.damaged_load_by(3));
+        let mut runner = LocalRunner::new(Box::new(crate::targets::native::NativeTarget::new(
+            native_kv::Faults::default(),
+        )));
+        let b = runner.run(&trace).unwrap();
+        let mut a = b.clone();
+        let mut refused = (*a.steps[2]).clone();
+        refused.outcome = OpOutcome::Refused {
+            reason: "llama_state_seq_set_data read 0 bytes".into(),
+        };
+        a.steps[2] = std::sync::Arc::new(refused);
+        let registry = Registry::builtin();
+        let apart = judge_run(&registry, &trace, &a, Some(&b), false);
+        assert!(apart.first(OracleId::DIFFERENTIAL).is_none());
+        // One layout (the same cut of the same bytes): the load is judged.
+        let alike = judge_run(&registry, &trace, &a, Some(&b), true);
+        assert_eq!(alike.first(OracleId::DIFFERENTIAL).map(|v| v.step), Some(3));
+        // Steps before the damaged load are judged whatever the layouts.
+        let mut early = b.clone();
+        early.steps[0] = a.steps[2].clone();
+        let before = judge_run(&registry, &trace, &early, Some(&b), false);
+        assert_eq!(
+            before.first(OracleId::DIFFERENTIAL).map(|v| v.step),
+            Some(1)
+        );
+        // Which pairs lay their states out alike.
+        let info = |name: &str| TargetInfo {
+            name: name.into(),
+            version: String::new(),
+            faults: Vec::new(),
+            model: None,
+            state_format: Default::default(),
+        };
+        let llama = info("llama.cpp@0.1.161");
+        assert!(!llama.same_state_layout(&info("native")));
+        assert!(!info("native").same_state_layout(&info("native+tensors")));
+        assert!(info("native").same_state_layout(&info("native")));
+        assert!(llama.same_state_layout(&info("llama.cpp@0.1.161 (n_ubatch=1)")));
+    }
+
+    #[test]
     fn an_observation_crash_is_its_own_class_and_judges_the_other_oracles() {
         use crate::base::cache::Observation;
         use crate::running::runner::{LocalRunner, ObservationCrash};
@@ -406,7 +467,7 @@ mod tests {
             observation: Observation::Whole,
             message: "SIGSEGV".into(),
         });
-        let j = judge_run(&Registry::builtin(), &trace, &run, None);
+        let j = judge_run(&Registry::builtin(), &trace, &run, None, true);
         let crash = j.first(OracleId::CRASH).expect("a crash finding");
         assert_eq!(crash.step, 1);
         assert_eq!(
