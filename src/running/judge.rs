@@ -428,3 +428,71 @@ mod tests {
             .all(|s| s.whole.is_some()));
     }
 }
+
+/// The most verdicts a [`VerdictMemo`] keeps before it starts afresh.
+const MEMO_VERDICTS: usize = 1 << 18;
+
+/// The step oracles' verdicts on step observations a runner shares between trials (the same
+/// `Arc`: `running::observe::ObservationMemo` hands out one per (state, op) transition), so
+/// that a trial whose last step another trial already took is not judged again. A verdict is
+/// a function of what a step oracle reads, [`Seen::Step`]'s op, observation and architecture:
+/// an entry is used only for the same op and architecture and an observation that is still
+/// the one judged (held by a `Weak`, so its allocation is not reused while the entry lives,
+/// and its contents cannot change while it is shared).
+#[derive(Default)]
+pub struct VerdictMemo {
+    verdicts: std::collections::HashMap<usize, Verdict>,
+}
+
+struct Verdict {
+    obs: std::sync::Weak<crate::base::cache::StepObservation>,
+    op: crate::base::op::Op,
+    arch: crate::base::op::Arch,
+    /// Per tracked oracle (by index), whether it judged the step, and whether it was violated.
+    judged: u64,
+    violated: u64,
+}
+
+impl VerdictMemo {
+    /// The (judged, violated) bits of the tracked oracles on `obs` after `op`, if judged before.
+    pub fn get(
+        &self,
+        obs: &std::sync::Arc<crate::base::cache::StepObservation>,
+        op: &crate::base::op::Op,
+        arch: crate::base::op::Arch,
+    ) -> Option<(u64, u64)> {
+        let v = self.verdicts.get(&(std::sync::Arc::as_ptr(obs) as usize))?;
+        (v.obs.as_ptr() == std::sync::Arc::as_ptr(obs)
+            && v.obs.strong_count() > 0
+            && v.arch == arch
+            && v.op == *op)
+            .then_some((v.judged, v.violated))
+    }
+
+    /// Remembers the verdict on a shared observation (one no other owner holds is never
+    /// judged again: not worth keeping).
+    pub fn put(
+        &mut self,
+        obs: &std::sync::Arc<crate::base::cache::StepObservation>,
+        op: &crate::base::op::Op,
+        arch: crate::base::op::Arch,
+        (judged, violated): (u64, u64),
+    ) {
+        if std::sync::Arc::strong_count(obs) < 2 {
+            return;
+        }
+        if self.verdicts.len() >= MEMO_VERDICTS {
+            self.verdicts.clear();
+        }
+        self.verdicts.insert(
+            std::sync::Arc::as_ptr(obs) as usize,
+            Verdict {
+                obs: std::sync::Arc::downgrade(obs),
+                op: op.clone(),
+                arch,
+                judged,
+                violated,
+            },
+        );
+    }
+}

@@ -20,7 +20,7 @@ use crate::base::cache::{
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::base::tokens::TokenModel;
-use crate::running::observe::{observe_seqs, observe_with};
+use crate::running::observe::{observe_seqs, observe_with, ObservationMemo, StateId};
 use crate::running::probe::{probe_logits, probe_reloads};
 
 /// How a trial ended.
@@ -173,6 +173,8 @@ struct Frame {
     obs: Arc<StepObservation>,
     /// The token model after the op (for the logits probe; `None` when it is not asked for).
     tokens: Option<TokenModel>,
+    /// The state after the op, where the target keys its states.
+    id: Option<StateId>,
 }
 
 /// Runs a [`CacheUnderTest`] in this process.
@@ -191,6 +193,10 @@ pub struct LocalRunner {
     skipped: Skipped,
     /// The sequences right after the setup (what the first op's `before` is).
     base_obs: Vec<SeqObservation>,
+    /// The state right after the setup, where the target keys its states.
+    base_id: Option<StateId>,
+    /// The forking path's observations per state (a target that keys its states).
+    memo: ObservationMemo,
 }
 
 /// A trial that ends before its first op because the target cannot take the setup's
@@ -231,6 +237,8 @@ impl LocalRunner {
             observe: Observe::ALL,
             skipped: Vec::new(),
             base_obs: Vec::new(),
+            base_id: None,
+            memo: ObservationMemo::default(),
         }
     }
 
@@ -389,6 +397,8 @@ impl LocalRunner {
             } else {
                 Vec::new()
             };
+            self.memo.reset(self.observe);
+            self.base_id = self.memo.id(state.as_ref());
             self.base = Some((trace.setup.clone(), seqs.clone(), state));
             self.base_tokens = self
                 .observe
@@ -410,10 +420,11 @@ impl LocalRunner {
                 None => &self.base.as_ref().expect("base set above").2,
             };
             let observe = self.observe_at(i + 1);
-            let before = observe.before.then(|| match self.stack.last() {
-                Some(f) => f.obs.seqs.clone(),
-                None => self.base_obs.clone(),
-            });
+            let from = match self.stack.last() {
+                Some(f) => f.id,
+                None => self.base_id,
+            };
+            let known = self.memo.step(from, op, observe);
             let mut state = parent.fork().expect("forking target");
             let mut tokens = match self.stack.last() {
                 Some(f) => f.tokens.clone(),
@@ -441,14 +452,35 @@ impl LocalRunner {
                     code: None,
                 });
             }
-            let mut obs = observe_with(state.as_mut(), format, &seqs, outcome, observe)?;
-            obs.before = before;
-            let obs = Arc::new(obs);
+            let (id, obs) = match known {
+                // The same op from the same state: the same step, observed before.
+                Some((id, obs)) if obs.outcome == outcome => (Some(id), obs),
+                _ => {
+                    let before = observe.before.then(|| match self.stack.last() {
+                        Some(f) => f.obs.seqs.clone(),
+                        None => self.base_obs.clone(),
+                    });
+                    let id = self.memo.id(state.as_ref());
+                    let mut obs = self.memo.observe_with(
+                        state.as_mut(),
+                        format,
+                        &seqs,
+                        outcome,
+                        observe,
+                        id,
+                    )?;
+                    obs.before = before;
+                    let obs = Arc::new(obs);
+                    self.memo.remember(from, op, observe, id, &obs);
+                    (id, obs)
+                }
+            };
             self.stack.push(Frame {
                 op: op.clone(),
                 state,
                 obs,
                 tokens,
+                id,
             });
         }
         let observe = self.observe_at(trace.ops.len());
