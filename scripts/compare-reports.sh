@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Compares two kvaudit report JSONs (audit, fuzz or hunt) but for their timings: prints the
 # difference and exits 1 when they differ, 0 when they agree. What is stripped before the
-# comparison: every object field that is a wall-clock figure (`timing`, `elapsed_s`,
-# `shrink_elapsed_s`, anything ending in `_per_s`, `_elapsed_s` or `_secs`). Everything else,
-# trial counts, findings, their order and every observed value, must be equal. Needs jq.
+# comparison: every object field that is a wall-clock figure (`timing`, and any field ending in
+# `elapsed_s`, `_per_s`, `found_at_s`, `first_violation_s` or `_secs`; a hunt's `share_s` is a
+# budget, kept). Everything else, trial counts, findings, their order and every observed value,
+# must be equal. Needs jq.
 #
 #   scripts/compare-reports.sh before.json after.json
 #
@@ -16,7 +17,7 @@ if [ $# -ne 2 ]; then
 fi
 command -v jq >/dev/null || { echo "compare-reports: needs jq" >&2; exit 2; }
 strip='walk(if type == "object" then
-  with_entries(select(.key | test("^(timing|elapsed_s|shrink_elapsed_s)$|(_per_s|_elapsed_s|_secs)$") | not))
+  with_entries(select(.key | test("^timing$|(elapsed_s|_per_s|found_at_s|first_violation_s|_secs)$") | not))
   else . end)'
 a=$(mktemp) b=$(mktemp)
 trap 'rm -f "$a" "$b"' EXIT

@@ -685,6 +685,87 @@ mod tests {
         }
     }
 
+    /// A native target that forks but keys no state: the forking path without the memo.
+    struct Unkeyed(NativeTarget);
+
+    impl CacheUnderTest for Unkeyed {
+        fn info(&self) -> TargetInfo {
+            self.0.info()
+        }
+        fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+            self.0.reset(setup)
+        }
+        fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
+            self.0.apply(op)
+        }
+        fn seq_pos_min(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
+            self.0.seq_pos_min(seq)
+        }
+        fn seq_pos_max(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
+            self.0.seq_pos_max(seq)
+        }
+        fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
+            self.0.seq_state(seq)
+        }
+        fn set_seq_state(&mut self, seq: SeqId, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+            self.0.set_seq_state(seq, bytes)
+        }
+        fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+            self.0.state_get()
+        }
+        fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+            self.0.state_set(bytes)
+        }
+        fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
+            self.0.twin()
+        }
+        fn fork(&self) -> Option<Box<dyn CacheUnderTest + Send>> {
+            Some(Box::new(Unkeyed(self.0.clone())))
+        }
+    }
+
+    #[test]
+    fn observations_per_state_key_are_the_observations_and_are_shared() {
+        // Every depth-2 trace of the seed domain, with a fault that makes states drift: the
+        // memo's observations (each state observed once) are exactly the unkeyed runner's.
+        let faults = native_kv::Faults {
+            refcount: true,
+            ..Default::default()
+        };
+        let d = crate::base::domain::Domain::preset("seed").unwrap();
+        let ops = d.ops();
+        let traces: Vec<Trace> = ops
+            .iter()
+            .flat_map(|a| {
+                ops.iter().map(|b| Trace {
+                    setup: d.setup.clone(),
+                    ops: vec![a.clone(), b.clone()],
+                })
+            })
+            .collect();
+        let mut keyed = LocalRunner::new(Box::new(NativeTarget::new(faults)));
+        let mut unkeyed = LocalRunner::new(Box::new(Unkeyed(NativeTarget::new(faults))));
+        let a = keyed.run_batch_last(&traces).unwrap();
+        let b = unkeyed.run_batch_last(&traces).unwrap();
+        assert_eq!(a, b);
+        // Trials whose first op changed nothing (a `seq_keep` of the one sequence, a `seq_rm`
+        // of a range without cells) are back in the setup's state: their last steps are one
+        // (state, op) transition, made once and shared (one `Arc`, which judges remember).
+        let noop = |t: &Trace| t.ops[0].name() == "seq_keep" || t.ops[0].name() == "seq_rm";
+        let shared = (0..traces.len())
+            .filter(|&i| noop(&traces[i]))
+            .flat_map(|i| (0..traces.len()).map(move |j| (i, j)))
+            .filter(|&(i, j)| i < j && traces[i].ops[1] == traces[j].ops[1])
+            .filter(|&(i, j)| Arc::ptr_eq(&a[i].steps[0], &a[j].steps[0]))
+            .count();
+        assert!(shared > 0, "no step was shared between trials");
+        let unshared = (0..traces.len())
+            .flat_map(|i| (0..traces.len()).map(move |j| (i, j)))
+            .filter(|&(i, j)| i < j && Arc::ptr_eq(&b[i].steps[0], &b[j].steps[0]))
+            .count();
+        assert_eq!(unshared, 0, "the unkeyed runner shares nothing");
+    }
+
     #[test]
     fn forking_and_replay_give_the_same_observations() {
         let faults = native_kv::Faults {
