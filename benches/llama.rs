@@ -211,15 +211,10 @@ fn bare_loop_ops() -> String {
 }
 
 /// Runs `processes` bare loops at once (process k takes first ops k, k + processes, ...):
-/// (trials, wall seconds of the slowest, CPU seconds of all).
-fn bare_loop_run(
-    bin: &Path,
-    model: &Path,
-    ops: &Path,
-    depth: u32,
-    processes: usize,
-) -> (u64, f64, f64) {
-    let cpu = common::cpu_seconds();
+/// (trials, wall seconds of the slowest). (Wall time only: the CPU of a worker's fork-server
+/// children is lost when the parent kills the worker, so CPU figures of the audit beside it
+/// would undercount.)
+fn bare_loop_run(bin: &Path, model: &Path, ops: &Path, depth: u32, processes: usize) -> (u64, f64) {
     let t = Instant::now();
     let children: Vec<_> = (0..processes)
         .map(|k| {
@@ -246,11 +241,7 @@ fn bare_loop_run(
             .unwrap_or_else(|| panic!("bare loop printed {text:?}"));
         trials += n;
     }
-    (
-        trials,
-        t.elapsed().as_secs_f64(),
-        common::cpu_seconds() - cpu,
-    )
+    (trials, t.elapsed().as_secs_f64())
 }
 
 /// The oracles whose observations the bare loop makes (`--oracles I1,I2,crash`).
@@ -258,20 +249,13 @@ const BASIC: [&str; 3] = ["I1", "I2", "crash"];
 
 /// The seed audit to `depth` with the oracles whose observations the bare loop makes, through
 /// worker processes, as `kvaudit audit --oracles I1,I2,crash [--shard]` runs it.
-fn basic_audit(
-    label: &str,
-    model: &Path,
-    depth: u32,
-    workers: usize,
-    shard: Shard,
-) -> (u64, f64, f64) {
+fn basic_audit(label: &str, model: &Path, depth: u32, workers: usize, shard: Shard) -> (u64, f64) {
     let registry = kvaudit::oracles::Registry::builtin().only(|o| BASIC.contains(&o.id().name()));
     oracle_audit(label, model, depth, workers, shard, registry)
 }
 
 /// The seed audit to `depth` with `registry`'s oracles, observing what they read, as
-/// `kvaudit audit --oracles ...` runs it: (trials, wall seconds, runners' start included, CPU
-/// seconds of the parent and its workers).
+/// `kvaudit audit --oracles ...` runs it: (trials, wall seconds, runners' start included).
 fn oracle_audit(
     label: &str,
     model: &Path,
@@ -279,41 +263,28 @@ fn oracle_audit(
     workers: usize,
     shard: Shard,
     registry: kvaudit::oracles::Registry,
-) -> (u64, f64, f64) {
+) -> (u64, f64) {
     let mut spec = TargetSpec::new(label, &[]).with_observe(registry.observe());
     spec.model = Some(model.to_path_buf());
     // Timed from here: finding the build and starting the workers are part of an audit.
-    let cpu = common::cpu_seconds();
     let t = Instant::now();
     let report = common::audit(&spec, "seed", depth, workers, registry, shard);
-    (
-        report.trials,
-        t.elapsed().as_secs_f64(),
-        common::cpu_seconds() - cpu,
-    )
+    (report.trials, t.elapsed().as_secs_f64())
 }
 
 /// The default oracle set's depth-3 audit (`kvaudit audit` without `--oracles`) beside the bare
 /// loop and the basic audit, and the gap explained per oracle: each default oracle beyond the
 /// basic ones audited alone with them, and what it adds to the basic audit's time (its
 /// observation: the whole dump, the twin round trip, the cells before the op, and its judging).
-fn default_gap(
-    label: &str,
-    model: &Path,
-    cores: usize,
-    basic: (u64, f64, f64),
-    bare: (u64, f64, f64),
-) {
+fn default_gap(label: &str, model: &Path, cores: usize, basic: (u64, f64), bare: (u64, f64)) {
     let defaults = kvaudit::oracles::Registry::for_run(false).only(|o| !o.costly());
-    let (nd, sd, cd) = oracle_audit(label, model, 3, cores, Shard::WHOLE, defaults.clone());
+    let (nd, sd) = oracle_audit(label, model, 3, cores, Shard::WHOLE, defaults.clone());
     println!(
-        "{label}: depth-3 audit, default oracles, {cores} workers: {nd} trials in {sd:.2} s = {:.0} trials/s, beside the bare loop's {:.0} trials/s ({:.2}x its time) and the basic audit's {:.0} trials/s; CPU {cd:.2} s, {:.2}x the bare loop's, {:.2}x the basic audit's",
+        "{label}: depth-3 audit, default oracles, {cores} workers: {nd} trials in {sd:.2} s = {:.0} trials/s, beside the bare loop's {:.0} trials/s ({:.2}x its time) and the basic audit's {:.0} trials/s",
         nd as f64 / sd,
         bare.0 as f64 / bare.1,
         sd / bare.1,
         basic.0 as f64 / basic.1,
-        cd / bare.2,
-        cd / basic.2
     );
     // The oracles a single-target audit judges (not the differential, nor T1-T3).
     for oracle in defaults.observing(false) {
@@ -332,12 +303,12 @@ fn default_gap(
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
         .collect();
-        let (n, s, c) = oracle_audit(label, model, 3, cores, Shard::WHOLE, registry);
+        let (n, s) = oracle_audit(label, model, 3, cores, Shard::WHOLE, registry);
         println!(
-            "{label}: depth-3 gap, I1,I2,crash + {name:<20} (observes {:<24}): {n} trials in {s:.2} s, CPU {c:.2} s, {:+.2} CPU s over the basic audit ({:.2}x)",
+            "{label}: depth-3 gap, I1,I2,crash + {name:<20} (observes {:<24}): {n} trials in {s:.2} s, {:+.2} s over the basic audit ({:.2}x)",
             if reads.is_empty() { "nothing more".to_string() } else { reads.join(", ") },
-            c - basic.2,
-            c / basic.2
+            s - basic.1,
+            s / basic.1
         );
     }
 }
@@ -358,28 +329,27 @@ fn physical_limit(label: &str, built: &BuiltShim, model: &Path, cores: usize) {
         None => vec![3, 4],
     };
     for depth in depths {
-        let (n1, s1, c1) = bare_loop_run(&bin, model, &ops, depth, 1);
+        let (n1, s1) = bare_loop_run(&bin, model, &ops, depth, 1);
         println!(
-            "{label}: depth-{depth} bare C loop, 1 process: {n1} trials in {s1:.2} s = {:.0} trials/s; CPU {c1:.2} s",
+            "{label}: depth-{depth} bare C loop, 1 process: {n1} trials in {s1:.2} s = {:.0} trials/s",
             n1 as f64 / s1
         );
-        let (nc, sc, cc) = bare_loop_run(&bin, model, &ops, depth, cores);
+        let (nc, sc) = bare_loop_run(&bin, model, &ops, depth, cores);
         println!(
-            "{label}: depth-{depth} bare C loop, {cores} processes: {nc} trials in {sc:.2} s = {:.0} trials/s; CPU {cc:.2} s",
+            "{label}: depth-{depth} bare C loop, {cores} processes: {nc} trials in {sc:.2} s = {:.0} trials/s",
             nc as f64 / sc
         );
-        let (na, sa, ca) = basic_audit(label, model, depth, cores, Shard::WHOLE);
+        let (na, sa) = basic_audit(label, model, depth, cores, Shard::WHOLE);
         assert_eq!(na, nc, "the audit and the bare loop run the same trials");
         println!(
-            "{label}: depth-{depth} audit --oracles I1,I2,crash, {cores} workers: {na} trials in {sa:.2} s = {:.0} trials/s; {:.2}x the bare loop's {cores}-process time; CPU {ca:.2} s, {:.2}x the bare loop's",
+            "{label}: depth-{depth} audit --oracles I1,I2,crash, {cores} workers: {na} trials in {sa:.2} s = {:.0} trials/s; {:.2}x the bare loop's {cores}-process time",
             na as f64 / sa,
-            sa / sc,
-            ca / cc
+            sa / sc
         );
         if depth == 3 {
-            default_gap(label, model, cores, (na, sa, ca), (nc, sc, cc));
+            default_gap(label, model, cores, (na, sa), (nc, sc));
         }
-        let halves: Vec<(u64, f64, f64)> = (0..2)
+        let halves: Vec<(u64, f64)> = (0..2)
             .map(|k| basic_audit(label, model, depth, cores, Shard::new(k, 2).unwrap()))
             .collect();
         let slower = halves.iter().map(|h| h.1).fold(0.0, f64::max);
