@@ -10,10 +10,13 @@
 //! A decode the target rejects (`rc != 0`) and an op it refuses are observations like any other:
 //! they are findings only when an oracle says so. An unsupported op ends the judged prefix.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
 use serde::{Deserialize, Serialize};
 
-use crate::base::cache::{HarnessError, LogitsProbe, ReloadProbe, TargetInfo};
-use crate::base::op::Trace;
+use crate::base::cache::{HarnessError, LogitsProbe, ReloadProbe, StepObservation, TargetInfo};
+use crate::base::op::{Arch, Op, Trace};
 use crate::oracles::{OracleId, Reads, Registry, Seen, Violation};
 use crate::running::runner::{RunnerFactory, TrialEnd, TrialRun, TrialRunner};
 
@@ -441,13 +444,13 @@ const MEMO_VERDICTS: usize = 1 << 18;
 /// and its contents cannot change while it is shared).
 #[derive(Default)]
 pub struct VerdictMemo {
-    verdicts: std::collections::HashMap<usize, Verdict>,
+    verdicts: HashMap<usize, Verdict>,
 }
 
 struct Verdict {
-    obs: std::sync::Weak<crate::base::cache::StepObservation>,
-    op: crate::base::op::Op,
-    arch: crate::base::op::Arch,
+    obs: Weak<StepObservation>,
+    op: Op,
+    arch: Arch,
     /// Per tracked oracle (by index), whether it judged the step, and whether it was violated.
     judged: u64,
     violated: u64,
@@ -455,14 +458,9 @@ struct Verdict {
 
 impl VerdictMemo {
     /// The (judged, violated) bits of the tracked oracles on `obs` after `op`, if judged before.
-    pub fn get(
-        &self,
-        obs: &std::sync::Arc<crate::base::cache::StepObservation>,
-        op: &crate::base::op::Op,
-        arch: crate::base::op::Arch,
-    ) -> Option<(u64, u64)> {
-        let v = self.verdicts.get(&(std::sync::Arc::as_ptr(obs) as usize))?;
-        (v.obs.as_ptr() == std::sync::Arc::as_ptr(obs)
+    pub fn get(&self, obs: &Arc<StepObservation>, op: &Op, arch: Arch) -> Option<(u64, u64)> {
+        let v = self.verdicts.get(&(Arc::as_ptr(obs) as usize))?;
+        (v.obs.as_ptr() == Arc::as_ptr(obs)
             && v.obs.strong_count() > 0
             && v.arch == arch
             && v.op == *op)
@@ -473,21 +471,21 @@ impl VerdictMemo {
     /// judged again: not worth keeping).
     pub fn put(
         &mut self,
-        obs: &std::sync::Arc<crate::base::cache::StepObservation>,
-        op: &crate::base::op::Op,
-        arch: crate::base::op::Arch,
+        obs: &Arc<StepObservation>,
+        op: &Op,
+        arch: Arch,
         (judged, violated): (u64, u64),
     ) {
-        if std::sync::Arc::strong_count(obs) < 2 {
+        if Arc::strong_count(obs) < 2 {
             return;
         }
         if self.verdicts.len() >= MEMO_VERDICTS {
             self.verdicts.clear();
         }
         self.verdicts.insert(
-            std::sync::Arc::as_ptr(obs) as usize,
+            Arc::as_ptr(obs) as usize,
             Verdict {
-                obs: std::sync::Arc::downgrade(obs),
+                obs: Arc::downgrade(obs),
                 op: op.clone(),
                 arch,
                 judged,

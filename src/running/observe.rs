@@ -3,7 +3,12 @@
 //! ([`observe_seqs`]), and, as [`Observe`] asks, the whole-context dump's cells and the round
 //! trip into the target's twin ([`observe_with`]). Each tells the target what it observes
 //! ([`CacheUnderTest::observing`]), so a crash inside is an observation crash, not the op's.
-//! Cells come from the bytes, through `base/state/` (no target's bookkeeping is trusted).
+//! Cells come from the bytes, through `base/state/` (no target's bookkeeping is trusted). On a
+//! target that keys its complete state, [`ObservationMemo`] makes each of these once per
+//! distinct state.
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::base::cache::{
     CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, RoundTrip, SeqObservation,
@@ -185,11 +190,11 @@ pub struct ObservationMemo {
     generation: u32,
     observe: Observe,
     scratch: Vec<u8>,
-    ids: std::collections::HashMap<Box<[u8]>, u32>,
+    ids: HashMap<Box<[u8]>, u32>,
     /// Per state index: its observation as [`observe_with`] made it (no `before`, no probes).
-    states: Vec<Option<std::sync::Arc<StepObservation>>>,
+    states: Vec<Option<Arc<StepObservation>>>,
     /// Per state index: the ops taken from it, each to its state and step observation.
-    steps: Vec<std::collections::HashMap<Op, (u32, std::sync::Arc<StepObservation>)>>,
+    steps: Vec<HashMap<Op, (u32, Arc<StepObservation>)>>,
     transitions: usize,
 }
 
@@ -238,7 +243,7 @@ impl ObservationMemo {
         from: Option<StateId>,
         op: &Op,
         observe: Observe,
-    ) -> Option<(StateId, std::sync::Arc<StepObservation>)> {
+    ) -> Option<(StateId, Arc<StepObservation>)> {
         let from = self.live(from).filter(|_| observe == self.observe)?;
         let (to, obs) = self.steps[from].get(op)?;
         Some((
@@ -270,7 +275,7 @@ impl ObservationMemo {
             return Ok(obs);
         }
         let obs = observe_with(target, format, seqs, outcome, what)?;
-        self.states[index] = Some(std::sync::Arc::new(obs.clone()));
+        self.states[index] = Some(Arc::new(obs.clone()));
         Ok(obs)
     }
 
@@ -281,7 +286,7 @@ impl ObservationMemo {
         op: &Op,
         observe: Observe,
         to: Option<StateId>,
-        obs: &std::sync::Arc<StepObservation>,
+        obs: &Arc<StepObservation>,
     ) {
         let (Some(from), Some(to)) = (self.live(from), self.live(to)) else {
             return;
