@@ -583,6 +583,16 @@ pub trait CacheUnderTest {
         Ok(None)
     }
 
+    /// Appends a key of the target's complete state to `out` and returns true, when it has
+    /// one: two states with equal keys answer every accessor, dump and twin round trip alike,
+    /// so a runner observes each distinct state once ([`crate::running::observe::ObservationMemo`]).
+    /// False (the default) for a target whose state is partly hidden (llama.cpp: a stale
+    /// derived index is exactly what its dumps do not show).
+    fn observation_key(&self, out: &mut Vec<u8>) -> bool {
+        let _ = out;
+        false
+    }
+
     /// Told which observation the calls that follow make (`None`: the next op's own calls),
     /// so that a crash inside them can be told from a crash of the op: the llama.cpp worker
     /// writes it into its fatal-signal report. Observing nothing by itself.

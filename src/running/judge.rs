@@ -10,10 +10,13 @@
 //! A decode the target rejects (`rc != 0`) and an op it refuses are observations like any other:
 //! they are findings only when an oracle says so. An unsupported op ends the judged prefix.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
 use serde::{Deserialize, Serialize};
 
-use crate::base::cache::{HarnessError, LogitsProbe, ReloadProbe, TargetInfo};
-use crate::base::op::Trace;
+use crate::base::cache::{HarnessError, LogitsProbe, ReloadProbe, StepObservation, TargetInfo};
+use crate::base::op::{Arch, Op, Trace};
 use crate::oracles::{OracleId, Reads, Registry, Seen, Violation};
 use crate::running::runner::{RunnerFactory, TrialEnd, TrialRun, TrialRunner};
 
@@ -487,5 +490,68 @@ mod tests {
             .steps
             .iter()
             .all(|s| s.whole.is_some()));
+    }
+}
+
+/// The most verdicts a [`VerdictMemo`] keeps before it starts afresh.
+const MEMO_VERDICTS: usize = 1 << 18;
+
+/// The step oracles' verdicts on step observations a runner shares between trials (the same
+/// `Arc`: `running::observe::ObservationMemo` hands out one per (state, op) transition), so
+/// that a trial whose last step another trial already took is not judged again. A verdict is
+/// a function of what a step oracle reads, [`Seen::Step`]'s op, observation and architecture:
+/// an entry is used only for the same op and architecture and an observation that is still
+/// the one judged (held by a `Weak`, so its allocation is not reused while the entry lives,
+/// and its contents cannot change while it is shared).
+#[derive(Default)]
+pub struct VerdictMemo {
+    verdicts: HashMap<usize, Verdict>,
+}
+
+struct Verdict {
+    obs: Weak<StepObservation>,
+    op: Op,
+    arch: Arch,
+    /// Per tracked oracle (by index), whether it judged the step, and whether it was violated.
+    judged: u64,
+    violated: u64,
+}
+
+impl VerdictMemo {
+    /// The (judged, violated) bits of the tracked oracles on `obs` after `op`, if judged before.
+    pub fn get(&self, obs: &Arc<StepObservation>, op: &Op, arch: Arch) -> Option<(u64, u64)> {
+        let v = self.verdicts.get(&(Arc::as_ptr(obs) as usize))?;
+        (v.obs.as_ptr() == Arc::as_ptr(obs)
+            && v.obs.strong_count() > 0
+            && v.arch == arch
+            && v.op == *op)
+            .then_some((v.judged, v.violated))
+    }
+
+    /// Remembers the verdict on a shared observation (one no other owner holds is never
+    /// judged again: not worth keeping).
+    pub fn put(
+        &mut self,
+        obs: &Arc<StepObservation>,
+        op: &Op,
+        arch: Arch,
+        (judged, violated): (u64, u64),
+    ) {
+        if Arc::strong_count(obs) < 2 {
+            return;
+        }
+        if self.verdicts.len() >= MEMO_VERDICTS {
+            self.verdicts.clear();
+        }
+        self.verdicts.insert(
+            Arc::as_ptr(obs) as usize,
+            Verdict {
+                obs: Arc::downgrade(obs),
+                op: op.clone(),
+                arch,
+                judged,
+                violated,
+            },
+        );
     }
 }
