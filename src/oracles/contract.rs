@@ -195,9 +195,12 @@ fn cells(seqs: &[SeqObservation]) -> Cells {
 }
 
 /// The second part's cells (a hybrid memory's recurrent states), empty where a sequence has none.
-fn second_cells(seqs: &[SeqObservation]) -> Cells {
+fn recurrent_cells(seqs: &[SeqObservation], memory: MemoryType) -> Cells {
     seqs.iter()
-        .map(|s| (s.seq, s.second_cells.clone().unwrap_or_default()))
+        .map(|s| {
+            let cells = s.recurrent_cells(memory).unwrap_or_default();
+            (s.seq, cells.to_vec())
+        })
         .collect()
 }
 
@@ -527,9 +530,9 @@ pub fn check_contract(
     let b = cells(before);
     let x = first_breach(op, &after.outcome, &b, &cells(&after.seqs), first, &b)
         .or_else(|| {
-            (memory == MemoryType::Hybrid).then(|| {
-                let b2 = second_cells(before);
-                let a2 = second_cells(&after.seqs);
+            memory.is_hybrid().then(|| {
+                let b2 = recurrent_cells(before, memory);
+                let a2 = recurrent_cells(&after.seqs, memory);
                 first_breach(op, &after.outcome, &b2, &a2, Part::States, &b)
             })?
         })
@@ -678,6 +681,7 @@ mod tests {
                 pos_max: c.last().copied().unwrap_or(-1),
                 cells: c.to_vec(),
                 second_cells: None,
+                third_cells: None,
             })
             .collect()
     }

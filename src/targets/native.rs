@@ -452,26 +452,16 @@ pub(crate) fn memory_config(
     let cache = attention_config(name, setup, faults)?;
     let kind = match setup.arch.memory() {
         MemoryType::Kv => MemoryKind::Kv,
-        MemoryType::Iswa => {
-            // llama_context::llama_context (src/llama-context.cpp:248-250): n_batch is at most
-            // n_ctx (causal models), n_ubatch at most n_batch; defaults 2048 and 512.
-            let n_batch = setup
-                .n_batch
-                .unwrap_or(2048)
-                .min(cache.n_ctx * cache.n_stream());
-            let n_ubatch = setup.n_ubatch.unwrap_or(512).min(n_batch);
-            MemoryKind::Iswa {
-                n_swa: NATIVE_N_SWA,
-                swa_size: iswa_swa_size(
-                    cache.n_ctx,
-                    NATIVE_N_SWA,
-                    cache.unified,
-                    cache.n_seq_max,
-                    n_ubatch,
-                    setup.swa_full,
-                ),
-            }
-        }
+        MemoryType::Iswa => MemoryKind::Iswa {
+            n_swa: NATIVE_N_SWA,
+            swa_size: swa_size(setup, &cache),
+        },
+        MemoryType::HybridIswa => MemoryKind::HybridIswa {
+            n_swa: NATIVE_N_SWA,
+            swa_size: swa_size(setup, &cache),
+            n_rs_seq: rollback_depth(name, setup)?,
+            shape: None,
+        },
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
@@ -482,6 +472,25 @@ pub(crate) fn memory_config(
         },
     };
     Ok(MemoryConfig { cache, kind })
+}
+
+/// The windowed cache's cells per stream for `setup` (`iswa_swa_size`).
+fn swa_size(setup: &Setup, cache: &CacheConfig) -> u32 {
+    // llama_context::llama_context (src/llama-context.cpp:248-250): n_batch is at most n_ctx
+    // (causal models), n_ubatch at most n_batch; defaults 2048 and 512.
+    let n_batch = setup
+        .n_batch
+        .unwrap_or(2048)
+        .min(cache.n_ctx * cache.n_stream());
+    let n_ubatch = setup.n_ubatch.unwrap_or(512).min(n_batch);
+    iswa_swa_size(
+        cache.n_ctx,
+        NATIVE_N_SWA,
+        cache.unified,
+        cache.n_seq_max,
+        n_ubatch,
+        setup.swa_full,
+    )
 }
 
 /// The rollback depth of `setup`'s recurrent states: `n_rs_seq` where the architecture rolls
@@ -495,10 +504,10 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
     };
     match setup.arch {
         _ if setup.n_rs_seq == 0 => Ok(0),
-        Arch::Lfm2 if setup.n_rs_seq < native_kv::recurrent::MAX_PLANES as u32 => {
+        Arch::Lfm2 | Arch::Lfm2Swa if setup.n_rs_seq < native_kv::recurrent::MAX_PLANES as u32 => {
             Ok(setup.n_rs_seq)
         }
-        Arch::Lfm2 => Err(unsupported(format!(
+        Arch::Lfm2 | Arch::Lfm2Swa => Err(unsupported(format!(
             "n_rs_seq {} above the native limit {}",
             setup.n_rs_seq,
             native_kv::recurrent::MAX_PLANES - 1

@@ -14,6 +14,8 @@
 //!   iswa:      two caches: the base (full) cache, then the windowed one
 //!   recurrent: one recurrent section
 //!   hybrid:    one cache (the attention layers), then one recurrent section
+//!   hybrid_iswa: two caches (base, windowed; llama_kv_cache_iswa::state_write), then one
+//!              recurrent section (src/llama-memory-hybrid-iswa.cpp `state_write`)
 //! a cache:
 //!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
 //!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
@@ -203,6 +205,15 @@ impl SeqState<'_> {
         }
     }
 
+    /// Positions of the cells of the memory's third part, sorted, when it has one: a
+    /// hybrid-iSWA memory's recurrent states (after its two attention caches).
+    pub fn third_positions(&self) -> Option<Vec<Pos>> {
+        if self.caches.len() < 2 {
+            return None;
+        }
+        self.recurrent_positions()
+    }
+
     fn recurrent_positions(&self) -> Option<Vec<Pos>> {
         let rec = self.recurrent.as_ref()?;
         Some(sorted(rec.cells.iter().map(|c| c.pos)))
@@ -295,7 +306,7 @@ type Memory<'a> = (Vec<Vec<StreamState<'a>>>, Option<RecurrentState<'a>>);
 fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a>, ParseError> {
     let n_caches = match format.memory {
         MemoryType::Kv | MemoryType::Hybrid => 1,
-        MemoryType::Iswa => 2,
+        MemoryType::Iswa | MemoryType::HybridIswa => 2,
         MemoryType::Recurrent => 0,
     };
     let mut caches = Vec::with_capacity(n_caches);
@@ -303,7 +314,9 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
         caches.push(parse_cache(r, format)?);
     }
     let recurrent = match format.memory {
-        MemoryType::Recurrent | MemoryType::Hybrid => Some(parse_recurrent(r)?),
+        MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => {
+            Some(parse_recurrent(r)?)
+        }
         MemoryType::Kv | MemoryType::Iswa => None,
     };
     if !r.done() {

@@ -117,7 +117,9 @@ impl TinyModelSpec {
     /// - `jamba`: two blocks, a mamba one and an attention one
     ///   ([`memory_types::jamba_is_attention_layer`]), n_embd 16;
     /// - `lfm2`: two blocks, a short-convolution one and an attention one (the same layer
-    ///   pattern), n_embd 16.
+    ///   pattern), n_embd 16;
+    /// - `lfm2_swa`: lfm2's shape with a window of 4 positions (lfm2 makes every attention layer
+    ///   windowed, so the iSWA pair's base cache holds cells but no layer).
     pub fn for_arch(arch: Arch) -> Self {
         let audit = TinyModelSpec::audit();
         match arch {
@@ -137,13 +139,14 @@ impl TinyModelSpec {
                 n_ff: 0,
                 ..audit
             },
-            Arch::Jamba | Arch::Lfm2 => TinyModelSpec {
+            Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa => TinyModelSpec {
                 arch,
                 n_layer: 2,
                 n_embd: 16,
                 n_head: 2,
                 n_head_kv: 1,
                 n_ff: 16,
+                sliding_window: arch.swa_window(),
                 ..audit
             },
         }
@@ -170,7 +173,7 @@ impl TinyModelSpec {
         }
         ensure_spec!(self.n_ff > 0, "tiny model: n_ff must be positive: {self:?}");
         ensure_spec!(
-            !matches!(self.arch, Arch::Jamba | Arch::Lfm2) || self.n_layer >= 2,
+            !matches!(self.arch, Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa) || self.n_layer >= 2,
             "tiny model: jamba and lfm2 need two blocks, one recurrent and one attention"
         );
         ensure_spec!(
@@ -429,8 +432,14 @@ mod tests {
             let a = tiny_model_bytes(&spec).unwrap();
             assert_eq!(a, tiny_model_bytes(&spec).unwrap(), "{arch}");
             let f = GgufFile::from_bytes(a).unwrap();
-            assert_eq!(f.get_str("general.architecture").unwrap(), arch.name());
-            f.get_u32(&format!("{arch}.block_count")).unwrap();
+            let gguf = arch.gguf_name();
+            assert_eq!(f.get_str("general.architecture").unwrap(), gguf);
+            f.get_u32(&format!("{gguf}.block_count")).unwrap();
+            assert_eq!(
+                f.get_u32(&format!("{gguf}.attention.sliding_window")).ok(),
+                arch.swa_window(),
+                "{arch}"
+            );
             for t in &f.tensors {
                 assert_eq!((f.data_offset + t.offset) % 32, 0, "{}", t.name);
             }

@@ -23,6 +23,15 @@
 //!   one (:190-195). A sequence load whose recurrent part fails empties the sequence from the
 //!   attention cache too (0.1.161 :197-214; 0.1.156 leaves the attention part loaded).
 //!
+//! - **Hybrid-iSWA** (`llama_memory_hybrid_iswa`, src/llama-memory-hybrid-iswa.cpp, 0.1.161): the
+//!   iSWA pair beside a recurrent memory. `seq_rm` goes to the recurrent memory first and, only
+//!   if it succeeded, to the pair (whose answer is the AND of both caches'); the other ops go to
+//!   the pair, then the recurrent memory; `seq_pos_min`/`seq_pos_max` are the larger minimum and
+//!   the smaller maximum of the pair's (the windowed cache's) and the states'. A decode prepares
+//!   the recurrent memory, then the base, then the windowed cache (`init_batch`). Dumps: the
+//!   pair's, then the recurrent memory's (`state_write`); a load reads them in that order and,
+//!   unlike the hybrid, undoes nothing when the recurrent part fails (`state_read`).
+//!
 //! Whole-context dumps start with the architecture name ([`crate::STATE_ARCH`]), per-sequence
 //! dumps with the magic and the sequence id, as the attention cache's.
 
@@ -51,6 +60,17 @@ pub enum MemoryKind {
         /// `llama_context_params::n_rs_seq`.
         n_rs_seq: u32,
         /// The state rows a dump carries, if any.
+        shape: Option<RecurrentShape>,
+    },
+    /// `llama_memory_hybrid_iswa`: the iSWA pair and a recurrent memory.
+    HybridIswa {
+        /// The window (`n_swa`, > 0).
+        n_swa: u32,
+        /// Cells per stream of the windowed cache.
+        swa_size: u32,
+        /// `llama_context_params::n_rs_seq`.
+        n_rs_seq: u32,
+        /// The recurrent state rows a dump carries, if any.
         shape: Option<RecurrentShape>,
     },
     /// `llama_memory_hybrid`: an attention cache of the [`CacheConfig`] and a recurrent memory.
@@ -113,6 +133,15 @@ pub enum Memory {
         /// `mem_recr`.
         recr: RecurrentCache,
     },
+    /// The iSWA pair and a recurrent memory.
+    HybridIswa {
+        /// `mem_attn`'s `kv_base`.
+        base: CellCache,
+        /// `mem_attn`'s `kv_swa`.
+        swa: CellCache,
+        /// `mem_recr`.
+        recr: RecurrentCache,
+    },
 }
 
 impl Memory {
@@ -122,6 +151,7 @@ impl Memory {
     /// As [`CellCache::new`].
     pub fn new(config: MemoryConfig) -> Self {
         let c = config.cache;
+        let windowed = |n_ctx, n_swa| CellCache::windowed(CacheConfig { n_ctx, ..c }, n_swa);
         let recurrent = |n_rs_seq, shape| {
             RecurrentCache::new(RecurrentConfig {
                 n_seq_max: c.n_seq_max,
@@ -134,13 +164,17 @@ impl Memory {
             MemoryKind::Kv => Memory::Kv(CellCache::new(c)),
             MemoryKind::Iswa { n_swa, swa_size } => Memory::Iswa {
                 base: CellCache::new(c),
-                swa: CellCache::windowed(
-                    CacheConfig {
-                        n_ctx: swa_size,
-                        ..c
-                    },
-                    n_swa,
-                ),
+                swa: windowed(swa_size, n_swa),
+            },
+            MemoryKind::HybridIswa {
+                n_swa,
+                swa_size,
+                n_rs_seq,
+                shape,
+            } => Memory::HybridIswa {
+                base: CellCache::new(c),
+                swa: windowed(swa_size, n_swa),
+                recr: recurrent(n_rs_seq, shape),
             },
             MemoryKind::Recurrent { n_rs_seq, shape } => {
                 Memory::Recurrent(recurrent(n_rs_seq, shape))
@@ -163,9 +197,10 @@ impl Memory {
     /// `Ok` when `s` names a sequence of this memory.
     pub fn check_seq(&self, s: SeqId) -> Result<(), CacheError> {
         match self {
-            Memory::Kv(c) | Memory::Iswa { base: c, .. } | Memory::Hybrid { attn: c, .. } => {
-                c.check_seq(s)
-            }
+            Memory::Kv(c)
+            | Memory::Iswa { base: c, .. }
+            | Memory::Hybrid { attn: c, .. }
+            | Memory::HybridIswa { base: c, .. } => c.check_seq(s),
             Memory::Recurrent(r) => r.check_seq(s),
         }
     }
@@ -181,6 +216,11 @@ impl Memory {
             Memory::Recurrent(r) => r.clear(),
             Memory::Hybrid { attn, recr } => {
                 attn.clear();
+                recr.clear();
+            }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.clear();
+                swa.clear();
                 recr.clear();
             }
         }
@@ -205,6 +245,17 @@ impl Memory {
                 }
                 attn.seq_rm(seq, p0, p1)
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                if seq >= 0 {
+                    base.check_seq(seq)?;
+                }
+                if !base.config().faults.hybrid_rm_one_side && !recr.seq_rm(seq, p0, p1) {
+                    return Ok(false);
+                }
+                let a = base.seq_rm(seq, p0, p1)?;
+                let b = swa.seq_rm(seq, p0, p1)?;
+                Ok(a & b)
+            }
         }
     }
 
@@ -219,6 +270,11 @@ impl Memory {
             Memory::Recurrent(r) => r.seq_cp(src, dst, p0, p1),
             Memory::Hybrid { attn, recr } => {
                 attn.seq_cp(src, dst, p0, p1)?;
+                recr.seq_cp(src, dst, p0, p1)
+            }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.seq_cp(src, dst, p0, p1)?;
+                swa.seq_cp(src, dst, p0, p1)?;
                 recr.seq_cp(src, dst, p0, p1)
             }
         }
@@ -237,6 +293,11 @@ impl Memory {
                 attn.seq_keep(seq)?;
                 recr.seq_keep(seq)
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.seq_keep(seq)?;
+                swa.seq_keep(seq)?;
+                recr.seq_keep(seq)
+            }
         }
     }
 
@@ -253,6 +314,11 @@ impl Memory {
                 attn.seq_add(seq, p0, p1, delta)?;
                 recr.seq_add(seq, p0, p1, delta)
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.seq_add(seq, p0, p1, delta)?;
+                swa.seq_add(seq, p0, p1, delta)?;
+                recr.seq_add(seq, p0, p1, delta)
+            }
         }
     }
 
@@ -267,6 +333,11 @@ impl Memory {
             Memory::Recurrent(r) => r.seq_div(seq, p0, p1, d),
             Memory::Hybrid { attn, recr } => {
                 attn.seq_div(seq, p0, p1, d)?;
+                recr.seq_div(seq, p0, p1, d)
+            }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.seq_div(seq, p0, p1, d)?;
+                swa.seq_div(seq, p0, p1, d)?;
                 recr.seq_div(seq, p0, p1, d)
             }
         }
@@ -316,6 +387,18 @@ impl Memory {
                 let tokens: Vec<i32> = batch.iter().map(|t| t.token).collect();
                 recr.place(&seqs, &pos, &tokens);
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                recr.find_slots()?;
+                let a = base.find_slots(batch)?;
+                let b = swa.find_slots(batch)?;
+                base.place(batch, &pos, &a);
+                swa.place(batch, &pos, &b);
+                base.forget_shifts();
+                swa.forget_shifts();
+                let seqs: Vec<Vec<SeqId>> = batch.iter().map(|t| t.seqs.clone()).collect();
+                let tokens: Vec<i32> = batch.iter().map(|t| t.token).collect();
+                recr.place(&seqs, &pos, &tokens);
+            }
         }
         Ok(())
     }
@@ -324,7 +407,9 @@ impl Memory {
     /// [`crate::recurrent`]), `None` when it holds none or the memory has no states.
     pub fn state_digest(&self, seq: SeqId) -> Option<u64> {
         match self {
-            Memory::Recurrent(r) | Memory::Hybrid { recr: r, .. } => r.state_digest(seq),
+            Memory::Recurrent(r)
+            | Memory::Hybrid { recr: r, .. }
+            | Memory::HybridIswa { recr: r, .. } => r.state_digest(seq),
             _ => None,
         }
     }
@@ -333,7 +418,7 @@ impl Memory {
     /// hybrid memory's attention part; empty for other memories).
     pub fn attention_positions(&self, seq: SeqId, pos: Pos) -> Vec<Pos> {
         match self {
-            Memory::Hybrid { attn, .. } => {
+            Memory::Hybrid { attn, .. } | Memory::HybridIswa { base: attn, .. } => {
                 let mut v: Vec<Pos> = attn
                     .seq_positions(seq)
                     .into_iter()
@@ -356,6 +441,11 @@ impl Memory {
             Memory::Recurrent(r) => r.write_memory(seq, out),
             Memory::Hybrid { attn, recr } => {
                 attn.write_memory(seq, out);
+                recr.write_memory(seq, out);
+            }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.write_memory(seq, out);
+                swa.write_memory(seq, out);
                 recr.write_memory(seq, out);
             }
         }
@@ -406,6 +496,11 @@ impl Memory {
                     return Err(e);
                 }
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.read_seq_memory(seq, &mut r)?;
+                swa.read_seq_memory(seq, &mut r)?;
+                recr.read_seq_memory(seq, &mut r)?;
+            }
         }
         Ok(r.at)
     }
@@ -431,6 +526,11 @@ impl Memory {
                     return Err(e);
                 }
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.read_whole_memory(&mut r)?;
+                swa.read_whole_memory(&mut r)?;
+                recr.read_whole_memory(&mut r)?;
+            }
         }
         Ok(r.at)
     }
@@ -439,9 +539,10 @@ impl Memory {
 impl SeqRanges for Memory {
     fn n_seq(&self) -> usize {
         match self {
-            Memory::Kv(c) | Memory::Iswa { base: c, .. } | Memory::Hybrid { attn: c, .. } => {
-                c.n_seq()
-            }
+            Memory::Kv(c)
+            | Memory::Iswa { base: c, .. }
+            | Memory::Hybrid { attn: c, .. }
+            | Memory::HybridIswa { base: c, .. } => c.n_seq(),
             Memory::Recurrent(r) => r.n_seq(),
         }
     }
@@ -451,8 +552,8 @@ impl SeqRanges for Memory {
             Memory::Kv(c) => c.seq_range(s),
             Memory::Iswa { swa, .. } => swa.seq_range(s),
             Memory::Recurrent(r) => r.seq_range(s),
-            Memory::Hybrid { attn, recr } => {
-                let (a, b) = (attn.seq_range(s), recr.seq_range(s));
+            Memory::Hybrid { attn: a, recr } | Memory::HybridIswa { swa: a, recr, .. } => {
+                let (a, b) = (a.seq_range(s), recr.seq_range(s));
                 (a.0.max(b.0), a.1.min(b.1))
             }
         }

@@ -219,14 +219,14 @@ pub struct WireRun(
     Option<CodeCoverage>,
 );
 
-/// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells).
-type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
+/// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells, third_cells).
+type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>, Option<Vec<Pos>>);
 
 /// One logits probe: (seq, max_abs_diff, n_tokens, cache, shifted, memory, rolled_back,
 /// v_summed_in_f16).
 type WireProbe = (SeqId, f32, u32, CacheType, bool, MemoryType, bool, bool);
 
-/// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells);
+/// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells, third_cells);
 /// then what else was observed (the logits probe, then the reload probe; null when absent).
 #[derive(Debug, Serialize, Deserialize)]
 struct WireStep(
@@ -278,6 +278,7 @@ impl From<&TrialRun> for WireRun {
                             q.pos_max,
                             q.cells.clone(),
                             q.second_cells.clone(),
+                            q.third_cells.clone(),
                         )
                     })
                     .collect();
@@ -329,12 +330,15 @@ impl From<WireRun> for TrialRun {
                     let seqs = seqs
                         .into_iter()
                         .map(
-                            |(seq, pos_min, pos_max, cells, second_cells)| SeqObservation {
-                                seq,
-                                pos_min,
-                                pos_max,
-                                cells,
-                                second_cells,
+                            |(seq, pos_min, pos_max, cells, second_cells, third_cells)| {
+                                SeqObservation {
+                                    seq,
+                                    pos_min,
+                                    pos_max,
+                                    cells,
+                                    second_cells,
+                                    third_cells,
+                                }
                             },
                         )
                         .collect();
@@ -551,6 +555,7 @@ mod tests {
             pos_max: 6,
             cells: vec![0, 1, 2, 3, 4, 5, 6],
             second_cells: None,
+            third_cells: None,
         };
         let run = TrialRun {
             steps: vec![Arc::new(StepObservation::basic(
@@ -640,6 +645,7 @@ mod tests {
                 pos_max: 6,
                 cells: vec![0, 1, 2, 2, 6],
                 second_cells: None,
+                third_cells: None,
             },
             SeqObservation {
                 seq: 1,
@@ -647,6 +653,7 @@ mod tests {
                 pos_max: -1,
                 cells: vec![],
                 second_cells: None,
+                third_cells: None,
             },
         ];
         let step = |outcome| Arc::new(StepObservation::basic(outcome, seqs.clone()));
