@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the committed reports of issue 11 (llama.cpp's other memory types) in
-# reports/memtypes/: depth-2 audits of the iswa (gemma2), recurrent (mamba) and hybrid (jamba)
-# presets on both release pins, the same against the native model, and fuzz runs of each
+# reports/memtypes/: depth-2 audits of the iswa (gemma2), recurrent (mamba), hybrid (jamba) and
+# hybrid_iswa (lfm2_swa, issue 24) presets on both release pins, the same against the native model, and fuzz runs of each
 # architecture (with the logits probe). Every audit report compares its outcome with PREREG.md
-# (the issue 11 batch). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
+# (the issue 11 batch; hybrid_iswa: the issue 24 hybrid-iSWA batch). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # KVAUDIT=PATH runs a copy of the binary (so that a rebuild meanwhile cannot swap it).
@@ -14,11 +14,11 @@ mkdir -p "$out"
 . scripts/report-run.sh # run NAME ARGS...: JSON and Markdown reports of one audit
 for pin in 0.1.156 0.1.161; do
   t="llama.cpp@$pin"
-  for p in iswa recurrent hybrid; do
+  for p in iswa recurrent hybrid hybrid_iswa; do
     run "$t-$p-d2" --target "$t" --domain "$p" --depth 2
     run "$t-vs-native-$p-d2" --target "$t" --vs native --domain "$p" --depth 2
   done
-  for arch in gemma2 mamba jamba; do
+  for arch in gemma2 mamba jamba lfm2_swa; do
     $k fuzz --target "$t" --config "arch=$arch" --seed 1 --cases 300 --no-repros -q \
       --out "$out/$t-fuzz-$arch.json" >/dev/null || [ $? -eq 1 ]
   done

@@ -250,7 +250,8 @@ pub(crate) fn loaded(res: Result<usize, native_kv::RestoreError>) -> OpOutcome {
 ///   when the save held no rows): a different cell count aborts, refused here; bytes that carry
 ///   rows of a plain save misread them as the next layer's header and fail like a bad K/V section.
 ///
-/// Flag bit 1 (`PARTIAL_ONLY` / `SWA_ONLY`) matters to iSWA memories only and is ignored.
+/// Flag bit 1 (`PARTIAL_ONLY` / `SWA_ONLY`) leaves the base cache of an iSWA pair and the
+/// attention cache of a hybrid out of the dump and the load (`native_kv::Memory::state_seq_bytes_flags`).
 pub fn apply_state_op<M: MemoryOps>(
     c: &mut M,
     ctx: &mut ContextState,
@@ -267,7 +268,7 @@ pub fn apply_state_op<M: MemoryOps>(
             if on_device && !device {
                 return Some(unsupported());
             }
-            match c.state_seq_bytes(*seq) {
+            match c.state_seq_bytes_flags(*seq, *flags) {
                 Ok(bytes) => {
                     if on_device {
                         ctx.device_saves.insert(*seq, cells_in(&bytes).unwrap_or(0));
@@ -310,7 +311,7 @@ pub fn apply_state_op<M: MemoryOps>(
             if on_device {
                 return Some(load_on_device(c, ctx, *seq, &bytes, rows_missing));
             }
-            let res = c.state_seq_set_bytes(*seq, &bytes);
+            let res = c.state_seq_set_bytes_flags(*seq, &bytes, *flags);
             if rows_missing && res.is_ok() && cells_in(&bytes).unwrap_or(0) > 0 {
                 // llama.cpp reads rows the bytes do not have: a failure after the cells.
                 c.seq_rm(*seq, -1, -1).expect("seq checked");

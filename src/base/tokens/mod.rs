@@ -289,8 +289,7 @@ impl TokenModel {
                 // and attention alike: a token decoded while a sequence's state and attention
                 // cells held different tokens has rows and a state no fresh decode gives.
                 let mixed = op.as_decode().is_some_and(|d| {
-                    self.memory.is_hybrid()
-                        && d.seqs.iter().any(|&s| !self.parts_agree(s))
+                    self.memory.is_hybrid() && d.seqs.iter().any(|&s| !self.parts_agree(s))
                 });
                 let first_new = self.next_id;
                 if self.has_states() {

@@ -42,6 +42,10 @@ use crate::{
     BatchToken, CacheConfig, CacheError, CellCache, DecodeError, Pos, RestoreError, SeqId,
 };
 
+/// `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` (= `SWA_ONLY`, llama.h): a sequence's dump of the partial
+/// states only (see [`Memory::state_seq_bytes_flags`]).
+pub const STATE_SEQ_FLAGS_PARTIAL_ONLY: u32 = 1;
+
 /// Which memory, with what its type adds to a [`CacheConfig`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemoryKind {
@@ -431,20 +435,30 @@ impl Memory {
         }
     }
 
-    fn write_memory(&self, seq: SeqId, out: &mut Vec<u8>) {
+    /// The memory's dump; `partial` (`LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`) leaves out the parts
+    /// that are not partial states: an iSWA pair's base cache (src/llama-kv-cache-iswa.cpp
+    /// `state_write`), a hybrid's attention cache (src/llama-memory-hybrid.cpp:190-195); an
+    /// attention cache and a recurrent memory ignore the flag (`GGML_UNUSED(flags)`).
+    fn write_memory(&self, seq: SeqId, partial: bool, out: &mut Vec<u8>) {
         match self {
             Memory::Kv(c) => c.write_memory(seq, out),
             Memory::Iswa { base, swa } => {
-                base.write_memory(seq, out);
+                if !partial {
+                    base.write_memory(seq, out);
+                }
                 swa.write_memory(seq, out);
             }
             Memory::Recurrent(r) => r.write_memory(seq, out),
             Memory::Hybrid { attn, recr } => {
-                attn.write_memory(seq, out);
+                if !partial {
+                    attn.write_memory(seq, out);
+                }
                 recr.write_memory(seq, out);
             }
             Memory::HybridIswa { base, swa, recr } => {
-                base.write_memory(seq, out);
+                if !partial {
+                    base.write_memory(seq, out);
+                }
                 swa.write_memory(seq, out);
                 recr.write_memory(seq, out);
             }
@@ -453,17 +467,24 @@ impl Memory {
 
     /// `llama_state_seq_get_data(ctx, seq)`: magic, `seq`, then the memory (see the module docs).
     pub fn state_seq_bytes(&self, seq: SeqId) -> Result<Vec<u8>, CacheError> {
+        self.state_seq_bytes_flags(seq, 0)
+    }
+
+    /// `llama_state_seq_get_data_ext(ctx, seq, flags)`: [`Memory::state_seq_bytes`], without
+    /// the parts `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` leaves out (`write_memory`).
+    pub fn state_seq_bytes_flags(&self, seq: SeqId, flags: u32) -> Result<Vec<u8>, CacheError> {
         if seq != -1 {
             self.check_seq(seq)?;
         }
+        let partial = flags & STATE_SEQ_FLAGS_PARTIAL_ONLY != 0;
         Ok(crate::state::seq_dump(seq, |out| {
-            self.write_memory(seq, out)
+            self.write_memory(seq, partial, out)
         }))
     }
 
     /// `llama_state_get_data(ctx)`: the architecture name, then the whole memory.
     pub fn state_bytes(&self) -> Vec<u8> {
-        crate::state::whole_dump(|out| self.write_memory(-1, out))
+        crate::state::whole_dump(|out| self.write_memory(-1, false, out))
     }
 
     /// `llama_state_seq_set_data(ctx, bytes, seq)`: every part of the memory reads its part of
@@ -471,9 +492,23 @@ impl Memory {
     /// memory is as its parts leave it (iSWA: a base part already loaded stays; hybrid: see the
     /// module docs).
     pub fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError> {
+        self.state_seq_set_bytes_flags(seq, bytes, 0)
+    }
+
+    /// `llama_state_seq_set_data_ext(ctx, bytes, seq, flags)`: [`Memory::state_seq_set_bytes`],
+    /// reading only the parts `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` writes (the windowed cache
+    /// and the states; src/llama-kv-cache-iswa.cpp `state_read`, src/llama-memory-hybrid.cpp:
+    /// 197-214, src/llama-memory-hybrid-iswa.cpp:200-203).
+    pub fn state_seq_set_bytes_flags(
+        &mut self,
+        seq: SeqId,
+        bytes: &[u8],
+        flags: u32,
+    ) -> Result<usize, RestoreError> {
         if let Memory::Kv(c) = self {
             return c.state_seq_set_bytes(seq, bytes);
         }
+        let partial = flags & STATE_SEQ_FLAGS_PARTIAL_ONLY != 0;
         if let Err(e) = self.check_seq(seq) {
             return Err(RestoreError {
                 offset: 0,
@@ -485,19 +520,27 @@ impl Memory {
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
             Memory::Iswa { base, swa } => {
-                base.read_seq_memory(seq, &mut r)?;
+                if !partial {
+                    base.read_seq_memory(seq, &mut r)?;
+                }
                 swa.read_seq_memory(seq, &mut r)?;
             }
             Memory::Recurrent(m) => m.read_seq_memory(seq, &mut r)?,
             Memory::Hybrid { attn, recr } => {
-                attn.read_seq_memory(seq, &mut r)?;
+                if !partial {
+                    attn.read_seq_memory(seq, &mut r)?;
+                }
                 if let Err(e) = recr.read_seq_memory(seq, &mut r) {
-                    attn.seq_rm(seq, -1, -1).expect("seq checked");
+                    if !partial {
+                        attn.seq_rm(seq, -1, -1).expect("seq checked");
+                    }
                     return Err(e);
                 }
             }
             Memory::HybridIswa { base, swa, recr } => {
-                base.read_seq_memory(seq, &mut r)?;
+                if !partial {
+                    base.read_seq_memory(seq, &mut r)?;
+                }
                 swa.read_seq_memory(seq, &mut r)?;
                 recr.read_seq_memory(seq, &mut r)?;
             }
@@ -583,6 +626,15 @@ pub trait MemoryOps {
     fn state_bytes(&self) -> Vec<u8>;
     /// `llama_state_seq_set_data`.
     fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError>;
+    /// `llama_state_seq_get_data_ext` with `flags` (an attention cache ignores them).
+    fn state_seq_bytes_flags(&self, seq: SeqId, flags: u32) -> Result<Vec<u8>, CacheError>;
+    /// `llama_state_seq_set_data_ext` with `flags` (an attention cache ignores them).
+    fn state_seq_set_bytes_flags(
+        &mut self,
+        seq: SeqId,
+        bytes: &[u8],
+        flags: u32,
+    ) -> Result<usize, RestoreError>;
     /// `llama_state_set_data`.
     fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError>;
 }
@@ -639,8 +691,37 @@ macro_rules! memory_ops_by_inherent_methods {
             fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError> {
                 <$t>::state_set_bytes(self, bytes)
             }
+            fn state_seq_bytes_flags(&self, seq: SeqId, flags: u32) -> Result<Vec<u8>, CacheError> {
+                <$t>::state_seq_bytes_flags(self, seq, flags)
+            }
+            fn state_seq_set_bytes_flags(
+                &mut self,
+                seq: SeqId,
+                bytes: &[u8],
+                flags: u32,
+            ) -> Result<usize, RestoreError> {
+                <$t>::state_seq_set_bytes_flags(self, seq, bytes, flags)
+            }
         }
     };
+}
+
+impl CellCache {
+    /// `llama_state_seq_get_data_ext`: the flags change nothing of an attention cache's dump
+    /// (`GGML_UNUSED(flags)` in `llama_kv_cache::state_write`).
+    pub fn state_seq_bytes_flags(&self, seq: SeqId, _flags: u32) -> Result<Vec<u8>, CacheError> {
+        self.state_seq_bytes(seq)
+    }
+
+    /// `llama_state_seq_set_data_ext`: the flags change nothing of an attention cache's load.
+    pub fn state_seq_set_bytes_flags(
+        &mut self,
+        seq: SeqId,
+        bytes: &[u8],
+        _flags: u32,
+    ) -> Result<usize, RestoreError> {
+        self.state_seq_set_bytes(seq, bytes)
+    }
 }
 
 memory_ops_by_inherent_methods!(CellCache);

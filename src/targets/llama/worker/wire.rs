@@ -220,7 +220,14 @@ pub struct WireRun(
 );
 
 /// One sequence of a step: (seq, pos_min, pos_max, cells, second_cells, third_cells).
-type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>, Option<Vec<Pos>>);
+type WireSeq = (
+    SeqId,
+    Pos,
+    Pos,
+    Vec<Pos>,
+    Option<Vec<Pos>>,
+    Option<Vec<Pos>>,
+);
 
 /// One logits probe: (seq, max_abs_diff, n_tokens, cache, shifted, memory, rolled_back,
 /// v_summed_in_f16).
