@@ -324,11 +324,15 @@ mod tests {
         };
         let s = step(seq(&[0], &[0]), copied.clone());
         assert!(check_swa_window(&cp, &s, 4).is_none());
-        // Keyed off the base cache's maximum, the same dump would breach rule 2.
-        let base_keyed = SeqObservation {
+        // The key is the dump's own largest position whatever the accessors answer (a
+        // hybrid-iSWA memory answers the smaller of it and its states' maximum): an answer of 4
+        // changes nothing, while a dump whose own maximum is 4 breaches rule 2.
+        let other_answer = SeqObservation {
             pos_max: 4,
-            ..copied
+            ..copied.clone()
         };
+        assert!(check_swa_window(&cp, &step(seq(&[0], &[0]), other_answer), 4).is_none());
+        let base_keyed = seq(&[0, 2, 3, 3, 4, 4], &[0, 4]);
         let v = check_swa_window(&cp, &step(seq(&[0], &[0]), base_keyed), 4).unwrap();
         assert_eq!(v.kind, OUTSIDE_WINDOW);
     }
