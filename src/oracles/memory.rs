@@ -221,6 +221,41 @@ mod tests {
     }
 
     #[test]
+    fn hybrid_iswa_is_the_intersection_with_the_windowed_pos_min() {
+        // Measured (memtypes_load_lfm2_swa_*): base 0..5, windowed dump 2..5, state at 5: 5/5.
+        let mut s = seq(5, 5, &[0, 1, 2, 3, 4, 5], Some(&[2, 3, 4, 5]));
+        s.third_cells = Some(vec![5]);
+        assert_eq!(allowed(MemoryType::HybridIswa, &s), Allowed::exact((5, 5)));
+        // The state at 5 after a copy of cells 0..2: nothing is present in both parts.
+        let mut split = seq(5, 2, &[0, 1, 2], Some(&[0, 1, 2]));
+        split.third_cells = Some(vec![5]);
+        assert!(!allowed(MemoryType::HybridIswa, &split).admits(&split));
+        // The state below the window: pos_min may lie anywhere up to the windowed dump's first
+        // position, as for iswa (the windowed cache may hold masked cells the dump leaves out).
+        // (States at 0 and 5 span every base position.)
+        let mut low = seq(0, 5, &[0, 1, 2, 3, 4, 5], Some(&[2, 3, 4, 5]));
+        low.third_cells = Some(vec![0, 5]);
+        let a = allowed(MemoryType::HybridIswa, &low);
+        assert_eq!(
+            a,
+            Allowed {
+                min: (0, 2),
+                max: 5
+            }
+        );
+        assert!(a.admits(&low) && !a.admits(&seq(3, 5, &[], None)));
+        // The second part is the windowed cache here, not the states.
+        assert_eq!(
+            low.recurrent_cells(MemoryType::HybridIswa),
+            Some(&[0, 5][..])
+        );
+        assert_eq!(
+            low.recurrent_cells(MemoryType::Hybrid),
+            Some(&[2, 3, 4, 5][..])
+        );
+    }
+
+    #[test]
     fn hybrid_is_the_intersection_of_its_parts() {
         // Consistent: attention 0..5, recurrent state at 5 (measured: accessors 5/5).
         let s = seq(5, 5, &[0, 1, 2, 3, 4, 5], Some(&[5]));

@@ -729,6 +729,20 @@ mod tests {
         // An odd number of records is not R and S per layer.
         let e = parse_seq_state(&b[..b.len() - 20], recurrent).unwrap_err();
         assert!(e.offset <= b.len(), "{e}");
+        // Hybrid-iSWA: the iSWA pair (a base cache with cell 4 and no layer, an empty windowed
+        // cache), then the states: three parts.
+        let mut hi = words(&[STATE_SEQ_MAGIC, 0, 1, 1, 4, 1, 0, 0, 0, 1, 0]);
+        hi.extend(&rec);
+        let hybrid_iswa = StateFormat {
+            memory: MemoryType::HybridIswa,
+            ..StateFormat::default()
+        };
+        let s = parse_seq_state(&hi, hybrid_iswa).unwrap();
+        assert_eq!(s.resident_positions(), vec![4]);
+        assert_eq!(s.second_positions(), Some(vec![]));
+        assert_eq!(s.third_positions(), Some(vec![6]));
+        // Without the windowed cache's section it is a hybrid's dump, not this layout.
+        assert!(parse_seq_state(&h, hybrid_iswa).is_err());
     }
 
     #[test]
