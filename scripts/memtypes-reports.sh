@@ -23,3 +23,12 @@ for pin in 0.1.156 0.1.161; do
       --out "$out/$t-fuzz-$arch.json" >/dev/null || [ $? -eq 1 ]
   done
 done
+# The oldest pin with llama_memory_hybrid_iswa (issue 24). swa-window is left out there: 0.1.137's
+# windowed dump writes every cell of the windowed cache, masked ones too, where the oracle's rule
+# 2 reads the masked dump of 0.1.156 and later (docs/results.md, hybrid-iSWA).
+t=llama.cpp@0.1.137
+o137="I1,I2,crash,conservation,round-trip,contract,contract?"
+run "$t-hybrid_iswa-d2" --target "$t" --domain hybrid_iswa --depth 2 --oracles "$o137"
+$k fuzz --target "$t" --config arch=lfm2_swa --seed 1 --cases 300 --no-repros -q \
+  --oracles "$o137,cache-invisible,round-trip-logits,save-load-invisible" \
+  --out "$out/$t-fuzz-lfm2_swa.json" >/dev/null || [ $? -eq 1 ]
