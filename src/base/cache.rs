@@ -175,7 +175,7 @@ impl SeqObservation {
         match memory {
             MemoryType::Hybrid => self.second_cells.as_deref(),
             MemoryType::HybridIswa => self.third_cells.as_deref(),
-            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent => None,
+            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => None,
         }
     }
 }

@@ -31,6 +31,11 @@ pub enum Arch {
     /// so `create_memory` gives it `llama_memory_hybrid_iswa` (src/llama-model.cpp:2730). Its
     /// GGUF architecture is `lfm2` ([`Arch::gguf_name`]).
     Lfm2Swa,
+    /// `minimax-m3`: dense-lead layers and sparse-attention (MSA) layers, one attention cache
+    /// beside an indexer key cache of the sparse layers (`llama_kv_cache_msa`; 0.1.161,
+    /// `llama-model.cpp:2382`).
+    #[serde(rename = "minimax-m3")]
+    MinimaxM3,
 }
 
 /// The memory implementation an architecture selects.
@@ -50,17 +55,21 @@ pub enum MemoryType {
     Hybrid,
     /// `llama_memory_hybrid_iswa`: an iSWA pair of attention caches and a recurrent memory.
     HybridIswa,
+    /// `llama_kv_cache_msa`: two attention caches that take every op alike, the K/V cache of
+    /// every layer and the indexer key cache of the sparse layers.
+    Msa,
 }
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 6] = [
+    pub const ALL: [Arch; 7] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
         Arch::Jamba,
         Arch::Lfm2,
         Arch::Lfm2Swa,
+        Arch::MinimaxM3,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -76,6 +85,7 @@ impl Arch {
             Arch::Jamba => "jamba",
             Arch::Lfm2 => "lfm2",
             Arch::Lfm2Swa => "lfm2_swa",
+            Arch::MinimaxM3 => "minimax-m3",
         }
     }
 
@@ -84,7 +94,12 @@ impl Arch {
     pub fn gguf_name(self) -> &'static str {
         match self {
             Arch::Lfm2Swa => "lfm2",
-            Arch::Llama | Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 => self.name(),
+            Arch::Llama
+            | Arch::Gemma2
+            | Arch::Mamba
+            | Arch::Jamba
+            | Arch::Lfm2
+            | Arch::MinimaxM3 => self.name(),
         }
     }
 
@@ -95,7 +110,7 @@ impl Arch {
     pub const fn swa_window(self) -> Option<u32> {
         match self {
             Arch::Gemma2 | Arch::Lfm2Swa => Some(4),
-            Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 => None,
+            Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::MinimaxM3 => None,
         }
     }
 
@@ -107,6 +122,7 @@ impl Arch {
             Arch::Mamba => MemoryType::Recurrent,
             Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
             Arch::Lfm2Swa => MemoryType::HybridIswa,
+            Arch::MinimaxM3 => MemoryType::Msa,
         }
     }
 }
@@ -124,7 +140,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3)")
             })
     }
 }
@@ -135,7 +151,7 @@ impl MemoryType {
         *self == MemoryType::Kv
     }
 
-    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`.
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`.
     pub fn name(self) -> &'static str {
         match self {
             MemoryType::Kv => "kv",
@@ -143,6 +159,7 @@ impl MemoryType {
             MemoryType::Recurrent => "recurrent",
             MemoryType::Hybrid => "hybrid",
             MemoryType::HybridIswa => "hybrid_iswa",
+            MemoryType::Msa => "msa",
         }
     }
 
@@ -152,7 +169,7 @@ impl MemoryType {
     pub fn has_window(self) -> bool {
         match self {
             MemoryType::Iswa | MemoryType::HybridIswa => true,
-            MemoryType::Kv | MemoryType::Recurrent | MemoryType::Hybrid => false,
+            MemoryType::Kv | MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::Msa => false,
         }
     }
 
@@ -160,7 +177,7 @@ impl MemoryType {
     pub fn has_states(self) -> bool {
         match self {
             MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => true,
-            MemoryType::Kv | MemoryType::Iswa => false,
+            MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => false,
         }
     }
 
@@ -171,7 +188,7 @@ impl MemoryType {
     pub fn is_hybrid(self) -> bool {
         match self {
             MemoryType::Hybrid | MemoryType::HybridIswa => true,
-            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent => false,
+            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => false,
         }
     }
 }

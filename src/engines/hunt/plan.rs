@@ -40,6 +40,7 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Jamba => "hybrid",
         Arch::Lfm2 => "rollback",
         Arch::Lfm2Swa => "hybrid_iswa",
+        Arch::MinimaxM3 => "msa",
     }
 }
 

@@ -241,7 +241,8 @@ pub fn emit_c(input: &ReproInput) -> String {
     // `seq_pos_min` (docs/memory-types.md).
     // A memory with a windowed cache reads it too (`win`, `nwin`).
     let (reader, windowed) = match t.setup.arch.memory() {
-        MemoryType::Kv => ("resident", false),
+        // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
+        MemoryType::Kv | MemoryType::Msa => ("resident", false),
         MemoryType::Recurrent => ("resident_recurrent", false),
         MemoryType::Hybrid => ("resident_hybrid", false),
         MemoryType::Iswa => ("resident_iswa", true),

@@ -31,6 +31,12 @@
 //!   the recurrent memory, then the base, then the windowed cache (`init_batch`). Dumps: the
 //!   pair's, then the recurrent memory's (`state_write`); a load reads them in that order and,
 //!   unlike the hybrid, undoes nothing when the recurrent part fails (`state_read`).
+//! - **MSA** (`llama_kv_cache_msa`, src/llama-kv-cache-msa.cpp, 0.1.161): the K/V cache of every
+//!   layer (`kv_base`) and the indexer key cache of the sparse layers (`kv_idx`), both of the
+//!   same size. Every op goes to both, base first (:52-84); `seq_rm` returns the AND of both
+//!   (:57-64); the accessors are the base cache's (:86-92); a decode prepares both before either
+//!   places (`init_batch`, :102-144). Dumps: the base cache's memory, then the indexer cache's
+//!   (:160-168), each in the attention layout (no window: the indexer cache dumps every cell).
 //!
 //! Whole-context dumps start with the architecture name ([`crate::STATE_ARCH`]), per-sequence
 //! dumps with the magic and the sequence id, as the attention cache's.
@@ -59,6 +65,8 @@ pub enum MemoryKind {
         /// Cells per stream of the windowed cache.
         swa_size: u32,
     },
+    /// `llama_kv_cache_msa`: two caches of the [`CacheConfig`].
+    Msa,
     /// `llama_memory_recurrent` with rollback depth `n_rs_seq`.
     Recurrent {
         /// `llama_context_params::n_rs_seq`.
@@ -128,6 +136,13 @@ pub enum Memory {
         /// `kv_swa`.
         swa: CellCache,
     },
+    /// The K/V cache and the indexer key cache of an MSA memory.
+    Msa {
+        /// `kv_base`.
+        base: CellCache,
+        /// `kv_idx`.
+        idx: CellCache,
+    },
     /// A recurrent memory.
     Recurrent(RecurrentCache),
     /// An attention cache and a recurrent memory.
@@ -180,6 +195,10 @@ impl Memory {
                 swa: windowed(swa_size, n_swa),
                 recr: recurrent(n_rs_seq, shape),
             },
+            MemoryKind::Msa => Memory::Msa {
+                base: CellCache::new(c),
+                idx: CellCache::new(c),
+            },
             MemoryKind::Recurrent { n_rs_seq, shape } => {
                 Memory::Recurrent(recurrent(n_rs_seq, shape))
             }
@@ -203,6 +222,7 @@ impl Memory {
         match self {
             Memory::Kv(c)
             | Memory::Iswa { base: c, .. }
+            | Memory::Msa { base: c, .. }
             | Memory::Hybrid { attn: c, .. }
             | Memory::HybridIswa { base: c, .. } => c.check_seq(s),
             Memory::Recurrent(r) => r.check_seq(s),
@@ -213,7 +233,7 @@ impl Memory {
     pub fn clear(&mut self) {
         match self {
             Memory::Kv(c) => c.clear(),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.clear();
                 swa.clear();
             }
@@ -234,7 +254,7 @@ impl Memory {
     pub fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError> {
         match self {
             Memory::Kv(c) => c.seq_rm(seq, p0, p1),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 let a = base.seq_rm(seq, p0, p1)?;
                 let b = swa.seq_rm(seq, p0, p1)?;
                 Ok(a & b)
@@ -271,6 +291,13 @@ impl Memory {
                 base.seq_cp(src, dst, p0, p1)?;
                 swa.seq_cp(src, dst, p0, p1)
             }
+            Memory::Msa { base, idx } => {
+                base.seq_cp(src, dst, p0, p1)?;
+                if base.config().faults.msa_idx_skips_seq_cp {
+                    return Ok(());
+                }
+                idx.seq_cp(src, dst, p0, p1)
+            }
             Memory::Recurrent(r) => r.seq_cp(src, dst, p0, p1),
             Memory::Hybrid { attn, recr } => {
                 attn.seq_cp(src, dst, p0, p1)?;
@@ -288,7 +315,7 @@ impl Memory {
     pub fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError> {
         match self {
             Memory::Kv(c) => c.seq_keep(seq),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.seq_keep(seq)?;
                 swa.seq_keep(seq)
             }
@@ -309,7 +336,7 @@ impl Memory {
     pub fn seq_add(&mut self, seq: SeqId, p0: Pos, p1: Pos, delta: Pos) -> Result<(), CacheError> {
         match self {
             Memory::Kv(c) => c.seq_add(seq, p0, p1, delta),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.seq_add(seq, p0, p1, delta)?;
                 swa.seq_add(seq, p0, p1, delta)
             }
@@ -330,7 +357,7 @@ impl Memory {
     pub fn seq_div(&mut self, seq: SeqId, p0: Pos, p1: Pos, d: i32) -> Result<(), CacheError> {
         match self {
             Memory::Kv(c) => c.seq_div(seq, p0, p1, d),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.seq_div(seq, p0, p1, d)?;
                 swa.seq_div(seq, p0, p1, d)
             }
@@ -368,7 +395,7 @@ impl Memory {
         let pos = check_batch(self, batch)?;
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 let a = base.find_slots(batch)?;
                 let b = swa.find_slots(batch)?;
                 base.place(batch, &pos, &a);
@@ -442,6 +469,11 @@ impl Memory {
     fn write_memory(&self, seq: SeqId, partial: bool, out: &mut Vec<u8>) {
         match self {
             Memory::Kv(c) => c.write_memory(seq, out),
+            // The indexer cache is no partial state: MSA dumps both caches whatever the flags.
+            Memory::Msa { base, idx } => {
+                base.write_memory(seq, out);
+                idx.write_memory(seq, out);
+            }
             Memory::Iswa { base, swa } => {
                 if !partial {
                     base.write_memory(seq, out);
@@ -519,6 +551,10 @@ impl Memory {
         read_seq_header(&mut r)?;
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
+            Memory::Msa { base, idx } => {
+                base.read_seq_memory(seq, &mut r)?;
+                idx.read_seq_memory(seq, &mut r)?;
+            }
             Memory::Iswa { base, swa } => {
                 if !partial {
                     base.read_seq_memory(seq, &mut r)?;
@@ -557,7 +593,7 @@ impl Memory {
         read_arch(&mut r)?;
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.read_whole_memory(&mut r)?;
                 swa.read_whole_memory(&mut r)?;
             }
@@ -584,6 +620,7 @@ impl SeqRanges for Memory {
         match self {
             Memory::Kv(c)
             | Memory::Iswa { base: c, .. }
+            | Memory::Msa { base: c, .. }
             | Memory::Hybrid { attn: c, .. }
             | Memory::HybridIswa { base: c, .. } => c.n_seq(),
             Memory::Recurrent(r) => r.n_seq(),
@@ -592,7 +629,7 @@ impl SeqRanges for Memory {
 
     fn seq_range(&self, s: SeqId) -> (Pos, Pos) {
         match self {
-            Memory::Kv(c) => c.seq_range(s),
+            Memory::Kv(c) | Memory::Msa { base: c, .. } => c.seq_range(s),
             Memory::Iswa { swa, .. } => swa.seq_range(s),
             Memory::Recurrent(r) => r.seq_range(s),
             Memory::Hybrid { attn: a, recr } | Memory::HybridIswa { swa: a, recr, .. } => {
