@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the committed reports of issue 11 (llama.cpp's other memory types) in
 # reports/memtypes/: depth-2 audits of the iswa (gemma2), recurrent (mamba), hybrid (jamba) and
-# msa (minimax-m3, issue 24) presets on both release pins, the same against the native model, and fuzz runs of each
+# hybrid_iswa (lfm2_swa) and msa (minimax-m3, both issue 24) presets on both release pins, the same against the native model, and fuzz runs of each
 # architecture (with the logits probe). Every audit report compares its outcome with PREREG.md
-# (the issue 11 batch; msa: the issue-24 msa batch). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
+# (the issue 11 batch; hybrid_iswa, msa: the issue-24 batches). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # KVAUDIT=PATH runs a copy of the binary (so that a rebuild meanwhile cannot swap it).
@@ -14,11 +14,11 @@ mkdir -p "$out"
 . scripts/report-run.sh # run NAME ARGS...: JSON and Markdown reports of one audit
 for pin in 0.1.156 0.1.161; do
   t="llama.cpp@$pin"
-  for p in iswa recurrent hybrid msa; do
+  for p in iswa recurrent hybrid hybrid_iswa msa; do
     run "$t-$p-d2" --target "$t" --domain "$p" --depth 2
     run "$t-vs-native-$p-d2" --target "$t" --vs native --domain "$p" --depth 2
   done
-  for arch in gemma2 mamba jamba; do
+  for arch in gemma2 mamba jamba lfm2_swa; do
     $k fuzz --target "$t" --config "arch=$arch" --seed 1 --cases 300 --no-repros -q \
       --out "$out/$t-fuzz-$arch.json" >/dev/null || [ $? -eq 1 ]
   done
@@ -30,6 +30,15 @@ for pin in 0.1.156 0.1.161; do
   $k fuzz --target "$t" --config arch=minimax-m3,flash_attn=on,kv_unified=false,type_k=f32,type_v=f32 \
     --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-minimax-m3.json" >/dev/null || [ $? -eq 1 ]
 done
+# The oldest pin with llama_memory_hybrid_iswa (issue 24). swa-window is left out there: 0.1.137's
+# windowed dump writes every cell of the windowed cache, masked ones too, where the oracle's rule
+# 2 reads the masked dump of 0.1.156 and later (docs/results.md, hybrid-iSWA).
+t=llama.cpp@0.1.137
+o137="I1,I2,crash,conservation,round-trip,contract,contract?"
+run "$t-hybrid_iswa-d2" --target "$t" --domain hybrid_iswa --depth 2 --oracles "$o137"
+$k fuzz --target "$t" --config arch=lfm2_swa --seed 1 --cases 300 --no-repros -q \
+  --oracles "$o137,cache-invisible,round-trip-logits,save-load-invisible" \
+  --out "$out/$t-fuzz-lfm2_swa.json" >/dev/null || [ $? -eq 1 ]
 # 0.1.155: the oldest published pin with llama_kv_cache_msa (0.1.154 keeps MSA inside
 # llama_kv_cache); the msa preset only.
 t=llama.cpp@0.1.155

@@ -165,10 +165,35 @@ pub struct SeqObservation {
     /// an iSWA memory's base (full) cache, a hybrid memory's attention cache; for a recurrent
     /// memory, its state cells (docs/memory-types.md).
     pub cells: Vec<Pos>,
-    /// The cells of the memory's second part, sorted, when it has one: an iSWA memory's windowed
-    /// cache, a hybrid memory's recurrent states.
+    /// The cells of the memory's second part, sorted, when it has one: an iSWA or hybrid-iSWA
+    /// memory's windowed cache, a hybrid memory's recurrent states.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub second_cells: Option<Vec<Pos>>,
+    /// The cells of the memory's third part, sorted, when it has one: a hybrid-iSWA memory's
+    /// recurrent states (its dump is the iSWA pair's, then the recurrent memory's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub third_cells: Option<Vec<Pos>>,
+}
+
+impl SeqObservation {
+    /// The windowed cache's cells (iswa, hybrid_iswa), when the dump has them.
+    pub fn windowed_cells(&self, memory: MemoryType) -> Option<&[Pos]> {
+        if memory.has_window() {
+            self.second_cells.as_deref()
+        } else {
+            None
+        }
+    }
+
+    /// The recurrent states' cells of a memory with an attention part (hybrid: the second part,
+    /// hybrid_iswa: the third), when the dump has them.
+    pub fn recurrent_cells(&self, memory: MemoryType) -> Option<&[Pos]> {
+        match memory {
+            MemoryType::Hybrid => self.second_cells.as_deref(),
+            MemoryType::HybridIswa => self.third_cells.as_deref(),
+            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => None,
+        }
+    }
 }
 
 /// The points of a target's own code that some ops reached, as a target that records them

@@ -26,6 +26,11 @@ pub enum Arch {
     /// architecture kvaudit writes whose recurrent states roll back (`n_rs_seq`,
     /// `llm_arch_supports_rs_rollback` in 0.1.161's src/llama-arch.cpp; not in 0.1.156's).
     Lfm2,
+    /// `lfm2_swa`: lfm2 with `lfm2.attention.sliding_window`, which makes every attention layer
+    /// windowed (`is_swa_impl`, src/models/lfm2.cpp:26-31 in 0.1.161) and `swa_type` STANDARD,
+    /// so `create_memory` gives it `llama_memory_hybrid_iswa` (src/llama-model.cpp:2730). Its
+    /// GGUF architecture is `lfm2` ([`Arch::gguf_name`]).
+    Lfm2Swa,
     /// `minimax-m3`: dense-lead layers and sparse-attention (MSA) layers, one attention cache
     /// beside an indexer key cache of the sparse layers (`llama_kv_cache_msa`; 0.1.161,
     /// `llama-model.cpp:2382`).
@@ -48,6 +53,8 @@ pub enum MemoryType {
     Recurrent,
     /// `llama_memory_hybrid`.
     Hybrid,
+    /// `llama_memory_hybrid_iswa`: an iSWA pair of attention caches and a recurrent memory.
+    HybridIswa,
     /// `llama_kv_cache_msa`: two attention caches that take every op alike, the K/V cache of
     /// every layer and the indexer key cache of the sparse layers.
     Msa,
@@ -55,12 +62,13 @@ pub enum MemoryType {
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 6] = [
+    pub const ALL: [Arch; 7] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
         Arch::Jamba,
         Arch::Lfm2,
+        Arch::Lfm2Swa,
         Arch::MinimaxM3,
     ];
 
@@ -76,7 +84,22 @@ impl Arch {
             Arch::Mamba => "mamba",
             Arch::Jamba => "jamba",
             Arch::Lfm2 => "lfm2",
+            Arch::Lfm2Swa => "lfm2_swa",
             Arch::MinimaxM3 => "minimax-m3",
+        }
+    }
+
+    /// The architecture the model's GGUF names (`general.architecture`, the prefix of its keys):
+    /// [`Arch::name`] but for `lfm2_swa`, an `lfm2` model with a sliding window.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Arch::Lfm2Swa => "lfm2",
+            Arch::Llama
+            | Arch::Gemma2
+            | Arch::Mamba
+            | Arch::Jamba
+            | Arch::Lfm2
+            | Arch::MinimaxM3 => self.name(),
         }
     }
 
@@ -86,7 +109,7 @@ impl Arch {
     /// oracles. `None` for architectures without windowed layers.
     pub const fn swa_window(self) -> Option<u32> {
         match self {
-            Arch::Gemma2 => Some(4),
+            Arch::Gemma2 | Arch::Lfm2Swa => Some(4),
             Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::MinimaxM3 => None,
         }
     }
@@ -98,6 +121,7 @@ impl Arch {
             Arch::Gemma2 => MemoryType::Iswa,
             Arch::Mamba => MemoryType::Recurrent,
             Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
+            Arch::Lfm2Swa => MemoryType::HybridIswa,
             Arch::MinimaxM3 => MemoryType::Msa,
         }
     }
@@ -116,7 +140,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, minimax-m3)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3)")
             })
     }
 }
@@ -127,14 +151,44 @@ impl MemoryType {
         *self == MemoryType::Kv
     }
 
-    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `msa`.
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`.
     pub fn name(self) -> &'static str {
         match self {
             MemoryType::Kv => "kv",
             MemoryType::Iswa => "iswa",
             MemoryType::Recurrent => "recurrent",
             MemoryType::Hybrid => "hybrid",
+            MemoryType::HybridIswa => "hybrid_iswa",
             MemoryType::Msa => "msa",
+        }
+    }
+
+    /// Whether the memory has a windowed attention cache beside its base one (iswa,
+    /// hybrid_iswa): `seq_pos_min`/`seq_pos_max` of its attention part are the windowed cache's
+    /// (src/llama-kv-cache-iswa.cpp:142-149).
+    pub fn has_window(self) -> bool {
+        match self {
+            MemoryType::Iswa | MemoryType::HybridIswa => true,
+            MemoryType::Kv | MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::Msa => false,
+        }
+    }
+
+    /// Whether the memory has recurrent states (recurrent, hybrid, hybrid_iswa).
+    pub fn has_states(self) -> bool {
+        match self {
+            MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => true,
+            MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => false,
+        }
+    }
+
+    /// Whether the memory pairs attention with recurrent states (hybrid, hybrid_iswa): `seq_rm`
+    /// asks the recurrent part first and a refusal changes neither
+    /// (src/llama-memory-hybrid.cpp:143-150, src/llama-memory-hybrid-iswa.cpp `seq_rm`), and the
+    /// accessors are the intersection of the parts' ranges.
+    pub fn is_hybrid(self) -> bool {
+        match self {
+            MemoryType::Hybrid | MemoryType::HybridIswa => true,
+            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => false,
         }
     }
 }

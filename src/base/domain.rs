@@ -168,7 +168,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 16] = [
+pub const PRESETS: [&str; 17] = [
     "seed",
     "wide",
     "streams",
@@ -184,11 +184,12 @@ pub const PRESETS: [&str; 16] = [
     "recurrent",
     "hybrid",
     "rollback",
+    "hybrid_iswa",
     "msa",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 16] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 17] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -204,8 +205,26 @@ pub const PRESET_SUMMARIES: [(&str, &str); 16] = [
     ("recurrent", "mamba's recurrent memory: partial and whole removals, copies, shifts, multi-sequence decodes, state save/load"),
     ("hybrid", "jamba's hybrid memory (recurrent + attention): the recurrent preset's ops on both parts"),
     ("rollback", "lfm2's hybrid memory with recurrent rollback (n_rs_seq 3): speculative decoding's multi-token decodes, partial seq_rm inside and beyond the snapshot window, decodes again, copies and state save/load"),
+    ("hybrid_iswa", "lfm2_swa's hybrid-iSWA memory (short-convolution states + a windowed attention cache of window 4 that evicts): removals inside, across and below the window, refused partial removals, copies, shifts, multi-sequence decodes, state save/load with PARTIAL_ONLY"),
     ("msa", "minimax-m3's MSA memory (a K/V cache and an indexer key cache) with block selection on (flash attention, one stream per sequence): removals that free cells inside blocks, shifts that move positions across blocks, decodes into reused cells, copies, state save/load"),
 ];
+
+/// The iswa preset's setup (gemma2; hybrid_iswa runs it on lfm2_swa): a windowed cache of 256
+/// cells that the two sequences fill.
+fn preset_iswa_setup() -> Setup {
+    Setup {
+        n_ctx: 512,
+        n_seq_max: 2,
+        arch: Arch::Gemma2,
+        swa_full: false,
+        n_ubatch: Some(16),
+        ops: vec![
+            Op::Decode(Decode::next(1, 6)),
+            Op::Decode(Decode::next(0, 250)),
+        ],
+        ..Setup::default()
+    }
+}
 
 impl Domain {
     /// A built-in preset by name.
@@ -341,18 +360,7 @@ impl Domain {
                 // pad(min(512, 4 * 2 + 16), 256) = 256 cells; the setup
                 // fills them (seq 1: 0..5, seq 0: 0..249), so every decode overwrites cells
                 // masked for their sequence's next token (src/llama-kv-cache.cpp:1075).
-                setup: Setup {
-                    n_ctx: 512,
-                    n_seq_max: 2,
-                    arch: Arch::Gemma2,
-                    swa_full: false,
-                    n_ubatch: Some(16),
-                    ops: vec![
-                        Op::Decode(Decode::next(1, 6)),
-                        Op::Decode(Decode::next(0, 250)),
-                    ],
-                    ..Setup::default()
-                },
+                setup: preset_iswa_setup(),
                 // Seq 1's window is 2..5, seq 0's 246..249: ranges inside, across and below.
                 ranges: vec![[0, 3], [2, 5], [244, 248], [-1, -1]],
                 decode_next: vec![1, 4],
@@ -378,6 +386,27 @@ impl Domain {
                 decode_shared: true,
                 state: true,
                 ..seed
+            }),
+            "hybrid_iswa" => Some(Domain {
+                name: "hybrid_iswa".into(),
+                // lfm2 with a sliding window: llama_memory_hybrid_iswa (src/llama-model.cpp:2730
+                // in 0.1.161). As the iswa preset, the windowed cache (pad(min(512, 4 * 2 + 16),
+                // 256) = 256 cells) is filled by the setup (seq 1: 0..5, seq 0: 0..249), so every
+                // decode overwrites masked cells; the states sit at 5 and 249.
+                setup: Setup {
+                    arch: Arch::Lfm2Swa,
+                    ..preset_iswa_setup()
+                },
+                // Seq 1's window is 2..5, seq 0's 246..249. [0, 3) misses both states (true),
+                // [2, 5) and [244, 248) cut a window and miss its state, [248, -1) cuts seq 0's
+                // state (refused: no rollback depth), [-1, -1) removes the sequence.
+                ranges: vec![[0, 3], [2, 5], [244, 248], [248, -1], [-1, -1]],
+                decode_next: vec![1, 4],
+                decode_shared: true,
+                state: true,
+                // #18552: PARTIAL_ONLY restores on iSWA and hybrid memories.
+                state_flags: vec![1],
+                ..seed.clone()
             }),
             "rollback" => Some(Domain {
                 name: "rollback".into(),

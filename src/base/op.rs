@@ -556,7 +556,7 @@ pub struct Setup {
     pub type_v: CacheType,
     /// The model's architecture, which decides the memory type llama.cpp gives the context
     /// (`llama-model.cpp`, `create_memory`): `llama` (an attention KV cache, the default),
-    /// `gemma2` (iSWA), `mamba` (recurrent), `jamba` and `lfm2` (hybrid).
+    /// `gemma2` (iSWA), `mamba` (recurrent), `jamba` and `lfm2` (hybrid), `lfm2_swa` (hybrid-iSWA).
     #[serde(default, skip_serializing_if = "Arch::is_default")]
     pub arch: Arch,
     /// The sliding-window cache holds the full context (`swa_full`; llama.cpp's default: true).

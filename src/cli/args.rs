@@ -128,7 +128,7 @@ pub struct DomainArgs {
     /// Override the decode-next token counts.
     #[arg(long = "decode-next", value_delimiter = ',')]
     pub decode_next: Option<Vec<u32>>,
-    /// The model architecture of the domain's setup (llama, gemma2, mamba, jamba, lfm2): which memory
+    /// The model architecture of the domain's setup (llama, gemma2, mamba, jamba, lfm2, lfm2_swa): which memory
     /// type llama.cpp audits (docs/memory-types.md).
     #[arg(long)]
     pub arch: Option<kvaudit::base::op::Arch>,

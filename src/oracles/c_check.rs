@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::base::op::{MemoryType, Trace};
+use crate::base::op::Trace;
 
 /// What a check is given.
 #[derive(Clone, Copy, Debug)]
@@ -80,10 +80,10 @@ pub fn c_array(v: &[i32]) -> String {
 /// (`memory::allowed`), pos_max is the base cache's largest position and pos_min lies between
 /// the base cache's smallest and the windowed dump's smallest (`win`, `nwin`).
 pub const I1: CCheck = CCheck::per_seq(|s, input| {
-    if input.trace.setup.arch.memory() == MemoryType::Iswa {
+    if input.trace.setup.arch.memory().has_window() {
         let _ = writeln!(
             s,
-            "        int wmin = nwin ? win[0] : tmax; if (wmin < tmin) wmin = tmin;"
+            "        int wmin = nwin ? win[0] : tmax; if (wmin < tmin) wmin = tmin; if (wmin > tmax) wmin = tmax;"
         );
         let _ = writeln!(s, "        if (tmax < 0 ? (mn != -1 || mx != -1) : (mx != tmax || mn < tmin || mn > wmin)) {{ printf(\"I1 violated: accessors say [%d, %d], the base cache holds [%d, %d], the windowed dump starts at %d\\n\", mn, mx, tmin, tmax, nwin ? win[0] : -1); reproduced = 1; }}");
     } else {

@@ -143,6 +143,7 @@ mod tests {
                     pos_max: cells.last().copied().unwrap_or(-1),
                     cells: cells.to_vec(),
                     second_cells: None,
+                    third_cells: None,
                 })
                 .collect(),
         );

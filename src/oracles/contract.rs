@@ -194,10 +194,20 @@ fn cells(seqs: &[SeqObservation]) -> Cells {
     seqs.iter().map(|s| (s.seq, s.cells.clone())).collect()
 }
 
-/// The second part's cells (a hybrid memory's recurrent states), empty where a sequence has none.
+/// The second part's cells (an MSA memory's indexer key cache), empty where a sequence has none.
 fn second_cells(seqs: &[SeqObservation]) -> Cells {
     seqs.iter()
         .map(|s| (s.seq, s.second_cells.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// The recurrent states' cells of a hybrid memory's sequences (`SeqObservation::recurrent_cells`).
+fn recurrent_cells(seqs: &[SeqObservation], memory: MemoryType) -> Cells {
+    seqs.iter()
+        .map(|s| {
+            let cells = s.recurrent_cells(memory).unwrap_or_default();
+            (s.seq, cells.to_vec())
+        })
         .collect()
 }
 
@@ -531,12 +541,18 @@ pub fn check_contract(
             // memory's indexer key cache by the cell rules, since it takes every op and every
             // ubatch the K/V cache takes (llama-kv-cache-msa.cpp:52-84, `init_batch` :102-144).
             let second = match memory {
-                MemoryType::Hybrid => Part::States,
+                MemoryType::Hybrid | MemoryType::HybridIswa => Part::States,
                 MemoryType::Msa => Part::Cells,
                 MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent => return None,
             };
-            let b2 = second_cells(before);
-            let a2 = second_cells(&after.seqs);
+            let (b2, a2) = if memory.is_hybrid() {
+                (
+                    recurrent_cells(before, memory),
+                    recurrent_cells(&after.seqs, memory),
+                )
+            } else {
+                (second_cells(before), second_cells(&after.seqs))
+            };
             let mut breach = first_breach(op, &after.outcome, &b2, &a2, second, &b)?;
             // The accessors are the K/V cache's: say which cache broke the clause.
             if let (MemoryType::Msa, Some(o)) = (memory, breach.observed.as_object_mut()) {
@@ -697,6 +713,7 @@ mod tests {
                 pos_max: c.last().copied().unwrap_or(-1),
                 cells: c.to_vec(),
                 second_cells: None,
+                third_cells: None,
             })
             .collect()
     }

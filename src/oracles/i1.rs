@@ -62,6 +62,9 @@ pub fn check_i1(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
     if let Some(second) = &s.second_cells {
         expected["second_cells"] = json!(second);
     }
+    if let Some(third) = &s.third_cells {
+        expected["third_cells"] = json!(third);
+    }
     if memory != MemoryType::Kv {
         expected["memory"] = json!(memory);
     }
@@ -156,6 +159,7 @@ mod tests {
             pos_max,
             cells: cells.to_vec(),
             second_cells: None,
+            third_cells: None,
         }
     }
 

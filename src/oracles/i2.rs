@@ -127,6 +127,7 @@ mod tests {
             pos_max,
             cells: cells.to_vec(),
             second_cells: None,
+            third_cells: None,
         }
     }
 

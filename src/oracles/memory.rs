@@ -30,6 +30,10 @@
 //!   the max of the parts' minimums, `seq_pos_max` the min of their maximums,
 //!   src/llama-memory-hybrid.cpp:172-180: the extremes of that intersection whenever it is not
 //!   empty). Where the parts do not overlap nothing is present and llama.h's answer is -1.
+//! - **hybrid_iswa**: the hybrid rule over the iSWA pair's base cells and the states
+//!   (src/llama-memory-hybrid-iswa.cpp `seq_pos_min`/`seq_pos_max`), where the attention part's
+//!   minimum is the windowed cache's: `pos_min` may lie up to the windowed dump's smallest
+//!   position (no lower than the states' minimum), as for iswa.
 
 use crate::base::cache::SeqObservation;
 use crate::base::op::{MemoryType, Pos};
@@ -78,12 +82,12 @@ pub fn present(
 ) -> impl DoubleEndedIterator<Item = Pos> + Clone + '_ {
     // Hybrid: the attention cells within the recurrent states' range (an empty range when the
     // recurrent part holds nothing: min -1 > max -2).
-    let (lo, hi) = match (memory, &s.second_cells) {
-        (MemoryType::Hybrid, Some(recurrent)) => match extremes(recurrent.iter().copied()) {
+    let (lo, hi) = match s.recurrent_cells(memory) {
+        Some(recurrent) => match extremes(recurrent.iter().copied()) {
             (-1, -1) => (-1, -2),
             range => range,
         },
-        _ => (Pos::MIN, Pos::MAX),
+        None => (Pos::MIN, Pos::MAX),
     };
     s.cells
         .iter()
@@ -100,8 +104,8 @@ pub fn present(
 /// smallest position, and its `pos_max`, the dump's largest (never masked), is the original's.
 /// The original's own -1 comes back as -1, whatever its base cache holds.
 pub fn reloaded(memory: MemoryType, s: &SeqObservation) -> Allowed {
-    match (memory, &s.second_cells) {
-        (MemoryType::Iswa, Some(windowed)) => Allowed {
+    match s.windowed_cells(memory) {
+        Some(windowed) => Allowed {
             min: (
                 s.pos_min,
                 windowed
@@ -116,14 +120,24 @@ pub fn reloaded(memory: MemoryType, s: &SeqObservation) -> Allowed {
     }
 }
 
-/// The accessor answers the sequence's dumps allow under `memory`.
+/// The accessor answers the sequence's dumps allow under `memory`. With a windowed cache
+/// (iswa, hybrid_iswa) `pos_min` is that cache's, or for hybrid_iswa the larger of it and the
+/// states' minimum, so it may lie up to the windowed dump's smallest position (raised to the
+/// states' range).
 pub fn allowed(memory: MemoryType, s: &SeqObservation) -> Allowed {
     let (min, max) = extremes(present(memory, s));
-    match (memory, &s.second_cells) {
-        (MemoryType::Iswa, Some(windowed)) if max >= 0 => Allowed {
-            min: (min, windowed.first().copied().unwrap_or(max).max(min)),
-            max,
-        },
+    match s.windowed_cells(memory) {
+        Some(windowed) if max >= 0 => {
+            let states_min = s
+                .recurrent_cells(memory)
+                .and_then(|r| r.first().copied())
+                .unwrap_or(Pos::MIN);
+            let highest = windowed.first().copied().unwrap_or(max).max(states_min);
+            Allowed {
+                min: (min, highest.clamp(min, max)),
+                max,
+            }
+        }
         _ => Allowed::exact((min, max)),
     }
 }
@@ -139,6 +153,7 @@ mod tests {
             pos_max,
             cells: cells.to_vec(),
             second_cells: second.map(<[Pos]>::to_vec),
+            third_cells: None,
         }
     }
 
@@ -203,6 +218,41 @@ mod tests {
         for memory in [MemoryType::Kv, MemoryType::Recurrent, MemoryType::Hybrid] {
             assert_eq!(reloaded(memory, &s), Allowed::exact((0, 4)));
         }
+    }
+
+    #[test]
+    fn hybrid_iswa_is_the_intersection_with_the_windowed_pos_min() {
+        // Measured (memtypes_load_lfm2_swa_*): base 0..5, windowed dump 2..5, state at 5: 5/5.
+        let mut s = seq(5, 5, &[0, 1, 2, 3, 4, 5], Some(&[2, 3, 4, 5]));
+        s.third_cells = Some(vec![5]);
+        assert_eq!(allowed(MemoryType::HybridIswa, &s), Allowed::exact((5, 5)));
+        // The state at 5 after a copy of cells 0..2: nothing is present in both parts.
+        let mut split = seq(5, 2, &[0, 1, 2], Some(&[0, 1, 2]));
+        split.third_cells = Some(vec![5]);
+        assert!(!allowed(MemoryType::HybridIswa, &split).admits(&split));
+        // The state below the window: pos_min may lie anywhere up to the windowed dump's first
+        // position, as for iswa (the windowed cache may hold masked cells the dump leaves out).
+        // (States at 0 and 5 span every base position.)
+        let mut low = seq(0, 5, &[0, 1, 2, 3, 4, 5], Some(&[2, 3, 4, 5]));
+        low.third_cells = Some(vec![0, 5]);
+        let a = allowed(MemoryType::HybridIswa, &low);
+        assert_eq!(
+            a,
+            Allowed {
+                min: (0, 2),
+                max: 5
+            }
+        );
+        assert!(a.admits(&low) && !a.admits(&seq(3, 5, &[], None)));
+        // The second part is the windowed cache here, not the states.
+        assert_eq!(
+            low.recurrent_cells(MemoryType::HybridIswa),
+            Some(&[0, 5][..])
+        );
+        assert_eq!(
+            low.recurrent_cells(MemoryType::Hybrid),
+            Some(&[2, 3, 4, 5][..])
+        );
     }
 
     #[test]

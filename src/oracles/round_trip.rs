@@ -41,13 +41,19 @@ fn seq_view(s: &SeqObservation) -> serde_json::Value {
     if let Some(second) = &s.second_cells {
         v["second_cells"] = json!(second);
     }
+    if let Some(third) = &s.third_cells {
+        v["third_cells"] = json!(third);
+    }
     v
 }
 
 /// Whether the twin `b` gives back the original `a`; `accessors`: the answers `b` may give
 /// (exactly `a`'s after a whole load, [`reloaded`] after a per-sequence one).
 fn same(a: &SeqObservation, b: &SeqObservation, accessors: Allowed) -> bool {
-    accessors.admits(b) && a.cells == b.cells && a.second_cells == b.second_cells
+    accessors.admits(b)
+        && a.cells == b.cells
+        && a.second_cells == b.second_cells
+        && a.third_cells == b.third_cells
 }
 
 fn violation(
@@ -207,6 +213,7 @@ mod tests {
             pos_max: cells.last().copied().unwrap_or(-1),
             cells: cells.to_vec(),
             second_cells: None,
+            third_cells: None,
         }
     }
 

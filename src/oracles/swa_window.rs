@@ -35,7 +35,7 @@ use serde_json::json;
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, SeqObservation, StepObservation};
-use crate::base::op::{Arch, MemoryType, Op, Pos, Setup};
+use crate::base::op::{Arch, Op, Pos, Setup};
 
 /// The oracle.
 pub struct SwaWindow;
@@ -86,8 +86,11 @@ fn check_seq(s: &SeqObservation, before: Option<&SeqObservation>, n: u32) -> Opt
             n,
         ));
     }
-    // The windowed cache's own seq_pos_max, as the memory answers it (-1: it holds nothing).
-    let max = s.pos_max;
+    // The windowed cache's own seq_pos_max (-1: it holds nothing): the dump's largest position,
+    // which its mask never leaves out (`max - max < n`). An iSWA memory answers it as
+    // `seq_pos_max` (src/llama-kv-cache-iswa.cpp:146-148); a hybrid-iSWA memory answers the
+    // smaller of it and the states' maximum, so the dump is the one place that shows it.
+    let max = windowed.last().copied().unwrap_or(-1);
     let inside = |p: Pos| i64::from(max) - i64::from(p) < i64::from(n);
     if let Some(&p) = windowed.iter().find(|&&p| !inside(p)) {
         return Some(violation(
@@ -123,9 +126,10 @@ pub fn check_swa_window(op: &Op, after: &StepObservation, n: u32) -> Option<Viol
     })
 }
 
-/// The window when `arch` has an iSWA memory.
+/// The window when `arch` has a memory with a windowed cache (iswa, hybrid_iswa).
 fn window(arch: Arch) -> Option<u32> {
-    (arch.memory() == MemoryType::Iswa)
+    arch.memory()
+        .has_window()
         .then(|| arch.swa_window())
         .flatten()
 }
@@ -223,9 +227,10 @@ pub const C_CHECK: CCheck = CCheck {
 fn emit_swa_window_check(s: &mut String, n: u32, rule3: bool) {
     let _ = writeln!(s, "        {{ int b[4096]; int nb; int w[4096]; int nw = resident_iswa(ctx, sq, b, &nb, w, 4096);");
     let _ = writeln!(s, "          printf(\"  windowed cache (seq %d): %d cells:\", sq, nw); for (int i = 0; i < nw; i++) printf(\" %d\", w[i]); printf(\"\\n\");");
-    // The window is keyed off the windowed cache's own seq_pos_max, which the memory answers
-    // (`mx`; src/llama-kv-cache-iswa.cpp:146-148), not the base cache's largest position.
-    let _ = writeln!(s, "          int mx_w = mx;");
+    // The window is keyed off the windowed cache's own seq_pos_max (the windowed dump's largest
+    // position, which an iSWA memory answers as `mx`, src/llama-kv-cache-iswa.cpp:146-148), not
+    // the base cache's largest position.
+    let _ = writeln!(s, "          int mx_w = nw ? w[nw - 1] : -1;");
     let _ = writeln!(s, "          for (int i = 0; i < nw; i++) {{");
     let _ = writeln!(s, "            if (!has_pos(b, nb, w[i])) {{ printf(\"swa-window violated: the windowed cache holds %d, the base cache does not\\n\", w[i]); reproduced = 1; }}");
     let _ = writeln!(s, "            else if (mx_w - w[i] >= {n}) {{ printf(\"swa-window violated: the windowed cache holds %d, outside the window of %d\\n\", w[i], mx_w); reproduced = 1; }}");
@@ -256,6 +261,7 @@ mod tests {
             pos_max: windowed.last().copied().unwrap_or(-1),
             cells: cells.to_vec(),
             second_cells: Some(windowed.to_vec()),
+            third_cells: None,
         }
     }
 
@@ -318,11 +324,15 @@ mod tests {
         };
         let s = step(seq(&[0], &[0]), copied.clone());
         assert!(check_swa_window(&cp, &s, 4).is_none());
-        // Keyed off the base cache's maximum, the same dump would breach rule 2.
-        let base_keyed = SeqObservation {
+        // The key is the dump's own largest position whatever the accessors answer (a
+        // hybrid-iSWA memory answers the smaller of it and its states' maximum): an answer of 4
+        // changes nothing, while a dump whose own maximum is 4 breaches rule 2.
+        let other_answer = SeqObservation {
             pos_max: 4,
-            ..copied
+            ..copied.clone()
         };
+        assert!(check_swa_window(&cp, &step(seq(&[0], &[0]), other_answer), 4).is_none());
+        let base_keyed = seq(&[0, 2, 3, 3, 4, 4], &[0, 4]);
         let v = check_swa_window(&cp, &step(seq(&[0], &[0]), base_keyed), 4).unwrap();
         assert_eq!(v.kind, OUTSIDE_WINDOW);
     }

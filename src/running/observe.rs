@@ -63,6 +63,7 @@ fn observe_seq(
         pos_max,
         cells: parsed.resident_positions(),
         second_cells: parsed.second_positions(),
+        third_cells: parsed.third_positions(),
     })
 }
 

@@ -250,7 +250,8 @@ pub(crate) fn loaded(res: Result<usize, native_kv::RestoreError>) -> OpOutcome {
 ///   when the save held no rows): a different cell count aborts, refused here; bytes that carry
 ///   rows of a plain save misread them as the next layer's header and fail like a bad K/V section.
 ///
-/// Flag bit 1 (`PARTIAL_ONLY` / `SWA_ONLY`) matters to iSWA memories only and is ignored.
+/// Flag bit 1 (`PARTIAL_ONLY` / `SWA_ONLY`) leaves the base cache of an iSWA pair and the
+/// attention cache of a hybrid out of the dump and the load (`native_kv::Memory::state_seq_bytes_flags`).
 pub fn apply_state_op<M: MemoryOps>(
     c: &mut M,
     ctx: &mut ContextState,
@@ -267,7 +268,7 @@ pub fn apply_state_op<M: MemoryOps>(
             if on_device && !device {
                 return Some(unsupported());
             }
-            match c.state_seq_bytes(*seq) {
+            match c.state_seq_bytes_flags(*seq, *flags) {
                 Ok(bytes) => {
                     if on_device {
                         ctx.device_saves.insert(*seq, cells_in(&bytes).unwrap_or(0));
@@ -310,7 +311,7 @@ pub fn apply_state_op<M: MemoryOps>(
             if on_device {
                 return Some(load_on_device(c, ctx, *seq, &bytes, rows_missing));
             }
-            let res = c.state_seq_set_bytes(*seq, &bytes);
+            let res = c.state_seq_set_bytes_flags(*seq, &bytes, *flags);
             if rows_missing && res.is_ok() && cells_in(&bytes).unwrap_or(0) > 0 {
                 // llama.cpp reads rows the bytes do not have: a failure after the cells.
                 c.seq_rm(*seq, -1, -1).expect("seq checked");
@@ -452,26 +453,16 @@ pub(crate) fn memory_config(
     let cache = attention_config(name, setup, faults)?;
     let kind = match setup.arch.memory() {
         MemoryType::Kv => MemoryKind::Kv,
-        MemoryType::Iswa => {
-            // llama_context::llama_context (src/llama-context.cpp:248-250): n_batch is at most
-            // n_ctx (causal models), n_ubatch at most n_batch; defaults 2048 and 512.
-            let n_batch = setup
-                .n_batch
-                .unwrap_or(2048)
-                .min(cache.n_ctx * cache.n_stream());
-            let n_ubatch = setup.n_ubatch.unwrap_or(512).min(n_batch);
-            MemoryKind::Iswa {
-                n_swa: NATIVE_N_SWA,
-                swa_size: iswa_swa_size(
-                    cache.n_ctx,
-                    NATIVE_N_SWA,
-                    cache.unified,
-                    cache.n_seq_max,
-                    n_ubatch,
-                    setup.swa_full,
-                ),
-            }
-        }
+        MemoryType::Iswa => MemoryKind::Iswa {
+            n_swa: NATIVE_N_SWA,
+            swa_size: swa_size(setup, &cache),
+        },
+        MemoryType::HybridIswa => MemoryKind::HybridIswa {
+            n_swa: NATIVE_N_SWA,
+            swa_size: swa_size(setup, &cache),
+            n_rs_seq: rollback_depth(name, setup)?,
+            shape: None,
+        },
         MemoryType::Msa => MemoryKind::Msa,
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
@@ -485,6 +476,25 @@ pub(crate) fn memory_config(
     Ok(MemoryConfig { cache, kind })
 }
 
+/// The windowed cache's cells per stream for `setup` (`iswa_swa_size`).
+fn swa_size(setup: &Setup, cache: &CacheConfig) -> u32 {
+    // llama_context::llama_context (src/llama-context.cpp:248-250): n_batch is at most n_ctx
+    // (causal models), n_ubatch at most n_batch; defaults 2048 and 512.
+    let n_batch = setup
+        .n_batch
+        .unwrap_or(2048)
+        .min(cache.n_ctx * cache.n_stream());
+    let n_ubatch = setup.n_ubatch.unwrap_or(512).min(n_batch);
+    iswa_swa_size(
+        cache.n_ctx,
+        NATIVE_N_SWA,
+        cache.unified,
+        cache.n_seq_max,
+        n_ubatch,
+        setup.swa_full,
+    )
+}
+
 /// The rollback depth of `setup`'s recurrent states: `n_rs_seq` where the architecture rolls
 /// back (`lfm2`), as llama.cpp keeps it; a non-zero depth for an architecture llama.cpp clamps
 /// to 0 (`llm_arch_supports_rs_rollback`, src/llama-arch.cpp) is unsupported, as the llama.cpp
@@ -496,10 +506,10 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
     };
     match setup.arch {
         _ if setup.n_rs_seq == 0 => Ok(0),
-        Arch::Lfm2 if setup.n_rs_seq < native_kv::recurrent::MAX_PLANES as u32 => {
+        Arch::Lfm2 | Arch::Lfm2Swa if setup.n_rs_seq < native_kv::recurrent::MAX_PLANES as u32 => {
             Ok(setup.n_rs_seq)
         }
-        Arch::Lfm2 => Err(unsupported(format!(
+        Arch::Lfm2 | Arch::Lfm2Swa => Err(unsupported(format!(
             "n_rs_seq {} above the native limit {}",
             setup.n_rs_seq,
             native_kv::recurrent::MAX_PLANES - 1

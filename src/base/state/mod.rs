@@ -14,6 +14,8 @@
 //!   iswa:      two caches: the base (full) cache, then the windowed one
 //!   recurrent: one recurrent section
 //!   hybrid:    one cache (the attention layers), then one recurrent section
+//!   hybrid_iswa: two caches (base, windowed; llama_kv_cache_iswa::state_write), then one
+//!              recurrent section (src/llama-memory-hybrid-iswa.cpp `state_write`)
 //!   msa:       two caches: the K/V cache of every layer, then the indexer key cache of the
 //!              sparse layers (`llama_kv_cache_msa::state_write`, llama-kv-cache-msa.cpp:160)
 //! a cache:
@@ -205,6 +207,15 @@ impl SeqState<'_> {
         }
     }
 
+    /// Positions of the cells of the memory's third part, sorted, when it has one: a
+    /// hybrid-iSWA memory's recurrent states (after its two attention caches).
+    pub fn third_positions(&self) -> Option<Vec<Pos>> {
+        if self.caches.len() < 2 {
+            return None;
+        }
+        self.recurrent_positions()
+    }
+
     fn recurrent_positions(&self) -> Option<Vec<Pos>> {
         let rec = self.recurrent.as_ref()?;
         Some(sorted(rec.cells.iter().map(|c| c.pos)))
@@ -297,7 +308,7 @@ type Memory<'a> = (Vec<Vec<StreamState<'a>>>, Option<RecurrentState<'a>>);
 fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a>, ParseError> {
     let n_caches = match format.memory {
         MemoryType::Kv | MemoryType::Hybrid => 1,
-        MemoryType::Iswa | MemoryType::Msa => 2,
+        MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::Msa => 2,
         MemoryType::Recurrent => 0,
     };
     let mut caches = Vec::with_capacity(n_caches);
@@ -305,7 +316,9 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
         caches.push(parse_cache(r, format)?);
     }
     let recurrent = match format.memory {
-        MemoryType::Recurrent | MemoryType::Hybrid => Some(parse_recurrent(r)?),
+        MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => {
+            Some(parse_recurrent(r)?)
+        }
         MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => None,
     };
     if !r.done() {
@@ -718,6 +731,20 @@ mod tests {
         // An odd number of records is not R and S per layer.
         let e = parse_seq_state(&b[..b.len() - 20], recurrent).unwrap_err();
         assert!(e.offset <= b.len(), "{e}");
+        // Hybrid-iSWA: the iSWA pair (a base cache with cell 4 and no layer, an empty windowed
+        // cache), then the states: three parts.
+        let mut hi = words(&[STATE_SEQ_MAGIC, 0, 1, 1, 4, 1, 0, 0, 0, 1, 0]);
+        hi.extend(&rec);
+        let hybrid_iswa = StateFormat {
+            memory: MemoryType::HybridIswa,
+            ..StateFormat::default()
+        };
+        let s = parse_seq_state(&hi, hybrid_iswa).unwrap();
+        assert_eq!(s.resident_positions(), vec![4]);
+        assert_eq!(s.second_positions(), Some(vec![]));
+        assert_eq!(s.third_positions(), Some(vec![6]));
+        // Without the windowed cache's section it is a hybrid's dump, not this layout.
+        assert!(parse_seq_state(&h, hybrid_iswa).is_err());
     }
 
     #[test]

@@ -38,6 +38,9 @@
 //!   (its range starts after 0, at most `n_rs_seq` tokens back, and runs past the state's
 //!   position) leaves the state of the kept tokens: what llama.h's "true" promises, and what the
 //!   rollback oracle judges ([`TokenModel::rolled_back`]).
+//! - **hybrid_iswa**: the hybrid rules over the base cells and the states, and a sequence is
+//!   judged only when the windowed dump holds every base position its mask keeps: the
+//!   accessors, the parts' intersection, no longer show the windowed cache's own minimum.
 //! - **hybrid**: both models, attention for the attention cache and recurrent for the states; a
 //!   refused `seq_rm` changes neither part (`llama_memory_hybrid::seq_rm` asks the recurrent
 //!   memory first); a sequence is judged when both parts hold the same tokens at the same
@@ -106,6 +109,8 @@ enum Saved {
 pub struct TokenModel {
     unified: bool,
     memory: MemoryType,
+    /// The window of the windowed layers (`Arch::swa_window`), if any.
+    n_swa: Option<u32>,
     n_seq_max: u32,
     /// The recurrent rollback depth (`n_rs_seq`): how many tokens a partial `seq_rm` may take
     /// back from a state.
@@ -140,6 +145,7 @@ impl TokenModel {
         TokenModel {
             unified: setup.kv_unified,
             memory: setup.arch.memory(),
+            n_swa: setup.arch.swa_window(),
             n_seq_max: setup.n_seq_max,
             n_rs_seq: setup.n_rs_seq,
             rolled_back: BTreeSet::new(),
@@ -236,7 +242,7 @@ impl TokenModel {
 
     /// The memory has recurrent states (recurrent, hybrid).
     fn has_states(&self) -> bool {
-        matches!(self.memory, MemoryType::Recurrent | MemoryType::Hybrid)
+        self.memory.has_states()
     }
 
     /// Carries the model through `op`, which the target answered with `outcome`. A decode at
@@ -264,7 +270,7 @@ impl TokenModel {
                 });
         // llama_memory_hybrid::seq_rm asks the recurrent memory first and leaves both parts as
         // they were when it refuses (src/llama-memory-hybrid.cpp:143-150).
-        if self.memory == MemoryType::Hybrid && refused_rm {
+        if self.memory.is_hybrid() && refused_rm {
             return;
         }
         match op {
@@ -283,8 +289,7 @@ impl TokenModel {
                 // and attention alike: a token decoded while a sequence's state and attention
                 // cells held different tokens has rows and a state no fresh decode gives.
                 let mixed = op.as_decode().is_some_and(|d| {
-                    self.memory == MemoryType::Hybrid
-                        && d.seqs.iter().any(|&s| !self.parts_agree(s))
+                    self.memory.is_hybrid() && d.seqs.iter().any(|&s| !self.parts_agree(s))
                 });
                 let first_new = self.next_id;
                 if self.has_states() {
@@ -627,6 +632,27 @@ impl TokenModel {
             MemoryType::Hybrid => {
                 let attention = self.attention_resident(obs.seq, &obs.cells)?;
                 let state = self.state_resident(obs.seq, obs.second_cells.as_deref()?)?;
+                (attention.0 == state.0).then_some(attention)
+            }
+            MemoryType::HybridIswa => {
+                // The accessors are the intersection of the parts' ranges, so they do not show
+                // the windowed cache's own minimum (the iswa rule above): the windowed dump must
+                // hold every base position its mask keeps (`max - p < n_swa`,
+                // src/llama-kv-cache.cpp:2100 in 0.1.161), or the windowed cache lost a cell a
+                // token of the window attends.
+                let windowed = obs.second_cells.as_deref()?;
+                let n_swa = Pos::try_from(self.n_swa?).ok()?;
+                let max = *obs.cells.last()?;
+                if !obs
+                    .cells
+                    .iter()
+                    .filter(|&&p| max - p < n_swa)
+                    .eq(windowed.iter())
+                {
+                    return None;
+                }
+                let attention = self.attention_resident(obs.seq, &obs.cells)?;
+                let state = self.state_resident(obs.seq, obs.third_cells.as_deref()?)?;
                 (attention.0 == state.0).then_some(attention)
             }
         }

@@ -179,6 +179,7 @@ fn obs(seq: SeqId, pos_min: Pos, cells: &[Pos], second: Option<&[Pos]>) -> SeqOb
         pos_max: cells.last().copied().unwrap_or(-1),
         cells: cells.to_vec(),
         second_cells: second.map(<[Pos]>::to_vec),
+        third_cells: None,
     }
 }
 

@@ -280,6 +280,7 @@ mod tests {
             pos_max: pos.1,
             cells: cells.to_vec(),
             second_cells: None,
+            third_cells: None,
         }
     }
 

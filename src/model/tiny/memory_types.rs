@@ -2,7 +2,8 @@
 //! (`llama_kv_cache_iswa`: a full cache beside a sliding-window one), `mamba`
 //! (`llama_memory_recurrent`: one state per sequence), `jamba` (`llama_memory_hybrid`: recurrent
 //! and attention layers) and `lfm2` (`llama_memory_hybrid` too, with short-convolution layers:
-//! `src/models/lfm2.cpp`, the architecture whose recurrent states roll back, `n_rs_seq`).
+//! `src/models/lfm2.cpp`, the architecture whose recurrent states roll back, `n_rs_seq`); `lfm2_swa`
+//! is lfm2 with `lfm2.attention.sliding_window`, which gives `llama_memory_hybrid_iswa`.
 //!
 //! Keys and tensor shapes are the ones llama.cpp's loaders ask for, identical in both pins:
 //! `src/models/gemma2.cpp` (`load_arch_hparams`, `load_arch_tensors`), `src/models/mamba.cpp` and
@@ -57,7 +58,7 @@ fn kv_heads_per_layer(s: &TinyModelSpec) -> Vec<GgufValue> {
 
 /// The keys every architecture shares, under `arch.`, with strict types as llama.cpp checks them.
 pub(super) fn common_keys(w: &mut GgufWriter, s: &TinyModelSpec) {
-    let arch = s.arch.name();
+    let arch = s.arch.gguf_name();
     let k = |key: &str| format!("{arch}.{key}");
     w.add_kv("general.architecture", GgufValue::String(arch.into()))
         .add_kv(
@@ -77,7 +78,7 @@ pub(super) fn common_keys(w: &mut GgufWriter, s: &TinyModelSpec) {
 
 /// The `ssm.*` keys mamba and jamba read.
 fn ssm_keys(w: &mut GgufWriter, s: &TinyModelSpec) {
-    let arch = s.arch.name();
+    let arch = s.arch.gguf_name();
     let k = |key: &str| format!("{arch}.ssm.{key}");
     w.add_kv(k("conv_kernel"), GgufValue::U32(SSM_CONV_KERNEL))
         .add_kv(k("inner_size"), GgufValue::U32(ssm_inner_size(s)))
@@ -169,7 +170,7 @@ fn mamba_block(w: &mut GgufWriter, s: &TinyModelSpec, l: u32, jamba_norms: bool)
 pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
     let mut w = GgufWriter::new();
     common_keys(&mut w, s);
-    let arch = s.arch.name();
+    let arch = s.arch.gguf_name();
     let k = |key: &str| format!("{arch}.{key}");
     let embd = u64::from(s.n_embd);
     match s.arch {
@@ -234,7 +235,7 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
                 }
             }
         }
-        Arch::Lfm2 => {
+        Arch::Lfm2 | Arch::Lfm2Swa => {
             // src/models/lfm2.cpp: a layer with 0 KV heads is a short-convolution layer
             // (`is_recr_impl`); every layer has the feed-forward block and `attn_norm`, attention
             // layers add Q/K norms; the output norm is named `token_embd_norm`.
@@ -246,6 +247,11 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
                 )
                 .add_kv(k("rope.freq_base"), GgufValue::F32(s.rope_freq_base))
                 .add_kv(k("shortconv.l_cache"), GgufValue::U32(SHORTCONV_L_CACHE));
+            // The key makes every attention layer windowed and the memory hybrid-iSWA
+            // (src/models/lfm2.cpp:26-31 in 0.1.161); lfm2 proper has none.
+            if let Some(window) = s.sliding_window {
+                w.add_kv(k("attention.sliding_window"), GgufValue::U32(window));
+            }
             let vocab = u64::from(s.n_vocab);
             uniform(&mut w, s, "token_embd.weight".into(), &[embd, vocab], 1);
             constant(&mut w, "token_embd_norm.weight".into(), &[embd], 1.0);

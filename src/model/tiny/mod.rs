@@ -119,6 +119,8 @@ impl TinyModelSpec {
     ///   ([`memory_types::jamba_is_attention_layer`]), n_embd 16;
     /// - `lfm2`: two blocks, a short-convolution one and an attention one (the same layer
     ///   pattern), n_embd 16;
+    /// - `lfm2_swa`: lfm2's shape with a window of 4 positions (lfm2 makes every attention layer
+    ///   windowed, so the iSWA pair's base cache holds cells but no layer).
     /// - `minimax-m3`: two blocks, a dense-lead one (no indexer key cache) and a sparse one
     ///   (`minimax_m3`), n_embd 16, head dimension 8 (the indexer key's too).
     pub fn for_arch(arch: Arch) -> Self {
@@ -140,13 +142,14 @@ impl TinyModelSpec {
                 n_ff: 0,
                 ..audit
             },
-            Arch::Jamba | Arch::Lfm2 | Arch::MinimaxM3 => TinyModelSpec {
+            Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa | Arch::MinimaxM3 => TinyModelSpec {
                 arch,
                 n_layer: 2,
                 n_embd: 16,
                 n_head: 2,
                 n_head_kv: 1,
                 n_ff: 16,
+                sliding_window: arch.swa_window(),
                 ..audit
             },
         }
@@ -173,7 +176,7 @@ impl TinyModelSpec {
         }
         ensure_spec!(self.n_ff > 0, "tiny model: n_ff must be positive: {self:?}");
         ensure_spec!(
-            !matches!(self.arch, Arch::Jamba | Arch::Lfm2) || self.n_layer >= 2,
+            !matches!(self.arch, Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa) || self.n_layer >= 2,
             "tiny model: jamba and lfm2 need two blocks, one recurrent and one attention"
         );
         ensure_spec!(
@@ -257,7 +260,7 @@ fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWrit
     match spec.arch {
         Arch::Llama => {}
         Arch::MinimaxM3 => return Ok(minimax_m3::writer(spec)),
-        Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 => {
+        Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa => {
             return Ok(memory_types::writer(spec))
         }
     }
@@ -440,8 +443,14 @@ mod tests {
             let a = tiny_model_bytes(&spec).unwrap();
             assert_eq!(a, tiny_model_bytes(&spec).unwrap(), "{arch}");
             let f = GgufFile::from_bytes(a).unwrap();
-            assert_eq!(f.get_str("general.architecture").unwrap(), arch.name());
-            f.get_u32(&format!("{arch}.block_count")).unwrap();
+            let gguf = arch.gguf_name();
+            assert_eq!(f.get_str("general.architecture").unwrap(), gguf);
+            f.get_u32(&format!("{gguf}.block_count")).unwrap();
+            assert_eq!(
+                f.get_u32(&format!("{gguf}.attention.sliding_window")).ok(),
+                arch.swa_window(),
+                "{arch}"
+            );
             for t in &f.tensors {
                 assert_eq!((f.data_offset + t.offset) % 32, 0, "{}", t.name);
             }

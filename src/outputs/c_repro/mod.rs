@@ -239,23 +239,22 @@ pub fn emit_c(input: &ReproInput) -> String {
     // The positions present for the sequence, by memory type (src/oracles/memory.rs): an
     // iSWA memory's are its base cache's, and its windowed dump (`win`, `nwin`) bounds
     // `seq_pos_min` (docs/memory-types.md).
-    let reader = match t.setup.arch.memory() {
+    // A memory with a windowed cache reads it too (`win`, `nwin`).
+    let (reader, windowed) = match t.setup.arch.memory() {
         // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
-        MemoryType::Kv | MemoryType::Msa => Some("resident"),
-        MemoryType::Recurrent => Some("resident_recurrent"),
-        MemoryType::Hybrid => Some("resident_hybrid"),
-        MemoryType::Iswa => None,
+        MemoryType::Kv | MemoryType::Msa => ("resident", false),
+        MemoryType::Recurrent => ("resident_recurrent", false),
+        MemoryType::Hybrid => ("resident_hybrid", false),
+        MemoryType::Iswa => ("resident_iswa", true),
+        MemoryType::HybridIswa => ("resident_hybrid_iswa", true),
     };
-    match reader {
-        Some(f) => {
-            let _ = writeln!(
-                s,
-                "        int cells[4096]; int n = {f}(ctx, sq, cells, 4096);"
-            );
-        }
-        None => {
-            let _ = writeln!(s, "        int cells[4096]; int n = 0; int win[4096]; int nwin = resident_iswa(ctx, sq, cells, &n, win, 4096); (void)nwin;");
-        }
+    if windowed {
+        let _ = writeln!(s, "        int cells[4096]; int n = 0; int win[4096]; int nwin = {reader}(ctx, sq, cells, &n, win, 4096); (void)nwin;");
+    } else {
+        let _ = writeln!(
+            s,
+            "        int cells[4096]; int n = {reader}(ctx, sq, cells, 4096);"
+        );
     }
     let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
     let _ = writeln!(

@@ -109,6 +109,12 @@ impl Memory {
                 recr.write_state_key(out);
                 Ok(())
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.write_state_key(out, scope)?;
+                swa.write_state_key(out, scope)?;
+                recr.write_state_key(out);
+                Ok(())
+            }
         }
     }
 }

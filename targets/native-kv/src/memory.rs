@@ -23,6 +23,14 @@
 //!   one (:190-195). A sequence load whose recurrent part fails empties the sequence from the
 //!   attention cache too (0.1.161 :197-214; 0.1.156 leaves the attention part loaded).
 //!
+//! - **Hybrid-iSWA** (`llama_memory_hybrid_iswa`, src/llama-memory-hybrid-iswa.cpp, 0.1.161): the
+//!   iSWA pair beside a recurrent memory. `seq_rm` goes to the recurrent memory first and, only
+//!   if it succeeded, to the pair (whose answer is the AND of both caches'); the other ops go to
+//!   the pair, then the recurrent memory; `seq_pos_min`/`seq_pos_max` are the larger minimum and
+//!   the smaller maximum of the pair's (the windowed cache's) and the states'. A decode prepares
+//!   the recurrent memory, then the base, then the windowed cache (`init_batch`). Dumps: the
+//!   pair's, then the recurrent memory's (`state_write`); a load reads them in that order and,
+//!   unlike the hybrid, undoes nothing when the recurrent part fails (`state_read`).
 //! - **MSA** (`llama_kv_cache_msa`, src/llama-kv-cache-msa.cpp, 0.1.161): the K/V cache of every
 //!   layer (`kv_base`) and the indexer key cache of the sparse layers (`kv_idx`), both of the
 //!   same size. Every op goes to both, base first (:52-84); `seq_rm` returns the AND of both
@@ -39,6 +47,10 @@ use crate::state::{read_arch, read_seq_header, StateReader};
 use crate::{
     BatchToken, CacheConfig, CacheError, CellCache, DecodeError, Pos, RestoreError, SeqId,
 };
+
+/// `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` (= `SWA_ONLY`, llama.h): a sequence's dump of the partial
+/// states only (see [`Memory::state_seq_bytes_flags`]).
+pub const STATE_SEQ_FLAGS_PARTIAL_ONLY: u32 = 1;
 
 /// Which memory, with what its type adds to a [`CacheConfig`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +72,17 @@ pub enum MemoryKind {
         /// `llama_context_params::n_rs_seq`.
         n_rs_seq: u32,
         /// The state rows a dump carries, if any.
+        shape: Option<RecurrentShape>,
+    },
+    /// `llama_memory_hybrid_iswa`: the iSWA pair and a recurrent memory.
+    HybridIswa {
+        /// The window (`n_swa`, > 0).
+        n_swa: u32,
+        /// Cells per stream of the windowed cache.
+        swa_size: u32,
+        /// `llama_context_params::n_rs_seq`.
+        n_rs_seq: u32,
+        /// The recurrent state rows a dump carries, if any.
         shape: Option<RecurrentShape>,
     },
     /// `llama_memory_hybrid`: an attention cache of the [`CacheConfig`] and a recurrent memory.
@@ -129,6 +152,15 @@ pub enum Memory {
         /// `mem_recr`.
         recr: RecurrentCache,
     },
+    /// The iSWA pair and a recurrent memory.
+    HybridIswa {
+        /// `mem_attn`'s `kv_base`.
+        base: CellCache,
+        /// `mem_attn`'s `kv_swa`.
+        swa: CellCache,
+        /// `mem_recr`.
+        recr: RecurrentCache,
+    },
 }
 
 impl Memory {
@@ -138,6 +170,7 @@ impl Memory {
     /// As [`CellCache::new`].
     pub fn new(config: MemoryConfig) -> Self {
         let c = config.cache;
+        let windowed = |n_ctx, n_swa| CellCache::windowed(CacheConfig { n_ctx, ..c }, n_swa);
         let recurrent = |n_rs_seq, shape| {
             RecurrentCache::new(RecurrentConfig {
                 n_seq_max: c.n_seq_max,
@@ -150,13 +183,17 @@ impl Memory {
             MemoryKind::Kv => Memory::Kv(CellCache::new(c)),
             MemoryKind::Iswa { n_swa, swa_size } => Memory::Iswa {
                 base: CellCache::new(c),
-                swa: CellCache::windowed(
-                    CacheConfig {
-                        n_ctx: swa_size,
-                        ..c
-                    },
-                    n_swa,
-                ),
+                swa: windowed(swa_size, n_swa),
+            },
+            MemoryKind::HybridIswa {
+                n_swa,
+                swa_size,
+                n_rs_seq,
+                shape,
+            } => Memory::HybridIswa {
+                base: CellCache::new(c),
+                swa: windowed(swa_size, n_swa),
+                recr: recurrent(n_rs_seq, shape),
             },
             MemoryKind::Msa => Memory::Msa {
                 base: CellCache::new(c),
@@ -186,7 +223,8 @@ impl Memory {
             Memory::Kv(c)
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
-            | Memory::Hybrid { attn: c, .. } => c.check_seq(s),
+            | Memory::Hybrid { attn: c, .. }
+            | Memory::HybridIswa { base: c, .. } => c.check_seq(s),
             Memory::Recurrent(r) => r.check_seq(s),
         }
     }
@@ -202,6 +240,11 @@ impl Memory {
             Memory::Recurrent(r) => r.clear(),
             Memory::Hybrid { attn, recr } => {
                 attn.clear();
+                recr.clear();
+            }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.clear();
+                swa.clear();
                 recr.clear();
             }
         }
@@ -226,6 +269,17 @@ impl Memory {
                 }
                 attn.seq_rm(seq, p0, p1)
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                if seq >= 0 {
+                    base.check_seq(seq)?;
+                }
+                if !base.config().faults.hybrid_rm_one_side && !recr.seq_rm(seq, p0, p1) {
+                    return Ok(false);
+                }
+                let a = base.seq_rm(seq, p0, p1)?;
+                let b = swa.seq_rm(seq, p0, p1)?;
+                Ok(a & b)
+            }
         }
     }
 
@@ -249,6 +303,11 @@ impl Memory {
                 attn.seq_cp(src, dst, p0, p1)?;
                 recr.seq_cp(src, dst, p0, p1)
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.seq_cp(src, dst, p0, p1)?;
+                swa.seq_cp(src, dst, p0, p1)?;
+                recr.seq_cp(src, dst, p0, p1)
+            }
         }
     }
 
@@ -263,6 +322,11 @@ impl Memory {
             Memory::Recurrent(r) => r.seq_keep(seq),
             Memory::Hybrid { attn, recr } => {
                 attn.seq_keep(seq)?;
+                recr.seq_keep(seq)
+            }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.seq_keep(seq)?;
+                swa.seq_keep(seq)?;
                 recr.seq_keep(seq)
             }
         }
@@ -281,6 +345,11 @@ impl Memory {
                 attn.seq_add(seq, p0, p1, delta)?;
                 recr.seq_add(seq, p0, p1, delta)
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.seq_add(seq, p0, p1, delta)?;
+                swa.seq_add(seq, p0, p1, delta)?;
+                recr.seq_add(seq, p0, p1, delta)
+            }
         }
     }
 
@@ -295,6 +364,11 @@ impl Memory {
             Memory::Recurrent(r) => r.seq_div(seq, p0, p1, d),
             Memory::Hybrid { attn, recr } => {
                 attn.seq_div(seq, p0, p1, d)?;
+                recr.seq_div(seq, p0, p1, d)
+            }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.seq_div(seq, p0, p1, d)?;
+                swa.seq_div(seq, p0, p1, d)?;
                 recr.seq_div(seq, p0, p1, d)
             }
         }
@@ -344,6 +418,18 @@ impl Memory {
                 let tokens: Vec<i32> = batch.iter().map(|t| t.token).collect();
                 recr.place(&seqs, &pos, &tokens);
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                recr.find_slots()?;
+                let a = base.find_slots(batch)?;
+                let b = swa.find_slots(batch)?;
+                base.place(batch, &pos, &a);
+                swa.place(batch, &pos, &b);
+                base.forget_shifts();
+                swa.forget_shifts();
+                let seqs: Vec<Vec<SeqId>> = batch.iter().map(|t| t.seqs.clone()).collect();
+                let tokens: Vec<i32> = batch.iter().map(|t| t.token).collect();
+                recr.place(&seqs, &pos, &tokens);
+            }
         }
         Ok(())
     }
@@ -352,7 +438,9 @@ impl Memory {
     /// [`crate::recurrent`]), `None` when it holds none or the memory has no states.
     pub fn state_digest(&self, seq: SeqId) -> Option<u64> {
         match self {
-            Memory::Recurrent(r) | Memory::Hybrid { recr: r, .. } => r.state_digest(seq),
+            Memory::Recurrent(r)
+            | Memory::Hybrid { recr: r, .. }
+            | Memory::HybridIswa { recr: r, .. } => r.state_digest(seq),
             _ => None,
         }
     }
@@ -361,7 +449,7 @@ impl Memory {
     /// hybrid memory's attention part; empty for other memories).
     pub fn attention_positions(&self, seq: SeqId, pos: Pos) -> Vec<Pos> {
         match self {
-            Memory::Hybrid { attn, .. } => {
+            Memory::Hybrid { attn, .. } | Memory::HybridIswa { base: attn, .. } => {
                 let mut v: Vec<Pos> = attn
                     .seq_positions(seq)
                     .into_iter()
@@ -374,16 +462,36 @@ impl Memory {
         }
     }
 
-    fn write_memory(&self, seq: SeqId, out: &mut Vec<u8>) {
+    /// The memory's dump; `partial` (`LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`) leaves out the parts
+    /// that are not partial states: an iSWA pair's base cache (src/llama-kv-cache-iswa.cpp
+    /// `state_write`), a hybrid's attention cache (src/llama-memory-hybrid.cpp:190-195); an
+    /// attention cache and a recurrent memory ignore the flag (`GGML_UNUSED(flags)`).
+    fn write_memory(&self, seq: SeqId, partial: bool, out: &mut Vec<u8>) {
         match self {
             Memory::Kv(c) => c.write_memory(seq, out),
-            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
+            // The indexer cache is no partial state: MSA dumps both caches whatever the flags.
+            Memory::Msa { base, idx } => {
                 base.write_memory(seq, out);
+                idx.write_memory(seq, out);
+            }
+            Memory::Iswa { base, swa } => {
+                if !partial {
+                    base.write_memory(seq, out);
+                }
                 swa.write_memory(seq, out);
             }
             Memory::Recurrent(r) => r.write_memory(seq, out),
             Memory::Hybrid { attn, recr } => {
-                attn.write_memory(seq, out);
+                if !partial {
+                    attn.write_memory(seq, out);
+                }
+                recr.write_memory(seq, out);
+            }
+            Memory::HybridIswa { base, swa, recr } => {
+                if !partial {
+                    base.write_memory(seq, out);
+                }
+                swa.write_memory(seq, out);
                 recr.write_memory(seq, out);
             }
         }
@@ -391,17 +499,24 @@ impl Memory {
 
     /// `llama_state_seq_get_data(ctx, seq)`: magic, `seq`, then the memory (see the module docs).
     pub fn state_seq_bytes(&self, seq: SeqId) -> Result<Vec<u8>, CacheError> {
+        self.state_seq_bytes_flags(seq, 0)
+    }
+
+    /// `llama_state_seq_get_data_ext(ctx, seq, flags)`: [`Memory::state_seq_bytes`], without
+    /// the parts `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` leaves out (`write_memory`).
+    pub fn state_seq_bytes_flags(&self, seq: SeqId, flags: u32) -> Result<Vec<u8>, CacheError> {
         if seq != -1 {
             self.check_seq(seq)?;
         }
+        let partial = flags & STATE_SEQ_FLAGS_PARTIAL_ONLY != 0;
         Ok(crate::state::seq_dump(seq, |out| {
-            self.write_memory(seq, out)
+            self.write_memory(seq, partial, out)
         }))
     }
 
     /// `llama_state_get_data(ctx)`: the architecture name, then the whole memory.
     pub fn state_bytes(&self) -> Vec<u8> {
-        crate::state::whole_dump(|out| self.write_memory(-1, out))
+        crate::state::whole_dump(|out| self.write_memory(-1, false, out))
     }
 
     /// `llama_state_seq_set_data(ctx, bytes, seq)`: every part of the memory reads its part of
@@ -409,9 +524,23 @@ impl Memory {
     /// memory is as its parts leave it (iSWA: a base part already loaded stays; hybrid: see the
     /// module docs).
     pub fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError> {
+        self.state_seq_set_bytes_flags(seq, bytes, 0)
+    }
+
+    /// `llama_state_seq_set_data_ext(ctx, bytes, seq, flags)`: [`Memory::state_seq_set_bytes`],
+    /// reading only the parts `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` writes (the windowed cache
+    /// and the states; src/llama-kv-cache-iswa.cpp `state_read`, src/llama-memory-hybrid.cpp:
+    /// 197-214, src/llama-memory-hybrid-iswa.cpp:200-203).
+    pub fn state_seq_set_bytes_flags(
+        &mut self,
+        seq: SeqId,
+        bytes: &[u8],
+        flags: u32,
+    ) -> Result<usize, RestoreError> {
         if let Memory::Kv(c) = self {
             return c.state_seq_set_bytes(seq, bytes);
         }
+        let partial = flags & STATE_SEQ_FLAGS_PARTIAL_ONLY != 0;
         if let Err(e) = self.check_seq(seq) {
             return Err(RestoreError {
                 offset: 0,
@@ -422,17 +551,34 @@ impl Memory {
         read_seq_header(&mut r)?;
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
-            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
+            Memory::Msa { base, idx } => {
                 base.read_seq_memory(seq, &mut r)?;
+                idx.read_seq_memory(seq, &mut r)?;
+            }
+            Memory::Iswa { base, swa } => {
+                if !partial {
+                    base.read_seq_memory(seq, &mut r)?;
+                }
                 swa.read_seq_memory(seq, &mut r)?;
             }
             Memory::Recurrent(m) => m.read_seq_memory(seq, &mut r)?,
             Memory::Hybrid { attn, recr } => {
-                attn.read_seq_memory(seq, &mut r)?;
+                if !partial {
+                    attn.read_seq_memory(seq, &mut r)?;
+                }
                 if let Err(e) = recr.read_seq_memory(seq, &mut r) {
-                    attn.seq_rm(seq, -1, -1).expect("seq checked");
+                    if !partial {
+                        attn.seq_rm(seq, -1, -1).expect("seq checked");
+                    }
                     return Err(e);
                 }
+            }
+            Memory::HybridIswa { base, swa, recr } => {
+                if !partial {
+                    base.read_seq_memory(seq, &mut r)?;
+                }
+                swa.read_seq_memory(seq, &mut r)?;
+                recr.read_seq_memory(seq, &mut r)?;
             }
         }
         Ok(r.at)
@@ -459,6 +605,11 @@ impl Memory {
                     return Err(e);
                 }
             }
+            Memory::HybridIswa { base, swa, recr } => {
+                base.read_whole_memory(&mut r)?;
+                swa.read_whole_memory(&mut r)?;
+                recr.read_whole_memory(&mut r)?;
+            }
         }
         Ok(r.at)
     }
@@ -470,7 +621,8 @@ impl SeqRanges for Memory {
             Memory::Kv(c)
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
-            | Memory::Hybrid { attn: c, .. } => c.n_seq(),
+            | Memory::Hybrid { attn: c, .. }
+            | Memory::HybridIswa { base: c, .. } => c.n_seq(),
             Memory::Recurrent(r) => r.n_seq(),
         }
     }
@@ -480,8 +632,8 @@ impl SeqRanges for Memory {
             Memory::Kv(c) | Memory::Msa { base: c, .. } => c.seq_range(s),
             Memory::Iswa { swa, .. } => swa.seq_range(s),
             Memory::Recurrent(r) => r.seq_range(s),
-            Memory::Hybrid { attn, recr } => {
-                let (a, b) = (attn.seq_range(s), recr.seq_range(s));
+            Memory::Hybrid { attn: a, recr } | Memory::HybridIswa { swa: a, recr, .. } => {
+                let (a, b) = (a.seq_range(s), recr.seq_range(s));
                 (a.0.max(b.0), a.1.min(b.1))
             }
         }
@@ -511,6 +663,15 @@ pub trait MemoryOps {
     fn state_bytes(&self) -> Vec<u8>;
     /// `llama_state_seq_set_data`.
     fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError>;
+    /// `llama_state_seq_get_data_ext` with `flags` (an attention cache ignores them).
+    fn state_seq_bytes_flags(&self, seq: SeqId, flags: u32) -> Result<Vec<u8>, CacheError>;
+    /// `llama_state_seq_set_data_ext` with `flags` (an attention cache ignores them).
+    fn state_seq_set_bytes_flags(
+        &mut self,
+        seq: SeqId,
+        bytes: &[u8],
+        flags: u32,
+    ) -> Result<usize, RestoreError>;
     /// `llama_state_set_data`.
     fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError>;
 }
@@ -567,8 +728,37 @@ macro_rules! memory_ops_by_inherent_methods {
             fn state_set_bytes(&mut self, bytes: &[u8]) -> Result<usize, RestoreError> {
                 <$t>::state_set_bytes(self, bytes)
             }
+            fn state_seq_bytes_flags(&self, seq: SeqId, flags: u32) -> Result<Vec<u8>, CacheError> {
+                <$t>::state_seq_bytes_flags(self, seq, flags)
+            }
+            fn state_seq_set_bytes_flags(
+                &mut self,
+                seq: SeqId,
+                bytes: &[u8],
+                flags: u32,
+            ) -> Result<usize, RestoreError> {
+                <$t>::state_seq_set_bytes_flags(self, seq, bytes, flags)
+            }
         }
     };
+}
+
+impl CellCache {
+    /// `llama_state_seq_get_data_ext`: the flags change nothing of an attention cache's dump
+    /// (`GGML_UNUSED(flags)` in `llama_kv_cache::state_write`).
+    pub fn state_seq_bytes_flags(&self, seq: SeqId, _flags: u32) -> Result<Vec<u8>, CacheError> {
+        self.state_seq_bytes(seq)
+    }
+
+    /// `llama_state_seq_set_data_ext`: the flags change nothing of an attention cache's load.
+    pub fn state_seq_set_bytes_flags(
+        &mut self,
+        seq: SeqId,
+        bytes: &[u8],
+        _flags: u32,
+    ) -> Result<usize, RestoreError> {
+        self.state_seq_set_bytes(seq, bytes)
+    }
 }
 
 memory_ops_by_inherent_methods!(CellCache);

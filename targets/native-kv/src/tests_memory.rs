@@ -3,6 +3,7 @@
 //! src/llama-kv-cache-msa.cpp), and the faults that are their positive controls.
 
 use super::*;
+use crate::memory::STATE_SEQ_FLAGS_PARTIAL_ONLY;
 
 fn tok(seqs: &[SeqId]) -> BatchToken {
     BatchToken {
@@ -264,6 +265,54 @@ fn hybrid_accessors_combine_both_parts_and_a_refused_removal_touches_neither() {
     let mut twin = hybrid(Faults::default());
     assert_eq!(twin.state_seq_set_bytes(1, &b), Ok(b.len()));
     assert_eq!(twin.state_seq_bytes(1).unwrap(), b);
+}
+
+fn hybrid_iswa() -> Memory {
+    Memory::new(MemoryConfig {
+        cache: CacheConfig {
+            n_ctx: 512,
+            n_seq_max: 2,
+            unified: true,
+            faults: Faults::default(),
+        },
+        kind: MemoryKind::HybridIswa {
+            n_swa: N_SWA,
+            swa_size: iswa_swa_size(512, N_SWA, true, 2, 1, false),
+            n_rs_seq: 0,
+            shape: None,
+        },
+    })
+}
+
+#[test]
+fn hybrid_iswa_answers_the_window_and_the_states_and_a_partial_dump_leaves_out_the_base() {
+    let mut m = hybrid_iswa();
+    m.decode(&toks(6, 0)).unwrap();
+    assert_eq!(range(&m, 0), (5, 5));
+    // A refused partial removal (the recurrent part first) touches no part.
+    assert_eq!(m.seq_rm(0, 5, -1), Ok(false));
+    let Memory::HybridIswa { base, swa, .. } = &m else {
+        unreachable!()
+    };
+    assert_eq!((base.used_cells(), swa.used_cells()), (6, 6));
+    // Dumps: base, windowed, states; PARTIAL_ONLY drops the base cache's section, and a load
+    // with the flag reads the windowed cache and the states back.
+    let full = m.state_seq_bytes(0).unwrap();
+    let partial = m
+        .state_seq_bytes_flags(0, STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        .unwrap();
+    assert!(partial.len() < full.len());
+    let mut twin = hybrid_iswa();
+    assert_eq!(
+        twin.state_seq_set_bytes_flags(1, &partial, STATE_SEQ_FLAGS_PARTIAL_ONLY),
+        Ok(partial.len())
+    );
+    let Memory::HybridIswa { base, swa, .. } = &twin else {
+        unreachable!()
+    };
+    assert_eq!((base.used_cells(), swa.used_cells()), (0, 4));
+    assert_eq!(twin.state_seq_set_bytes(0, &full), Ok(full.len()));
+    assert_eq!(twin.state_seq_bytes(0).unwrap(), full);
 }
 
 #[test]

@@ -213,9 +213,9 @@ impl Reply {
 }
 
 /// The reply wire's version, the second field of every reply frame's header; both sides check
-/// it (the JSON-lines replies before it were version 1). Change it with any change of the
+/// it (the JSON-lines replies before it were version 1; 3 added a sequence's third part, the hybrid-iSWA's recurrent states). Change it with any change of the
 /// layout below.
-pub const REPLY_WIRE_VERSION: u16 = 2;
+pub const REPLY_WIRE_VERSION: u16 = 3;
 
 /// The longest reply frame the parent reads: 64 MiB. A frame is one trial's observations: per
 /// step and sequence, its positions and cells (4 bytes per cell), so a trial of hundreds of
@@ -347,16 +347,19 @@ impl Encoder<'_> {
             pos_max,
             cells,
             second_cells,
+            third_cells,
         } = q;
         self.i32(*seq);
         self.i32(*pos_min);
         self.i32(*pos_max);
         self.i32s(cells);
-        match second_cells {
-            None => self.u8(0),
-            Some(c) => {
-                self.u8(1);
-                self.i32s(c);
+        for part in [second_cells, third_cells] {
+            match part {
+                None => self.u8(0),
+                Some(c) => {
+                    self.u8(1);
+                    self.i32s(c);
+                }
             }
         }
     }
@@ -593,11 +596,12 @@ impl<'a> Decoder<'a> {
             pos_max: self.i32()?,
             cells: self.i32s()?,
             second_cells: self.option(Self::i32s)?,
+            third_cells: self.option(Self::i32s)?,
         })
     }
     fn seqs(&mut self) -> Decoded<Vec<SeqObservation>> {
-        // A sequence takes at least 17 bytes: three i32, a count and a flag.
-        let n = self.count(17)?;
+        // A sequence takes at least 18 bytes: three i32, a count and two flags.
+        let n = self.count(18)?;
         (0..n).map(|_| self.seq()).collect()
     }
     fn reply(&mut self) -> Decoded<Reply> {
@@ -937,6 +941,7 @@ mod tests {
             pos_max: 6,
             cells: vec![0, 1, 2, 3, 4, 5, 6],
             second_cells: None,
+            third_cells: None,
         };
         let run = TrialRun {
             steps: vec![Arc::new(StepObservation::basic(
@@ -1029,6 +1034,7 @@ mod tests {
                 pos_max: 6,
                 cells: vec![0, 1, 2, 2, 6],
                 second_cells: None,
+                third_cells: None,
             },
             SeqObservation {
                 seq: 1,
@@ -1036,6 +1042,7 @@ mod tests {
                 pos_max: -1,
                 cells: vec![],
                 second_cells: None,
+                third_cells: None,
             },
         ];
         let step = |outcome| Arc::new(StepObservation::basic(outcome, seqs.clone()));
@@ -1172,7 +1179,7 @@ mod tests {
         other[4] ^= 0x40;
         let err = parse_reply_frame(&other).unwrap_err();
         assert!(
-            matches!(err, WireError::Version { expected: 2, .. }),
+            matches!(err, WireError::Version { expected, .. } if expected == u32::from(REPLY_WIRE_VERSION)),
             "{err}"
         );
         assert!(
