@@ -375,6 +375,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
             && (!what.before || s.before.is_some())
             && (!what.logits || s.logits_probe.is_some())
             && (!what.reload || s.reload_probe.is_some())
+            && (!what.sizes || s.sizes.is_some())
     };
     match seen {
         Seen::Step { after, .. } => has(after),

@@ -6,8 +6,8 @@
 //! Cells come from the bytes, through `base/state/` (no target's bookkeeping is trusted).
 
 use crate::base::cache::{
-    CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, RoundTrip, SeqObservation,
-    SeqRoundTrip, StepObservation,
+    CacheUnderTest, Dump, HarnessError, Observation, Observe, OpOutcome, RoundTrip, SeqObservation,
+    SeqRoundTrip, SeqSizes, StateSizes, StepObservation, STATE_SEQ_FLAGS_PARTIAL_ONLY,
 };
 use crate::base::op::{Op, SeqId};
 use crate::base::state::{parse_seq_state, parse_whole_state, StateFormat};
@@ -71,6 +71,10 @@ pub fn observe_with(
     what: Observe,
 ) -> Result<StepObservation, HarnessError> {
     let mut obs = observe(target, format, seqs, outcome)?;
+    if what.sizes {
+        target.observing(Some(Observation::Sizes));
+        obs.sizes = sizes(target, seqs)?;
+    }
     if !(what.whole || what.round_trip) {
         return Ok(obs);
     }
@@ -97,6 +101,29 @@ pub fn observe_with(
         obs.round_trip = round_trip(target, format, seqs, &whole)?;
     }
     Ok(obs)
+}
+
+/// The sizes of the whole dump and of each sequence's dump, with flags 0 and `PARTIAL_ONLY`
+/// (never `ON_DEVICE`: it leaves rows in the context). `None` when the target answers no sizes.
+fn sizes(
+    target: &mut dyn CacheUnderTest,
+    seqs: &[SeqId],
+) -> Result<Option<StateSizes>, HarnessError> {
+    let Some(whole) = target.state_size(Dump::Whole)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(seqs.len());
+    for &seq in seqs {
+        let Some(full) = target.state_size(Dump::Seq { seq, flags: 0 })? else {
+            return Ok(None);
+        };
+        let partial = target.state_size(Dump::Seq {
+            seq,
+            flags: STATE_SEQ_FLAGS_PARTIAL_ONLY,
+        })?;
+        out.push(SeqSizes { seq, full, partial });
+    }
+    Ok(Some(StateSizes { whole, seqs: out }))
 }
 
 /// Loads `whole` (this target's whole-context dump) into the target's twin, then each

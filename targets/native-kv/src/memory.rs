@@ -381,6 +381,25 @@ impl Memory {
     /// memory is as its parts leave it (iSWA: a base part already loaded stays; hybrid: see the
     /// module docs).
     pub fn state_seq_set_bytes(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError> {
+        let read = self.load_seq(seq, bytes);
+        if read.is_err() && self.faults().failed_seq_load_clears_all {
+            self.clear();
+        }
+        read
+    }
+
+    /// The faults the memory was made with.
+    pub fn faults(&self) -> crate::Faults {
+        match self {
+            Memory::Kv(c) | Memory::Iswa { base: c, .. } | Memory::Hybrid { attn: c, .. } => {
+                c.config().faults
+            }
+            Memory::Recurrent(m) => m.config().faults,
+        }
+    }
+
+    /// [`Memory::state_seq_set_bytes`] without the faults of its own.
+    fn load_seq(&mut self, seq: SeqId, bytes: &[u8]) -> Result<usize, RestoreError> {
         if let Memory::Kv(c) = self {
             return c.state_seq_set_bytes(seq, bytes);
         }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::cache::{
     CodeCoverage, LogitsProbe, Observation, OpOutcome, ReloadProbe, RoundTrip, SeqObservation,
-    StepObservation, TargetInfo,
+    StateSizes, StepObservation, TargetInfo,
 };
 use crate::base::op::{CacheType, MemoryType, Op, Pos, SeqId, Setup, Trace};
 use crate::base::state::WholeCell;
@@ -227,7 +227,8 @@ type WireSeq = (SeqId, Pos, Pos, Vec<Pos>, Option<Vec<Pos>>);
 type WireProbe = (SeqId, f32, u32, CacheType, bool, MemoryType, bool, bool);
 
 /// One step: the op's outcome and, per sequence, (seq, pos_min, pos_max, cells, second_cells);
-/// then what else was observed (the logits probe, then the reload probe; null when absent).
+/// then what else was observed (the logits probe, the reload probe, the dumps' sizes; null when
+/// absent).
 #[derive(Debug, Serialize, Deserialize)]
 struct WireStep(
     WireOutcome,
@@ -237,6 +238,7 @@ struct WireStep(
     Option<Vec<SeqObservation>>,
     #[serde(default)] Option<Vec<WireProbe>>,
     #[serde(default)] Option<Vec<ReloadProbe>>,
+    #[serde(default)] Option<StateSizes>,
 );
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -304,6 +306,7 @@ impl From<&TrialRun> for WireRun {
                             .collect()
                     }),
                     st.reload_probe.clone(),
+                    st.sizes.clone(),
                 )
             })
             .collect();
@@ -320,7 +323,7 @@ impl From<WireRun> for TrialRun {
         let steps = steps
             .into_iter()
             .map(
-                |WireStep(outcome, seqs, whole, round_trip, before, probe, reload_probe)| {
+                |WireStep(outcome, seqs, whole, round_trip, before, probe, reload_probe, sizes)| {
                     let outcome = match outcome {
                         WireOutcome::D(returned) => OpOutcome::Done { returned },
                         WireOutcome::R(rc) => OpOutcome::Decoded { rc },
@@ -370,6 +373,7 @@ impl From<WireRun> for TrialRun {
                                 .collect()
                         }),
                         reload_probe,
+                        sizes,
                     })
                 },
             )
