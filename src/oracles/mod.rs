@@ -24,6 +24,7 @@ pub mod rollback;
 pub mod round_trip;
 pub mod round_trip_logits;
 pub mod save_load_invisible;
+pub mod state_size;
 pub mod swa_window;
 pub mod theorems;
 
@@ -385,7 +386,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 17] = [
+pub static BUILTIN: [&dyn Oracle; 18] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -403,6 +404,7 @@ pub static BUILTIN: [&dyn Oracle; 17] = [
     &round_trip_logits::RoundTripLogits,
     &save_load_invisible::SaveLoadInvisible,
     &rollback::Rollback,
+    &state_size::StateSize,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.
