@@ -16,6 +16,7 @@ pub mod conservation;
 pub mod contract;
 pub mod crash;
 pub mod differential;
+pub mod failed_restore;
 pub mod i1;
 pub mod i2;
 pub mod memory;
@@ -386,7 +387,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 18] = [
+pub static BUILTIN: [&dyn Oracle; 19] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -405,6 +406,7 @@ pub static BUILTIN: [&dyn Oracle; 18] = [
     &save_load_invisible::SaveLoadInvisible,
     &rollback::Rollback,
     &state_size::StateSize,
+    &failed_restore::FailedRestore,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.
