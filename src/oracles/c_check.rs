@@ -159,8 +159,9 @@ fn differs_from(s: &mut String, e: &Value) {
 
 /// crash: the program reproduces by crashing; reaching the end is not reproducing. A crash
 /// while observing what the last op did (an observation crash, [`crate::oracles::crash`]) is
-/// reproduced by making that observation after the op: the whole dump, or the twin round
-/// trip's whole load (the per-sequence dumps are the loop's own).
+/// reproduced by making that observation after the op: the whole dump (also for the dumps'
+/// sizes, which begin with it), or the twin round trip's whole load (the per-sequence dumps
+/// are the loop's own).
 pub const CRASH: CCheck = CCheck {
     before_last_op: nothing,
     before_seqs: |s, input| {
@@ -173,8 +174,13 @@ pub const CRASH: CCheck = CCheck {
                 ))
             })
         };
-        if observation(crate::base::cache::Observation::Whole) {
-            let _ = writeln!(s, "    /* the observation that crashed: the whole dump */");
+        if observation(crate::base::cache::Observation::Whole)
+            || observation(crate::base::cache::Observation::Sizes)
+        {
+            let _ = writeln!(
+                s,
+                "    /* the observation that crashed: the whole dump (its size, then its data) */"
+            );
             let _ = writeln!(s, "    {{ size_t wl = 0; uint8_t *w = dump_whole(ctx, &wl); printf(\"whole dump: %zu bytes\\n\", wl); free(w); }}");
         } else if observation(crate::base::cache::Observation::RoundTrip) {
             let _ = writeln!(

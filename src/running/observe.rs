@@ -71,13 +71,26 @@ pub fn observe_with(
     what: Observe,
 ) -> Result<StepObservation, HarnessError> {
     let mut obs = observe(target, format, seqs, outcome)?;
+    if what.whole || what.round_trip {
+        whole_and_round_trip(target, format, seqs, what, &mut obs)?;
+    }
+    // Last: a dump that crashes is the whole dump's or the round trip's, as before sizes were
+    // observed, where those are observed too.
     if what.sizes {
         target.observing(Some(Observation::Sizes));
         obs.sizes = sizes(target, seqs)?;
     }
-    if !(what.whole || what.round_trip) {
-        return Ok(obs);
-    }
+    Ok(obs)
+}
+
+/// The whole-context dump's cells and the round trip into the twin, as `what` asks.
+fn whole_and_round_trip(
+    target: &mut dyn CacheUnderTest,
+    format: StateFormat,
+    seqs: &[SeqId],
+    what: Observe,
+    obs: &mut StepObservation,
+) -> Result<(), HarnessError> {
     // The round trip loads the whole dump too: taken for it alone, a crash there is the round
     // trip's.
     target.observing(Some(if what.whole {
@@ -86,7 +99,7 @@ pub fn observe_with(
         Observation::RoundTrip
     }));
     let Some(whole) = target.state_get()? else {
-        return Ok(obs);
+        return Ok(());
     };
     if what.whole {
         let cells = parse_whole_state(&whole, format).map_err(|source| HarnessError::State {
@@ -100,7 +113,7 @@ pub fn observe_with(
         target.observing(Some(Observation::RoundTrip));
         obs.round_trip = round_trip(target, format, seqs, &whole)?;
     }
-    Ok(obs)
+    Ok(())
 }
 
 /// The sizes of the whole dump and of each sequence's dump, with flags 0 and `PARTIAL_ONLY`
