@@ -22,12 +22,14 @@ done
 if [ "${SIZES_TABLES_ONLY:-}" = 1 ]; then exit 0; fi
 . scripts/report-run.sh # run NAME ARGS...: JSON and Markdown reports of one audit
 oracles=I1,crash,contract,contract?,state-size,failed-restore
-for t in llama.cpp@0.1.156 llama.cpp@0.1.161; do
-  for dom in state iswa recurrent hybrid; do
-    run "$dom-${t#llama.cpp@}-d2" --target "$t" --domain "$dom" --depth 2 --oracles "$oracles"
+# The damaged loads per memory type: the state preset (the one with load_truncate) per arch.
+for t in llama.cpp@0.1.161 llama.cpp@0.1.156 native; do
+  n=${t#llama.cpp@}
+  for arch in llama gemma2 mamba jamba lfm2; do
+    run "state-$arch-$n-d2" --target "$t" --domain state --arch "$arch" --depth 2 --oracles "$oracles"
   done
-done
-run "rollback-0.1.161-d2" --target llama.cpp@0.1.161 --domain rollback --depth 2 --oracles "$oracles"
-for dom in state iswa recurrent hybrid rollback; do
-  run "$dom-native-d2" --target native --domain "$dom" --depth 2 --oracles "$oracles"
+  for dom in iswa recurrent hybrid rollback; do
+    if [ "$dom" = rollback ] && [ "$t" = llama.cpp@0.1.156 ]; then continue; fi
+    run "$dom-$n-d2" --target "$t" --domain "$dom" --depth 2 --oracles "$oracles"
+  done
 done
