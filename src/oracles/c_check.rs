@@ -600,9 +600,11 @@ pub const FAILED_RESTORE: CCheck = CCheck {
         );
     },
     seq: |s, input| {
-        let dest = match input.trace.ops.get(input.step.saturating_sub(1)) {
-            Some(crate::base::op::Op::StateSeqLoad { seq, .. }) => Some(*seq),
-            _ => None,
+        let last = input.trace.ops.get(input.step.saturating_sub(1));
+        let dest = if let Some(crate::base::op::Op::StateSeqLoad { seq, .. }) = last {
+            Some(*seq)
+        } else {
+            None
         };
         let _ = writeln!(s, "        (void)tmin; (void)tmax;");
         let _ = writeln!(
@@ -626,10 +628,11 @@ pub const FAILED_RESTORE: CCheck = CCheck {
         }
     },
     after_seqs: |s, input| {
-        let whole = matches!(
-            input.trace.ops.get(input.step.saturating_sub(1)),
-            Some(crate::base::op::Op::StateLoad { .. })
-        );
+        let whole = input
+            .trace
+            .ops
+            .get(input.step.saturating_sub(1))
+            .is_some_and(|op| op.kind() == crate::base::op::OpKind::StateLoad);
         if whole {
             let _ = writeln!(s, "    if (fr_failed && fr_changed && fr_full) {{ printf(\"failed-restore violated: failed whole load left the memory neither as it was nor empty\\n\"); reproduced = 1; }}");
         } else {
