@@ -472,6 +472,10 @@ impl Observe {
     }
 }
 
+/// How the kind of an observation crash starts (`observation crash (WHAT): ...`, WHAT an
+/// [`Observation::describe`]): the crash oracle writes it and the C check of a crash reads it.
+pub const OBSERVATION_CRASH: &str = "observation crash";
+
 /// One of the observations a runner makes after an op: the stage an observation crash names
 /// (the op ran and returned; this, observing its result, did not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -169,7 +169,7 @@ pub const CRASH: CCheck = CCheck {
             input.kind.is_some_and(|k| {
                 k.starts_with(&format!(
                     "{} ({})",
-                    crate::oracles::crash::OBSERVATION_CRASH,
+                    crate::base::cache::OBSERVATION_CRASH,
                     what.describe()
                 ))
             })
@@ -515,49 +515,6 @@ fn emit_round_trip_epilogue(s: &mut String) {
     let _ = writeln!(s, "    free(whole);");
     let _ = writeln!(s, "    llama_free(twin);");
 }
-
-/// state-size: each size call against the bytes its data call writes into a buffer of that
-/// size (the whole dump before the loop; each sequence's with flags 0 and, on a `PARTIAL_ONLY`
-/// finding, with flags 1), then the sequences' sizes against their cell counts: two sequences
-/// with as many cells (the reader's, the memory's first part) and dumps of different sizes.
-pub const STATE_SIZE: CCheck = CCheck {
-    before_last_op: nothing,
-    before_seqs: |s, _| {
-        let _ = writeln!(s, "    {{ size_t r = llama_state_get_size(ctx); uint8_t *b = malloc(r ? r : 1); size_t w = llama_state_get_data(ctx, b, r); free(b);");
-        let _ = writeln!(
-            s,
-            "      printf(\"whole dump: llama_state_get_size %zu, llama_state_get_data wrote %zu\\n\", r, w);"
-        );
-        let _ = writeln!(s, "      if (r != w) {{ printf(\"state-size violated: whole dump: reported size differs from the bytes written\\n\"); reproduced = 1; }} }}");
-        let _ = writeln!(
-            s,
-            "    size_t sz_written[64]; int sz_cells[64]; int sz_n = 0;"
-        );
-    },
-    seq: |s, input| {
-        let _ = writeln!(s, "        (void)tmin; (void)tmax;");
-        let _ = writeln!(s, "        {{ size_t r = llama_state_seq_get_size(ctx, sq); uint8_t *b = malloc(r ? r : 1); size_t w = llama_state_seq_get_data(ctx, b, r, sq); free(b);");
-        let _ = writeln!(s, "          printf(\"  seq %d: llama_state_seq_get_size %zu, llama_state_seq_get_data wrote %zu\\n\", sq, r, w);");
-        let _ = writeln!(s, "          if (r != w) {{ printf(\"state-size violated: seq dump: reported size differs from the bytes written\\n\"); reproduced = 1; }}");
-        let _ = writeln!(
-            s,
-            "          if (sz_n < 64) {{ sz_written[sz_n] = w; sz_cells[sz_n] = n; sz_n++; }} }}"
-        );
-        if input.kind == Some(super::state_size::PARTIAL_MISREPORTED) {
-            let _ = writeln!(s, "        {{ size_t r = llama_state_seq_get_size_ext(ctx, sq, 1); uint8_t *b = malloc(r ? r : 1); size_t w = llama_state_seq_get_data_ext(ctx, b, r, sq, 1); free(b);");
-            let _ = writeln!(s, "          printf(\"  seq %d, PARTIAL_ONLY: llama_state_seq_get_size_ext %zu, llama_state_seq_get_data_ext wrote %zu\\n\", sq, r, w);");
-            let _ = writeln!(s, "          if (r != w) {{ printf(\"state-size violated: seq dump (PARTIAL_ONLY): reported size differs from the bytes written\\n\"); reproduced = 1; }} }}");
-        }
-    },
-    after_seqs: |s, input| {
-        if input.kind != Some(super::state_size::SIZE_NOT_OWN) {
-            let _ = writeln!(s, "    (void)sz_written; (void)sz_cells;");
-            return;
-        }
-        let _ = writeln!(s, "    for (int i = 0; i < sz_n; i++) for (int j = 0; j < i; j++) if (sz_cells[i] == sz_cells[j] && sz_written[i] != sz_written[j]) {{");
-        let _ = writeln!(s, "        printf(\"state-size violated: two sequences with the same cells have dumps of different sizes (%d cells: %zu and %zu bytes)\\n\", sz_cells[i], sz_written[j], sz_written[i]); reproduced = 1; }}");
-    },
-};
 
 /// failed-restore: every checked sequence is read right before the last op (a load) and after
 /// it; when the load read 0 bytes (`last_read`), a sequence load must leave every other

@@ -17,7 +17,11 @@
 //! allocates (`llama_get_memory_breakdown`, C++ only, src/llama-ext.h) is not observed: see
 //! docs/memory-types.md, "The memory's size".
 
+use std::fmt::Write as _;
+
 use serde_json::json;
+
+use super::c_check::{nothing, CCheck};
 
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{DumpSize, Observe, SeqObservation, StepObservation};
@@ -134,7 +138,7 @@ impl Oracle for StateSize {
     }
 
     fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::STATE_SIZE)
+        Some(C_CHECK)
     }
 
     fn id(&self) -> OracleId {
@@ -189,6 +193,49 @@ impl Oracle for StateSize {
         }
     }
 }
+
+/// state-size: each size call against the bytes its data call writes into a buffer of that
+/// size (the whole dump before the loop; each sequence's with flags 0 and, on a `PARTIAL_ONLY`
+/// finding, with flags 1), then the sequences' sizes against their cell counts: two sequences
+/// with as many cells (the reader's, the memory's first part) and dumps of different sizes.
+pub const C_CHECK: CCheck = CCheck {
+    before_last_op: nothing,
+    before_seqs: |s, _| {
+        let _ = writeln!(s, "    {{ size_t r = llama_state_get_size(ctx); uint8_t *b = malloc(r ? r : 1); size_t w = llama_state_get_data(ctx, b, r); free(b);");
+        let _ = writeln!(
+            s,
+            "      printf(\"whole dump: llama_state_get_size %zu, llama_state_get_data wrote %zu\\n\", r, w);"
+        );
+        let _ = writeln!(s, "      if (r != w) {{ printf(\"state-size violated: whole dump: reported size differs from the bytes written\\n\"); reproduced = 1; }} }}");
+        let _ = writeln!(
+            s,
+            "    size_t sz_written[64]; int sz_cells[64]; int sz_n = 0;"
+        );
+    },
+    seq: |s, input| {
+        let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+        let _ = writeln!(s, "        {{ size_t r = llama_state_seq_get_size(ctx, sq); uint8_t *b = malloc(r ? r : 1); size_t w = llama_state_seq_get_data(ctx, b, r, sq); free(b);");
+        let _ = writeln!(s, "          printf(\"  seq %d: llama_state_seq_get_size %zu, llama_state_seq_get_data wrote %zu\\n\", sq, r, w);");
+        let _ = writeln!(s, "          if (r != w) {{ printf(\"state-size violated: seq dump: reported size differs from the bytes written\\n\"); reproduced = 1; }}");
+        let _ = writeln!(
+            s,
+            "          if (sz_n < 64) {{ sz_written[sz_n] = w; sz_cells[sz_n] = n; sz_n++; }} }}"
+        );
+        if input.kind == Some(PARTIAL_MISREPORTED) {
+            let _ = writeln!(s, "        {{ size_t r = llama_state_seq_get_size_ext(ctx, sq, 1); uint8_t *b = malloc(r ? r : 1); size_t w = llama_state_seq_get_data_ext(ctx, b, r, sq, 1); free(b);");
+            let _ = writeln!(s, "          printf(\"  seq %d, PARTIAL_ONLY: llama_state_seq_get_size_ext %zu, llama_state_seq_get_data_ext wrote %zu\\n\", sq, r, w);");
+            let _ = writeln!(s, "          if (r != w) {{ printf(\"state-size violated: seq dump (PARTIAL_ONLY): reported size differs from the bytes written\\n\"); reproduced = 1; }} }}");
+        }
+    },
+    after_seqs: |s, input| {
+        if input.kind != Some(SIZE_NOT_OWN) {
+            let _ = writeln!(s, "    (void)sz_written; (void)sz_cells;");
+            return;
+        }
+        let _ = writeln!(s, "    for (int i = 0; i < sz_n; i++) for (int j = 0; j < i; j++) if (sz_cells[i] == sz_cells[j] && sz_written[i] != sz_written[j]) {{");
+        let _ = writeln!(s, "        printf(\"state-size violated: two sequences with the same cells have dumps of different sizes (%d cells: %zu and %zu bytes)\\n\", sz_cells[i], sz_written[j], sz_written[i]); reproduced = 1; }}");
+    },
+};
 
 #[cfg(test)]
 mod tests {
