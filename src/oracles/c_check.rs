@@ -1,7 +1,7 @@
 //! The oracles' checks in C, as data for the C reproducer (`outputs/c_repro`): what a standalone
 //! program over llama.h states at a finding's step, from the context's own serialized state.
-//! An oracle with a C check returns one of the [`CCheck`]s here (swa-window's is in its own file,
-//! beside the rule it restates) from [`super::Oracle::c_check`];
+//! An oracle with a C check returns one of the [`CCheck`]s here (swa-window's and state-size's
+//! are in their own files, beside the rules they restate) from [`super::Oracle::c_check`];
 //! the reproducer iterates the registry and never names an oracle.
 //!
 //! A check adds code in up to four places: right before the trace's last op, before the loop
