@@ -174,18 +174,20 @@ pub const CRASH: CCheck = CCheck {
                 ))
             })
         };
+        // Printed, not a comment: the kind is hostile text, and a program's comment delimiters
+        // must not depend on it (`fuzz_repro_json`).
         if observation(crate::base::cache::Observation::Whole)
             || observation(crate::base::cache::Observation::Sizes)
         {
             let _ = writeln!(
                 s,
-                "    /* the observation that crashed: the whole dump (its size, then its data) */"
+                "    printf(\"the observation that crashed: the whole dump (its size, then its data)\\n\");"
             );
             let _ = writeln!(s, "    {{ size_t wl = 0; uint8_t *w = dump_whole(ctx, &wl); printf(\"whole dump: %zu bytes\\n\", wl); free(w); }}");
         } else if observation(crate::base::cache::Observation::RoundTrip) {
             let _ = writeln!(
                 s,
-                "    /* the observation that crashed: the twin round trip */"
+                "    printf(\"the observation that crashed: the twin round trip\\n\");"
             );
             let _ = writeln!(s, "    {{ size_t wl = 0; uint8_t *w = dump_whole(ctx, &wl); struct llama_context *tw = llama_init_from_model(model, cp);");
             let _ = writeln!(s, "      if (tw) printf(\"whole load into the twin read %zu of %zu bytes\\n\", llama_state_set_data(tw, w, wl), wl);");
