@@ -74,7 +74,8 @@ impl CCheck {
 /// are the names given.
 pub fn read_cells(memory: MemoryType, cells: &str, n: &str, win: &str, nwin: &str) -> String {
     let reader = match memory {
-        MemoryType::Kv => "resident",
+        // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
+        MemoryType::Kv | MemoryType::Msa => "resident",
         MemoryType::Recurrent => "resident_recurrent",
         MemoryType::Hybrid => "resident_hybrid",
         MemoryType::Iswa => {

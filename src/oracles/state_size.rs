@@ -53,7 +53,8 @@ pub const SIZE_NOT_OWN: &str = "two sequences with the same cells have dumps of 
 /// | iswa | its base cells and its windowed cells (each cache's dump as kv's) |
 /// | recurrent | its state cells (per cell position, sequence list, r/s rows: llama-memory-recurrent.cpp `state_write`) |
 /// | hybrid | its attention cells and its recurrent states |
-pub const SIZE_LAW: [(MemoryType, &str); 4] = [
+/// | msa | its K/V cells and its indexer cells (each cache's dump as kv's; not measured yet) |
+pub const SIZE_LAW: [(MemoryType, &str); 5] = [
     (MemoryType::Kv, "its cells"),
     (MemoryType::Iswa, "its base cells and its windowed cells"),
     (MemoryType::Recurrent, "its state cells"),
@@ -61,6 +62,7 @@ pub const SIZE_LAW: [(MemoryType, &str); 4] = [
         MemoryType::Hybrid,
         "its attention cells and its recurrent states",
     ),
+    (MemoryType::Msa, "its K/V cells and its indexer cells"),
 ];
 
 /// The counts a sequence's dump size is a function of ([`SIZE_LAW`]).
@@ -68,7 +70,7 @@ pub fn size_key(memory: MemoryType, s: &SeqObservation) -> (usize, usize) {
     let second = s.second_cells.as_ref().map_or(0, Vec::len);
     match memory {
         MemoryType::Kv | MemoryType::Recurrent => (s.cells.len(), 0),
-        MemoryType::Iswa | MemoryType::Hybrid => (s.cells.len(), second),
+        MemoryType::Iswa | MemoryType::Hybrid | MemoryType::Msa => (s.cells.len(), second),
     }
 }
 

@@ -100,11 +100,17 @@ pub struct Faults {
     /// clears every sequence, as a `state_clear(-1)` of the whole-context path would) and
     /// still returns 0. Positive control for failed-restore: another sequence changed.
     pub failed_seq_load_clears_all: bool,
+    /// MSA (`llama_kv_cache_msa`): `seq_cp` copies in the K/V cache only, so the destination's
+    /// indexer keys are missing (the class of upstream #27941, "seq_cp lost the indexer keys",
+    /// reported for `llama_memory_hybrid_idx`; `llama_kv_cache_msa::seq_cp` sends it to both,
+    /// llama-kv-cache-msa.cpp:66-69). Accessors (the K/V cache's) are right. Positive control
+    /// for the contract on the indexer cache and for the differential.
+    pub msa_idx_skips_seq_cp: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 21] = [
+    pub const NAMES: [&'static str; 22] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -126,6 +132,7 @@ impl Faults {
         "rollback_reads_stale_plane",
         "seq_size_scales_with_n_seq_max",
         "failed_seq_load_clears_all",
+        "msa_idx_skips_seq_cp",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -151,6 +158,7 @@ impl Faults {
             "rollback_reads_stale_plane" => &mut self.rollback_reads_stale_plane,
             "seq_size_scales_with_n_seq_max" => &mut self.seq_size_scales_with_n_seq_max,
             "failed_seq_load_clears_all" => &mut self.failed_seq_load_clears_all,
+            "msa_idx_skips_seq_cp" => &mut self.msa_idx_skips_seq_cp,
             _ => return None,
         })
     }
