@@ -1,5 +1,6 @@
 //! `cargo bench --bench audit`: native trials per second on the seed domain at depth 3 and 4,
-//! and the state-space search (`--strategy states`): distinct states, transitions, the depth
+//! the audit with the default oracles against `--oracles I1,I2,crash` at each depth (their
+//! ratio), and the state-space search (`--strategy states`): distinct states, transitions, the depth
 //! where the space closed or the bound it reached, and the time, on the seed domain to depth 5
 //! and the wide domain to depth 3.
 //!
@@ -39,6 +40,9 @@ fn main() {
             report.trials, report.timing.elapsed_s, report.timing.trials_per_s
         );
     }
+    for &depth in &depths {
+        default_vs_basic(depth, threads);
+    }
     for (preset, flag, bound) in [("seed", "--states-seed", 5), ("wide", "--states-wide", 3)] {
         let bound = common::number_flag(flag).map_or(bound, |d| d as u32);
         if bound > 0 {
@@ -46,6 +50,29 @@ fn main() {
         }
     }
     estimate_vs_measured(&depths, threads);
+}
+
+/// `kvaudit audit --target native --domain seed --depth N` with the default oracles (no
+/// `--oracles`) against the same audit with `--oracles I1,I2,crash`, each observing what its
+/// oracles read, and their ratio (issue 26: within 2x).
+fn default_vs_basic(depth: u32, threads: usize) {
+    let defaults = kvaudit::oracles::Registry::for_run(false).only(|o| !o.costly());
+    let basic = kvaudit::oracles::Registry::builtin()
+        .only(|o| ["I1", "I2", "crash"].contains(&o.id().name()));
+    // (wall, CPU) seconds.
+    let seconds = |oracles: kvaudit::oracles::Registry| {
+        let spec = TargetSpec::new("native", &[]).with_observe(oracles.observe());
+        let cpu = common::cpu_seconds();
+        let report = common::audit(&spec, "seed", depth, threads, oracles, Shard::WHOLE);
+        (report.timing.elapsed_s, common::cpu_seconds() - cpu)
+    };
+    let (b, bc) = seconds(basic);
+    let (d, dc) = seconds(defaults);
+    println!(
+        "depth {depth}: default oracles {d:>6.2} s, --oracles I1,I2,crash {b:>6.2} s: ratio {:.2}; CPU {dc:.2} s and {bc:.2} s: ratio {:.2}",
+        d / b,
+        dc / bc
+    );
 }
 
 /// The state-space search of `preset` up to `bound`, with every oracle that does without the

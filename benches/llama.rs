@@ -19,7 +19,9 @@
 //! through kvaudit's real path with the oracles that need exactly those observations
 //! (`--oracles I1,I2,crash`), one worker per core, and their ratio to the bare loop; then the
 //! audit as two shards one after the other (`--shard 0/2`, `1/2`), whose slower shard is the
-//! wall time of the audit sharded over two machines like this one.
+//! wall time of the audit sharded over two machines like this one. At depth 3 also the audit with
+//! the default oracles (no `--oracles`), its trials/s beside the bare loop's, and the gap per
+//! oracle: each default oracle audited with the basic three, its seconds over theirs.
 
 mod common;
 
@@ -209,7 +211,9 @@ fn bare_loop_ops() -> String {
 }
 
 /// Runs `processes` bare loops at once (process k takes first ops k, k + processes, ...):
-/// (trials, wall seconds of the slowest).
+/// (trials, wall seconds of the slowest). (Wall time only: the CPU of a worker's fork-server
+/// children is lost when the parent kills the worker, so CPU figures of the audit beside it
+/// would undercount.)
 fn bare_loop_run(bin: &Path, model: &Path, ops: &Path, depth: u32, processes: usize) -> (u64, f64) {
     let t = Instant::now();
     let children: Vec<_> = (0..processes)
@@ -240,17 +244,73 @@ fn bare_loop_run(bin: &Path, model: &Path, ops: &Path, depth: u32, processes: us
     (trials, t.elapsed().as_secs_f64())
 }
 
+/// The oracles whose observations the bare loop makes (`--oracles I1,I2,crash`).
+const BASIC: [&str; 3] = ["I1", "I2", "crash"];
+
 /// The seed audit to `depth` with the oracles whose observations the bare loop makes, through
 /// worker processes, as `kvaudit audit --oracles I1,I2,crash [--shard]` runs it.
 fn basic_audit(label: &str, model: &Path, depth: u32, workers: usize, shard: Shard) -> (u64, f64) {
-    let registry = kvaudit::oracles::Registry::builtin()
-        .only(|o| ["I1", "I2", "crash"].contains(&o.id().name()));
+    let registry = kvaudit::oracles::Registry::builtin().only(|o| BASIC.contains(&o.id().name()));
+    oracle_audit(label, model, depth, workers, shard, registry)
+}
+
+/// The seed audit to `depth` with `registry`'s oracles, observing what they read, as
+/// `kvaudit audit --oracles ...` runs it: (trials, wall seconds, runners' start included).
+fn oracle_audit(
+    label: &str,
+    model: &Path,
+    depth: u32,
+    workers: usize,
+    shard: Shard,
+    registry: kvaudit::oracles::Registry,
+) -> (u64, f64) {
     let mut spec = TargetSpec::new(label, &[]).with_observe(registry.observe());
     spec.model = Some(model.to_path_buf());
     // Timed from here: finding the build and starting the workers are part of an audit.
     let t = Instant::now();
     let report = common::audit(&spec, "seed", depth, workers, registry, shard);
     (report.trials, t.elapsed().as_secs_f64())
+}
+
+/// The default oracle set's depth-3 audit (`kvaudit audit` without `--oracles`) beside the bare
+/// loop and the basic audit, and the gap explained per oracle: each default oracle beyond the
+/// basic ones audited alone with them, and what it adds to the basic audit's time (its
+/// observation: the whole dump, the twin round trip, the cells before the op, and its judging).
+fn default_gap(label: &str, model: &Path, cores: usize, basic: (u64, f64), bare: (u64, f64)) {
+    let defaults = kvaudit::oracles::Registry::for_run(false).only(|o| !o.costly());
+    let (nd, sd) = oracle_audit(label, model, 3, cores, Shard::WHOLE, defaults.clone());
+    println!(
+        "{label}: depth-3 audit, default oracles, {cores} workers: {nd} trials in {sd:.2} s = {:.0} trials/s, beside the bare loop's {:.0} trials/s ({:.2}x its time) and the basic audit's {:.0} trials/s",
+        nd as f64 / sd,
+        bare.0 as f64 / bare.1,
+        sd / bare.1,
+        basic.0 as f64 / basic.1,
+    );
+    // The oracles a single-target audit judges (not the differential, nor T1-T3).
+    for oracle in defaults.observing(false) {
+        let name = oracle.id().name();
+        if BASIC.contains(&name) {
+            continue;
+        }
+        let registry = kvaudit::oracles::Registry::builtin()
+            .only(|o| BASIC.contains(&o.id().name()) || o.id() == oracle.id());
+        let what = oracle.observes();
+        let reads: Vec<&str> = [
+            (what.whole, "whole dump"),
+            (what.round_trip, "round trip"),
+            (what.before, "cells before"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        let (n, s) = oracle_audit(label, model, 3, cores, Shard::WHOLE, registry);
+        println!(
+            "{label}: depth-3 gap, I1,I2,crash + {name:<20} (observes {:<24}): {n} trials in {s:.2} s, {:+.2} s over the basic audit ({:.2}x)",
+            if reads.is_empty() { "nothing more".to_string() } else { reads.join(", ") },
+            s - basic.1,
+            s / basic.1
+        );
+    }
 }
 
 /// The bare loop beside kvaudit's audit of the same work (see the module docs).
@@ -286,6 +346,9 @@ fn physical_limit(label: &str, built: &BuiltShim, model: &Path, cores: usize) {
             na as f64 / sa,
             sa / sc
         );
+        if depth == 3 {
+            default_gap(label, model, cores, (na, sa), (nc, sc));
+        }
         let halves: Vec<(u64, f64)> = (0..2)
             .map(|k| basic_audit(label, model, depth, cores, Shard::new(k, 2).unwrap()))
             .collect();

@@ -7,6 +7,8 @@
 #
 #   scripts/coverage-reports.sh                      # fuzz 5m (with state ops), hunt 10m
 #   FUZZ_TIME=1m HUNT_BUDGET=0 scripts/coverage-reports.sh   # the fuzz run alone, short
+#   HUNT_BUDGET=30m scripts/coverage-reports.sh     # the committed hunt's budget (reports/hunt/)
+#   KVAUDIT=/tmp/copy/kvaudit scripts/coverage-reports.sh   # that binary (named kvaudit), no build
 #
 # Exit code 1 of the fuzz run or the hunt (findings) is expected; any other failure stops the
 # script.
@@ -16,8 +18,11 @@ fuzz_time=${FUZZ_TIME:-5m}
 hunt_budget=${HUNT_BUDGET:-10m}
 pin=llama.cpp@0.1.161+cov
 out=reports/coverage
-cargo build --release --quiet
-k=target/release/kvaudit
+# KVAUDIT=PATH runs that binary (a copy, so that a rebuild does not pull it from under a hunt).
+if [ -z "${KVAUDIT:-}" ]; then
+  cargo build --release --quiet
+fi
+k=${KVAUDIT:-target/release/kvaudit}
 $k target build "$pin"
 mkdir -p "$out"
 find "$out" -maxdepth 1 \( -name '*.html' -o -name 'coverage.*' -o -name 'unreached.md' \) -delete

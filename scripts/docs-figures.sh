@@ -89,6 +89,10 @@ def audit_rows(text):
     rows = ["| depth | trials | seconds | trials/s |", "|---:|---:|---:|---:|"]
     for d, n, s, r in re.findall(r"^depth (\d+):\s+(\d+) trials in\s+([\d.]+) s =\s+([\d.]+) trials/s", text, re.M):
         rows.append(f"| {d} | {num(n)} | {s} | {num(r)} |")
+    ratios = re.findall(r"^depth (\d+): default oracles\s+([\d.]+) s, --oracles I1,I2,crash\s+([\d.]+) s: ratio ([\d.]+); CPU ([\d.]+) s and ([\d.]+) s: ratio ([\d.]+)", text, re.M)
+    if ratios:
+        rows += ["", "| depth | default oracles | `--oracles I1,I2,crash` | default / basic (wall) | CPU: default, basic | default / basic (CPU) |", "|---:|---:|---:|---:|---:|---:|"]
+        rows += [f"| {d} | {a} s | {b} s | {r}x | {ca} s, {cb} s | {rc}x |" for d, a, b, r, ca, cb, rc in ratios]
     return rows
 
 
@@ -130,6 +134,12 @@ def limit_rows(text):
         shards = re.search(r": depth-" + d + r" the same audit as 2 shards .*: ([\d.]+) s on 2 machines", text)
         cell = lambda m, g=1, unit=" s": m.group(g) + unit if m else "-"
         rows.append(f"| {d} ({num(one.group(1)) if one else '?'} trials) | {cell(one, 2)} | {cell(many)} | {cell(audit)} | {cell(audit, 2, 'x')} | {cell(shards)} |")
+    default = re.search(r": depth-3 audit, default oracles, \d+ workers: \d+ trials in ([\d.]+) s = (\d+) trials/s, beside the bare loop's (\d+) trials/s \(([\d.]+)x its time\) and the basic audit's (\d+) trials/s", text)
+    if default:
+        rows += ["", f"Depth 3 with the default oracles: {num(default.group(2))} trials/s ({default.group(1)} s), beside the bare loop's {num(default.group(3))} trials/s ({default.group(4)}x its time) and the basic audit's {num(default.group(5))} trials/s. Per oracle of the default set, audited with I1, I2 and crash (wall times: under load they move by more than the smaller gaps):", "",
+                 "| oracle | observes beyond the basic | seconds | over the basic audit |", "|---|---|---:|---:|"]
+        for name, what, secs, over, ratio in re.findall(r": depth-3 gap, I1,I2,crash \+ (\S+)\s+\(observes ([^)]*?)\s*\): \d+ trials in ([\d.]+) s, ([+-][\d.]+) s over the basic audit \(([\d.]+)x\)", text):
+            rows.append(f"| {name} | {what} | {secs} s | {over} s ({ratio}x) |")
     return rows
 
 

@@ -38,6 +38,22 @@ impl TargetInfo {
         }
         s
     }
+
+    /// Whether `other` writes its state byte for byte in this one's layout, so that a buffer
+    /// cut or flipped at one offset is damaged at the same field in both: the same
+    /// implementation (`llama.cpp`, `native`, `native+tensors`: llama.cpp's whole state has its
+    /// output header and both llama.cpp's and `native+tensors`' dumps hold K/V rows, plain
+    /// `native`'s neither) and the same [`StateFormat`] variant.
+    pub fn same_state_layout(&self, other: &TargetInfo) -> bool {
+        let implementation = |t: &TargetInfo| {
+            t.name
+                .split(['@', ' '])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        };
+        self.state_format == other.state_format && implementation(self) == implementation(other)
+    }
 }
 
 /// The harness broke: not a finding.
@@ -646,6 +662,16 @@ pub trait CacheUnderTest {
     /// `None`: the target cannot make one.
     fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
         Ok(None)
+    }
+
+    /// Appends a key of the target's complete state to `out` and returns true, when it has
+    /// one: two states with equal keys answer every accessor, dump and twin round trip alike,
+    /// so a runner observes each distinct state once ([`crate::running::observe::ObservationMemo`]).
+    /// False (the default) for a target whose state is partly hidden (llama.cpp: a stale
+    /// derived index is exactly what its dumps do not show).
+    fn observation_key(&self, out: &mut Vec<u8>) -> bool {
+        let _ = out;
+        false
     }
 
     /// Told which observation the calls that follow make (`None`: the next op's own calls),

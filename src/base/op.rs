@@ -400,6 +400,16 @@ impl Op {
         }
     }
 
+    /// Whether it loads a damaged buffer (a `state_load` or `state_seq_load` with `truncate` or
+    /// `flip`).
+    pub fn loads_damaged(&self) -> bool {
+        if let Op::StateLoad { truncate, flip, .. } | Op::StateSeqLoad { truncate, flip, .. } = self
+        {
+            return truncate.is_some() || flip.is_some();
+        }
+        false
+    }
+
     /// The op's name as in its JSON `op` field.
     pub fn name(&self) -> &'static str {
         self.kind().name()
@@ -668,6 +678,13 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Whether a load of a damaged buffer ([`Op::loads_damaged`]) is among the first `step`
+    /// ops: from there on two targets whose states are laid out differently
+    /// ([`crate::base::cache::TargetInfo::same_state_layout`]) have made different loads.
+    pub fn damaged_load_by(&self, step: usize) -> bool {
+        self.ops.iter().take(step).any(Op::loads_damaged)
+    }
+
     /// The sequences observed after each op: every sequence of the context (`0..n_seq_max`),
     /// so that every trace over one setup is observed the same way.
     pub fn observed_seqs(&self) -> Vec<SeqId> {

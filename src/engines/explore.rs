@@ -42,6 +42,7 @@ use crate::oracles::{Oracle, Reads, Registry, Seen};
 use crate::records::incomplete::Incomplete;
 use crate::records::report::{Event, Report, Shard, Timing};
 use crate::records::tally::Tally;
+use crate::running::judge::VerdictMemo;
 use crate::running::runner::{RunnerFactory, StartedBatch, TrialEnd, TrialRun, TrialRunner};
 
 pub use calibrate::{Estimate, CALIBRATE_FROM};
@@ -152,9 +153,12 @@ impl RunOracles {
     /// its last op, and records the result in `tally`. `prior` says which tracked oracles
     /// already failed at an earlier step (then a violation now is counted but is not a new
     /// finding). Returns which tracked oracles fail now, or `None` when the trial was not
-    /// judged (crash, unsupported op).
+    /// judged (crash, unsupported op). A step judged before (the same shared observation,
+    /// [`VerdictMemo`]) takes the step oracles' verdicts from `verdicts`.
+    #[allow(clippy::too_many_arguments)]
     pub fn judge(
         &self,
+        verdicts: &mut VerdictMemo,
         tally: &mut Tally,
         trace: &Trace,
         index: u64,
@@ -219,6 +223,13 @@ impl RunOracles {
             (info_b, step)
         });
         let mut now: OracleBits = 0;
+        // Alone, a trial's verdicts are a function of its last step: remembered per shared
+        // observation (a pair's are not).
+        let known = match b {
+            None => verdicts.get(last, op, trace.setup.arch),
+            Some(_) => None,
+        };
+        let mut judged_bits: OracleBits = 0;
         for (k, oracle) in self.tracked.iter().enumerate() {
             let (seen, vs) = match (oracle.reads(), last_b) {
                 (Reads::Pair, Some((info_b, step_b))) => (
@@ -226,6 +237,8 @@ impl RunOracles {
                         op,
                         a: last,
                         b: step_b,
+                        damaged_apart: !info_a.same_state_layout(info_b)
+                            && trace.damaged_load_by(trace.ops.len()),
                     },
                     Some(info_b),
                 ),
@@ -239,11 +252,19 @@ impl RunOracles {
                     None,
                 ),
             };
-            if !oracle.judges(&seen) {
+            let judges = match known {
+                Some((judged, _)) => judged & (1 << k) != 0,
+                None => oracle.judges(&seen),
+            };
+            if !judges {
                 tally.unjudged(oracle.id());
                 continue;
             }
-            let violated = !oracle.holds(&seen);
+            judged_bits |= 1 << k;
+            let violated = match known {
+                Some((_, violated)) => violated & (1 << k) != 0,
+                None => !oracle.holds(&seen),
+            };
             tally.count(oracle.id(), depth, violated);
             if violated {
                 now |= 1 << k;
@@ -262,6 +283,9 @@ impl RunOracles {
                     tally.record(trace, index, trace.ops.len(), &label, v);
                 }
             }
+        }
+        if b.is_none() && known.is_none() {
+            verdicts.put(last, op, trace.setup.arch, (judged_bits, now));
         }
         Some(now)
     }
@@ -691,6 +715,8 @@ impl DepthWork<'_> {
         let n = self.ops.len() as u64;
         // The tally of the piece whose batches are being judged (batches are judged in order).
         let mut tally = Tally::default();
+        // This thread's runner shares step observations between trials; so are their verdicts.
+        let mut verdicts = VerdictMemo::default();
         let mut batch: Vec<Trace> = Vec::with_capacity(self.cfg.batch);
         let mut indices: Vec<u64> = Vec::with_capacity(self.cfg.batch);
         // While a worker process runs one batch, this thread builds the next and judges the
@@ -752,7 +778,7 @@ impl DepthWork<'_> {
                         finishes: last.then_some(piece),
                     });
                     if let Some(done) = finished {
-                        self.judge_batch(&mut tally, done, n, said);
+                        self.judge_batch(&mut verdicts, &mut tally, done, n, said);
                     }
                 }
             }
@@ -762,7 +788,7 @@ impl DepthWork<'_> {
                 return Ok(());
             }
             let done = self.finish(f, a, b)?;
-            self.judge_batch(&mut tally, done, n, said);
+            self.judge_batch(&mut verdicts, &mut tally, done, n, said);
         }
         Ok(())
     }
@@ -793,6 +819,7 @@ impl DepthWork<'_> {
     /// hands the tally on when the batch finishes its piece of work.
     fn judge_batch(
         &self,
+        verdicts: &mut VerdictMemo,
         tally: &mut Tally,
         done: FinishedBatch,
         n: u64,
@@ -816,6 +843,7 @@ impl DepthWork<'_> {
                 None => 0,
             };
             let now = self.judges.judge(
+                verdicts,
                 tally,
                 trace,
                 depth_base + index,

@@ -42,6 +42,7 @@ use crate::engines::explore::{OracleBits, RunOracles};
 use crate::oracles::Registry;
 use crate::records::report::{Event, Report, Shard, StateSpace, Timing};
 use crate::records::tally::Tally;
+use crate::running::judge::VerdictMemo;
 use crate::running::state_runner::{StateRunner, StateRunnerFactory};
 
 /// What a state-space search runs.
@@ -283,6 +284,7 @@ impl LevelWork<'_> {
                     trace.ops.push(op.clone());
                     let index = self.base + (from * n + j) as u64;
                     let now = self.judges.judge(
+                        &mut VerdictMemo::default(),
                         &mut tally,
                         &trace,
                         index,

@@ -143,14 +143,14 @@ impl Oracle for ConfigDifferential {
 
     fn holds(&self, seen: &Seen<'_>) -> bool {
         match seen {
-            Seen::Pair { op, a, b } => check_config_differential(op, a, b).is_none(),
+            Seen::Pair { op, a, b, .. } => check_config_differential(op, a, b).is_none(),
             _ => true,
         }
     }
 
     fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
         match seen {
-            Seen::Pair { op, a, b } => check_config_differential(op, a, b),
+            Seen::Pair { op, a, b, .. } => check_config_differential(op, a, b),
             _ => None,
         }
     }

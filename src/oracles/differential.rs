@@ -121,6 +121,19 @@ impl Oracle for Differential {
         ]
     }
 
+    /// Not after a damaged load of two targets that lay their states out differently: the
+    /// two loads read different bytes, so their cells may differ with both targets right
+    /// (conservation and round-trip judge such a load on each target alone).
+    fn judges(&self, seen: &Seen<'_>) -> bool {
+        !matches!(
+            seen,
+            Seen::Pair {
+                damaged_apart: true,
+                ..
+            }
+        )
+    }
+
     fn holds(&self, seen: &Seen<'_>) -> bool {
         match seen {
             Seen::Pair { a, b, .. } => differential_holds(a, b),

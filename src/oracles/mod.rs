@@ -243,6 +243,14 @@ pub enum Seen<'a> {
         a: &'a StepObservation,
         /// Target B's observation.
         b: &'a StepObservation,
+        /// A load of a damaged buffer (`truncate`, `flip`) ran at this step or before it
+        /// ([`Trace::damaged_load_by`]), and the two targets lay their states out differently
+        /// ([`TargetInfo::same_state_layout`]): the same offset cuts or flips another field of
+        /// each, so the two targets made different loads.
+        ///
+        /// [`Trace::damaged_load_by`]: crate::base::op::Trace::damaged_load_by
+        /// [`TargetInfo::same_state_layout`]: crate::base::cache::TargetInfo::same_state_layout
+        damaged_apart: bool,
     },
     /// The trial ended with a crash while running `op`, or while observing what `op` did.
     Crash {

@@ -36,12 +36,18 @@ pub const ID: OracleId = OracleId::builtin(14, "round-trip-logits");
 /// before any judging run (PREREG.md, issue-23 batch): apart from the lost K-shift (a cluster
 /// above 1e-2), every probe was within 1e-6 on an attention memory (F16 and F32, unified and
 /// one stream per sequence), 0 on a recurrent one, at most 1e-4 on iSWA (F16) and 1.7e-4 on a
-/// hybrid (F16, a sequence loaded alone into the twin).
+/// hybrid (F16, a sequence loaded alone into the twin). Re-measured for F16 attention caches
+/// (PREREG.md, "the reload tolerance on attention caches re-measured"): the hunts' probes at
+/// 1.0e-4 to 1.4e-4 are a sequence loaded into other cells after a K-shift, where the other
+/// order of the sums flips the F16 rounding of one attention weight (the V product takes the
+/// weights in F16 over an F16 V cache; F32 V or F32 K gives 4.8e-7); 11,000 fuzz cases put
+/// every other probe within 1e-6 and the smallest lost update at 4.8e-3, so F16 is 1e-3 as on
+/// iSWA and hybrid memories.
 pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
     use CacheType::{F16, F32, Q4_0, Q8_0};
     use MemoryType::{Hybrid, Iswa, Kv, Msa, Recurrent};
     match (memory, cache) {
-        (Kv | Recurrent, F16 | F32) | (Iswa | Hybrid, F32) => Some(1e-4),
+        (Kv | Recurrent, F32) | (Recurrent, F16) | (Iswa | Hybrid, F32) => Some(1e-4),
         // MSA (minimax-m3) runs block selection only with flash attention on, and flash
         // attention casts an F32 K/V to F16 (src/llama-graph.cpp:2727-2733 in 0.1.161), so a
         // load that lays the cells out anew sums them in another order in F16. Measured before
@@ -51,7 +57,7 @@ pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
         // those above 0 above 9e-2 (the pending K-shift and stream copy, corpora/).
         (Msa, F32) => Some(1e-3),
         (Msa, F16) => None,
-        (Iswa | Hybrid, F16) => Some(1e-3),
+        (Kv | Iswa | Hybrid, F16) => Some(1e-3),
         (_, Q8_0 | Q4_0) => None,
     }
 }
@@ -232,7 +238,7 @@ pub(super) mod tests {
 
     #[test]
     fn flash_attention_over_an_f16_v_cache_is_not_judged() {
-        let mut s = step(&[(Reload::WholeTwin, true, 3.6e-4)]);
+        let mut s = step(&[(Reload::WholeTwin, true, 2e-3)]);
         assert!(RoundTripLogits.check(&seen(&s)).is_some());
         for p in s.reload_probe.iter_mut().flatten() {
             p.v_summed_in_f16 = true;
@@ -242,6 +248,20 @@ pub(super) mod tests {
         let flash = Setup::default().with_config("flash_attn=on").unwrap();
         assert!(!RoundTripLogits.judges_setup(&flash));
         assert!(RoundTripLogits.judges_setup(&Setup::default()));
+    }
+
+    #[test]
+    fn a_flipped_f16_rounding_holds_and_the_smallest_lost_update_does_not() {
+        // The hunts' sequence loaded into other cells after a K-shift (1.41e-4: one attention
+        // weight's F16 rounding flipped by the other order of the sums) holds; the smallest
+        // lost update of the re-measurement (a pending shift of one token, 4.8e-3) does not
+        // (PREREG.md, "the reload tolerance on attention caches re-measured").
+        let flip = step(&[(Reload::SeqTwin, true, 1.41e-4)]);
+        assert!(RoundTripLogits.check(&seen(&flip)).is_none());
+        let lost = step(&[(Reload::WholeTwin, true, 4.8e-3)]);
+        assert!(RoundTripLogits.check(&seen(&lost)).is_some());
+        assert_eq!(tolerance(MemoryType::Kv, CacheType::F16), Some(1e-3));
+        assert_eq!(tolerance(MemoryType::Kv, CacheType::F32), Some(1e-4));
     }
 
     #[test]

@@ -84,14 +84,6 @@ pub fn read_corpus(dir: &Path, s: &HuntSummary) -> Result<Vec<CorpusEntry>, Erro
     Ok(out)
 }
 
-/// The op at a finding's failing step (`setup` for step 0).
-fn failing_op(f: &Finding) -> &'static str {
-    match f.step {
-        0 => "setup",
-        n => f.trace.ops.get(n - 1).map_or("setup", |op| op.name()),
-    }
-}
-
 /// A kind without its digits: a crash's kind names its source line, which moves between
 /// versions while the assertion stays (`llama-kv-cache.cpp:502` on 0.1.156 is `:524` on
 /// 0.1.161).
@@ -143,7 +135,7 @@ pub fn classify(
             corpus.iter().find(|c| {
                 members.iter().any(|f| {
                     same_class(f, &c.repro)
-                        && failing_op(f)
+                        && f.failing_op()
                             == c.repro
                                 .trace
                                 .ops
@@ -245,7 +237,27 @@ pub fn write_new_groups(
             (Pairing::Native, true) => Some(TargetSpec::new("native", &[])),
             _ => None,
         };
-        let mut expectation = TargetExpectation::new(&target, vs.as_ref(), Expect::Fails);
+        // A step oracle's violation on the second side (its own crash, `Judge::label_of`) is
+        // that side's alone: under a configuration pair, the target with the entry's
+        // configuration (the repro's setup carries it, as `n_ubatch=1` of
+        // `rollback~n_ubatch=1`); against the native model, the model.
+        let on_second =
+            !is_pair && f.target != TargetExpectation::new(&target, None, Expect::Holds).label();
+        let mut f = f.clone();
+        let runs_on = match (&pairing, on_second) {
+            (Pairing::Config { config }, true) => {
+                f.trace.setup = f
+                    .trace
+                    .setup
+                    .with_config(config)
+                    .map_err(|e| Error::harness(format!("entry {}: {e}", hf.entry)))?;
+                target.clone()
+            }
+            (Pairing::Native, true) => TargetSpec::new("native", &[]),
+            _ => target.clone(),
+        };
+        let f = &f;
+        let mut expectation = TargetExpectation::new(&runs_on, vs.as_ref(), Expect::Fails);
         if let (Pairing::Config { config }, true) = (&pairing, is_pair) {
             expectation.vs_config = Some(config.clone());
         }
@@ -273,16 +285,16 @@ pub fn write_new_groups(
         let program = parse_input(&repro.to_text()).map(|i| emit_c(&i));
         // On llama.cpp the check compiles and runs a program and the picture runs the trace in
         // a worker: both only while the budget lasts.
-        let on_llama = s.target.starts_with("llama.cpp@");
+        let on_llama = runs_on.name.starts_with("llama.cpp@");
         let in_time = check_until.map_or(true, |t| Instant::now() < t);
         let checked = match &program {
             Ok(p) if on_llama && in_time => {
                 let model = crate::model::tiny::try_arch_model_path(f.trace.setup.arch)
                     .map_err(|e| Error::harness(format!("tiny model: {e:#}")))?;
-                compile_and_run(p, &s.target, &model)
+                compile_and_run(p, &runs_on.name, &model)
                     .ok()
                     .map(|run| CheckedProgram {
-                        pin: s.target.clone(),
+                        pin: runs_on.name.clone(),
                         status: run.shell_status(),
                     })
             }
@@ -299,9 +311,8 @@ pub fn write_new_groups(
             write_output(&md, &bug_report(&repro, p, checked.as_ref()))?;
             g.files.push(name);
         }
-        let spec = TargetSpec::new(&s.target, &s.faults);
         let picture = (in_time || !on_llama)
-            .then(|| explain_repro(&repro, &spec).ok())
+            .then(|| explain_repro(&repro, &runs_on).ok())
             .flatten();
         if let Some(picture) = picture {
             let (svg, name) = path("svg");

@@ -90,11 +90,16 @@ impl FindingKey {
 impl Finding {
     /// This finding's key.
     pub fn key(&self) -> FindingKey {
-        FindingKey::new(
-            self.oracle,
-            &self.target,
-            &self.kind,
-            self.trace.ops[self.step - 1].name(),
-        )
+        FindingKey::new(self.oracle, &self.target, &self.kind, self.failing_op())
+    }
+
+    /// The name of the op at the failing step, `setup` when the violation happened in the
+    /// setup: step 0, or a step past the trace's ops (a worker reports a crash of the reset at
+    /// step 1, and a shrink may leave no op after it).
+    pub fn failing_op(&self) -> &'static str {
+        match self.step {
+            0 => "setup",
+            s => self.trace.ops.get(s - 1).map_or("setup", |op| op.name()),
+        }
     }
 }

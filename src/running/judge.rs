@@ -10,10 +10,13 @@
 //! A decode the target rejects (`rc != 0`) and an op it refuses are observations like any other:
 //! they are findings only when an oracle says so. An unsupported op ends the judged prefix.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
 use serde::{Deserialize, Serialize};
 
-use crate::base::cache::{HarnessError, LogitsProbe, ReloadProbe, TargetInfo};
-use crate::base::op::Trace;
+use crate::base::cache::{HarnessError, LogitsProbe, ReloadProbe, StepObservation, TargetInfo};
+use crate::base::op::{Arch, Op, Trace};
 use crate::oracles::{OracleId, Reads, Registry, Seen, Violation};
 use crate::running::runner::{RunnerFactory, TrialEnd, TrialRun, TrialRunner};
 
@@ -70,12 +73,14 @@ fn unsupported_at(run: &TrialRun) -> Option<(usize, String)> {
 
 /// Judges every step of `a` (and of `b`, the same trace on a second target) with every oracle
 /// of `oracles` that observes: step oracles on `a`, pair oracles on the steps both ran, crash
-/// oracles on a crash of either (the earlier one).
+/// oracles on a crash of either (the earlier one). `same_layout`: the two targets write their
+/// states in one layout ([`TargetInfo::same_state_layout`]).
 pub fn judge_run(
     oracles: &Registry,
     trace: &Trace,
     a: &TrialRun,
     b: Option<&TrialRun>,
+    same_layout: bool,
 ) -> RunJudgement {
     let mut out = RunJudgement {
         steps: b.map_or(a.steps.len(), |b| a.steps.len().min(b.steps.len())),
@@ -114,6 +119,7 @@ pub fn judge_run(
                         op: &trace.ops[i],
                         a: x,
                         b: y,
+                        damaged_apart: !same_layout && trace.damaged_load_by(i + 1),
                     })
                 })
             }),
@@ -145,6 +151,7 @@ pub fn judge_run(
                             op: &trace.ops[i],
                             a: x,
                             b: y,
+                            damaged_apart: !same_layout && trace.damaged_load_by(i + 1),
                         };
                         (oracle.judges(&seen) && !oracle.holds(&seen))
                             .then(|| (i + 1, oracle.check(&seen), false))
@@ -277,7 +284,11 @@ impl Judge {
             }
             None => None,
         };
-        let judgement = judge_run(&self.oracles, trace, &a, b.as_ref());
+        let same_layout = self
+            .info_b
+            .as_ref()
+            .map_or(true, |b| self.info_a.same_state_layout(b));
+        let judgement = judge_run(&self.oracles, trace, &a, b.as_ref(), same_layout);
         Ok((judgement, a))
     }
 }
@@ -379,6 +390,59 @@ mod tests {
     }
 
     #[test]
+    fn the_differential_does_not_judge_after_a_damaged_load_of_two_layouts() {
+        use crate::base::cache::OpOutcome;
+        use crate::running::runner::LocalRunner;
+        // The hunt's trace (reports/hunt/llama.cpp@0.1.161, entry `state`): llama.cpp refuses
+        // the sequence load cut at byte 36 of its dump where the native model, whose dump has
+        // no K/V rows, takes the first 36 bytes of its own: two different loads.
+        let ops: Vec<Op> = serde_json::from_str(
+            r#"[{"op":"decode","seq":1,"n":1},{"op":"state_seq_save","seq":1,"slot":"a"},
+                {"op":"state_seq_load","seq":0,"slot":"a","truncate":36}]"#,
+        )
+        .unwrap();
+        let trace = seed_trace(ops);
+        assert!(!trace.damaged_load_by(2) && trace.damaged_load_by(3));
+        let mut runner = LocalRunner::new(Box::new(crate::targets::native::NativeTarget::new(
+            native_kv::Faults::default(),
+        )));
+        let b = runner.run(&trace).unwrap();
+        let mut a = b.clone();
+        let mut refused = (*a.steps[2]).clone();
+        refused.outcome = OpOutcome::Refused {
+            reason: "llama_state_seq_set_data read 0 bytes".into(),
+        };
+        a.steps[2] = std::sync::Arc::new(refused);
+        let registry = Registry::builtin();
+        let apart = judge_run(&registry, &trace, &a, Some(&b), false);
+        assert!(apart.first(OracleId::DIFFERENTIAL).is_none());
+        // One layout (the same cut of the same bytes): the load is judged.
+        let alike = judge_run(&registry, &trace, &a, Some(&b), true);
+        assert_eq!(alike.first(OracleId::DIFFERENTIAL).map(|v| v.step), Some(3));
+        // Steps before the damaged load are judged whatever the layouts.
+        let mut early = b.clone();
+        early.steps[0] = a.steps[2].clone();
+        let before = judge_run(&registry, &trace, &early, Some(&b), false);
+        assert_eq!(
+            before.first(OracleId::DIFFERENTIAL).map(|v| v.step),
+            Some(1)
+        );
+        // Which pairs lay their states out alike.
+        let info = |name: &str| TargetInfo {
+            name: name.into(),
+            version: String::new(),
+            faults: Vec::new(),
+            model: None,
+            state_format: Default::default(),
+        };
+        let llama = info("llama.cpp@0.1.161");
+        assert!(!llama.same_state_layout(&info("native")));
+        assert!(!info("native").same_state_layout(&info("native+tensors")));
+        assert!(info("native").same_state_layout(&info("native")));
+        assert!(llama.same_state_layout(&info("llama.cpp@0.1.161 (n_ubatch=1)")));
+    }
+
+    #[test]
     fn an_observation_crash_is_its_own_class_and_judges_the_other_oracles() {
         use crate::base::cache::Observation;
         use crate::running::runner::{LocalRunner, ObservationCrash};
@@ -406,7 +470,7 @@ mod tests {
             observation: Observation::Whole,
             message: "SIGSEGV".into(),
         });
-        let j = judge_run(&Registry::builtin(), &trace, &run, None);
+        let j = judge_run(&Registry::builtin(), &trace, &run, None, true);
         let crash = j.first(OracleId::CRASH).expect("a crash finding");
         assert_eq!(crash.step, 1);
         assert_eq!(
@@ -426,5 +490,68 @@ mod tests {
             .steps
             .iter()
             .all(|s| s.whole.is_some()));
+    }
+}
+
+/// The most verdicts a [`VerdictMemo`] keeps before it starts afresh.
+const MEMO_VERDICTS: usize = 1 << 18;
+
+/// The step oracles' verdicts on step observations a runner shares between trials (the same
+/// `Arc`: `running::observe::ObservationMemo` hands out one per (state, op) transition), so
+/// that a trial whose last step another trial already took is not judged again. A verdict is
+/// a function of what a step oracle reads, [`Seen::Step`]'s op, observation and architecture:
+/// an entry is used only for the same op and architecture and an observation that is still
+/// the one judged (held by a `Weak`, so its allocation is not reused while the entry lives,
+/// and its contents cannot change while it is shared).
+#[derive(Default)]
+pub struct VerdictMemo {
+    verdicts: HashMap<usize, Verdict>,
+}
+
+struct Verdict {
+    obs: Weak<StepObservation>,
+    op: Op,
+    arch: Arch,
+    /// Per tracked oracle (by index), whether it judged the step, and whether it was violated.
+    judged: u64,
+    violated: u64,
+}
+
+impl VerdictMemo {
+    /// The (judged, violated) bits of the tracked oracles on `obs` after `op`, if judged before.
+    pub fn get(&self, obs: &Arc<StepObservation>, op: &Op, arch: Arch) -> Option<(u64, u64)> {
+        let v = self.verdicts.get(&(Arc::as_ptr(obs) as usize))?;
+        (v.obs.as_ptr() == Arc::as_ptr(obs)
+            && v.obs.strong_count() > 0
+            && v.arch == arch
+            && v.op == *op)
+            .then_some((v.judged, v.violated))
+    }
+
+    /// Remembers the verdict on a shared observation (one no other owner holds is never
+    /// judged again: not worth keeping).
+    pub fn put(
+        &mut self,
+        obs: &Arc<StepObservation>,
+        op: &Op,
+        arch: Arch,
+        (judged, violated): (u64, u64),
+    ) {
+        if Arc::strong_count(obs) < 2 {
+            return;
+        }
+        if self.verdicts.len() >= MEMO_VERDICTS {
+            self.verdicts.clear();
+        }
+        self.verdicts.insert(
+            Arc::as_ptr(obs) as usize,
+            Verdict {
+                obs: Arc::downgrade(obs),
+                op: op.clone(),
+                arch,
+                judged,
+                violated,
+            },
+        );
     }
 }

@@ -20,7 +20,7 @@ use crate::base::cache::{
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::base::tokens::TokenModel;
-use crate::running::observe::{observe_seqs, observe_with};
+use crate::running::observe::{observe_seqs, observe_with, ObservationMemo, StateId};
 use crate::running::probe::{probe_logits, probe_reloads};
 
 /// How a trial ended.
@@ -173,6 +173,8 @@ struct Frame {
     obs: Arc<StepObservation>,
     /// The token model after the op (for the logits probe; `None` when it is not asked for).
     tokens: Option<TokenModel>,
+    /// The state after the op, where the target keys its states.
+    id: Option<StateId>,
 }
 
 /// Runs a [`CacheUnderTest`] in this process.
@@ -191,6 +193,10 @@ pub struct LocalRunner {
     skipped: Skipped,
     /// The sequences right after the setup (what the first op's `before` is).
     base_obs: Vec<SeqObservation>,
+    /// The state right after the setup, where the target keys its states.
+    base_id: Option<StateId>,
+    /// The forking path's observations per state (a target that keys its states).
+    memo: ObservationMemo,
 }
 
 /// A trial that ends before its first op because the target cannot take the setup's
@@ -231,6 +237,8 @@ impl LocalRunner {
             observe: Observe::ALL,
             skipped: Vec::new(),
             base_obs: Vec::new(),
+            base_id: None,
+            memo: ObservationMemo::default(),
         }
     }
 
@@ -389,6 +397,8 @@ impl LocalRunner {
             } else {
                 Vec::new()
             };
+            self.memo.reset(self.observe);
+            self.base_id = self.memo.id(state.as_ref());
             self.base = Some((trace.setup.clone(), seqs.clone(), state));
             self.base_tokens = self
                 .observe
@@ -410,10 +420,11 @@ impl LocalRunner {
                 None => &self.base.as_ref().expect("base set above").2,
             };
             let observe = self.observe_at(i + 1);
-            let before = observe.before.then(|| match self.stack.last() {
-                Some(f) => f.obs.seqs.clone(),
-                None => self.base_obs.clone(),
-            });
+            let from = match self.stack.last() {
+                Some(f) => f.id,
+                None => self.base_id,
+            };
+            let known = self.memo.step(from, op, observe);
             let mut state = parent.fork().expect("forking target");
             let mut tokens = match self.stack.last() {
                 Some(f) => f.tokens.clone(),
@@ -441,14 +452,35 @@ impl LocalRunner {
                     code: None,
                 });
             }
-            let mut obs = observe_with(state.as_mut(), format, &seqs, outcome, observe)?;
-            obs.before = before;
-            let obs = Arc::new(obs);
+            let (id, obs) = match known {
+                // The same op from the same state: the same step, observed before.
+                Some((id, obs)) if obs.outcome == outcome => (Some(id), obs),
+                _ => {
+                    let before = observe.before.then(|| match self.stack.last() {
+                        Some(f) => f.obs.seqs.clone(),
+                        None => self.base_obs.clone(),
+                    });
+                    let id = self.memo.id(state.as_ref());
+                    let mut obs = self.memo.observe_with(
+                        state.as_mut(),
+                        format,
+                        &seqs,
+                        outcome,
+                        observe,
+                        id,
+                    )?;
+                    obs.before = before;
+                    let obs = Arc::new(obs);
+                    self.memo.remember(from, op, observe, id, &obs);
+                    (id, obs)
+                }
+            };
             self.stack.push(Frame {
                 op: op.clone(),
                 state,
                 obs,
                 tokens,
+                id,
             });
         }
         let observe = self.observe_at(trace.ops.len());
@@ -657,6 +689,87 @@ mod tests {
         fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
             self.0.twin()
         }
+    }
+
+    /// A native target that forks but keys no state: the forking path without the memo.
+    struct Unkeyed(NativeTarget);
+
+    impl CacheUnderTest for Unkeyed {
+        fn info(&self) -> TargetInfo {
+            self.0.info()
+        }
+        fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+            self.0.reset(setup)
+        }
+        fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
+            self.0.apply(op)
+        }
+        fn seq_pos_min(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
+            self.0.seq_pos_min(seq)
+        }
+        fn seq_pos_max(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
+            self.0.seq_pos_max(seq)
+        }
+        fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
+            self.0.seq_state(seq)
+        }
+        fn set_seq_state(&mut self, seq: SeqId, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+            self.0.set_seq_state(seq, bytes)
+        }
+        fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+            self.0.state_get()
+        }
+        fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
+            self.0.state_set(bytes)
+        }
+        fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
+            self.0.twin()
+        }
+        fn fork(&self) -> Option<Box<dyn CacheUnderTest + Send>> {
+            Some(Box::new(Unkeyed(self.0.clone())))
+        }
+    }
+
+    #[test]
+    fn observations_per_state_key_are_the_observations_and_are_shared() {
+        // Every depth-2 trace of the seed domain, with a fault that makes states drift: the
+        // memo's observations (each state observed once) are exactly the unkeyed runner's.
+        let faults = native_kv::Faults {
+            refcount: true,
+            ..Default::default()
+        };
+        let d = crate::base::domain::Domain::preset("seed").unwrap();
+        let ops = d.ops();
+        let traces: Vec<Trace> = ops
+            .iter()
+            .flat_map(|a| {
+                ops.iter().map(|b| Trace {
+                    setup: d.setup.clone(),
+                    ops: vec![a.clone(), b.clone()],
+                })
+            })
+            .collect();
+        let mut keyed = LocalRunner::new(Box::new(NativeTarget::new(faults)));
+        let mut unkeyed = LocalRunner::new(Box::new(Unkeyed(NativeTarget::new(faults))));
+        let a = keyed.run_batch_last(&traces).unwrap();
+        let b = unkeyed.run_batch_last(&traces).unwrap();
+        assert_eq!(a, b);
+        // Trials whose first op changed nothing (a `seq_keep` of the one sequence, a `seq_rm`
+        // of a range without cells) are back in the setup's state: their last steps are one
+        // (state, op) transition, made once and shared (one `Arc`, which judges remember).
+        let noop = |t: &Trace| t.ops[0].name() == "seq_keep" || t.ops[0].name() == "seq_rm";
+        let shared = (0..traces.len())
+            .filter(|&i| noop(&traces[i]))
+            .flat_map(|i| (0..traces.len()).map(move |j| (i, j)))
+            .filter(|&(i, j)| i < j && traces[i].ops[1] == traces[j].ops[1])
+            .filter(|&(i, j)| Arc::ptr_eq(&a[i].steps[0], &a[j].steps[0]))
+            .count();
+        assert!(shared > 0, "no step was shared between trials");
+        let unshared = (0..traces.len())
+            .flat_map(|i| (0..traces.len()).map(move |j| (i, j)))
+            .filter(|&(i, j)| i < j && Arc::ptr_eq(&b[i].steps[0], &b[j].steps[0]))
+            .count();
+        assert_eq!(unshared, 0, "the unkeyed runner shares nothing");
     }
 
     #[test]

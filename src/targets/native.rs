@@ -667,6 +667,13 @@ impl CacheUnderTest for NativeTarget {
         Ok(loaded(self.cache.state_set_bytes(bytes)))
     }
 
+    /// The complete key of [`KeyedTarget::write_state_key`]: the twin every round trip empties
+    /// is the only thing it leaves out.
+    fn observation_key(&self, out: &mut Vec<u8>) -> bool {
+        KeyedTarget::write_state_key(self, out, KeyScope::Complete);
+        true
+    }
+
     fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
         let config = self.config;
         let twin = self

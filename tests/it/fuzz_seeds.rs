@@ -11,7 +11,7 @@
 //! `cargo fuzz run` found crashing go in the same folder under their libFuzzer names
 //! (`crash-<sha1>`), and stay there as regression seeds.
 //!
-//! `worker_wire` reads the worker's request and reply lines (`targets::llama::worker::wire`);
+//! `worker_wire` reads the worker's request lines and reply frames (`targets::llama::worker::wire`);
 //! `trace` runs a `FuzzTrace` on the native cache (`engines::fuzz::fuzz_trace`).
 //!
 //! `fuzz_seeds::fuzz_crate_calls_the_library_bodies` keeps the fuzz crate buildable without

@@ -52,6 +52,14 @@ struct HuntCase {
     /// parses (a configuration pair's too).
     #[serde(default)]
     new_groups_have_files: bool,
+    /// Classify against an empty corpus instead of `corpora/`: every group is new, so every
+    /// group's files are written (a group the corpus holds gets none).
+    #[serde(default)]
+    without_corpus: bool,
+    /// Oracles whose new groups' repro files must replay as recorded (`kvaudit replay FILE`
+    /// exits 0): the file holds the trace, the setup and the targets that fail it.
+    #[serde(default)]
+    new_repros_replay: Vec<String>,
     /// Run as this many shards (`--shard K/M` each into its own folder), then `kvaudit merge`
     /// them:
     /// the merged summary is checked, and must hold every entry the shards ran.
@@ -89,14 +97,19 @@ pub fn trials() -> Vec<Trial> {
         .collect()
 }
 
-/// `kvaudit hunt ARGS EXTRA --corpus corpora` (quiet unless `progress`).
-fn hunt(args: &[String], extra: &[&std::ffi::OsStr], progress: bool) -> Command {
+/// `kvaudit hunt ARGS EXTRA --corpus CORPUS` (quiet unless `progress`).
+fn hunt(
+    args: &[String],
+    corpus: &std::path::Path,
+    extra: &[&std::ffi::OsStr],
+    progress: bool,
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvaudit"));
     cmd.arg("hunt")
         .args(args)
         .args(extra)
         .arg("--corpus")
-        .arg(super::root().join("corpora"))
+        .arg(corpus)
         .env("KVAUDIT_DATE", "2026-12-01");
     if !progress {
         cmd.arg("-q");
@@ -110,9 +123,13 @@ fn read_summary(dir: &std::path::Path) -> Result<HuntSummary, String> {
 }
 
 /// Interrupts the hunt once its first entry starts; checks the partial summary.
-fn interrupted(c: &HuntCase, dir: &std::path::Path) -> Result<(), String> {
+fn interrupted(
+    c: &HuntCase,
+    corpus: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<(), String> {
     use std::io::{BufRead, BufReader};
-    let mut child = hunt(&c.args, &["--out".as_ref(), dir.as_os_str()], true)
+    let mut child = hunt(&c.args, corpus, &["--out".as_ref(), dir.as_os_str()], true)
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -146,6 +163,12 @@ fn interrupted(c: &HuntCase, dir: &std::path::Path) -> Result<(), String> {
 
 fn check(c: &HuntCase) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let empty = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let corpus = if c.without_corpus {
+        empty.path().to_path_buf()
+    } else {
+        super::root().join("corpora")
+    };
     let out_arg: [&std::ffi::OsStr; 2] = ["--out".as_ref(), dir.path().as_os_str()];
     let out = if let Some(m) = c.shards {
         let mut merge: Vec<std::ffi::OsString> = vec!["merge".into()];
@@ -154,6 +177,7 @@ fn check(c: &HuntCase) -> Result<(), String> {
             let shard = format!("{k}/{m}");
             let o = hunt(
                 &c.args,
+                &corpus,
                 &[
                     "--shard".as_ref(),
                     shard.as_ref(),
@@ -176,19 +200,20 @@ fn check(c: &HuntCase) -> Result<(), String> {
             .args(&merge)
             .args(out_arg)
             .arg("--corpus")
-            .arg(super::root().join("corpora"))
+            .arg(&corpus)
             .env("KVAUDIT_DATE", "2026-12-01")
             .output()
     } else if c.interrupt {
-        interrupted(c, dir.path())?;
+        interrupted(c, &corpus, dir.path())?;
         hunt(
             &c.args,
+            &corpus,
             &["--resume".as_ref(), dir.path().as_os_str()],
             false,
         )
         .output()
     } else {
-        hunt(&c.args, &out_arg, false).output()
+        hunt(&c.args, &corpus, &out_arg, false).output()
     }
     .map_err(|e| e.to_string())?;
     let code = out.status.code().ok_or("killed by a signal")?;
@@ -330,6 +355,38 @@ fn check(c: &HuntCase) -> Result<(), String> {
                 None => return Err(format!("new group without its repro file: {:?}", g.files)),
             }
         }
+    }
+    let replayed = s
+        .groups
+        .iter()
+        .filter(|g| g.class == GroupClass::New)
+        .filter(|g| {
+            g.group
+                .oracles
+                .iter()
+                .any(|o| c.new_repros_replay.contains(&o.name().to_string()))
+        });
+    let mut replays = 0;
+    for g in replayed {
+        let f = g
+            .files
+            .iter()
+            .find(|f| f.ends_with(".json"))
+            .ok_or_else(|| format!("new group without its repro file: {:?}", g.files))?;
+        let o = Command::new(env!("CARGO_BIN_EXE_kvaudit"))
+            .arg("replay")
+            .arg(dir.path().join(f))
+            .output()
+            .map_err(|e| e.to_string())?;
+        super::exited(&o, 0).map_err(|e| format!("kvaudit replay {f}: {e}"))?;
+        replays += 1;
+    }
+    if !c.new_repros_replay.is_empty() && replays == 0 {
+        return Err(format!(
+            "no new group of {:?} to replay:\n{}",
+            c.new_repros_replay,
+            why()
+        ));
     }
     Ok(())
 }

@@ -9,7 +9,8 @@
 //! - `tidy::unsafe_code`: `unsafe` appears only in the modules that talk to foreign code or the
 //!   OS (the llama.cpp target crate's `ffi.rs` and `sys.rs`).
 //! - `tidy::one_state_parser`: only `base/state/` decodes binary state (and `model/gguf/read.rs` its
-//!   own file format): nothing else calls `from_le_bytes`.
+//!   own file format, `targets/llama/worker/wire.rs` the worker's reply frames): nothing else
+//!   calls `from_le_bytes`.
 //! - `tidy::module_docs`: every module starts with `//!` docs.
 //! - `tidy::error_style`: no public function returns `Result<_, String>`.
 //!
@@ -47,11 +48,13 @@ const TARGET_CRATES: [&str; 2] = ["targets/llama-cpp/src", NATIVE_KV];
 /// The native model's crate.
 const NATIVE_KV: &str = "targets/native-kv/src";
 
-/// Modules allowed to decode binary formats by hand.
-const BYTE_DECODERS: [&str; 3] = [
+/// Modules allowed to decode binary formats by hand: llama.cpp's state, GGUF files, and the
+/// worker's reply frames (kvaudit's own wire, fuzzed as `worker_wire`).
+const BYTE_DECODERS: [&str; 4] = [
     "src/base/state/mod.rs",
     "src/base/state/rows.rs",
     "src/model/gguf/read.rs",
+    "src/targets/llama/worker/wire.rs",
 ];
 
 /// The one module that may tell ops apart without an exhaustive `match`: the declaration of

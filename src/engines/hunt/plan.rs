@@ -126,6 +126,14 @@ fn user_caches() -> Vec<(String, Domain, String)> {
             format!("{} memory with decodes split into ubatches", arch.memory()),
         ));
     }
+    // With flash attention the V cache is not transposed: saves, loads and clears of its rows
+    // take other paths (`state_write_data`, `state_read_data`, `state_clear`), which no other
+    // entry with state ops reaches (reports/coverage/README.md).
+    out.push((
+        "state+flash".into(),
+        configured(&preset("state"), "state+flash", "flash_attn=on"),
+        "state saves and loads of a V cache that is not transposed (flash attention)".into(),
+    ));
     // The iswa preset runs swa_full off with decodes that evict; llama.cpp's default is on.
     out.push((
         "iswa+swa_full".into(),

@@ -128,11 +128,7 @@ fn generator_for(d: &Domain) -> GenConfig {
 type Signature = FindingKey;
 
 fn signature(f: &Finding) -> Signature {
-    let op = match f.step {
-        0 => "setup",
-        s => f.trace.ops.get(s - 1).map_or("setup", |op| op.name()),
-    };
-    FindingKey::new(f.oracle, &f.target, &f.kind, op)
+    f.key()
 }
 
 /// The shrink limits of an entry: at most [`SHRINK_EXECUTIONS`], and on a time budget no
@@ -170,6 +166,45 @@ fn shrunk(f: Finding, judge: &mut Judge, cfg: &ShrinkConfig) -> Result<Finding, 
         trace: s.trace,
         observed: v.observed,
         expected: v.expected,
+    })
+}
+
+/// `f` with its setup's ops moved into its trace, when its violation happened in the setup: a
+/// worker reports a crash of the reset at step 1 (a finding's steps start at 1), and the
+/// shrinker may then drop every op after it, leaving "step 1" of a trace of no ops, which no
+/// repro file can hold. The moved trace is judged again by `judge` for the step that fails (the
+/// worker's marker does not say which of the setup's ops crashed); where it does not fail
+/// again, the last moved op is blamed.
+fn setup_lifted(f: Finding, judge: &mut Judge) -> Result<Finding, Error> {
+    if f.step <= f.trace.ops.len() || f.trace.setup.ops.is_empty() {
+        return Ok(f);
+    }
+    let mut trace = f.trace.clone();
+    let mut ops = std::mem::take(&mut trace.setup.ops);
+    ops.append(&mut trace.ops);
+    trace.ops = ops;
+    let judged = judge.run(&trace).map_err(harness)?;
+    let again = judged
+        .first(f.oracle)
+        .filter(|v| v.violation.kind == f.kind)
+        .map(|v| (v.step, v.violation.clone()));
+    let depth = trace.ops.len() as u32;
+    Ok(match again {
+        Some((step, v)) => Finding {
+            depth,
+            step,
+            seq: v.seq,
+            observed: v.observed,
+            expected: v.expected,
+            trace,
+            ..f
+        },
+        None => Finding {
+            depth,
+            step: trace.ops.len(),
+            trace,
+            ..f
+        },
     })
 }
 
@@ -381,6 +416,18 @@ fn run_entry(
         ..EntryOutcome::default()
     };
     let mut found: EntryFindings = Vec::new();
+    // Started when a finding is first shrunk or judged again.
+    let mut judge: Option<Judge> = None;
+    let judge_of = |slot: &mut Option<Judge>| -> Result<(), Error> {
+        if slot.is_none() {
+            *slot = Some(
+                Judge::new(fa.as_ref(), fb.as_deref())
+                    .map_err(harness)?
+                    .with_oracles(oracles.clone()),
+            );
+        }
+        Ok(())
+    };
     if est.depth > 0 {
         let xcfg = ExhaustiveConfig {
             domain: e.domain.clone(),
@@ -404,7 +451,6 @@ fn run_entry(
         outcome.trials = report.trials;
         outcome.cut_short = report.incomplete.is_some();
         add_stats(&mut outcome, &report);
-        let mut judge = None;
         for f in report.findings {
             if !seen.insert(signature(&f)) {
                 outcome.repeats += 1;
@@ -414,15 +460,10 @@ fn run_entry(
                 .iter()
                 .find(|(s, _)| *s == signature(&f))
                 .map_or_else(hunt_s, |(_, t)| *t);
-            let judge = match &mut judge {
-                Some(j) => j,
-                None => judge.insert(
-                    Judge::new(fa.as_ref(), fb.as_deref())
-                        .map_err(harness)?
-                        .with_oracles(oracles.clone()),
-                ),
-            };
-            found.push((shrunk(f, judge, &shrink_config(est))?, at));
+            judge_of(&mut judge)?;
+            let judge = judge.as_mut().expect("started");
+            let f = shrunk(f, judge, &shrink_config(est))?;
+            found.push((setup_lifted(f, judge)?, at));
         }
     }
     let fuzz_time = match (est.fuzz, deadline) {
@@ -468,6 +509,12 @@ fn run_entry(
                 outcome.repeats += 1;
                 continue;
             }
+            let f = if f.step > f.trace.ops.len() {
+                judge_of(&mut judge)?;
+                setup_lifted(f, judge.as_mut().expect("started"))?
+            } else {
+                f
+            };
             found.push((f, fuzz_started + rec.found_at_s));
         }
     }

@@ -242,16 +242,16 @@ pub enum ShimError {
 /// A line of the worker protocol that cannot be taken (see kvaudit's `targets::llama::worker::wire`).
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
-    /// A line longer than its direction's limit; the reader stopped reading it there.
-    #[error("{what} line longer than the limit of {limit} bytes")]
+    /// A line or frame longer than its direction's limit; the reader stopped reading it there.
+    #[error("{what} longer than the limit of {limit} bytes")]
     TooLong {
         /// `request` or `reply`.
         what: &'static str,
         /// The limit in force.
         limit: usize,
     },
-    /// A line that is not the JSON of a request or reply.
-    #[error("malformed {what} line ({error}): {excerpt}")]
+    /// A line that is not the JSON of a request, or a frame that is not a reply.
+    #[error("malformed {what} ({error}): {excerpt}")]
     Malformed {
         /// `request` or `reply`.
         what: &'static str,
@@ -259,6 +259,17 @@ pub enum WireError {
         error: String,
         /// The start of the line, lossily decoded.
         excerpt: String,
+    },
+    /// A reply frame of another wire version: the worker is another build of kvaudit.
+    #[error(
+        "reply frame of wire version {found}, this kvaudit reads version {expected} (the worker \
+         executable is another build of kvaudit)"
+    )]
+    Version {
+        /// The frame's version.
+        found: u32,
+        /// The version this side reads.
+        expected: u32,
     },
     /// A well-formed request whose traces name a setup or op it does not hold.
     #[error("invalid request: {0}")]

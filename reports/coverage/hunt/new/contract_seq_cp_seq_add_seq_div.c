@@ -1,11 +1,11 @@
 /* kvaudit reproducer: contract seq_div: positions not divided
- * Setup: n_ctx 256, n_seq_max 2, kv_unified true, n_ubatch 2, flash_attn false, type_k f16, type_v f16, arch jamba, swa_full true, n_rs_seq 0, n_threads 1, then:
+ * Setup: n_ctx 256, n_seq_max 2, kv_unified true, flash_attn false, type_k f16, type_v f16, arch lfm2, swa_full true, n_rs_seq 3, n_threads 1, then:
  *   {"op":"decode","seq":0,"n":7}
  * Ops (checked after op 3):
  *   {"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":1}
  *   {"op":"seq_add","seq":0,"p0":0,"p1":7,"delta":-7}
  *   {"op":"seq_div","seq":0,"p0":0,"p1":1,"d":2}
- * Model: a jamba GGUF (hybrid memory); kvaudit writes the tiny one it ran: kvaudit model --arch jamba --out tiny-jamba.gguf
+ * Model: a lfm2 GGUF (hybrid memory); kvaudit writes the tiny one it ran: kvaudit model --arch lfm2 --out tiny-lfm2.gguf
  *
  * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm
  * Run:   ./repro [MODEL.gguf]   exit 1: reproduces; 0: does not; 2: setup failed.
@@ -224,24 +224,23 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const char *model_path = argc > 1 ? argv[1] : "tiny-jamba.gguf";
+    const char *model_path = argc > 1 ? argv[1] : "tiny-lfm2.gguf";
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
-    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch jamba --out tiny-jamba.gguf)\n", model_path); return 2; }
+    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch lfm2 --out tiny-lfm2.gguf)\n", model_path); return 2; }
     { char arch[64] = ""; llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
-      if (strcmp(arch, "jamba") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a jamba model (kvaudit model --arch jamba --out tiny-jamba.gguf)\n", model_path, arch); return 2; } }
+      if (strcmp(arch, "lfm2") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a lfm2 model (kvaudit model --arch lfm2 --out tiny-lfm2.gguf)\n", model_path, arch); return 2; } }
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 256;
     cp.n_seq_max = 2;
     cp.kv_unified = true;
-    cp.n_ubatch = 2;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
     cp.swa_full = true;
-    cp.n_rs_seq = 0;
+    cp.n_rs_seq = 3;
     cp.n_threads = 1; cp.n_threads_batch = 1;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 2; }

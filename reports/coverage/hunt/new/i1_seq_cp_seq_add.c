@@ -2,8 +2,8 @@
  * Setup: n_ctx 256, n_seq_max 2, kv_unified false, flash_attn false, type_k f16, type_v f16, arch jamba, swa_full true, n_rs_seq 0, n_threads 1, then:
  *   {"op":"decode","seq":0,"n":7}
  * Ops (checked after op 2):
- *   {"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":255}
- *   {"op":"seq_add","seq":0,"p0":0,"p1":7,"delta":1}
+ *   {"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":256}
+ *   {"op":"seq_add","seq":0,"p0":-1,"p1":-1,"delta":1}
  * Model: a jamba GGUF (hybrid memory); kvaudit writes the tiny one it ran: kvaudit model --arch jamba --out tiny-jamba.gguf
  *
  * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm
@@ -252,10 +252,10 @@ int main(int argc, char **argv) {
         int rc = decode(ctx, 7, toks, NULL, 1, seqs);
         printf("  llama_decode returned %d\n", rc);
     }
-    printf("%s: %s\n", "op 1", "llama_memory_seq_cp(mem, 0, 1, 0, 255)");
-    llama_memory_seq_cp(mem, 0, 1, 0, 255);
-    printf("%s: %s\n", "op 2", "llama_memory_seq_add(mem, 0, 0, 7, 1)");
-    llama_memory_seq_add(mem, 0, 0, 7, 1);
+    printf("%s: %s\n", "op 1", "llama_memory_seq_cp(mem, 0, 1, 0, 256)");
+    llama_memory_seq_cp(mem, 0, 1, 0, 256);
+    printf("%s: %s\n", "op 2", "llama_memory_seq_add(mem, 0, -1, -1, 1)");
+    llama_memory_seq_add(mem, 0, -1, -1, 1);
     int reproduced = 0;
     (void)last_returned;
     const llama_seq_id check[] = {1};

@@ -4,10 +4,10 @@
  *   {"op":"decode","seq":0,"n":250}
  * Ops (checked after op 7):
  *   {"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":1}
- *   {"op":"seq_cp","src":0,"dst":1,"p0":1,"p1":17}
- *   {"op":"decode","seq":1,"n":3}
- *   {"op":"seq_rm","seq":1,"p0":-1,"p1":153}
- *   {"op":"seq_cp","src":1,"dst":0,"p0":7,"p1":48}
+ *   {"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":1}
+ *   {"op":"decode","seq":0,"n":1}
+ *   {"op":"seq_rm","seq":0,"p0":-1,"p1":1}
+ *   {"op":"seq_cp","src":1,"dst":0,"p0":0,"p1":21}
  *   {"op":"seq_add","seq":0,"p0":-1,"p1":188,"delta":-8}
  *   {"op":"seq_keep","seq":0}
  * Model: a gemma2 GGUF (iswa memory); kvaudit writes the tiny one it ran: kvaudit model --arch gemma2 --out tiny-gemma2.gguf
@@ -268,20 +268,20 @@ int main(int argc, char **argv) {
     }
     printf("%s: %s\n", "op 1", "llama_memory_seq_cp(mem, 0, 1, 0, 1)");
     llama_memory_seq_cp(mem, 0, 1, 0, 1);
-    printf("%s: %s\n", "op 2", "llama_memory_seq_cp(mem, 0, 1, 1, 17)");
-    llama_memory_seq_cp(mem, 0, 1, 1, 17);
-    printf("%s: %s\n", "op 3", "llama_decode(ctx, 3 token(s) into seq {1} at next pos)");
+    printf("%s: %s\n", "op 2", "llama_memory_seq_cp(mem, 0, 1, 0, 1)");
+    llama_memory_seq_cp(mem, 0, 1, 0, 1);
+    printf("%s: %s\n", "op 3", "llama_decode(ctx, 1 token(s) into seq {0} at next pos)");
     {
-        const llama_token toks[] = {12, 49, 23};
-        const llama_seq_id seqs[] = {1};
-        int rc = decode(ctx, 3, toks, NULL, 1, seqs);
+        const llama_token toks[] = {12};
+        const llama_seq_id seqs[] = {0};
+        int rc = decode(ctx, 1, toks, NULL, 1, seqs);
         printf("  llama_decode returned %d\n", rc);
     }
-    printf("%s: %s\n", "op 4", "llama_memory_seq_rm(mem, 1, -1, 153)");
-    last_returned = llama_memory_seq_rm(mem, 1, -1, 153);
+    printf("%s: %s\n", "op 4", "llama_memory_seq_rm(mem, 0, -1, 1)");
+    last_returned = llama_memory_seq_rm(mem, 0, -1, 1);
     printf("  returned %s\n", last_returned ? "true" : "false");
-    printf("%s: %s\n", "op 5", "llama_memory_seq_cp(mem, 1, 0, 7, 48)");
-    llama_memory_seq_cp(mem, 1, 0, 7, 48);
+    printf("%s: %s\n", "op 5", "llama_memory_seq_cp(mem, 1, 0, 0, 21)");
+    llama_memory_seq_cp(mem, 1, 0, 0, 21);
     printf("%s: %s\n", "op 6", "llama_memory_seq_add(mem, 0, -1, 188, -8)");
     llama_memory_seq_add(mem, 0, -1, 188, -8);
     printf("%s: %s\n", "op 7", "llama_memory_seq_keep(mem, 0)");

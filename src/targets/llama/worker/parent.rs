@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use super::last_words::{blamed_observation, crash_end, crash_marker, Marker};
 use super::wire::{
-    parse_reply_line, read_line_limited, LineRead, Reply, Request, WireError, DIED_MARKER,
-    MAX_REPLY_LINE_BYTES,
+    parse_reply_frame, read_frame_limited, whole_frame_buffered, FrameRead, Reply, Request,
+    WireError, DIED_MARKER, MAX_REPLY_FRAME_BYTES,
 };
 use super::WorkerSpec;
 use crate::base::cache::{HarnessError, Observation, TargetInfo};
@@ -254,20 +254,32 @@ impl WorkerRunner {
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             // The worker writes its replies in groups: pass each group on in one message (a
-            // message per line cost the parent a wake-up per trial). Lines are decoded here, on
-            // this thread, each at most MAX_REPLY_LINE_BYTES long.
+            // message per frame cost the parent a wake-up per trial). Frames are decoded here,
+            // on this thread, into one reused buffer, each at most MAX_REPLY_FRAME_BYTES long.
             let mut reader = BufReader::with_capacity(1 << 16, stdout);
-            let mut line = Vec::new();
+            let mut frame = Vec::new();
             loop {
                 let mut group = Vec::new();
                 loop {
-                    match read_line_limited(&mut reader, &mut line, MAX_REPLY_LINE_BYTES) {
-                        Ok(LineRead::Line) => group.push(parse_reply_line(&line)),
-                        Ok(LineRead::TooLong) => group.push(Err(WireError::TooLong {
+                    match read_frame_limited(&mut reader, &mut frame, MAX_REPLY_FRAME_BYTES) {
+                        Ok(FrameRead::Frame) => group.push(parse_reply_frame(&frame)),
+                        Ok(FrameRead::TooLong) => group.push(Err(WireError::TooLong {
                             what: "reply",
-                            limit: MAX_REPLY_LINE_BYTES,
+                            limit: MAX_REPLY_FRAME_BYTES,
                         })),
-                        Ok(LineRead::End) | Err(_) => {
+                        Ok(FrameRead::Truncated) => {
+                            // The pipe ended inside a frame: the worker died writing it (as a
+                            // half line ended the JSON wire), which the parent learns next.
+                            group.push(Err(WireError::Malformed {
+                                what: "reply",
+                                error: "the pipe ended inside a frame".into(),
+                                excerpt: String::new(),
+                            }));
+                            let _ = tx.send(Some(group));
+                            let _ = tx.send(None);
+                            return;
+                        }
+                        Ok(FrameRead::End) | Err(_) => {
                             if !group.is_empty() {
                                 let _ = tx.send(Some(group));
                             }
@@ -275,8 +287,8 @@ impl WorkerRunner {
                             return;
                         }
                     }
-                    // Another read only if a whole line is already buffered (no system call).
-                    if !reader.buffer().contains(&b'\n') {
+                    // Another read only if a whole frame is already buffered (no system call).
+                    if !whole_frame_buffered(reader.buffer()) {
                         break;
                     }
                 }
@@ -468,7 +480,7 @@ impl WorkerRunner {
             let death = match w.next_line(self.spec.timeout) {
                 Ok(Some(reply)) => match reply {
                     Ok(Reply::Run(r)) => {
-                        runs.push(r.into());
+                        runs.push(r);
                         continue;
                     }
                     Ok(Reply::Died(raw)) => w.child_died(raw),

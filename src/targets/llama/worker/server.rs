@@ -18,7 +18,9 @@
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-use super::wire::{read_request, write_reply, Reply, Request, WireRun, DIED_MARKER, REPLY_GROUP};
+use super::wire::{
+    read_request, write_reply, Reply, ReplyWriter, Request, DIED_MARKER, REPLY_GROUP,
+};
 use crate::base::cache::{
     CacheUnderTest, CodeCoverage, Dump, DumpSize, HarnessError, Observation, Observe, OpOutcome,
     TargetInfo,
@@ -261,6 +263,8 @@ fn serve_requests(
         setup: Setup::default(),
         ops: Vec::new(),
     };
+    // One frame buffer for every reply of the child.
+    let mut replies = ReplyWriter::default();
     loop {
         let req = match first.take() {
             Some(r) => r,
@@ -270,7 +274,7 @@ fn serve_requests(
                 Err(code) => return code,
             },
         };
-        let code = run_request(runner, cov, &req, &mut trace, out);
+        let code = run_request(runner, cov, &req, &mut trace, &mut replies, out);
         if code != 0 {
             return code;
         }
@@ -287,6 +291,7 @@ fn run_request(
     cov: Option<&LlamaShim>,
     req: &Request,
     trace: &mut Trace,
+    replies: &mut ReplyWriter,
     out: &mut impl Write,
 ) -> i32 {
     let n = req.len();
@@ -307,12 +312,12 @@ fn run_request(
         let (reply, failed) = match result {
             Ok(mut run) => {
                 run.code = code;
-                (Reply::Run(WireRun::from(&run)), false)
+                (Reply::Run(run), false)
             }
             Err(e) => (Reply::Error(e.to_string()), true),
         };
         let flush = failed || req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == n;
-        if !write_reply(out, &reply, flush) || failed {
+        if !replies.write(out, &reply, flush) || failed {
             return 3;
         }
     }
