@@ -237,6 +237,63 @@ pub struct StepObservation {
     /// ([`crate::running::probe::probe_reloads`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reload_probe: Option<Vec<ReloadProbe>>,
+    /// The sizes the state calls report against the bytes their dumps write, when
+    /// [`Observe::sizes`] asked for them and the target answers them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizes: Option<StateSizes>,
+}
+
+/// `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` (llama.h): a sequence save of the memory's partial
+/// part only (a hybrid's recurrent states, an iSWA memory's windowed cache), the flags the size
+/// observation measures beside 0.
+pub const STATE_SEQ_FLAGS_PARTIAL_ONLY: u32 = 1;
+
+/// Which dump a size is of ([`CacheUnderTest::state_size`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dump {
+    /// The whole context (`llama_state_get_size` / `llama_state_get_data`).
+    Whole,
+    /// One sequence with flags (`llama_state_seq_get_size_ext` / `llama_state_seq_get_data_ext`;
+    /// flags 0: the plain calls).
+    Seq {
+        /// The sequence.
+        seq: SeqId,
+        /// The `llama_state_seq_flags`.
+        flags: u32,
+    },
+}
+
+/// One dump's size: what the size call reported and how many bytes the data call wrote into a
+/// buffer of that size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DumpSize {
+    /// `llama_state_*get_size*`.
+    pub reported: u64,
+    /// `llama_state_*get_data*`'s return value.
+    pub written: u64,
+}
+
+/// One sequence's dump sizes (see [`StateSizes`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeqSizes {
+    /// The sequence.
+    pub seq: SeqId,
+    /// With flags 0.
+    pub full: DumpSize,
+    /// With [`STATE_SEQ_FLAGS_PARTIAL_ONLY`] (`None`: the target has no flags).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<DumpSize>,
+}
+
+/// The memory's size as the state calls give it after an op ([`Observe::sizes`]): the whole
+/// dump's and each observed sequence's (the `state-size` oracle, `oracles/state_size.rs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateSizes {
+    /// The whole context's dump.
+    pub whole: DumpSize,
+    /// Every observed sequence, in the observation's order.
+    pub seqs: Vec<SeqSizes>,
 }
 
 /// Which save and load a [`ReloadProbe`] measured: the state saved after the trial, whole
@@ -359,6 +416,7 @@ impl StepObservation {
             before: None,
             logits_probe: None,
             reload_probe: None,
+            sizes: None,
         }
     }
 }
@@ -408,6 +466,9 @@ pub struct Observe {
     /// logits probe, decodes per sequence, not part of [`Observe::ALL`].
     #[serde(default)]
     pub reload: bool,
+    /// The dumps' sizes ([`StepObservation::sizes`]).
+    #[serde(default)]
+    pub sizes: bool,
 }
 
 impl Observe {
@@ -418,6 +479,7 @@ impl Observe {
         before: false,
         logits: false,
         reload: false,
+        sizes: false,
     };
     /// Every observation after every op (not the probes: see [`Observe::logits`]).
     pub const ALL: Observe = Observe {
@@ -426,6 +488,7 @@ impl Observe {
         before: true,
         logits: false,
         reload: false,
+        sizes: true,
     };
 
     /// Every observation after every op, and the logits probe after the last: what one trace
@@ -445,9 +508,14 @@ impl Observe {
             before: self.before || other.before,
             logits: self.logits || other.logits,
             reload: self.reload || other.reload,
+            sizes: self.sizes || other.sizes,
         }
     }
 }
+
+/// How the kind of an observation crash starts (`observation crash (WHAT): ...`, WHAT an
+/// [`Observation::describe`]): the crash oracle writes it and the C check of a crash reads it.
+pub const OBSERVATION_CRASH: &str = "observation crash";
 
 /// One of the observations a runner makes after an op: the stage an observation crash names
 /// (the op ran and returned; this, observing its result, did not).
@@ -467,17 +535,20 @@ pub enum Observation {
     Probe,
     /// The reload probe after the trial's last op ([`Observe::reload`]).
     Reload,
+    /// The dumps' sizes ([`Observe::sizes`]).
+    Sizes,
 }
 
 impl Observation {
     /// Every observation, in the order a step makes them (the code of each is its index).
-    pub const ALL: [Observation; 6] = [
+    pub const ALL: [Observation; 7] = [
         Observation::Sequences,
         Observation::Before,
         Observation::Whole,
         Observation::RoundTrip,
         Observation::Probe,
         Observation::Reload,
+        Observation::Sizes,
     ];
 
     /// What it is, for people: reports name the observation that crashed with it.
@@ -489,6 +560,7 @@ impl Observation {
             Observation::RoundTrip => "the twin round trip",
             Observation::Probe => "the logits probe",
             Observation::Reload => "the reload probe",
+            Observation::Sizes => "the dumps' sizes",
         }
     }
 
@@ -501,6 +573,7 @@ impl Observation {
             Observation::RoundTrip => "round-trip",
             Observation::Probe => "probe",
             Observation::Reload => "reload",
+            Observation::Sizes => "sizes",
         }
     }
 
@@ -537,6 +610,7 @@ impl Observe {
             Observation::RoundTrip => o.round_trip = false,
             Observation::Probe => o.logits = false,
             Observation::Reload => o.reload = false,
+            Observation::Sizes => o.sizes = false,
         }
         Some(o)
     }
@@ -590,6 +664,13 @@ pub trait CacheUnderTest {
     /// The bytes of `llama_state_get_data`: the whole context, laid out as
     /// [`crate::base::state::parse_whole_state`] reads it. `None`: the target has no such dump.
     fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+        Ok(None)
+    }
+
+    /// The size `dump`'s size call reports and the bytes its data call writes ([`DumpSize`]).
+    /// `None`: the target answers no sizes (or no such flags).
+    fn state_size(&mut self, dump: Dump) -> Result<Option<DumpSize>, HarnessError> {
+        let _ = dump;
         Ok(None)
     }
 

@@ -21,6 +21,7 @@ mod replay;
 mod report_bug;
 mod repro;
 mod shrink;
+mod sizes;
 mod target_cmd;
 mod worker;
 
@@ -68,6 +69,9 @@ pub enum Command {
     Model(model::ModelArgs),
     /// Measure the numerical oracles T1-T3 on a llama.cpp pin against PREREG.md's predictions.
     Measure(measure::MeasureArgs),
+    /// The memory's dump sizes over a grid of configurations (n_ctx, n_seq_max, streams,
+    /// cells, n_rs_seq), as a Markdown table.
+    Sizes(sizes::SizesArgs),
     /// Replay repro files on many llama.cpp versions: a table per finding per version.
     Matrix(matrix::MatrixArgs),
     /// Find the llama.cpp version (or, with --run under `git bisect run`, the commit) where a
@@ -142,6 +146,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Explain(e) => explain::run(e),
         Command::ReportBug(r) => report_bug::run(r),
         Command::Model(m) => model::run(m),
+        Command::Sizes(a) => sizes::run(a),
         Command::Measure(m) => measure::run(m),
         Command::Matrix(m) => matrix::run(m),
         Command::Bisect(b) => bisect::run(b),

@@ -1,7 +1,7 @@
 //! The oracles' checks in C, as data for the C reproducer (`outputs/c_repro`): what a standalone
 //! program over llama.h states at a finding's step, from the context's own serialized state.
-//! An oracle with a C check returns one of the [`CCheck`]s here (swa-window's is in its own file,
-//! beside the rule it restates) from [`super::Oracle::c_check`];
+//! An oracle with a C check returns one of the [`CCheck`]s here (swa-window's and state-size's
+//! are in their own files, beside the rules they restate) from [`super::Oracle::c_check`];
 //! the reproducer iterates the registry and never names an oracle.
 //!
 //! A check adds code in up to four places: right before the trace's last op, before the loop
@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::base::op::Trace;
+use crate::base::op::{MemoryType, Trace};
 
 /// What a check is given.
 #[derive(Clone, Copy, Debug)]
@@ -65,6 +65,29 @@ impl CCheck {
             seq,
             after_seqs: nothing,
         }
+    }
+}
+
+/// The C statement that reads a sequence's cells (`sq`) into `cells` and their count into `n`
+/// for a memory type (src/oracles/memory.rs: an iSWA memory's are its base cache's, and its
+/// windowed dump fills `win`, `nwin`), the prelude's readers; `cells`, `n`, `win` and `nwin`
+/// are the names given.
+pub fn read_cells(memory: MemoryType, cells: &str, n: &str, win: &str, nwin: &str) -> String {
+    let (reader, windowed) = match memory {
+        // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
+        MemoryType::Kv | MemoryType::Msa => ("resident", false),
+        MemoryType::Recurrent => ("resident_recurrent", false),
+        MemoryType::Hybrid => ("resident_hybrid", false),
+        // A memory with a windowed cache reads its windowed dump too (`win`, `nwin`).
+        MemoryType::Iswa => ("resident_iswa", true),
+        MemoryType::HybridIswa => ("resident_hybrid_iswa", true),
+    };
+    if windowed {
+        format!(
+            "int {n} = 0; int {win}[4096]; int {nwin} = {reader}(ctx, sq, {cells}, &{n}, {win}, 4096); (void){nwin};"
+        )
+    } else {
+        format!("int {n} = {reader}(ctx, sq, {cells}, 4096);")
     }
 }
 
@@ -139,10 +162,43 @@ fn differs_from(s: &mut String, e: &Value) {
     let _ = writeln!(s, "        if (!same) {{ printf(\"differs from the reference: seq_pos_min {emin}, seq_pos_max {emax}, {} cells\\n\"); reproduced = 1; }}", ecells.len());
 }
 
-/// crash: the program reproduces by crashing; reaching the end is not reproducing.
+/// crash: the program reproduces by crashing; reaching the end is not reproducing. A crash
+/// while observing what the last op did (an observation crash, [`crate::oracles::crash`]) is
+/// reproduced by making that observation after the op: the whole dump (also for the dumps'
+/// sizes, which begin with it), or the twin round trip's whole load (the per-sequence dumps
+/// are the loop's own).
 pub const CRASH: CCheck = CCheck {
     before_last_op: nothing,
-    before_seqs: nothing,
+    before_seqs: |s, input| {
+        let observation = |what: crate::base::cache::Observation| {
+            input.kind.is_some_and(|k| {
+                k.starts_with(&format!(
+                    "{} ({})",
+                    crate::base::cache::OBSERVATION_CRASH,
+                    what.describe()
+                ))
+            })
+        };
+        // Printed, not a comment: the kind is hostile text, and a program's comment delimiters
+        // must not depend on it (`fuzz_repro_json`).
+        if observation(crate::base::cache::Observation::Whole)
+            || observation(crate::base::cache::Observation::Sizes)
+        {
+            let _ = writeln!(
+                s,
+                "    printf(\"the observation that crashed: the whole dump (its size, then its data)\\n\");"
+            );
+            let _ = writeln!(s, "    {{ size_t wl = 0; uint8_t *w = dump_whole(ctx, &wl); printf(\"whole dump: %zu bytes\\n\", wl); free(w); }}");
+        } else if observation(crate::base::cache::Observation::RoundTrip) {
+            let _ = writeln!(
+                s,
+                "    printf(\"the observation that crashed: the twin round trip\\n\");"
+            );
+            let _ = writeln!(s, "    {{ size_t wl = 0; uint8_t *w = dump_whole(ctx, &wl); struct llama_context *tw = llama_init_from_model(model, cp);");
+            let _ = writeln!(s, "      if (tw) printf(\"whole load into the twin read %zu of %zu bytes\\n\", llama_state_set_data(tw, w, wl), wl);");
+            let _ = writeln!(s, "      free(w); if (tw) llama_free(tw); }}");
+        }
+    },
     seq: |s, _| {
         let _ = writeln!(s, "        (void)tmin; (void)tmax;");
     },
@@ -219,16 +275,27 @@ pub const CONTRACT: CCheck = CCheck {
 pub const CACHE_INVISIBLE: CCheck = CCheck {
     before_last_op: cache_invisible_before_last_op,
     before_seqs: nothing,
-    seq: |s, input| {
-        let tolerance = input
-            .expected
-            .get("max_abs_diff_at_most")
-            .and_then(Value::as_f64)
-            .unwrap_or(0.0);
-        emit_probe_check(s, tolerance);
-    },
+    seq: |s, input| emit_probe_check(s, probe_tolerance(input), "cache-invisible"),
     after_seqs: nothing,
 };
+
+/// rollback: cache-invisible's program (the twin decodes the tokens the sequence kept, by the
+/// token model over the trace, then the probe token in both contexts), under its own name.
+pub const ROLLBACK: CCheck = CCheck {
+    before_last_op: cache_invisible_before_last_op,
+    before_seqs: nothing,
+    seq: |s, input| emit_probe_check(s, probe_tolerance(input), "rollback"),
+    after_seqs: nothing,
+};
+
+/// The tolerance a probe finding recorded (`expected`'s `max_abs_diff_at_most`).
+fn probe_tolerance(input: &CheckInput<'_>) -> f64 {
+    input
+        .expected
+        .get("max_abs_diff_at_most")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0)
+}
 
 /// cache-invisible: the tokens the twin decodes for each checked sequence, by position, from the
 /// token model over the setup and the trace (`TokenModel::attention_tokens`): the resident
@@ -268,7 +335,7 @@ fn cache_invisible_before_last_op(s: &mut String, input: &CheckInput<'_>) {
 
 /// cache-invisible on one sequence: the probe token's logits after the sequence in the audited
 /// context against a fresh twin that decodes the resident tokens and the same probe.
-fn emit_probe_check(s: &mut String, tolerance: f64) {
+fn emit_probe_check(s: &mut String, tolerance: f64, name: &str) {
     let probe = crate::base::tokens::PROBE_TOKEN;
     let _ = writeln!(s, "        {{ const float tol = {tolerance:e}f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));");
     let _ = writeln!(s, "          llama_token pt = {probe}; llama_pos at = cells[n - 1] + 1; llama_seq_id one[1] = {{sq}};");
@@ -296,9 +363,9 @@ fn emit_probe_check(s: &mut String, tolerance: f64) {
         "            const float *b = llama_get_logits_ith(tw, -1); float d = 0;"
     );
     let _ = writeln!(s, "            for (int i = 0; i < nv; i++) {{ float x = a[i] - b[i]; if (x < 0) x = -x; if (!(x <= d)) d = x; }}");
-    let _ = writeln!(s, "            printf(\"cache-invisible (seq %d): probe at %d, %d resident tokens, max |logit difference| %g, tolerance %g\\n\", sq, at, ci_n[k], d, tol);");
-    let _ = writeln!(s, "            if (d > tol) {{ printf(\"cache-invisible violated: the logits differ from a fresh decode of the resident tokens\\n\"); reproduced = 1; }}");
-    let _ = writeln!(s, "          }} else printf(\"cache-invisible (seq %d): a probe decode failed (%d, %d): not judged\\n\", sq, rc, rt);");
+    let _ = writeln!(s, "            printf(\"{name} (seq %d): probe at %d, %d resident tokens, max |logit difference| %g, tolerance %g\\n\", sq, at, ci_n[k], d, tol);");
+    let _ = writeln!(s, "            if (d > tol) {{ printf(\"{name} violated: the logits differ from a fresh decode of the resident tokens\\n\"); reproduced = 1; }}");
+    let _ = writeln!(s, "          }} else printf(\"{name} (seq %d): a probe decode failed (%d, %d): not judged\\n\", sq, rc, rt);");
     let _ = writeln!(s, "          free(a); if (tw) llama_free(tw); }}");
 }
 
@@ -455,6 +522,88 @@ fn emit_round_trip_epilogue(s: &mut String) {
     let _ = writeln!(s, "    free(whole);");
     let _ = writeln!(s, "    llama_free(twin);");
 }
+
+/// failed-restore: every checked sequence is read right before the last op (a load) and after
+/// it; when the load read 0 bytes (`last_read`), a sequence load must leave every other
+/// sequence as it was and its destination as it was or empty, a whole load every sequence as
+/// it was or every one empty. The accessors and the reader's cells are compared (the memory's
+/// first part: the prelude's readers).
+pub const FAILED_RESTORE: CCheck = CCheck {
+    before_last_op: |s, input| {
+        let memory = input.trace.setup.arch.memory();
+        let n = input.seqs.len().max(1);
+        let _ = writeln!(s, "    /* every checked sequence right before the load */");
+        let _ = writeln!(
+            s,
+            "    static int fr_c[{n}][4096]; int fr_n[{n}]; llama_pos fr_mn[{n}], fr_mx[{n}];"
+        );
+        let _ = writeln!(
+            s,
+            "    {{ const llama_seq_id fr_seq[] = {{{}}};",
+            c_array(input.seqs)
+        );
+        let _ = writeln!(
+            s,
+            "      for (size_t k = 0; k < sizeof fr_seq / sizeof fr_seq[0]; k++) {{ llama_seq_id sq = fr_seq[k]; int cells[4096];"
+        );
+        let _ = writeln!(
+            s,
+            "        {}",
+            read_cells(memory, "cells", "n", "win", "nwin")
+        );
+        let _ = writeln!(s, "        fr_n[k] = n; memcpy(fr_c[k], cells, sizeof(int) * (size_t)(n < 4096 ? n : 4096)); fr_mn[k] = llama_memory_seq_pos_min(mem, sq); fr_mx[k] = llama_memory_seq_pos_max(mem, sq); }} }}");
+    },
+    before_seqs: |s, _| {
+        let _ = writeln!(
+            s,
+            "    int fr_failed = last_read == 0, fr_changed = 0, fr_full = 0;"
+        );
+        let _ = writeln!(
+            s,
+            "    if (!fr_failed) printf(\"the load did not fail: not judged\\n\");"
+        );
+    },
+    seq: |s, input| {
+        let last = input.trace.ops.get(input.step.saturating_sub(1));
+        let dest = if let Some(crate::base::op::Op::StateSeqLoad { seq, .. }) = last {
+            Some(*seq)
+        } else {
+            None
+        };
+        let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+        let _ = writeln!(
+            s,
+            "        int same = n == fr_n[k] && mn == fr_mn[k] && mx == fr_mx[k];"
+        );
+        let _ = writeln!(
+            s,
+            "        for (int i = 0; same && i < n; i++) same = cells[i] == fr_c[k][i];"
+        );
+        let _ = writeln!(s, "        int empty = n == 0 && mn == -1 && mx == -1;");
+        let _ = writeln!(s, "        fr_changed += !same; fr_full += !empty;");
+        match dest {
+            Some(d) => {
+                let _ = writeln!(s, "        if (fr_failed && sq != {d} && !same) {{ printf(\"failed-restore violated: failed seq load changed another sequence (seq %d)\\n\", sq); reproduced = 1; }}");
+                let _ = writeln!(s, "        if (fr_failed && sq == {d} && !same && !empty) {{ printf(\"failed-restore violated: failed seq load left the destination neither as it was nor empty\\n\"); reproduced = 1; }}");
+            }
+            None => {
+                let _ = writeln!(s, "        (void)same; (void)empty;");
+            }
+        }
+    },
+    after_seqs: |s, input| {
+        let whole = input
+            .trace
+            .ops
+            .get(input.step.saturating_sub(1))
+            .is_some_and(|op| op.kind() == crate::base::op::OpKind::StateLoad);
+        if whole {
+            let _ = writeln!(s, "    if (fr_failed && fr_changed && fr_full) {{ printf(\"failed-restore violated: failed whole load left the memory neither as it was nor empty\\n\"); reproduced = 1; }}");
+        } else {
+            let _ = writeln!(s, "    (void)fr_changed; (void)fr_full;");
+        }
+    },
+};
 
 /// The tolerance a reload finding recorded (`expected`'s `max_abs_diff_at_most`).
 fn reload_tolerance(input: &CheckInput<'_>) -> f64 {

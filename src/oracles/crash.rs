@@ -178,8 +178,7 @@ fn first_source_frame(lines: &[&str]) -> Option<String> {
         .map(|(_, site)| site)
 }
 
-/// How the kind of an observation crash starts.
-pub const OBSERVATION_CRASH: &str = "observation crash";
+pub use crate::base::cache::OBSERVATION_CRASH;
 
 /// The violation of a trial that crashed with `message`, while running its op, or while making
 /// `observation` of what the op did.

@@ -16,6 +16,7 @@ pub mod conservation;
 pub mod contract;
 pub mod crash;
 pub mod differential;
+pub mod failed_restore;
 pub mod i1;
 pub mod i2;
 pub mod memory;
@@ -24,6 +25,7 @@ pub mod rollback;
 pub mod round_trip;
 pub mod round_trip_logits;
 pub mod save_load_invisible;
+pub mod state_size;
 pub mod swa_window;
 pub mod theorems;
 
@@ -383,6 +385,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
             && (!what.before || s.before.is_some())
             && (!what.logits || s.logits_probe.is_some())
             && (!what.reload || s.reload_probe.is_some())
+            && (!what.sizes || s.sizes.is_some())
     };
     match seen {
         Seen::Step { after, .. } => has(after),
@@ -392,7 +395,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 17] = [
+pub static BUILTIN: [&dyn Oracle; 19] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -410,6 +413,8 @@ pub static BUILTIN: [&dyn Oracle; 17] = [
     &round_trip_logits::RoundTripLogits,
     &save_load_invisible::SaveLoadInvisible,
     &rollback::Rollback,
+    &state_size::StateSize,
+    &failed_restore::FailedRestore,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.

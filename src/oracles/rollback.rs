@@ -33,9 +33,7 @@ const KIND: &str = "logits after a rollback differ from a fresh decode of the ke
 
 impl Oracle for Rollback {
     fn c_check(&self) -> Option<super::c_check::CCheck> {
-        // The same program as cache-invisible's: the twin decodes the tokens the sequence
-        // kept (the token model over the trace), then the probe token in both contexts.
-        Some(super::c_check::CACHE_INVISIBLE)
+        Some(super::c_check::ROLLBACK)
     }
 
     fn id(&self) -> OracleId {

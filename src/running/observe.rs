@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::base::cache::{
-    CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, RoundTrip, SeqObservation,
-    SeqRoundTrip, StepObservation,
+    CacheUnderTest, Dump, HarnessError, Observation, Observe, OpOutcome, RoundTrip, SeqObservation,
+    SeqRoundTrip, SeqSizes, StateSizes, StepObservation, STATE_SEQ_FLAGS_PARTIAL_ONLY,
 };
 use crate::base::op::{Op, SeqId};
 use crate::base::state::{parse_seq_state, parse_whole_state, StateFormat};
@@ -77,9 +77,26 @@ pub fn observe_with(
     what: Observe,
 ) -> Result<StepObservation, HarnessError> {
     let mut obs = observe(target, format, seqs, outcome)?;
-    if !(what.whole || what.round_trip) {
-        return Ok(obs);
+    if what.whole || what.round_trip {
+        whole_and_round_trip(target, format, seqs, what, &mut obs)?;
     }
+    // Last: a dump that crashes is the whole dump's or the round trip's, as before sizes were
+    // observed, where those are observed too.
+    if what.sizes {
+        target.observing(Some(Observation::Sizes));
+        obs.sizes = sizes(target, seqs)?;
+    }
+    Ok(obs)
+}
+
+/// The whole-context dump's cells and the round trip into the twin, as `what` asks.
+fn whole_and_round_trip(
+    target: &mut dyn CacheUnderTest,
+    format: StateFormat,
+    seqs: &[SeqId],
+    what: Observe,
+    obs: &mut StepObservation,
+) -> Result<(), HarnessError> {
     // The round trip loads the whole dump too: taken for it alone, a crash there is the round
     // trip's.
     target.observing(Some(if what.whole {
@@ -88,7 +105,7 @@ pub fn observe_with(
         Observation::RoundTrip
     }));
     let Some(whole) = target.state_get()? else {
-        return Ok(obs);
+        return Ok(());
     };
     if what.whole {
         let cells = parse_whole_state(&whole, format).map_err(|source| HarnessError::State {
@@ -102,7 +119,30 @@ pub fn observe_with(
         target.observing(Some(Observation::RoundTrip));
         obs.round_trip = round_trip(target, format, seqs, &whole)?;
     }
-    Ok(obs)
+    Ok(())
+}
+
+/// The sizes of the whole dump and of each sequence's dump, with flags 0 and `PARTIAL_ONLY`
+/// (never `ON_DEVICE`: it leaves rows in the context). `None` when the target answers no sizes.
+fn sizes(
+    target: &mut dyn CacheUnderTest,
+    seqs: &[SeqId],
+) -> Result<Option<StateSizes>, HarnessError> {
+    let Some(whole) = target.state_size(Dump::Whole)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(seqs.len());
+    for &seq in seqs {
+        let Some(full) = target.state_size(Dump::Seq { seq, flags: 0 })? else {
+            return Ok(None);
+        };
+        let partial = target.state_size(Dump::Seq {
+            seq,
+            flags: STATE_SEQ_FLAGS_PARTIAL_ONLY,
+        })?;
+        out.push(SeqSizes { seq, full, partial });
+    }
+    Ok(Some(StateSizes { whole, seqs: out }))
 }
 
 /// Loads `whole` (this target's whole-context dump) into the target's twin, then each

@@ -680,6 +680,12 @@ mod tests {
         fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
             self.0.state_set(bytes)
         }
+        fn state_size(
+            &mut self,
+            dump: crate::base::cache::Dump,
+        ) -> Result<Option<crate::base::cache::DumpSize>, HarnessError> {
+            self.0.state_size(dump)
+        }
         fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
             self.0.twin()
         }
@@ -715,6 +721,12 @@ mod tests {
         }
         fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {
             self.0.state_set(bytes)
+        }
+        fn state_size(
+            &mut self,
+            dump: crate::base::cache::Dump,
+        ) -> Result<Option<crate::base::cache::DumpSize>, HarnessError> {
+            self.0.state_size(dump)
         }
         fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
             self.0.twin()

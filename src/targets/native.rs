@@ -25,7 +25,7 @@ use native_kv::{
     iswa_swa_size, BatchToken, CacheConfig, Faults, Memory, MemoryConfig, MemoryKind, MemoryOps,
 };
 
-use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
+use crate::base::cache::{CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, TargetInfo};
 use crate::base::error::Error;
 use crate::base::op::{Arch, MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
 use crate::base::slots::SlotStore;
@@ -649,6 +649,27 @@ impl CacheUnderTest for NativeTarget {
 
     fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
         Ok(Some(self.cache.state_bytes()))
+    }
+
+    /// The native model's sizes are those of its own dumps, which it writes to measure them
+    /// (it has no size call of its own); `PARTIAL_ONLY` writes what flags 0 writes (the native
+    /// model ignores the flag). Under `seq_size_scales_with_n_seq_max` a sequence's reported
+    /// size is 4 bytes per sequence beyond the first too large.
+    fn state_size(&mut self, dump: Dump) -> Result<Option<DumpSize>, HarnessError> {
+        let written = match dump {
+            Dump::Whole => self.cache.state_bytes().len() as u64,
+            Dump::Seq { seq, .. } => self.seq_state(seq)?.len() as u64,
+        };
+        let extra = match dump {
+            Dump::Seq { .. } if self.faults.seq_size_scales_with_n_seq_max => {
+                4 * u64::from(self.config.cache.n_seq_max.saturating_sub(1))
+            }
+            _ => 0,
+        };
+        Ok(Some(DumpSize {
+            reported: written + extra,
+            written,
+        }))
     }
 
     fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {

@@ -314,6 +314,7 @@ mod tests {
             before: None,
             logits_probe: None,
             reload_probe: None,
+            sizes: None,
         };
         assert_eq!(
             state_shape(&obs(&[0, 1], &[0, 3])),

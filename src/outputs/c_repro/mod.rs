@@ -50,7 +50,7 @@ use serde_json::Value;
 
 use crate::base::error::Error;
 use crate::base::files::read_text_limited;
-use crate::base::op::{MemoryType, Op, Slot, Trace};
+use crate::base::op::{Op, Slot, Trace};
 use crate::oracles::c_check::{CCheck, CheckInput};
 use crate::oracles::{OracleId, Registry};
 use crate::outputs::repro::{check_trace_limits, MAX_REPRO_BYTES};
@@ -214,6 +214,8 @@ pub fn emit_c(input: &ReproInput) -> String {
     let _ = writeln!(s, "    llama_memory_t mem = llama_get_memory(ctx);");
     // What the last seq_rm returned (-1: none ran), for the clauses about return values.
     let _ = writeln!(s, "    int last_returned = -1;");
+    // What the last state load read (-1: none ran), for the failed-load clauses.
+    let _ = writeln!(s, "    long long last_read = -1;");
     for op in &t.setup.ops {
         emit_op(&mut s, op, "setup");
     }
@@ -224,7 +226,7 @@ pub fn emit_c(input: &ReproInput) -> String {
         emit_op(&mut s, op, &format!("op {}", i + 1));
     }
     let _ = writeln!(s, "    int reproduced = 0;");
-    let _ = writeln!(s, "    (void)last_returned;");
+    let _ = writeln!(s, "    (void)last_returned; (void)last_read;");
     (check.before_seqs)(&mut s, &checked);
     let _ = writeln!(
         s,
@@ -239,23 +241,11 @@ pub fn emit_c(input: &ReproInput) -> String {
     // The positions present for the sequence, by memory type (src/oracles/memory.rs): an
     // iSWA memory's are its base cache's, and its windowed dump (`win`, `nwin`) bounds
     // `seq_pos_min` (docs/memory-types.md).
-    // A memory with a windowed cache reads it too (`win`, `nwin`).
-    let (reader, windowed) = match t.setup.arch.memory() {
-        // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
-        MemoryType::Kv | MemoryType::Msa => ("resident", false),
-        MemoryType::Recurrent => ("resident_recurrent", false),
-        MemoryType::Hybrid => ("resident_hybrid", false),
-        MemoryType::Iswa => ("resident_iswa", true),
-        MemoryType::HybridIswa => ("resident_hybrid_iswa", true),
-    };
-    if windowed {
-        let _ = writeln!(s, "        int cells[4096]; int n = 0; int win[4096]; int nwin = {reader}(ctx, sq, cells, &n, win, 4096); (void)nwin;");
-    } else {
-        let _ = writeln!(
-            s,
-            "        int cells[4096]; int n = {reader}(ctx, sq, cells, 4096);"
-        );
-    }
+    let _ = writeln!(
+        s,
+        "        int cells[4096]; {}",
+        crate::oracles::c_check::read_cells(t.setup.arch.memory(), "cells", "n", "win", "nwin")
+    );
     let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
     let _ = writeln!(
         s,

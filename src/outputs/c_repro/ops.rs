@@ -208,7 +208,10 @@ fn emit_load(
             "        if ({at}u < len) b[{at}u] ^= 0xff; /* flipped */"
         );
     }
-    let _ = writeln!(out, "        size_t read = {set_call};");
+    let _ = writeln!(
+        out,
+        "        size_t read = {set_call}; last_read = (long long)read;"
+    );
     let _ = writeln!(
         out,
         "        printf(\"  {call} read %zu of %zu bytes%s\\n\", read, len, read ? \"\" : \" (0: failed to load)\");"

@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 
 use super::ffi::{ContextParams, LlamaContext, LlamaShim, ShimError};
-use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
+use crate::base::cache::{CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, TargetInfo};
 use crate::base::op::{Arch, CacheType, MemoryType, Op, OpKind, Pos, SeqId, Setup};
 use crate::base::setting::{Key, Setting, Value};
 use crate::base::slots::SlotStore;
@@ -460,6 +460,21 @@ impl CacheUnderTest for LlamaTarget {
         let r = self.ctx()?.state_get();
         r.map(Some)
             .map_err(|e| self.harness(format!("state_get: {e:#}")))
+    }
+
+    fn state_size(&mut self, dump: Dump) -> Result<Option<DumpSize>, HarnessError> {
+        let (seq, flags) = match dump {
+            Dump::Whole => (None, 0),
+            Dump::Seq { seq, flags } => (Some(seq), flags),
+        };
+        match self.ctx()?.state_dump_size(seq, flags) {
+            Err(e) if no_state_seq_flags(&e) => Ok(None),
+            Err(e) => Err(self.harness(format!("state sizes: {e:#}"))),
+            Ok((reported, written)) => Ok(Some(DumpSize {
+                reported: reported as u64,
+                written: written as u64,
+            })),
+        }
     }
 
     fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {

@@ -778,6 +778,41 @@ impl LlamaContext {
         Ok(buf)
     }
 
+    /// The size a dump's size call reports and the bytes its data call writes into a buffer of
+    /// that size: the whole context (`seq_id` `None`: `llama_state_get_size` /
+    /// `llama_state_get_data`), or one sequence with `flags` (`llama_state_seq_get_size(_ext)` /
+    /// `llama_state_seq_get_data(_ext)`). The sizes are measured as they are, never corrected.
+    pub fn state_dump_size(
+        &mut self,
+        seq_id: Option<i32>,
+        flags: u32,
+    ) -> Result<(usize, usize), ShimError> {
+        // SAFETY: live handle; plain integers.
+        let size = unsafe {
+            match seq_id {
+                None => (self.api.state_size)(self.h()),
+                Some(seq) if flags == 0 => (self.api.state_seq_size)(self.h(), seq),
+                Some(seq) => (self.api.state_seq_size_ext)(self.h(), seq, flags),
+            }
+        };
+        let size = self.check("state_size", size)? as usize;
+        let mut buf = vec![0u8; size];
+        // SAFETY: buf is writable for buf.len() bytes, and the shim writes at most that many.
+        let n = unsafe {
+            match seq_id {
+                None => (self.api.state_get)(self.h(), buf.as_mut_ptr(), buf.len()),
+                Some(seq) if flags == 0 => {
+                    (self.api.state_seq_get)(self.h(), seq, buf.as_mut_ptr(), buf.len())
+                }
+                Some(seq) => {
+                    (self.api.state_seq_get_ext)(self.h(), seq, buf.as_mut_ptr(), buf.len(), flags)
+                }
+            }
+        };
+        let n = self.check("state_get", n)? as usize;
+        Ok((size, n))
+    }
+
     /// `llama_state_set_data(bytes)` as a load op sees it: the number of bytes read (0:
     /// rejected). Unlike [`LlamaContext::state_set`], a rejection is a value, not an error.
     pub fn state_load(&mut self, bytes: &[u8]) -> Result<usize, ShimError> {

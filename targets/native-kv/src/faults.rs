@@ -89,6 +89,17 @@ pub struct Faults {
     /// rollback takes back the whole last decode, plane `d` is stale (upstream #29117, #26695).
     /// Positions, cells and the return value are right. Positive control for rollback.
     pub rollback_reads_stale_plane: bool,
+    /// Every memory: a sequence's size call (`llama_state_seq_get_size`) reports 4 bytes more
+    /// per sequence beyond the first that the context holds (`n_seq_max - 1`), as a size that
+    /// counts a field per possible sequence would; the dump itself is right. Positive control
+    /// for state-size: the reported size differs from the bytes written, and by an amount that
+    /// scales with `n_seq_max` (upstream #19559's class: a size that scales with what it
+    /// should not).
+    pub seq_size_scales_with_n_seq_max: bool,
+    /// Every memory: a sequence load that fails empties the whole memory (its failure path
+    /// clears every sequence, as a `state_clear(-1)` of the whole-context path would) and
+    /// still returns 0. Positive control for failed-restore: another sequence changed.
+    pub failed_seq_load_clears_all: bool,
     /// MSA (`llama_kv_cache_msa`): `seq_cp` copies in the K/V cache only, so the destination's
     /// indexer keys are missing (the class of upstream #27941, "seq_cp lost the indexer keys",
     /// reported for `llama_memory_hybrid_idx`; `llama_kv_cache_msa::seq_cp` sends it to both,
@@ -99,7 +110,7 @@ pub struct Faults {
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 20] = [
+    pub const NAMES: [&'static str; 22] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -119,6 +130,8 @@ impl Faults {
         "refused_rm_resets_state",
         "save_drops_state",
         "rollback_reads_stale_plane",
+        "seq_size_scales_with_n_seq_max",
+        "failed_seq_load_clears_all",
         "msa_idx_skips_seq_cp",
     ];
 
@@ -143,6 +156,8 @@ impl Faults {
             "refused_rm_resets_state" => &mut self.refused_rm_resets_state,
             "save_drops_state" => &mut self.save_drops_state,
             "rollback_reads_stale_plane" => &mut self.rollback_reads_stale_plane,
+            "seq_size_scales_with_n_seq_max" => &mut self.seq_size_scales_with_n_seq_max,
+            "failed_seq_load_clears_all" => &mut self.failed_seq_load_clears_all,
             "msa_idx_skips_seq_cp" => &mut self.msa_idx_skips_seq_cp,
             _ => return None,
         })

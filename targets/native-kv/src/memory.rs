@@ -537,6 +537,27 @@ impl Memory {
         bytes: &[u8],
         flags: u32,
     ) -> Result<usize, RestoreError> {
+        let read = self.load_seq(seq, bytes, flags);
+        if read.is_err() && self.faults().failed_seq_load_clears_all {
+            self.clear();
+        }
+        read
+    }
+
+    /// The faults the memory was made with.
+    pub fn faults(&self) -> crate::Faults {
+        match self {
+            Memory::Kv(c)
+            | Memory::Iswa { base: c, .. }
+            | Memory::Msa { base: c, .. }
+            | Memory::HybridIswa { base: c, .. }
+            | Memory::Hybrid { attn: c, .. } => c.config().faults,
+            Memory::Recurrent(m) => m.config().faults,
+        }
+    }
+
+    /// [`Memory::state_seq_set_bytes_flags`] without the faults of its own.
+    fn load_seq(&mut self, seq: SeqId, bytes: &[u8], flags: u32) -> Result<usize, RestoreError> {
         if let Memory::Kv(c) = self {
             return c.state_seq_set_bytes(seq, bytes);
         }

@@ -144,6 +144,7 @@ pub fn observe_arg(what: Observe) -> String {
         (what.before, "before"),
         (what.logits, "logits"),
         (what.reload, "reload"),
+        (what.sizes, "sizes"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
@@ -168,6 +169,7 @@ pub fn parse_observe_arg(arg: &str) -> Option<Observe> {
             "before" => o.before = true,
             "logits" => o.logits = true,
             "reload" => o.reload = true,
+            "sizes" => o.sizes = true,
             "all" => o = o.union(Observe::ALL),
             _ => return None,
         }
@@ -186,14 +188,17 @@ mod tests {
                 for before in [false, true] {
                     for logits in [false, true] {
                         for reload in [false, true] {
-                            let what = Observe {
-                                whole,
-                                round_trip,
-                                before,
-                                logits,
-                                reload,
-                            };
-                            assert_eq!(parse_observe_arg(&observe_arg(what)), Some(what));
+                            for sizes in [false, true] {
+                                let what = Observe {
+                                    whole,
+                                    round_trip,
+                                    before,
+                                    logits,
+                                    reload,
+                                    sizes,
+                                };
+                                assert_eq!(parse_observe_arg(&observe_arg(what)), Some(what));
+                            }
                         }
                     }
                 }

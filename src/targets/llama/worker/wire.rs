@@ -213,9 +213,10 @@ impl Reply {
 }
 
 /// The reply wire's version, the second field of every reply frame's header; both sides check
-/// it (the JSON-lines replies before it were version 1; 3 added a sequence's third part, the hybrid-iSWA's recurrent states). Change it with any change of the
+/// it (the JSON-lines replies before it were version 1; 3 added the dumps' sizes to a step, 4 a
+/// sequence's third part, the hybrid-iSWA's recurrent states). Change it with any change of the
 /// layout below.
-pub const REPLY_WIRE_VERSION: u16 = 3;
+pub const REPLY_WIRE_VERSION: u16 = 4;
 
 /// The longest reply frame the parent reads: 64 MiB. A frame is one trial's observations: per
 /// step and sequence, its positions and cells (4 bytes per cell), so a trial of hundreds of
@@ -408,6 +409,7 @@ impl Encoder<'_> {
             before,
             logits_probe,
             reload_probe,
+            sizes,
         } = st;
         match outcome {
             OpOutcome::Done { returned: None } => self.u8(0),
@@ -472,7 +474,9 @@ impl Encoder<'_> {
         }
         // The probes: after a trial's last op only, when asked for.
         self.option_json(logits_probe.as_ref())?;
-        self.option_json(reload_probe.as_ref())
+        self.option_json(reload_probe.as_ref())?;
+        // The dumps' sizes (the state-size oracle), when asked for.
+        self.option_json(sizes.as_ref())
     }
 }
 
@@ -692,6 +696,7 @@ impl<'a> Decoder<'a> {
         let before = self.option(Self::seqs)?;
         let logits_probe = self.option(Self::json)?;
         let reload_probe = self.option(Self::json)?;
+        let sizes = self.option(Self::json)?;
         Ok(StepObservation {
             outcome,
             seqs,
@@ -700,6 +705,7 @@ impl<'a> Decoder<'a> {
             before,
             logits_probe,
             reload_probe,
+            sizes,
         })
     }
 }
@@ -1179,7 +1185,11 @@ mod tests {
         other[4] ^= 0x40;
         let err = parse_reply_frame(&other).unwrap_err();
         assert!(
-            matches!(err, WireError::Version { expected, .. } if expected == u32::from(REPLY_WIRE_VERSION)),
+            matches!(
+                err,
+                WireError::Version { expected, .. }
+                    if expected as u64 == u64::from(super::REPLY_WIRE_VERSION)
+            ),
             "{err}"
         );
         assert!(
