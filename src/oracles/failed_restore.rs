@@ -54,13 +54,17 @@ pub fn is_empty(s: &SeqObservation) -> bool {
 }
 
 fn summary(s: &SeqObservation) -> serde_json::Value {
-    json!({
+    let mut v = json!({
         "pos_min": s.pos_min,
         "pos_max": s.pos_max,
         "cells": s.cells,
         "second_cells": s.second_cells,
-        "third_cells": s.third_cells,
-    })
+    });
+    // Only the hybrid-iSWA's memory has a third part (its recurrent states).
+    if let Some(third) = &s.third_cells {
+        v["third_cells"] = json!(third);
+    }
+    v
 }
 
 /// The first breach of the failed-load contract in `after` (against `after.before`) after
