@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
-use crate::base::op::{Op, Pos, SeqId, Trace};
+use crate::base::op::{Op, OpKind, Pos, SeqId, Trace};
 use crate::records::fuzz::GenConfig;
 
 use super::generate::{chunk_strategy, op_strategy, stream_runner};
@@ -355,6 +355,24 @@ impl Mutator {
         }
     }
 
+    /// Whether `op`'s range may be made partial: not a `seq_cp` with one stream per sequence,
+    /// where llama.cpp copies whole sequences only (a partial copy is a known abort, as
+    /// `generate::copy_range` has it).
+    fn partial_range_allowed(&self, op: &Op) -> bool {
+        self.gen.setup.kv_unified || op.kind() != OpKind::SeqCp
+    }
+
+    /// The next position of the setup's sequence (the tokens its decodes put there).
+    fn setup_len(&self) -> Pos {
+        self.gen
+            .setup
+            .ops
+            .iter()
+            .filter_map(Op::as_decode)
+            .map(|d| d.n as Pos)
+            .sum()
+    }
+
     fn draw_op(&self, runner: &mut TestRunner) -> Op {
         self.op
             .new_tree(runner)
@@ -392,11 +410,22 @@ impl Mutator {
             self.apply(m, &mut ops, queue, runner);
         }
         if ops.len() < self.gen.min_len && below(runner, 4) != 0 {
-            let tail = self
+            // The tail's ranges, one in four, start or end where the entry's cells do (the
+            // entry's own positions): a removal of part of what the entry built.
+            let dict = position_dictionary(self.setup_len(), &ops, self.gen.pos_cap);
+            let mut tail = self
                 .tail
                 .new_tree(runner)
                 .expect("the generator rejects nothing")
                 .current();
+            for op in &mut tail {
+                if below(runner, 4) == 0 && self.partial_range_allowed(op) {
+                    if let Some((p0, p1)) = range_mut(op) {
+                        let end = if below(runner, 2) == 0 { p0 } else { p1 };
+                        *end = dict[below(runner, dict.len())];
+                    }
+                }
+            }
             ops.extend(tail);
         }
         ops.truncate(self.gen.max_len);
@@ -467,15 +496,7 @@ impl Mutator {
             }
             Mutation::Boundary if len > 0 => {
                 let at = below(runner, len);
-                let setup_len = self
-                    .gen
-                    .setup
-                    .ops
-                    .iter()
-                    .filter_map(Op::as_decode)
-                    .map(|d| d.n as Pos)
-                    .sum();
-                let dict = position_dictionary(setup_len, ops, self.gen.pos_cap);
+                let dict = position_dictionary(self.setup_len(), ops, self.gen.pos_cap);
                 self.to_boundary(&mut ops[at], &dict, runner);
             }
             Mutation::Repeat if len > 0 => {
@@ -526,7 +547,8 @@ impl Mutator {
             Op::SeqCp { src, dst, p0, p1 } => match below(runner, 3) {
                 0 if *src != last => *dst = last,
                 0 => std::mem::swap(src, dst),
-                _ => range(p0, p1, runner),
+                _ if g.setup.kv_unified => range(p0, p1, runner),
+                _ => {}
             },
             Op::SeqAdd {
                 seq, p0, p1, delta, ..
