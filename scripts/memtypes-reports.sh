@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the committed reports of issue 11 (llama.cpp's other memory types) in
-# reports/memtypes/: depth-2 audits of the iswa (gemma2), recurrent (mamba) and hybrid (jamba)
-# presets on both release pins, the same against the native model, and fuzz runs of each
+# reports/memtypes/: depth-2 audits of the iswa (gemma2), recurrent (mamba), hybrid (jamba) and
+# msa (minimax-m3, issue 24) presets on both release pins, the same against the native model, and fuzz runs of each
 # architecture (with the logits probe). Every audit report compares its outcome with PREREG.md
-# (the issue 11 batch). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
+# (the issue 11 batch; msa: the issue-24 msa batch). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # KVAUDIT=PATH runs a copy of the binary (so that a rebuild meanwhile cannot swap it).
@@ -14,7 +14,7 @@ mkdir -p "$out"
 . scripts/report-run.sh # run NAME ARGS...: JSON and Markdown reports of one audit
 for pin in 0.1.156 0.1.161; do
   t="llama.cpp@$pin"
-  for p in iswa recurrent hybrid; do
+  for p in iswa recurrent hybrid msa; do
     run "$t-$p-d2" --target "$t" --domain "$p" --depth 2
     run "$t-vs-native-$p-d2" --target "$t" --vs native --domain "$p" --depth 2
   done
@@ -22,4 +22,18 @@ for pin in 0.1.156 0.1.161; do
     $k fuzz --target "$t" --config "arch=$arch" --seed 1 --cases 300 --no-repros -q \
       --out "$out/$t-fuzz-$arch.json" >/dev/null || [ $? -eq 1 ]
   done
+  # The msa preset with the logits oracles too (block selection is judged only by them).
+  run "$t-msa-logits-d2" --target "$t" --domain msa --depth 2 \
+    --oracles I1,I2,crash,conservation,round-trip,contract,contract?,cache-invisible,round-trip-logits,save-load-invisible
+  # minimax-m3 under the msa preset's configuration: block selection needs flash attention and
+  # one stream per sequence; F32 K/V so that the logits probes are judged.
+  $k fuzz --target "$t" --config arch=minimax-m3,flash_attn=on,kv_unified=false,type_k=f32,type_v=f32 \
+    --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-minimax-m3.json" >/dev/null || [ $? -eq 1 ]
 done
+# 0.1.155: the oldest published pin with llama_kv_cache_msa (0.1.154 keeps MSA inside
+# llama_kv_cache); the msa preset only.
+t=llama.cpp@0.1.155
+run "$t-msa-d2" --target "$t" --domain msa --depth 2
+run "$t-vs-native-msa-d2" --target "$t" --vs native --domain msa --depth 2
+$k fuzz --target "$t" --config arch=minimax-m3,flash_attn=on,kv_unified=false,type_k=f32,type_v=f32 \
+  --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-minimax-m3.json" >/dev/null || [ $? -eq 1 ]

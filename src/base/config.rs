@@ -26,6 +26,11 @@ pub enum Arch {
     /// architecture kvaudit writes whose recurrent states roll back (`n_rs_seq`,
     /// `llm_arch_supports_rs_rollback` in 0.1.161's src/llama-arch.cpp; not in 0.1.156's).
     Lfm2,
+    /// `minimax-m3`: dense-lead layers and sparse-attention (MSA) layers, one attention cache
+    /// beside an indexer key cache of the sparse layers (`llama_kv_cache_msa`; 0.1.161,
+    /// `llama-model.cpp:2382`).
+    #[serde(rename = "minimax-m3")]
+    MinimaxM3,
 }
 
 /// The memory implementation an architecture selects.
@@ -43,16 +48,20 @@ pub enum MemoryType {
     Recurrent,
     /// `llama_memory_hybrid`.
     Hybrid,
+    /// `llama_kv_cache_msa`: two attention caches that take every op alike, the K/V cache of
+    /// every layer and the indexer key cache of the sparse layers.
+    Msa,
 }
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 5] = [
+    pub const ALL: [Arch; 6] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
         Arch::Jamba,
         Arch::Lfm2,
+        Arch::MinimaxM3,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -67,6 +76,7 @@ impl Arch {
             Arch::Mamba => "mamba",
             Arch::Jamba => "jamba",
             Arch::Lfm2 => "lfm2",
+            Arch::MinimaxM3 => "minimax-m3",
         }
     }
 
@@ -77,7 +87,7 @@ impl Arch {
     pub const fn swa_window(self) -> Option<u32> {
         match self {
             Arch::Gemma2 => Some(4),
-            Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 => None,
+            Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::MinimaxM3 => None,
         }
     }
 
@@ -88,6 +98,7 @@ impl Arch {
             Arch::Gemma2 => MemoryType::Iswa,
             Arch::Mamba => MemoryType::Recurrent,
             Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
+            Arch::MinimaxM3 => MemoryType::Msa,
         }
     }
 }
@@ -105,7 +116,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, minimax-m3)")
             })
     }
 }
@@ -116,13 +127,14 @@ impl MemoryType {
         *self == MemoryType::Kv
     }
 
-    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`.
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `msa`.
     pub fn name(self) -> &'static str {
         match self {
             MemoryType::Kv => "kv",
             MemoryType::Iswa => "iswa",
             MemoryType::Recurrent => "recurrent",
             MemoryType::Hybrid => "hybrid",
+            MemoryType::Msa => "msa",
         }
     }
 }

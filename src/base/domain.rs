@@ -168,7 +168,7 @@ fn is_false(b: &bool) -> bool {
 }
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 15] = [
+pub const PRESETS: [&str; 16] = [
     "seed",
     "wide",
     "streams",
@@ -184,10 +184,11 @@ pub const PRESETS: [&str; 15] = [
     "recurrent",
     "hybrid",
     "rollback",
+    "msa",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 15] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 16] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -203,6 +204,7 @@ pub const PRESET_SUMMARIES: [(&str, &str); 15] = [
     ("recurrent", "mamba's recurrent memory: partial and whole removals, copies, shifts, multi-sequence decodes, state save/load"),
     ("hybrid", "jamba's hybrid memory (recurrent + attention): the recurrent preset's ops on both parts"),
     ("rollback", "lfm2's hybrid memory with recurrent rollback (n_rs_seq 3): speculative decoding's multi-token decodes, partial seq_rm inside and beyond the snapshot window, decodes again, copies and state save/load"),
+    ("msa", "minimax-m3's MSA memory (a K/V cache and an indexer key cache) with block selection on (flash attention, one stream per sequence): removals that free cells inside blocks, shifts that move positions across blocks, decodes into reused cells, copies, state save/load"),
 ];
 
 impl Domain {
@@ -398,6 +400,34 @@ impl Domain {
                 rm_all: false,
                 clear: false,
                 decode_next: vec![1, 3],
+                state: true,
+                ..seed
+            }),
+            "msa" => Some(Domain {
+                name: "msa".into(),
+                // Block selection runs with flash attention on and one stream per sequence
+                // (`msa_enabled`, src/models/minimax-m3.cpp); F32 K/V so that the logits probes
+                // are judged with flash attention on (an F16 V summed in F16 is not:
+                // `v_summed_in_f16`). 14 tokens fill blocks 0..=3 of 4 positions, so the top 2
+                // blocks (the local one and the best other) leave two out: selection matters.
+                setup: Setup {
+                    arch: Arch::MinimaxM3,
+                    flash_attn: true,
+                    kv_unified: false,
+                    type_k: CacheType::F32,
+                    type_v: CacheType::F32,
+                    ops: vec![Op::Decode(Decode::next(0, 14))],
+                    ..seed.setup.clone()
+                },
+                // #26338 (block selection was tied to cell indices, right only for append-only
+                // streams): a removal of a whole block [4, 8), one across a block edge [2, 5)
+                // and the tail [12, -1) free cells the next decode reuses at other positions;
+                // shifts by a whole block and half of one move positions across blocks.
+                ranges: vec![[4, 8], [2, 5], [12, -1], [-1, -1]],
+                deltas: vec![4, -2],
+                divisors: vec![2],
+                decode_next: vec![1, 5],
+                decode_shared: true,
                 state: true,
                 ..seed
             }),

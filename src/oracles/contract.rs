@@ -512,7 +512,7 @@ fn failed_rm_moved_accessors(
 
 /// The first breach in `after` (against `after.before`) of a clause with `documented`, if any,
 /// on a memory of type `memory`: the first part's cells by its rules, then a hybrid memory's
-/// recurrent states by theirs.
+/// recurrent states by theirs, or an MSA memory's indexer key cache by the cell rules.
 pub fn check_contract(
     op: &Op,
     after: &StepObservation,
@@ -527,11 +527,22 @@ pub fn check_contract(
     let b = cells(before);
     let x = first_breach(op, &after.outcome, &b, &cells(&after.seqs), first, &b)
         .or_else(|| {
-            (memory == MemoryType::Hybrid).then(|| {
-                let b2 = second_cells(before);
-                let a2 = second_cells(&after.seqs);
-                first_breach(op, &after.outcome, &b2, &a2, Part::States, &b)
-            })?
+            // The second part: a hybrid memory's recurrent states by their rules; an MSA
+            // memory's indexer key cache by the cell rules, since it takes every op and every
+            // ubatch the K/V cache takes (llama-kv-cache-msa.cpp:52-84, `init_batch` :102-144).
+            let second = match memory {
+                MemoryType::Hybrid => Part::States,
+                MemoryType::Msa => Part::Cells,
+                MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent => return None,
+            };
+            let b2 = second_cells(before);
+            let a2 = second_cells(&after.seqs);
+            let mut breach = first_breach(op, &after.outcome, &b2, &a2, second, &b)?;
+            // The accessors are the K/V cache's: say which cache broke the clause.
+            if let (MemoryType::Msa, Some(o)) = (memory, breach.observed.as_object_mut()) {
+                o.insert("part".into(), json!("indexer cache"));
+            }
+            Some(breach)
         })
         .or_else(|| failed_rm_moved_accessors(op, &after.outcome, before, &after.seqs))?;
     let c = x.kind;
@@ -599,12 +610,20 @@ impl Oracle for Contract {
         kinds_of(true)
     }
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "keep_noop",
-            target: "native[keep_noop]",
-            seed_depth: Some(1),
-            evidence: "oracles/contract_keep_noop.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "keep_noop",
+                target: "native[keep_noop]",
+                seed_depth: Some(1),
+                evidence: "oracles/contract_keep_noop.json",
+            },
+            PositiveControl {
+                fault: "msa_idx_skips_seq_cp",
+                target: "native[msa_idx_skips_seq_cp] (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/contract_msa_idx_skips_seq_cp.json",
+            },
+        ]
     }
     fn holds(&self, seen: &Seen<'_>) -> bool {
         judge(seen, true).is_none()

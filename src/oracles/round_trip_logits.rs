@@ -39,9 +39,18 @@ pub const ID: OracleId = OracleId::builtin(14, "round-trip-logits");
 /// hybrid (F16, a sequence loaded alone into the twin).
 pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
     use CacheType::{F16, F32, Q4_0, Q8_0};
-    use MemoryType::{Hybrid, Iswa, Kv, Recurrent};
+    use MemoryType::{Hybrid, Iswa, Kv, Msa, Recurrent};
     match (memory, cache) {
         (Kv | Recurrent, F16 | F32) | (Iswa | Hybrid, F32) => Some(1e-4),
+        // MSA (minimax-m3) runs block selection only with flash attention on, and flash
+        // attention casts an F32 K/V to F16 (src/llama-graph.cpp:2727-2733 in 0.1.161), so a
+        // load that lays the cells out anew sums them in another order in F16. Measured before
+        // judging (issue-24 msa batch, `kvaudit fuzz --config arch=minimax-m3,flash_attn=on,
+        // kv_unified=false,type_k=f32,type_v=f32 --seed 1 --cases 300`): 3 of 132 probes above
+        // 0 and at most 4.6e-4 (6.6e-4 for llama under the same configuration), the rest of
+        // those above 0 above 9e-2 (the pending K-shift and stream copy, corpora/).
+        (Msa, F32) => Some(1e-3),
+        (Msa, F16) => None,
         (Iswa | Hybrid, F16) => Some(1e-3),
         (_, Q8_0 | Q4_0) => None,
     }

@@ -472,6 +472,7 @@ pub(crate) fn memory_config(
                 ),
             }
         }
+        MemoryType::Msa => MemoryKind::Msa,
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
@@ -503,10 +504,12 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
             setup.n_rs_seq,
             native_kv::recurrent::MAX_PLANES - 1
         ))),
-        Arch::Llama | Arch::Gemma2 | Arch::Mamba | Arch::Jamba => Err(unsupported(format!(
-            "n_rs_seq = {} requested, {} has no recurrent rollback",
-            setup.n_rs_seq, setup.arch
-        ))),
+        Arch::Llama | Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::MinimaxM3 => {
+            Err(unsupported(format!(
+                "n_rs_seq = {} requested, {} has no recurrent rollback",
+                setup.n_rs_seq, setup.arch
+            )))
+        }
     }
 }
 

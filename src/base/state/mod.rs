@@ -14,6 +14,8 @@
 //!   iswa:      two caches: the base (full) cache, then the windowed one
 //!   recurrent: one recurrent section
 //!   hybrid:    one cache (the attention layers), then one recurrent section
+//!   msa:       two caches: the K/V cache of every layer, then the indexer key cache of the
+//!              sparse layers (`llama_kv_cache_msa::state_write`, llama-kv-cache-msa.cpp:160)
 //! a cache:
 //!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
 //!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
@@ -295,7 +297,7 @@ type Memory<'a> = (Vec<Vec<StreamState<'a>>>, Option<RecurrentState<'a>>);
 fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a>, ParseError> {
     let n_caches = match format.memory {
         MemoryType::Kv | MemoryType::Hybrid => 1,
-        MemoryType::Iswa => 2,
+        MemoryType::Iswa | MemoryType::Msa => 2,
         MemoryType::Recurrent => 0,
     };
     let mut caches = Vec::with_capacity(n_caches);
@@ -304,7 +306,7 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
     }
     let recurrent = match format.memory {
         MemoryType::Recurrent | MemoryType::Hybrid => Some(parse_recurrent(r)?),
-        MemoryType::Kv | MemoryType::Iswa => None,
+        MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => None,
     };
     if !r.done() {
         return r.fail(

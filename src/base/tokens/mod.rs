@@ -612,7 +612,9 @@ impl TokenModel {
     /// `seq_add`/`seq_div` (re-rotated keys: a looser tolerance).
     pub fn resident(&self, obs: &SeqObservation) -> Option<(Vec<(Pos, Token)>, bool)> {
         match self.memory {
-            MemoryType::Kv => self.attention_resident(obs.seq, &obs.cells),
+            // MSA: both caches take every op alike; the K/V cache's cells are the sequence's
+            // (the indexer cache's are judged by msa-sync).
+            MemoryType::Kv | MemoryType::Msa => self.attention_resident(obs.seq, &obs.cells),
             MemoryType::Iswa => {
                 // The windowed cache (which answers seq_pos_min) must still hold the lowest base
                 // position: it loses cells only as a prefix.

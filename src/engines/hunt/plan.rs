@@ -39,6 +39,7 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Mamba => "recurrent",
         Arch::Jamba => "hybrid",
         Arch::Lfm2 => "rollback",
+        Arch::MinimaxM3 => "msa",
     }
 }
 

@@ -56,7 +56,7 @@ fn kv_heads_per_layer(s: &TinyModelSpec) -> Vec<GgufValue> {
 }
 
 /// The keys every architecture shares, under `arch.`, with strict types as llama.cpp checks them.
-fn common_keys(w: &mut GgufWriter, s: &TinyModelSpec) {
+pub(super) fn common_keys(w: &mut GgufWriter, s: &TinyModelSpec) {
     let arch = s.arch.name();
     let k = |key: &str| format!("{arch}.{key}");
     w.add_kv("general.architecture", GgufValue::String(arch.into()))
@@ -86,14 +86,20 @@ fn ssm_keys(w: &mut GgufWriter, s: &TinyModelSpec) {
 }
 
 /// Adds `name` with `dims`, uniform weights of variance `1/fan_in`.
-fn uniform(w: &mut GgufWriter, s: &TinyModelSpec, name: String, dims: &[u64], fan_in: u64) {
+pub(super) fn uniform(
+    w: &mut GgufWriter,
+    s: &TinyModelSpec,
+    name: String,
+    dims: &[u64],
+    fan_in: u64,
+) {
     let n = dims.iter().product::<u64>() as usize;
     let data = uniform_weights(s.seed, &name, n, fan_in as u32);
     w.add_tensor_f32(name, dims, data);
 }
 
 /// Adds `name` with `dims`, every element `value` (norms: 1).
-fn constant(w: &mut GgufWriter, name: String, dims: &[u64], value: f32) {
+pub(super) fn constant(w: &mut GgufWriter, name: String, dims: &[u64], value: f32) {
     let n = dims.iter().product::<u64>() as usize;
     w.add_tensor_f32(name, dims, vec![value; n]);
 }
@@ -167,7 +173,9 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
     let k = |key: &str| format!("{arch}.{key}");
     let embd = u64::from(s.n_embd);
     match s.arch {
-        Arch::Llama => unreachable!("the llama writer is tiny_model_writer"),
+        Arch::Llama | Arch::MinimaxM3 => {
+            unreachable!("the llama and minimax-m3 writers are their own")
+        }
         Arch::Gemma2 => {
             w.add_kv(k("feed_forward_length"), GgufValue::U32(s.n_ff))
                 .add_kv(k("attention.head_count"), GgufValue::U32(s.n_head))

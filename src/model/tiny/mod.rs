@@ -22,6 +22,7 @@ use super::ModelError;
 use crate::base::op::Arch;
 
 pub mod memory_types;
+pub mod minimax_m3;
 
 /// `return Err(ModelError::Spec(..))` unless the condition holds.
 macro_rules! ensure_spec {
@@ -117,7 +118,9 @@ impl TinyModelSpec {
     /// - `jamba`: two blocks, a mamba one and an attention one
     ///   ([`memory_types::jamba_is_attention_layer`]), n_embd 16;
     /// - `lfm2`: two blocks, a short-convolution one and an attention one (the same layer
-    ///   pattern), n_embd 16.
+    ///   pattern), n_embd 16;
+    /// - `minimax-m3`: two blocks, a dense-lead one (no indexer key cache) and a sparse one
+    ///   (`minimax_m3`), n_embd 16, head dimension 8 (the indexer key's too).
     pub fn for_arch(arch: Arch) -> Self {
         let audit = TinyModelSpec::audit();
         match arch {
@@ -137,7 +140,7 @@ impl TinyModelSpec {
                 n_ff: 0,
                 ..audit
             },
-            Arch::Jamba | Arch::Lfm2 => TinyModelSpec {
+            Arch::Jamba | Arch::Lfm2 | Arch::MinimaxM3 => TinyModelSpec {
                 arch,
                 n_layer: 2,
                 n_embd: 16,
@@ -172,6 +175,10 @@ impl TinyModelSpec {
         ensure_spec!(
             !matches!(self.arch, Arch::Jamba | Arch::Lfm2) || self.n_layer >= 2,
             "tiny model: jamba and lfm2 need two blocks, one recurrent and one attention"
+        );
+        ensure_spec!(
+            self.arch != Arch::MinimaxM3 || self.n_layer > minimax_m3::DENSE_LEAD,
+            "tiny model: minimax-m3 needs a dense-lead block and a sparse one"
         );
         ensure_spec!(
             self.arch != Arch::Gemma2 || self.n_layer >= 2,
@@ -247,8 +254,12 @@ fn uniform_weights(seed: u64, name: &str, n: usize, fan_in: u32) -> Vec<f32> {
 
 fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWriter, ModelError> {
     spec.validate()?;
-    if spec.arch != Arch::Llama {
-        return Ok(memory_types::writer(spec));
+    match spec.arch {
+        Arch::Llama => {}
+        Arch::MinimaxM3 => return Ok(minimax_m3::writer(spec)),
+        Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 => {
+            return Ok(memory_types::writer(spec))
+        }
     }
     let s = spec;
     let hd = s.head_dim();

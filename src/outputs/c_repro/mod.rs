@@ -240,7 +240,8 @@ pub fn emit_c(input: &ReproInput) -> String {
     // iSWA memory's are its base cache's, and its windowed dump (`win`, `nwin`) bounds
     // `seq_pos_min` (docs/memory-types.md).
     let reader = match t.setup.arch.memory() {
-        MemoryType::Kv => Some("resident"),
+        // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
+        MemoryType::Kv | MemoryType::Msa => Some("resident"),
         MemoryType::Recurrent => Some("resident_recurrent"),
         MemoryType::Hybrid => Some("resident_hybrid"),
         MemoryType::Iswa => None,

@@ -89,11 +89,17 @@ pub struct Faults {
     /// rollback takes back the whole last decode, plane `d` is stale (upstream #29117, #26695).
     /// Positions, cells and the return value are right. Positive control for rollback.
     pub rollback_reads_stale_plane: bool,
+    /// MSA (`llama_kv_cache_msa`): `seq_cp` copies in the K/V cache only, so the destination's
+    /// indexer keys are missing (the class of upstream #27941, "seq_cp lost the indexer keys",
+    /// reported for `llama_memory_hybrid_idx`; `llama_kv_cache_msa::seq_cp` sends it to both,
+    /// llama-kv-cache-msa.cpp:66-69). Accessors (the K/V cache's) are right. Positive control
+    /// for the contract on the indexer cache and for the differential.
+    pub msa_idx_skips_seq_cp: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 19] = [
+    pub const NAMES: [&'static str; 20] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -113,6 +119,7 @@ impl Faults {
         "refused_rm_resets_state",
         "save_drops_state",
         "rollback_reads_stale_plane",
+        "msa_idx_skips_seq_cp",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -136,6 +143,7 @@ impl Faults {
             "refused_rm_resets_state" => &mut self.refused_rm_resets_state,
             "save_drops_state" => &mut self.save_drops_state,
             "rollback_reads_stale_plane" => &mut self.rollback_reads_stale_plane,
+            "msa_idx_skips_seq_cp" => &mut self.msa_idx_skips_seq_cp,
             _ => return None,
         })
     }

@@ -23,6 +23,13 @@
 //!   one (:190-195). A sequence load whose recurrent part fails empties the sequence from the
 //!   attention cache too (0.1.161 :197-214; 0.1.156 leaves the attention part loaded).
 //!
+//! - **MSA** (`llama_kv_cache_msa`, src/llama-kv-cache-msa.cpp, 0.1.161): the K/V cache of every
+//!   layer (`kv_base`) and the indexer key cache of the sparse layers (`kv_idx`), both of the
+//!   same size. Every op goes to both, base first (:52-84); `seq_rm` returns the AND of both
+//!   (:57-64); the accessors are the base cache's (:86-92); a decode prepares both before either
+//!   places (`init_batch`, :102-144). Dumps: the base cache's memory, then the indexer cache's
+//!   (:160-168), each in the attention layout (no window: the indexer cache dumps every cell).
+//!
 //! Whole-context dumps start with the architecture name ([`crate::STATE_ARCH`]), per-sequence
 //! dumps with the magic and the sequence id, as the attention cache's.
 
@@ -46,6 +53,8 @@ pub enum MemoryKind {
         /// Cells per stream of the windowed cache.
         swa_size: u32,
     },
+    /// `llama_kv_cache_msa`: two caches of the [`CacheConfig`].
+    Msa,
     /// `llama_memory_recurrent` with rollback depth `n_rs_seq`.
     Recurrent {
         /// `llama_context_params::n_rs_seq`.
@@ -104,6 +113,13 @@ pub enum Memory {
         /// `kv_swa`.
         swa: CellCache,
     },
+    /// The K/V cache and the indexer key cache of an MSA memory.
+    Msa {
+        /// `kv_base`.
+        base: CellCache,
+        /// `kv_idx`.
+        idx: CellCache,
+    },
     /// A recurrent memory.
     Recurrent(RecurrentCache),
     /// An attention cache and a recurrent memory.
@@ -142,6 +158,10 @@ impl Memory {
                     n_swa,
                 ),
             },
+            MemoryKind::Msa => Memory::Msa {
+                base: CellCache::new(c),
+                idx: CellCache::new(c),
+            },
             MemoryKind::Recurrent { n_rs_seq, shape } => {
                 Memory::Recurrent(recurrent(n_rs_seq, shape))
             }
@@ -163,9 +183,10 @@ impl Memory {
     /// `Ok` when `s` names a sequence of this memory.
     pub fn check_seq(&self, s: SeqId) -> Result<(), CacheError> {
         match self {
-            Memory::Kv(c) | Memory::Iswa { base: c, .. } | Memory::Hybrid { attn: c, .. } => {
-                c.check_seq(s)
-            }
+            Memory::Kv(c)
+            | Memory::Iswa { base: c, .. }
+            | Memory::Msa { base: c, .. }
+            | Memory::Hybrid { attn: c, .. } => c.check_seq(s),
             Memory::Recurrent(r) => r.check_seq(s),
         }
     }
@@ -174,7 +195,7 @@ impl Memory {
     pub fn clear(&mut self) {
         match self {
             Memory::Kv(c) => c.clear(),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.clear();
                 swa.clear();
             }
@@ -190,7 +211,7 @@ impl Memory {
     pub fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError> {
         match self {
             Memory::Kv(c) => c.seq_rm(seq, p0, p1),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 let a = base.seq_rm(seq, p0, p1)?;
                 let b = swa.seq_rm(seq, p0, p1)?;
                 Ok(a & b)
@@ -216,6 +237,13 @@ impl Memory {
                 base.seq_cp(src, dst, p0, p1)?;
                 swa.seq_cp(src, dst, p0, p1)
             }
+            Memory::Msa { base, idx } => {
+                base.seq_cp(src, dst, p0, p1)?;
+                if base.config().faults.msa_idx_skips_seq_cp {
+                    return Ok(());
+                }
+                idx.seq_cp(src, dst, p0, p1)
+            }
             Memory::Recurrent(r) => r.seq_cp(src, dst, p0, p1),
             Memory::Hybrid { attn, recr } => {
                 attn.seq_cp(src, dst, p0, p1)?;
@@ -228,7 +256,7 @@ impl Memory {
     pub fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError> {
         match self {
             Memory::Kv(c) => c.seq_keep(seq),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.seq_keep(seq)?;
                 swa.seq_keep(seq)
             }
@@ -244,7 +272,7 @@ impl Memory {
     pub fn seq_add(&mut self, seq: SeqId, p0: Pos, p1: Pos, delta: Pos) -> Result<(), CacheError> {
         match self {
             Memory::Kv(c) => c.seq_add(seq, p0, p1, delta),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.seq_add(seq, p0, p1, delta)?;
                 swa.seq_add(seq, p0, p1, delta)
             }
@@ -260,7 +288,7 @@ impl Memory {
     pub fn seq_div(&mut self, seq: SeqId, p0: Pos, p1: Pos, d: i32) -> Result<(), CacheError> {
         match self {
             Memory::Kv(c) => c.seq_div(seq, p0, p1, d),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.seq_div(seq, p0, p1, d)?;
                 swa.seq_div(seq, p0, p1, d)
             }
@@ -293,7 +321,7 @@ impl Memory {
         let pos = check_batch(self, batch)?;
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 let a = base.find_slots(batch)?;
                 let b = swa.find_slots(batch)?;
                 base.place(batch, &pos, &a);
@@ -349,7 +377,7 @@ impl Memory {
     fn write_memory(&self, seq: SeqId, out: &mut Vec<u8>) {
         match self {
             Memory::Kv(c) => c.write_memory(seq, out),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.write_memory(seq, out);
                 swa.write_memory(seq, out);
             }
@@ -394,7 +422,7 @@ impl Memory {
         read_seq_header(&mut r)?;
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.read_seq_memory(seq, &mut r)?;
                 swa.read_seq_memory(seq, &mut r)?;
             }
@@ -419,7 +447,7 @@ impl Memory {
         read_arch(&mut r)?;
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
-            Memory::Iswa { base, swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.read_whole_memory(&mut r)?;
                 swa.read_whole_memory(&mut r)?;
             }
@@ -439,16 +467,17 @@ impl Memory {
 impl SeqRanges for Memory {
     fn n_seq(&self) -> usize {
         match self {
-            Memory::Kv(c) | Memory::Iswa { base: c, .. } | Memory::Hybrid { attn: c, .. } => {
-                c.n_seq()
-            }
+            Memory::Kv(c)
+            | Memory::Iswa { base: c, .. }
+            | Memory::Msa { base: c, .. }
+            | Memory::Hybrid { attn: c, .. } => c.n_seq(),
             Memory::Recurrent(r) => r.n_seq(),
         }
     }
 
     fn seq_range(&self, s: SeqId) -> (Pos, Pos) {
         match self {
-            Memory::Kv(c) => c.seq_range(s),
+            Memory::Kv(c) | Memory::Msa { base: c, .. } => c.seq_range(s),
             Memory::Iswa { swa, .. } => swa.seq_range(s),
             Memory::Recurrent(r) => r.seq_range(s),
             Memory::Hybrid { attn, recr } => {

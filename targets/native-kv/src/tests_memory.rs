@@ -1,6 +1,6 @@
-//! Hand-worked cases of the iSWA, recurrent and hybrid memories (src/llama-kv-cache-iswa.cpp,
-//! src/llama-memory-recurrent.cpp, src/llama-memory-hybrid.cpp), and the faults that are their
-//! positive controls.
+//! Hand-worked cases of the iSWA, recurrent, hybrid and MSA memories
+//! (src/llama-kv-cache-iswa.cpp, src/llama-memory-recurrent.cpp, src/llama-memory-hybrid.cpp,
+//! src/llama-kv-cache-msa.cpp), and the faults that are their positive controls.
 
 use super::*;
 
@@ -346,4 +346,54 @@ fn a_rollback_restores_the_state_of_the_kept_tokens_and_the_fault_a_stale_plane(
             "fault {fault}"
         );
     }
+}
+
+fn msa(faults: Faults) -> Memory {
+    Memory::new(MemoryConfig {
+        cache: CacheConfig {
+            n_seq_max: 2,
+            faults,
+            ..CacheConfig::default()
+        },
+        kind: MemoryKind::Msa,
+    })
+}
+
+/// The indexer cache's positions of `s`, sorted.
+fn msa_idx_positions(m: &Memory, s: SeqId) -> Vec<Pos> {
+    let Memory::Msa { idx, .. } = m else {
+        panic!("an MSA memory")
+    };
+    let mut v = idx.seq_positions(s);
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn msa_ops_reach_both_caches_and_the_dump_is_kv_then_indexer() {
+    let mut m = msa(Faults::default());
+    m.decode(&toks(6, 0)).unwrap();
+    assert_eq!(m.seq_rm(0, 5, -1), Ok(true));
+    m.seq_cp(0, 1, -1, -1).unwrap();
+    assert_eq!(range(&m, 1), (0, 4));
+    assert_eq!(msa_idx_positions(&m, 1), vec![0, 1, 2, 3, 4]);
+    // The dump carries both caches: a twin loaded from it has the indexer cells too.
+    let b = m.state_seq_bytes(1).unwrap();
+    let mut twin = msa(Faults::default());
+    assert_eq!(twin.state_seq_set_bytes(1, &b), Ok(b.len()));
+    assert_eq!(twin.state_seq_bytes(1).unwrap(), b);
+    assert_eq!(msa_idx_positions(&twin, 1), vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn msa_idx_skips_seq_cp_leaves_the_indexer_cache_behind() {
+    let mut m = msa(Faults {
+        msa_idx_skips_seq_cp: true,
+        ..Faults::default()
+    });
+    m.decode(&toks(6, 0)).unwrap();
+    m.seq_cp(0, 1, -1, -1).unwrap();
+    // The accessors are the K/V cache's: they see the copy.
+    assert_eq!(range(&m, 1), (0, 5));
+    assert!(msa_idx_positions(&m, 1).is_empty());
 }
