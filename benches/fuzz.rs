@@ -1,38 +1,102 @@
 //! `cargo bench --bench fuzz`: the random and the guided generator on the same budget.
 //!
-//! For each target (the native model with the seed's `refcount` fault, and llama.cpp@0.1.156+cov,
-//! where the seed's I1 bug is real and the memory code records what it reaches), each generator
-//! and each seed: the coverage reached after `--cases N` cases (transitions and observation
-//! shapes, `engines::fuzz::coverage`; on the `+cov` build also the PCs and edges of llama.cpp's
-//! memory code, the guided generator's signal there), the wall time, and the case and time of
-//! the first I1 violation (I1 alone is judged, so no other oracle's shrinking is timed in).
-//! Prints figures, then the mean and median over the seeds; asserts nothing. Flags: `--cases N`
-//! (default 2000 on native, 300 on llama.cpp), `--seeds K` (seeds 1..=K, default 5),
-//! `--only native|llama`, `--pin VERSION` (default `0.1.156+cov`).
+//! Three targets, each with the oracle it is judged by and a named class of finding (a corpus
+//! file): the native model with the `refcount` fault (no code coverage: the guided generator's
+//! signal is the abstract one) and llama.cpp@0.1.156+cov, both judged by I1, where the class is
+//! `i1_seq_cp_twice_seq_rm_stale_max` (the seed's bug reached through a partial `seq_rm`); and
+//! llama.cpp@0.1.161+cov judged by `round-trip-logits`, where the class is
+//! `round_trip_logits_seq_div_pending_k_shift_not_saved` (a pending `seq_div` shift not saved).
+//! For each generator and seed: the coverage (edges where the target records them, else
+//! transitions and shapes), the wall time, the case and time of the first finding and of the
+//! first finding of the class ([`kvaudit::engines::fuzz::compare`] says why both); then the mean
+//! and the median over the seeds. Asserts nothing. Flags: `--cases N` (default 2000 on native,
+//! 100 on llama.cpp), `--seeds K` (seeds 1..=K, default 5), `--only native|0.1.156|0.1.161`.
 
 mod common;
 
+use std::path::Path;
 use std::time::Instant;
 
+use kvaudit::base::cache::Observe;
+use kvaudit::engines::fuzz::compare::{
+    FindingClass, FirstFound, FirstSummary, GeneratorSummary, RunFigures,
+};
 use kvaudit::engines::fuzz::{run_fuzz_with_queue, FuzzConfig, GenConfig, Generator};
 use kvaudit::engines::shrink::ShrinkConfig;
-use kvaudit::oracles::OracleId;
+use kvaudit::oracles::{OracleId, Registry};
+use kvaudit::outputs::repro::Repro;
 use kvaudit::targets::registry::TargetSpec;
 
-/// What one run gave.
-struct Figures {
-    seconds: f64,
-    transitions: u64,
-    shapes: u64,
-    /// PCs and edges of the target's memory code (a `+cov` build; 0 elsewhere).
-    pcs: u64,
-    edges: u64,
-    /// Case and wall time of the first I1 violation.
-    first_i1: Option<(u64, f64)>,
+/// One target of the bench.
+struct Bench {
+    /// What `--only` names it by.
+    key: &'static str,
+    target: &'static str,
+    faults: &'static [&'static str],
+    /// The oracle judged (its name).
+    oracle: &'static str,
+    /// The corpus file of the class.
+    class: &'static str,
+    cases: u64,
 }
 
-fn run(spec: &TargetSpec, generator: Generator, seed: u64, cases: u64) -> Figures {
-    let factory = spec.factory().expect("target");
+const BENCHES: [Bench; 3] = [
+    Bench {
+        key: "native",
+        target: "native",
+        faults: &["refcount"],
+        oracle: "I1",
+        class: "i1_seq_cp_twice_seq_rm_stale_max",
+        cases: 2000,
+    },
+    Bench {
+        key: "0.1.156",
+        target: "llama.cpp@0.1.156+cov",
+        faults: &[],
+        oracle: "I1",
+        class: "i1_seq_cp_twice_seq_rm_stale_max",
+        cases: 100,
+    },
+    Bench {
+        key: "0.1.161",
+        target: "llama.cpp@0.1.161+cov",
+        faults: &[],
+        oracle: "round-trip-logits",
+        class: "round_trip_logits_seq_div_pending_k_shift_not_saved",
+        cases: 100,
+    },
+];
+
+fn class_of(file: &str) -> FindingClass {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpora")
+        .join(format!("{file}.json"));
+    let r = Repro::load(&path).expect("the class's corpus file");
+    FindingClass {
+        oracle: r.oracle,
+        kind: r.kind,
+        op: r.trace.ops[r.step - 1].name().to_string(),
+    }
+}
+
+fn run(
+    spec: &TargetSpec,
+    b: &Bench,
+    class: &FindingClass,
+    generator: Generator,
+    seed: u64,
+    cases: u64,
+) -> RunFigures {
+    let oracle = OracleId::known(b.oracle).expect("a known oracle");
+    // What the oracle reads (the logits probe, the reload into a twin), as `kvaudit fuzz` asks.
+    let observe = Registry::builtin()
+        .get(oracle)
+        .map_or(Observe::ALL, |o| Observe::ALL.union(o.observes()));
+    let factory = spec
+        .clone()
+        .with_observe(observe)
+        .factory()
+        .expect("target");
     let cfg = FuzzConfig {
         seed,
         cases: Some(cases),
@@ -40,7 +104,7 @@ fn run(spec: &TargetSpec, generator: Generator, seed: u64, cases: u64) -> Figure
         gen: GenConfig::default(),
         shrink: ShrinkConfig::default(),
         shrinks_per_signature: 1,
-        oracles: Some(vec![OracleId::I1]),
+        oracles: Some(vec![oracle]),
         theorems: Vec::new(),
         generator,
         corpus: Vec::new(),
@@ -48,116 +112,91 @@ fn run(spec: &TargetSpec, generator: Generator, seed: u64, cases: u64) -> Figure
     let start = Instant::now();
     let (report, _) =
         run_fuzz_with_queue(&cfg, factory.as_ref(), None, None, &mut |_| {}).expect("fuzz runs");
-    let seconds = start.elapsed().as_secs_f64();
-    let fz = report.fuzz.expect("a fuzz report");
-    let last = fz.coverage.last().copied().unwrap_or_default();
-    let first_i1 = report
-        .findings
+    RunFigures::of(&report, start.elapsed().as_secs_f64(), class)
+}
+
+fn first(f: Option<FirstFound>) -> String {
+    f.map_or("       none        -".into(), |f| {
+        format!("{:>11} {:>8.3}", f.case, f.seconds)
+    })
+}
+
+fn summary(label: &str, s: &FirstSummary) -> String {
+    format!(
+        "{label} in {}/{} runs: case mean {:.1}, median {:.0}; seconds mean {:.3}, median {:.3}",
+        s.found, s.runs, s.case.mean, s.case.median, s.seconds.mean, s.seconds.median
+    )
+}
+
+fn bench(b: &Bench, cases: u64, seeds: u64) {
+    let faults: Vec<String> = b.faults.iter().map(|f| f.to_string()).collect();
+    let spec = TargetSpec::new(b.target, &faults);
+    let class = class_of(b.class);
+    let inject = faults
         .iter()
-        .zip(&fz.findings)
-        .filter(|(f, _)| f.oracle == OracleId::I1)
-        .map(|(_, r)| (r.case, r.found_at_s))
-        .min_by(|a, b| a.0.cmp(&b.0));
-    Figures {
-        seconds,
-        transitions: last.transitions,
-        shapes: last.shapes,
-        pcs: last.pcs,
-        edges: last.edges,
-        first_i1,
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn mean(v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
-}
-
-fn bench(spec: &TargetSpec, cases: u64, seeds: u64) {
+        .map(|f| format!(" --inject {f}"))
+        .collect::<String>();
     println!(
-        "\n{}: {cases} cases per run, seeds 1..={seeds}, oracle I1",
-        spec.name
+        "\n{}{inject}: {cases} cases per run, seeds 1..={seeds}, oracle {}; class {} ({}, \"{}\" at {})",
+        b.target, b.oracle, b.class, class.oracle, class.kind, class.op
     );
-    println!("generator  seed  seconds  transitions  shapes  coverage     pcs   edges  first I1 case  first I1 s");
+    println!(
+        "generator  seed  seconds  transitions  shapes     pcs   edges  coverage  findings  first case  first s  class case  class s"
+    );
     for generator in [Generator::Random, Generator::Guided] {
         let mut all = Vec::new();
         for seed in 1..=seeds {
-            let f = run(spec, generator, seed, cases);
-            let (case, at) = f.first_i1.map_or(("none".into(), "-".into()), |(c, s)| {
-                (c.to_string(), format!("{s:.3}"))
-            });
+            let f = run(&spec, b, &class, generator, seed, cases);
             println!(
-                "{:<9} {seed:>5} {:>8.2} {:>12} {:>7} {:>9} {:>7} {:>7} {case:>14} {at:>11}",
+                "{:<9} {seed:>5} {:>8.2} {:>12} {:>7} {:>7} {:>7} {:>9} {:>9} {} {}",
                 generator.name(),
                 f.seconds,
                 f.transitions,
                 f.shapes,
-                f.transitions + f.shapes,
                 f.pcs,
                 f.edges,
+                f.coverage(),
+                f.findings,
+                first(f.first),
+                first(f.first_of_class),
             );
             all.push(f);
         }
-        let found: Vec<&Figures> = all.iter().filter(|f| f.first_i1.is_some()).collect();
-        let of = |g: &dyn Fn(&Figures) -> f64| all.iter().map(g).collect::<Vec<f64>>();
-        let first_case = found
-            .iter()
-            .map(|f| f.first_i1.unwrap().0 as f64)
-            .collect::<Vec<_>>();
-        let first_s = found
-            .iter()
-            .map(|f| f.first_i1.unwrap().1)
-            .collect::<Vec<_>>();
+        let s = GeneratorSummary::of(&all);
+        let signal = if all.iter().any(|f| f.pcs > 0) {
+            "edges"
+        } else {
+            "transitions + shapes"
+        };
         println!(
-            "{:<9} mean: coverage {:.1} (transitions {:.1}, shapes {:.1}), pcs {:.1}, edges {:.1} in {:.2} s; first I1 in {}/{} runs, mean case {:.1}, mean {:.3} s",
+            "{:<9} coverage ({signal}) mean {:.1}, median {:.0}; seconds per run mean {:.2}, median {:.2}",
             generator.name(),
-            mean(of(&|f| (f.transitions + f.shapes) as f64)),
-            mean(of(&|f| f.transitions as f64)),
-            mean(of(&|f| f.shapes as f64)),
-            mean(of(&|f| f.pcs as f64)),
-            mean(of(&|f| f.edges as f64)),
-            mean(of(&|f| f.seconds)),
-            found.len(),
-            all.len(),
-            mean(first_case.clone()),
-            mean(first_s.clone()),
+            s.coverage.mean,
+            s.coverage.median,
+            s.seconds.mean,
+            s.seconds.median,
         );
         println!(
-            "{:<9} median: coverage {:.0}, pcs {:.0}, edges {:.0} in {:.2} s; median first I1 case {:.0}, {:.3} s",
+            "{:<9} {}",
             generator.name(),
-            median(of(&|f| (f.transitions + f.shapes) as f64)),
-            median(of(&|f| f.pcs as f64)),
-            median(of(&|f| f.edges as f64)),
-            median(of(&|f| f.seconds)),
-            median(first_case),
-            median(first_s),
+            summary("first finding", &s.first)
+        );
+        println!(
+            "{:<9} {}",
+            generator.name(),
+            summary("first of the class", &s.first_of_class)
         );
     }
+    println!("(a run that did not find it counts at its budget: its cases and its seconds)");
 }
 
 fn main() {
     let only = common::flag("--only");
     let seeds = common::number_flag("--seeds").unwrap_or(5) as u64;
     let cases = common::number_flag("--cases").map(|n| n as u64);
-    if only.as_deref().map_or(true, |o| o == "native") {
-        let spec = TargetSpec::new("native", &["refcount".into()]);
-        bench(&spec, cases.unwrap_or(2000), seeds);
-    }
-    if only.as_deref().map_or(true, |o| o == "llama") {
-        let pin = common::flag("--pin").unwrap_or_else(|| "0.1.156+cov".into());
-        let spec = TargetSpec::new(&format!("llama.cpp@{pin}"), &[]);
-        bench(&spec, cases.unwrap_or(300), seeds);
+    for b in &BENCHES {
+        if only.as_deref().map_or(true, |o| o == b.key) {
+            bench(b, cases.unwrap_or(b.cases), seeds);
+        }
     }
 }

@@ -265,7 +265,8 @@ impl CoveragePoint {
 pub struct QueueStats {
     /// Entries read from `--corpus` (run first, as the first cases).
     pub loaded: u64,
-    /// Entries at the end of the run, loaded ones included.
+    /// Entries kept for their coverage at the end of the run, loaded ones included (what
+    /// `--corpus` writes; the findings' traces the queue also mutates are not among them).
     pub entries: u64,
     /// Cases that were mutations of queue entries (the others were drawn afresh).
     pub mutated: u64,

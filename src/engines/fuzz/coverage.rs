@@ -189,6 +189,20 @@ fn key(value: &impl Hash) -> u64 {
     h.finish()
 }
 
+/// The tag of an edge's feature (the others are hashes: a clash is as likely as any two).
+const EDGE_FEATURE: u64 = 1 << 63;
+
+/// What one case reached: whether any of it was new to the run, and its features (edges on a
+/// target that records its code, else transitions and shapes), the guided queue's signal
+/// ([`super::guide::Queue`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reached {
+    /// Something no earlier case of the run reached.
+    pub new: bool,
+    /// The case's features, each once.
+    pub features: Vec<u64>,
+}
+
 /// The transitions and shapes a run has reached, and the target's own code when it records it.
 #[derive(Clone, Debug, Default)]
 pub struct Coverage {
@@ -203,23 +217,29 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    /// Adds what `run` (of `trace` on target A) reached; true if any of it is new: on a target
-    /// that records its code (`TrialRun::code`), new PCs or edges are the signal; elsewhere new
-    /// abstract transitions or shapes.
-    pub fn add(&mut self, trace: &Trace, run: &TrialRun) -> bool {
-        let abstract_new = self.add_abstract(trace, run);
+    /// Adds what `run` (of `trace` on target A) reached. On a target that records its code
+    /// (`TrialRun::code`) the signal is its edges, and new PCs or edges make the case new;
+    /// elsewhere the abstract transitions and shapes are the signal.
+    pub fn add(&mut self, trace: &Trace, run: &TrialRun) -> Reached {
+        let mut features = Vec::new();
+        let abstract_new = self.add_abstract(trace, run, &mut features);
         let Some(code) = &run.code else {
-            return abstract_new;
+            return Reached {
+                new: abstract_new,
+                features,
+            };
         };
         self.has_code = true;
         let mut new = false;
         for &pc in &code.pcs {
             new |= self.pcs.insert(pc);
         }
+        features.clear();
         for &e in &code.edges {
             new |= self.edges.insert(e);
+            features.push(EDGE_FEATURE | u64::from(e));
         }
-        new
+        Reached { new, features }
     }
 
     /// The code reached so far, as a report keeps it (`None` when no run carried code points).
@@ -231,7 +251,7 @@ impl Coverage {
         })
     }
 
-    fn add_abstract(&mut self, trace: &Trace, run: &TrialRun) -> bool {
+    fn add_abstract(&mut self, trace: &Trace, run: &TrialRun, features: &mut Vec<u64>) -> bool {
         let mut new = false;
         // Before the first op: the setup's state, the same for every trace of a run.
         let mut before: Option<&StepObservation> = None;
@@ -241,6 +261,7 @@ impl Coverage {
             let t = key(&(sharing, op_class(op, before), outcome_class(&after.outcome)));
             new |= self.transitions.insert(t);
             new |= self.shapes.insert(key(&shape));
+            features.extend([t, key(&shape)]);
             before = Some(after);
             sharing = shape.sharing;
         }
@@ -252,7 +273,10 @@ impl Coverage {
         if let (Some(end), Some(op)) = (end, trace.ops.get(run.steps.len())) {
             let t = key(&(sharing, op_class(op, before), end));
             new |= self.transitions.insert(t);
+            features.push(t);
         }
+        features.sort_unstable();
+        features.dedup();
         new
     }
 

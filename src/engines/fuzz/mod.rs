@@ -24,6 +24,7 @@
 //! T2 or T3, none out of the window), so with T2 or T3 the generator appends chunks shaped for
 //! them ([`theorem_trace_strategy`]).
 
+pub mod compare;
 mod coverage;
 mod generate;
 mod guide;
@@ -45,19 +46,22 @@ use crate::oracles::theorems::{Derivation, Theorem, TheoremJudgement};
 use crate::oracles::OracleId;
 use crate::records::report::{Event, Finding, FindingKey, Report, Shard, Timing};
 use crate::records::tally::Tally;
-use crate::running::judge::Judge;
+use crate::running::judge::{Judge, StepViolation};
 use crate::running::runner::RunnerFactory;
 
 pub use crate::records::fuzz::{
     CoveragePoint, FuzzSummary, GenConfig, Generator, ProbeStats, QueueStats, ReloadStats,
     ShrinkRecord, TheoremFinding, TheoremStats,
 };
-pub use coverage::Coverage;
+pub use coverage::{Coverage, Reached};
 pub use generate::{
     arb_op, case_runner, generate, kind_strategy, op_strategy, theorem_trace_strategy,
     trace_strategy, FuzzTrace,
 };
-pub use guide::{guide_runner, Mutation, Mutator, FRESH_ONE_IN};
+pub use guide::{
+    finding_feature, guide_runner, Feature, Mutation, Mutator, Queue, FRESH_ONE_IN, MUTATIONS,
+    WARMUP_CASES,
+};
 
 /// What a fuzz run does.
 #[derive(Clone, Debug)]
@@ -337,13 +341,13 @@ pub fn run_fuzz_until(
     let mut reloads: Option<ReloadStats> = None;
     let guided = cfg.generator == Generator::Guided;
     let mutator = guided.then(|| Mutator::new(&cfg.gen));
-    let mut queue: Vec<Trace> = if guided {
+    let mut queue = Queue::new(if guided {
         cfg.corpus.clone()
     } else {
         Vec::new()
-    };
+    });
     let mut queue_stats = QueueStats {
-        loaded: queue.len() as u64,
+        loaded: queue.entries().len() as u64,
         ..QueueStats::default()
     };
     let mut coverage = Coverage::default();
@@ -356,9 +360,11 @@ pub fn run_fuzz_until(
             break;
         }
         let child = match &mutator {
-            _ if case < queue_stats.loaded => Some((queue[case as usize].clone(), Drawn::Corpus)),
+            _ if case < queue_stats.loaded => {
+                Some((queue.entries()[case as usize].clone(), Drawn::Corpus))
+            }
             Some(m) => m
-                .next_case(&queue, cfg.seed, case)
+                .next_case(&mut queue, cfg.seed, case)
                 .map(|t| (t, Drawn::Mutated)),
             None => None,
         };
@@ -390,9 +396,25 @@ pub fn run_fuzz_until(
         }
         let (verdict, run_a) = judge.run_observed(&trace)?;
         let judged_at = started.elapsed();
-        if coverage.add(&trace, &run_a) && guided && drawn != Drawn::Corpus {
-            queue.push(trace.clone());
-            queue_stats.kept_from_mutations += u64::from(drawn == Drawn::Mutated);
+        let reached = coverage.add(&trace, &run_a);
+        if guided {
+            // A violation's signature is a feature too: the cases that reach a rare one are
+            // where the queue's energy goes.
+            let mut features = reached.features;
+            features.extend(
+                verdict
+                    .violations
+                    .iter()
+                    .filter(|v| v.step > 0 && wanted.contains(&v.violation.oracle))
+                    .map(|v| finding_feature(&signature(&judge, &trace, v))),
+            );
+            queue.observe(&features);
+            if drawn == Drawn::Corpus {
+                queue.rate(case as usize, &features);
+            } else if reached.new {
+                queue.push(trace.clone(), &features);
+                queue_stats.kept_from_mutations += u64::from(drawn == Drawn::Mutated);
+            }
         }
         for p in &verdict.logits_probes {
             probes.get_or_insert_with(ProbeStats::default).add(p);
@@ -427,8 +449,7 @@ pub fn run_fuzz_until(
             }
             let mode = FailureMode::of(&v.violation);
             let who = judge.label_of(v);
-            let signature =
-                FindingKey::new(mode.oracle, &who, &mode.kind, trace.ops[v.step - 1].name());
+            let signature = signature(&judge, &trace, v);
             if known.contains(&signature) {
                 continue;
             }
@@ -452,7 +473,9 @@ pub fn run_fuzz_until(
             shrink_executions += shrunk.executions;
             shrink_elapsed += shrunk.elapsed;
             let shape = format!("{who}|{}", shape(&mode, &shrunk.trace));
-            let entry = by_signature.entry(signature).or_insert((0, shape.clone()));
+            let entry = by_signature
+                .entry(signature.clone())
+                .or_insert((0, shape.clone()));
             entry.0 += 1;
             let new = !records.contains_key(&shape);
             sink(&Event::Shrunk {
@@ -484,6 +507,19 @@ pub fn run_fuzz_until(
                 expected: f.expected,
             };
             sink(&Event::Finding(finding.clone()));
+            if guided {
+                // The minimal trace, and the prefix before its failing op: the state the failure
+                // needs, where the failures next to it are (another op, another range).
+                let t = &finding.trace;
+                queue.push_finding(t.clone(), finding_feature(&signature));
+                if finding.step > 1 {
+                    let prefix = Trace {
+                        setup: t.setup.clone(),
+                        ops: t.ops[..finding.step - 1].to_vec(),
+                    };
+                    queue.push_finding(prefix, finding_feature(&(&signature, "prefix")));
+                }
+            }
             records.insert(
                 shape.clone(),
                 ShrinkRecord {
@@ -523,7 +559,7 @@ pub fn run_fuzz_until(
     if !wanted.is_empty() && points.last().map_or(true, |p| p.cases != case) {
         points.push(coverage.point(case, elapsed));
     }
-    queue_stats.entries = queue.len() as u64;
+    queue_stats.entries = queue.kept() as u64;
     tally.asked(wanted.iter().copied());
     let mut report = Report::new(
         info_a,
@@ -587,7 +623,19 @@ pub fn run_fuzz_until(
         code: coverage.code(&report.target.name),
     });
     sink(&Event::Done(Box::new(report.clone())));
-    Ok((report, queue))
+    Ok((report, queue.into_kept()))
+}
+
+/// The signature failures are counted under (oracle, target, kind, op at the failing step): one
+/// of each is shrunk (`shrinks_per_signature`), and each is a feature of the guided queue.
+fn signature(judge: &Judge, trace: &Trace, v: &StepViolation) -> FindingKey {
+    let mode = FailureMode::of(&v.violation);
+    FindingKey::new(
+        mode.oracle,
+        &judge.label_of(v),
+        &mode.kind,
+        trace.ops[v.step - 1].name(),
+    )
 }
 
 /// A comma-separated list from the environment variable `name`, or `default`.
