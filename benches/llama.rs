@@ -275,7 +275,7 @@ fn oracle_audit(
 /// The default oracle set's depth-3 audit (`kvaudit audit` without `--oracles`) beside the bare
 /// loop and the basic audit, and the gap explained per oracle: each default oracle beyond the
 /// basic ones audited alone with them, and what it adds to the basic audit's time (its
-/// observation: the whole dump, the twin round trip, the cells before the op, and its judging).
+/// observation: the whole dump, the twin round trip, the cells before the op, the dumps' sizes, the probes, and its judging).
 fn default_gap(label: &str, model: &Path, cores: usize, basic: (u64, f64), bare: (u64, f64)) {
     let defaults = kvaudit::oracles::Registry::for_run(false).only(|o| !o.costly());
     let (nd, sd) = oracle_audit(label, model, 3, cores, Shard::WHOLE, defaults.clone());
@@ -299,6 +299,9 @@ fn default_gap(label: &str, model: &Path, cores: usize, basic: (u64, f64), bare:
             (what.whole, "whole dump"),
             (what.round_trip, "round trip"),
             (what.before, "cells before"),
+            (what.sizes, "dump sizes"),
+            (what.logits, "logits probe"),
+            (what.reload, "reload probe"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
