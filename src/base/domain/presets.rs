@@ -1,0 +1,302 @@
+//! The built-in presets: their names and one-line summaries, and each preset's setup and argument
+//! choices ([`Domain::preset`]). A preset is data the hunt's plan, the CLI's `--domain` and the
+//! docs read; adding one is a name, a summary and an arm here.
+
+use super::*;
+
+/// The names of the built-in presets.
+pub const PRESETS: [&str; 17] = [
+    "seed",
+    "wide",
+    "streams",
+    "state",
+    "flags",
+    "batch",
+    "full",
+    "flash",
+    "quant",
+    "seqids",
+    "server",
+    "iswa",
+    "recurrent",
+    "hybrid",
+    "rollback",
+    "hybrid_iswa",
+    "msa",
+];
+
+/// One line per preset: what it exercises.
+pub const PRESET_SUMMARIES: [(&str, &str); 17] = [
+    ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
+    ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
+    ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
+    ("state", "seed plus state save/load of sequences and the whole context, with damaged loads"),
+    ("flags", "state plus the _ext saves and loads with flags 1 (PARTIAL_ONLY) and 2 (ON_DEVICE)"),
+    ("batch", "decodes split into ubatches (n_ubatch 2), one token into several sequences"),
+    ("full", "a context that fills: a decode that does not fit returns 1"),
+    ("flash", "seed with flash attention on"),
+    ("quant", "seed with q8_0 K/V caches (and flash attention, which quantized V needs)"),
+    ("seqids", "sequence ids at and beyond n_seq_max (2 and 40), which a unified cache may accept"),
+    ("server", "like llama-server with 4 slots: one stream per slot, whole-slot copies, slot save/restore, a filling context"),
+    ("iswa", "gemma2's iSWA memory (window 4) with a full windowed cache, so decodes evict: ranges and shifts across the window, multi-sequence decodes, state save/load"),
+    ("recurrent", "mamba's recurrent memory: partial and whole removals, copies, shifts, multi-sequence decodes, state save/load"),
+    ("hybrid", "jamba's hybrid memory (recurrent + attention): the recurrent preset's ops on both parts"),
+    ("rollback", "lfm2's hybrid memory with recurrent rollback (n_rs_seq 3): speculative decoding's multi-token decodes, partial seq_rm inside and beyond the snapshot window, decodes again, copies and state save/load"),
+    ("hybrid_iswa", "lfm2_swa's hybrid-iSWA memory (short-convolution states + a windowed attention cache of window 4 that evicts): removals inside, across and below the window, refused partial removals, copies, shifts, multi-sequence decodes, state save/load with PARTIAL_ONLY"),
+    ("msa", "minimax-m3's MSA memory (a K/V cache and an indexer key cache) with block selection on (flash attention, one stream per sequence): removals that free cells inside blocks, shifts that move positions across blocks, decodes into reused cells, copies, state save/load"),
+];
+
+/// The iswa preset's setup (gemma2; hybrid_iswa runs it on lfm2_swa): a windowed cache of 256
+/// cells that the two sequences fill.
+fn preset_iswa_setup() -> Setup {
+    Setup {
+        n_ctx: 512,
+        n_seq_max: 2,
+        arch: Arch::Gemma2,
+        swa_full: false,
+        n_ubatch: Some(16),
+        ops: vec![
+            Op::Decode(Decode::next(1, 6)),
+            Op::Decode(Decode::next(0, 250)),
+        ],
+        ..Setup::default()
+    }
+}
+impl Domain {
+    /// A built-in preset by name.
+    pub fn preset(name: &str) -> Option<Domain> {
+        let seed = Domain {
+            name: "seed".into(),
+            setup: Setup {
+                n_ctx: 256,
+                n_seq_max: 2,
+                ops: vec![Op::Decode(Decode::next(0, 7))],
+                ..Setup::default()
+            },
+            seqs: vec![0, 1],
+            ranges: vec![[0, 3], [2, 5], [4, 7], [-1, -1]],
+            deltas: vec![2, -2],
+            divisors: vec![2],
+            rm_all: true,
+            copies: true,
+            keep: true,
+            clear: true,
+            decode_next: vec![1],
+            ..Domain::default()
+        };
+        let named = |name: &str, setup: Setup| Domain {
+            name: name.into(),
+            setup,
+            ..seed.clone()
+        };
+        match name {
+            "seed" => Some(seed),
+            "wide" => Some(Domain {
+                name: "wide".into(),
+                setup: Setup {
+                    n_seq_max: 3,
+                    ..seed.setup.clone()
+                },
+                seqs: vec![0, 1, 2],
+                ranges: vec![[0, 3], [2, 5], [4, 7], [3, -1], [-1, -1]],
+                deltas: vec![2, -2, -4],
+                divisors: vec![2, 3],
+                decode_next: vec![1, 2],
+                ..seed
+            }),
+            "streams" => Some(named(
+                "streams",
+                Setup {
+                    kv_unified: false,
+                    ..seed.setup.clone()
+                },
+            )),
+            "state" => Some(Domain {
+                state: true,
+                load_truncate: vec![12],
+                ..named("state", seed.setup.clone())
+            }),
+            "flags" => Some(Domain {
+                state: true,
+                state_flags: vec![1, 2],
+                ..named("flags", seed.setup.clone())
+            }),
+            "batch" => Some(Domain {
+                ranges: vec![[0, 3], [-1, -1]],
+                decode_next: vec![1, 5],
+                decode_shared: true,
+                ..named(
+                    "batch",
+                    Setup {
+                        n_batch: Some(8),
+                        n_ubatch: Some(2),
+                        ..seed.setup.clone()
+                    },
+                )
+            }),
+            "full" => Some(Domain {
+                ranges: vec![[0, 3], [-1, -1]],
+                decode_next: vec![1, 250],
+                ..named("full", seed.setup.clone())
+            }),
+            "flash" => Some(named(
+                "flash",
+                Setup {
+                    flash_attn: true,
+                    ..seed.setup.clone()
+                },
+            )),
+            "quant" => Some(named(
+                "quant",
+                Setup {
+                    flash_attn: true,
+                    type_k: CacheType::Q8_0,
+                    type_v: CacheType::Q8_0,
+                    ..seed.setup.clone()
+                },
+            )),
+            "seqids" => Some(Domain {
+                beyond_seqs: vec![2, 40],
+                ..named("seqids", seed.setup.clone())
+            }),
+            "server" => Some(Domain {
+                name: "server".into(),
+                setup: Setup {
+                    n_ctx: 256,
+                    n_seq_max: 4,
+                    kv_unified: false,
+                    n_batch: Some(64),
+                    n_ubatch: Some(16),
+                    ops: vec![
+                        Op::Decode(Decode::next(0, 7)),
+                        Op::Decode(Decode::next(1, 5)),
+                    ],
+                    ..Setup::default()
+                },
+                seqs: vec![0, 1, 2],
+                ranges: vec![[0, 3], [3, -1], [-1, -1]],
+                deltas: vec![-2],
+                divisors: vec![2],
+                rm_all: true,
+                copies: true,
+                copy_ranges: Some(vec![[-1, -1]]),
+                keep: true,
+                clear: true,
+                decode_next: vec![1, 20, 60],
+                decode_shared: false,
+                beyond_seqs: Vec::new(),
+                state: true,
+                state_flags: Vec::new(),
+                load_truncate: vec![12],
+            }),
+            "iswa" => Some(Domain {
+                name: "iswa".into(),
+                // With swa_full off (llama.cpp's default is on: a windowed cache as large as the
+                // base one, which never has to evict) the windowed cache has
+                // pad(min(512, 4 * 2 + 16), 256) = 256 cells; the setup
+                // fills them (seq 1: 0..5, seq 0: 0..249), so every decode overwrites cells
+                // masked for their sequence's next token (src/llama-kv-cache.cpp:1075).
+                setup: preset_iswa_setup(),
+                // Seq 1's window is 2..5, seq 0's 246..249: ranges inside, across and below.
+                ranges: vec![[0, 3], [2, 5], [244, 248], [-1, -1]],
+                decode_next: vec![1, 4],
+                decode_shared: true,
+                state: true,
+                ..seed.clone()
+            }),
+            "recurrent" | "hybrid" => Some(Domain {
+                name: name.into(),
+                setup: Setup {
+                    arch: if name == "recurrent" {
+                        Arch::Mamba
+                    } else {
+                        Arch::Jamba
+                    },
+                    ..seed.setup.clone()
+                },
+                // The state sits at position 6: [0, 3) misses it (returns true, nothing moves),
+                // [4, 7) is a partial removal (refused: no rollback depth), [0, 7) and
+                // [-1, -1) remove it, [7, -1) is beyond it.
+                ranges: vec![[0, 3], [4, 7], [0, 7], [7, -1], [-1, -1]],
+                decode_next: vec![1, 3],
+                decode_shared: true,
+                state: true,
+                ..seed
+            }),
+            "hybrid_iswa" => Some(Domain {
+                name: "hybrid_iswa".into(),
+                // lfm2 with a sliding window: llama_memory_hybrid_iswa (src/llama-model.cpp:2730
+                // in 0.1.161). As the iswa preset, the windowed cache (pad(min(512, 4 * 2 + 16),
+                // 256) = 256 cells) is filled by the setup (seq 1: 0..5, seq 0: 0..249), so every
+                // decode overwrites masked cells; the states sit at 5 and 249.
+                setup: Setup {
+                    arch: Arch::Lfm2Swa,
+                    ..preset_iswa_setup()
+                },
+                // Seq 1's window is 2..5, seq 0's 246..249. [0, 3) misses both states (true),
+                // [2, 5) and [244, 248) cut a window and miss its state, [248, -1) cuts seq 0's
+                // state (refused: no rollback depth), [-1, -1) removes the sequence.
+                ranges: vec![[0, 3], [2, 5], [244, 248], [248, -1], [-1, -1]],
+                decode_next: vec![1, 4],
+                decode_shared: true,
+                state: true,
+                // #18552: PARTIAL_ONLY restores on iSWA and hybrid memories.
+                state_flags: vec![1],
+                ..seed.clone()
+            }),
+            "rollback" => Some(Domain {
+                name: "rollback".into(),
+                // lfm2 is the architecture kvaudit writes whose states roll back on 0.1.161
+                // (llm_arch_supports_rs_rollback; mamba and jamba clamp n_rs_seq to 0). The
+                // setup decodes 0..=6 in one ubatch, which writes snapshot planes 0..=3.
+                setup: Setup {
+                    arch: Arch::Lfm2,
+                    n_rs_seq: 3,
+                    ..seed.setup.clone()
+                },
+                // From the state at 6: [6, -1), [5, -1) and [4, -1) roll back 1, 2 and 3 tokens
+                // (accepted), [3, -1) four (deeper than n_rs_seq: refused), [0, 3) misses the
+                // state, [-1, -1) removes the sequence. After a decode of 1 or 3 more tokens the
+                // same ranges take back more.
+                ranges: vec![[6, -1], [5, -1], [4, -1], [3, -1], [0, 3], [-1, -1]],
+                copy_ranges: Some(vec![[-1, -1]]),
+                deltas: Vec::new(),
+                divisors: Vec::new(),
+                rm_all: false,
+                clear: false,
+                decode_next: vec![1, 3],
+                state: true,
+                ..seed
+            }),
+            "msa" => Some(Domain {
+                name: "msa".into(),
+                // Block selection runs with flash attention on and one stream per sequence
+                // (`msa_enabled`, src/models/minimax-m3.cpp); F32 K/V so that the logits probes
+                // are judged with flash attention on (an F16 V summed in F16 is not:
+                // `v_summed_in_f16`). 14 tokens fill blocks 0..=3 of 4 positions, so the top 2
+                // blocks (the local one and the best other) leave two out: selection matters.
+                setup: Setup {
+                    arch: Arch::MinimaxM3,
+                    flash_attn: true,
+                    kv_unified: false,
+                    type_k: CacheType::F32,
+                    type_v: CacheType::F32,
+                    ops: vec![Op::Decode(Decode::next(0, 14))],
+                    ..seed.setup.clone()
+                },
+                // #26338 (block selection was tied to cell indices, right only for append-only
+                // streams): a removal of a whole block [4, 8), one across a block edge [2, 5)
+                // and the tail [12, -1) free cells the next decode reuses at other positions;
+                // shifts by a whole block and half of one move positions across blocks.
+                ranges: vec![[4, 8], [2, 5], [12, -1], [-1, -1]],
+                deltas: vec![4, -2],
+                divisors: vec![2],
+                decode_next: vec![1, 5],
+                decode_shared: true,
+                state: true,
+                ..seed
+            }),
+            _ => None,
+        }
+    }
+}
