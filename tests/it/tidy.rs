@@ -37,8 +37,9 @@ pub const LAYERS: [&str; 8] = [
 ];
 
 /// Modules allowed to hold `unsafe` code.
-const UNSAFE_ALLOWED: [&str; 2] = [
+const UNSAFE_ALLOWED: [&str; 3] = [
     "targets/llama-cpp/src/ffi.rs",
+    "targets/llama-cpp/src/ffi/raw.rs",
     "targets/llama-cpp/src/sys.rs",
 ];
 
