@@ -190,7 +190,8 @@ impl SeqObservation {
     pub fn recurrent_cells(&self, memory: MemoryType) -> Option<&[Pos]> {
         match memory {
             MemoryType::Hybrid => self.second_cells.as_deref(),
-            MemoryType::HybridIswa => self.third_cells.as_deref(),
+            // hybrid_idx: the second part is the indexer key cache (base/state/hybrid_idx.rs).
+            MemoryType::HybridIswa | MemoryType::HybridIdx => self.third_cells.as_deref(),
             MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => None,
         }
     }

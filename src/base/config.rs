@@ -36,6 +36,10 @@ pub enum Arch {
     /// `llama-model.cpp:2382`).
     #[serde(rename = "minimax-m3")]
     MinimaxM3,
+    /// `qwen4exp`: gated-delta-net (recurrent) layers and dense-attention layers that carry a QSA
+    /// indexer: an attention cache, a recurrent memory and an indexer key cache of the attention
+    /// layers (`llama_memory_hybrid_idx`; 0.1.161, `llama-model.cpp:2694-2730`).
+    Qwen4exp,
 }
 
 /// The memory implementation an architecture selects.
@@ -58,11 +62,14 @@ pub enum MemoryType {
     /// `llama_kv_cache_msa`: two attention caches that take every op alike, the K/V cache of
     /// every layer and the indexer key cache of the sparse layers.
     Msa,
+    /// `llama_memory_hybrid_idx`: `llama_memory_hybrid` (an attention cache and a recurrent
+    /// memory) with an indexer key cache that mirrors the attention cache cell for cell.
+    HybridIdx,
 }
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 7] = [
+    pub const ALL: [Arch; 8] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
@@ -70,6 +77,7 @@ impl Arch {
         Arch::Lfm2,
         Arch::Lfm2Swa,
         Arch::MinimaxM3,
+        Arch::Qwen4exp,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -86,6 +94,7 @@ impl Arch {
             Arch::Lfm2 => "lfm2",
             Arch::Lfm2Swa => "lfm2_swa",
             Arch::MinimaxM3 => "minimax-m3",
+            Arch::Qwen4exp => "qwen4exp",
         }
     }
 
@@ -99,7 +108,8 @@ impl Arch {
             | Arch::Mamba
             | Arch::Jamba
             | Arch::Lfm2
-            | Arch::MinimaxM3 => self.name(),
+            | Arch::MinimaxM3
+            | Arch::Qwen4exp => self.name(),
         }
     }
 
@@ -110,7 +120,12 @@ impl Arch {
     pub const fn swa_window(self) -> Option<u32> {
         match self {
             Arch::Gemma2 | Arch::Lfm2Swa => Some(4),
-            Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::MinimaxM3 => None,
+            Arch::Llama
+            | Arch::Mamba
+            | Arch::Jamba
+            | Arch::Lfm2
+            | Arch::MinimaxM3
+            | Arch::Qwen4exp => None,
         }
     }
 
@@ -123,6 +138,7 @@ impl Arch {
             Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
             Arch::Lfm2Swa => MemoryType::HybridIswa,
             Arch::MinimaxM3 => MemoryType::Msa,
+            Arch::Qwen4exp => MemoryType::HybridIdx,
         }
     }
 }
@@ -140,7 +156,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp)")
             })
     }
 }
@@ -151,7 +167,7 @@ impl MemoryType {
         *self == MemoryType::Kv
     }
 
-    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`.
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`, `hybrid_idx`.
     pub fn name(self) -> &'static str {
         match self {
             MemoryType::Kv => "kv",
@@ -160,6 +176,7 @@ impl MemoryType {
             MemoryType::Hybrid => "hybrid",
             MemoryType::HybridIswa => "hybrid_iswa",
             MemoryType::Msa => "msa",
+            MemoryType::HybridIdx => "hybrid_idx",
         }
     }
 
@@ -169,25 +186,34 @@ impl MemoryType {
     pub fn has_window(self) -> bool {
         match self {
             MemoryType::Iswa | MemoryType::HybridIswa => true,
-            MemoryType::Kv | MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::Msa => false,
+            MemoryType::Kv
+            | MemoryType::Recurrent
+            | MemoryType::Hybrid
+            | MemoryType::Msa
+            | MemoryType::HybridIdx => false,
         }
     }
 
-    /// Whether the memory has recurrent states (recurrent, hybrid, hybrid_iswa).
+    /// Whether the memory has recurrent states (recurrent, hybrid, hybrid_iswa, hybrid_idx).
     pub fn has_states(self) -> bool {
         match self {
-            MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => true,
+            MemoryType::Recurrent
+            | MemoryType::Hybrid
+            | MemoryType::HybridIswa
+            | MemoryType::HybridIdx => true,
             MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => false,
         }
     }
 
-    /// Whether the memory pairs attention with recurrent states (hybrid, hybrid_iswa): `seq_rm`
+    /// Whether the memory pairs attention with recurrent states (hybrid, hybrid_iswa,
+    /// hybrid_idx, whose `seq_rm` asks the recurrent part first too,
+    /// src/llama-memory-hybrid-idx.cpp:185-204): `seq_rm`
     /// asks the recurrent part first and a refusal changes neither
     /// (src/llama-memory-hybrid.cpp:143-150, src/llama-memory-hybrid-iswa.cpp `seq_rm`), and the
     /// accessors are the intersection of the parts' ranges.
     pub fn is_hybrid(self) -> bool {
         match self {
-            MemoryType::Hybrid | MemoryType::HybridIswa => true,
+            MemoryType::Hybrid | MemoryType::HybridIswa | MemoryType::HybridIdx => true,
             MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => false,
         }
     }

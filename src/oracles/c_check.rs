@@ -77,7 +77,8 @@ pub fn read_cells(memory: MemoryType, cells: &str, n: &str, win: &str, nwin: &st
         // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
         MemoryType::Kv | MemoryType::Msa => ("resident", false),
         MemoryType::Recurrent => ("resident_recurrent", false),
-        MemoryType::Hybrid => ("resident_hybrid", false),
+        // hybrid_idx: the attention cache's cells, as a hybrid's (the indexer cache mirrors them).
+        MemoryType::Hybrid | MemoryType::HybridIdx => ("resident_hybrid", false),
         // A memory with a windowed cache reads its windowed dump too (`win`, `nwin`).
         MemoryType::Iswa => ("resident_iswa", true),
         MemoryType::HybridIswa => ("resident_hybrid_iswa", true),

@@ -522,7 +522,8 @@ fn failed_rm_moved_accessors(
 
 /// The first breach in `after` (against `after.before`) of a clause with `documented`, if any,
 /// on a memory of type `memory`: the first part's cells by its rules, then a hybrid memory's
-/// recurrent states by theirs, or an MSA memory's indexer key cache by the cell rules.
+/// recurrent states by theirs, or an MSA memory's indexer key cache by the cell rules, then a
+/// hybrid_idx memory's indexer key cache by the cell rules.
 pub fn check_contract(
     op: &Op,
     after: &StepObservation,
@@ -541,7 +542,7 @@ pub fn check_contract(
             // memory's indexer key cache by the cell rules, since it takes every op and every
             // ubatch the K/V cache takes (llama-kv-cache-msa.cpp:52-84, `init_batch` :102-144).
             let second = match memory {
-                MemoryType::Hybrid | MemoryType::HybridIswa => Part::States,
+                MemoryType::Hybrid | MemoryType::HybridIswa | MemoryType::HybridIdx => Part::States,
                 MemoryType::Msa => Part::Cells,
                 MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent => return None,
             };
@@ -556,6 +557,20 @@ pub fn check_contract(
             let mut breach = first_breach(op, &after.outcome, &b2, &a2, second, &b)?;
             // The accessors are the K/V cache's: say which cache broke the clause.
             if let (MemoryType::Msa, Some(o)) = (memory, breach.observed.as_object_mut()) {
+                o.insert("part".into(), json!("indexer cache"));
+            }
+            Some(breach)
+        })
+        .or_else(|| {
+            // A hybrid_idx memory's indexer key cache by the cell rules: it takes every op the
+            // attention cache takes and adopts its slots (llama-memory-hybrid-idx.cpp:185-245,
+            // `init_batch` :127-131, `state_read` :272-307).
+            if memory != MemoryType::HybridIdx {
+                return None;
+            }
+            let (b2, a2) = (second_cells(before), second_cells(&after.seqs));
+            let mut breach = first_breach(op, &after.outcome, &b2, &a2, Part::Cells, &b)?;
+            if let Some(o) = breach.observed.as_object_mut() {
                 o.insert("part".into(), json!("indexer cache"));
             }
             Some(breach)

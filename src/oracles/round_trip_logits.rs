@@ -45,10 +45,13 @@ pub const ID: OracleId = OracleId::builtin(14, "round-trip-logits");
 /// iSWA and hybrid memories.
 pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
     use CacheType::{F16, F32, Q4_0, Q8_0};
-    use MemoryType::{Hybrid, HybridIswa, Iswa, Kv, Msa, Recurrent};
+    use MemoryType::{Hybrid, HybridIdx, HybridIswa, Iswa, Kv, Msa, Recurrent};
     match (memory, cache) {
         // A hybrid-iSWA's: the hybrid's, as PREREG.md's issue-24 hybrid-iSWA batch predicted.
-        (Kv | Recurrent, F32) | (Recurrent, F16) | (Iswa | Hybrid | HybridIswa, F32) => Some(1e-4),
+        // hybrid_idx: the hybrid's (PREREG.md, issue-24 hybrid_idx batch).
+        (Kv | Recurrent, F32)
+        | (Recurrent, F16)
+        | (Iswa | Hybrid | HybridIswa | HybridIdx, F32) => Some(1e-4),
         // MSA (minimax-m3) runs block selection only with flash attention on, and flash
         // attention casts an F32 K/V to F16 (src/llama-graph.cpp:2727-2733 in 0.1.161), so a
         // load that lays the cells out anew sums them in another order in F16. Measured before
@@ -58,7 +61,7 @@ pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
         // those above 0 above 9e-2 (the pending K-shift and stream copy, corpora/).
         (Msa, F32) => Some(1e-3),
         (Msa, F16) => None,
-        (Kv | Iswa | Hybrid | HybridIswa, F16) => Some(1e-3),
+        (Kv | Iswa | Hybrid | HybridIswa | HybridIdx, F16) => Some(1e-3),
         (_, Q8_0 | Q4_0) => None,
     }
 }

@@ -55,7 +55,8 @@ pub const SIZE_NOT_OWN: &str = "two sequences with the same cells have dumps of 
 /// | hybrid | its attention cells and its recurrent states |
 /// | msa | its K/V cells and its indexer cells (each cache's dump as kv's; not measured yet) |
 /// | hybrid_iswa | its base cells, its windowed cells and its recurrent states (the iSWA pair's dumps, then the states; not measured yet) |
-pub const SIZE_LAW: [(MemoryType, &str); 6] = [
+/// | hybrid_idx | its attention cells, its indexer cells and its recurrent states (the hybrid's dump, then the indexer cache's: llama-memory-hybrid-idx.cpp:259-270) |
+pub const SIZE_LAW: [(MemoryType, &str); 7] = [
     (MemoryType::Kv, "its cells"),
     (MemoryType::Iswa, "its base cells and its windowed cells"),
     (MemoryType::Recurrent, "its state cells"),
@@ -68,6 +69,10 @@ pub const SIZE_LAW: [(MemoryType, &str); 6] = [
         MemoryType::HybridIswa,
         "its base cells, its windowed cells and its recurrent states",
     ),
+    (
+        MemoryType::HybridIdx,
+        "its attention cells, its indexer cells and its recurrent states",
+    ),
 ];
 
 /// The counts a sequence's dump size is a function of ([`SIZE_LAW`]).
@@ -77,7 +82,7 @@ pub fn size_key(memory: MemoryType, s: &SeqObservation) -> (usize, usize, usize)
     match memory {
         MemoryType::Kv | MemoryType::Recurrent => (s.cells.len(), 0, 0),
         MemoryType::Iswa | MemoryType::Hybrid | MemoryType::Msa => (s.cells.len(), second, 0),
-        MemoryType::HybridIswa => (s.cells.len(), second, third),
+        MemoryType::HybridIswa | MemoryType::HybridIdx => (s.cells.len(), second, third),
     }
 }
 

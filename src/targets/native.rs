@@ -464,6 +464,10 @@ pub(crate) fn memory_config(
             shape: None,
         },
         MemoryType::Msa => MemoryKind::Msa,
+        MemoryType::HybridIdx => MemoryKind::HybridIdx {
+            n_rs_seq: rollback_depth(name, setup)?,
+            shape: None,
+        },
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
@@ -506,10 +510,12 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
     };
     match setup.arch {
         _ if setup.n_rs_seq == 0 => Ok(0),
-        Arch::Lfm2 | Arch::Lfm2Swa if setup.n_rs_seq < native_kv::recurrent::MAX_PLANES as u32 => {
+        Arch::Lfm2 | Arch::Lfm2Swa | Arch::Qwen4exp
+            if setup.n_rs_seq < native_kv::recurrent::MAX_PLANES as u32 =>
+        {
             Ok(setup.n_rs_seq)
         }
-        Arch::Lfm2 | Arch::Lfm2Swa => Err(unsupported(format!(
+        Arch::Lfm2 | Arch::Lfm2Swa | Arch::Qwen4exp => Err(unsupported(format!(
             "n_rs_seq {} above the native limit {}",
             setup.n_rs_seq,
             native_kv::recurrent::MAX_PLANES - 1

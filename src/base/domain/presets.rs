@@ -5,7 +5,7 @@
 use super::*;
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 17] = [
+pub const PRESETS: [&str; 18] = [
     "seed",
     "wide",
     "streams",
@@ -23,10 +23,11 @@ pub const PRESETS: [&str; 17] = [
     "rollback",
     "hybrid_iswa",
     "msa",
+    "hybrid_idx",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 17] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 18] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -44,6 +45,7 @@ pub const PRESET_SUMMARIES: [(&str, &str); 17] = [
     ("rollback", "lfm2's hybrid memory with recurrent rollback (n_rs_seq 3): speculative decoding's multi-token decodes, partial seq_rm inside and beyond the snapshot window, decodes again, copies and state save/load"),
     ("hybrid_iswa", "lfm2_swa's hybrid-iSWA memory (short-convolution states + a windowed attention cache of window 4 that evicts): removals inside, across and below the window, refused partial removals, copies, shifts, multi-sequence decodes, state save/load with PARTIAL_ONLY"),
     ("msa", "minimax-m3's MSA memory (a K/V cache and an indexer key cache) with block selection on (flash attention, one stream per sequence): removals that free cells inside blocks, shifts that move positions across blocks, decodes into reused cells, copies, state save/load"),
+    ("hybrid_idx", "qwen4exp's hybrid-idx memory (gated-delta-net states + an attention cache + the QSA indexer key cache that mirrors it, blocks of 2 pooled cells): two sequences at the same positions in a unified cache (the hunt adds one stream per sequence), removals that free whole and half blocks, refused partial removals, copies, multi-sequence decodes, state save/load with PARTIAL_ONLY; no shifts (M-RoPE cannot K-shift)"),
 ];
 
 /// The iswa preset's setup (gemma2; hybrid_iswa runs it on lfm2_swa): a windowed cache of 256
@@ -294,6 +296,38 @@ impl Domain {
                 decode_next: vec![1, 5],
                 decode_shared: true,
                 state: true,
+                ..seed
+            }),
+            "hybrid_idx" => Some(Domain {
+                name: "hybrid_idx".into(),
+                // qwen4exp: llama_memory_hybrid_idx (src/llama-model.cpp:2694-2730 in 0.1.161).
+                // #27994 and #27752 (with kv_unified, the indexer's blocks were keyed by
+                // position only, so sequences collided): a unified cache with both sequences
+                // at positions 0..=7 (blocks of KPOOL = 2 cells: four full blocks each); the
+                // hunt pairs the preset with one stream per sequence (`PAIRS_EVERYWHERE`).
+                setup: Setup {
+                    arch: Arch::Qwen4exp,
+                    kv_unified: true,
+                    ops: vec![
+                        Op::Decode(Decode::next(0, 8)),
+                        Op::Decode(Decode::next(1, 8)),
+                    ],
+                    ..seed.setup.clone()
+                },
+                // The states sit at 7: [0, 2) and [2, 5) miss them (a whole block and a block
+                // and a half freed), [4, 8) is a partial removal (refused: no rollback depth),
+                // [8, -1) is beyond them, [-1, -1) removes the sequence. #27941 (seq_cp lost the
+                // indexer keys) and #27813 (state_write dropped the indexer cache): copies and
+                // state round trips, judged on the indexer cache by contract.
+                ranges: vec![[0, 2], [2, 5], [4, 8], [8, -1], [-1, -1]],
+                // M-RoPE cannot K-shift (`get_can_shift`, src/llama-kv-cache.cpp:1213-1215):
+                // a seq_add or seq_div would abort the next decode's update.
+                deltas: Vec::new(),
+                divisors: Vec::new(),
+                decode_next: vec![1, 3],
+                decode_shared: true,
+                state: true,
+                state_flags: vec![1],
                 ..seed
             }),
             _ => None,

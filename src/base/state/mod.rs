@@ -18,6 +18,10 @@
 //!              recurrent section (src/llama-memory-hybrid-iswa.cpp `state_write`)
 //!   msa:       two caches: the K/V cache of every layer, then the indexer key cache of the
 //!              sparse layers (`llama_kv_cache_msa::state_write`, llama-kv-cache-msa.cpp:160)
+//!   hybrid_idx: one cache (the attention layers), one recurrent section, then the indexer key
+//!              cache of the attention layers (`llama_memory_hybrid_idx::state_write`,
+//!              src/llama-memory-hybrid-idx.cpp:259; read in `hybrid_idx.rs`, which finds
+//!              where the recurrent section ends)
 //! a cache:
 //!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
 //!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
@@ -53,6 +57,7 @@ use thiserror::Error;
 
 use crate::base::op::{MemoryType, Pos, SeqId};
 
+mod hybrid_idx;
 mod rows;
 
 pub use rows::{f16_to_f32, parse_seq_rows, CellRows, ResidentRows, RowError};
@@ -310,6 +315,8 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
         MemoryType::Kv | MemoryType::Hybrid => 1,
         MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::Msa => 2,
         MemoryType::Recurrent => 0,
+        // The recurrent section sits between the two caches.
+        MemoryType::HybridIdx => return hybrid_idx::parse(r, format),
     };
     let mut caches = Vec::with_capacity(n_caches);
     for _ in 0..n_caches {
@@ -320,6 +327,7 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
             Some(parse_recurrent(r)?)
         }
         MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => None,
+        MemoryType::HybridIdx => unreachable!("read by hybrid_idx::parse"),
     };
     if !r.done() {
         return r.fail(
@@ -337,6 +345,17 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
 /// The cells of a stream or a recurrent section: `cell_count` (bounded by the input: a cell is
 /// at least i32 pos + u32 n_seq_id) and each cell's position and sequence ids.
 fn parse_cells(r: &mut Reader<'_>) -> Result<(Vec<StateCell>, Vec<SeqId>), ParseError> {
+    parse_cells_ext(r, false)
+}
+
+/// [`parse_cells`]; with `ext`, each cell's `n_seq_id` is followed by its `llama_kv_cell_ext`
+/// (i32 x, i32 y, i32 token: 12 bytes), which a cache of an M-RoPE model writes
+/// (`has_cell_ext`, src/llama-kv-cache.cpp:1846-1849 and `state_write_meta` :2238-2241 in
+/// 0.1.161; read for hybrid_idx's qwen4exp, `hybrid_idx.rs`).
+fn parse_cells_ext(
+    r: &mut Reader<'_>,
+    ext: bool,
+) -> Result<(Vec<StateCell>, Vec<SeqId>), ParseError> {
     let at = r.at;
     let cell_count = r.u32("cell_count")?;
     if cell_count as usize > r.bytes.len() / 8 {
@@ -356,6 +375,9 @@ fn parse_cells(r: &mut Reader<'_>) -> Result<(Vec<StateCell>, Vec<SeqId>), Parse
         let n_seq = r.u32("cell n_seq_id")?;
         if n_seq > 256 {
             return r.fail(at, format!("n_seq_id <= 256, found {n_seq}"));
+        }
+        if ext {
+            r.take(12, "cell ext (x, y, token)")?;
         }
         let seqs_at = seq_ids.len() as u32;
         for _ in 0..n_seq {
@@ -496,22 +518,34 @@ fn parse_cache<'a>(
     r: &mut Reader<'a>,
     format: StateFormat,
 ) -> Result<Vec<StreamState<'a>>, ParseError> {
+    parse_cache_ext(r, format, false)
+}
+
+/// [`parse_cache`], with cell exts as [`parse_cells_ext`] reads them.
+fn parse_cache_ext<'a>(
+    r: &mut Reader<'a>,
+    format: StateFormat,
+    ext: bool,
+) -> Result<Vec<StreamState<'a>>, ParseError> {
     if format.no_stream_count {
-        return Ok(vec![parse_stream(r, format)?]);
+        return Ok(vec![parse_stream(r, format, ext)?]);
     }
     let at = r.at;
     let n_stream = r.u32("n_stream")?;
     if n_stream == 0 || n_stream > 256 {
         return r.fail(at, format!("n_stream in 1..=256, found {n_stream}"));
     }
-    (0..n_stream).map(|_| parse_stream(r, format)).collect()
+    (0..n_stream)
+        .map(|_| parse_stream(r, format, ext))
+        .collect()
 }
 
 fn parse_stream<'a>(
     r: &mut Reader<'a>,
     format: StateFormat,
+    ext: bool,
 ) -> Result<StreamState<'a>, ParseError> {
-    let (cells, seq_ids) = parse_cells(r)?;
+    let (cells, seq_ids) = parse_cells_ext(r, ext)?;
     if cells.is_empty() && !format.no_stream_count {
         return Ok(StreamState {
             cells,
@@ -592,6 +626,7 @@ pub fn fuzz_seq_state(data: &[u8]) {
             MemoryType::Iswa,
             MemoryType::Recurrent,
             MemoryType::Hybrid,
+            MemoryType::HybridIdx,
         ]
         .map(|memory| StateFormat {
             rot_fields,

@@ -634,6 +634,17 @@ impl TokenModel {
                 let state = self.state_resident(obs.seq, obs.second_cells.as_deref()?)?;
                 (attention.0 == state.0).then_some(attention)
             }
+            MemoryType::HybridIdx => {
+                // The indexer key cache mirrors the attention cache cell for cell (the graph
+                // asserts it, src/models/qwen4exp.cpp:421); a sequence whose two caches differ
+                // is not vouched for (contract judges the indexer cache).
+                if obs.second_cells.as_deref()? != obs.cells.as_slice() {
+                    return None;
+                }
+                let attention = self.attention_resident(obs.seq, &obs.cells)?;
+                let state = self.state_resident(obs.seq, obs.third_cells.as_deref()?)?;
+                (attention.0 == state.0).then_some(attention)
+            }
             MemoryType::HybridIswa => {
                 // The accessors are the intersection of the parts' ranges, so they do not show
                 // the windowed cache's own minimum (the iswa rule above): the windowed dump must

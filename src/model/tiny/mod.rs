@@ -23,6 +23,7 @@ use crate::base::op::Arch;
 
 pub mod memory_types;
 pub mod minimax_m3;
+pub mod qwen4exp;
 
 /// `return Err(ModelError::Spec(..))` unless the condition holds.
 macro_rules! ensure_spec {
@@ -122,7 +123,9 @@ impl TinyModelSpec {
     /// - `lfm2_swa`: lfm2's shape with a window of 4 positions (lfm2 makes every attention layer
     ///   windowed, so the iSWA pair's base cache holds cells but no layer).
     /// - `minimax-m3`: two blocks, a dense-lead one (no indexer key cache) and a sparse one
-    ///   (`minimax_m3`), n_embd 16, head dimension 8 (the indexer key's too).
+    ///   (`minimax_m3`), n_embd 16, head dimension 8 (the indexer key's too);
+    /// - `qwen4exp`: two blocks, a gated delta net and a dense-attention one with the QSA indexer
+    ///   (`qwen4exp`), n_embd 16, head dimension 8 (the indexer key's too).
     pub fn for_arch(arch: Arch) -> Self {
         let audit = TinyModelSpec::audit();
         match arch {
@@ -142,16 +145,18 @@ impl TinyModelSpec {
                 n_ff: 0,
                 ..audit
             },
-            Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa | Arch::MinimaxM3 => TinyModelSpec {
-                arch,
-                n_layer: 2,
-                n_embd: 16,
-                n_head: 2,
-                n_head_kv: 1,
-                n_ff: 16,
-                sliding_window: arch.swa_window(),
-                ..audit
-            },
+            Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa | Arch::MinimaxM3 | Arch::Qwen4exp => {
+                TinyModelSpec {
+                    arch,
+                    n_layer: 2,
+                    n_embd: 16,
+                    n_head: 2,
+                    n_head_kv: 1,
+                    n_ff: 16,
+                    sliding_window: arch.swa_window(),
+                    ..audit
+                }
+            }
         }
     }
 
@@ -182,6 +187,10 @@ impl TinyModelSpec {
         ensure_spec!(
             self.arch != Arch::MinimaxM3 || self.n_layer > minimax_m3::DENSE_LEAD,
             "tiny model: minimax-m3 needs a dense-lead block and a sparse one"
+        );
+        ensure_spec!(
+            self.arch != Arch::Qwen4exp || self.n_layer >= qwen4exp::FULL_ATTENTION_INTERVAL,
+            "tiny model: qwen4exp needs a gated-delta-net block and an attention one"
         );
         ensure_spec!(
             self.arch != Arch::Gemma2 || self.n_layer >= 2,
@@ -260,6 +269,7 @@ fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWrit
     match spec.arch {
         Arch::Llama => {}
         Arch::MinimaxM3 => return Ok(minimax_m3::writer(spec)),
+        Arch::Qwen4exp => return Ok(qwen4exp::writer(spec)),
         Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa => {
             return Ok(memory_types::writer(spec))
         }

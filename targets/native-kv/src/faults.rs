@@ -106,11 +106,23 @@ pub struct Faults {
     /// llama-kv-cache-msa.cpp:66-69). Accessors (the K/V cache's) are right. Positive control
     /// for the contract on the indexer cache and for the differential.
     pub msa_idx_skips_seq_cp: bool,
+    /// hybrid_idx (`llama_memory_hybrid_idx`): `seq_cp` copies in the attention cache and the
+    /// recurrent memory only, so the destination's indexer keys are missing (upstream #27941;
+    /// 0.1.161 sends it to the indexer cache too, llama-memory-hybrid-idx.cpp:206-215).
+    /// Accessors (the attention cache's and the states') are right. Positive control for the
+    /// contract on the indexer cache and for the differential.
+    pub hybrid_idx_skips_seq_cp: bool,
+    /// hybrid_idx: a sequence's dump leaves the indexer cache out (upstream #27813, "state_write
+    /// drops the indexer cache"; 0.1.161 appends it, llama-memory-hybrid-idx.cpp:259-270), and a
+    /// load reads none, so a restored sequence has no indexer keys. Positive control for the
+    /// dump parser (a dump that ends early is an error of the harness, `Err`) and, where the
+    /// load keeps the bytes, for the round trips.
+    pub hybrid_idx_state_drops_indexer: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 22] = [
+    pub const NAMES: [&'static str; 24] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -133,6 +145,8 @@ impl Faults {
         "seq_size_scales_with_n_seq_max",
         "failed_seq_load_clears_all",
         "msa_idx_skips_seq_cp",
+        "hybrid_idx_skips_seq_cp",
+        "hybrid_idx_state_drops_indexer",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -159,6 +173,8 @@ impl Faults {
             "seq_size_scales_with_n_seq_max" => &mut self.seq_size_scales_with_n_seq_max,
             "failed_seq_load_clears_all" => &mut self.failed_seq_load_clears_all,
             "msa_idx_skips_seq_cp" => &mut self.msa_idx_skips_seq_cp,
+            "hybrid_idx_skips_seq_cp" => &mut self.hybrid_idx_skips_seq_cp,
+            "hybrid_idx_state_drops_indexer" => &mut self.hybrid_idx_state_drops_indexer,
             _ => return None,
         })
     }

@@ -109,6 +109,11 @@ impl Memory {
                 recr.write_state_key(out);
                 Ok(())
             }
+            Memory::HybridIdx { attn, recr, idx } => {
+                attn.write_state_key(out, scope)?;
+                recr.write_state_key(out);
+                idx.write_state_key(out, scope)
+            }
             Memory::HybridIswa { base, swa, recr } => {
                 base.write_state_key(out, scope)?;
                 swa.write_state_key(out, scope)?;

@@ -37,6 +37,15 @@
 //!   (:57-64); the accessors are the base cache's (:86-92); a decode prepares both before either
 //!   places (`init_batch`, :102-144). Dumps: the base cache's memory, then the indexer cache's
 //!   (:160-168), each in the attention layout (no window: the indexer cache dumps every cell).
+//! - **Hybrid-idx** (`llama_memory_hybrid_idx`, src/llama-memory-hybrid-idx.cpp, 0.1.157 on;
+//!   lines of 0.1.161): the hybrid, plus an indexer key cache (`mem_idx`) of the attention
+//!   cache's size that takes every op after the hybrid's parts (`seq_rm` between the recurrent
+//!   memory's and the attention cache's, :185-204; the others after both, :206-245) and, in a
+//!   decode, the attention cache's own slots (`heads_idx = heads_attn`, `init_batch` :127-131).
+//!   Its pooled-key staleness (`mem_idx_stale`) is graph input, not bookkeeping: not modelled.
+//!   Dumps: the hybrid's, then the indexer cache's (:259-270; `PARTIAL_ONLY` leaves out both
+//!   caches). A load reads them in that order and a failure drops the sequence from all three
+//!   parts (`state_drop`, :272-329; a whole load clears the memory).
 //!
 //! Whole-context dumps start with the architecture name ([`crate::STATE_ARCH`]), per-sequence
 //! dumps with the magic and the sequence id, as the attention cache's.
@@ -80,6 +89,14 @@ pub enum MemoryKind {
         n_swa: u32,
         /// Cells per stream of the windowed cache.
         swa_size: u32,
+        /// `llama_context_params::n_rs_seq`.
+        n_rs_seq: u32,
+        /// The recurrent state rows a dump carries, if any.
+        shape: Option<RecurrentShape>,
+    },
+    /// `llama_memory_hybrid_idx`: an attention cache and an indexer key cache of the
+    /// [`CacheConfig`] and a recurrent memory.
+    HybridIdx {
         /// `llama_context_params::n_rs_seq`.
         n_rs_seq: u32,
         /// The recurrent state rows a dump carries, if any.
@@ -152,6 +169,15 @@ pub enum Memory {
         /// `mem_recr`.
         recr: RecurrentCache,
     },
+    /// A hybrid memory and the indexer key cache that mirrors its attention cache.
+    HybridIdx {
+        /// `mem_attn`.
+        attn: CellCache,
+        /// `mem_recr`.
+        recr: RecurrentCache,
+        /// `mem_idx`.
+        idx: CellCache,
+    },
     /// The iSWA pair and a recurrent memory.
     HybridIswa {
         /// `mem_attn`'s `kv_base`.
@@ -206,6 +232,11 @@ impl Memory {
                 attn: CellCache::new(c),
                 recr: recurrent(n_rs_seq, shape),
             },
+            MemoryKind::HybridIdx { n_rs_seq, shape } => Memory::HybridIdx {
+                attn: CellCache::new(c),
+                recr: recurrent(n_rs_seq, shape),
+                idx: CellCache::new(c),
+            },
         }
     }
 
@@ -224,6 +255,7 @@ impl Memory {
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
             | Memory::Hybrid { attn: c, .. }
+            | Memory::HybridIdx { attn: c, .. }
             | Memory::HybridIswa { base: c, .. } => c.check_seq(s),
             Memory::Recurrent(r) => r.check_seq(s),
         }
@@ -246,6 +278,11 @@ impl Memory {
                 base.clear();
                 swa.clear();
                 recr.clear();
+            }
+            Memory::HybridIdx { attn, recr, idx } => {
+                attn.clear();
+                recr.clear();
+                idx.clear();
             }
         }
     }
@@ -280,6 +317,16 @@ impl Memory {
                 let b = swa.seq_rm(seq, p0, p1)?;
                 Ok(a & b)
             }
+            Memory::HybridIdx { attn, recr, idx } => {
+                if seq >= 0 {
+                    attn.check_seq(seq)?;
+                }
+                if !attn.config().faults.hybrid_rm_one_side && !recr.seq_rm(seq, p0, p1) {
+                    return Ok(false);
+                }
+                idx.seq_rm(seq, p0, p1)?;
+                attn.seq_rm(seq, p0, p1)
+            }
         }
     }
 
@@ -308,6 +355,14 @@ impl Memory {
                 swa.seq_cp(src, dst, p0, p1)?;
                 recr.seq_cp(src, dst, p0, p1)
             }
+            Memory::HybridIdx { attn, recr, idx } => {
+                attn.seq_cp(src, dst, p0, p1)?;
+                recr.seq_cp(src, dst, p0, p1)?;
+                if attn.config().faults.hybrid_idx_skips_seq_cp {
+                    return Ok(());
+                }
+                idx.seq_cp(src, dst, p0, p1)
+            }
         }
     }
 
@@ -328,6 +383,11 @@ impl Memory {
                 base.seq_keep(seq)?;
                 swa.seq_keep(seq)?;
                 recr.seq_keep(seq)
+            }
+            Memory::HybridIdx { attn, recr, idx } => {
+                attn.seq_keep(seq)?;
+                recr.seq_keep(seq)?;
+                idx.seq_keep(seq)
             }
         }
     }
@@ -350,6 +410,11 @@ impl Memory {
                 swa.seq_add(seq, p0, p1, delta)?;
                 recr.seq_add(seq, p0, p1, delta)
             }
+            Memory::HybridIdx { attn, recr, idx } => {
+                attn.seq_add(seq, p0, p1, delta)?;
+                recr.seq_add(seq, p0, p1, delta)?;
+                idx.seq_add(seq, p0, p1, delta)
+            }
         }
     }
 
@@ -370,6 +435,11 @@ impl Memory {
                 base.seq_div(seq, p0, p1, d)?;
                 swa.seq_div(seq, p0, p1, d)?;
                 recr.seq_div(seq, p0, p1, d)
+            }
+            Memory::HybridIdx { attn, recr, idx } => {
+                attn.seq_div(seq, p0, p1, d)?;
+                recr.seq_div(seq, p0, p1, d)?;
+                idx.seq_div(seq, p0, p1, d)
             }
         }
     }
@@ -418,6 +488,18 @@ impl Memory {
                 let tokens: Vec<i32> = batch.iter().map(|t| t.token).collect();
                 recr.place(&seqs, &pos, &tokens);
             }
+            Memory::HybridIdx { attn, recr, idx } => {
+                recr.find_slots()?;
+                let a = attn.find_slots(batch)?;
+                attn.place(batch, &pos, &a);
+                attn.forget_shifts();
+                // The indexer adopts the attention cache's slots.
+                idx.place(batch, &pos, &a);
+                idx.forget_shifts();
+                let seqs: Vec<Vec<SeqId>> = batch.iter().map(|t| t.seqs.clone()).collect();
+                let tokens: Vec<i32> = batch.iter().map(|t| t.token).collect();
+                recr.place(&seqs, &pos, &tokens);
+            }
             Memory::HybridIswa { base, swa, recr } => {
                 recr.find_slots()?;
                 let a = base.find_slots(batch)?;
@@ -440,6 +522,7 @@ impl Memory {
         match self {
             Memory::Recurrent(r)
             | Memory::Hybrid { recr: r, .. }
+            | Memory::HybridIdx { recr: r, .. }
             | Memory::HybridIswa { recr: r, .. } => r.state_digest(seq),
             _ => None,
         }
@@ -449,7 +532,9 @@ impl Memory {
     /// hybrid memory's attention part; empty for other memories).
     pub fn attention_positions(&self, seq: SeqId, pos: Pos) -> Vec<Pos> {
         match self {
-            Memory::Hybrid { attn, .. } | Memory::HybridIswa { base: attn, .. } => {
+            Memory::Hybrid { attn, .. }
+            | Memory::HybridIdx { attn, .. }
+            | Memory::HybridIswa { base: attn, .. } => {
                 let mut v: Vec<Pos> = attn
                     .seq_positions(seq)
                     .into_iter()
@@ -493,6 +578,15 @@ impl Memory {
                 }
                 swa.write_memory(seq, out);
                 recr.write_memory(seq, out);
+            }
+            Memory::HybridIdx { attn, recr, idx } => {
+                if !partial {
+                    attn.write_memory(seq, out);
+                }
+                recr.write_memory(seq, out);
+                if !partial && !attn.config().faults.hybrid_idx_state_drops_indexer {
+                    idx.write_memory(seq, out);
+                }
             }
         }
     }
@@ -551,6 +645,7 @@ impl Memory {
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
             | Memory::HybridIswa { base: c, .. }
+            | Memory::HybridIdx { attn: c, .. }
             | Memory::Hybrid { attn: c, .. } => c.config().faults,
             Memory::Recurrent(m) => m.config().faults,
         }
@@ -601,6 +696,26 @@ impl Memory {
                 swa.read_seq_memory(seq, &mut r)?;
                 recr.read_seq_memory(seq, &mut r)?;
             }
+            Memory::HybridIdx { attn, recr, idx } => {
+                let drops = attn.config().faults.hybrid_idx_state_drops_indexer;
+                let read = (|| {
+                    if !partial {
+                        attn.read_seq_memory(seq, &mut r)?;
+                    }
+                    recr.read_seq_memory(seq, &mut r)?;
+                    if !partial && !drops {
+                        idx.read_seq_memory(seq, &mut r)?;
+                    }
+                    Ok(())
+                })();
+                if let Err(e) = read {
+                    // `state_drop`: the sequence leaves all three parts.
+                    attn.seq_rm(seq, -1, -1).expect("seq checked");
+                    recr.seq_rm(seq, -1, -1);
+                    idx.seq_rm(seq, -1, -1).expect("seq checked");
+                    return Err(e);
+                }
+            }
         }
         Ok(r.at)
     }
@@ -631,6 +746,19 @@ impl Memory {
                 swa.read_whole_memory(&mut r)?;
                 recr.read_whole_memory(&mut r)?;
             }
+            Memory::HybridIdx { attn, recr, idx } => {
+                let read = attn
+                    .read_whole_memory(&mut r)
+                    .and_then(|()| recr.read_whole_memory(&mut r))
+                    .and_then(|()| idx.read_whole_memory(&mut r));
+                if let Err(e) = read {
+                    // `state_drop(-1)`: `clear(true)`.
+                    attn.clear();
+                    recr.clear();
+                    idx.clear();
+                    return Err(e);
+                }
+            }
         }
         Ok(r.at)
     }
@@ -643,6 +771,7 @@ impl SeqRanges for Memory {
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
             | Memory::Hybrid { attn: c, .. }
+            | Memory::HybridIdx { attn: c, .. }
             | Memory::HybridIswa { base: c, .. } => c.n_seq(),
             Memory::Recurrent(r) => r.n_seq(),
         }
@@ -653,7 +782,9 @@ impl SeqRanges for Memory {
             Memory::Kv(c) | Memory::Msa { base: c, .. } => c.seq_range(s),
             Memory::Iswa { swa, .. } => swa.seq_range(s),
             Memory::Recurrent(r) => r.seq_range(s),
-            Memory::Hybrid { attn: a, recr } | Memory::HybridIswa { swa: a, recr, .. } => {
+            Memory::Hybrid { attn: a, recr }
+            | Memory::HybridIdx { attn: a, recr, .. }
+            | Memory::HybridIswa { swa: a, recr, .. } => {
                 let (a, b) = (a.seq_range(s), recr.seq_range(s));
                 (a.0.max(b.0), a.1.min(b.1))
             }

@@ -1,0 +1,127 @@
+//! The dump of a `llama_memory_hybrid_idx` (0.1.157 on; `state_write`,
+//! src/llama-memory-hybrid-idx.cpp:259-270 in 0.1.161): `llama_memory_hybrid::state_write` (the
+//! attention cache, then the recurrent section), then the indexer key cache, "a pure suffix"
+//! (`[TAG_HYBRID_IDX_STATE]`). The indexer cache is a `llama_kv_cache` built as an MLA cache
+//! (`n_embd_head_v_mla_impl` set, :63-66), which allocates no V (`has_v = !is_mla`,
+//! src/llama-kv-cache.cpp:231) and writes no V record, whatever its `v_trans` says
+//! (`state_write_data` skips a null V, :2292-2294, :2321-2323): a cache's layout with K
+//! records only ([`parse_k_only_cache`]), and cells without the attention cache's cell ext
+//! ([`CELL_EXT`]).
+//!
+//! The recurrent section is not last here, and its records do not say how many layers are
+//! recurrent (`n_layer` counts them all, `state_write_data` skips the others,
+//! src/llama-memory-recurrent.cpp:915-975): the one count of R/S pairs after which the rest of the
+//! bytes are exactly one cache is the section's end. A wrong count cannot pass for a cache: the
+//! record types it would read as `n_stream` are the recurrent rows' ggml types (F32: 0, outside
+//! a cache's 1..=256 streams), and a cache must end the bytes.
+
+use super::{
+    parse_cache_ext, parse_cells, parse_rows, KvSection, Memory, ParseError, Reader,
+    RecurrentState, StateFormat, StreamState,
+};
+
+/// Whether the attention cache's cells carry a `llama_kv_cell_ext`: qwen4exp ropes with IMRoPE
+/// (`n_pos_per_embd() > 1`, `has_cell_ext`, src/llama-kv-cache.cpp:1846-1849). The indexer
+/// cache's do not: its hparams set `rope_type = LLAMA_ROPE_TYPE_NONE`
+/// (llama-memory-hybrid-idx.cpp:60-62), so one position per cell; the recurrent section has
+/// none either (measured: the dumps of `memtypes_load_qwen4exp_*`).
+const CELL_EXT: bool = true;
+
+/// The three parts, in the order `Memory` holds them: the caches (attention, indexer) and the
+/// recurrent section.
+pub(super) fn parse<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a>, ParseError> {
+    let attention = parse_cache_ext(r, format, CELL_EXT)?;
+    let (cells, seq_ids) = parse_cells(r)?;
+    let at = r.at;
+    match r.u32("s_trans")? {
+        0 => {}
+        x => return r.fail(at, format!("s_trans 0, found {x}")),
+    }
+    let n_layer = r.u32("n_layer")?;
+    let records_at = r.at;
+    let mut last = None;
+    for pairs in 1..=n_layer {
+        r.at = records_at;
+        let tried = (|| {
+            let mut records = Vec::new();
+            for _ in 0..2 * pairs {
+                records.push(parse_rows(r, cells.len(), "R or S")?);
+            }
+            let indexer = parse_k_only_cache(r, format)?;
+            if !r.done() {
+                return r.fail(r.at, "the end of the indexer cache".to_string());
+            }
+            Ok((records, indexer))
+        })();
+        match tried {
+            Ok((mut records, indexer)) => {
+                let s = records.split_off(records.len() / 2);
+                let recurrent = RecurrentState {
+                    cells,
+                    seq_ids,
+                    n_layer,
+                    r: records,
+                    s,
+                };
+                return Ok((vec![attention, indexer], Some(recurrent)));
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or(ParseError {
+        offset: records_at,
+        expected: "at least one recurrent layer (n_layer 0)".to_string(),
+    }))
+}
+
+/// A cache whose streams carry K records only (see the module docs): `u32 n_stream`, per stream
+/// its cells and, when it has any, `v_trans, n_layer, [n_rot_k, n_rot_v]` and one K record per
+/// layer.
+fn parse_k_only_cache<'a>(
+    r: &mut Reader<'a>,
+    format: StateFormat,
+) -> Result<Vec<StreamState<'a>>, ParseError> {
+    let at = r.at;
+    let n_stream = r.u32("n_stream")?;
+    if n_stream == 0 || n_stream > 256 {
+        return r.fail(at, format!("n_stream in 1..=256, found {n_stream}"));
+    }
+    (0..n_stream)
+        .map(|_| {
+            let (cells, seq_ids) = parse_cells(r)?;
+            if cells.is_empty() {
+                return Ok(StreamState {
+                    cells,
+                    seq_ids,
+                    kv: None,
+                });
+            }
+            let at = r.at;
+            let v_trans = match r.u32("v_trans")? {
+                0 => false,
+                1 => true,
+                x => return r.fail(at, format!("v_trans 0 or 1, found {x}")),
+            };
+            let n_layer = r.u32("n_layer")?;
+            let n_rot = if format.rot_fields {
+                Some((r.u32("n_rot_k")?, r.u32("n_rot_v")?))
+            } else {
+                None
+            };
+            let k = (0..n_layer)
+                .map(|_| parse_rows(r, cells.len(), "indexer K"))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(StreamState {
+                cells,
+                seq_ids,
+                kv: Some(KvSection {
+                    v_trans,
+                    n_layer,
+                    n_rot,
+                    k,
+                    v: Vec::new(),
+                }),
+            })
+        })
+        .collect()
+}
