@@ -464,10 +464,15 @@ pub(crate) fn memory_config(
             shape: None,
         },
         MemoryType::Msa => MemoryKind::Msa,
-        MemoryType::HybridIdx => MemoryKind::HybridIdx {
-            n_rs_seq: rollback_depth(name, setup)?,
-            shape: None,
-        },
+        // native-kv models the three parts' bookkeeping (`Memory::HybridIdx`), but its dump
+        // writes no cell ext and a K/V indexer cache, which is not llama.cpp's layout
+        // (base/state/hybrid_idx.rs): unsupported until the native writer has it.
+        MemoryType::HybridIdx => {
+            return Err(HarnessError::Unsupported {
+                target: name.into(),
+                reason: "hybrid_idx: the native dump does not have llama.cpp's layout yet (cell exts, a K-only indexer cache)".into(),
+            })
+        }
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
