@@ -842,6 +842,9 @@ impl DepthWork<'_> {
                     .fold(0, |bits, k| bits | 1 << k),
                 None => 0,
             };
+            if let Some(code) = &done.ra[j].code {
+                tally.code.get_or_insert_with(Default::default).add(code);
+            }
             let now = self.judges.judge(
                 verdicts,
                 tally,
