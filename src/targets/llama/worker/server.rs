@@ -29,6 +29,7 @@ use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::running::runner::{LocalRunner, TrialRunner as _};
 use crate::targets::llama::ffi::{CovMode, LlamaShim};
+use crate::targets::llama::startup::mark;
 use crate::targets::llama::sys;
 use crate::targets::llama::target::{LlamaTarget, ResetMode};
 
@@ -124,6 +125,7 @@ pub fn worker_main(
     observe: Observe,
     crash_observing: Option<Observation>,
 ) -> i32 {
+    mark("worker: main");
     sys::install_fatal_signal_report();
     sys::keep_freed_memory();
     let stdout = std::io::stdout();
@@ -135,6 +137,7 @@ pub fn worker_main(
             return 3;
         }
     };
+    mark("worker: shim loaded");
     let cov = loaded.records_coverage().then(|| loaded.clone());
     // From the start: the context's construction and the setup's decodes (the warm-up below)
     // are code a run executes too.
@@ -154,11 +157,13 @@ pub fn worker_main(
     }
     let mut line = Vec::new();
     let mut input = std::io::BufReader::new(std::io::stdin());
+    mark("worker: ready sent");
     let mut first = match next_request(&mut input, &mut line, &mut out) {
         Ok(Some(r)) => Some(r),
         Ok(None) => return 0,
         Err(code) => return code,
     };
+    mark("worker: first request read");
     // Warm up here, so that every child starts with the context open and the setup's state saved
     // (its resets then restore it). A failure is left for the child to report.
     if let Some(setup) = first.as_ref().and_then(Request::first_setup) {
@@ -167,6 +172,7 @@ pub fn worker_main(
             ops: vec![],
         });
     }
+    mark("worker: warmed up (model, context, setup)");
     if !input.buffer().is_empty() {
         // The parent sends one request at a time and waits for its replies: bytes beyond the first
         // line would be read by the first child only and lost to later ones.
