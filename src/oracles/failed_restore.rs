@@ -156,12 +156,26 @@ impl Oracle for FailedRestore {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "failed_seq_load_clears_all",
-            target: "native[failed_seq_load_clears_all] (domain state)",
-            seed_depth: None,
-            evidence: "oracles/failed_restore_clears_all.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "failed_seq_load_clears_all",
+                target: "native[failed_seq_load_clears_all] (domain state)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_clears_all.json",
+            },
+            PositiveControl {
+                fault: "failed_seq_load_clears_all",
+                target: "native[failed_seq_load_clears_all] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_clears_all_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "failed_seq_load_clears_all",
+                target: "native[failed_seq_load_clears_all] (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_clears_all_msa.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {
