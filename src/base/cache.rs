@@ -191,7 +191,11 @@ impl SeqObservation {
         match memory {
             MemoryType::Hybrid => self.second_cells.as_deref(),
             MemoryType::HybridIswa => self.third_cells.as_deref(),
-            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => None,
+            MemoryType::Kv
+            | MemoryType::Iswa
+            | MemoryType::Recurrent
+            | MemoryType::Msa
+            | MemoryType::Dsv4 => None,
         }
     }
 }

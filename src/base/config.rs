@@ -36,6 +36,10 @@ pub enum Arch {
     /// `llama-model.cpp:2382`).
     #[serde(rename = "minimax-m3")]
     MinimaxM3,
+    /// `deepseek4`: MLA attention over a raw windowed token cache beside compressed K caches and
+    /// compressor states per compression ratio (`llama_kv_cache_dsv4`; 0.1.161,
+    /// `llama-model.cpp:2594-2640`).
+    Deepseek4,
 }
 
 /// The memory implementation an architecture selects.
@@ -58,11 +62,14 @@ pub enum MemoryType {
     /// `llama_kv_cache_msa`: two attention caches that take every op alike, the K/V cache of
     /// every layer and the indexer key cache of the sparse layers.
     Msa,
+    /// `llama_kv_cache_dsv4`: a raw K-only iSWA cache of every layer, three compressed K caches
+    /// (CSA, HCA, the indexer's LID) and their compressor states, one stream per sequence.
+    Dsv4,
 }
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 7] = [
+    pub const ALL: [Arch; 8] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
@@ -70,6 +77,7 @@ impl Arch {
         Arch::Lfm2,
         Arch::Lfm2Swa,
         Arch::MinimaxM3,
+        Arch::Deepseek4,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -86,6 +94,7 @@ impl Arch {
             Arch::Lfm2 => "lfm2",
             Arch::Lfm2Swa => "lfm2_swa",
             Arch::MinimaxM3 => "minimax-m3",
+            Arch::Deepseek4 => "deepseek4",
         }
     }
 
@@ -99,7 +108,8 @@ impl Arch {
             | Arch::Mamba
             | Arch::Jamba
             | Arch::Lfm2
-            | Arch::MinimaxM3 => self.name(),
+            | Arch::MinimaxM3
+            | Arch::Deepseek4 => self.name(),
         }
     }
 
@@ -109,7 +119,7 @@ impl Arch {
     /// oracles. `None` for architectures without windowed layers.
     pub const fn swa_window(self) -> Option<u32> {
         match self {
-            Arch::Gemma2 | Arch::Lfm2Swa => Some(4),
+            Arch::Gemma2 | Arch::Lfm2Swa | Arch::Deepseek4 => Some(4),
             Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::MinimaxM3 => None,
         }
     }
@@ -123,6 +133,7 @@ impl Arch {
             Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
             Arch::Lfm2Swa => MemoryType::HybridIswa,
             Arch::MinimaxM3 => MemoryType::Msa,
+            Arch::Deepseek4 => MemoryType::Dsv4,
         }
     }
 }
@@ -140,7 +151,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, deepseek4)")
             })
     }
 }
@@ -151,7 +162,7 @@ impl MemoryType {
         *self == MemoryType::Kv
     }
 
-    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`.
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`, `dsv4`.
     pub fn name(self) -> &'static str {
         match self {
             MemoryType::Kv => "kv",
@@ -160,6 +171,7 @@ impl MemoryType {
             MemoryType::Hybrid => "hybrid",
             MemoryType::HybridIswa => "hybrid_iswa",
             MemoryType::Msa => "msa",
+            MemoryType::Dsv4 => "dsv4",
         }
     }
 
@@ -169,7 +181,11 @@ impl MemoryType {
     pub fn has_window(self) -> bool {
         match self {
             MemoryType::Iswa | MemoryType::HybridIswa => true,
-            MemoryType::Kv | MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::Msa => false,
+            MemoryType::Kv
+            | MemoryType::Recurrent
+            | MemoryType::Hybrid
+            | MemoryType::Msa
+            | MemoryType::Dsv4 => false,
         }
     }
 
@@ -177,7 +193,7 @@ impl MemoryType {
     pub fn has_states(self) -> bool {
         match self {
             MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => true,
-            MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => false,
+            MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa | MemoryType::Dsv4 => false,
         }
     }
 
@@ -188,7 +204,11 @@ impl MemoryType {
     pub fn is_hybrid(self) -> bool {
         match self {
             MemoryType::Hybrid | MemoryType::HybridIswa => true,
-            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => false,
+            MemoryType::Kv
+            | MemoryType::Iswa
+            | MemoryType::Recurrent
+            | MemoryType::Msa
+            | MemoryType::Dsv4 => false,
         }
     }
 }

@@ -543,7 +543,9 @@ pub fn check_contract(
             let second = match memory {
                 MemoryType::Hybrid | MemoryType::HybridIswa => Part::States,
                 MemoryType::Msa => Part::Cells,
-                MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent => return None,
+                MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Dsv4 => {
+                    return None
+                }
             };
             let (b2, a2) = if memory.is_hybrid() {
                 (

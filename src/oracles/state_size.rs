@@ -55,7 +55,8 @@ pub const SIZE_NOT_OWN: &str = "two sequences with the same cells have dumps of 
 /// | hybrid | its attention cells and its recurrent states |
 /// | msa | its K/V cells and its indexer cells (each cache's dump as kv's; not measured yet) |
 /// | hybrid_iswa | its base cells, its windowed cells and its recurrent states (the iSWA pair's dumps, then the states; not measured yet) |
-pub const SIZE_LAW: [(MemoryType, &str); 6] = [
+/// | dsv4 | its base cells, its windowed cells and its `seq_pos_max` (the raw pair's K-only dumps; the compressed caches' rows `(pos_max + 1) / ratio`; the compressor states a fixed size: llama-kv-cache-dsv4.cpp:1597-1629) |
+pub const SIZE_LAW: [(MemoryType, &str); 7] = [
     (MemoryType::Kv, "its cells"),
     (MemoryType::Iswa, "its base cells and its windowed cells"),
     (MemoryType::Recurrent, "its state cells"),
@@ -68,6 +69,10 @@ pub const SIZE_LAW: [(MemoryType, &str); 6] = [
         MemoryType::HybridIswa,
         "its base cells, its windowed cells and its recurrent states",
     ),
+    (
+        MemoryType::Dsv4,
+        "its base cells, its windowed cells and its seq_pos_max",
+    ),
 ];
 
 /// The counts a sequence's dump size is a function of ([`SIZE_LAW`]).
@@ -78,6 +83,9 @@ pub fn size_key(memory: MemoryType, s: &SeqObservation) -> (usize, usize, usize)
         MemoryType::Kv | MemoryType::Recurrent => (s.cells.len(), 0, 0),
         MemoryType::Iswa | MemoryType::Hybrid | MemoryType::Msa => (s.cells.len(), second, 0),
         MemoryType::HybridIswa => (s.cells.len(), second, third),
+        // The compressed caches write the rows `seq_pos_max` implies, `(pos_max + 1) / ratio`
+        // (`dsv4_state_n_used_k_rows`, llama-kv-cache-dsv4.cpp:41-49), not cells.
+        MemoryType::Dsv4 => (s.cells.len(), second, (s.pos_max + 1).max(0) as usize),
     }
 }
 

@@ -5,7 +5,7 @@
 use super::*;
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 17] = [
+pub const PRESETS: [&str; 18] = [
     "seed",
     "wide",
     "streams",
@@ -23,10 +23,11 @@ pub const PRESETS: [&str; 17] = [
     "rollback",
     "hybrid_iswa",
     "msa",
+    "dsv4",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 17] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 18] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -44,6 +45,7 @@ pub const PRESET_SUMMARIES: [(&str, &str); 17] = [
     ("rollback", "lfm2's hybrid memory with recurrent rollback (n_rs_seq 3): speculative decoding's multi-token decodes, partial seq_rm inside and beyond the snapshot window, decodes again, copies and state save/load"),
     ("hybrid_iswa", "lfm2_swa's hybrid-iSWA memory (short-convolution states + a windowed attention cache of window 4 that evicts): removals inside, across and below the window, refused partial removals, copies, shifts, multi-sequence decodes, state save/load with PARTIAL_ONLY"),
     ("msa", "minimax-m3's MSA memory (a K/V cache and an indexer key cache) with block selection on (flash attention, one stream per sequence): removals that free cells inside blocks, shifts that move positions across blocks, decodes into reused cells, copies, state save/load"),
+    ("dsv4", "deepseek4's DSV4 memory (a raw windowed K cache beside CSA, HCA and indexer compressed K caches and compressor states, one stream per sequence), both sequences past CSA blocks and one past the first HCA block: sequence loads beside another sequence's compressed rows, whole copies, whole saves and loads, refused partial removals, decodes across compression blocks"),
 ];
 
 /// The iswa preset's setup (gemma2; hybrid_iswa runs it on lfm2_swa): a windowed cache of 256
@@ -293,6 +295,37 @@ impl Domain {
                 divisors: vec![2],
                 decode_next: vec![1, 5],
                 decode_shared: true,
+                state: true,
+                ..seed
+            }),
+            "dsv4" => Some(Domain {
+                name: "dsv4".into(),
+                // F32 K so that the logits probes are judged; one stream per sequence, which the
+                // cache keeps whatever `kv_unified` says (llama-kv-cache-dsv4.cpp:1244-1245).
+                // Sequence 1 holds 6 tokens (one CSA block of 4 compressed, two in the
+                // compressor state) and sequence 0 130 (past the first HCA block of 128: #26063
+                // diverged from 129 tokens on).
+                setup: Setup {
+                    arch: Arch::Deepseek4,
+                    kv_unified: false,
+                    type_k: CacheType::F32,
+                    type_v: CacheType::F32,
+                    ops: vec![
+                        Op::Decode(Decode::next(1, 6)),
+                        Op::Decode(Decode::next(0, 130)),
+                    ],
+                    ..seed.setup.clone()
+                },
+                // #25588 / #26063 / #26790: the removals dsv4 takes are whole ones and those
+                // past the end ([200, -1]); a partial one is refused without `n_rs_seq`
+                // ([4, -1]) and so is any with p1 >= 0 ([0, 3]) (`seq_rm`, :1462-1513). Copies
+                // are whole only: a partial one aborts (`seq_cp`, :1515-1516), and shifts are
+                // left out: the memory cannot shift (`get_can_shift`, :1451-1455).
+                ranges: vec![[-1, -1], [200, -1], [4, -1], [0, 3]],
+                copy_ranges: Some(vec![[-1, -1]]),
+                deltas: Vec::new(),
+                divisors: Vec::new(),
+                decode_next: vec![1, 4],
                 state: true,
                 ..seed
             }),

@@ -18,6 +18,8 @@
 //!              recurrent section (src/llama-memory-hybrid-iswa.cpp `state_write`)
 //!   msa:       two caches: the K/V cache of every layer, then the indexer key cache of the
 //!              sparse layers (`llama_kv_cache_msa::state_write`, llama-kv-cache-msa.cpp:160)
+//!   dsv4:      a header, two K-only caches (the raw iSWA pair, no V records), then the
+//!              compressed K caches and compressor states (`dsv4.rs`)
 //! a cache:
 //!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
 //!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
@@ -53,8 +55,10 @@ use thiserror::Error;
 
 use crate::base::op::{MemoryType, Pos, SeqId};
 
+pub mod dsv4;
 mod rows;
 
+pub use dsv4::Dsv4State;
 pub use rows::{f16_to_f32, parse_seq_rows, CellRows, ResidentRows, RowError};
 
 /// The word `state_seq_get_data` writes first.
@@ -174,6 +178,8 @@ pub struct SeqState<'a> {
     pub caches: Vec<Vec<StreamState<'a>>>,
     /// The recurrent section (recurrent and hybrid memories).
     pub recurrent: Option<RecurrentState<'a>>,
+    /// The compressed parts of a dsv4 memory's dump.
+    pub dsv4: Option<Dsv4State<'a>>,
 }
 
 impl StreamState<'_> {
@@ -292,24 +298,33 @@ pub fn parse_seq_state(bytes: &[u8], format: StateFormat) -> Result<SeqState<'_>
         }
         r.i32("seq_id")?
     };
-    let (caches, recurrent) = parse_memory(&mut r, format)?;
+    let (caches, recurrent, dsv4) = parse_memory(&mut r, format)?;
     Ok(SeqState {
         seq_id,
         caches,
         recurrent,
+        dsv4,
     })
 }
 
 /// The attention caches and the recurrent section of `format.memory`, to the end of the bytes.
-type Memory<'a> = (Vec<Vec<StreamState<'a>>>, Option<RecurrentState<'a>>);
+type Memory<'a> = (
+    Vec<Vec<StreamState<'a>>>,
+    Option<RecurrentState<'a>>,
+    Option<Dsv4State<'a>>,
+);
 
 /// Reads the memory part of a dump, as `format.memory` lays it out, and checks that the bytes
 /// end there: an unknown layout (another memory type's dump, or trailing bytes) is an error.
 fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a>, ParseError> {
     let n_caches = match format.memory {
         MemoryType::Kv | MemoryType::Hybrid => 1,
-        MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::Msa => 2,
+        MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::Msa | MemoryType::Dsv4 => 2,
         MemoryType::Recurrent => 0,
+    };
+    let dsv4_partial = match format.memory {
+        MemoryType::Dsv4 => Some(dsv4::parse_header(r)?),
+        _ => None,
     };
     let mut caches = Vec::with_capacity(n_caches);
     for _ in 0..n_caches {
@@ -319,7 +334,11 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
         MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => {
             Some(parse_recurrent(r)?)
         }
-        MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => None,
+        MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa | MemoryType::Dsv4 => None,
+    };
+    let dsv4 = match dsv4_partial {
+        Some(partial) => Some(dsv4::parse_tail(r, partial)?),
+        None => None,
     };
     if !r.done() {
         return r.fail(
@@ -331,7 +350,7 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
             ),
         );
     }
-    Ok((caches, recurrent))
+    Ok((caches, recurrent, dsv4))
 }
 
 /// The cells of a stream or a recurrent section: `cell_count` (bounded by the input: a cell is
@@ -469,7 +488,7 @@ pub fn parse_whole_state(bytes: &[u8], format: StateFormat) -> Result<Vec<WholeC
             r.take(bytes.unwrap_or(usize::MAX), what)?;
         }
     }
-    let (caches, recurrent) = parse_memory(&mut r, format)?;
+    let (caches, recurrent, _) = parse_memory(&mut r, format)?;
     if let Some(base) = caches.first() {
         return Ok(base
             .iter()
@@ -538,7 +557,10 @@ fn parse_stream<'a>(
     let k = (0..n_layer)
         .map(|_| rows(r, "K"))
         .collect::<Result<Vec<_>, _>>()?;
-    let v = if !v_trans {
+    // dsv4's caches are K-only: llama_kv_cache::state_write_data skips a layer without V.
+    let v = if format.memory == MemoryType::Dsv4 {
+        Vec::new()
+    } else if !v_trans {
         (0..n_layer)
             .map(|_| rows(r, "V"))
             .collect::<Result<Vec<_>, _>>()?
@@ -592,6 +614,7 @@ pub fn fuzz_seq_state(data: &[u8]) {
             MemoryType::Iswa,
             MemoryType::Recurrent,
             MemoryType::Hybrid,
+            MemoryType::Dsv4,
         ]
         .map(|memory| StateFormat {
             rot_fields,

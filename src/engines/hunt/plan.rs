@@ -41,6 +41,7 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Lfm2 => "rollback",
         Arch::Lfm2Swa => "hybrid_iswa",
         Arch::MinimaxM3 => "msa",
+        Arch::Deepseek4 => "dsv4",
     }
 }
 

@@ -21,6 +21,7 @@ use super::gguf::{GgufValue, GgufWriter};
 use super::ModelError;
 use crate::base::op::Arch;
 
+pub mod deepseek4;
 pub mod memory_types;
 pub mod minimax_m3;
 
@@ -121,6 +122,8 @@ impl TinyModelSpec {
     ///   pattern), n_embd 16;
     /// - `lfm2_swa`: lfm2's shape with a window of 4 positions (lfm2 makes every attention layer
     ///   windowed, so the iSWA pair's base cache holds cells but no layer).
+    /// - `deepseek4`: two blocks, a CSA one (ratio 4, with the indexer) and an HCA one (ratio
+    ///   128), n_embd 16, MLA heads of 8 ([`deepseek4`]), a window of 4 positions;
     /// - `minimax-m3`: two blocks, a dense-lead one (no indexer key cache) and a sparse one
     ///   (`minimax_m3`), n_embd 16, head dimension 8 (the indexer key's too).
     pub fn for_arch(arch: Arch) -> Self {
@@ -140,6 +143,16 @@ impl TinyModelSpec {
                 n_head: 0,
                 n_head_kv: 0,
                 n_ff: 0,
+                ..audit
+            },
+            Arch::Deepseek4 => TinyModelSpec {
+                arch,
+                n_layer: deepseek4::COMPRESS_RATIOS.len() as u32,
+                n_embd: 16,
+                n_head: 2,
+                n_head_kv: 1,
+                n_ff: 16,
+                sliding_window: arch.swa_window(),
                 ..audit
             },
             Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa | Arch::MinimaxM3 => TinyModelSpec {
@@ -260,6 +273,7 @@ fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWrit
     match spec.arch {
         Arch::Llama => {}
         Arch::MinimaxM3 => return Ok(minimax_m3::writer(spec)),
+        Arch::Deepseek4 => return Ok(deepseek4::writer(spec)),
         Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa => {
             return Ok(memory_types::writer(spec))
         }

@@ -83,6 +83,27 @@ static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int c
     return n;
 }
 
+/* A dsv4 memory's dump (llama-kv-cache-dsv4.cpp `state_write`): magic, seq id, the dsv4 magic,
+ * version and mode, then the raw pair's base cache, which holds every cell of seq (as
+ * resident's first cache), sorted. */
+static inline int resident_dsv4(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
+    size_t at = 20; /* magic, seq id, dsv4 magic, version, mode */
+    int n = 0;
+    uint32_t n_stream = 0;
+    if (got >= 24) { memcpy(&n_stream, buf + at, 4); at += 4; }
+    for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+        uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+        if (count == 0) continue;
+        n = read_cells(buf, got, &at, count, out, n, cap);
+        break;
+    }
+    free(buf);
+    qsort(out, n, sizeof out[0], cmp_int);
+    return n;
+}
+
 /* Skips one stream's K and V data of an attention cache (v_trans, n_layer, the n_rot fields of
  * state format 4, then per layer K rows and V rows or transposed V elements). */
 static inline void skip_kv_data(const uint8_t *buf, size_t got, size_t *at, uint32_t count) {
