@@ -192,6 +192,7 @@ impl SeqObservation {
             MemoryType::Hybrid => self.second_cells.as_deref(),
             MemoryType::HybridIswa => self.third_cells.as_deref(),
             MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => None,
+            MemoryType::Dsa => None,
         }
     }
 }

@@ -36,6 +36,15 @@ pub enum Arch {
     /// `llama-model.cpp:2382`).
     #[serde(rename = "minimax-m3")]
     MinimaxM3,
+    /// `glm-dsa`: MLA layers with a lightning indexer, "full" indexer layers (with an indexer
+    /// key) and "shared" ones (reusing the previous full layer's top-k), one K-only MLA cache
+    /// beside an indexer key cache of the full layers (`llama_kv_cache_dsa`; 0.1.161,
+    /// `llama-model.cpp:2404-2456`, `filter_lid` = `is_indexer_full`).
+    #[serde(rename = "glm-dsa")]
+    GlmDsa,
+    /// `deepseek32`: glm-dsa's tensors with an indexer on every layer (`llama_kv_cache_dsa`
+    /// since 0.1.147, the first pin with the class, `llama-model.cpp:2018` there).
+    Deepseek32,
 }
 
 /// The memory implementation an architecture selects.
@@ -58,11 +67,15 @@ pub enum MemoryType {
     /// `llama_kv_cache_msa`: two attention caches that take every op alike, the K/V cache of
     /// every layer and the indexer key cache of the sparse layers.
     Msa,
+    /// `llama_kv_cache_dsa`: two K-only attention caches that take every op alike, the MLA
+    /// cache of every layer and the lightning-indexer key cache of the indexer layers
+    /// (src/llama-kv-cache-dsa.cpp).
+    Dsa,
 }
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 7] = [
+    pub const ALL: [Arch; 9] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
@@ -70,6 +83,8 @@ impl Arch {
         Arch::Lfm2,
         Arch::Lfm2Swa,
         Arch::MinimaxM3,
+        Arch::GlmDsa,
+        Arch::Deepseek32,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -86,6 +101,8 @@ impl Arch {
             Arch::Lfm2 => "lfm2",
             Arch::Lfm2Swa => "lfm2_swa",
             Arch::MinimaxM3 => "minimax-m3",
+            Arch::GlmDsa => "glm-dsa",
+            Arch::Deepseek32 => "deepseek32",
         }
     }
 
@@ -99,7 +116,9 @@ impl Arch {
             | Arch::Mamba
             | Arch::Jamba
             | Arch::Lfm2
-            | Arch::MinimaxM3 => self.name(),
+            | Arch::MinimaxM3
+            | Arch::GlmDsa
+            | Arch::Deepseek32 => self.name(),
         }
     }
 
@@ -111,6 +130,7 @@ impl Arch {
         match self {
             Arch::Gemma2 | Arch::Lfm2Swa => Some(4),
             Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::MinimaxM3 => None,
+            Arch::GlmDsa | Arch::Deepseek32 => None,
         }
     }
 
@@ -123,6 +143,7 @@ impl Arch {
             Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
             Arch::Lfm2Swa => MemoryType::HybridIswa,
             Arch::MinimaxM3 => MemoryType::Msa,
+            Arch::GlmDsa | Arch::Deepseek32 => MemoryType::Dsa,
         }
     }
 }
@@ -140,7 +161,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, glm-dsa, deepseek32)")
             })
     }
 }
@@ -151,7 +172,7 @@ impl MemoryType {
         *self == MemoryType::Kv
     }
 
-    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`.
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`, `dsa`.
     pub fn name(self) -> &'static str {
         match self {
             MemoryType::Kv => "kv",
@@ -160,6 +181,7 @@ impl MemoryType {
             MemoryType::Hybrid => "hybrid",
             MemoryType::HybridIswa => "hybrid_iswa",
             MemoryType::Msa => "msa",
+            MemoryType::Dsa => "dsa",
         }
     }
 
@@ -170,6 +192,7 @@ impl MemoryType {
         match self {
             MemoryType::Iswa | MemoryType::HybridIswa => true,
             MemoryType::Kv | MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::Msa => false,
+            MemoryType::Dsa => false,
         }
     }
 
@@ -178,6 +201,7 @@ impl MemoryType {
         match self {
             MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => true,
             MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => false,
+            MemoryType::Dsa => false,
         }
     }
 
@@ -189,6 +213,7 @@ impl MemoryType {
         match self {
             MemoryType::Hybrid | MemoryType::HybridIswa => true,
             MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => false,
+            MemoryType::Dsa => false,
         }
     }
 }

@@ -76,6 +76,8 @@ pub fn read_cells(memory: MemoryType, cells: &str, n: &str, win: &str, nwin: &st
     let (reader, windowed) = match memory {
         // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
         MemoryType::Kv | MemoryType::Msa => ("resident", false),
+        // DSA: the first cache is the MLA cache, whose cells the accessors answer from.
+        MemoryType::Dsa => ("resident", false),
         MemoryType::Recurrent => ("resident_recurrent", false),
         MemoryType::Hybrid => ("resident_hybrid", false),
         // A memory with a windowed cache reads its windowed dump too (`win`, `nwin`).

@@ -543,6 +543,9 @@ pub fn check_contract(
             let second = match memory {
                 MemoryType::Hybrid | MemoryType::HybridIswa => Part::States,
                 MemoryType::Msa => Part::Cells,
+                // DSA: the indexer key cache likewise (llama-kv-cache-dsa.cpp:59-90, `init_batch`
+                // :104-145 prepares both caches for every ubatch).
+                MemoryType::Dsa => Part::Cells,
                 MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent => return None,
             };
             let (b2, a2) = if memory.is_hybrid() {
@@ -555,7 +558,9 @@ pub fn check_contract(
             };
             let mut breach = first_breach(op, &after.outcome, &b2, &a2, second, &b)?;
             // The accessors are the K/V cache's: say which cache broke the clause.
-            if let (MemoryType::Msa, Some(o)) = (memory, breach.observed.as_object_mut()) {
+            if let (MemoryType::Msa | MemoryType::Dsa, Some(o)) =
+                (memory, breach.observed.as_object_mut())
+            {
                 o.insert("part".into(), json!("indexer cache"));
             }
             Some(breach)

@@ -55,7 +55,8 @@ pub const SIZE_NOT_OWN: &str = "two sequences with the same cells have dumps of 
 /// | hybrid | its attention cells and its recurrent states |
 /// | msa | its K/V cells and its indexer cells (each cache's dump as kv's; not measured yet) |
 /// | hybrid_iswa | its base cells, its windowed cells and its recurrent states (the iSWA pair's dumps, then the states; not measured yet) |
-pub const SIZE_LAW: [(MemoryType, &str); 6] = [
+/// | dsa | its MLA cells and its indexer cells (each cache's dump as kv's, K rows only: llama-kv-cache-dsa.cpp `state_write`) |
+pub const SIZE_LAW: [(MemoryType, &str); 7] = [
     (MemoryType::Kv, "its cells"),
     (MemoryType::Iswa, "its base cells and its windowed cells"),
     (MemoryType::Recurrent, "its state cells"),
@@ -68,6 +69,7 @@ pub const SIZE_LAW: [(MemoryType, &str); 6] = [
         MemoryType::HybridIswa,
         "its base cells, its windowed cells and its recurrent states",
     ),
+    (MemoryType::Dsa, "its MLA cells and its indexer cells"),
 ];
 
 /// The counts a sequence's dump size is a function of ([`SIZE_LAW`]).
@@ -78,6 +80,7 @@ pub fn size_key(memory: MemoryType, s: &SeqObservation) -> (usize, usize, usize)
         MemoryType::Kv | MemoryType::Recurrent => (s.cells.len(), 0, 0),
         MemoryType::Iswa | MemoryType::Hybrid | MemoryType::Msa => (s.cells.len(), second, 0),
         MemoryType::HybridIswa => (s.cells.len(), second, third),
+        MemoryType::Dsa => (s.cells.len(), second, 0),
     }
 }
 

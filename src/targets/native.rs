@@ -464,6 +464,7 @@ pub(crate) fn memory_config(
             shape: None,
         },
         MemoryType::Msa => MemoryKind::Msa,
+        MemoryType::Dsa => MemoryKind::Dsa,
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
@@ -514,12 +515,16 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
             setup.n_rs_seq,
             native_kv::recurrent::MAX_PLANES - 1
         ))),
-        Arch::Llama | Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::MinimaxM3 => {
-            Err(unsupported(format!(
-                "n_rs_seq = {} requested, {} has no recurrent rollback",
-                setup.n_rs_seq, setup.arch
-            )))
-        }
+        Arch::Llama
+        | Arch::Gemma2
+        | Arch::Mamba
+        | Arch::Jamba
+        | Arch::MinimaxM3
+        | Arch::GlmDsa
+        | Arch::Deepseek32 => Err(unsupported(format!(
+            "n_rs_seq = {} requested, {} has no recurrent rollback",
+            setup.n_rs_seq, setup.arch
+        ))),
     }
 }
 

@@ -5,7 +5,7 @@
 use super::*;
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 17] = [
+pub const PRESETS: [&str; 19] = [
     "seed",
     "wide",
     "streams",
@@ -23,10 +23,12 @@ pub const PRESETS: [&str; 17] = [
     "rollback",
     "hybrid_iswa",
     "msa",
+    "dsa",
+    "dsa_full",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 17] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 19] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -44,6 +46,8 @@ pub const PRESET_SUMMARIES: [(&str, &str); 17] = [
     ("rollback", "lfm2's hybrid memory with recurrent rollback (n_rs_seq 3): speculative decoding's multi-token decodes, partial seq_rm inside and beyond the snapshot window, decodes again, copies and state save/load"),
     ("hybrid_iswa", "lfm2_swa's hybrid-iSWA memory (short-convolution states + a windowed attention cache of window 4 that evicts): removals inside, across and below the window, refused partial removals, copies, shifts, multi-sequence decodes, state save/load with PARTIAL_ONLY"),
     ("msa", "minimax-m3's MSA memory (a K/V cache and an indexer key cache) with block selection on (flash attention, one stream per sequence): removals that free cells inside blocks, shifts that move positions across blocks, decodes into reused cells, copies, state save/load"),
+    ("dsa", "glm-dsa's DSA memory (a K-only MLA cache and a lightning-indexer key cache of the full indexer layer; top-4 selection over 7 tokens): removals, shifts (both caches' keys move), copies, multi-sequence decodes into reused cells, state save/load and a load cut inside the indexer part"),
+    ("dsa_full", "the dsa preset on deepseek32 (an indexer key on every layer; the architecture 0.1.147, the first pin with llama_kv_cache_dsa, selects it for)"),
 ];
 
 /// The iswa preset's setup (gemma2; hybrid_iswa runs it on lfm2_swa): a windowed cache of 256
@@ -294,6 +298,39 @@ impl Domain {
                 decode_next: vec![1, 5],
                 decode_shared: true,
                 state: true,
+                ..seed
+            }),
+            "dsa" | "dsa_full" => Some(Domain {
+                name: name.into(),
+                // F32 K/V (an MLA cache's K and V types must agree, llama-context.cpp:3838), so
+                // the dump sizes below are exact. 7 tokens: the indexer's top 4 leave 3 out.
+                setup: Setup {
+                    arch: if name == "dsa" {
+                        Arch::GlmDsa
+                    } else {
+                        Arch::Deepseek32
+                    },
+                    type_k: CacheType::F32,
+                    type_v: CacheType::F32,
+                    ops: vec![Op::Decode(Decode::next(0, 7))],
+                    ..seed.setup.clone()
+                },
+                // Upstream's indexer-cache threads are about seq_cp (#27941, #25588) and state
+                // (#27813, #26790): copies of every range, removals inside and at the tail that
+                // free cells the next decode reuses, shifts (the indexer keys are roped too:
+                // `hparams_lid.rope_type`, llama-kv-cache-dsa.cpp:47), decodes into two
+                // sequences at once.
+                ranges: vec![[2, 5], [4, -1], [-1, -1]],
+                deltas: vec![3, -2],
+                divisors: vec![2],
+                decode_next: vec![1, 5],
+                decode_shared: true,
+                state: true,
+                // A sequence dump is the MLA part (56 + 108·c bytes with the header, c cells)
+                // then the indexer part (36 + 268·c on glm-dsa, 48 + 524·c on deepseek32): cut
+                // at 820 bytes, a dump of 2 to 7 cells fails inside the indexer part, after the
+                // MLA part was restored (#27530's class: what does the failed load leave?).
+                load_truncate: vec![820],
                 ..seed
             }),
             _ => None,

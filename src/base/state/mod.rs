@@ -18,6 +18,11 @@
 //!              recurrent section (src/llama-memory-hybrid-iswa.cpp `state_write`)
 //!   msa:       two caches: the K/V cache of every layer, then the indexer key cache of the
 //!              sparse layers (`llama_kv_cache_msa::state_write`, llama-kv-cache-msa.cpp:160)
+//!   dsa:       two K-only caches: the MLA cache of every layer, then the lightning-indexer key
+//!              cache of the indexer layers (`llama_kv_cache_dsa::state_write`,
+//!              llama-kv-cache-dsa.cpp:163-166); an MLA model's caches hold no V tensor
+//!              (llama-kv-cache.cpp:231, `has_v = !is_mla`), so they write no V record
+//!              (`state_write_data` skips a layer without V): StateFormat::k_only
 //! a cache:
 //!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
 //!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
@@ -86,6 +91,22 @@ pub struct StateFormat {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+impl StateFormat {
+    /// Whether the memory's caches write K records only (no V record per layer): a DSA
+    /// memory's, whose MLA model keeps no V tensor (see the module docs).
+    pub fn k_only(&self) -> bool {
+        match self.memory {
+            MemoryType::Dsa => true,
+            MemoryType::Kv
+            | MemoryType::Iswa
+            | MemoryType::Recurrent
+            | MemoryType::Hybrid
+            | MemoryType::HybridIswa
+            | MemoryType::Msa => false,
+        }
+    }
 }
 
 /// Where and why the bytes did not parse.
@@ -309,6 +330,7 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
     let n_caches = match format.memory {
         MemoryType::Kv | MemoryType::Hybrid => 1,
         MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::Msa => 2,
+        MemoryType::Dsa => 2,
         MemoryType::Recurrent => 0,
     };
     let mut caches = Vec::with_capacity(n_caches);
@@ -320,6 +342,7 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
             Some(parse_recurrent(r)?)
         }
         MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => None,
+        MemoryType::Dsa => None,
     };
     if !r.done() {
         return r.fail(
@@ -538,7 +561,9 @@ fn parse_stream<'a>(
     let k = (0..n_layer)
         .map(|_| rows(r, "K"))
         .collect::<Result<Vec<_>, _>>()?;
-    let v = if !v_trans {
+    let v = if format.k_only() {
+        Vec::new()
+    } else if !v_trans {
         (0..n_layer)
             .map(|_| rows(r, "V"))
             .collect::<Result<Vec<_>, _>>()?

@@ -620,6 +620,8 @@ impl TokenModel {
             // MSA: both caches take every op alike; the K/V cache's cells are the sequence's
             // (the indexer cache's are judged by msa-sync).
             MemoryType::Kv | MemoryType::Msa => self.attention_resident(obs.seq, &obs.cells),
+            // DSA: the same pair (the MLA cache answers the accessors, llama-kv-cache-dsa.cpp:89-95).
+            MemoryType::Dsa => self.attention_resident(obs.seq, &obs.cells),
             MemoryType::Iswa => {
                 // The windowed cache (which answers seq_pos_min) must still hold the lowest base
                 // position: it loses cells only as a prefix.

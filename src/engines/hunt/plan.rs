@@ -41,6 +41,8 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Lfm2 => "rollback",
         Arch::Lfm2Swa => "hybrid_iswa",
         Arch::MinimaxM3 => "msa",
+        Arch::GlmDsa => "dsa",
+        Arch::Deepseek32 => "dsa_all",
     }
 }
 
