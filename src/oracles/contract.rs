@@ -644,6 +644,12 @@ impl Oracle for Contract {
                 seed_depth: None,
                 evidence: "oracles/contract_msa_idx_skips_seq_cp.json",
             },
+            PositiveControl {
+                fault: "dsa_lid_skips_seq_cp",
+                target: "native[dsa_lid_skips_seq_cp] (domain dsa)",
+                seed_depth: None,
+                evidence: "oracles/contract_dsa_lid_skips_seq_cp.json",
+            },
         ]
     }
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -156,12 +156,20 @@ impl Oracle for FailedRestore {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "failed_seq_load_clears_all",
-            target: "native[failed_seq_load_clears_all] (domain state)",
-            seed_depth: None,
-            evidence: "oracles/failed_restore_clears_all.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "failed_seq_load_clears_all",
+                target: "native[failed_seq_load_clears_all] (domain state)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_clears_all.json",
+            },
+            PositiveControl {
+                fault: "dsa_failed_read_keeps_mla",
+                target: "native[dsa_failed_read_keeps_mla] (domain dsa)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_dsa_failed_read_keeps_mla.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -617,6 +617,7 @@ pub fn fuzz_seq_state(data: &[u8]) {
             MemoryType::Iswa,
             MemoryType::Recurrent,
             MemoryType::Hybrid,
+            MemoryType::Dsa,
         ]
         .map(|memory| StateFormat {
             rot_fields,
@@ -719,6 +720,37 @@ mod tests {
         // The same bytes are not a plain cache's dump: an unknown layout is an error.
         let e = parse_seq_state(&b, StateFormat::default()).unwrap_err();
         assert!(e.expected.contains("kv memory"), "{e}");
+    }
+
+    #[test]
+    fn dsa_caches_have_k_records_only() {
+        // Two K-only caches (MLA, then indexer), one cell at pos 2 each, one layer each, v_trans
+        // 1 (no flash attention) but no V record: an MLA model keeps no V tensor.
+        let cache = |row: u8| {
+            let mut c = words(&[1, 1, 2, 1, 0, 1, 1]);
+            c.extend(words(&[0]));
+            c.extend(4u64.to_le_bytes());
+            c.extend([row; 4]);
+            c
+        };
+        let mut b = words(&[STATE_SEQ_MAGIC, 0]);
+        b.extend(cache(1));
+        b.extend(cache(2));
+        let dsa = StateFormat {
+            memory: MemoryType::Dsa,
+            ..StateFormat::default()
+        };
+        let s = parse_seq_state(&b, dsa).unwrap();
+        assert_eq!(s.resident_positions(), vec![2]);
+        assert_eq!(s.second_positions(), Some(vec![2]));
+        let kv = s.caches[1][0].kv.as_ref().unwrap();
+        assert_eq!((kv.k[0].data, kv.v.len()), (&[2u8; 4][..], 0));
+        // Read as MSA's (K and V records), the indexer cache's K record is taken for V.
+        let msa = StateFormat {
+            memory: MemoryType::Msa,
+            ..StateFormat::default()
+        };
+        assert!(parse_seq_state(&b, msa).is_err());
     }
 
     #[test]

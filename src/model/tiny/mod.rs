@@ -146,7 +146,12 @@ impl TinyModelSpec {
                 n_ff: 0,
                 ..audit
             },
-            Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa | Arch::MinimaxM3 => TinyModelSpec {
+            Arch::Jamba
+            | Arch::Lfm2
+            | Arch::Lfm2Swa
+            | Arch::MinimaxM3
+            | Arch::GlmDsa
+            | Arch::Deepseek32 => TinyModelSpec {
                 arch,
                 n_layer: 2,
                 n_embd: 16,
@@ -154,16 +159,6 @@ impl TinyModelSpec {
                 n_head_kv: 1,
                 n_ff: 16,
                 sliding_window: arch.swa_window(),
-                ..audit
-            },
-            Arch::GlmDsa | Arch::Deepseek32 => TinyModelSpec {
-                arch,
-                n_layer: 2,
-                n_embd: 16,
-                n_head: 2,
-                n_head_kv: 1,
-                n_ff: 16,
-                sliding_window: None,
                 ..audit
             },
         }

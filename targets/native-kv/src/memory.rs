@@ -41,7 +41,8 @@
 //!   the K-only MLA cache (`kv_mla`) and the lightning-indexer key cache (`kv_lid`): every op to
 //!   both, MLA first (:59-90), `seq_rm` the AND (:62-69), the MLA cache's accessors (:92-98), both
 //!   prepared per decode (`init_batch`, :104-145), dumps MLA then indexer (:163-166); a load whose
-//!   indexer part fails clears the sequence from the MLA cache again (`state_clear`, :168-180,
+//!   indexer part fails clears the sequence (a whole load: the whole MLA cache) from the MLA
+//!   cache again (`state_clear`, :168-180,
 //!   since 0.1.160). The native caches carry no rows, so the dump has no K/V records at all.
 //!
 //! Whole-context dumps start with the architecture name ([`crate::STATE_ARCH`]), per-sequence
@@ -666,11 +667,19 @@ impl Memory {
         read_arch(&mut r)?;
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
-            Memory::Iswa { base, swa }
-            | Memory::Msa { base, idx: swa }
-            | Memory::Dsa { base, idx: swa } => {
+            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
                 base.read_whole_memory(&mut r)?;
                 swa.read_whole_memory(&mut r)?;
+            }
+            // As a sequence load: `kv_mla->state_clear(-1)` when the indexer part fails.
+            Memory::Dsa { base, idx } => {
+                base.read_whole_memory(&mut r)?;
+                if let Err(e) = idx.read_whole_memory(&mut r) {
+                    if !base.config().faults.dsa_failed_read_keeps_mla {
+                        base.clear();
+                    }
+                    return Err(e);
+                }
             }
             Memory::Recurrent(m) => m.read_whole_memory(&mut r)?,
             Memory::Hybrid { attn, recr } => {
