@@ -42,7 +42,7 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Lfm2Swa => "hybrid_iswa",
         Arch::MinimaxM3 => "msa",
         Arch::GlmDsa => "dsa",
-        Arch::Deepseek32 => "dsa_all",
+        Arch::Deepseek32 => "dsa_full",
     }
 }
 
