@@ -17,6 +17,12 @@ oracles=I1,I2,crash,conservation,round-trip,contract,contract?,cache-invisible,r
 t=llama.cpp@0.1.161
 run "rollback-0.1.161-d2" --target "$t" --domain rollback --depth 2 --oracles "$oracles"
 run "rollback-0.1.161-d3" --target "$t" --domain rollback --depth 3 --oracles "$oracles"
+# The state preset with rollback (`audit --config`): mamba and jamba clamp n_rs_seq to 0 (every
+# trial unsupported), lfm2 rolls back; its default oracles.
+for arch in mamba jamba lfm2; do
+  run "state-$arch-n_rs_seq-3-0.1.161-d2" --target "$t" --arch "$arch" --domain state \
+    --config n_rs_seq=3 --depth 2
+done
 probes=rollback,cache-invisible,conservation,round-trip
 run "rollback-native-d2" --target native --domain rollback --depth 2 --oracles "$probes"
 run "rollback-native-stale-plane-d2" --target native --inject rollback_reads_stale_plane \

@@ -132,6 +132,22 @@ pub struct DomainArgs {
     /// type llama.cpp audits (docs/memory-types.md).
     #[arg(long)]
     pub arch: Option<kvaudit::base::op::Arch>,
+    /// The setup's configuration, as fuzz's `--config` takes it: `n_rs_seq=3`,
+    /// `kv_unified=false`, `n_ubatch=2`, ... (applied after --arch; the domain is then named
+    /// `NAME+CONFIG`, so its report and PREREG predictions are its own).
+    #[arg(long)]
+    pub config: Option<String>,
+}
+
+/// `setup` under `spec` (`key=value,...`): the one parse of `--config`, for `audit`, `domain`
+/// and `fuzz`.
+pub fn with_config(
+    setup: &kvaudit::base::op::Setup,
+    spec: &str,
+) -> Result<kvaudit::base::op::Setup, CliError> {
+    setup
+        .with_config(spec)
+        .map_err(|e| CliError::usage(format!("--config: {e}")))
 }
 
 impl DomainArgs {
@@ -172,6 +188,10 @@ impl DomainArgs {
         .apply(&mut d);
         if let Some(arch) = self.arch {
             d.setup.arch = arch;
+        }
+        if let Some(c) = &self.config {
+            d.setup = with_config(&d.setup, c)?;
+            d.name = format!("{}+{}", d.name, c.trim());
         }
         d.validate()
             .map_err(|e| CliError::usage(format!("domain {}: {e}", d.name)))?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::args::{factories, record_on_specs, OutputArgs, TargetArgs};
+use super::args::{factories, record_on_specs, with_config, OutputArgs, TargetArgs};
 use super::progress::Display;
 use super::CliError;
 use kvaudit::base::cache::Observe;
@@ -295,10 +295,7 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
     gen.pos_cap = a.pos_cap;
     gen.setup.n_seq_max = a.n_seq_max;
     if let Some(c) = &a.config {
-        gen.setup = gen
-            .setup
-            .with_config(c)
-            .map_err(|e| CliError::usage(format!("--config: {e}")))?;
+        gen.setup = with_config(&gen.setup, c)?;
     }
     gen.state = a.state;
     gen.validate().map_err(CliError::usage)?;

@@ -171,6 +171,9 @@ fn pins_toml_entry(f: &kvaudit::targets::llama::tree::TreeFacts, root: &std::pat
     if f.whole_state_has_outputs {
         out.push_str("whole_state_has_outputs = true\n");
     }
+    if !f.swa_seq_dump_masks {
+        out.push_str("swa_seq_dump_masks = false\n");
+    }
     if f.crate_version.is_none() {
         out.push_str(&format!("# read from {}\n", root.display()));
     }

@@ -156,6 +156,12 @@ impl Oracle for CacheInvisible {
                 seed_depth: None,
                 evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid.json",
             },
+            PositiveControl {
+                fault: "refused_rm_resets_state",
+                target: "native[refused_rm_resets_state] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid_iswa.json",
+            },
         ]
     }
 

@@ -133,12 +133,26 @@ impl Oracle for ConfigDifferential {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "streams_rm_whole",
-            target: "native[streams_rm_whole] vs native[streams_rm_whole] (kv_unified=false)",
-            seed_depth: None,
-            evidence: "oracles/config_differential_streams_rm_whole.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "streams_rm_whole",
+                target: "native[streams_rm_whole] vs native[streams_rm_whole] (kv_unified=false)",
+                seed_depth: None,
+                evidence: "oracles/config_differential_streams_rm_whole.json",
+            },
+            PositiveControl {
+                fault: "streams_rm_whole",
+                target: "native[streams_rm_whole] vs kv_unified=false (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/config_differential_streams_rm_whole_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "streams_rm_whole",
+                target: "native[streams_rm_whole] vs kv_unified=false (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/config_differential_streams_rm_whole_msa.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -93,12 +93,26 @@ impl Oracle for Conservation {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "orphan_cell",
-            target: "native[orphan_cell]",
-            seed_depth: Some(1),
-            evidence: "oracles/conservation_orphan_cell.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "orphan_cell",
+                target: "native[orphan_cell]",
+                seed_depth: Some(1),
+                evidence: "oracles/conservation_orphan_cell.json",
+            },
+            PositiveControl {
+                fault: "orphan_cell",
+                target: "native[orphan_cell] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/conservation_orphan_cell_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "orphan_cell",
+                target: "native[orphan_cell] (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/conservation_orphan_cell_msa.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -650,6 +650,12 @@ impl Oracle for Contract {
                 seed_depth: None,
                 evidence: "oracles/contract_dsa_lid_skips_seq_cp.json",
             },
+            PositiveControl {
+                fault: "keep_noop",
+                target: "native[keep_noop] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/contract_keep_noop_hybrid_iswa.json",
+            },
         ]
     }
     fn holds(&self, seen: &Seen<'_>) -> bool {
@@ -690,12 +696,26 @@ impl Oracle for ContractQuestion {
     fn positive_controls(&self) -> &'static [PositiveControl] {
         // llama.cpp's own shared-cell seq_add is the control: a copied prefix shifted in one
         // sequence moves in the other (reachable in the seed domain at depth 2).
-        &[PositiveControl {
-            fault: "none: seq_add of a copied prefix",
-            target: "native",
-            seed_depth: Some(2),
-            evidence: "oracles/contract_question_shared_shift.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "none: seq_add of a copied prefix",
+                target: "native",
+                seed_depth: Some(2),
+                evidence: "oracles/contract_question_shared_shift.json",
+            },
+            PositiveControl {
+                fault: "recurrent_rm_false_changes",
+                target: "native[recurrent_rm_false_changes] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/contract_question_recurrent_rm_false_changes_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "none: seq_cp into a non-empty destination",
+                target: "native (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/contract_question_seq_cp_into_non_empty_msa.json",
+            },
+        ]
     }
     fn holds(&self, seen: &Seen<'_>) -> bool {
         judge(seen, false).is_none()

@@ -118,6 +118,18 @@ impl Oracle for Differential {
                 seed_depth: Some(3),
                 evidence: "audits/native_vs_refcount_d3.json",
             },
+            PositiveControl {
+                fault: "seq_rm_off_by_one",
+                target: "native vs native[seq_rm_off_by_one] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/differential_seq_rm_off_by_one_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "seq_rm_off_by_one",
+                target: "native vs native[seq_rm_off_by_one] (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/differential_seq_rm_off_by_one_msa.json",
+            },
         ]
     }
 

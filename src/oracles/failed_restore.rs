@@ -169,6 +169,18 @@ impl Oracle for FailedRestore {
                 seed_depth: None,
                 evidence: "oracles/failed_restore_dsa_failed_read_keeps_mla.json",
             },
+            PositiveControl {
+                fault: "failed_seq_load_clears_all",
+                target: "native[failed_seq_load_clears_all] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_clears_all_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "failed_seq_load_clears_all",
+                target: "native[failed_seq_load_clears_all] (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_clears_all_msa.json",
+            },
         ]
     }
 

@@ -128,6 +128,18 @@ impl Oracle for I1 {
                 seed_depth: Some(1),
                 evidence: "audits/native_seq_add_stale_index_d2.json",
             },
+            PositiveControl {
+                fault: "hybrid_rm_one_side",
+                target: "native[hybrid_rm_one_side] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/i1_hybrid_rm_one_side_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "seq_add_stale_index",
+                target: "native[seq_add_stale_index] (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/i1_seq_add_stale_index_msa.json",
+            },
         ]
     }
 

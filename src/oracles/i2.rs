@@ -91,12 +91,20 @@ impl Oracle for I2 {
     fn positive_controls(&self) -> &'static [PositiveControl] {
         // No fault is needed: an interior `seq_rm` leaves a hole in every cache that honours
         // it, llama.cpp's and the native one alike (a documented difference with llama.h).
-        &[PositiveControl {
-            fault: "none: interior seq_rm",
-            target: "native",
-            seed_depth: Some(1),
-            evidence: "audits/native_seed_d3.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "none: interior seq_rm",
+                target: "native",
+                seed_depth: Some(1),
+                evidence: "audits/native_seed_d3.json",
+            },
+            PositiveControl {
+                fault: "none: interior seq_rm",
+                target: "native (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/i2_interior_seq_rm_msa.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

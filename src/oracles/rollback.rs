@@ -53,12 +53,20 @@ impl Oracle for Rollback {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "rollback_reads_stale_plane",
-            target: "native[rollback_reads_stale_plane] (arch=lfm2, n_rs_seq=3)",
-            seed_depth: None,
-            evidence: "oracles/rollback_reads_stale_plane.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "rollback_reads_stale_plane",
+                target: "native[rollback_reads_stale_plane] (arch=lfm2, n_rs_seq=3)",
+                seed_depth: None,
+                evidence: "oracles/rollback_reads_stale_plane.json",
+            },
+            PositiveControl {
+                fault: "rollback_reads_stale_plane",
+                target: "native[rollback_reads_stale_plane] (arch=lfm2_swa, n_rs_seq=3)",
+                seed_depth: None,
+                evidence: "oracles/rollback_reads_stale_plane_hybrid_iswa.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {
@@ -84,6 +92,14 @@ impl Oracle for Rollback {
 
     fn costly(&self) -> bool {
         true
+    }
+
+    fn judges_setup(&self, setup: &crate::base::op::Setup) -> bool {
+        // Only a memory with recurrent states keeps rollback snapshots, and only with n_rs_seq
+        // > 0 (llama.h:370); its probes are cache-invisible's, with that oracle's tolerances.
+        setup.n_rs_seq > 0
+            && setup.arch.memory().has_states()
+            && super::cache_invisible::CacheInvisible.judges_setup(setup)
     }
 
     fn judges(&self, seen: &Seen<'_>) -> bool {

@@ -167,12 +167,26 @@ impl Oracle for RoundTripOracle {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "restore_drops_last_cell",
-            target: "native[restore_drops_last_cell]",
-            seed_depth: Some(1),
-            evidence: "oracles/round_trip_restore_drops_last_cell.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "restore_drops_last_cell",
+                target: "native[restore_drops_last_cell]",
+                seed_depth: Some(1),
+                evidence: "oracles/round_trip_restore_drops_last_cell.json",
+            },
+            PositiveControl {
+                fault: "restore_drops_last_cell",
+                target: "native[restore_drops_last_cell] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_restore_drops_last_cell_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "restore_drops_last_cell",
+                target: "native[restore_drops_last_cell] (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_restore_drops_last_cell_msa.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -152,12 +152,20 @@ impl Oracle for RoundTripLogits {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "save_drops_state",
-            target: "native[save_drops_state] (arch=mamba)",
-            seed_depth: None,
-            evidence: "oracles/round_trip_logits_save_drops_state.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "save_drops_state",
+                target: "native[save_drops_state] (arch=mamba)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_logits_save_drops_state.json",
+            },
+            PositiveControl {
+                fault: "save_drops_state",
+                target: "native[save_drops_state] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_logits_save_drops_state_hybrid_iswa.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

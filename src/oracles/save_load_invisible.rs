@@ -84,12 +84,20 @@ impl Oracle for SaveLoadInvisible {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "save_drops_state",
-            target: "native[save_drops_state] (arch=jamba)",
-            seed_depth: None,
-            evidence: "oracles/save_load_invisible_save_drops_state.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "save_drops_state",
+                target: "native[save_drops_state] (arch=jamba)",
+                seed_depth: None,
+                evidence: "oracles/save_load_invisible_save_drops_state.json",
+            },
+            PositiveControl {
+                fault: "save_drops_state",
+                target: "native[save_drops_state] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/save_load_invisible_save_drops_state_hybrid_iswa.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -175,12 +175,26 @@ impl Oracle for StateSize {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "seq_size_scales_with_n_seq_max",
-            target: "native[seq_size_scales_with_n_seq_max]",
-            seed_depth: Some(1),
-            evidence: "oracles/state_size_scales_with_n_seq_max.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "seq_size_scales_with_n_seq_max",
+                target: "native[seq_size_scales_with_n_seq_max]",
+                seed_depth: Some(1),
+                evidence: "oracles/state_size_scales_with_n_seq_max.json",
+            },
+            PositiveControl {
+                fault: "seq_size_scales_with_n_seq_max",
+                target: "native[seq_size_scales_with_n_seq_max] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/state_size_scales_with_n_seq_max_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "seq_size_scales_with_n_seq_max",
+                target: "native[seq_size_scales_with_n_seq_max] (arch=minimax-m3)",
+                seed_depth: None,
+                evidence: "oracles/state_size_scales_with_n_seq_max_msa.json",
+            },
+        ]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -156,12 +156,20 @@ impl Oracle for SwaWindow {
     }
 
     fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "swa_window_off_by_one",
-            target: "native[swa_window_off_by_one]",
-            seed_depth: None,
-            evidence: "oracles/swa_window_off_by_one.json",
-        }]
+        &[
+            PositiveControl {
+                fault: "swa_window_off_by_one",
+                target: "native[swa_window_off_by_one]",
+                seed_depth: None,
+                evidence: "oracles/swa_window_off_by_one.json",
+            },
+            PositiveControl {
+                fault: "swa_window_off_by_one",
+                target: "native[swa_window_off_by_one] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/swa_window_off_by_one_hybrid_iswa.json",
+            },
+        ]
     }
 
     fn observes(&self) -> Observe {

@@ -2,11 +2,15 @@
 //! `Registry::with` (here, a dummy oracle registered in the test, judged by the exhaustive
 //! explorer, the judge and the report like a built-in one), and every positive control the
 //! registry lists is real: its evidence file is a test case naming the oracle, and the controls
-//! that are seed-domain audits are run here and must fire at the stated depth.
+//! that are seed-domain audits are run here and must fire at the stated depth. Every oracle that
+//! judges a memory class issue 24 added has a control whose evidence runs on that class
+//! (`controls_per_memory_type`, the matrix of docs/oracles.md), or a reason in
+//! [`WITHOUT_CONTROL`].
 
 use libtest_mimic::{Failed, Trial};
 
-use kvaudit::base::domain::Domain;
+use kvaudit::base::config::MemoryType;
+use kvaudit::base::domain::{Domain, DomainOverrides};
 use kvaudit::base::op::Op;
 use kvaudit::engines::explore::{run_exhaustive, ExhaustiveConfig};
 use kvaudit::oracles::{
@@ -154,11 +158,129 @@ fn check_control(oracle: &'static dyn Oracle, c: &PositiveControl) -> Result<(),
     Ok(())
 }
 
+/// The memory classes whose oracles must each have a positive control that fires on the class
+/// itself (issue 24's done-when), with the preset that selects each.
+const CLASSES: [(MemoryType, &str); 2] = [
+    (MemoryType::HybridIswa, "hybrid_iswa"),
+    (MemoryType::Msa, "msa"),
+];
+
+/// The oracles that judge a class's preset yet have no control on the class, and why. A pair
+/// listed here that gains a control, or whose oracle no longer judges the class, fails the test.
+const WITHOUT_CONTROL: &[(&str, MemoryType, &str)] = &[
+    (
+        "I2",
+        MemoryType::HybridIswa,
+        "cannot fail on a hybrid memory: the positions both parts hold lie within one state position",
+    ),
+    (
+        "crash",
+        MemoryType::HybridIswa,
+        "its controls are llama.cpp builds and worker hooks whatever the memory; on the class it \
+         fires by llama.cpp's own abort (corpora/crash_hybrid_iswa_k_shift_of_a_base_cache_without_layers.json)",
+    ),
+    (
+        "crash",
+        MemoryType::Msa,
+        "its controls are llama.cpp builds and worker hooks whatever the memory; on the class it \
+         fires by llama.cpp's own abort (a partial cross-stream seq_cp, llama-kv-cache.cpp:524, \
+         docs/results.md's msa audits)",
+    ),
+    (
+        "cache-invisible",
+        MemoryType::Msa,
+        "native answers no logits for an attention memory (native+tensors has no MSA pair): a \
+         control needs a fault in the llama.cpp target",
+    ),
+    (
+        "round-trip-logits",
+        MemoryType::Msa,
+        "native answers no logits for an attention memory: a control needs a fault in the \
+         llama.cpp target",
+    ),
+    (
+        "save-load-invisible",
+        MemoryType::Msa,
+        "native answers no logits for an attention memory: a control needs a fault in the \
+         llama.cpp target",
+    ),
+];
+
+/// The memory type an evidence file's audit runs on: its preset under its overrides (`None`
+/// for a file that is not an audit of a preset).
+fn evidence_memory(evidence: &str) -> Result<Option<MemoryType>, String> {
+    let path = super::root().join("tests/data").join(evidence);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{evidence}: {e}"))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{evidence}: {e}"))?;
+    let Some(mut domain) = json["domain"].as_str().and_then(Domain::preset) else {
+        return Ok(None);
+    };
+    if let Some(o) = json.get("overrides") {
+        let o: DomainOverrides =
+            serde_json::from_value(o.clone()).map_err(|e| format!("{evidence}: {e}"))?;
+        o.apply(&mut domain);
+    }
+    Ok(Some(domain.setup.arch.memory()))
+}
+
+/// Every oracle that judges `class`'s preset has a positive control on `class`, or a reason in
+/// [`WITHOUT_CONTROL`] (and no reason outlives its need).
+fn controls_per_memory_type(class: MemoryType, preset: &str) -> Result<(), String> {
+    let setup = Domain::preset(preset)
+        .ok_or(format!("no preset {preset}"))?
+        .setup;
+    if setup.arch.memory() != class {
+        return Err(format!("preset {preset} selects {}", setup.arch.memory()));
+    }
+    let judging: Vec<&dyn Oracle> = BUILTIN
+        .iter()
+        .copied()
+        .filter(|o| o.reads() != Reads::Runs && o.judges_setup(&setup))
+        .collect();
+    let mut problems = Vec::new();
+    for o in &judging {
+        let mut has = false;
+        for c in o.positive_controls() {
+            has |= evidence_memory(c.evidence)? == Some(class);
+        }
+        let exempt = WITHOUT_CONTROL
+            .iter()
+            .any(|(name, m, _)| *name == o.id().name() && *m == class);
+        match (has, exempt) {
+            (false, false) => problems.push(format!("{} has no control on {class}", o.id())),
+            (true, true) => problems.push(format!(
+                "{} has a control on {class}: drop it from WITHOUT_CONTROL",
+                o.id()
+            )),
+            _ => {}
+        }
+    }
+    for (name, m, _) in WITHOUT_CONTROL.iter().filter(|(_, m, _)| *m == class) {
+        if !judging.iter().any(|o| o.id().name() == *name) {
+            problems.push(format!(
+                "{name} does not judge {m}: drop it from WITHOUT_CONTROL"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
 pub fn trials() -> Vec<Trial> {
     let mut out = vec![Trial::test(
         "oracles::a_registered_oracle_is_judged_everywhere",
         || a_registered_oracle_is_judged_everywhere().map_err(Failed::from),
     )];
+    for (class, preset) in CLASSES {
+        out.push(Trial::test(
+            format!("oracles::controls_per_memory_type::{preset}"),
+            move || controls_per_memory_type(class, preset).map_err(Failed::from),
+        ));
+    }
     for oracle in BUILTIN {
         for (k, c) in oracle.positive_controls().iter().enumerate() {
             out.push(Trial::test(

@@ -65,6 +65,11 @@ pub struct PinInfo {
     /// 0.1.137).
     #[serde(default)]
     pub whole_state_has_outputs: bool,
+    /// Whether a per-sequence dump of a windowed cache leaves out the cells its window masks
+    /// (false before 0.1.147, whose `llama_kv_cache::state_write` writes every cell of the
+    /// sequence).
+    #[serde(default = "yes")]
+    pub swa_seq_dump_masks: bool,
     /// Why this pin is recorded.
     #[serde(default)]
     pub note: String,
@@ -364,6 +369,7 @@ impl Pin {
                 kv_state_has_n_stream: f.kv_state_has_n_stream,
                 state_seq_has_header: f.state_seq_has_header,
                 whole_state_has_outputs: f.whole_state_has_outputs,
+                swa_seq_dump_masks: f.swa_seq_dump_masks,
                 note: format!("the source tree {}", t.display()),
             });
         }
@@ -563,6 +569,15 @@ mod tests {
         assert!(new.kv_state_has_n_rot);
         assert_eq!(new.llama_version, "0.6.0");
         assert_eq!(new.ggml_version, "0.26.0");
+        // The windowed cache's sequence dumps mask from 0.1.147 on (src/llama-kv-cache.cpp
+        // state_write), with the sequence header.
+        for (version, pin) in pins.iter() {
+            assert_eq!(
+                pin.swa_seq_dump_masks, pin.state_seq_has_header,
+                "{version}: swa_seq_dump_masks"
+            );
+        }
+        assert!(!pins["0.1.137"].swa_seq_dump_masks && pins["0.1.147"].swa_seq_dump_masks);
     }
 
     #[test]

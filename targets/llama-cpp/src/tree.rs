@@ -92,6 +92,9 @@ pub struct TreeFacts {
     /// Whether `state_write_data` writes the last batch's outputs, logits and embeddings
     /// before the memory (crate versions before 0.1.137).
     pub whole_state_has_outputs: bool,
+    /// Whether `llama_kv_cache::state_write` leaves the cells the sliding window masks out of a
+    /// per-sequence dump (crate 0.1.147 on).
+    pub swa_seq_dump_masks: bool,
     /// Whether `llama_context_params` has `kv_unified` (crate 0.1.113 on); the shim is compiled
     /// with `KVAUDIT_SHIM_NO_KV_UNIFIED` when it has not ([`shim_defines`]).
     pub has_kv_unified: bool,
@@ -186,6 +189,8 @@ pub fn tree_facts(tree: &Path) -> Result<TreeFacts, LlamaError> {
         has_kv_unified: header.contains("kv_unified"),
         state_seq_has_header: context.contains("io.write(&io_magic"),
         whole_state_has_outputs: context.contains("writing logits"),
+        swa_seq_dump_masks: kv_cache
+            .contains("const bool is_masked = llama_hparams::is_masked_swa"),
     })
 }
 
@@ -234,7 +239,8 @@ mod tests {
         fs::write(t.join("ggml/include/ggml.h"), "").unwrap();
         fs::write(
             t.join("src/llama-kv-cache.cpp"),
-            "io.write(&n_stream, 4); io.write(&n_rot_k, 4);",
+            "io.write(&n_stream, 4); io.write(&n_rot_k, 4);\n\
+             const bool is_masked = llama_hparams::is_masked_swa(n_swa, swa_type, p, m);",
         )
         .unwrap();
         fs::write(
@@ -256,7 +262,7 @@ mod tests {
         assert!(f.kv_state_has_n_stream && f.has_kv_unified);
         assert!(shim_defines("bool kv_unified; uint32_t n_rs_seq;").is_empty());
         assert_eq!(shim_defines("bool kv_unified;"), ["KVAUDIT_SHIM_NO_RS_SEQ"]);
-        assert!(f.state_seq_has_header && !f.whole_state_has_outputs);
+        assert!(f.state_seq_has_header && !f.whole_state_has_outputs && f.swa_seq_dump_masks);
         fs::write(t.join("include/llama.h"), "llama_memory_seq_cp").unwrap();
         let err = tree_facts(&root).unwrap_err().to_string();
         assert!(err.contains("LLAMA_STATE_SEQ_VERSION"), "{err}");
@@ -288,7 +294,7 @@ mod tests {
         .unwrap();
         fs::write(t.join("src/llama-context.cpp"), "// - writing logits").unwrap();
         let f = tree_facts(&root).unwrap();
-        assert!(!f.state_seq_has_header && f.whole_state_has_outputs);
+        assert!(!f.state_seq_has_header && f.whole_state_has_outputs && !f.swa_seq_dump_masks);
         assert_eq!(f.llama_version, UNVERSIONED);
         assert_eq!(f.seq_pos_bookkeeping, "pos-set");
         assert!(!f.kv_state_has_n_stream && !f.has_kv_unified && !f.kv_state_has_n_rot);
