@@ -196,6 +196,7 @@ impl SeqObservation {
             | MemoryType::Recurrent
             | MemoryType::Msa
             | MemoryType::Dsv4 => None,
+            MemoryType::Dsa => None,
         }
     }
 }

@@ -40,6 +40,15 @@ pub enum Arch {
     /// compressor states per compression ratio (`llama_kv_cache_dsv4`; 0.1.161,
     /// `llama-model.cpp:2594-2640`).
     Deepseek4,
+    /// `glm-dsa`: MLA layers with a lightning indexer, "full" indexer layers (with an indexer
+    /// key) and "shared" ones (reusing the previous full layer's top-k), one K-only MLA cache
+    /// beside an indexer key cache of the full layers (`llama_kv_cache_dsa`; 0.1.161,
+    /// `llama-model.cpp:2404-2456`, `filter_lid` = `is_indexer_full`).
+    #[serde(rename = "glm-dsa")]
+    GlmDsa,
+    /// `deepseek32`: glm-dsa's tensors with an indexer on every layer (`llama_kv_cache_dsa`
+    /// since 0.1.147, the first pin with the class, `llama-model.cpp:2018` there).
+    Deepseek32,
 }
 
 /// The memory implementation an architecture selects.
@@ -65,11 +74,15 @@ pub enum MemoryType {
     /// `llama_kv_cache_dsv4`: a raw K-only iSWA cache of every layer, three compressed K caches
     /// (CSA, HCA, the indexer's LID) and their compressor states, one stream per sequence.
     Dsv4,
+    /// `llama_kv_cache_dsa`: two K-only attention caches that take every op alike, the MLA
+    /// cache of every layer and the lightning-indexer key cache of the indexer layers
+    /// (src/llama-kv-cache-dsa.cpp).
+    Dsa,
 }
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 8] = [
+    pub const ALL: [Arch; 10] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
@@ -78,6 +91,8 @@ impl Arch {
         Arch::Lfm2Swa,
         Arch::MinimaxM3,
         Arch::Deepseek4,
+        Arch::GlmDsa,
+        Arch::Deepseek32,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -95,6 +110,8 @@ impl Arch {
             Arch::Lfm2Swa => "lfm2_swa",
             Arch::MinimaxM3 => "minimax-m3",
             Arch::Deepseek4 => "deepseek4",
+            Arch::GlmDsa => "glm-dsa",
+            Arch::Deepseek32 => "deepseek32",
         }
     }
 
@@ -109,7 +126,9 @@ impl Arch {
             | Arch::Jamba
             | Arch::Lfm2
             | Arch::MinimaxM3
-            | Arch::Deepseek4 => self.name(),
+            | Arch::Deepseek4
+            | Arch::GlmDsa
+            | Arch::Deepseek32 => self.name(),
         }
     }
 
@@ -121,6 +140,7 @@ impl Arch {
         match self {
             Arch::Gemma2 | Arch::Lfm2Swa | Arch::Deepseek4 => Some(4),
             Arch::Llama | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::MinimaxM3 => None,
+            Arch::GlmDsa | Arch::Deepseek32 => None,
         }
     }
 
@@ -134,6 +154,7 @@ impl Arch {
             Arch::Lfm2Swa => MemoryType::HybridIswa,
             Arch::MinimaxM3 => MemoryType::Msa,
             Arch::Deepseek4 => MemoryType::Dsv4,
+            Arch::GlmDsa | Arch::Deepseek32 => MemoryType::Dsa,
         }
     }
 }
@@ -151,7 +172,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, deepseek4)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, deepseek4, glm-dsa, deepseek32)")
             })
     }
 }
@@ -162,7 +183,8 @@ impl MemoryType {
         *self == MemoryType::Kv
     }
 
-    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`, `dsv4`.
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`, `dsv4`,
+    /// `dsa`.
     pub fn name(self) -> &'static str {
         match self {
             MemoryType::Kv => "kv",
@@ -172,6 +194,7 @@ impl MemoryType {
             MemoryType::HybridIswa => "hybrid_iswa",
             MemoryType::Msa => "msa",
             MemoryType::Dsv4 => "dsv4",
+            MemoryType::Dsa => "dsa",
         }
     }
 
@@ -186,6 +209,7 @@ impl MemoryType {
             | MemoryType::Hybrid
             | MemoryType::Msa
             | MemoryType::Dsv4 => false,
+            MemoryType::Dsa => false,
         }
     }
 
@@ -194,6 +218,7 @@ impl MemoryType {
         match self {
             MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => true,
             MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa | MemoryType::Dsv4 => false,
+            MemoryType::Dsa => false,
         }
     }
 
@@ -209,6 +234,7 @@ impl MemoryType {
             | MemoryType::Recurrent
             | MemoryType::Msa
             | MemoryType::Dsv4 => false,
+            MemoryType::Dsa => false,
         }
     }
 }

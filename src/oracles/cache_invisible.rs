@@ -65,6 +65,8 @@ pub fn tolerance(memory: MemoryType, cache: CacheType, shifted: bool) -> Option<
         | (Dsv4, F16, _)
         | (Dsv4, F32, true)
         | (_, Q8_0 | Q4_0, _) => None,
+        // DSA (glm-dsa, deepseek32): not measured yet, so not judged (PREREG issue-24 dsa batch).
+        (MemoryType::Dsa, _, _) => None,
     }
 }
 

@@ -470,6 +470,7 @@ pub(crate) fn memory_config(
                 reason: "the native model has no dsv4 memory yet".into(),
             })
         }
+        MemoryType::Dsa => MemoryKind::Dsa,
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
@@ -525,7 +526,9 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
         | Arch::Mamba
         | Arch::Jamba
         | Arch::MinimaxM3
-        | Arch::Deepseek4 => Err(unsupported(format!(
+        | Arch::Deepseek4
+        | Arch::GlmDsa
+        | Arch::Deepseek32 => Err(unsupported(format!(
             "n_rs_seq = {} requested, {} has no recurrent rollback",
             setup.n_rs_seq, setup.arch
         ))),

@@ -20,6 +20,11 @@
 //!              sparse layers (`llama_kv_cache_msa::state_write`, llama-kv-cache-msa.cpp:160)
 //!   dsv4:      a header, two K-only caches (the raw iSWA pair, no V records), then the
 //!              compressed K caches and compressor states (`dsv4.rs`)
+//!   dsa:       two K-only caches: the MLA cache of every layer, then the lightning-indexer key
+//!              cache of the indexer layers (`llama_kv_cache_dsa::state_write`,
+//!              llama-kv-cache-dsa.cpp:163-166); an MLA model's caches hold no V tensor
+//!              (llama-kv-cache.cpp:231, `has_v = !is_mla`), so they write no V record
+//!              (`state_write_data` skips a layer without V): StateFormat::k_only
 //! a cache:
 //!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
 //!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
@@ -90,6 +95,22 @@ pub struct StateFormat {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+impl StateFormat {
+    /// Whether the memory's caches write K records only (no V record per layer): a DSA
+    /// memory's, whose MLA model keeps no V tensor (see the module docs).
+    pub fn k_only(&self) -> bool {
+        match self.memory {
+            MemoryType::Dsa | MemoryType::Dsv4 => true,
+            MemoryType::Kv
+            | MemoryType::Iswa
+            | MemoryType::Recurrent
+            | MemoryType::Hybrid
+            | MemoryType::HybridIswa
+            | MemoryType::Msa => false,
+        }
+    }
 }
 
 /// Where and why the bytes did not parse.
@@ -320,6 +341,7 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
     let n_caches = match format.memory {
         MemoryType::Kv | MemoryType::Hybrid => 1,
         MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::Msa | MemoryType::Dsv4 => 2,
+        MemoryType::Dsa => 2,
         MemoryType::Recurrent => 0,
     };
     let dsv4_partial = match format.memory {
@@ -335,6 +357,7 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
             Some(parse_recurrent(r)?)
         }
         MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa | MemoryType::Dsv4 => None,
+        MemoryType::Dsa => None,
     };
     let dsv4 = match dsv4_partial {
         Some(partial) => Some(dsv4::parse_tail(r, partial)?),
@@ -557,8 +580,9 @@ fn parse_stream<'a>(
     let k = (0..n_layer)
         .map(|_| rows(r, "K"))
         .collect::<Result<Vec<_>, _>>()?;
-    // dsv4's caches are K-only: llama_kv_cache::state_write_data skips a layer without V.
-    let v = if format.memory == MemoryType::Dsv4 {
+    // dsv4's and DSA's caches are K-only: llama_kv_cache::state_write_data skips a layer
+    // without V.
+    let v = if format.k_only() {
         Vec::new()
     } else if !v_trans {
         (0..n_layer)
@@ -615,6 +639,7 @@ pub fn fuzz_seq_state(data: &[u8]) {
             MemoryType::Recurrent,
             MemoryType::Hybrid,
             MemoryType::Dsv4,
+            MemoryType::Dsa,
         ]
         .map(|memory| StateFormat {
             rot_fields,
@@ -717,6 +742,37 @@ mod tests {
         // The same bytes are not a plain cache's dump: an unknown layout is an error.
         let e = parse_seq_state(&b, StateFormat::default()).unwrap_err();
         assert!(e.expected.contains("kv memory"), "{e}");
+    }
+
+    #[test]
+    fn dsa_caches_have_k_records_only() {
+        // Two K-only caches (MLA, then indexer), one cell at pos 2 each, one layer each, v_trans
+        // 1 (no flash attention) but no V record: an MLA model keeps no V tensor.
+        let cache = |row: u8| {
+            let mut c = words(&[1, 1, 2, 1, 0, 1, 1]);
+            c.extend(words(&[0]));
+            c.extend(4u64.to_le_bytes());
+            c.extend([row; 4]);
+            c
+        };
+        let mut b = words(&[STATE_SEQ_MAGIC, 0]);
+        b.extend(cache(1));
+        b.extend(cache(2));
+        let dsa = StateFormat {
+            memory: MemoryType::Dsa,
+            ..StateFormat::default()
+        };
+        let s = parse_seq_state(&b, dsa).unwrap();
+        assert_eq!(s.resident_positions(), vec![2]);
+        assert_eq!(s.second_positions(), Some(vec![2]));
+        let kv = s.caches[1][0].kv.as_ref().unwrap();
+        assert_eq!((kv.k[0].data, kv.v.len()), (&[2u8; 4][..], 0));
+        // Read as MSA's (K and V records), the indexer cache's K record is taken for V.
+        let msa = StateFormat {
+            memory: MemoryType::Msa,
+            ..StateFormat::default()
+        };
+        assert!(parse_seq_state(&b, msa).is_err());
     }
 
     #[test]

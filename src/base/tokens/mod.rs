@@ -625,6 +625,8 @@ impl TokenModel {
             // partial removals are refused (:1462-1513), so the cells are the prefix the
             // compressed state was built from.
             MemoryType::Dsv4 => self.attention_resident(obs.seq, &obs.cells),
+            // DSA: the same pair (the MLA cache answers the accessors, llama-kv-cache-dsa.cpp:89-95).
+            MemoryType::Dsa => self.attention_resident(obs.seq, &obs.cells),
             MemoryType::Iswa => {
                 // The windowed cache (which answers seq_pos_min) must still hold the lowest base
                 // position: it loses cells only as a prefix.

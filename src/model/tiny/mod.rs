@@ -22,6 +22,7 @@ use super::ModelError;
 use crate::base::op::Arch;
 
 pub mod deepseek4;
+pub mod dsa;
 pub mod memory_types;
 pub mod minimax_m3;
 
@@ -126,6 +127,9 @@ impl TinyModelSpec {
     ///   128), n_embd 16, MLA heads of 8 ([`deepseek4`]), a window of 4 positions;
     /// - `minimax-m3`: two blocks, a dense-lead one (no indexer key cache) and a sparse one
     ///   (`minimax_m3`), n_embd 16, head dimension 8 (the indexer key's too).
+    /// - `glm-dsa`: two blocks, a "full" indexer one and a "shared" one (no indexer key cache),
+    ///   n_embd 16, two query heads over MLA (`dsa`: the head and indexer widths are its own);
+    ///   `deepseek32`: the same shape, every block with an indexer.
     pub fn for_arch(arch: Arch) -> Self {
         let audit = TinyModelSpec::audit();
         match arch {
@@ -155,7 +159,12 @@ impl TinyModelSpec {
                 sliding_window: arch.swa_window(),
                 ..audit
             },
-            Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa | Arch::MinimaxM3 => TinyModelSpec {
+            Arch::Jamba
+            | Arch::Lfm2
+            | Arch::Lfm2Swa
+            | Arch::MinimaxM3
+            | Arch::GlmDsa
+            | Arch::Deepseek32 => TinyModelSpec {
                 arch,
                 n_layer: 2,
                 n_embd: 16,
@@ -195,6 +204,10 @@ impl TinyModelSpec {
         ensure_spec!(
             self.arch != Arch::MinimaxM3 || self.n_layer > minimax_m3::DENSE_LEAD,
             "tiny model: minimax-m3 needs a dense-lead block and a sparse one"
+        );
+        ensure_spec!(
+            self.arch != Arch::GlmDsa || self.n_layer >= 2,
+            "tiny model: glm-dsa needs two blocks, a full indexer one and a shared one"
         );
         ensure_spec!(
             self.arch != Arch::Gemma2 || self.n_layer >= 2,
@@ -274,6 +287,7 @@ fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWrit
         Arch::Llama => {}
         Arch::MinimaxM3 => return Ok(minimax_m3::writer(spec)),
         Arch::Deepseek4 => return Ok(deepseek4::writer(spec)),
+        Arch::GlmDsa | Arch::Deepseek32 => return Ok(dsa::writer(spec)),
         Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa => {
             return Ok(memory_types::writer(spec))
         }
