@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the committed reports of issue 11 (llama.cpp's other memory types) in
 # reports/memtypes/: depth-2 audits of the iswa (gemma2), recurrent (mamba), hybrid (jamba) and
-# hybrid_iswa (lfm2_swa) and msa (minimax-m3, both issue 24) presets on both release pins, the same against the native model, and fuzz runs of each
+# hybrid_iswa (lfm2_swa), msa (minimax-m3) and dsv4 (deepseek4, all issue 24) presets on both release pins, the same against the native model, and fuzz runs of each
 # architecture (with the logits probe). Every audit report compares its outcome with PREREG.md
 # (the issue 11 batch; hybrid_iswa, msa: the issue-24 batches). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
 set -euo pipefail
@@ -39,6 +39,13 @@ run "$t-hybrid_iswa-d2" --target "$t" --domain hybrid_iswa --depth 2 --oracles "
 $k fuzz --target "$t" --config arch=lfm2_swa --seed 1 --cases 300 --no-repros -q \
   --oracles "$o137,cache-invisible,round-trip-logits,save-load-invisible" \
   --out "$out/$t-fuzz-lfm2_swa.json" >/dev/null || [ $? -eq 1 ]
+# llama_kv_cache_dsa (issue 24): glm-dsa (a full and a shared indexer layer) and deepseek32 on 0.1.161.
+t=llama.cpp@0.1.161
+run "$t-dsa-d2" --target "$t" --domain dsa --depth 2
+run "$t-vs-native-dsa-d2" --target "$t" --vs native --domain dsa --depth 2
+run "$t-dsa_full-d2" --target "$t" --domain dsa_full --depth 2
+$k fuzz --target "$t" --config arch=glm-dsa,type_k=f32,type_v=f32 --seed 1 --cases 300 --no-repros -q \
+  --out "$out/$t-fuzz-glm-dsa.json" >/dev/null || [ $? -eq 1 ]
 # 0.1.155: the oldest published pin with llama_kv_cache_msa (0.1.154 keeps MSA inside
 # llama_kv_cache); the msa preset only.
 t=llama.cpp@0.1.155
@@ -46,3 +53,16 @@ run "$t-msa-d2" --target "$t" --domain msa --depth 2
 run "$t-vs-native-msa-d2" --target "$t" --vs native --domain msa --depth 2
 $k fuzz --target "$t" --config arch=minimax-m3,flash_attn=on,kv_unified=false,type_k=f32,type_v=f32 \
   --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-minimax-m3.json" >/dev/null || [ $? -eq 1 ]
+# dsv4 (deepseek4, issue 24): 0.1.161; 0.1.156, whose state_read clears every sequence's
+# compressed K caches (#26790, fixed by 0.1.157); 0.1.154, the oldest pin with
+# llama_kv_cache_dsv4. The fuzz runs take deepseek4 under the dsv4 preset's configuration (F32 K,
+# so that the logits probes are judged) with the state ops.
+for pin in 0.1.161 0.1.156 0.1.154; do
+  t="llama.cpp@$pin"
+  run "$t-dsv4-d2" --target "$t" --domain dsv4 --depth 2
+  # With the logits oracles: the compressed parts are judged only by them.
+  run "$t-dsv4-logits-d2" --target "$t" --domain dsv4 --depth 2 \
+    --oracles I1,I2,crash,conservation,round-trip,contract,contract?,cache-invisible,round-trip-logits,save-load-invisible,state-size,failed-restore
+  $k fuzz --target "$t" --config arch=deepseek4,kv_unified=false,type_k=f32,type_v=f32 --state \
+    --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-deepseek4.json" >/dev/null || [ $? -eq 1 ]
+done

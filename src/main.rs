@@ -5,6 +5,7 @@ mod cli;
 use clap::Parser;
 
 fn main() {
+    kvaudit::targets::llama::startup::mark("kvaudit: main");
     quiet_on_closed_stdout();
     let cli = cli::Cli::parse();
     match cli::run(cli) {

@@ -192,7 +192,12 @@ impl SeqObservation {
             MemoryType::Hybrid => self.second_cells.as_deref(),
             // hybrid_idx: the second part is the indexer key cache (base/state/hybrid_idx.rs).
             MemoryType::HybridIswa | MemoryType::HybridIdx => self.third_cells.as_deref(),
-            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => None,
+            MemoryType::Kv
+            | MemoryType::Iswa
+            | MemoryType::Recurrent
+            | MemoryType::Msa
+            | MemoryType::Dsv4 => None,
+            MemoryType::Dsa => None,
         }
     }
 }
@@ -207,6 +212,13 @@ pub struct CodeCoverage {
     pub pcs: Vec<u32>,
     /// Edge hashes, each mixed with its hit-count class (AFL: 1, 2, 3, 4-7, ..., 128+ times).
     pub edges: Vec<u32>,
+    /// PC offsets reached outside the trace's ops (the context's construction and the setup's
+    /// decodes before a worker's first trial, resets, observations) that the worker had not
+    /// reached before: each such point travels once per worker child, with the trial after
+    /// which it was first seen, so the list is empty for most trials. Not part of the
+    /// guided fuzzer's signal, which is what the ops did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outside: Vec<u32>,
 }
 
 /// What the cache looks like after one op.

@@ -40,6 +40,19 @@ pub enum Arch {
     /// indexer: an attention cache, a recurrent memory and an indexer key cache of the attention
     /// layers (`llama_memory_hybrid_idx`; 0.1.161, `llama-model.cpp:2694-2730`).
     Qwen4exp,
+    /// `deepseek4`: MLA attention over a raw windowed token cache beside compressed K caches and
+    /// compressor states per compression ratio (`llama_kv_cache_dsv4`; 0.1.161,
+    /// `llama-model.cpp:2594-2640`).
+    Deepseek4,
+    /// `glm-dsa`: MLA layers with a lightning indexer, "full" indexer layers (with an indexer
+    /// key) and "shared" ones (reusing the previous full layer's top-k), one K-only MLA cache
+    /// beside an indexer key cache of the full layers (`llama_kv_cache_dsa`; 0.1.161,
+    /// `llama-model.cpp:2404-2456`, `filter_lid` = `is_indexer_full`).
+    #[serde(rename = "glm-dsa")]
+    GlmDsa,
+    /// `deepseek32`: glm-dsa's tensors with an indexer on every layer (`llama_kv_cache_dsa`
+    /// since 0.1.147, the first pin with the class, `llama-model.cpp:2018` there).
+    Deepseek32,
 }
 
 /// The memory implementation an architecture selects.
@@ -65,11 +78,18 @@ pub enum MemoryType {
     /// `llama_memory_hybrid_idx`: `llama_memory_hybrid` (an attention cache and a recurrent
     /// memory) with an indexer key cache that mirrors the attention cache cell for cell.
     HybridIdx,
+    /// `llama_kv_cache_dsv4`: a raw K-only iSWA cache of every layer, three compressed K caches
+    /// (CSA, HCA, the indexer's LID) and their compressor states, one stream per sequence.
+    Dsv4,
+    /// `llama_kv_cache_dsa`: two K-only attention caches that take every op alike, the MLA
+    /// cache of every layer and the lightning-indexer key cache of the indexer layers
+    /// (src/llama-kv-cache-dsa.cpp).
+    Dsa,
 }
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 8] = [
+    pub const ALL: [Arch; 11] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
@@ -78,6 +98,9 @@ impl Arch {
         Arch::Lfm2Swa,
         Arch::MinimaxM3,
         Arch::Qwen4exp,
+        Arch::Deepseek4,
+        Arch::GlmDsa,
+        Arch::Deepseek32,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -95,6 +118,9 @@ impl Arch {
             Arch::Lfm2Swa => "lfm2_swa",
             Arch::MinimaxM3 => "minimax-m3",
             Arch::Qwen4exp => "qwen4exp",
+            Arch::Deepseek4 => "deepseek4",
+            Arch::GlmDsa => "glm-dsa",
+            Arch::Deepseek32 => "deepseek32",
         }
     }
 
@@ -109,7 +135,10 @@ impl Arch {
             | Arch::Jamba
             | Arch::Lfm2
             | Arch::MinimaxM3
-            | Arch::Qwen4exp => self.name(),
+            | Arch::Qwen4exp
+            | Arch::Deepseek4
+            | Arch::GlmDsa
+            | Arch::Deepseek32 => self.name(),
         }
     }
 
@@ -119,13 +148,14 @@ impl Arch {
     /// oracles. `None` for architectures without windowed layers.
     pub const fn swa_window(self) -> Option<u32> {
         match self {
-            Arch::Gemma2 | Arch::Lfm2Swa => Some(4),
+            Arch::Gemma2 | Arch::Lfm2Swa | Arch::Deepseek4 => Some(4),
             Arch::Llama
             | Arch::Mamba
             | Arch::Jamba
             | Arch::Lfm2
             | Arch::MinimaxM3
             | Arch::Qwen4exp => None,
+            Arch::GlmDsa | Arch::Deepseek32 => None,
         }
     }
 
@@ -139,6 +169,8 @@ impl Arch {
             Arch::Lfm2Swa => MemoryType::HybridIswa,
             Arch::MinimaxM3 => MemoryType::Msa,
             Arch::Qwen4exp => MemoryType::HybridIdx,
+            Arch::Deepseek4 => MemoryType::Dsv4,
+            Arch::GlmDsa | Arch::Deepseek32 => MemoryType::Dsa,
         }
     }
 }
@@ -156,7 +188,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32)")
             })
     }
 }
@@ -167,7 +199,8 @@ impl MemoryType {
         *self == MemoryType::Kv
     }
 
-    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`, `hybrid_idx`.
+    /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`,
+    /// `hybrid_idx`, `dsv4`, `dsa`.
     pub fn name(self) -> &'static str {
         match self {
             MemoryType::Kv => "kv",
@@ -177,6 +210,8 @@ impl MemoryType {
             MemoryType::HybridIswa => "hybrid_iswa",
             MemoryType::Msa => "msa",
             MemoryType::HybridIdx => "hybrid_idx",
+            MemoryType::Dsv4 => "dsv4",
+            MemoryType::Dsa => "dsa",
         }
     }
 
@@ -190,7 +225,9 @@ impl MemoryType {
             | MemoryType::Recurrent
             | MemoryType::Hybrid
             | MemoryType::Msa
-            | MemoryType::HybridIdx => false,
+            | MemoryType::HybridIdx
+            | MemoryType::Dsv4 => false,
+            MemoryType::Dsa => false,
         }
     }
 
@@ -201,7 +238,8 @@ impl MemoryType {
             | MemoryType::Hybrid
             | MemoryType::HybridIswa
             | MemoryType::HybridIdx => true,
-            MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => false,
+            MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa | MemoryType::Dsv4 => false,
+            MemoryType::Dsa => false,
         }
     }
 
@@ -214,7 +252,12 @@ impl MemoryType {
     pub fn is_hybrid(self) -> bool {
         match self {
             MemoryType::Hybrid | MemoryType::HybridIswa | MemoryType::HybridIdx => true,
-            MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Msa => false,
+            MemoryType::Kv
+            | MemoryType::Iswa
+            | MemoryType::Recurrent
+            | MemoryType::Msa
+            | MemoryType::Dsv4 => false,
+            MemoryType::Dsa => false,
         }
     }
 }

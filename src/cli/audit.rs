@@ -14,6 +14,7 @@ use kvaudit::engines::explore::{Estimate, ExhaustiveConfig, Explorer, RunControl
 use kvaudit::engines::state_space::{run_states, StatesConfig};
 use kvaudit::records::report::{Event, Report, Shard};
 use kvaudit::running::state_runner::KeyScope;
+use kvaudit::targets::llama::startup::mark;
 
 /// An audit estimated to take longer than this (seconds) runs only with `--yes`.
 const ASK_ABOVE_S: f64 = 86_400.0;
@@ -245,12 +246,14 @@ pub fn run(mut a: AuditArgs) -> Result<i32, CliError> {
     };
     let stop = stop_on_signals()?;
     let mut explorer = Explorer::new(&cfg, fa.as_ref(), fb.as_deref())?;
+    mark("kvaudit: runners started");
     if let (Some(r), Some(p)) = (&resume, &a.resume) {
         kvaudit::engines::explore::check_resumes(r, &explorer.blank_report())
             .map_err(|e| CliError::usage(format!("--resume {}: {e}", p.display())))?;
     }
     let incomplete = resume.as_ref().and_then(|r| r.incomplete.as_ref());
     let estimate = explorer.estimate(incomplete, &stop)?;
+    mark("kvaudit: estimated");
     if estimate.seconds.is_some_and(|s| s > ASK_ABOVE_S) && !a.yes {
         return Err(CliError::usage(format!(
             "depth {} of {}: {}: more than a day; shard it (--shard K/M) or pass --yes to run it",
@@ -292,6 +295,7 @@ pub fn run(mut a: AuditArgs) -> Result<i32, CliError> {
         }
         display.show(e)
     })?;
+    mark("kvaudit: trials done");
     if let Some(i) = &report.incomplete {
         a.out.emit(&report)?;
         let how = match checkpoints {
@@ -317,6 +321,7 @@ fn finish(
     report.prediction = report.check_predictions(predictions);
     kvaudit::engines::root_cause::group_report(&mut report);
     out.emit(&report)?;
+    mark("kvaudit: report written");
     Ok(if report.has_findings() {
         exit::FINDINGS
     } else {

@@ -441,9 +441,21 @@ impl<'c> Explorer<'c> {
             .threads
             .max(1)
             .min(chunks(ops.len(), 1, cfg.shard).len().max(1));
-        let runners: Vec<RunnerPair> = (0..threads)
-            .map(|_| Ok((runner_a()?, runner_b.map(|f| f()).transpose()?)))
-            .collect::<Result<_, HarnessError>>()?;
+        // Started at once, one thread each: a llama.cpp runner is a process that loads a shim
+        // and answers when ready, so starting them one after the other added a start per
+        // thread to the run's time.
+        let start_pair = || Ok((runner_a()?, runner_b.map(|f| f()).transpose()?));
+        let runners: Vec<RunnerPair> = std::thread::scope(|scope| {
+            let others: Vec<_> = (1..threads).map(|_| scope.spawn(start_pair)).collect();
+            let first: Result<RunnerPair, HarnessError> = start_pair();
+            std::iter::once(first)
+                .chain(
+                    others
+                        .into_iter()
+                        .map(|h| h.join().expect("a runner's start does not panic")),
+                )
+                .collect::<Result<_, HarnessError>>()
+        })?;
         let info_a = runners[0].0.info();
         let info_b = runners[0].1.as_ref().map(|b| b.info());
         let judges = RunOracles::new(&cfg.oracles, info_b.is_some());
@@ -842,6 +854,9 @@ impl DepthWork<'_> {
                     .fold(0, |bits, k| bits | 1 << k),
                 None => 0,
             };
+            if let Some(code) = &done.ra[j].code {
+                tally.code.get_or_insert_with(Default::default).add(code);
+            }
             let now = self.judges.judge(
                 verdicts,
                 tally,

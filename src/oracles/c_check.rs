@@ -76,6 +76,11 @@ pub fn read_cells(memory: MemoryType, cells: &str, n: &str, win: &str, nwin: &st
     let (reader, windowed) = match memory {
         // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
         MemoryType::Kv | MemoryType::Msa => ("resident", false),
+        // dsv4: the raw pair's base cache (its first cache after the header) holds every cell.
+        MemoryType::Dsv4 => ("resident_dsv4", false),
+        // DSA: the MLA cache (whose cells the accessors answer from) into `cells`, the indexer
+        // key cache into `win` (K records only).
+        MemoryType::Dsa => ("resident_dsa", true),
         MemoryType::Recurrent => ("resident_recurrent", false),
         // hybrid_idx: the attention cache's cells, as a hybrid's (the indexer cache mirrors them).
         MemoryType::Hybrid | MemoryType::HybridIdx => ("resident_hybrid", false),
@@ -524,11 +529,18 @@ fn emit_round_trip_epilogue(s: &mut String) {
     let _ = writeln!(s, "    llama_free(twin);");
 }
 
+/// Whether failed-restore's C check compares the second part's cells too (`win`), as the oracle
+/// does for every memory: a DSA memory's indexer key cache (its failed loads leave the two caches
+/// apart). Other memories' C checks compare the first part only, as they did before DSA.
+fn judges_second_part(memory: MemoryType) -> bool {
+    memory == MemoryType::Dsa
+}
+
 /// failed-restore: every checked sequence is read right before the last op (a load) and after
 /// it; when the load read 0 bytes (`last_read`), a sequence load must leave every other
 /// sequence as it was and its destination as it was or empty, a whole load every sequence as
 /// it was or every one empty. The accessors and the reader's cells are compared (the memory's
-/// first part: the prelude's readers).
+/// first part: the prelude's readers; a DSA memory's indexer cache too, `judges_second_part`).
 pub const FAILED_RESTORE: CCheck = CCheck {
     before_last_op: |s, input| {
         let memory = input.trace.setup.arch.memory();
@@ -538,6 +550,9 @@ pub const FAILED_RESTORE: CCheck = CCheck {
             s,
             "    static int fr_c[{n}][4096]; int fr_n[{n}]; llama_pos fr_mn[{n}], fr_mx[{n}];"
         );
+        if judges_second_part(memory) {
+            let _ = writeln!(s, "    static int fr_w[{n}][4096]; int fr_nw[{n}];");
+        }
         let _ = writeln!(
             s,
             "    {{ const llama_seq_id fr_seq[] = {{{}}};",
@@ -552,7 +567,11 @@ pub const FAILED_RESTORE: CCheck = CCheck {
             "        {}",
             read_cells(memory, "cells", "n", "win", "nwin")
         );
-        let _ = writeln!(s, "        fr_n[k] = n; memcpy(fr_c[k], cells, sizeof(int) * (size_t)(n < 4096 ? n : 4096)); fr_mn[k] = llama_memory_seq_pos_min(mem, sq); fr_mx[k] = llama_memory_seq_pos_max(mem, sq); }} }}");
+        let _ = writeln!(s, "        fr_n[k] = n; memcpy(fr_c[k], cells, sizeof(int) * (size_t)(n < 4096 ? n : 4096)); fr_mn[k] = llama_memory_seq_pos_min(mem, sq); fr_mx[k] = llama_memory_seq_pos_max(mem, sq);");
+        if judges_second_part(memory) {
+            let _ = writeln!(s, "        fr_nw[k] = nwin; memcpy(fr_w[k], win, sizeof(int) * (size_t)(nwin < 4096 ? nwin : 4096));");
+        }
+        let _ = writeln!(s, "      }} }}");
     },
     before_seqs: |s, _| {
         let _ = writeln!(
@@ -580,7 +599,17 @@ pub const FAILED_RESTORE: CCheck = CCheck {
             s,
             "        for (int i = 0; same && i < n; i++) same = cells[i] == fr_c[k][i];"
         );
+        if judges_second_part(input.trace.setup.arch.memory()) {
+            let _ = writeln!(s, "        same = same && nwin == fr_nw[k];");
+            let _ = writeln!(
+                s,
+                "        for (int i = 0; same && i < nwin; i++) same = win[i] == fr_w[k][i];"
+            );
+        }
         let _ = writeln!(s, "        int empty = n == 0 && mn == -1 && mx == -1;");
+        if judges_second_part(input.trace.setup.arch.memory()) {
+            let _ = writeln!(s, "        empty = empty && nwin == 0;");
+        }
         let _ = writeln!(s, "        fr_changed += !same; fr_full += !empty;");
         match dest {
             Some(d) => {

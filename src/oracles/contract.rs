@@ -544,7 +544,12 @@ pub fn check_contract(
             let second = match memory {
                 MemoryType::Hybrid | MemoryType::HybridIswa | MemoryType::HybridIdx => Part::States,
                 MemoryType::Msa => Part::Cells,
-                MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent => return None,
+                // DSA: the indexer key cache likewise (llama-kv-cache-dsa.cpp:59-90, `init_batch`
+                // :104-145 prepares both caches for every ubatch).
+                MemoryType::Dsa => Part::Cells,
+                MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Dsv4 => {
+                    return None
+                }
             };
             let (b2, a2) = if memory.is_hybrid() {
                 (
@@ -556,7 +561,9 @@ pub fn check_contract(
             };
             let mut breach = first_breach(op, &after.outcome, &b2, &a2, second, &b)?;
             // The accessors are the K/V cache's: say which cache broke the clause.
-            if let (MemoryType::Msa, Some(o)) = (memory, breach.observed.as_object_mut()) {
+            if let (MemoryType::Msa | MemoryType::Dsa, Some(o)) =
+                (memory, breach.observed.as_object_mut())
+            {
                 o.insert("part".into(), json!("indexer cache"));
             }
             Some(breach)
@@ -653,6 +660,12 @@ impl Oracle for Contract {
                 target: "native[msa_idx_skips_seq_cp] (arch=minimax-m3)",
                 seed_depth: None,
                 evidence: "oracles/contract_msa_idx_skips_seq_cp.json",
+            },
+            PositiveControl {
+                fault: "dsa_lid_skips_seq_cp",
+                target: "native[dsa_lid_skips_seq_cp] (domain dsa)",
+                seed_depth: None,
+                evidence: "oracles/contract_dsa_lid_skips_seq_cp.json",
             },
             PositiveControl {
                 fault: "keep_noop",

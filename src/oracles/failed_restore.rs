@@ -164,6 +164,12 @@ impl Oracle for FailedRestore {
                 evidence: "oracles/failed_restore_clears_all.json",
             },
             PositiveControl {
+                fault: "dsa_failed_read_keeps_mla",
+                target: "native[dsa_failed_read_keeps_mla] (domain dsa)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_dsa_failed_read_keeps_mla.json",
+            },
+            PositiveControl {
                 fault: "failed_seq_load_clears_all",
                 target: "native[failed_seq_load_clears_all] (arch=lfm2_swa)",
                 seed_depth: None,

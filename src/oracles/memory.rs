@@ -34,6 +34,9 @@
 //!   (src/llama-memory-hybrid-iswa.cpp `seq_pos_min`/`seq_pos_max`), where the attention part's
 //!   minimum is the windowed cache's: `pos_min` may lie up to the windowed dump's smallest
 //!   position (no lower than the states' minimum), as for iswa.
+//! - **dsv4**: the raw pair's base cache holds every position; `seq_pos_max` is its largest and
+//!   `seq_pos_min` answers the same boundary by design (src/llama-kv-cache-dsv4.cpp:1555-1572),
+//!   so I1 holds dsv4 to `pos_min == pos_max` (docs/results.md decides that reading).
 
 use crate::base::cache::SeqObservation;
 use crate::base::op::{MemoryType, Pos};
@@ -126,6 +129,12 @@ pub fn reloaded(memory: MemoryType, s: &SeqObservation) -> Allowed {
 /// states' range).
 pub fn allowed(memory: MemoryType, s: &SeqObservation) -> Allowed {
     let (min, max) = extremes(present(memory, s));
+    if memory == MemoryType::Dsv4 {
+        // dsv4 answers `seq_pos_min` with the raw cache's `seq_pos_max` on purpose: "the
+        // compressed DSV4 state cannot be rolled back within that window. Report only the
+        // current boundary" (llama-kv-cache-dsv4.cpp:1555-1564); docs/results.md decides it.
+        return Allowed::exact((max, max));
+    }
     match s.windowed_cells(memory) {
         Some(windowed) if max >= 0 => {
             let states_min = s

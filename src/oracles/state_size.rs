@@ -56,7 +56,9 @@ pub const SIZE_NOT_OWN: &str = "two sequences with the same cells have dumps of 
 /// | msa | its K/V cells and its indexer cells (each cache's dump as kv's; not measured yet) |
 /// | hybrid_iswa | its base cells, its windowed cells and its recurrent states (the iSWA pair's dumps, then the states; not measured yet) |
 /// | hybrid_idx | its attention cells, its indexer cells and its recurrent states (the hybrid's dump, then the indexer cache's: llama-memory-hybrid-idx.cpp:259-270) |
-pub const SIZE_LAW: [(MemoryType, &str); 7] = [
+/// | dsv4 | its base cells, its windowed cells and its `seq_pos_max` (the raw pair's K-only dumps; the compressed caches' rows `(pos_max + 1) / ratio`; the compressor states a fixed size: llama-kv-cache-dsv4.cpp:1597-1629) |
+/// | dsa | its MLA cells and its indexer cells (each cache's dump as kv's, K rows only: llama-kv-cache-dsa.cpp `state_write`) |
+pub const SIZE_LAW: [(MemoryType, &str); 9] = [
     (MemoryType::Kv, "its cells"),
     (MemoryType::Iswa, "its base cells and its windowed cells"),
     (MemoryType::Recurrent, "its state cells"),
@@ -73,6 +75,11 @@ pub const SIZE_LAW: [(MemoryType, &str); 7] = [
         MemoryType::HybridIdx,
         "its attention cells, its indexer cells and its recurrent states",
     ),
+    (
+        MemoryType::Dsv4,
+        "its base cells, its windowed cells and its seq_pos_max",
+    ),
+    (MemoryType::Dsa, "its MLA cells and its indexer cells"),
 ];
 
 /// The counts a sequence's dump size is a function of ([`SIZE_LAW`]).
@@ -83,6 +90,10 @@ pub fn size_key(memory: MemoryType, s: &SeqObservation) -> (usize, usize, usize)
         MemoryType::Kv | MemoryType::Recurrent => (s.cells.len(), 0, 0),
         MemoryType::Iswa | MemoryType::Hybrid | MemoryType::Msa => (s.cells.len(), second, 0),
         MemoryType::HybridIswa | MemoryType::HybridIdx => (s.cells.len(), second, third),
+        // The compressed caches write the rows `seq_pos_max` implies, `(pos_max + 1) / ratio`
+        // (`dsv4_state_n_used_k_rows`, llama-kv-cache-dsv4.cpp:41-49), not cells.
+        MemoryType::Dsv4 => (s.cells.len(), second, (s.pos_max + 1).max(0) as usize),
+        MemoryType::Dsa => (s.cells.len(), second, 0),
     }
 }
 

@@ -387,6 +387,7 @@ mod tests {
             elapsed_s: 0.0,
             incomplete: false,
             code: None,
+            code_parts: Default::default(),
             code_lines: None,
         }
     }

@@ -161,9 +161,10 @@ pub struct EntryOutcome {
     pub repeats: u64,
     /// Wall time, seconds.
     pub elapsed_s: f64,
-    /// The memory code its fuzzing reached (a `+cov` build), until the summary joins it.
+    /// The memory code its parts reached (a `+cov` build), by part (`exhaustive`, `fuzz`),
+    /// until the summary joins it.
     #[serde(skip)]
-    pub code: Option<CodeSet>,
+    pub code: BTreeMap<String, CodeSet>,
 }
 
 /// A finding of the hunt: shrunk, with where and when it was first reached.
@@ -285,10 +286,13 @@ pub struct HuntSummary {
     /// Stopped before every entry of its share ran (Ctrl-C, SIGTERM).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub incomplete: bool,
-    /// The memory code the entries' fuzzing reached, on a `+cov` build (`kvaudit coverage`
-    /// maps it to lines).
+    /// The memory code the entries reached, on a `+cov` build (`kvaudit coverage` maps it to
+    /// lines): their exhaustive and fuzz parts together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<CodeSet>,
+    /// The same by part of the entries (`exhaustive`, `fuzz`): which part reached what.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub code_parts: BTreeMap<String, CodeSet>,
     /// Its line coverage over the memory sources, when the hunt mapped it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code_lines: Option<FileCoverage>,

@@ -131,6 +131,10 @@ pub struct Report {
     /// transitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_space: Option<StateSpace>,
+    /// The target's own code an exhaustive run's trials reached, on a `+cov` build
+    /// (`kvaudit coverage` maps it to lines; a fuzz run's is `fuzz.code`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<crate::records::code::CodeSet>,
 }
 
 impl Report {
@@ -146,6 +150,7 @@ impl Report {
         timing: Timing,
     ) -> Report {
         let oracles = tally.oracles;
+        let code = tally.code.map(|c| c.set(&target.name));
         let mut findings: Vec<Finding> = tally.findings.into_values().collect();
         findings.sort_by(|a, b| {
             (a.oracle, a.depth, a.trial_index, &a.kind).cmp(&(
@@ -172,6 +177,7 @@ impl Report {
             fuzz: None,
             state_space: None,
             incomplete: None,
+            code,
         }
     }
 
@@ -191,6 +197,10 @@ impl Report {
             unsupported: self.unsupported,
             oracles: self.oracles,
             findings: self.findings.into_iter().map(|f| (f.key(), f)).collect(),
+            code: self
+                .code
+                .as_ref()
+                .map(crate::records::code::CodeGather::resumed),
         }
     }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::base::op::Trace;
 use crate::oracles::{OracleId, Violation};
+use crate::records::code::CodeGather;
 use crate::records::finding::{Finding, FindingKey, OracleStats};
 
 /// Counts and findings of part of a run; merged by addition and minimum.
@@ -18,6 +19,8 @@ pub struct Tally {
     pub oracles: BTreeMap<OracleId, OracleStats>,
     /// Best representative per finding.
     pub findings: BTreeMap<FindingKey, Finding>,
+    /// The target's own code the trials reached, on a target that records it (`+cov`).
+    pub code: Option<CodeGather>,
 }
 
 impl Tally {
@@ -30,6 +33,11 @@ impl Tally {
         }
         for (key, f) in other.findings {
             self.offer(key, f);
+        }
+        if let Some(code) = other.code {
+            self.code
+                .get_or_insert_with(CodeGather::default)
+                .merge(code);
         }
     }
 

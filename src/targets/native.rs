@@ -473,6 +473,13 @@ pub(crate) fn memory_config(
                 reason: "hybrid_idx: the native dump does not have llama.cpp's layout yet (cell exts, a K-only indexer cache)".into(),
             })
         }
+        MemoryType::Dsv4 => {
+            return Err(HarnessError::Unsupported {
+                target: name.into(),
+                reason: "the native model has no dsv4 memory yet".into(),
+            })
+        }
+        MemoryType::Dsa => MemoryKind::Dsa,
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
@@ -525,12 +532,17 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
             setup.n_rs_seq,
             native_kv::recurrent::MAX_PLANES - 1
         ))),
-        Arch::Llama | Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::MinimaxM3 => {
-            Err(unsupported(format!(
-                "n_rs_seq = {} requested, {} has no recurrent rollback",
-                setup.n_rs_seq, setup.arch
-            )))
-        }
+        Arch::Llama
+        | Arch::Gemma2
+        | Arch::Mamba
+        | Arch::Jamba
+        | Arch::MinimaxM3
+        | Arch::Deepseek4
+        | Arch::GlmDsa
+        | Arch::Deepseek32 => Err(unsupported(format!(
+            "n_rs_seq = {} requested, {} has no recurrent rollback",
+            setup.n_rs_seq, setup.arch
+        ))),
     }
 }
 

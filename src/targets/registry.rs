@@ -173,16 +173,19 @@ pub fn llama_worker_spec(
 ) -> Result<crate::targets::llama::worker::WorkerSpec, Error> {
     use crate::targets::llama::build::{ensure_built, BuildSpec};
     use crate::targets::llama::pins::Pin;
+    use crate::targets::llama::startup::mark;
     use crate::targets::llama::target::ResetMode;
     let pin = Pin::parse(name).map_err(|e| Error::input(format!("{e:#}")))?;
     let info = pin.info().map_err(|e| Error::input(format!("{e:#}")))?;
     let built = ensure_built(&BuildSpec::new(pin.clone()), true)
         .map_err(|e| Error::harness(format!("building {name}: {e:#}")))?;
+    mark("kvaudit: build found");
     let model = match model {
         Some(m) => m.to_path_buf(),
         None => crate::model::tiny::try_audit_model_path()
             .map_err(|e| Error::harness(format!("tiny model: {e:#}")))?,
     };
+    mark("kvaudit: model written");
     let exe = std::env::current_exe()
         .map_err(|e| Error::harness(format!("cannot find the kvaudit executable: {e}")))?;
     Ok(crate::targets::llama::worker::WorkerSpec {

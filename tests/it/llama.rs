@@ -121,13 +121,19 @@ enum Case {
     /// A `+cov` build: each trace's run carries the points its ops reached, every point is a
     /// coverage point of the build's shared object, mapped to a line of the files named (and of
     /// no file named in `files_never`), the same points each time the trace runs again; a trace
-    /// without ops reaches none (resets and observations record nothing).
+    /// without ops reaches none (resets and observations are recorded apart). The points
+    /// outside the ops: the worker's first trial carries the context's construction and setup
+    /// (lines of each file of `outside_first`, of which `outside_lines` given as
+    /// `FILE:LINE`), and a batch that runs the same traces again reaches nothing new outside
+    /// them.
     Coverage {
         #[allow(dead_code)]
         about: String,
         target: String,
         setup: Setup,
         traces: Vec<CoverageTrace>,
+        outside_first: Vec<String>,
+        outside_lines: Vec<String>,
     },
 }
 
@@ -174,8 +180,10 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             target,
             setup,
             traces,
+            outside_first,
+            outside_lines,
             ..
-        } => check_coverage(&target, setup, traces),
+        } => check_coverage(&target, setup, traces, (&outside_first, &outside_lines)),
         Case::ResetEquivalence {
             target,
             domain,
@@ -607,7 +615,12 @@ fn check_hang(
     Ok(())
 }
 
-fn check_coverage(target: &str, setup: Setup, traces: Vec<CoverageTrace>) -> Result<(), String> {
+fn check_coverage(
+    target: &str,
+    setup: Setup,
+    traces: Vec<CoverageTrace>,
+    (outside_first, outside_lines): (&[String], &[String]),
+) -> Result<(), String> {
     use kvaudit::outputs::coverage::lines_reached;
     use kvaudit::targets::llama::build::cov::CodeMap;
     use kvaudit::targets::llama::build::{ensure_built, BuildSpec};
@@ -631,6 +644,42 @@ fn check_coverage(target: &str, setup: Setup, traces: Vec<CoverageTrace>) -> Res
     let thrice: Vec<Trace> = batch.iter().chain(&batch).chain(&batch).cloned().collect();
     let runs = runner.run_batch(&thrice).map_err(|e| e.to_string())?;
     let (first, again) = runs[batch.len()..].split_at(batch.len());
+    let outside: std::collections::BTreeSet<u32> = runs[0]
+        .code
+        .iter()
+        .flat_map(|c| c.outside.iter().copied())
+        .collect();
+    let outside_files = lines_reached(&map, &outside).map_err(|e| format!("outside: {e}"))?;
+    for f in outside_first {
+        if outside_files.get(f).is_none_or(|l| l.reached.is_empty()) {
+            return Err(format!(
+                "the first trial's points outside the ops ({}) reach no line of {f}",
+                outside.len()
+            ));
+        }
+    }
+    for at in outside_lines {
+        let (f, line) = at.rsplit_once(':').ok_or(format!("{at}: not FILE:LINE"))?;
+        let line: u32 = line.parse().map_err(|_| format!("{at}: not FILE:LINE"))?;
+        if !outside_files
+            .get(f)
+            .is_some_and(|l| l.reached.contains(&line))
+        {
+            return Err(format!(
+                "{at} is not among the first trial's points outside the ops"
+            ));
+        }
+    }
+    let new_again: usize = again
+        .iter()
+        .flat_map(|r| &r.code)
+        .map(|c| c.outside.len())
+        .sum();
+    if new_again != 0 {
+        return Err(format!(
+            "the same traces run a third time reached {new_again} new points outside the ops"
+        ));
+    }
     for (i, (t, (run, run2))) in traces.iter().zip(first.iter().zip(again)).enumerate() {
         let code = run
             .code

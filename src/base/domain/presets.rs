@@ -5,7 +5,7 @@
 use super::*;
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 18] = [
+pub const PRESETS: [&str; 21] = [
     "seed",
     "wide",
     "streams",
@@ -24,10 +24,13 @@ pub const PRESETS: [&str; 18] = [
     "hybrid_iswa",
     "msa",
     "hybrid_idx",
+    "dsv4",
+    "dsa",
+    "dsa_full",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 18] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 21] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -46,6 +49,9 @@ pub const PRESET_SUMMARIES: [(&str, &str); 18] = [
     ("hybrid_iswa", "lfm2_swa's hybrid-iSWA memory (short-convolution states + a windowed attention cache of window 4 that evicts): removals inside, across and below the window, refused partial removals, copies, shifts, multi-sequence decodes, state save/load with PARTIAL_ONLY"),
     ("msa", "minimax-m3's MSA memory (a K/V cache and an indexer key cache) with block selection on (flash attention, one stream per sequence): removals that free cells inside blocks, shifts that move positions across blocks, decodes into reused cells, copies, state save/load"),
     ("hybrid_idx", "qwen4exp's hybrid-idx memory (gated-delta-net states + an attention cache + the QSA indexer key cache that mirrors it, blocks of 2 pooled cells): two sequences at the same positions in a unified cache (the hunt adds one stream per sequence), removals that free whole and half blocks, refused partial removals, copies, multi-sequence decodes, state save/load with PARTIAL_ONLY; no shifts (M-RoPE cannot K-shift)"),
+    ("dsv4", "deepseek4's DSV4 memory (a raw windowed K cache beside CSA, HCA and indexer compressed K caches and compressor states, one stream per sequence), both sequences past CSA blocks and one past the first HCA block: sequence loads beside another sequence's compressed rows, whole copies, whole saves and loads, refused partial removals, decodes across compression blocks"),
+    ("dsa", "glm-dsa's DSA memory (a K-only MLA cache and a lightning-indexer key cache of the full indexer layer; top-4 selection over 7 tokens): removals, shifts (both caches' keys move), copies, multi-sequence decodes into reused cells, state save/load and a load cut inside the indexer part"),
+    ("dsa_full", "the dsa preset on deepseek32 (an indexer key on every layer; the architecture 0.1.147, the first pin with llama_kv_cache_dsa, selects it for)"),
 ];
 
 /// The iswa preset's setup (gemma2; hybrid_iswa runs it on lfm2_swa): a windowed cache of 256
@@ -328,6 +334,72 @@ impl Domain {
                 decode_shared: true,
                 state: true,
                 state_flags: vec![1],
+                ..seed
+            }),
+            "dsv4" => Some(Domain {
+                name: "dsv4".into(),
+                // F32 K so that the logits probes are judged; one stream per sequence, which the
+                // cache keeps whatever `kv_unified` says (llama-kv-cache-dsv4.cpp:1244-1245).
+                // Sequence 1 holds 6 tokens (one CSA block of 4 compressed, two in the
+                // compressor state) and sequence 0 130 (past the first HCA block of 128: #26063
+                // diverged from 129 tokens on).
+                setup: Setup {
+                    arch: Arch::Deepseek4,
+                    kv_unified: false,
+                    type_k: CacheType::F32,
+                    type_v: CacheType::F32,
+                    ops: vec![
+                        Op::Decode(Decode::next(1, 6)),
+                        Op::Decode(Decode::next(0, 130)),
+                    ],
+                    ..seed.setup.clone()
+                },
+                // #25588 / #26063 / #26790: the removals dsv4 takes are whole ones and those
+                // past the end ([200, -1]); a partial one is refused without `n_rs_seq`
+                // ([4, -1]) and so is any with p1 >= 0 ([0, 3]) (`seq_rm`, :1462-1513). Copies
+                // are whole only: a partial one aborts (`seq_cp`, :1515-1516), and shifts are
+                // left out: the memory cannot shift (`get_can_shift`, :1451-1455).
+                ranges: vec![[-1, -1], [200, -1], [4, -1], [0, 3]],
+                copy_ranges: Some(vec![[-1, -1]]),
+                deltas: Vec::new(),
+                divisors: Vec::new(),
+                decode_next: vec![1, 4],
+                state: true,
+                ..seed
+            }),
+            "dsa" | "dsa_full" => Some(Domain {
+                name: name.into(),
+                // F32 K/V (an MLA cache's K and V types must agree, llama-context.cpp:3838), so
+                // the dump sizes below are exact. 7 tokens: the indexer's top 4 leave 3 out.
+                setup: Setup {
+                    arch: if name == "dsa" {
+                        Arch::GlmDsa
+                    } else {
+                        Arch::Deepseek32
+                    },
+                    type_k: CacheType::F32,
+                    type_v: CacheType::F32,
+                    ops: vec![Op::Decode(Decode::next(0, 7))],
+                    ..seed.setup.clone()
+                },
+                // Upstream's indexer-cache threads are about seq_cp (#27941, #25588) and state
+                // (#27813, #26790): copies of every range, removals inside and at the tail that
+                // free cells the next decode reuses, shifts (the indexer keys are roped too:
+                // `hparams_lid.rope_type`, llama-kv-cache-dsa.cpp:47), decodes into two
+                // sequences at once.
+                ranges: vec![[2, 5], [4, -1], [-1, -1]],
+                deltas: vec![3, -2],
+                divisors: vec![2],
+                decode_next: vec![1, 5],
+                decode_shared: true,
+                state: true,
+                // A sequence dump is the MLA part (56 + 108·c bytes with the header, c cells)
+                // then the indexer part (36 + 268·c on glm-dsa, 48 + 524·c on deepseek32): cut
+                // at 820 bytes, a dump of 2 to 7 cells fails inside the indexer part, after the
+                // MLA part was restored (#27530's class: what does the failed load leave?). The
+                // native memory's dumps carry no rows (24 + 12·c, then 16 + 12·c): cut at 120,
+                // a dump of 4 to 7 cells fails there (llama.cpp's, inside the MLA part).
+                load_truncate: vec![120, 820],
                 ..seed
             }),
             _ => None,

@@ -63,7 +63,7 @@ pub(super) fn parse<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memor
                     r: records,
                     s,
                 };
-                return Ok((vec![attention, indexer], Some(recurrent)));
+                return Ok((vec![attention, indexer], Some(recurrent), None));
             }
             Err(e) => last = Some(e),
         }

@@ -22,6 +22,13 @@
 //!              cache of the attention layers (`llama_memory_hybrid_idx::state_write`,
 //!              src/llama-memory-hybrid-idx.cpp:259; read in `hybrid_idx.rs`, which finds
 //!              where the recurrent section ends)
+//!   dsv4:      a header, two K-only caches (the raw iSWA pair, no V records), then the
+//!              compressed K caches and compressor states (`dsv4.rs`)
+//!   dsa:       two K-only caches: the MLA cache of every layer, then the lightning-indexer key
+//!              cache of the indexer layers (`llama_kv_cache_dsa::state_write`,
+//!              llama-kv-cache-dsa.cpp:163-166); an MLA model's caches hold no V tensor
+//!              (llama-kv-cache.cpp:231, `has_v = !is_mla`), so they write no V record
+//!              (`state_write_data` skips a layer without V): StateFormat::k_only
 //! a cache:
 //!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
 //!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
@@ -57,9 +64,11 @@ use thiserror::Error;
 
 use crate::base::op::{MemoryType, Pos, SeqId};
 
+pub mod dsv4;
 mod hybrid_idx;
 mod rows;
 
+pub use dsv4::Dsv4State;
 pub use rows::{f16_to_f32, parse_seq_rows, CellRows, ResidentRows, RowError};
 
 /// The word `state_seq_get_data` writes first.
@@ -91,6 +100,23 @@ pub struct StateFormat {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+impl StateFormat {
+    /// Whether the memory's caches write K records only (no V record per layer): a DSA
+    /// memory's, whose MLA model keeps no V tensor (see the module docs).
+    pub fn k_only(&self) -> bool {
+        match self.memory {
+            MemoryType::Dsa | MemoryType::Dsv4 => true,
+            MemoryType::Kv
+            | MemoryType::Iswa
+            | MemoryType::Recurrent
+            | MemoryType::Hybrid
+            | MemoryType::HybridIswa
+            | MemoryType::HybridIdx
+            | MemoryType::Msa => false,
+        }
+    }
 }
 
 /// Where and why the bytes did not parse.
@@ -179,6 +205,8 @@ pub struct SeqState<'a> {
     pub caches: Vec<Vec<StreamState<'a>>>,
     /// The recurrent section (recurrent and hybrid memories).
     pub recurrent: Option<RecurrentState<'a>>,
+    /// The compressed parts of a dsv4 memory's dump.
+    pub dsv4: Option<Dsv4State<'a>>,
 }
 
 impl StreamState<'_> {
@@ -297,26 +325,36 @@ pub fn parse_seq_state(bytes: &[u8], format: StateFormat) -> Result<SeqState<'_>
         }
         r.i32("seq_id")?
     };
-    let (caches, recurrent) = parse_memory(&mut r, format)?;
+    let (caches, recurrent, dsv4) = parse_memory(&mut r, format)?;
     Ok(SeqState {
         seq_id,
         caches,
         recurrent,
+        dsv4,
     })
 }
 
 /// The attention caches and the recurrent section of `format.memory`, to the end of the bytes.
-type Memory<'a> = (Vec<Vec<StreamState<'a>>>, Option<RecurrentState<'a>>);
+type Memory<'a> = (
+    Vec<Vec<StreamState<'a>>>,
+    Option<RecurrentState<'a>>,
+    Option<Dsv4State<'a>>,
+);
 
 /// Reads the memory part of a dump, as `format.memory` lays it out, and checks that the bytes
 /// end there: an unknown layout (another memory type's dump, or trailing bytes) is an error.
 fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a>, ParseError> {
     let n_caches = match format.memory {
         MemoryType::Kv | MemoryType::Hybrid => 1,
-        MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::Msa => 2,
+        MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::Msa | MemoryType::Dsv4 => 2,
+        MemoryType::Dsa => 2,
         MemoryType::Recurrent => 0,
         // The recurrent section sits between the two caches.
         MemoryType::HybridIdx => return hybrid_idx::parse(r, format),
+    };
+    let dsv4_partial = match format.memory {
+        MemoryType::Dsv4 => Some(dsv4::parse_header(r)?),
+        _ => None,
     };
     let mut caches = Vec::with_capacity(n_caches);
     for _ in 0..n_caches {
@@ -326,8 +364,13 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
         MemoryType::Recurrent | MemoryType::Hybrid | MemoryType::HybridIswa => {
             Some(parse_recurrent(r)?)
         }
-        MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa => None,
+        MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa | MemoryType::Dsv4 => None,
         MemoryType::HybridIdx => unreachable!("read by hybrid_idx::parse"),
+        MemoryType::Dsa => None,
+    };
+    let dsv4 = match dsv4_partial {
+        Some(partial) => Some(dsv4::parse_tail(r, partial)?),
+        None => None,
     };
     if !r.done() {
         return r.fail(
@@ -339,7 +382,7 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
             ),
         );
     }
-    Ok((caches, recurrent))
+    Ok((caches, recurrent, dsv4))
 }
 
 /// The cells of a stream or a recurrent section: `cell_count` (bounded by the input: a cell is
@@ -491,7 +534,7 @@ pub fn parse_whole_state(bytes: &[u8], format: StateFormat) -> Result<Vec<WholeC
             r.take(bytes.unwrap_or(usize::MAX), what)?;
         }
     }
-    let (caches, recurrent) = parse_memory(&mut r, format)?;
+    let (caches, recurrent, _) = parse_memory(&mut r, format)?;
     if let Some(base) = caches.first() {
         return Ok(base
             .iter()
@@ -572,7 +615,11 @@ fn parse_stream<'a>(
     let k = (0..n_layer)
         .map(|_| rows(r, "K"))
         .collect::<Result<Vec<_>, _>>()?;
-    let v = if !v_trans {
+    // dsv4's and DSA's caches are K-only: llama_kv_cache::state_write_data skips a layer
+    // without V.
+    let v = if format.k_only() {
+        Vec::new()
+    } else if !v_trans {
         (0..n_layer)
             .map(|_| rows(r, "V"))
             .collect::<Result<Vec<_>, _>>()?
@@ -627,6 +674,8 @@ pub fn fuzz_seq_state(data: &[u8]) {
             MemoryType::Recurrent,
             MemoryType::Hybrid,
             MemoryType::HybridIdx,
+            MemoryType::Dsv4,
+            MemoryType::Dsa,
         ]
         .map(|memory| StateFormat {
             rot_fields,
@@ -729,6 +778,37 @@ mod tests {
         // The same bytes are not a plain cache's dump: an unknown layout is an error.
         let e = parse_seq_state(&b, StateFormat::default()).unwrap_err();
         assert!(e.expected.contains("kv memory"), "{e}");
+    }
+
+    #[test]
+    fn dsa_caches_have_k_records_only() {
+        // Two K-only caches (MLA, then indexer), one cell at pos 2 each, one layer each, v_trans
+        // 1 (no flash attention) but no V record: an MLA model keeps no V tensor.
+        let cache = |row: u8| {
+            let mut c = words(&[1, 1, 2, 1, 0, 1, 1]);
+            c.extend(words(&[0]));
+            c.extend(4u64.to_le_bytes());
+            c.extend([row; 4]);
+            c
+        };
+        let mut b = words(&[STATE_SEQ_MAGIC, 0]);
+        b.extend(cache(1));
+        b.extend(cache(2));
+        let dsa = StateFormat {
+            memory: MemoryType::Dsa,
+            ..StateFormat::default()
+        };
+        let s = parse_seq_state(&b, dsa).unwrap();
+        assert_eq!(s.resident_positions(), vec![2]);
+        assert_eq!(s.second_positions(), Some(vec![2]));
+        let kv = s.caches[1][0].kv.as_ref().unwrap();
+        assert_eq!((kv.k[0].data, kv.v.len()), (&[2u8; 4][..], 0));
+        // Read as MSA's (K and V records), the indexer cache's K record is taken for V.
+        let msa = StateFormat {
+            memory: MemoryType::Msa,
+            ..StateFormat::default()
+        };
+        assert!(parse_seq_state(&b, msa).is_err());
     }
 
     #[test]

@@ -620,6 +620,13 @@ impl TokenModel {
             // MSA: both caches take every op alike; the K/V cache's cells are the sequence's
             // (the indexer cache's are judged by msa-sync).
             MemoryType::Kv | MemoryType::Msa => self.attention_resident(obs.seq, &obs.cells),
+            // dsv4: the raw pair's base cache holds every cell (its windowed cache drops the old
+            // ones, and `seq_pos_min` answers `seq_pos_max`, llama-kv-cache-dsv4.cpp:1555-1564);
+            // partial removals are refused (:1462-1513), so the cells are the prefix the
+            // compressed state was built from.
+            MemoryType::Dsv4 => self.attention_resident(obs.seq, &obs.cells),
+            // DSA: the same pair (the MLA cache answers the accessors, llama-kv-cache-dsa.cpp:89-95).
+            MemoryType::Dsa => self.attention_resident(obs.seq, &obs.cells),
             MemoryType::Iswa => {
                 // The windowed cache (which answers seq_pos_min) must still hold the lowest base
                 // position: it loses cells only as a prefix.

@@ -17,12 +17,12 @@
 //! whole shape before each op) made nearly every case new in a trial of 2,000 cases, and a
 //! queue that keeps everything guides nothing.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::base::cache::{OpOutcome, SeqObservation, StepObservation};
 use crate::base::op::{Op, Pos, SeqId, Trace};
-use crate::records::code::CodeSet;
+use crate::records::code::{CodeGather, CodeSet};
 use crate::records::fuzz::CoveragePoint;
 use crate::running::runner::{TrialEnd, TrialRun};
 
@@ -208,12 +208,8 @@ pub struct Reached {
 pub struct Coverage {
     transitions: BTreeSet<u64>,
     shapes: BTreeSet<u64>,
-    /// PCs of the target's memory code (a `+cov` build).
-    pcs: BTreeSet<u32>,
-    /// Edges of the target's memory code.
-    edges: HashSet<u32>,
-    /// Whether any run carried code points.
-    has_code: bool,
+    /// The target's memory code (a `+cov` build), once a run carried code points.
+    code: Option<CodeGather>,
 }
 
 impl Coverage {
@@ -229,26 +225,16 @@ impl Coverage {
                 features,
             };
         };
-        self.has_code = true;
-        let mut new = false;
-        for &pc in &code.pcs {
-            new |= self.pcs.insert(pc);
-        }
+        // New PCs or edges of the ops make the case new; points outside them do not.
+        let new = self.code.get_or_insert_with(CodeGather::default).add(code);
         features.clear();
-        for &e in &code.edges {
-            new |= self.edges.insert(e);
-            features.push(EDGE_FEATURE | u64::from(e));
-        }
+        features.extend(code.edges.iter().map(|&e| EDGE_FEATURE | u64::from(e)));
         Reached { new, features }
     }
 
     /// The code reached so far, as a report keeps it (`None` when no run carried code points).
     pub fn code(&self, build: &str) -> Option<CodeSet> {
-        self.has_code.then(|| CodeSet {
-            build: build.to_string(),
-            pcs: self.pcs.clone(),
-            edges: self.edges.len() as u64,
-        })
+        self.code.as_ref().map(|c| c.set(build))
     }
 
     fn add_abstract(&mut self, trace: &Trace, run: &TrialRun, features: &mut Vec<u64>) -> bool {
@@ -287,8 +273,8 @@ impl Coverage {
             cases,
             transitions: self.transitions.len() as u64,
             shapes: self.shapes.len() as u64,
-            pcs: self.pcs.len() as u64,
-            edges: self.edges.len() as u64,
+            pcs: self.code.as_ref().map_or(0, CodeGather::ops_pcs),
+            edges: self.code.as_ref().map_or(0, CodeGather::ops_edges),
         }
     }
 }

@@ -31,7 +31,7 @@ use proptest::test_runner::TestRunner;
 use crate::base::op::{Op, OpKind, Pos, SeqId, Trace};
 use crate::records::fuzz::GenConfig;
 
-use super::generate::{chunk_strategy, op_strategy, stream_runner};
+use super::generate::{chunk_strategy, kind_strategy, op_strategy, stream_runner};
 
 /// The proptest runner the guided generator's choices for case `case` of seed `seed` come from:
 /// a stream apart from [`super::case_runner`]'s, so that a case drawn afresh in a guided run is
@@ -62,6 +62,26 @@ const ANY_ENTRY_ONE_IN: usize = 8;
 /// reached by few cases, but there are few of them among hundreds of coverage entries.
 const FINDING_ONE_IN: usize = 4;
 
+/// Three in four children of a finding's entry are its neighbours ([`Mutator::neighbour`]), the
+/// rest havoc like any entry's: the failures next to a known one are most often the same defect
+/// reached by another op over the same cells, which stacked havoc anywhere in the trace (then a
+/// fresh tail) seldom leaves in place.
+const NEIGHBOUR_ONE_IN: usize = 4;
+
+/// The kinds of op over a range of cells of a sequence, what a neighbour's last op is.
+const RANGED: [OpKind; 4] = [OpKind::SeqRm, OpKind::SeqCp, OpKind::SeqAdd, OpKind::SeqDiv];
+
+/// Where a finding's entry failed: the step (1-based, into the finding's trace) of its failing op
+/// and the sequence its violation names. A finding's entries keep it ([`Queue::push_finding`]) for
+/// [`Mutator::neighbour`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FindingSite {
+    /// The failing step.
+    pub step: usize,
+    /// The sequence the violation is about, where it names one.
+    pub seq: Option<SeqId>,
+}
+
 /// A uniform draw from `0..n` (`n > 0`).
 fn below(runner: &mut TestRunner, n: usize) -> usize {
     (runner.rng().next_u64() % n as u64) as usize
@@ -87,8 +107,9 @@ pub struct Queue {
     entries: Vec<Trace>,
     /// Times each entry was picked as a parent.
     picked: Vec<u32>,
-    /// Per entry, whether it came from a finding ([`Queue::push_finding`]): not persisted.
-    of_finding: Vec<bool>,
+    /// Per entry, where its finding failed if it came from one ([`Queue::push_finding`]): not
+    /// persisted.
+    of_finding: Vec<Option<FindingSite>>,
     /// Per feature, the smallest entry (fewest ops; the first of those) that reaches it.
     top: BTreeMap<Feature, usize>,
     /// Per feature, the cases that reached it.
@@ -101,7 +122,7 @@ impl Queue {
     pub fn new(corpus: Vec<Trace>) -> Self {
         Queue {
             picked: vec![0; corpus.len()],
-            of_finding: vec![false; corpus.len()],
+            of_finding: vec![None; corpus.len()],
             entries: corpus,
             ..Queue::default()
         }
@@ -118,14 +139,14 @@ impl Queue {
         self.entries
             .into_iter()
             .zip(self.of_finding)
-            .filter(|(_, f)| !f)
+            .filter(|(_, f)| f.is_none())
             .map(|(t, _)| t)
             .collect()
     }
 
     /// How many entries [`Queue::into_kept`] gives.
     pub fn kept(&self) -> usize {
-        self.of_finding.iter().filter(|f| !**f).count()
+        self.of_finding.iter().filter(|f| f.is_none()).count()
     }
 
     /// Counts a case that reached `features` (every case of a guided run: the rarity the
@@ -140,15 +161,21 @@ impl Queue {
     pub fn push(&mut self, trace: Trace, features: &[Feature]) {
         self.entries.push(trace);
         self.picked.push(0);
-        self.of_finding.push(false);
+        self.of_finding.push(None);
         self.rate(self.entries.len() - 1, features);
     }
 
     /// Adds a finding's trace (or the prefix of it before its failing op), with the finding's
-    /// feature: mutated like the others, not persisted (AFL keeps crashes apart from its queue).
-    pub fn push_finding(&mut self, trace: Trace, feature: Feature) {
+    /// feature and where it failed: mutated like the others and into its neighbours, not
+    /// persisted (AFL keeps crashes apart from its queue).
+    pub fn push_finding(&mut self, trace: Trace, feature: Feature, site: FindingSite) {
         self.push(trace, &[feature]);
-        *self.of_finding.last_mut().expect("just pushed") = true;
+        *self.of_finding.last_mut().expect("just pushed") = Some(site);
+    }
+
+    /// Where entry `i`'s finding failed, if it came from one.
+    pub fn site(&self, i: usize) -> Option<FindingSite> {
+        self.of_finding[i]
     }
 
     /// Records that entry `i` reaches `features`: it becomes the favoured entry of each one it is
@@ -185,8 +212,8 @@ impl Queue {
     pub fn pick(&mut self, runner: &mut TestRunner) -> usize {
         let n = self.entries.len();
         let mut favoured = self.favoured();
-        if self.of_finding.contains(&true) && below(runner, FINDING_ONE_IN) == 0 {
-            favoured.retain(|&(i, _)| self.of_finding[i]);
+        if self.of_finding.iter().any(Option::is_some) && below(runner, FINDING_ONE_IN) == 0 {
+            favoured.retain(|&(i, _)| self.of_finding[i].is_some());
         }
         let i = if favoured.is_empty() || below(runner, ANY_ENTRY_ONE_IN) == 0 {
             below(runner, n)
@@ -340,6 +367,8 @@ pub struct Mutator {
     chunk: BoxedStrategy<Vec<Op>>,
     /// A fresh trace's ops (at least `min_len` of them), what a short child is continued with.
     tail: BoxedStrategy<Vec<Op>>,
+    /// The generator's ops of each of the [`RANGED`] kinds, what a neighbour ends with.
+    ranged: Vec<BoxedStrategy<Op>>,
 }
 
 impl Mutator {
@@ -352,6 +381,7 @@ impl Mutator {
             tail: proptest::collection::vec(chunk_strategy(g), g.min_len..=g.max_len)
                 .prop_map(|chunks| chunks.into_iter().flatten().collect())
                 .boxed(),
+            ranged: RANGED.iter().map(|&k| kind_strategy(k, g)).collect(),
         }
     }
 
@@ -392,6 +422,11 @@ impl Mutator {
             return None;
         }
         let parent = queue.pick(&mut runner);
+        if let Some(site) = queue.site(parent) {
+            if below(&mut runner, NEIGHBOUR_ONE_IN) != 0 {
+                return Some(self.neighbour(&queue.entries()[parent], site, &mut runner));
+            }
+        }
         Some(self.child(queue.entries(), parent, &mut runner))
     }
 
@@ -409,10 +444,23 @@ impl Mutator {
             let m = MUTATIONS[below(runner, MUTATIONS.len())];
             self.apply(m, &mut ops, queue, runner);
         }
+        self.continue_short(&mut ops, runner);
+        if ops.is_empty() {
+            ops.push(self.draw_op(runner));
+        }
+        Trace {
+            setup: queue[parent].setup.clone(),
+            ops,
+        }
+    }
+
+    /// `ops`, if shorter than the generator's shortest trace, continued three times in four by a
+    /// fresh trace's ops (then cut to the longest): the ops after an entry explore from the
+    /// state it reaches. The tail's ranges, one in four, start or end where the entry's cells
+    /// do (the entry's own positions): a removal of part of what the entry built.
+    fn continue_short(&self, ops: &mut Vec<Op>, runner: &mut TestRunner) {
         if ops.len() < self.gen.min_len && below(runner, 4) != 0 {
-            // The tail's ranges, one in four, start or end where the entry's cells do (the
-            // entry's own positions): a removal of part of what the entry built.
-            let dict = position_dictionary(self.setup_len(), &ops, self.gen.pos_cap);
+            let dict = position_dictionary(self.setup_len(), ops, self.gen.pos_cap);
             let mut tail = self
                 .tail
                 .new_tree(runner)
@@ -429,12 +477,90 @@ impl Mutator {
             ops.extend(tail);
         }
         ops.truncate(self.gen.max_len);
-        if ops.is_empty() {
-            ops.push(self.draw_op(runner));
+    }
+
+    /// A neighbour of a finding's entry (AFL++'s crash exploration, in the terms of the memory
+    /// API): the ops before the failing step, three times in four with one of their ranges
+    /// widened ([`Mutator::widen`]), then in place of the failing op an op over a range of cells
+    /// (a `seq_rm`, `seq_cp`, `seq_add` or `seq_div`, drawn as the generator draws its arguments)
+    /// on the violation's sequence three times in four (else on the failing op's), its range
+    /// ends from the trace's own positions. The same defect is often reached by another op on
+    /// the same state (a pending shift left by `seq_div` as by `seq_add`; a count that a partial
+    /// removal exposes as a whole one does), and the shrunk trace's ranges are the narrowest
+    /// that fail, where the next failure may need wider ones (a partial removal of a one-cell
+    /// copy removes all of it). Then, as any short child, a fresh tail ([`Mutator::continue_short`]):
+    /// it is judged after the new op, and explores from the state next to the failure.
+    pub fn neighbour(&self, entry: &Trace, site: FindingSite, runner: &mut TestRunner) -> Trace {
+        let before = site.step.saturating_sub(1).min(entry.ops.len());
+        let mut ops = entry.ops[..before].to_vec();
+        if below(runner, 4) != 0 {
+            self.widen(&mut ops, runner);
         }
+        let failing = entry.ops.get(before);
+        let mut op = self.ranged[below(runner, RANGED.len())]
+            .new_tree(runner)
+            .expect("the generator rejects nothing")
+            .current();
+        let seq = match site.seq.filter(|&s| s >= 0) {
+            Some(s) if below(runner, 4) != 0 => Some(s),
+            _ => failing.and_then(first_seq),
+        };
+        if let Some(seq) = seq {
+            retarget(&mut op, seq, self.gen.n_seqs());
+        }
+        if self.partial_range_allowed(&op) {
+            let mut dict = position_dictionary(self.setup_len(), &ops, self.gen.pos_cap);
+            if let Some((p0, p1)) = failing.and_then(range_of) {
+                dict.extend([p0, p1].into_iter().filter(|p| *p >= 0));
+            }
+            let (a, b) = (
+                dict[below(runner, dict.len())],
+                dict[below(runner, dict.len())],
+            );
+            if let Some((p0, p1)) = range_mut(&mut op) {
+                *p0 = a.min(b);
+                *p1 = if a == b || below(runner, 4) == 0 {
+                    -1
+                } else {
+                    a.max(b)
+                };
+            }
+        }
+        ops.push(op);
+        self.continue_short(&mut ops, runner);
         Trace {
-            setup: queue[parent].setup.clone(),
+            setup: entry.setup.clone(),
             ops,
+        }
+    }
+
+    /// One range of `ops` (closed, and one the generator may make partial) widened: its end
+    /// moved past where it was, or opened (one time in four), and every op over the same range
+    /// moved with it (a range a trace names twice, a copy repeated onto the same cells, is one
+    /// place).
+    fn widen(&self, ops: &mut [Op], runner: &mut TestRunner) {
+        let closed: Vec<(Pos, Pos)> = ops
+            .iter()
+            .filter(|op| self.partial_range_allowed(op))
+            .filter_map(range_of)
+            .filter(|&(_, p1)| p1 >= 0)
+            .collect();
+        if closed.is_empty() {
+            return;
+        }
+        let old = closed[below(runner, closed.len())];
+        let cap = self.gen.pos_cap;
+        let end = if below(runner, 4) == 0 {
+            -1
+        } else {
+            (old.1 + 1 + below(runner, (cap / 4).max(1) as usize) as Pos).min(cap + cap / 4)
+        };
+        for op in ops.iter_mut() {
+            if range_of(op) == Some(old) && self.partial_range_allowed(op) {
+                if let Some((_, p1)) = range_mut(op) {
+                    *p1 = end;
+                }
+            }
         }
     }
 
@@ -776,8 +902,13 @@ mod tests {
         let mut q = Queue::new(vec![trace(6)]);
         q.rate(0, &[1]);
         q.push(trace(5), &[2]);
-        q.push_finding(trace(3), finding_feature(&"I1|seq_keep"));
-        q.push_finding(trace(2), finding_feature(&("I1|seq_keep", "prefix")));
+        let site = FindingSite {
+            step: 3,
+            seq: Some(1),
+        };
+        q.push_finding(trace(3), finding_feature(&"I1|seq_keep"), site);
+        q.push_finding(trace(2), finding_feature(&("I1|seq_keep", "prefix")), site);
+        assert_eq!((q.site(1), q.site(2)), (None, Some(site)));
         assert_eq!(q.entries().len(), 4);
         assert_eq!(q.kept(), 2);
         let mut picks = [0; 4];
@@ -791,6 +922,69 @@ mod tests {
     }
 
     #[test]
+    fn a_neighbour_keeps_the_prefix_and_ends_in_a_ranged_op_on_the_failing_sequence() {
+        let g = GenConfig::with_max_len(16);
+        let m = Mutator::new(&g);
+        let copy = Op::SeqCp {
+            src: 0,
+            dst: 1,
+            p0: 0,
+            p1: 1,
+        };
+        let entry = Trace {
+            setup: g.setup.clone(),
+            ops: vec![copy.clone(), copy, Op::SeqKeep { seq: 0 }, Op::Clear],
+        };
+        let site = FindingSite {
+            step: 3,
+            seq: Some(1),
+        };
+        let (mut kinds, mut on_violation, mut widened) = (BTreeSet::new(), 0, 0);
+        for case in 0..200 {
+            let n = m.neighbour(&entry, site, &mut guide_runner(6, case));
+            in_domain(&g, &n);
+            assert!(
+                n.ops.len() >= 3,
+                "the ops before the failing one, then one, then a tail"
+            );
+            let last = &n.ops[2];
+            assert!(RANGED.contains(&last.kind()), "{last}");
+            kinds.insert(last.kind());
+            on_violation += usize::from(first_seq(last) == Some(1));
+            // The two copies of one range move together, and only ever wider.
+            let (r0, r1) = (range_of(&n.ops[0]), range_of(&n.ops[1]));
+            assert_eq!(r0, r1);
+            let (p0, p1) = r0.expect("a copy has a range");
+            assert!(p0 == 0 && (p1 == -1 || p1 >= 1), "{p1}");
+            widened += usize::from(p1 != 1);
+        }
+        assert_eq!(kinds.len(), RANGED.len(), "{kinds:?}");
+        assert!((100..200).contains(&on_violation), "{on_violation}");
+        assert!((100..200).contains(&widened), "{widened}");
+    }
+
+    #[test]
+    fn a_finding_s_entry_is_mostly_mutated_into_its_neighbours() {
+        let g = GenConfig::with_max_len(16);
+        let m = Mutator::new(&g);
+        let mut q = Queue::default();
+        let site = FindingSite { step: 2, seq: None };
+        q.push_finding(trace(2), finding_feature(&"only"), site);
+        let children: Vec<Trace> = (WARMUP_CASES..WARMUP_CASES + 200)
+            .filter_map(|case| m.next_case(&mut q, 3, case))
+            .collect();
+        let neighbours = children
+            .iter()
+            .filter(|c| c.ops.len() >= 2 && RANGED.contains(&c.ops[1].kind()))
+            .count();
+        assert!(
+            neighbours * 2 > children.len() && neighbours < children.len(),
+            "{neighbours} of {}",
+            children.len()
+        );
+    }
+
+    #[test]
     fn children_are_a_function_of_the_seed_case_and_queue() {
         let g = GenConfig::with_max_len(20);
         let m = Mutator::new(&g);
@@ -799,6 +993,12 @@ mod tests {
             for c in 0..3 {
                 q.push(generate(&g, 4, c), &[c]);
             }
+            // A finding's entry too: its neighbours are drawn from the same stream.
+            let site = FindingSite {
+                step: 3,
+                seq: Some(1),
+            };
+            q.push_finding(generate(&g, 4, 3), finding_feature(&"f"), site);
             q
         };
         let children = |seed| {

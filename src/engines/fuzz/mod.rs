@@ -59,8 +59,8 @@ pub use generate::{
     trace_strategy, FuzzTrace,
 };
 pub use guide::{
-    finding_feature, guide_runner, Feature, Mutation, Mutator, Queue, FRESH_ONE_IN, MUTATIONS,
-    WARMUP_CASES,
+    finding_feature, guide_runner, Feature, FindingSite, Mutation, Mutator, Queue, FRESH_ONE_IN,
+    MUTATIONS, WARMUP_CASES,
 };
 
 /// What a fuzz run does.
@@ -511,13 +511,17 @@ pub fn run_fuzz_until(
                 // The minimal trace, and the prefix before its failing op: the state the failure
                 // needs, where the failures next to it are (another op, another range).
                 let t = &finding.trace;
-                queue.push_finding(t.clone(), finding_feature(&signature));
+                let site = FindingSite {
+                    step: finding.step,
+                    seq: finding.seq,
+                };
+                queue.push_finding(t.clone(), finding_feature(&signature), site);
                 if finding.step > 1 {
                     let prefix = Trace {
                         setup: t.setup.clone(),
                         ops: t.ops[..finding.step - 1].to_vec(),
                     };
-                    queue.push_finding(prefix, finding_feature(&(&signature, "prefix")));
+                    queue.push_finding(prefix, finding_feature(&(&signature, "prefix")), site);
                 }
             }
             records.insert(

@@ -42,6 +42,9 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Lfm2Swa => "hybrid_iswa",
         Arch::MinimaxM3 => "msa",
         Arch::Qwen4exp => "hybrid_idx",
+        Arch::Deepseek4 => "dsv4",
+        Arch::GlmDsa => "dsa",
+        Arch::Deepseek32 => "dsa_full",
     }
 }
 

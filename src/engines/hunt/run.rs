@@ -254,6 +254,7 @@ pub fn run_hunt(
             elapsed_s: 0.0,
             incomplete: false,
             code: None,
+            code_parts: Default::default(),
             code_lines: None,
         },
     };
@@ -361,12 +362,16 @@ pub fn run_hunt(
             ran
         });
         let (mut outcome, found) = ran?;
-        if let Some(code) = outcome.code.take() {
-            let all = summary
+        for (part, code) in std::mem::take(&mut outcome.code) {
+            summary
                 .code
-                .get_or_insert_with(|| CodeSet::new(&code.build));
-            all.pcs.extend(code.pcs);
-            all.edges = all.edges.max(code.edges);
+                .get_or_insert_with(|| CodeSet::new(&code.build))
+                .join(&code);
+            summary
+                .code_parts
+                .entry(part)
+                .or_insert_with(|| CodeSet::new(&code.build))
+                .join(&code);
         }
         trials_left = trials_left.saturating_sub(outcome.trials + outcome.fuzz_cases);
         for (f, at) in found {
@@ -451,6 +456,9 @@ fn run_entry(
         outcome.trials = report.trials;
         outcome.cut_short = report.incomplete.is_some();
         add_stats(&mut outcome, &report);
+        if let Some(code) = report.code.clone() {
+            outcome.code.insert("exhaustive".into(), code);
+        }
         for f in report.findings {
             if !seen.insert(signature(&f)) {
                 outcome.repeats += 1;
@@ -502,7 +510,9 @@ fn run_entry(
         .map_err(harness)?;
         let fz = report.fuzz.clone().expect("a fuzz report");
         outcome.fuzz_cases = fz.cases;
-        outcome.code = fz.code;
+        if let Some(code) = fz.code {
+            outcome.code.insert("fuzz".into(), code);
+        }
         add_stats(&mut outcome, &report);
         for (f, rec) in report.findings.into_iter().zip(&fz.findings) {
             if !seen.insert(signature(&f)) {
@@ -602,6 +612,19 @@ pub fn merge_shards(mut parts: Vec<HuntSummary>) -> Result<HuntSummary, Error> {
         whole.unsupported.extend(p.unsupported);
         whole.skipped.extend(p.skipped);
         whole.findings.extend(p.findings);
+        if let Some(code) = &p.code {
+            whole
+                .code
+                .get_or_insert_with(|| CodeSet::new(&code.build))
+                .join(code);
+        }
+        for (part, code) in &p.code_parts {
+            whole
+                .code_parts
+                .entry(part.clone())
+                .or_insert_with(|| CodeSet::new(&code.build))
+                .join(code);
+        }
         // Shards run side by side: the hunt took as long as its longest shard.
         whole.elapsed_s = whole.elapsed_s.max(p.elapsed_s);
     }

@@ -174,8 +174,13 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
     let k = |key: &str| format!("{arch}.{key}");
     let embd = u64::from(s.n_embd);
     match s.arch {
-        Arch::Llama | Arch::MinimaxM3 | Arch::Qwen4exp => {
-            unreachable!("the llama, minimax-m3 and qwen4exp writers are their own")
+        Arch::Llama
+        | Arch::MinimaxM3
+        | Arch::Qwen4exp
+        | Arch::Deepseek4
+        | Arch::GlmDsa
+        | Arch::Deepseek32 => {
+            unreachable!("the llama, minimax-m3, qwen4exp, deepseek4 and dsa writers are their own")
         }
         Arch::Gemma2 => {
             w.add_kv(k("feed_forward_length"), GgufValue::U32(s.n_ff))

@@ -21,6 +21,8 @@ use super::gguf::{GgufValue, GgufWriter};
 use super::ModelError;
 use crate::base::op::Arch;
 
+pub mod deepseek4;
+pub mod dsa;
 pub mod memory_types;
 pub mod minimax_m3;
 pub mod qwen4exp;
@@ -122,10 +124,15 @@ impl TinyModelSpec {
     ///   pattern), n_embd 16;
     /// - `lfm2_swa`: lfm2's shape with a window of 4 positions (lfm2 makes every attention layer
     ///   windowed, so the iSWA pair's base cache holds cells but no layer).
+    /// - `deepseek4`: two blocks, a CSA one (ratio 4, with the indexer) and an HCA one (ratio
+    ///   128), n_embd 16, MLA heads of 8 ([`deepseek4`]), a window of 4 positions;
     /// - `minimax-m3`: two blocks, a dense-lead one (no indexer key cache) and a sparse one
     ///   (`minimax_m3`), n_embd 16, head dimension 8 (the indexer key's too);
     /// - `qwen4exp`: two blocks, a gated delta net and a dense-attention one with the QSA indexer
-    ///   (`qwen4exp`), n_embd 16, head dimension 8 (the indexer key's too).
+    ///   (`qwen4exp`), n_embd 16, head dimension 8 (the indexer key's too);
+    /// - `glm-dsa`: two blocks, a "full" indexer one and a "shared" one (no indexer key cache),
+    ///   n_embd 16, two query heads over MLA (`dsa`: the head and indexer widths are its own);
+    ///   `deepseek32`: the same shape, every block with an indexer.
     pub fn for_arch(arch: Arch) -> Self {
         let audit = TinyModelSpec::audit();
         match arch {
@@ -145,18 +152,32 @@ impl TinyModelSpec {
                 n_ff: 0,
                 ..audit
             },
-            Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa | Arch::MinimaxM3 | Arch::Qwen4exp => {
-                TinyModelSpec {
-                    arch,
-                    n_layer: 2,
-                    n_embd: 16,
-                    n_head: 2,
-                    n_head_kv: 1,
-                    n_ff: 16,
-                    sliding_window: arch.swa_window(),
-                    ..audit
-                }
-            }
+            Arch::Deepseek4 => TinyModelSpec {
+                arch,
+                n_layer: deepseek4::COMPRESS_RATIOS.len() as u32,
+                n_embd: 16,
+                n_head: 2,
+                n_head_kv: 1,
+                n_ff: 16,
+                sliding_window: arch.swa_window(),
+                ..audit
+            },
+            Arch::Jamba
+            | Arch::Lfm2
+            | Arch::Lfm2Swa
+            | Arch::MinimaxM3
+            | Arch::Qwen4exp
+            | Arch::GlmDsa
+            | Arch::Deepseek32 => TinyModelSpec {
+                arch,
+                n_layer: 2,
+                n_embd: 16,
+                n_head: 2,
+                n_head_kv: 1,
+                n_ff: 16,
+                sliding_window: arch.swa_window(),
+                ..audit
+            },
         }
     }
 
@@ -191,6 +212,10 @@ impl TinyModelSpec {
         ensure_spec!(
             self.arch != Arch::Qwen4exp || self.n_layer >= qwen4exp::FULL_ATTENTION_INTERVAL,
             "tiny model: qwen4exp needs a gated-delta-net block and an attention one"
+        );
+        ensure_spec!(
+            self.arch != Arch::GlmDsa || self.n_layer >= 2,
+            "tiny model: glm-dsa needs two blocks, a full indexer one and a shared one"
         );
         ensure_spec!(
             self.arch != Arch::Gemma2 || self.n_layer >= 2,
@@ -270,6 +295,8 @@ fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWrit
         Arch::Llama => {}
         Arch::MinimaxM3 => return Ok(minimax_m3::writer(spec)),
         Arch::Qwen4exp => return Ok(qwen4exp::writer(spec)),
+        Arch::Deepseek4 => return Ok(deepseek4::writer(spec)),
+        Arch::GlmDsa | Arch::Deepseek32 => return Ok(dsa::writer(spec)),
         Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa => {
             return Ok(memory_types::writer(spec))
         }

@@ -216,8 +216,36 @@ pub fn measure(
     target: &TargetSpec,
     vs: Option<&TargetSpec>,
 ) -> Result<TargetExpectation, Error> {
+    match measure_setup(repro, target, vs)? {
+        Measured::Expectation(entry) => Ok(entry),
+        Measured::SetupUnsupported(why) => Err(Error::harness(format!(
+            "step 0 is unsupported by the target ({why})"
+        ))),
+    }
+}
+
+/// What [`measure_setup`] found.
+enum Measured {
+    /// The expectation to record.
+    Expectation(TargetExpectation),
+    /// The target does not run the trace's setup at all (its first step is unsupported, e.g. a
+    /// memory type the native model lacks): neither a finding nor the harness breaking.
+    SetupUnsupported(String),
+}
+
+/// [`measure`], telling a target that does not run the setup apart from one that fails.
+fn measure_setup(
+    repro: &Repro,
+    target: &TargetSpec,
+    vs: Option<&TargetSpec>,
+) -> Result<Measured, Error> {
     let mut entry = TargetExpectation::new(target, vs, Expect::Holds);
     let (j, _) = run_on(repro, &entry).map_err(Error::harness)?;
+    if let Some((0, why)) = &j.unsupported {
+        if j.first(repro.oracle).is_none() {
+            return Ok(Measured::SetupUnsupported(why.clone()));
+        }
+    }
     if let Status::Unavailable(why) = judge_expectation(repro, &entry, &j) {
         return Err(Error::harness(why));
     }
@@ -236,7 +264,7 @@ pub fn measure(
             entry.observed = Some(v.violation.observed.clone());
         }
     }
-    Ok(entry)
+    Ok(Measured::Expectation(entry))
 }
 
 /// Parses `name[fault][fault]` (a target label) into a spec.
@@ -345,8 +373,11 @@ pub fn replay(repro: &Repro, filter: &ReplayFilter) -> Vec<EntryResult> {
             return held;
         }
     }
-    let status = match measure(repro, a, b.as_ref()) {
-        Ok(m) => Status::Unrecorded(match m.expect {
+    let status = match measure_setup(repro, a, b.as_ref()) {
+        Ok(Measured::SetupUnsupported(why)) => Status::Unrecorded(format!(
+            "no expectation recorded; the target does not run the setup ({why})"
+        )),
+        Ok(Measured::Expectation(m)) => Status::Unrecorded(match m.expect {
             Expect::Holds => format!(
                 "no expectation recorded; {} holds on every step",
                 repro.oracle

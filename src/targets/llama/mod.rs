@@ -3,7 +3,7 @@
 //! kvaudit's), adapted here to kvaudit's types.
 //!
 //! - The crate's modules, re-exported so that kvaudit names them in one place: [`pins`],
-//!   [`tree`], [`shim`], [`build`], [`ffi`], [`sys`], [`error`].
+//!   [`tree`], [`shim`], [`build`], [`ffi`], [`sys`], [`error`], [`startup`].
 //! - [`context_params`]: a setup's settings (`base/setting.rs`) as the shim's (key, value)
 //!   pairs; [`state_format`]: a pin's state format as `base/state/` reads it.
 //! - [`target`]: [`target::LlamaTarget`], the `CacheUnderTest` over one context.
@@ -11,7 +11,7 @@
 //!   trial loop runs kvaudit's `LocalRunner` over a [`target::LlamaTarget`], so it stays here,
 //!   over the crate's process plumbing ([`sys`]: fork, signals, waitpid).
 
-pub use llama_cpp_target::{build, error, ffi, pins, shim, sys, tree};
+pub use llama_cpp_target::{build, error, ffi, pins, shim, startup, sys, tree};
 
 pub mod target;
 pub mod worker;

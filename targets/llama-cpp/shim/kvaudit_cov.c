@@ -10,10 +10,13 @@
  * (ggml's worker threads run no instrumented code), and a racing write could only lose a
  * point, never corrupt the tables.
  *
- * Recording is on only while kvaudit_shim_cov_enable(1) says so: the worker turns it on for
- * the ops of a trace and off for resets and observations, so the points are what the trace's
- * ops reached. kvaudit_shim_cov_take() copies the points recorded since the last take and
- * clears them (the list of used slots makes the clear cost what was recorded).
+ * Recording has three modes, set by kvaudit_shim_cov_enable(): 0 off; 1 the ops of a trace
+ * (PCs and edges, taken and cleared per trial by kvaudit_shim_cov_take(): the guided fuzzer's
+ * signal, the list of used slots makes the clear cost what was recorded); 2 everything else a
+ * run executes (the context's construction, the setup's decodes, resets, observations): PCs
+ * only, into a third set that is never cleared, so kvaudit_shim_cov_take_outside() hands out
+ * each such point once, the first time it is reached, and a run pays for the mode only in the
+ * callback's lookup of a point it already holds.
  *
  * Only `+cov` builds compile this file (src/targets/llama/build/cov.rs). Valid C and C++ (the
  * shim unit is compiled as C++): the exported names are extern "C".
@@ -51,6 +54,9 @@ struct cov_set {
 
 static struct cov_set cov_pcs;
 static struct cov_set cov_edges;
+/* Mode 2's points, and how many of its list kvaudit_shim_cov_take_outside() handed out. */
+static struct cov_set cov_outside;
+static uint32_t cov_outside_taken;
 static volatile int cov_on;
 static __thread uint32_t cov_prev;
 
@@ -92,16 +98,22 @@ static inline uint32_t cov_bucket(uint16_t hits) {
 }
 
 __attribute__((visibility("hidden"), no_sanitize_address)) void __sanitizer_cov_trace_pc(void) {
-    if (!cov_on)
+    int mode = cov_on;
+    if (!mode)
         return;
     uint32_t pc = (uint32_t)((uintptr_t)__builtin_return_address(0) - (uintptr_t)&__ehdr_start);
+    if (mode == 2) {
+        cov_insert(&cov_outside, pc);
+        return;
+    }
     cov_insert(&cov_pcs, pc);
     cov_insert(&cov_edges, pc ^ (cov_prev >> 1));
     cov_prev = pc;
 }
 
-/* Recording on (1) or off (0). Builds without this file lack the symbols, which is how the
- * loader tells them apart. */
+/* Recording off (0), of the ops (1) or outside them (2). Builds without this file lack the
+ * symbols, which is how the loader tells them apart; a runtime without
+ * kvaudit_shim_cov_take_outside (older builds) knows only 0 and 1. */
 COV_API void kvaudit_shim_cov_enable(int on) {
     cov_prev = 0;
     cov_on = on;
@@ -143,6 +155,18 @@ COV_API uint32_t kvaudit_shim_cov_take(uint32_t *pcs, size_t pcs_cap, size_t *n_
     if (n_edges != NULL)
         *n_edges = ne;
     return dropped;
+}
+
+/* Copies the mode-2 points reached for the first time since the last call (at most cap; NULL:
+ * discard) into pcs and returns how many it copied. The set keeps them: a point is handed out
+ * once per process (a forked child inherits what its parent had handed out). */
+COV_API size_t kvaudit_shim_cov_take_outside(uint32_t *pcs, size_t cap) {
+    size_t n = 0;
+    for (; cov_outside_taken < cov_outside.n; cov_outside_taken++) {
+        if (pcs != NULL && n < cap)
+            pcs[n++] = cov_outside.list[cov_outside_taken];
+    }
+    return n;
 }
 
 #ifdef __cplusplus

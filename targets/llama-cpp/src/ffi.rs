@@ -95,6 +95,18 @@ pub struct CovPoints {
     pub edges: Vec<u32>,
 }
 
+/// What the coverage runtime of a `+cov` build records (`shim/kvaudit_cov.c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CovMode {
+    /// Nothing.
+    Off,
+    /// The PCs and edges of a trace's ops, taken per trial ([`LlamaShim::cov_take`]).
+    Ops,
+    /// PCs of everything else (construction, setup, resets, observations), into a set that
+    /// hands each point out once ([`LlamaShim::cov_take_outside`]).
+    Outside,
+}
+
 /// One loaded `libkvaudit_shim.so`. Cheap to clone; several pins load side by side.
 #[derive(Clone)]
 pub struct LlamaShim {
@@ -164,12 +176,37 @@ impl LlamaShim {
         self.api.cov.is_some()
     }
 
-    /// Turns the recording of reached code on or off (nothing on a build without it).
-    pub fn cov_enable(&self, on: bool) {
-        if let Some(cov) = self.api.cov {
-            // SAFETY: takes an int and sets two static variables of the library.
-            unsafe { (cov.enable)(c_int::from(on)) }
-        }
+    /// Whether this build also records the code run outside a trace's ops
+    /// ([`CovMode::Outside`]; `+cov` builds of runtimes before it record the ops only).
+    pub fn records_outside_ops(&self) -> bool {
+        self.api.cov.is_some_and(|c| c.take_outside.is_some())
+    }
+
+    /// Sets what the coverage runtime records (nothing on a build without it; on a build that
+    /// cannot record outside the ops, [`CovMode::Outside`] is off).
+    pub fn cov_record(&self, mode: CovMode) {
+        let Some(cov) = self.api.cov else { return };
+        let code: c_int = match mode {
+            CovMode::Off => 0,
+            CovMode::Ops => 1,
+            CovMode::Outside if cov.take_outside.is_some() => 2,
+            CovMode::Outside => 0,
+        };
+        // SAFETY: takes an int and sets two static variables of the library.
+        unsafe { (cov.enable)(code) }
+    }
+
+    /// The PC offsets first reached in [`CovMode::Outside`] since the last call, each handed
+    /// out once per process (a forked child inherits what its parent had taken): `None` on a
+    /// build that does not record them.
+    pub fn cov_take_outside(&self) -> Option<Vec<u32>> {
+        let take = self.api.cov?.take_outside?;
+        const CAP: usize = 1 << 15;
+        let mut pcs = vec![0u32; CAP];
+        // SAFETY: the buffer is writable for CAP u32s and the runtime writes at most CAP of them.
+        let n = unsafe { take(pcs.as_mut_ptr(), CAP) };
+        pcs.truncate(n.min(CAP));
+        Some(pcs)
     }
 
     /// The points recorded since the last take (which it clears): `None` on a build without

@@ -19,6 +19,7 @@
 //! - [`sys`]: every libc call (file locks, fork, signals, waitpid, mallopt) behind a safe
 //!   function, for the build cache and for kvaudit's crash-isolating worker.
 //! - [`files`]: atomic writes and sha256, the one copy of each.
+//! - [`startup`]: `KVAUDIT_TRACE_STARTUP`, a timeline of a run's start across its processes.
 //! - [`error`]: [`error::LlamaError`] and its parts, the one error style of this crate.
 //!
 //! Invariants: nothing outside [`ffi`] calls foreign code, and the compiler's memory-safety
@@ -33,5 +34,6 @@ pub mod ffi;
 pub mod files;
 pub mod pins;
 pub mod shim;
+pub mod startup;
 pub mod sys;
 pub mod tree;

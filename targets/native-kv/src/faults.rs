@@ -118,11 +118,21 @@ pub struct Faults {
     /// dump parser (a dump that ends early is an error of the harness, `Err`) and, where the
     /// load keeps the bytes, for the round trips.
     pub hybrid_idx_state_drops_indexer: bool,
+    /// DSA (`llama_kv_cache_dsa`): `seq_cp` copies in the MLA cache only, so the destination
+    /// has no indexer keys (upstream #27941's class, "seq_cp lost the indexer keys";
+    /// `llama_kv_cache_dsa::seq_cp` sends it to both, llama-kv-cache-dsa.cpp:71-74). Accessors
+    /// (the MLA cache's) are right. Positive control for the contract on the indexer cache.
+    pub dsa_lid_skips_seq_cp: bool,
+    /// DSA: a sequence load whose indexer part fails keeps the MLA part it already restored
+    /// (0.1.147-0.1.159's `llama_kv_cache_dsa::state_read`, which had no `state_clear` undo;
+    /// upstream #27530/#27068, "a failed restore leaves data behind"). Positive control for
+    /// failed-restore on a DSA memory.
+    pub dsa_failed_read_keeps_mla: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 24] = [
+    pub const NAMES: [&'static str; 26] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -147,6 +157,8 @@ impl Faults {
         "msa_idx_skips_seq_cp",
         "hybrid_idx_skips_seq_cp",
         "hybrid_idx_state_drops_indexer",
+        "dsa_lid_skips_seq_cp",
+        "dsa_failed_read_keeps_mla",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -175,6 +187,8 @@ impl Faults {
             "msa_idx_skips_seq_cp" => &mut self.msa_idx_skips_seq_cp,
             "hybrid_idx_skips_seq_cp" => &mut self.hybrid_idx_skips_seq_cp,
             "hybrid_idx_state_drops_indexer" => &mut self.hybrid_idx_state_drops_indexer,
+            "dsa_lid_skips_seq_cp" => &mut self.dsa_lid_skips_seq_cp,
+            "dsa_failed_read_keeps_mla" => &mut self.dsa_failed_read_keeps_mla,
             _ => return None,
         })
     }

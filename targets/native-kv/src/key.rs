@@ -96,7 +96,9 @@ impl Memory {
     pub fn write_state_key(&self, out: &mut Vec<u8>, scope: KeyScope) -> Result<(), NoKey> {
         match self {
             Memory::Kv(c) => c.write_state_key(out, scope),
-            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
+            Memory::Iswa { base, swa }
+            | Memory::Msa { base, idx: swa }
+            | Memory::Dsa { base, idx: swa } => {
                 base.write_state_key(out, scope)?;
                 swa.write_state_key(out, scope)
             }

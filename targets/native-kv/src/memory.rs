@@ -46,6 +46,13 @@
 //!   Dumps: the hybrid's, then the indexer cache's (:259-270; `PARTIAL_ONLY` leaves out both
 //!   caches). A load reads them in that order and a failure drops the sequence from all three
 //!   parts (`state_drop`, :272-329; a whole load clears the memory).
+//! - **DSA** (`llama_kv_cache_dsa`, src/llama-kv-cache-dsa.cpp, 0.1.161): MSA's bookkeeping with
+//!   the K-only MLA cache (`kv_mla`) and the lightning-indexer key cache (`kv_lid`): every op to
+//!   both, MLA first (:59-90), `seq_rm` the AND (:62-69), the MLA cache's accessors (:92-98), both
+//!   prepared per decode (`init_batch`, :104-145), dumps MLA then indexer (:163-166); a load whose
+//!   indexer part fails clears the sequence (a whole load: the whole MLA cache) from the MLA
+//!   cache again (`state_clear`, :168-180,
+//!   since 0.1.160). The native caches carry no rows, so the dump has no K/V records at all.
 //!
 //! Whole-context dumps start with the architecture name ([`crate::STATE_ARCH`]), per-sequence
 //! dumps with the magic and the sequence id, as the attention cache's.
@@ -76,6 +83,8 @@ pub enum MemoryKind {
     },
     /// `llama_kv_cache_msa`: two caches of the [`CacheConfig`].
     Msa,
+    /// `llama_kv_cache_dsa`: two caches of the [`CacheConfig`].
+    Dsa,
     /// `llama_memory_recurrent` with rollback depth `n_rs_seq`.
     Recurrent {
         /// `llama_context_params::n_rs_seq`.
@@ -160,6 +169,13 @@ pub enum Memory {
         /// `kv_idx`.
         idx: CellCache,
     },
+    /// The MLA cache and the lightning-indexer key cache of a DSA memory.
+    Dsa {
+        /// `kv_mla`.
+        base: CellCache,
+        /// `kv_lid`.
+        idx: CellCache,
+    },
     /// A recurrent memory.
     Recurrent(RecurrentCache),
     /// An attention cache and a recurrent memory.
@@ -225,6 +241,10 @@ impl Memory {
                 base: CellCache::new(c),
                 idx: CellCache::new(c),
             },
+            MemoryKind::Dsa => Memory::Dsa {
+                base: CellCache::new(c),
+                idx: CellCache::new(c),
+            },
             MemoryKind::Recurrent { n_rs_seq, shape } => {
                 Memory::Recurrent(recurrent(n_rs_seq, shape))
             }
@@ -254,6 +274,7 @@ impl Memory {
             Memory::Kv(c)
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
+            | Memory::Dsa { base: c, .. }
             | Memory::Hybrid { attn: c, .. }
             | Memory::HybridIdx { attn: c, .. }
             | Memory::HybridIswa { base: c, .. } => c.check_seq(s),
@@ -265,7 +286,9 @@ impl Memory {
     pub fn clear(&mut self) {
         match self {
             Memory::Kv(c) => c.clear(),
-            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
+            Memory::Iswa { base, swa }
+            | Memory::Msa { base, idx: swa }
+            | Memory::Dsa { base, idx: swa } => {
                 base.clear();
                 swa.clear();
             }
@@ -291,7 +314,9 @@ impl Memory {
     pub fn seq_rm(&mut self, seq: SeqId, p0: Pos, p1: Pos) -> Result<bool, CacheError> {
         match self {
             Memory::Kv(c) => c.seq_rm(seq, p0, p1),
-            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
+            Memory::Iswa { base, swa }
+            | Memory::Msa { base, idx: swa }
+            | Memory::Dsa { base, idx: swa } => {
                 let a = base.seq_rm(seq, p0, p1)?;
                 let b = swa.seq_rm(seq, p0, p1)?;
                 Ok(a & b)
@@ -345,6 +370,13 @@ impl Memory {
                 }
                 idx.seq_cp(src, dst, p0, p1)
             }
+            Memory::Dsa { base, idx } => {
+                base.seq_cp(src, dst, p0, p1)?;
+                if base.config().faults.dsa_lid_skips_seq_cp {
+                    return Ok(());
+                }
+                idx.seq_cp(src, dst, p0, p1)
+            }
             Memory::Recurrent(r) => r.seq_cp(src, dst, p0, p1),
             Memory::Hybrid { attn, recr } => {
                 attn.seq_cp(src, dst, p0, p1)?;
@@ -370,7 +402,9 @@ impl Memory {
     pub fn seq_keep(&mut self, seq: SeqId) -> Result<(), CacheError> {
         match self {
             Memory::Kv(c) => c.seq_keep(seq),
-            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
+            Memory::Iswa { base, swa }
+            | Memory::Msa { base, idx: swa }
+            | Memory::Dsa { base, idx: swa } => {
                 base.seq_keep(seq)?;
                 swa.seq_keep(seq)
             }
@@ -396,7 +430,9 @@ impl Memory {
     pub fn seq_add(&mut self, seq: SeqId, p0: Pos, p1: Pos, delta: Pos) -> Result<(), CacheError> {
         match self {
             Memory::Kv(c) => c.seq_add(seq, p0, p1, delta),
-            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
+            Memory::Iswa { base, swa }
+            | Memory::Msa { base, idx: swa }
+            | Memory::Dsa { base, idx: swa } => {
                 base.seq_add(seq, p0, p1, delta)?;
                 swa.seq_add(seq, p0, p1, delta)
             }
@@ -422,7 +458,9 @@ impl Memory {
     pub fn seq_div(&mut self, seq: SeqId, p0: Pos, p1: Pos, d: i32) -> Result<(), CacheError> {
         match self {
             Memory::Kv(c) => c.seq_div(seq, p0, p1, d),
-            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
+            Memory::Iswa { base, swa }
+            | Memory::Msa { base, idx: swa }
+            | Memory::Dsa { base, idx: swa } => {
                 base.seq_div(seq, p0, p1, d)?;
                 swa.seq_div(seq, p0, p1, d)
             }
@@ -465,7 +503,9 @@ impl Memory {
         let pos = check_batch(self, batch)?;
         match self {
             Memory::Kv(_) => unreachable!("handled above"),
-            Memory::Iswa { base, swa } | Memory::Msa { base, idx: swa } => {
+            Memory::Iswa { base, swa }
+            | Memory::Msa { base, idx: swa }
+            | Memory::Dsa { base, idx: swa } => {
                 let a = base.find_slots(batch)?;
                 let b = swa.find_slots(batch)?;
                 base.place(batch, &pos, &a);
@@ -555,7 +595,7 @@ impl Memory {
         match self {
             Memory::Kv(c) => c.write_memory(seq, out),
             // The indexer cache is no partial state: MSA dumps both caches whatever the flags.
-            Memory::Msa { base, idx } => {
+            Memory::Msa { base, idx } | Memory::Dsa { base, idx } => {
                 base.write_memory(seq, out);
                 idx.write_memory(seq, out);
             }
@@ -644,6 +684,7 @@ impl Memory {
             Memory::Kv(c)
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
+            | Memory::Dsa { base: c, .. }
             | Memory::HybridIswa { base: c, .. }
             | Memory::HybridIdx { attn: c, .. }
             | Memory::Hybrid { attn: c, .. } => c.config().faults,
@@ -670,6 +711,18 @@ impl Memory {
             Memory::Msa { base, idx } => {
                 base.read_seq_memory(seq, &mut r)?;
                 idx.read_seq_memory(seq, &mut r)?;
+            }
+            // DSA undoes the MLA part when the indexer part fails (`kv_mla->state_clear`,
+            // llama-kv-cache-dsa.cpp:168-180 in 0.1.160 and later; before, nothing was undone:
+            // the fault dsa_failed_read_keeps_mla).
+            Memory::Dsa { base, idx } => {
+                base.read_seq_memory(seq, &mut r)?;
+                if let Err(e) = idx.read_seq_memory(seq, &mut r) {
+                    if !base.config().faults.dsa_failed_read_keeps_mla {
+                        base.seq_rm(seq, -1, -1).expect("seq checked");
+                    }
+                    return Err(e);
+                }
             }
             Memory::Iswa { base, swa } => {
                 if !partial {
@@ -733,6 +786,16 @@ impl Memory {
                 base.read_whole_memory(&mut r)?;
                 swa.read_whole_memory(&mut r)?;
             }
+            // As a sequence load: `kv_mla->state_clear(-1)` when the indexer part fails.
+            Memory::Dsa { base, idx } => {
+                base.read_whole_memory(&mut r)?;
+                if let Err(e) = idx.read_whole_memory(&mut r) {
+                    if !base.config().faults.dsa_failed_read_keeps_mla {
+                        base.clear();
+                    }
+                    return Err(e);
+                }
+            }
             Memory::Recurrent(m) => m.read_whole_memory(&mut r)?,
             Memory::Hybrid { attn, recr } => {
                 attn.read_whole_memory(&mut r)?;
@@ -770,6 +833,7 @@ impl SeqRanges for Memory {
             Memory::Kv(c)
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
+            | Memory::Dsa { base: c, .. }
             | Memory::Hybrid { attn: c, .. }
             | Memory::HybridIdx { attn: c, .. }
             | Memory::HybridIswa { base: c, .. } => c.n_seq(),
@@ -779,7 +843,9 @@ impl SeqRanges for Memory {
 
     fn seq_range(&self, s: SeqId) -> (Pos, Pos) {
         match self {
-            Memory::Kv(c) | Memory::Msa { base: c, .. } => c.seq_range(s),
+            Memory::Kv(c) | Memory::Msa { base: c, .. } | Memory::Dsa { base: c, .. } => {
+                c.seq_range(s)
+            }
             Memory::Iswa { swa, .. } => swa.seq_range(s),
             Memory::Recurrent(r) => r.seq_range(s),
             Memory::Hybrid { attn: a, recr }

@@ -397,21 +397,30 @@ fn a_rollback_restores_the_state_of_the_kept_tokens_and_the_fault_a_stale_plane(
     }
 }
 
-fn msa(faults: Faults) -> Memory {
+/// An MSA or DSA memory (two caches of one configuration) of 2 sequences.
+fn indexed(kind: MemoryKind, faults: Faults) -> Memory {
     Memory::new(MemoryConfig {
         cache: CacheConfig {
             n_seq_max: 2,
             faults,
             ..CacheConfig::default()
         },
-        kind: MemoryKind::Msa,
+        kind,
     })
 }
 
-/// The indexer cache's positions of `s`, sorted.
+fn msa(faults: Faults) -> Memory {
+    indexed(MemoryKind::Msa, faults)
+}
+
+fn dsa(faults: Faults) -> Memory {
+    indexed(MemoryKind::Dsa, faults)
+}
+
+/// The indexer cache's positions of `s` in an MSA or DSA memory, sorted.
 fn msa_idx_positions(m: &Memory, s: SeqId) -> Vec<Pos> {
-    let Memory::Msa { idx, .. } = m else {
-        panic!("an MSA memory")
+    let (Memory::Msa { idx, .. } | Memory::Dsa { idx, .. }) = m else {
+        panic!("an MSA or DSA memory")
     };
     let mut v = idx.seq_positions(s);
     v.sort_unstable();
@@ -445,4 +454,51 @@ fn msa_idx_skips_seq_cp_leaves_the_indexer_cache_behind() {
     // The accessors are the K/V cache's: they see the copy.
     assert_eq!(range(&m, 1), (0, 5));
     assert!(msa_idx_positions(&m, 1).is_empty());
+}
+
+#[test]
+fn dsa_ops_reach_both_caches_and_a_load_failing_in_the_indexer_part_undoes_the_mla_part() {
+    let mut m = dsa(Faults::default());
+    m.decode(&toks(6, 0)).unwrap();
+    assert_eq!(m.seq_rm(0, 5, -1), Ok(true));
+    m.seq_cp(0, 1, -1, -1).unwrap();
+    assert_eq!(range(&m, 1), (0, 4));
+    assert_eq!(msa_idx_positions(&m, 1), vec![0, 1, 2, 3, 4]);
+    // The dump carries both caches: MLA (16 + 12 per cell after the 8-byte header), then the
+    // indexer's. Cut 4 bytes into the indexer part, the load fails after the MLA part was read
+    // and clears it again (llama-kv-cache-dsa.cpp:168-180 since 0.1.160).
+    let b = m.state_seq_bytes(0).unwrap();
+    let mla_end = 8 + 16 + 12 * 5;
+    assert_eq!(b.len(), mla_end + 16 + 12 * 5);
+    let mut twin = dsa(Faults::default());
+    assert!(twin.state_seq_set_bytes(1, &b[..mla_end + 8]).is_err());
+    assert_eq!(range(&twin, 1), (-1, -1));
+    assert!(msa_idx_positions(&twin, 1).is_empty());
+    assert_eq!(twin.state_seq_set_bytes(1, &b), Ok(b.len()));
+    assert_eq!(msa_idx_positions(&twin, 1), vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn dsa_faults_leave_the_indexer_cache_behind() {
+    let mut m = dsa(Faults {
+        dsa_lid_skips_seq_cp: true,
+        ..Faults::default()
+    });
+    m.decode(&toks(6, 0)).unwrap();
+    m.seq_cp(0, 1, -1, -1).unwrap();
+    // The accessors are the MLA cache's: they see the copy.
+    assert_eq!(range(&m, 1), (0, 5));
+    assert!(msa_idx_positions(&m, 1).is_empty());
+
+    let b = m.state_seq_bytes(0).unwrap();
+    let mut old = dsa(Faults {
+        dsa_failed_read_keeps_mla: true,
+        ..Faults::default()
+    });
+    assert!(old
+        .state_seq_set_bytes(1, &b[..8 + 16 + 12 * 6 + 8])
+        .is_err());
+    // 0.1.147-0.1.159: the MLA part stays, the indexer part is emptied.
+    assert_eq!(range(&old, 1), (0, 5));
+    assert!(msa_idx_positions(&old, 1).is_empty());
 }

@@ -1,11 +1,11 @@
 /* kvaudit reproducer: contract seq_div: positions not divided
- * Setup: n_ctx 256, n_seq_max 2, kv_unified true, flash_attn false, type_k f16, type_v f16, arch lfm2, swa_full true, n_rs_seq 3, n_threads 1, then:
+ * Setup: n_ctx 256, n_seq_max 2, kv_unified true, flash_attn false, type_k f16, type_v f16, arch jamba, swa_full true, n_rs_seq 0, n_threads 1, then:
  *   {"op":"decode","seq":0,"n":7}
  * Ops (checked after op 3):
  *   {"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":1}
  *   {"op":"seq_add","seq":0,"p0":0,"p1":7,"delta":-7}
  *   {"op":"seq_div","seq":0,"p0":0,"p1":1,"d":2}
- * Model: a lfm2 GGUF (hybrid memory); kvaudit writes the tiny one it ran: kvaudit model --arch lfm2 --out tiny-lfm2.gguf
+ * Model: a jamba GGUF (hybrid memory); kvaudit writes the tiny one it ran: kvaudit model --arch jamba --out tiny-jamba.gguf
  *
  * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm
  * Run:   ./repro [MODEL.gguf]   exit 1: reproduces; 0: does not; 2: setup failed.
@@ -178,6 +178,39 @@ static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int
     return counts[1];
 }
 
+/* A hybrid-iSWA memory's dump: the iSWA pair (as resident_iswa), then the recurrent cells.
+ * Keeps the base positions within the states' range in base (*nb) and returns the windowed
+ * count, its first position raised to the states' minimum (src/oracles/memory.rs, `allowed`). */
+static inline int resident_hybrid_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
+    size_t at = 8;
+    int counts[2] = {0, 0};
+    for (int part = 0; part < 2; part++) {
+        int *out = part ? win : base;
+        uint32_t n_stream = 0;
+        if (at + 4 <= got) { memcpy(&n_stream, buf + at, 4); at += 4; }
+        for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+            uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+            if (count == 0) continue;
+            counts[part] = read_cells(buf, got, &at, count, out, counts[part], cap);
+            skip_kv_data(buf, got, &at, count);
+        }
+        qsort(out, counts[part], sizeof out[0], cmp_int);
+    }
+    int rec[64]; int nr = 0;
+    uint32_t rcount = 0;
+    if (at + 4 <= got) { memcpy(&rcount, buf + at, 4); at += 4; nr = read_cells(buf, got, &at, rcount, rec, 0, 64); }
+    free(buf);
+    int lo = 1, hi = 0; /* an empty range when the recurrent part holds nothing */
+    for (int i = 0; i < nr; i++) { if (i == 0 || rec[i] < lo) lo = rec[i]; if (i == 0 || rec[i] > hi) hi = rec[i]; }
+    int m = 0;
+    for (int i = 0; i < counts[0]; i++) if (base[i] >= lo && base[i] <= hi) base[m++] = base[i];
+    *nb = m;
+    if (counts[1] && win[0] < lo) win[0] = lo;
+    return counts[1];
+}
+
 static inline int has_pos(const int *v, int n, int p) {
     for (int i = 0; i < n; i++) if (v[i] == p) return 1;
     return 0;
@@ -224,14 +257,15 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const char *model_path = argc > 1 ? argv[1] : "tiny-lfm2.gguf";
+    const char *model_path = argc > 1 ? argv[1] : "tiny-jamba.gguf";
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
-    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch lfm2 --out tiny-lfm2.gguf)\n", model_path); return 2; }
+    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch jamba --out tiny-jamba.gguf)\n", model_path); return 2; }
     { char arch[64] = ""; llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
-      if (strcmp(arch, "lfm2") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a lfm2 model (kvaudit model --arch lfm2 --out tiny-lfm2.gguf)\n", model_path, arch); return 2; } }
+      if (strcmp(arch, "jamba") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a jamba model (kvaudit model --arch jamba --out tiny-jamba.gguf)\n", model_path, arch); return 2; }
+    }
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 256;
     cp.n_seq_max = 2;
@@ -240,12 +274,13 @@ int main(int argc, char **argv) {
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
     cp.swa_full = true;
-    cp.n_rs_seq = 3;
+    cp.n_rs_seq = 0;
     cp.n_threads = 1; cp.n_threads_batch = 1;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 2; }
     llama_memory_t mem = llama_get_memory(ctx);
     int last_returned = -1;
+    long long last_read = -1;
     printf("%s: %s\n", "setup", "llama_decode(ctx, 7 token(s) into seq {0} at next pos)");
     {
         const llama_token toks[] = {12, 49, 23, 60, 34, 8, 45};
@@ -260,7 +295,7 @@ int main(int argc, char **argv) {
     printf("%s: %s\n", "op 3", "llama_memory_seq_div(mem, 0, 0, 1, 2)");
     llama_memory_seq_div(mem, 0, 0, 1, 2);
     int reproduced = 0;
-    (void)last_returned;
+    (void)last_returned; (void)last_read;
     const llama_seq_id check[] = {0};
     for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {
         llama_seq_id sq = check[k];

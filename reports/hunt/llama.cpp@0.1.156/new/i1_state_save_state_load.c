@@ -1,10 +1,10 @@
 /* kvaudit reproducer: I1 pos_min and pos_max stale on an empty sequence
- * Setup: n_ctx 512, n_seq_max 2, kv_unified true, n_ubatch 2, flash_attn false, type_k f16, type_v f16, arch gemma2, swa_full false, n_threads 1, then:
+ * Setup: n_ctx 512, n_seq_max 2, kv_unified true, n_ubatch 16, flash_attn false, type_k f16, type_v f16, arch gemma2, swa_full false, n_rs_seq 0, n_threads 1, then:
  *   {"op":"decode","seq":1,"n":6}
  *   {"op":"decode","seq":0,"n":250}
  * Ops (checked after op 2):
  *   {"op":"state_save","slot":"s"}
- *   {"op":"state_load","slot":"s","truncate":18}
+ *   {"op":"state_load","slot":"s","truncate":54}
  * Model: a gemma2 GGUF (iswa memory); kvaudit writes the tiny one it ran: kvaudit model --arch gemma2 --out tiny-gemma2.gguf
  *
  * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm
@@ -178,6 +178,39 @@ static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int
     return counts[1];
 }
 
+/* A hybrid-iSWA memory's dump: the iSWA pair (as resident_iswa), then the recurrent cells.
+ * Keeps the base positions within the states' range in base (*nb) and returns the windowed
+ * count, its first position raised to the states' minimum (src/oracles/memory.rs, `allowed`). */
+static inline int resident_hybrid_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
+    size_t at = 8;
+    int counts[2] = {0, 0};
+    for (int part = 0; part < 2; part++) {
+        int *out = part ? win : base;
+        uint32_t n_stream = 0;
+        if (at + 4 <= got) { memcpy(&n_stream, buf + at, 4); at += 4; }
+        for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+            uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+            if (count == 0) continue;
+            counts[part] = read_cells(buf, got, &at, count, out, counts[part], cap);
+            skip_kv_data(buf, got, &at, count);
+        }
+        qsort(out, counts[part], sizeof out[0], cmp_int);
+    }
+    int rec[64]; int nr = 0;
+    uint32_t rcount = 0;
+    if (at + 4 <= got) { memcpy(&rcount, buf + at, 4); at += 4; nr = read_cells(buf, got, &at, rcount, rec, 0, 64); }
+    free(buf);
+    int lo = 1, hi = 0; /* an empty range when the recurrent part holds nothing */
+    for (int i = 0; i < nr; i++) { if (i == 0 || rec[i] < lo) lo = rec[i]; if (i == 0 || rec[i] > hi) hi = rec[i]; }
+    int m = 0;
+    for (int i = 0; i < counts[0]; i++) if (base[i] >= lo && base[i] <= hi) base[m++] = base[i];
+    *nb = m;
+    if (counts[1] && win[0] < lo) win[0] = lo;
+    return counts[1];
+}
+
 static inline int has_pos(const int *v, int n, int p) {
     for (int i = 0; i < n; i++) if (v[i] == p) return 1;
     return 0;
@@ -233,21 +266,24 @@ int main(int argc, char **argv) {
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
     if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch gemma2 --out tiny-gemma2.gguf)\n", model_path); return 2; }
     { char arch[64] = ""; llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
-      if (strcmp(arch, "gemma2") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a gemma2 model (kvaudit model --arch gemma2 --out tiny-gemma2.gguf)\n", model_path, arch); return 2; } }
+      if (strcmp(arch, "gemma2") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a gemma2 model (kvaudit model --arch gemma2 --out tiny-gemma2.gguf)\n", model_path, arch); return 2; }
+    }
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 512;
     cp.n_seq_max = 2;
     cp.kv_unified = true;
-    cp.n_ubatch = 2;
+    cp.n_ubatch = 16;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
     cp.swa_full = false;
+    cp.n_rs_seq = 0;
     cp.n_threads = 1; cp.n_threads_batch = 1;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 2; }
     llama_memory_t mem = llama_get_memory(ctx);
     int last_returned = -1;
+    long long last_read = -1;
     printf("%s: %s\n", "setup", "llama_decode(ctx, 6 token(s) into seq {1} at next pos)");
     {
         const llama_token toks[] = {12, 49, 23, 60, 34, 8};
@@ -269,19 +305,19 @@ int main(int argc, char **argv) {
         slot_s_len = llama_state_get_data(ctx, slot_s, size);
         printf("  wrote %zu of %zu bytes\n", slot_s_len, size);
     }
-    printf("%s: %s\n", "op 2", "llama_state_set_data(ctx, s (truncated to 18 bytes))");
+    printf("%s: %s\n", "op 2", "llama_state_set_data(ctx, s (truncated to 54 bytes))");
     if (!slot_s) printf("  slot %s holds nothing (never saved): not loaded\n", "s");
     else {
         size_t len = slot_s_len;
         uint8_t *b = malloc(len ? len : 1); if (!b) { fprintf(stderr, "out of memory\n"); return 2; }
         memcpy(b, slot_s, len);
-        if (len > 18u) len = 18u; /* truncated */
-        size_t read = llama_state_set_data(ctx, b, len);
+        if (len > 54u) len = 54u; /* truncated */
+        size_t read = llama_state_set_data(ctx, b, len); last_read = (long long)read;
         printf("  llama_state_set_data read %zu of %zu bytes%s\n", read, len, read ? "" : " (0: failed to load)");
         free(b);
     }
     int reproduced = 0;
-    (void)last_returned;
+    (void)last_returned; (void)last_read;
     const llama_seq_id check[] = {0};
     for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {
         llama_seq_id sq = check[k];
@@ -291,7 +327,7 @@ int main(int argc, char **argv) {
         printf("seq %d: seq_pos_min %d, seq_pos_max %d; serialized cells (%d):", sq, mn, mx, n);
         for (int i = 0; i < n; i++) printf(" %d", cells[i]);
         printf("\n");
-        int wmin = nwin ? win[0] : tmax; if (wmin < tmin) wmin = tmin;
+        int wmin = nwin ? win[0] : tmax; if (wmin < tmin) wmin = tmin; if (wmin > tmax) wmin = tmax;
         if (tmax < 0 ? (mn != -1 || mx != -1) : (mx != tmax || mn < tmin || mn > wmin)) { printf("I1 violated: accessors say [%d, %d], the base cache holds [%d, %d], the windowed dump starts at %d\n", mn, mx, tmin, tmax, nwin ? win[0] : -1); reproduced = 1; }
     }
     llama_free(ctx);

@@ -1,11 +1,11 @@
 /* kvaudit reproducer: swa-window windowed cache holds a position the base cache lacks
- * Setup: n_ctx 512, n_seq_max 2, kv_unified true, n_ubatch 2, flash_attn false, type_k f16, type_v f16, arch gemma2, swa_full false, n_threads 1, then:
+ * Setup: n_ctx 512, n_seq_max 2, kv_unified true, n_ubatch 2, flash_attn false, type_k f16, type_v f16, arch gemma2, swa_full false, n_rs_seq 0, n_threads 1, then:
  *   {"op":"decode","seq":1,"n":6}
  *   {"op":"decode","seq":0,"n":250}
  * Ops (checked after op 3):
- *   {"op":"seq_cp","src":1,"dst":0,"p0":-1,"p1":6}
- *   {"op":"decode","seq":0,"n":2}
- *   {"op":"seq_add","seq":0,"p0":-1,"p1":-1,"delta":-5}
+ *   {"op":"seq_cp","src":1,"dst":0,"p0":0,"p1":6}
+ *   {"op":"decode","seq":0,"n":1}
+ *   {"op":"seq_add","seq":0,"p0":-1,"p1":6,"delta":-6}
  * Model: a gemma2 GGUF (iswa memory); kvaudit writes the tiny one it ran: kvaudit model --arch gemma2 --out tiny-gemma2.gguf
  *
  * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm
@@ -179,6 +179,39 @@ static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int
     return counts[1];
 }
 
+/* A hybrid-iSWA memory's dump: the iSWA pair (as resident_iswa), then the recurrent cells.
+ * Keeps the base positions within the states' range in base (*nb) and returns the windowed
+ * count, its first position raised to the states' minimum (src/oracles/memory.rs, `allowed`). */
+static inline int resident_hybrid_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
+    size_t at = 8;
+    int counts[2] = {0, 0};
+    for (int part = 0; part < 2; part++) {
+        int *out = part ? win : base;
+        uint32_t n_stream = 0;
+        if (at + 4 <= got) { memcpy(&n_stream, buf + at, 4); at += 4; }
+        for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+            uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+            if (count == 0) continue;
+            counts[part] = read_cells(buf, got, &at, count, out, counts[part], cap);
+            skip_kv_data(buf, got, &at, count);
+        }
+        qsort(out, counts[part], sizeof out[0], cmp_int);
+    }
+    int rec[64]; int nr = 0;
+    uint32_t rcount = 0;
+    if (at + 4 <= got) { memcpy(&rcount, buf + at, 4); at += 4; nr = read_cells(buf, got, &at, rcount, rec, 0, 64); }
+    free(buf);
+    int lo = 1, hi = 0; /* an empty range when the recurrent part holds nothing */
+    for (int i = 0; i < nr; i++) { if (i == 0 || rec[i] < lo) lo = rec[i]; if (i == 0 || rec[i] > hi) hi = rec[i]; }
+    int m = 0;
+    for (int i = 0; i < counts[0]; i++) if (base[i] >= lo && base[i] <= hi) base[m++] = base[i];
+    *nb = m;
+    if (counts[1] && win[0] < lo) win[0] = lo;
+    return counts[1];
+}
+
 static inline int has_pos(const int *v, int n, int p) {
     for (int i = 0; i < n; i++) if (v[i] == p) return 1;
     return 0;
@@ -232,7 +265,8 @@ int main(int argc, char **argv) {
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
     if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch gemma2 --out tiny-gemma2.gguf)\n", model_path); return 2; }
     { char arch[64] = ""; llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
-      if (strcmp(arch, "gemma2") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a gemma2 model (kvaudit model --arch gemma2 --out tiny-gemma2.gguf)\n", model_path, arch); return 2; } }
+      if (strcmp(arch, "gemma2") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a gemma2 model (kvaudit model --arch gemma2 --out tiny-gemma2.gguf)\n", model_path, arch); return 2; }
+    }
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 512;
     cp.n_seq_max = 2;
@@ -242,11 +276,13 @@ int main(int argc, char **argv) {
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
     cp.swa_full = false;
+    cp.n_rs_seq = 0;
     cp.n_threads = 1; cp.n_threads_batch = 1;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 2; }
     llama_memory_t mem = llama_get_memory(ctx);
     int last_returned = -1;
+    long long last_read = -1;
     printf("%s: %s\n", "setup", "llama_decode(ctx, 6 token(s) into seq {1} at next pos)");
     {
         const llama_token toks[] = {12, 49, 23, 60, 34, 8};
@@ -261,21 +297,21 @@ int main(int argc, char **argv) {
         int rc = decode(ctx, 250, toks, NULL, 1, seqs);
         printf("  llama_decode returned %d\n", rc);
     }
-    printf("%s: %s\n", "op 1", "llama_memory_seq_cp(mem, 1, 0, -1, 6)");
-    llama_memory_seq_cp(mem, 1, 0, -1, 6);
-    printf("%s: %s\n", "op 2", "llama_decode(ctx, 2 token(s) into seq {0} at next pos)");
+    printf("%s: %s\n", "op 1", "llama_memory_seq_cp(mem, 1, 0, 0, 6)");
+    llama_memory_seq_cp(mem, 1, 0, 0, 6);
+    printf("%s: %s\n", "op 2", "llama_decode(ctx, 1 token(s) into seq {0} at next pos)");
     {
-        const llama_token toks[] = {12, 49};
+        const llama_token toks[] = {12};
         const llama_seq_id seqs[] = {0};
-        int rc = decode(ctx, 2, toks, NULL, 1, seqs);
+        int rc = decode(ctx, 1, toks, NULL, 1, seqs);
         printf("  llama_decode returned %d\n", rc);
     }
     int swa_before[1][256]; int swa_nbefore[1];
     { int b[4096]; int nb; swa_nbefore[0] = resident_iswa(ctx, 1, b, &nb, swa_before[0], 256); }
-    printf("%s: %s\n", "op 3", "llama_memory_seq_add(mem, 0, -1, -1, -5)");
-    llama_memory_seq_add(mem, 0, -1, -1, -5);
+    printf("%s: %s\n", "op 3", "llama_memory_seq_add(mem, 0, -1, 6, -6)");
+    llama_memory_seq_add(mem, 0, -1, 6, -6);
     int reproduced = 0;
-    (void)last_returned;
+    (void)last_returned; (void)last_read;
     const llama_seq_id check[] = {1};
     for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {
         llama_seq_id sq = check[k];
@@ -287,7 +323,7 @@ int main(int argc, char **argv) {
         printf("\n");
         { int b[4096]; int nb; int w[4096]; int nw = resident_iswa(ctx, sq, b, &nb, w, 4096);
           printf("  windowed cache (seq %d): %d cells:", sq, nw); for (int i = 0; i < nw; i++) printf(" %d", w[i]); printf("\n");
-          int mx_w = mx;
+          int mx_w = nw ? w[nw - 1] : -1;
           for (int i = 0; i < nw; i++) {
             if (!has_pos(b, nb, w[i])) { printf("swa-window violated: the windowed cache holds %d, the base cache does not\n", w[i]); reproduced = 1; }
             else if (mx_w - w[i] >= 4) { printf("swa-window violated: the windowed cache holds %d, outside the window of %d\n", w[i], mx_w); reproduced = 1; }

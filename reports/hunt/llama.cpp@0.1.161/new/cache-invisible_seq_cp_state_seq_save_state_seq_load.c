@@ -1,11 +1,12 @@
 /* kvaudit reproducer: cache-invisible logits differ from a fresh decode
- * Setup: n_ctx 256, n_seq_max 2, kv_unified false, flash_attn false, type_k f16, type_v f16, arch jamba, swa_full true, n_threads 1, then:
+ * Setup: n_ctx 256, n_seq_max 4, kv_unified false, n_batch 64, n_ubatch 16, flash_attn false, type_k f16, type_v f16, arch llama, swa_full true, n_rs_seq 0, n_threads 1, then:
  *   {"op":"decode","seq":0,"n":7}
+ *   {"op":"decode","seq":1,"n":5}
  * Ops (checked after op 3):
  *   {"op":"seq_cp","src":0,"dst":1,"p0":0,"p1":255}
- *   {"op":"state_seq_save","seq":1,"slot":"b"}
- *   {"op":"state_seq_load","seq":0,"slot":"b"}
- * Model: a jamba GGUF (hybrid memory); kvaudit writes the tiny one it ran: kvaudit model --arch jamba --out tiny-jamba.gguf
+ *   {"op":"state_seq_save","seq":1,"slot":"a"}
+ *   {"op":"state_seq_load","seq":0,"slot":"a"}
+ * Model: a llama GGUF (kv memory); kvaudit writes the tiny one it ran: kvaudit model --arch llama --out tiny-llama.gguf
  *
  * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm
  * Run:   ./repro [MODEL.gguf]   exit 1: reproduces; 0: does not; 2: setup failed.
@@ -178,6 +179,39 @@ static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int
     return counts[1];
 }
 
+/* A hybrid-iSWA memory's dump: the iSWA pair (as resident_iswa), then the recurrent cells.
+ * Keeps the base positions within the states' range in base (*nb) and returns the windowed
+ * count, its first position raised to the states' minimum (src/oracles/memory.rs, `allowed`). */
+static inline int resident_hybrid_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
+    size_t at = 8;
+    int counts[2] = {0, 0};
+    for (int part = 0; part < 2; part++) {
+        int *out = part ? win : base;
+        uint32_t n_stream = 0;
+        if (at + 4 <= got) { memcpy(&n_stream, buf + at, 4); at += 4; }
+        for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+            uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+            if (count == 0) continue;
+            counts[part] = read_cells(buf, got, &at, count, out, counts[part], cap);
+            skip_kv_data(buf, got, &at, count);
+        }
+        qsort(out, counts[part], sizeof out[0], cmp_int);
+    }
+    int rec[64]; int nr = 0;
+    uint32_t rcount = 0;
+    if (at + 4 <= got) { memcpy(&rcount, buf + at, 4); at += 4; nr = read_cells(buf, got, &at, rcount, rec, 0, 64); }
+    free(buf);
+    int lo = 1, hi = 0; /* an empty range when the recurrent part holds nothing */
+    for (int i = 0; i < nr; i++) { if (i == 0 || rec[i] < lo) lo = rec[i]; if (i == 0 || rec[i] > hi) hi = rec[i]; }
+    int m = 0;
+    for (int i = 0; i < counts[0]; i++) if (base[i] >= lo && base[i] <= hi) base[m++] = base[i];
+    *nb = m;
+    if (counts[1] && win[0] < lo) win[0] = lo;
+    return counts[1];
+}
+
 static inline int has_pos(const int *v, int n, int p) {
     for (int i = 0; i < n; i++) if (v[i] == p) return 1;
     return 0;
@@ -223,30 +257,35 @@ done:
     return n;
 }
 
-static uint8_t *slot_b; static size_t slot_b_len;
+static uint8_t *slot_a; static size_t slot_a_len;
 
 int main(int argc, char **argv) {
-    const char *model_path = argc > 1 ? argv[1] : "tiny-jamba.gguf";
+    const char *model_path = argc > 1 ? argv[1] : "tiny-llama.gguf";
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
-    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch jamba --out tiny-jamba.gguf)\n", model_path); return 2; }
+    if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch llama --out tiny-llama.gguf)\n", model_path); return 2; }
     { char arch[64] = ""; llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
-      if (strcmp(arch, "jamba") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a jamba model (kvaudit model --arch jamba --out tiny-jamba.gguf)\n", model_path, arch); return 2; } }
+      if (strcmp(arch, "llama") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a llama model (kvaudit model --arch llama --out tiny-llama.gguf)\n", model_path, arch); return 2; }
+    }
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 256;
-    cp.n_seq_max = 2;
+    cp.n_seq_max = 4;
     cp.kv_unified = false;
+    cp.n_batch = 64;
+    cp.n_ubatch = 16;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
     cp.swa_full = true;
+    cp.n_rs_seq = 0;
     cp.n_threads = 1; cp.n_threads_batch = 1;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 2; }
     llama_memory_t mem = llama_get_memory(ctx);
     int last_returned = -1;
+    long long last_read = -1;
     printf("%s: %s\n", "setup", "llama_decode(ctx, 7 token(s) into seq {0} at next pos)");
     {
         const llama_token toks[] = {12, 49, 23, 60, 34, 8, 45};
@@ -254,41 +293,48 @@ int main(int argc, char **argv) {
         int rc = decode(ctx, 7, toks, NULL, 1, seqs);
         printf("  llama_decode returned %d\n", rc);
     }
+    printf("%s: %s\n", "setup", "llama_decode(ctx, 5 token(s) into seq {1} at next pos)");
+    {
+        const llama_token toks[] = {12, 49, 23, 60, 34};
+        const llama_seq_id seqs[] = {1};
+        int rc = decode(ctx, 5, toks, NULL, 1, seqs);
+        printf("  llama_decode returned %d\n", rc);
+    }
     printf("%s: %s\n", "op 1", "llama_memory_seq_cp(mem, 0, 1, 0, 255)");
     llama_memory_seq_cp(mem, 0, 1, 0, 255);
-    printf("%s: %s\n", "op 2", "b = llama_state_seq_get_data(ctx, .., 1)");
+    printf("%s: %s\n", "op 2", "a = llama_state_seq_get_data(ctx, .., 1)");
     {
         size_t size = llama_state_seq_get_size(ctx, 1);
-        free(slot_b); slot_b = malloc(size ? size : 1); if (!slot_b) { fprintf(stderr, "out of memory\n"); return 2; }
-        slot_b_len = llama_state_seq_get_data(ctx, slot_b, size, 1);
-        printf("  wrote %zu of %zu bytes\n", slot_b_len, size);
+        free(slot_a); slot_a = malloc(size ? size : 1); if (!slot_a) { fprintf(stderr, "out of memory\n"); return 2; }
+        slot_a_len = llama_state_seq_get_data(ctx, slot_a, size, 1);
+        printf("  wrote %zu of %zu bytes\n", slot_a_len, size);
     }
     /* the resident tokens of each checked sequence, by position (the twin decodes them) */
     const int ci_n[1] = {7};
     const llama_pos ci_pos[1][7] = {{0, 1, 2, 3, 4, 5, 6}};
     const llama_token ci_tok[1][7] = {{12, 49, 23, 60, 34, 8, 45}};
-    printf("%s: %s\n", "op 3", "llama_state_seq_set_data(ctx, b, 0)");
-    if (!slot_b) printf("  slot %s holds nothing (never saved): not loaded\n", "b");
+    printf("%s: %s\n", "op 3", "llama_state_seq_set_data(ctx, a, 0)");
+    if (!slot_a) printf("  slot %s holds nothing (never saved): not loaded\n", "a");
     else {
-        size_t len = slot_b_len;
+        size_t len = slot_a_len;
         uint8_t *b = malloc(len ? len : 1); if (!b) { fprintf(stderr, "out of memory\n"); return 2; }
-        memcpy(b, slot_b, len);
-        size_t read = llama_state_seq_set_data(ctx, b, len, 0);
+        memcpy(b, slot_a, len);
+        size_t read = llama_state_seq_set_data(ctx, b, len, 0); last_read = (long long)read;
         printf("  llama_state_seq_set_data read %zu of %zu bytes%s\n", read, len, read ? "" : " (0: failed to load)");
         free(b);
     }
     int reproduced = 0;
-    (void)last_returned;
+    (void)last_returned; (void)last_read;
     const llama_seq_id check[] = {0};
     for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {
         llama_seq_id sq = check[k];
-        int cells[4096]; int n = resident_hybrid(ctx, sq, cells, 4096);
+        int cells[4096]; int n = resident(ctx, sq, cells, 4096);
         llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);
         int tmin = n ? cells[0] : -1, tmax = n ? cells[n - 1] : -1;
         printf("seq %d: seq_pos_min %d, seq_pos_max %d; serialized cells (%d):", sq, mn, mx, n);
         for (int i = 0; i < n; i++) printf(" %d", cells[i]);
         printf("\n");
-        { const float tol = 1.0000000474974513e-3f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));
+        { const float tol = 9.999999747378752e-5f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));
           llama_token pt = 5; llama_pos at = cells[n - 1] + 1; llama_seq_id one[1] = {sq};
           int rc = n ? decode(ctx, 1, &pt, &at, 1, one) : -1;
           float *a = malloc(sizeof(float) * (size_t)nv);

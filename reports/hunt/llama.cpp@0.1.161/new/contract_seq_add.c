@@ -1,5 +1,5 @@
 /* kvaudit reproducer: contract seq_add: positions not shifted
- * Setup: n_ctx 256, n_seq_max 2, kv_unified true, flash_attn false, type_k f16, type_v f16, arch mamba, swa_full true, n_threads 1, then:
+ * Setup: n_ctx 256, n_seq_max 2, kv_unified true, flash_attn false, type_k f16, type_v f16, arch mamba, swa_full true, n_rs_seq 0, n_threads 1, then:
  *   {"op":"decode","seq":0,"n":7}
  * Ops (checked after op 1):
  *   {"op":"seq_add","seq":0,"p0":0,"p1":7,"delta":-7}
@@ -176,6 +176,39 @@ static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int
     return counts[1];
 }
 
+/* A hybrid-iSWA memory's dump: the iSWA pair (as resident_iswa), then the recurrent cells.
+ * Keeps the base positions within the states' range in base (*nb) and returns the windowed
+ * count, its first position raised to the states' minimum (src/oracles/memory.rs, `allowed`). */
+static inline int resident_hybrid_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
+    size_t at = 8;
+    int counts[2] = {0, 0};
+    for (int part = 0; part < 2; part++) {
+        int *out = part ? win : base;
+        uint32_t n_stream = 0;
+        if (at + 4 <= got) { memcpy(&n_stream, buf + at, 4); at += 4; }
+        for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+            uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+            if (count == 0) continue;
+            counts[part] = read_cells(buf, got, &at, count, out, counts[part], cap);
+            skip_kv_data(buf, got, &at, count);
+        }
+        qsort(out, counts[part], sizeof out[0], cmp_int);
+    }
+    int rec[64]; int nr = 0;
+    uint32_t rcount = 0;
+    if (at + 4 <= got) { memcpy(&rcount, buf + at, 4); at += 4; nr = read_cells(buf, got, &at, rcount, rec, 0, 64); }
+    free(buf);
+    int lo = 1, hi = 0; /* an empty range when the recurrent part holds nothing */
+    for (int i = 0; i < nr; i++) { if (i == 0 || rec[i] < lo) lo = rec[i]; if (i == 0 || rec[i] > hi) hi = rec[i]; }
+    int m = 0;
+    for (int i = 0; i < counts[0]; i++) if (base[i] >= lo && base[i] <= hi) base[m++] = base[i];
+    *nb = m;
+    if (counts[1] && win[0] < lo) win[0] = lo;
+    return counts[1];
+}
+
 static inline int has_pos(const int *v, int n, int p) {
     for (int i = 0; i < n; i++) if (v[i] == p) return 1;
     return 0;
@@ -229,7 +262,8 @@ int main(int argc, char **argv) {
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
     if (!model) { fprintf(stderr, "cannot load %s (write it with: kvaudit model --arch mamba --out tiny-mamba.gguf)\n", model_path); return 2; }
     { char arch[64] = ""; llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch);
-      if (strcmp(arch, "mamba") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a mamba model (kvaudit model --arch mamba --out tiny-mamba.gguf)\n", model_path, arch); return 2; } }
+      if (strcmp(arch, "mamba") != 0) { fprintf(stderr, "%s is a %s model; this finding needs a mamba model (kvaudit model --arch mamba --out tiny-mamba.gguf)\n", model_path, arch); return 2; }
+    }
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 256;
     cp.n_seq_max = 2;
@@ -238,11 +272,13 @@ int main(int argc, char **argv) {
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
     cp.swa_full = true;
+    cp.n_rs_seq = 0;
     cp.n_threads = 1; cp.n_threads_batch = 1;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 2; }
     llama_memory_t mem = llama_get_memory(ctx);
     int last_returned = -1;
+    long long last_read = -1;
     printf("%s: %s\n", "setup", "llama_decode(ctx, 7 token(s) into seq {0} at next pos)");
     {
         const llama_token toks[] = {12, 49, 23, 60, 34, 8, 45};
@@ -253,7 +289,7 @@ int main(int argc, char **argv) {
     printf("%s: %s\n", "op 1", "llama_memory_seq_add(mem, 0, 0, 7, -7)");
     llama_memory_seq_add(mem, 0, 0, 7, -7);
     int reproduced = 0;
-    (void)last_returned;
+    (void)last_returned; (void)last_read;
     const llama_seq_id check[] = {0};
     for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {
         llama_seq_id sq = check[k];

@@ -22,8 +22,17 @@ use crate::base::op::{Op, Setup, Trace};
 use crate::running::runner::{
     ObservationCrash, Skipped, StartedBatch, TrialEnd, TrialRun, TrialRunner,
 };
+use crate::targets::llama::startup::mark;
 use crate::targets::llama::sys;
 use crate::targets::llama::target::ResetMode;
+
+/// Whether the first trial's reply has been marked (`KVAUDIT_TRACE_STARTUP`).
+static FIRST_RUN: std::sync::Once = std::sync::Once::new();
+
+/// Marks `phase` the first time only.
+fn mark_once(once: &std::sync::Once, phase: &str) {
+    once.call_once(|| mark(phase));
+}
 
 /// One reply as the reader thread decoded it.
 type ReplyLine = Result<Reply, WireError>;
@@ -164,6 +173,8 @@ pub struct WorkerRunner {
     pub retired: usize,
     /// Whether the worker's child has run no trial since it was forked from the warm server.
     child_fresh: bool,
+    /// The last request's line, its buffer reused for the next.
+    line: Vec<u8>,
 }
 
 /// How much of the worker's stderr is kept (its end: llama.cpp's last words). A sanitizer's
@@ -190,6 +201,7 @@ impl WorkerRunner {
             deaths: 0,
             retired: 0,
             child_fresh: true,
+            line: Vec::new(),
         };
         r.start()?;
         Ok(r)
@@ -241,6 +253,7 @@ impl WorkerRunner {
         if let Some(what) = self.spec.crash_observing {
             cmd.arg("--crash-observing").arg(what.name());
         }
+        mark("parent: worker spawning");
         let mut child = cmd.spawn().map_err(|e| {
             self.harness(format!(
                 "cannot start worker {}: {e}",
@@ -326,7 +339,10 @@ impl WorkerRunner {
         };
         match w.next_line(Duration::from_secs(60)) {
             Ok(Some(reply)) => match reply {
-                Ok(Reply::Ready(info)) => self.info = info,
+                Ok(Reply::Ready(info)) => {
+                    mark("parent: worker ready");
+                    self.info = info
+                }
                 Ok(Reply::Error(e)) => {
                     return Err(self.harness(format!("worker failed to start: {e}")))
                 }
@@ -418,12 +434,12 @@ impl WorkerRunner {
             self.child_fresh = false;
         }
         let w = self.worker.as_mut().expect("started");
-        let line = Request::new(traces, last_only, flush_each)
+        Request::new(traces, last_only, flush_each)
             .skipping(&self.skipped)
             .retiring(retire)
-            .to_line();
+            .write_line(&mut self.line);
         if w.stdin
-            .write_all(&line)
+            .write_all(&self.line)
             .and_then(|_| w.stdin.flush())
             .is_err()
         {
@@ -480,6 +496,9 @@ impl WorkerRunner {
             let death = match w.next_line(self.spec.timeout) {
                 Ok(Some(reply)) => match reply {
                     Ok(Reply::Run(r)) => {
+                        if runs.is_empty() {
+                            mark_once(&FIRST_RUN, "parent: first trial's reply");
+                        }
                         runs.push(r);
                         continue;
                     }
@@ -618,6 +637,20 @@ impl WorkerRunner {
         last_only: bool,
         mut sent: bool,
     ) -> Result<Vec<TrialRun>, HarnessError> {
+        // The usual batch: no crash known, none happens. Its runs are the reply's, in order,
+        // without the bookkeeping below (a slot per trace and the indices still to run).
+        let mut first = None;
+        if self.crashes.is_empty() {
+            let got = if std::mem::take(&mut sent) {
+                self.read_replies(traces, last_only, false, false)?
+            } else {
+                self.send(traces, last_only, false)?
+            };
+            if got.1.is_none() {
+                return Ok(got.0);
+            }
+            first = Some(got);
+        }
         let mut out: Vec<Option<TrialRun>> = vec![None; traces.len()];
         let mut todo: Vec<usize> = Vec::with_capacity(traces.len());
         for (i, t) in traces.iter().enumerate() {
@@ -627,7 +660,10 @@ impl WorkerRunner {
             }
         }
         while !todo.is_empty() {
-            let (runs, died) = if std::mem::take(&mut sent) {
+            // With no crash known before it, the first answer covers every trace of the batch.
+            let (runs, died) = if let Some(got) = first.take() {
+                got
+            } else if std::mem::take(&mut sent) {
                 debug_assert_eq!(todo.len(), traces.len());
                 self.read_replies(traces, last_only, false, false)?
             } else {

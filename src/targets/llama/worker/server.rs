@@ -28,7 +28,8 @@ use crate::base::cache::{
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::running::runner::{LocalRunner, TrialRunner as _};
-use crate::targets::llama::ffi::LlamaShim;
+use crate::targets::llama::ffi::{CovMode, LlamaShim};
+use crate::targets::llama::startup::mark;
 use crate::targets::llama::sys;
 use crate::targets::llama::target::{LlamaTarget, ResetMode};
 
@@ -43,8 +44,9 @@ struct Stepped {
     observing: Option<Observation>,
     /// The test hook: this observation dies of SIGSEGV (`KVAUDIT_TEST_CRASH_OBSERVING`).
     crash_observing: Option<Observation>,
-    /// The shim, when it records reached code (`+cov`): on for the trace's ops only, so that
-    /// resets and observations add nothing to a trial's points.
+    /// The shim, when it records reached code (`+cov`): the trace's ops in [`CovMode::Ops`]
+    /// (a trial's points, the guided fuzzer's signal), everything else in
+    /// [`CovMode::Outside`] (where the build can: the points outside the ops, each sent once).
     cov: Option<LlamaShim>,
 }
 
@@ -66,9 +68,9 @@ impl CacheUnderTest for Stepped {
         let Some(cov) = &self.cov else {
             return self.target.apply(op);
         };
-        cov.cov_enable(true);
+        cov.cov_record(CovMode::Ops);
         let outcome = self.target.apply(op);
-        cov.cov_enable(false);
+        cov.cov_record(CovMode::Outside);
         outcome
     }
     fn observing(&mut self, what: Option<Observation>) {
@@ -123,6 +125,7 @@ pub fn worker_main(
     observe: Observe,
     crash_observing: Option<Observation>,
 ) -> i32 {
+    mark("worker: main");
     sys::install_fatal_signal_report();
     sys::keep_freed_memory();
     let stdout = std::io::stdout();
@@ -134,7 +137,13 @@ pub fn worker_main(
             return 3;
         }
     };
+    mark("worker: shim loaded");
     let cov = loaded.records_coverage().then(|| loaded.clone());
+    // From the start: the context's construction and the setup's decodes (the warm-up below)
+    // are code a run executes too.
+    if let Some(cov) = &cov {
+        cov.cov_record(CovMode::Outside);
+    }
     let target = LlamaTarget::new(loaded, model, label, format, reset);
     let stepped = Stepped {
         target,
@@ -148,11 +157,13 @@ pub fn worker_main(
     }
     let mut line = Vec::new();
     let mut input = std::io::BufReader::new(std::io::stdin());
+    mark("worker: ready sent");
     let mut first = match next_request(&mut input, &mut line, &mut out) {
         Ok(Some(r)) => Some(r),
         Ok(None) => return 0,
         Err(code) => return code,
     };
+    mark("worker: first request read");
     // Warm up here, so that every child starts with the context open and the setup's state saved
     // (its resets then restore it). A failure is left for the child to report.
     if let Some(setup) = first.as_ref().and_then(Request::first_setup) {
@@ -161,6 +172,7 @@ pub fn worker_main(
             ops: vec![],
         });
     }
+    mark("worker: warmed up (model, context, setup)");
     if !input.buffer().is_empty() {
         // The parent sends one request at a time and waits for its replies: bytes beyond the first
         // line would be read by the first child only and lost to later ones.
@@ -205,6 +217,11 @@ pub fn worker_main(
         };
         // Only the child reads stdin from here on; a later child reads it afresh.
         first = None;
+        // The child sends the points reached outside ops so far (the construction, the
+        // warm-up) with its first trial; a later child need not send them again.
+        if let Some(cov) = &cov {
+            let _ = cov.cov_take_outside();
+        }
         sys::set_sigabrt_forwarding_target(pid);
         sys::release_sigabrt();
         let status = sys::wait_for_child(pid);
@@ -304,10 +321,14 @@ fn run_request(
         } else {
             runner.run(trace)
         };
-        // The points of this trial's ops (taking them clears them for the next trial).
+        // The points of this trial's ops (taking them clears them for the next trial), and
+        // those first reached outside ops since the last trial.
         let code = cov.and_then(LlamaShim::cov_take).map(|p| CodeCoverage {
             pcs: p.pcs,
             edges: p.edges,
+            outside: cov
+                .and_then(LlamaShim::cov_take_outside)
+                .unwrap_or_default(),
         });
         let (reply, failed) = match result {
             Ok(mut run) => {

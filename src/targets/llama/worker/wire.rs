@@ -137,10 +137,19 @@ impl Request {
     }
 
     /// The request as one line, newline included.
+    #[cfg(test)]
     pub(super) fn to_line(&self) -> Vec<u8> {
-        let mut line = serde_json::to_vec(self).expect("a request serializes");
-        line.push(b'\n');
+        let mut line = Vec::new();
+        self.write_line(&mut line);
         line
+    }
+
+    /// The request as one line, newline included, into `line` (cleared first; its buffer
+    /// is reused from one batch to the next).
+    pub(super) fn write_line(&self, line: &mut Vec<u8>) {
+        line.clear();
+        serde_json::to_writer(&mut *line, self).expect("a request serializes");
+        line.push(b'\n');
     }
 
     /// Why the request is malformed: an index with no setup or op behind it.

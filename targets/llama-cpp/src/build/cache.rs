@@ -26,6 +26,7 @@ use serde::Serialize;
 use super::fetch::non_empty_env;
 use super::recipe::link_flags;
 use super::recipe::{Recipe, RECIPE_VERSION};
+use super::stamps::HashStamps;
 use super::toolchain::Toolchain;
 use crate::error::{IoContext as _, LlamaError};
 use crate::pins::{Flag, Pin};
@@ -219,12 +220,20 @@ pub(super) fn load_entry(
         return Err(broken(problem));
     }
     let built = built_shim(entry, pin, manifest, false);
-    verify_file(
+    // The library's hash is read again only when the file changed since the last lookup
+    // (`stamps`): any write to it changes its change time, so tampering is still found.
+    let cache = entry.parent().and_then(Path::parent).unwrap_or(entry);
+    let mut hashes = HashStamps::open(cache, entry);
+    regular_file(&built.so_path, entry, &pin.label())?;
+    let actual = hashes.of(&built.so_path)?;
+    check_hash(
         &built.so_path,
         &built.manifest.so_sha256,
+        actual,
         entry,
         &pin.label(),
     )?;
+    hashes.save();
     regular_file(&built.static_lib, entry, &pin.label())?;
     Ok(Some(built))
 }
@@ -293,7 +302,18 @@ pub(super) fn verify_file(
     pin: &str,
 ) -> Result<(), LlamaError> {
     regular_file(path, entry, pin)?;
-    let actual = file_sha256(path)?;
+    check_hash(path, recorded, file_sha256(path)?, entry, pin)
+}
+
+/// Fails unless `actual`, the sha256 of `path` (a file of the cache entry `entry` of `pin`), is
+/// `recorded`.
+fn check_hash(
+    path: &Path,
+    recorded: &str,
+    actual: String,
+    entry: &Path,
+    pin: &str,
+) -> Result<(), LlamaError> {
     if actual != recorded {
         return Err(LlamaError::Tampered {
             file: path.to_path_buf(),

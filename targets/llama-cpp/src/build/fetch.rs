@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::cmake::CMAKE_FILES;
 use super::recipe::{glob_sources, Recipe};
+use super::stamps::HashStamps;
 use crate::error::{IoContext as _, LlamaError};
 use crate::pins::PinInfo;
 
@@ -125,7 +126,12 @@ pub(super) fn find_in_registry(
 
 /// Paths and contents of every compiled source and every header and CMake file next to them:
 /// an edit changes the key, a `touch` does not.
-pub(super) fn tree_fingerprint(src: &Path, recipe: &Recipe) -> Result<String, LlamaError> {
+/// Each file's hash is the one `hashes` recorded while the file is unchanged (`stamps`).
+pub(super) fn tree_fingerprint(
+    src: &Path,
+    recipe: &Recipe,
+    hashes: &mut HashStamps,
+) -> Result<String, LlamaError> {
     let mut files: BTreeSet<String> = recipe
         .units
         .iter()
@@ -146,9 +152,7 @@ pub(super) fn tree_fingerprint(src: &Path, recipe: &Recipe) -> Result<String, Ll
     }
     let mut h = Sha256::new();
     for rel in &files {
-        let path = src.join(rel);
-        let content = crate::files::file_sha256(&path)
-            .context_io(|| format!("reading {}", path.display()))?;
+        let content = hashes.of(&src.join(rel))?;
         h.update(format!("{rel}\0{content}\n"));
     }
     Ok(crate::files::hex(&h.finalize()))

@@ -15,7 +15,10 @@
 //! - `compile` and `link`: running the compilers, the archiver and the linker;
 //! - `objects`: the object cache, keyed by contents (an edit recompiles what it reaches);
 //! - `progress`: the progress display;
-//! - `cache`: the cache root (private to the user), its lock, the key, and verified entries.
+//! - `cache`: the cache root (private to the user), its lock, the key, and verified entries;
+//! - `stamps`: what the last lookup read (file hashes, the toolchain), used again while the
+//!   files it came from are unchanged, so that a lookup neither probes the compilers nor reads
+//!   the tree again.
 //!
 //! The key hashes everything that changes the output: pin, variant, recipe (sources, defines,
 //! flags), shim text, compiler identity and version, the environment variables `cc` reads, and
@@ -31,6 +34,7 @@ mod link;
 mod objects;
 mod progress;
 mod recipe;
+mod stamps;
 mod toolchain;
 
 use std::fs;
@@ -54,10 +58,12 @@ use self::objects::{FileHashes, ObjectCache, Places};
 use self::progress::Progress;
 use self::recipe::{check_tree_versions, RECIPE_VERSION};
 use self::recipe::{glob_sources, link_flags, EXPORT_MAP};
+use self::stamps::HashStamps;
 use self::toolchain::{check_host, Toolchain};
 use super::error::{IoContext as _, LlamaError};
 use super::pins::Pin;
 use super::shim::SHIM_ABI;
+use super::startup::mark;
 use super::tree::normalize_tree;
 
 /// What to build: a pin and variant, where its sources are, and where the cache is.
@@ -129,6 +135,7 @@ pub fn build_command(
 /// entry that fails verification (a changed library, a manifest that contradicts itself) is an
 /// error, not a reason to rebuild: see the `cache` module.
 pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, LlamaError> {
+    mark("build lookup: start");
     check_host()?;
     let info = &spec.pin.info()?;
     let cache = match &spec.cache_dir {
@@ -140,6 +147,7 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
         Some(dir) => normalize_tree(dir)?,
         None => locate_or_fetch(info, &cache, progress)?,
     };
+    mark("build lookup: sources found");
     let recipe = Recipe::for_tree(&src, &spec.pin)?;
     check_tree_versions(&spec.pin, info, &recipe, &src);
     let unknown_defines = unknown_cmake_defines(&src, &recipe)?;
@@ -154,16 +162,18 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
             unknown_defines.join(", ")
         );
     }
-    let toolchain = Toolchain::detect(&cache)?;
-    let key = cache_key(
-        &spec.pin,
-        &recipe,
-        &toolchain,
-        &tree_fingerprint(&src, &recipe)?,
-    )?;
+    mark("build lookup: recipe read");
+    let toolchain = stamps::toolchain(&cache)?;
+    mark("build lookup: toolchain detected");
+    let mut hashes = HashStamps::open(&cache, &src);
+    let fingerprint = tree_fingerprint(&src, &recipe, &mut hashes)?;
+    hashes.save();
+    mark("build lookup: tree hashed");
+    let key = cache_key(&spec.pin, &recipe, &toolchain, &fingerprint)?;
     let entry = entry_dir(&cache, &spec.pin, &key);
     if !spec.force {
         if let Some(built) = load_entry(&entry, &key, &spec.pin)? {
+            mark("build lookup: entry verified");
             return Ok(built);
         }
     }
@@ -205,7 +215,7 @@ pub fn check_shim(src: &Path) -> Result<(), LlamaError> {
         .context_io(|| format!("reading {}", src.join("include/llama.h").display()))?;
     let cache = cache_root()?;
     prepare_cache_root(&cache)?;
-    let toolchain = Toolchain::detect(&cache)?;
+    let toolchain = stamps::toolchain(&cache)?;
     // A scratch directory of this process under the probe directory, removed afterwards.
     let scratch = cache
         .join("llama.cpp")

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::recipe::X86_CPU_FLAGS;
 use crate::error::{IoContext as _, LlamaError};
@@ -54,9 +54,9 @@ pub(super) fn check_host() -> Result<(), LlamaError> {
 }
 
 /// The compilers `cc` picks (honouring `CC`, `CXX`, `CFLAGS`, ...), and their versions.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Toolchain {
-    c: PathBuf,
+    pub(super) c: PathBuf,
     pub(super) cxx: PathBuf,
     pub(super) version: String,
     /// The environment variables `cc` reads for this target, as set now.
@@ -95,7 +95,7 @@ impl Toolchain {
 }
 
 /// The environment variables that change what `cc` runs for [`TRIPLE`].
-fn cc_env_snapshot() -> BTreeMap<String, String> {
+pub(super) fn cc_env_snapshot() -> BTreeMap<String, String> {
     let bases = [
         "CC",
         "CXX",

@@ -91,6 +91,8 @@ pub struct Api {
 pub struct Cov {
     pub enable: unsafe extern "C" fn(c_int),
     pub take: unsafe extern "C" fn(*mut u32, usize, *mut usize, *mut u32, usize, *mut usize) -> u32,
+    /// `kvaudit_shim_cov_take_outside` (and mode 2 of `enable`): runtimes before it lack it.
+    pub take_outside: Option<unsafe extern "C" fn(*mut u32, usize) -> usize>,
 }
 
 /// Copies one function pointer out of `lib`.
@@ -174,6 +176,7 @@ impl Api {
                 Ok(enable) => Some(Cov {
                     enable,
                     take: symbol(&lib, path, b"kvaudit_shim_cov_take\0")?,
+                    take_outside: symbol(&lib, path, b"kvaudit_shim_cov_take_outside\0").ok(),
                 }),
                 Err(_) => None,
             },

@@ -12,7 +12,7 @@ use super::*;
 /// it (the JSON-lines replies before it were version 1; 3 added the dumps' sizes to a step, 4 a
 /// sequence's third part, the hybrid-iSWA's recurrent states). Change it with any change of the
 /// layout below.
-pub const REPLY_WIRE_VERSION: u16 = 4;
+pub const REPLY_WIRE_VERSION: u16 = 5;
 
 /// The longest reply frame the parent reads: 64 MiB. A frame is one trial's observations: per
 /// step and sequence, its positions and cells (4 bytes per cell), so a trial of hundreds of
@@ -188,10 +188,15 @@ impl Encoder<'_> {
         self.option_json(observation_crash.as_ref())?;
         match code {
             None => self.u8(0),
-            Some(CodeCoverage { pcs, edges }) => {
+            Some(CodeCoverage {
+                pcs,
+                edges,
+                outside,
+            }) => {
                 self.u8(1);
                 self.u32s(pcs);
                 self.u32s(edges);
+                self.u32s(outside);
             }
         }
         self.len(steps.len());
@@ -433,6 +438,7 @@ impl<'a> Decoder<'a> {
             Ok(CodeCoverage {
                 pcs: d.u32s()?,
                 edges: d.u32s()?,
+                outside: d.u32s()?,
             })
         })?;
         // A step takes at least 10 bytes: its outcome, a count and five flags.

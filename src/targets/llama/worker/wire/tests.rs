@@ -192,6 +192,7 @@ fn runs_survive_the_wire_form() {
     rich.code = Some(CodeCoverage {
         pcs: vec![1, 70000],
         edges: vec![u32::MAX],
+        outside: vec![3, 2],
     });
     rich.observation_crash = Some(crate::running::runner::ObservationCrash {
         step: 1,
