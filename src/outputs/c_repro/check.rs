@@ -33,22 +33,7 @@ pub fn compile_and_run(program: &str, label: &str, model: &Path) -> Result<Progr
     let pin = Pin::parse(label).map_err(|e| Error::input(format!("{e:#}")))?;
     let built = ensure_built(&BuildSpec::new(pin), true)
         .map_err(|e| Error::harness(format!("building {label}: {e:#}")))?;
-    // A folder this run creates (create_dir fails on one that exists, so a folder or link planted
-    // under the predictable name is never written into), private to the user.
-    let dir = std::env::temp_dir().join(format!(
-        "kvaudit-repro-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| Error::harness(format!("{}: {e}", dir.display())))?;
-    }
+    let dir = private_dir()?;
     let src = dir.join("repro.c");
     let bin = dir.join("repro");
     let result = (|| {
@@ -72,4 +57,35 @@ pub fn compile_and_run(program: &str, label: &str, model: &Path) -> Result<Progr
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
+}
+
+/// A fresh folder under the temporary directory, private to the user: `create` fails on one that
+/// exists, so a folder or link planted under the predictable name is never written into; a name
+/// taken (by such a plant, or by another thread of this process in the same clock tick: the
+/// tests check reproducers in parallel) is passed over for the next one.
+fn private_dir() -> Result<std::path::PathBuf, Error> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut last = None;
+    for _ in 0..16 {
+        let dir = std::env::temp_dir().join(format!(
+            "kvaudit-repro-{}-{nanos}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some((dir, e)),
+            Err(e) => return Err(Error::harness(format!("{}: {e}", dir.display()))),
+        }
+    }
+    let (dir, e) = last.expect("the loop ran");
+    Err(Error::harness(format!(
+        "{}: {e} (and 15 names after it)",
+        dir.display()
+    )))
 }
