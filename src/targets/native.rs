@@ -443,6 +443,29 @@ pub(crate) fn cache_config(
     attention_config(name, setup, faults)
 }
 
+/// Why the native model cannot stand beside a llama.cpp memory of this type, or `None` where it
+/// models it (the hunt pairs an entry with native only there: `engines::hunt::plan`).
+pub fn lacks_memory(memory: MemoryType) -> Option<&'static str> {
+    match memory {
+        // native-kv models the three parts' bookkeeping (`Memory::HybridIdx`), but its dump
+        // writes no cell ext and a K/V indexer cache, which is not llama.cpp's layout
+        // (base/state/hybrid_idx.rs): unsupported until the native writer has it.
+        MemoryType::HybridIdx => Some(
+            "hybrid_idx: the native dump does not have llama.cpp's layout yet (cell exts, a K-only indexer cache)",
+        ),
+        // The compressed rows are graph outputs that cells alone cannot describe
+        // (docs/memory-types.md).
+        MemoryType::Dsv4 => Some("the native model has no dsv4 memory yet"),
+        MemoryType::Kv
+        | MemoryType::Iswa
+        | MemoryType::Recurrent
+        | MemoryType::Hybrid
+        | MemoryType::HybridIswa
+        | MemoryType::Msa
+        | MemoryType::Dsa => None,
+    }
+}
+
 /// The memory configuration for `setup` (see the module docs), or why the native memory `name`
 /// cannot hold it.
 pub(crate) fn memory_config(
@@ -464,19 +487,12 @@ pub(crate) fn memory_config(
             shape: None,
         },
         MemoryType::Msa => MemoryKind::Msa,
-        // native-kv models the three parts' bookkeeping (`Memory::HybridIdx`), but its dump
-        // writes no cell ext and a K/V indexer cache, which is not llama.cpp's layout
-        // (base/state/hybrid_idx.rs): unsupported until the native writer has it.
-        MemoryType::HybridIdx => {
+        MemoryType::HybridIdx | MemoryType::Dsv4 => {
             return Err(HarnessError::Unsupported {
                 target: name.into(),
-                reason: "hybrid_idx: the native dump does not have llama.cpp's layout yet (cell exts, a K-only indexer cache)".into(),
-            })
-        }
-        MemoryType::Dsv4 => {
-            return Err(HarnessError::Unsupported {
-                target: name.into(),
-                reason: "the native model has no dsv4 memory yet".into(),
+                reason: lacks_memory(setup.arch.memory())
+                    .unwrap_or("not modelled")
+                    .into(),
             })
         }
         MemoryType::Dsa => MemoryKind::Dsa,

@@ -17,6 +17,7 @@ use crate::oracles::{Reads, Registry};
 use crate::records::hunt::{Budget, EntryEstimate, FuzzShare, Pairing, PlanEntry, Support};
 use crate::running::judge::Judge;
 use crate::running::runner::{reconfigured_factory, RunnerFactory};
+use crate::targets::native;
 use crate::targets::registry::TargetSpec;
 
 /// The configurations each memory type's base preset is paired with (`--vs-config`), beyond
@@ -179,18 +180,27 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
         domain,
         pairing,
     };
+    // Where the native model lacks the memory type the entry runs alone (its other oracles
+    // still judge), not as an entry the differential makes unsupported.
+    let beside_for = |d: &Domain| match (&beside, native::lacks_memory(d.setup.arch.memory())) {
+        (Pairing::Native, Some(_)) => Pairing::Alone,
+        _ => beside.clone(),
+    };
     let mut out = Vec::new();
     for (name, summary) in PRESETS.iter().zip(PRESET_SUMMARIES) {
         debug_assert_eq!(*name, summary.0);
+        let domain = preset(name);
+        let pairing = beside_for(&domain);
         out.push(entry(
             name.to_string(),
-            preset(name),
+            domain,
             format!("preset: {}", summary.1),
-            beside.clone(),
+            pairing,
         ));
     }
     for (id, d, why) in user_caches() {
-        out.push(entry(id, d, why, beside.clone()));
+        let pairing = beside_for(&d);
+        out.push(entry(id, d, why, pairing));
     }
     for arch in Arch::ALL {
         let name = base_preset(arch);
