@@ -66,3 +66,9 @@ for pin in 0.1.161 0.1.156 0.1.154; do
   $k fuzz --target "$t" --config arch=deepseek4,kv_unified=false,type_k=f32,type_v=f32 --state \
     --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-deepseek4.json" >/dev/null || [ $? -eq 1 ]
 done
+# llama_memory_hybrid_idx (qwen4exp, issue 24): 0.1.161 and 0.1.157, the oldest pin with the
+# class; the native model is not beside it (targets::native::lacks_memory), so audits alone.
+for pin in 0.1.161 0.1.157; do
+  t="llama.cpp@$pin"
+  run "$t-hybrid_idx-d2" --target "$t" --domain hybrid_idx --depth 2
+done
