@@ -73,6 +73,19 @@ impl CCheck {
 /// windowed dump fills `win`, `nwin`), the prelude's readers; `cells`, `n`, `win` and `nwin`
 /// are the names given.
 pub fn read_cells(memory: MemoryType, cells: &str, n: &str, win: &str, nwin: &str) -> String {
+    read_cells_of(memory, "ctx", cells, n, win, nwin)
+}
+
+/// [`read_cells`] of the context named `ctx` (the round trip reads its twin's the same way: a
+/// memory's cells are its own reader's, whichever context holds them).
+pub fn read_cells_of(
+    memory: MemoryType,
+    ctx: &str,
+    cells: &str,
+    n: &str,
+    win: &str,
+    nwin: &str,
+) -> String {
     let (reader, windowed) = match memory {
         // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
         MemoryType::Kv | MemoryType::Msa => ("resident", false),
@@ -90,10 +103,10 @@ pub fn read_cells(memory: MemoryType, cells: &str, n: &str, win: &str, nwin: &st
     };
     if windowed {
         format!(
-            "int {n} = 0; int {win}[4096]; int {nwin} = {reader}(ctx, sq, {cells}, &{n}, {win}, 4096); (void){nwin};"
+            "int {n} = 0; int {win}[4096]; int {nwin} = {reader}({ctx}, sq, {cells}, &{n}, {win}, 4096); (void){nwin};"
         )
     } else {
-        format!("int {n} = {reader}(ctx, sq, {cells}, 4096);")
+        format!("int {n} = {reader}({ctx}, sq, {cells}, 4096);")
     }
 }
 
@@ -259,8 +272,8 @@ pub const CONSERVATION: CCheck = CCheck {
 pub const ROUND_TRIP: CCheck = CCheck {
     before_last_op: nothing,
     before_seqs: |s, _| emit_round_trip_prologue(s),
-    seq: |s, _| emit_round_trip_seq(s),
-    after_seqs: |s, _| emit_round_trip_epilogue(s),
+    seq: |s, input| emit_round_trip_seq(s, input.trace.setup.arch.memory()),
+    after_seqs: |s, input| emit_round_trip_epilogue(s, input.trace.setup.arch.memory()),
 };
 
 /// contract and `contract?`: what the op returned, and the fields of the finding's `expected`.
@@ -464,11 +477,14 @@ fn emit_round_trip_prologue(s: &mut String) {
 
 /// Round trip, inside the per-sequence loop: compare the twin after the whole load (it happens
 /// once, before the loop).
-fn emit_round_trip_seq(s: &mut String) {
+fn emit_round_trip_seq(s: &mut String, memory: MemoryType) {
     let _ = writeln!(s, "        (void)tmin; (void)tmax;");
+    // The twin's cells by the memory's own reader, as the context's (`read_cells`): the plain
+    // kv reader would misread another memory type's dump.
     let _ = writeln!(
         s,
-        "        int tc[4096]; int tn = resident(twin, sq, tc, 4096);"
+        "        int tc[4096]; {}",
+        read_cells_of(memory, "twin", "tc", "tn", "twin_win", "twin_nwin")
     );
     let _ = writeln!(s, "        llama_pos tmn = llama_memory_seq_pos_min(twin_mem, sq), tmx = llama_memory_seq_pos_max(twin_mem, sq);");
     let _ = writeln!(s, "        int same = tmn == mn && tmx == mx && tn == n;");
@@ -482,7 +498,7 @@ fn emit_round_trip_seq(s: &mut String) {
 
 /// Round trip, after the per-sequence loop: every checked sequence's dump into the emptied twin,
 /// then each compared, then the redumps' bytes.
-fn emit_round_trip_epilogue(s: &mut String) {
+fn emit_round_trip_epilogue(s: &mut String, memory: MemoryType) {
     // Each sequence alone into the emptied twin, as the harness does (running/observe.rs
     // `round_trip`): sequences that share cells are written out separately.
     let _ = writeln!(
@@ -501,11 +517,13 @@ fn emit_round_trip_epilogue(s: &mut String) {
     let _ = writeln!(s, "        llama_seq_id sq = check[k];");
     let _ = writeln!(
         s,
-        "        int cells[4096]; int n = resident(ctx, sq, cells, 4096);"
+        "        int cells[4096]; {}",
+        read_cells_of(memory, "ctx", "cells", "n", "win", "nwin")
     );
     let _ = writeln!(
         s,
-        "        int tc[4096]; int tn = resident(twin, sq, tc, 4096);"
+        "        int tc[4096]; {}",
+        read_cells_of(memory, "twin", "tc", "tn", "twin_win", "twin_nwin")
     );
     let _ = writeln!(s, "        llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);");
     let _ = writeln!(s, "        llama_pos tmn = llama_memory_seq_pos_min(twin_mem, sq), tmx = llama_memory_seq_pos_max(twin_mem, sq);");
