@@ -69,6 +69,9 @@ pub struct Source {
     path: String,
     dir: String,
     text: String,
+    /// Whether its parent declares it `#[cfg(test)] mod NAME;` (a test module in a file of its
+    /// own, e.g. `wire/tests.rs`): all of it is test code.
+    test_only: bool,
 }
 
 impl Source {
@@ -78,6 +81,7 @@ impl Source {
             path: path.into(),
             dir: "src".into(),
             text: text.into(),
+            test_only: false,
         }
     }
 
@@ -99,8 +103,11 @@ impl Source {
         parts
     }
 
-    /// The code without comments and `#[cfg(test)]` items.
+    /// The code without comments and `#[cfg(test)]` items (none of a test module's file).
     fn code(&self) -> String {
+        if self.test_only {
+            return String::new();
+        }
         strip_tests(&strip_comments(&self.text))
     }
 }
@@ -165,9 +172,30 @@ fn walk(root: &Path, dir: &Path, name: &str, out: &mut Vec<Source>) {
                 path: rel,
                 dir: name.into(),
                 text,
+                test_only: declared_under_cfg_test(&p),
             });
         }
     }
+}
+
+/// Whether the module file `p` is declared `#[cfg(test)] mod NAME;` by its parent (`mod.rs` or
+/// `lib.rs` beside it, or the `DIR.rs` of its folder).
+fn declared_under_cfg_test(p: &Path) -> bool {
+    let (Some(stem), Some(dir)) = (p.file_stem().and_then(|s| s.to_str()), p.parent()) else {
+        return false;
+    };
+    if stem == "mod" || stem == "lib" {
+        return false;
+    }
+    let declaration = format!("#[cfg(test)]\nmod {stem};");
+    [
+        dir.join("mod.rs"),
+        dir.join("lib.rs"),
+        dir.with_extension("rs"),
+    ]
+    .iter()
+    .filter_map(|parent| std::fs::read_to_string(parent).ok())
+    .any(|text| text.contains(&declaration))
 }
 
 /// Drops `//` comments (line, doc and trailing) and the contents of string literals, so that
@@ -936,6 +964,7 @@ pub fn trials() -> Vec<Trial> {
                 text: "//! x
 fn f() { unsafe {} }
 ".into(),
+                test_only: false,
             };
             let u = check_unsafe(&[stray]).err().unwrap_or_default();
             super::outcome(
