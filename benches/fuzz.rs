@@ -10,7 +10,8 @@
 //! transitions and shapes), the wall time, the case and time of the first finding and of the
 //! first finding of the class ([`kvaudit::engines::fuzz::compare`] says why both); then the mean
 //! and the median over the seeds. Asserts nothing. Flags: `--cases N` (default 2000 on native,
-//! 100 on llama.cpp), `--seeds K` (seeds 1..=K, default 5), `--only native|0.1.156|0.1.161`.
+//! 100 on llama.cpp), `--seeds K` (seeds 1..=K, default 5), `--only native|0.1.156|0.1.161`,
+//! `--generator random|guided` (one of the two, while tuning one; the default runs both).
 
 mod common;
 
@@ -128,7 +129,7 @@ fn summary(label: &str, s: &FirstSummary) -> String {
     )
 }
 
-fn bench(b: &Bench, cases: u64, seeds: u64) {
+fn bench(b: &Bench, cases: u64, seeds: u64, generators: &[Generator]) {
     let faults: Vec<String> = b.faults.iter().map(|f| f.to_string()).collect();
     let spec = TargetSpec::new(b.target, &faults);
     let class = class_of(b.class);
@@ -143,7 +144,7 @@ fn bench(b: &Bench, cases: u64, seeds: u64) {
     println!(
         "generator  seed  seconds  transitions  shapes     pcs   edges  coverage  findings  first case  first s  class case  class s"
     );
-    for generator in [Generator::Random, Generator::Guided] {
+    for &generator in generators {
         let mut all = Vec::new();
         for seed in 1..=seeds {
             let f = run(&spec, b, &class, generator, seed, cases);
@@ -194,9 +195,13 @@ fn main() {
     let only = common::flag("--only");
     let seeds = common::number_flag("--seeds").unwrap_or(5) as u64;
     let cases = common::number_flag("--cases").map(|n| n as u64);
+    let generators = match common::flag("--generator") {
+        Some(name) => vec![Generator::from_name(&name).expect("--generator random|guided")],
+        None => vec![Generator::Random, Generator::Guided],
+    };
     for b in &BENCHES {
         if only.as_deref().map_or(true, |o| o == b.key) {
-            bench(b, cases.unwrap_or(b.cases), seeds);
+            bench(b, cases.unwrap_or(b.cases), seeds, &generators);
         }
     }
 }

@@ -71,6 +71,40 @@ const NEIGHBOUR_ONE_IN: usize = 4;
 /// The kinds of op over a range of cells of a sequence, what a neighbour's last op is.
 const RANGED: [OpKind; 4] = [OpKind::SeqRm, OpKind::SeqCp, OpKind::SeqAdd, OpKind::SeqDiv];
 
+/// One neighbour in `SIBLING_ONE_IN`, where the failing op has a sibling ([`sibling`]), ends in
+/// the sibling rather than in any of the [`RANGED`] kinds: the same effect on the same cells
+/// through another function of llama.h, the likeliest other way to the same defect.
+const SIBLING_ONE_IN: usize = 2;
+
+/// A finding's entry is *new* until it has been picked `NEW_FINDING_PICKS` times; while one is,
+/// one pick in `NEW_FINDING_ONE_IN` goes to the new ones (a finding's feature is rare when it is
+/// new, the rare-edge energy of AFL++'s `fast` schedule and FairFuzz taken to the finding's
+/// neighbours). Afterwards the findings' entries get the picks [`FINDING_ONE_IN`] gives them.
+const NEW_FINDING_PICKS: u32 = 16;
+const NEW_FINDING_ONE_IN: usize = 2;
+
+/// The ranged kind with the same effect on cells as `kind`, another llama.h function for it:
+/// `seq_add` and `seq_div` both move the positions of a range (llama.h: "adds relative position
+/// delta", "integer division of the positions"; both leave a pending shift,
+/// llama-kv-cells.h `pos_add`/`pos_div`), `seq_keep` and `seq_rm` both take a sequence off cells
+/// (all but one sequence's, or one sequence's over a range). None for a copy and for ops without
+/// cells to act on.
+fn sibling(kind: OpKind) -> Option<OpKind> {
+    match kind {
+        OpKind::SeqAdd => Some(OpKind::SeqDiv),
+        OpKind::SeqDiv => Some(OpKind::SeqAdd),
+        OpKind::SeqKeep => Some(OpKind::SeqRm),
+        OpKind::SeqRm
+        | OpKind::SeqCp
+        | OpKind::Clear
+        | OpKind::Decode
+        | OpKind::StateSeqSave
+        | OpKind::StateSeqLoad
+        | OpKind::StateSave
+        | OpKind::StateLoad => None,
+    }
+}
+
 /// Where a finding's entry failed: the step (1-based, into the finding's trace) of its failing op
 /// and the sequence its violation names. A finding's entries keep it ([`Queue::push_finding`]) for
 /// [`Mutator::neighbour`].
@@ -80,6 +114,8 @@ pub struct FindingSite {
     pub step: usize,
     /// The sequence the violation is about, where it names one.
     pub seq: Option<SeqId>,
+    /// The failing op's kind (a finding's prefix entry ends before it).
+    pub op: OpKind,
 }
 
 /// A uniform draw from `0..n` (`n > 0`).
@@ -206,11 +242,20 @@ impl Queue {
             .collect()
     }
 
-    /// A parent for the next child (the queue is not empty): one time in [`ANY_ENTRY_ONE_IN`]
-    /// any entry, else a favoured one (one time in [`FINDING_ONE_IN`] a finding's) drawn in
-    /// proportion to its energy.
+    /// A parent for the next child (the queue is not empty): one time in
+    /// [`NEW_FINDING_ONE_IN`], while a finding's entry is new, one of the new ones; else one
+    /// time in [`ANY_ENTRY_ONE_IN`] any entry, else a favoured one (one time in
+    /// [`FINDING_ONE_IN`] a finding's) drawn in proportion to its energy.
     pub fn pick(&mut self, runner: &mut TestRunner) -> usize {
         let n = self.entries.len();
+        let new: Vec<usize> = (0..n)
+            .filter(|&i| self.of_finding[i].is_some() && self.picked[i] < NEW_FINDING_PICKS)
+            .collect();
+        if !new.is_empty() && below(runner, NEW_FINDING_ONE_IN) == 0 {
+            let i = new[below(runner, new.len())];
+            self.picked[i] += 1;
+            return i;
+        }
         let mut favoured = self.favoured();
         if self.of_finding.iter().any(Option::is_some) && below(runner, FINDING_ONE_IN) == 0 {
             favoured.retain(|&(i, _)| self.of_finding[i].is_some());
@@ -481,8 +526,9 @@ impl Mutator {
 
     /// A neighbour of a finding's entry (AFL++'s crash exploration, in the terms of the memory
     /// API): the ops before the failing step, three times in four with one of their ranges
-    /// widened ([`Mutator::widen`]), then in place of the failing op an op over a range of cells
-    /// (a `seq_rm`, `seq_cp`, `seq_add` or `seq_div`, drawn as the generator draws its arguments)
+    /// widened ([`Mutator::widen`]), then in place of the failing op an op over a range of cells:
+    /// one time in [`SIBLING_ONE_IN`] the failing op's [`sibling`] where it has one, else a
+    /// `seq_rm`, `seq_cp`, `seq_add` or `seq_div`, drawn as the generator draws its arguments,
     /// on the violation's sequence three times in four (else on the failing op's), its range
     /// ends from the trace's own positions. The same defect is often reached by another op on
     /// the same state (a pending shift left by `seq_div` as by `seq_add`; a count that a partial
@@ -497,7 +543,15 @@ impl Mutator {
             self.widen(&mut ops, runner);
         }
         let failing = entry.ops.get(before);
-        let mut op = self.ranged[below(runner, RANGED.len())]
+        let kind = match sibling(site.op) {
+            Some(k) if below(runner, SIBLING_ONE_IN) == 0 => k,
+            _ => RANGED[below(runner, RANGED.len())],
+        };
+        let at = RANGED
+            .iter()
+            .position(|&k| k == kind)
+            .expect("a ranged kind");
+        let mut op = self.ranged[at]
             .new_tree(runner)
             .expect("the generator rejects nothing")
             .current();

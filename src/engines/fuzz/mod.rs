@@ -514,6 +514,7 @@ pub fn run_fuzz_until(
                 let site = FindingSite {
                     step: finding.step,
                     seq: finding.seq,
+                    op: t.ops[finding.step - 1].kind(),
                 };
                 queue.push_finding(t.clone(), finding_feature(&signature), site);
                 if finding.step > 1 {

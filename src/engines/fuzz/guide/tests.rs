@@ -196,6 +196,7 @@ fn findings_entries_are_mutated_but_not_kept() {
     let site = FindingSite {
         step: 3,
         seq: Some(1),
+        op: OpKind::SeqKeep,
     };
     q.push_finding(trace(3), finding_feature(&"I1|seq_keep"), site);
     q.push_finding(trace(2), finding_feature(&("I1|seq_keep", "prefix")), site);
@@ -229,8 +230,9 @@ fn a_neighbour_keeps_the_prefix_and_ends_in_a_ranged_op_on_the_failing_sequence(
     let site = FindingSite {
         step: 3,
         seq: Some(1),
+        op: OpKind::SeqKeep,
     };
-    let (mut kinds, mut on_violation, mut widened) = (BTreeSet::new(), 0, 0);
+    let (mut kinds, mut on_violation, mut widened, mut removals) = (BTreeSet::new(), 0, 0, 0);
     for case in 0..200 {
         let n = m.neighbour(&entry, site, &mut guide_runner(6, case));
         in_domain(&g, &n);
@@ -241,6 +243,7 @@ fn a_neighbour_keeps_the_prefix_and_ends_in_a_ranged_op_on_the_failing_sequence(
         let last = &n.ops[2];
         assert!(RANGED.contains(&last.kind()), "{last}");
         kinds.insert(last.kind());
+        removals += usize::from(last.kind() == OpKind::SeqRm);
         on_violation += usize::from(first_seq(last) == Some(1));
         // The two copies of one range move together, and only ever wider.
         let (r0, r1) = (range_of(&n.ops[0]), range_of(&n.ops[1]));
@@ -252,6 +255,35 @@ fn a_neighbour_keeps_the_prefix_and_ends_in_a_ranged_op_on_the_failing_sequence(
     assert_eq!(kinds.len(), RANGED.len(), "{kinds:?}");
     assert!((100..200).contains(&on_violation), "{on_violation}");
     assert!((100..200).contains(&widened), "{widened}");
+    // The failing `seq_keep`'s sibling, half the time, and one of the four kinds the rest: a
+    // `seq_rm` about five times in eight.
+    assert!((100..160).contains(&removals), "{removals}");
+}
+
+#[test]
+fn a_new_finding_s_entry_gets_the_picks_until_it_is_not_new() {
+    let mut q = Queue::default();
+    for c in 0..6 {
+        q.push(trace(4 + c as usize), &[c]);
+    }
+    let site = FindingSite {
+        step: 1,
+        seq: Some(0),
+        op: OpKind::SeqAdd,
+    };
+    q.push_finding(trace(1), finding_feature(&"new"), site);
+    let finding = q.entries().len() - 1;
+    let picks: Vec<usize> = (0..400)
+        .map(|case| q.pick(&mut guide_runner(4, case)))
+        .collect();
+    let share = |picks: &[usize]| picks.iter().filter(|&&i| i == finding).count();
+    // New: about two picks in three (one in two, and its share of the rest).
+    let first = share(&picks[..24]);
+    assert!(first >= 12, "{first} of the first 24");
+    // Then the share `FINDING_ONE_IN` and its energy give it.
+    let later = share(&picks[200..]);
+    assert!(later * 24 < first * 200, "{later} of 200 later");
+    assert!(later > 0);
 }
 
 #[test]
@@ -259,7 +291,11 @@ fn a_finding_s_entry_is_mostly_mutated_into_its_neighbours() {
     let g = GenConfig::with_max_len(16);
     let m = Mutator::new(&g);
     let mut q = Queue::default();
-    let site = FindingSite { step: 2, seq: None };
+    let site = FindingSite {
+        step: 2,
+        seq: None,
+        op: OpKind::Decode,
+    };
     q.push_finding(trace(2), finding_feature(&"only"), site);
     let children: Vec<Trace> = (WARMUP_CASES..WARMUP_CASES + 200)
         .filter_map(|case| m.next_case(&mut q, 3, case))
@@ -288,6 +324,7 @@ fn children_are_a_function_of_the_seed_case_and_queue() {
         let site = FindingSite {
             step: 3,
             seq: Some(1),
+            op: OpKind::SeqKeep,
         };
         q.push_finding(generate(&g, 4, 3), finding_feature(&"f"), site);
         q
