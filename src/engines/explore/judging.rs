@@ -1,0 +1,194 @@
+//! The oracles an exhaustive run asks, split by what they read, and the judging of one trial by
+//! them: its last step's verdicts (remembered per shared observation), its crashes, and which
+//! tracked oracles fail now, so that the explorer (and the state-space explorer) knows from a
+//! trial's prefix whether a violation is fresh.
+
+use crate::base::cache::TargetInfo;
+use crate::base::op::Trace;
+use crate::oracles::{Oracle, Reads, Registry, Seen};
+use crate::records::tally::Tally;
+use crate::running::judge::VerdictMemo;
+use crate::running::runner::{TrialEnd, TrialRun};
+
+/// A set of tracked oracles (a `RunOracles`' step and pair oracles), by index: one bit each.
+pub type OracleBits = u64;
+
+/// The oracles an exhaustive run asks, split by what they read. Step and pair oracles are
+/// *tracked*: whether they failed at an earlier step of a trial is known from its prefix.
+pub struct RunOracles {
+    /// Tracked oracles (step oracles on A, then pair oracles), at most 64.
+    tracked: Vec<&'static dyn Oracle>,
+    /// Crash oracles.
+    crash: Vec<&'static dyn Oracle>,
+}
+
+impl RunOracles {
+    /// The oracles of `oracles` that judge a run with or without a second target.
+    pub fn new(oracles: &Registry, with_vs: bool) -> RunOracles {
+        let observing: Vec<_> = oracles.observing(with_vs).collect();
+        let tracked: Vec<_> = observing
+            .iter()
+            .copied()
+            .filter(|o| matches!(o.reads(), Reads::Step | Reads::Pair))
+            .collect();
+        assert!(tracked.len() <= 64, "at most 64 observation oracles");
+        RunOracles {
+            tracked,
+            crash: observing
+                .into_iter()
+                .filter(|o| o.reads() == Reads::Crash)
+                .collect(),
+        }
+    }
+
+    /// Every oracle asked, tracked then crash: what a report lists ([`Tally::asked`]).
+    pub fn ids(&self) -> impl Iterator<Item = crate::oracles::OracleId> + '_ {
+        self.tracked.iter().chain(&self.crash).map(|o| o.id())
+    }
+
+    /// How many oracles are tracked (one "violated at some step" bit each).
+    pub fn tracked_count(&self) -> usize {
+        self.tracked.len()
+    }
+
+    /// Judges one trial (and its partner on a second target, if any) on the observation after
+    /// its last op, and records the result in `tally`. `prior` says which tracked oracles
+    /// already failed at an earlier step (then a violation now is counted but is not a new
+    /// finding). Returns which tracked oracles fail now, or `None` when the trial was not
+    /// judged (crash, unsupported op). A step judged before (the same shared observation,
+    /// [`VerdictMemo`]) takes the step oracles' verdicts from `verdicts`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn judge(
+        &self,
+        verdicts: &mut VerdictMemo,
+        tally: &mut Tally,
+        trace: &Trace,
+        index: u64,
+        a: (&TargetInfo, &TrialRun),
+        b: Option<(&TargetInfo, &TrialRun)>,
+        prior: OracleBits,
+    ) -> Option<OracleBits> {
+        tally.trials += 1;
+        let depth = trace.ops.len() as u32;
+        let mut judged = true;
+        let mut crashed = false;
+        for (info, run) in std::iter::once(a).chain(b) {
+            match &run.end {
+                TrialEnd::Completed => {}
+                TrialEnd::Unsupported { .. } | TrialEnd::Crashed { .. } => judged = false,
+            }
+            // An observation crash leaves a completed run (run again without that
+            // observation): the other oracles still judge it below.
+            let Some((step, message, observation)) = run.crash() else {
+                continue;
+            };
+            crashed = true;
+            // Steps after a crash do not run, so a crash is fresh only at the trace's last op;
+            // longer traces through the same crash are counted, not recorded. (A trial observed
+            // after its last op only crashes observing there.)
+            if step == trace.ops.len() {
+                let op = step.checked_sub(1).and_then(|i| trace.ops.get(i));
+                let seen = Seen::Crash {
+                    op,
+                    message,
+                    observation,
+                };
+                for oracle in &self.crash {
+                    if let Some(v) = oracle.check(&seen) {
+                        tally.record(trace, index, step, &info.label(), v);
+                    }
+                }
+            }
+        }
+        for oracle in &self.crash {
+            tally.count(oracle.id(), depth, crashed);
+        }
+        if !judged {
+            let unsupported = [Some(a), b]
+                .into_iter()
+                .flatten()
+                .any(|(_, r)| matches!(r.end, TrialEnd::Unsupported { .. }));
+            tally.unsupported += u64::from(unsupported);
+            return None;
+        }
+        let (info_a, run_a) = a;
+        let op = trace.ops.last().expect("a trial has at least one op");
+        let last = run_a
+            .steps
+            .last()
+            .expect("a completed trial has its last observation");
+        let last_b = b.map(|(info_b, run_b)| {
+            let step = run_b
+                .steps
+                .last()
+                .expect("a completed trial has its last observation");
+            (info_b, step)
+        });
+        let mut now: OracleBits = 0;
+        // Alone, a trial's verdicts are a function of its last step: remembered per shared
+        // observation (a pair's are not).
+        let known = match b {
+            None => verdicts.get(last, op, trace.setup.arch),
+            Some(_) => None,
+        };
+        let mut judged_bits: OracleBits = 0;
+        for (k, oracle) in self.tracked.iter().enumerate() {
+            let (seen, vs) = match (oracle.reads(), last_b) {
+                (Reads::Pair, Some((info_b, step_b))) => (
+                    Seen::Pair {
+                        op,
+                        a: last,
+                        b: step_b,
+                        damaged_apart: !info_a.same_state_layout(info_b)
+                            && trace.damaged_load_by(trace.ops.len()),
+                    },
+                    Some(info_b),
+                ),
+                (Reads::Pair, None) => continue,
+                _ => (
+                    Seen::Step {
+                        op,
+                        after: last,
+                        arch: trace.setup.arch,
+                    },
+                    None,
+                ),
+            };
+            let judges = match known {
+                Some((judged, _)) => judged & (1 << k) != 0,
+                None => oracle.judges(&seen),
+            };
+            if !judges {
+                tally.unjudged(oracle.id());
+                continue;
+            }
+            judged_bits |= 1 << k;
+            let violated = match known {
+                Some((_, violated)) => violated & (1 << k) != 0,
+                None => !oracle.holds(&seen),
+            };
+            tally.count(oracle.id(), depth, violated);
+            if violated {
+                now |= 1 << k;
+                if prior & (1 << k) == 0 {
+                    let v = oracle.check(&seen).unwrap_or_else(|| {
+                        panic!(
+                            "oracle {} does not hold but reports no violation",
+                            oracle.id()
+                        )
+                    });
+                    // Labels are built only here: most trials record nothing.
+                    let label = match vs {
+                        Some(info_b) => format!("{} vs {}", info_a.label(), info_b.label()),
+                        None => info_a.label(),
+                    };
+                    tally.record(trace, index, trace.ops.len(), &label, v);
+                }
+            }
+        }
+        if b.is_none() && known.is_none() {
+            verdicts.put(last, op, trace.setup.arch, (judged_bits, now));
+        }
+        Some(now)
+    }
+}
