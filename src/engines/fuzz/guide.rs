@@ -248,11 +248,13 @@ impl Queue {
     /// [`FINDING_ONE_IN`] a finding's) drawn in proportion to its energy.
     pub fn pick(&mut self, runner: &mut TestRunner) -> usize {
         let n = self.entries.len();
-        let new: Vec<usize> = (0..n)
-            .filter(|&i| self.of_finding[i].is_some() && self.picked[i] < NEW_FINDING_PICKS)
-            .collect();
-        if !new.is_empty() && below(runner, NEW_FINDING_ONE_IN) == 0 {
-            let i = new[below(runner, new.len())];
+        // Counted, then the k-th taken: no list built per pick (the draws are those of a list).
+        let is_new =
+            |i: &usize| self.of_finding[*i].is_some() && self.picked[*i] < NEW_FINDING_PICKS;
+        let n_new = (0..n).filter(is_new).count();
+        if n_new > 0 && below(runner, NEW_FINDING_ONE_IN) == 0 {
+            let k = below(runner, n_new);
+            let i = (0..n).filter(is_new).nth(k).expect("k < n_new");
             self.picked[i] += 1;
             return i;
         }
