@@ -67,8 +67,10 @@ for pin in 0.1.161 0.1.156 0.1.154; do
     --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-deepseek4.json" >/dev/null || [ $? -eq 1 ]
 done
 # llama_memory_hybrid_idx (qwen4exp, issue 24): 0.1.161 and 0.1.157, the oldest pin with the
-# class; the native model is not beside it (targets::native::lacks_memory), so audits alone.
+# class; alone and against the native model (its dump in llama.cpp's layout: cell exts, a
+# K-only indexer cache).
 for pin in 0.1.161 0.1.157; do
   t="llama.cpp@$pin"
   run "$t-hybrid_idx-d2" --target "$t" --domain hybrid_idx --depth 2
+  run "$t-vs-native-hybrid_idx-d2" --target "$t" --vs native --domain hybrid_idx --depth 2
 done

@@ -447,12 +447,6 @@ pub(crate) fn cache_config(
 /// models it (the hunt pairs an entry with native only there: `engines::hunt::plan`).
 pub fn lacks_memory(memory: MemoryType) -> Option<&'static str> {
     match memory {
-        // native-kv models the three parts' bookkeeping (`Memory::HybridIdx`), but its dump
-        // writes no cell ext and a K/V indexer cache, which is not llama.cpp's layout
-        // (base/state/hybrid_idx.rs): unsupported until the native writer has it.
-        MemoryType::HybridIdx => Some(
-            "hybrid_idx: the native dump does not have llama.cpp's layout yet (cell exts, a K-only indexer cache)",
-        ),
         // The compressed rows are graph outputs that cells alone cannot describe
         // (docs/memory-types.md).
         MemoryType::Dsv4 => Some("the native model has no dsv4 memory yet"),
@@ -462,7 +456,8 @@ pub fn lacks_memory(memory: MemoryType) -> Option<&'static str> {
         | MemoryType::Hybrid
         | MemoryType::HybridIswa
         | MemoryType::Msa
-        | MemoryType::Dsa => None,
+        | MemoryType::Dsa
+        | MemoryType::HybridIdx => None,
     }
 }
 
@@ -487,7 +482,11 @@ pub(crate) fn memory_config(
             shape: None,
         },
         MemoryType::Msa => MemoryKind::Msa,
-        MemoryType::HybridIdx | MemoryType::Dsv4 => {
+        MemoryType::HybridIdx => MemoryKind::HybridIdx {
+            n_rs_seq: rollback_depth(name, setup)?,
+            shape: None,
+        },
+        MemoryType::Dsv4 => {
             return Err(HarnessError::Unsupported {
                 target: name.into(),
                 reason: lacks_memory(setup.arch.memory())

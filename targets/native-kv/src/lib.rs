@@ -145,6 +145,8 @@ pub struct CellCache {
     /// The sliding window of a windowed cache (the SWA half of an iSWA memory), 0 for none:
     /// `n_swa` with `LLAMA_SWA_TYPE_STANDARD` (src/llama-kv-cache-iswa.cpp:96-99).
     n_swa: u32,
+    /// Whether the cells of its dumps carry a `llama_kv_cell_ext` ([`CellCache::with_cell_ext`]).
+    cell_ext: bool,
 }
 
 impl CellCache {
@@ -166,7 +168,26 @@ impl CellCache {
             streams: vec![stream; config.n_stream() as usize],
             tensors: None,
             n_swa: 0,
+            cell_ext: false,
         }
+    }
+
+    /// An empty cache whose dumps give every cell a `llama_kv_cell_ext` after its `n_seq_id`
+    /// (i32 x, i32 y, i32 token: 12 bytes), as llama.cpp's cache of an M-RoPE model does
+    /// (`has_cell_ext`, src/llama-kv-cache.cpp:1846-1849; `state_write_meta` :2238-2241, read
+    /// back by `state_read_meta` :2386-2399 and :2487-2491 in 0.1.161): the attention cache of a
+    /// hybrid-idx memory (qwen4exp ropes with IMRoPE). A text token's 2D position is its position
+    /// in both sections (`llama_batch_allocr` expands `[p]` to `[p, p, p, 0]`,
+    /// src/llama-batch.cpp:128-145); this model keeps no token ids, so it writes
+    /// `LLAMA_TOKEN_NULL` where llama.cpp writes the decoded token. A load reads the ext and
+    /// drops it (nothing here reads a 2D position or a token).
+    ///
+    /// # Panics
+    /// As [`CellCache::new`].
+    pub fn with_cell_ext(config: CacheConfig) -> Self {
+        let mut c = Self::new(config);
+        c.cell_ext = true;
+        c
     }
 
     /// An empty windowed cache: the SWA cache of an iSWA memory, with window `n_swa` (> 0). Its

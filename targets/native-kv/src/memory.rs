@@ -44,7 +44,9 @@
 //!   decode, the attention cache's own slots (`heads_idx = heads_attn`, `init_batch` :127-131).
 //!   Its pooled-key staleness (`mem_idx_stale`) is graph input, not bookkeeping: not modelled.
 //!   Dumps: the hybrid's, then the indexer cache's (:259-270; `PARTIAL_ONLY` leaves out both
-//!   caches). A load reads them in that order and a failure drops the sequence from all three
+//!   caches); the attention cache's cells carry a cell ext ([`CellCache::with_cell_ext`]), the
+//!   indexer cache's do not, and neither writes K/V records (no rows), so the indexer cache
+//!   is K-only as llama.cpp's MLA-shaped one is. A load reads them in that order and a failure drops the sequence from all three
 //!   parts (`state_drop`, :272-329; a whole load clears the memory).
 //! - **DSA** (`llama_kv_cache_dsa`, src/llama-kv-cache-dsa.cpp, 0.1.161): MSA's bookkeeping with
 //!   the K-only MLA cache (`kv_mla`) and the lightning-indexer key cache (`kv_lid`): every op to
@@ -255,7 +257,9 @@ impl Memory {
                 recr: recurrent(n_rs_seq, shape),
             },
             MemoryKind::HybridIdx { n_rs_seq, shape } => Memory::HybridIdx {
-                attn: CellCache::new(c),
+                // qwen4exp's IMRoPE cache writes cell exts; the indexer cache (rope type NONE,
+                // llama-memory-hybrid-idx.cpp:60-62) does not.
+                attn: CellCache::with_cell_ext(c),
                 recr: recurrent(n_rs_seq, shape),
                 idx: CellCache::new(c),
             },

@@ -7,7 +7,8 @@
 //!   `state_read_data`): u32 length and the architecture name ([`STATE_ARCH`]), then the memory
 //!   with every cell and all its sequences.
 //! - The memory: u32 `n_stream`; per stream u32 `cell_count` (0: nothing more for the stream);
-//!   per cell i32 pos, u32 `n_seq_id`, the seq ids; u32 `v_trans` (0), u32 `n_layer`, then per
+//!   per cell i32 pos, u32 `n_seq_id`, in a cache with cell exts ([`CellCache::with_cell_ext`])
+//!   12 bytes of `llama_kv_cell_ext`, the seq ids; u32 `v_trans` (0), u32 `n_layer`, then per
 //!   layer K (i32 type F32, u64 row bytes, the rows), then per layer V likewise. Without a tensor
 //!   payload `n_layer` is 0. No `n_rot_k`/`n_rot_v` (the `LLAMA_STATE_SEQ_VERSION` 2 layout).
 //!
@@ -172,17 +173,19 @@ impl CellCache {
                 continue;
             }
             for &i in &idxs {
-                out.extend_from_slice(&cells.pos[i].to_le_bytes());
-                if seq == -1 {
-                    let bits = cells.seq[i];
-                    out.extend_from_slice(&bits.count_ones().to_le_bytes());
-                    crate::cells::Cells::for_each_seq(bits, |q| {
-                        out.extend_from_slice(&q.to_le_bytes())
-                    });
-                } else {
-                    out.extend_from_slice(&1u32.to_le_bytes());
-                    out.extend_from_slice(&seq.to_le_bytes());
+                let p = cells.pos[i];
+                out.extend_from_slice(&p.to_le_bytes());
+                let bits = if seq == -1 { cells.seq[i] } else { 1u64 << seq };
+                out.extend_from_slice(&bits.count_ones().to_le_bytes());
+                if self.cell_ext {
+                    // x, y (a text token's position in both), LLAMA_TOKEN_NULL: see with_cell_ext.
+                    for v in [p, p, -1] {
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
                 }
+                crate::cells::Cells::for_each_seq(bits, |q| {
+                    out.extend_from_slice(&q.to_le_bytes())
+                });
             }
             out.extend_from_slice(&0u32.to_le_bytes()); // v_trans
             match &self.tensors {
@@ -295,6 +298,7 @@ impl CellCache {
                     "a cell with exactly one sequence id, found {n_seq} (invalid seq_id-agnostic kv cell)"
                 ));
             }
+            self.read_cell_ext(r)?;
             r.i32("cell seq id")?;
             if p == -1 {
                 // llama.cpp would place a cell at -1 (its empty marker) and break its own
@@ -406,6 +410,7 @@ impl CellCache {
                 let e = r.fail::<()>("a cell position other than -1 (the empty marker)".into());
                 return Err((e.unwrap_err(), true));
             }
+            self.read_cell_ext(r).map_err(thrown)?;
             let cells = &mut self.streams[s].cells;
             cells.pos_set(i, p);
             for _ in 0..n_seq {
@@ -433,6 +438,15 @@ impl CellCache {
             }
         }
         self.restore_rows(&global, r).map_err(|e| (e, true))
+    }
+
+    /// A cell's `llama_kv_cell_ext`, in a cache whose dumps carry one ([`CellCache::with_cell_ext`]):
+    /// read and dropped.
+    fn read_cell_ext(&self, r: &mut StateReader<'_>) -> Result<(), RestoreError> {
+        if self.cell_ext {
+            r.take::<12>("cell ext (x, y, token)")?;
+        }
+        Ok(())
     }
 
     /// `state_read_data` for the cells `global` (numbered across streams), in order: the K/V
