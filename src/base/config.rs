@@ -159,6 +159,31 @@ impl Arch {
         }
     }
 
+    /// Whether llama.cpp can move positions in this architecture's memory (`seq_add`,
+    /// `seq_div`; `llama_memory_can_shift`): the fuzz generator draws no shift where it cannot
+    /// (`GenConfig::draws`), as the presets of these architectures list none.
+    /// - qwen4exp ropes with IMRoPE: `llama_kv_cache::seq_add`/`seq_div` assert
+    ///   `n_pos_per_embd() == 1` (src/llama-kv-cache.cpp:595, :645 in 0.1.161; :577, :627 in
+    ///   0.1.157), an abort in release builds too, and `get_can_shift` is false (:1208-1216).
+    /// - deepseek4: `llama_kv_cache_dsv4::get_can_shift` is false (llama-kv-cache-dsv4.cpp:
+    ///   1451-1455), so the next decode's update aborts on the pending shift
+    ///   (`GGML_ABORT`, llama-kv-cache.cpp:876-878; a reload probe after a `seq_add` hit
+    ///   `GGML_ASSERT(buffer)` in a fuzz run).
+    pub fn can_shift(self) -> bool {
+        match self {
+            Arch::Qwen4exp | Arch::Deepseek4 => false,
+            Arch::Llama
+            | Arch::Gemma2
+            | Arch::Mamba
+            | Arch::Jamba
+            | Arch::Lfm2
+            | Arch::Lfm2Swa
+            | Arch::MinimaxM3
+            | Arch::GlmDsa
+            | Arch::Deepseek32 => true,
+        }
+    }
+
     /// The memory type llama.cpp gives a context of this architecture.
     pub fn memory(self) -> MemoryType {
         match self {

@@ -176,6 +176,23 @@ impl OpKind {
         }
     }
 
+    /// Whether the op moves positions (`seq_add`, `seq_div`): what a memory that cannot shift
+    /// refuses (`Arch::can_shift`).
+    pub const fn moves_positions(self) -> bool {
+        match self {
+            OpKind::SeqAdd | OpKind::SeqDiv => true,
+            OpKind::SeqRm
+            | OpKind::SeqCp
+            | OpKind::SeqKeep
+            | OpKind::Clear
+            | OpKind::Decode
+            | OpKind::StateSeqSave
+            | OpKind::StateSeqLoad
+            | OpKind::StateSave
+            | OpKind::StateLoad => false,
+        }
+    }
+
     /// The JSON `op` field.
     pub const fn name(self) -> &'static str {
         self.info().name

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::cache::{LogitsProbe, Reload, ReloadProbe};
 use crate::base::error::Error;
-use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Trace};
+use crate::base::op::{Decode, Op, OpKind, Pos, SeqId, Setup, Trace};
 use crate::oracles::theorems::{Derivation, Theorem, Verdict};
 
 /// What the generator draws from.
@@ -104,6 +104,12 @@ impl GenConfig {
     /// The number of sequences the ops name.
     pub fn n_seqs(&self) -> SeqId {
         self.setup.n_seq_max as SeqId
+    }
+
+    /// Whether the generators draw ops of `kind`: no shifts for an architecture whose memory
+    /// cannot shift (`Arch::can_shift`: llama.cpp aborts on them).
+    pub fn draws(&self, kind: OpKind) -> bool {
+        self.setup.arch.can_shift() || !kind.moves_positions()
     }
 }
 

@@ -173,11 +173,13 @@ pub fn kind_strategy(kind: OpKind, g: &GenConfig) -> BoxedStrategy<Op> {
     }
 }
 
-/// One op of `group`: each kind with its declared weight ([`OpKind::weight`]).
+/// One op of `group`: each kind the generator draws ([`GenConfig::draws`]) with its declared
+/// weight ([`OpKind::weight`]).
 fn group_strategy(group: OpGroup, g: &GenConfig) -> BoxedStrategy<Op> {
     Union::new_weighted(
         group
             .kinds()
+            .filter(|&k| g.draws(k))
             .map(|k| (k.weight(), kind_strategy(k, g)))
             .collect(),
     )
@@ -206,15 +208,38 @@ fn role() -> BoxedStrategy<Role> {
 fn follow_up(g: &GenConfig) -> BoxedStrategy<FollowUp> {
     let max_div = g.max_divisor;
     let tokens = g.max_tokens;
-    prop_oneof![
-        4 => (role(), range(g)).prop_map(|(r, x)| FollowUp::Trim(r, x)),
-        3 => (role(), range(g), delta(g)).prop_map(|(r, x, d)| FollowUp::Shift(r, x, d)),
-        2 => role().prop_map(FollowUp::Keep),
-        3 => copy_range(g).prop_map(FollowUp::CopyAgain),
-        1 => (role(), range(g), 2..=max_div).prop_map(|(r, x, d)| FollowUp::Halve(r, x, d)),
-        2 => (role(), 1..=tokens).prop_map(|(r, k)| FollowUp::Decode(r, k)),
-    ]
-    .boxed()
+    // A memory that cannot shift gets no Shift or Halve (weight 0 is not a weight proptest takes).
+    let shifts = u32::from(g.draws(OpKind::SeqAdd));
+    let mut arms: Vec<(u32, BoxedStrategy<FollowUp>)> = vec![
+        (
+            4,
+            (role(), range(g))
+                .prop_map(|(r, x)| FollowUp::Trim(r, x))
+                .boxed(),
+        ),
+        (
+            3 * shifts,
+            (role(), range(g), delta(g))
+                .prop_map(|(r, x, d)| FollowUp::Shift(r, x, d))
+                .boxed(),
+        ),
+        (2, role().prop_map(FollowUp::Keep).boxed()),
+        (3, copy_range(g).prop_map(FollowUp::CopyAgain).boxed()),
+        (
+            shifts,
+            (role(), range(g), 2..=max_div)
+                .prop_map(|(r, x, d)| FollowUp::Halve(r, x, d))
+                .boxed(),
+        ),
+        (
+            2,
+            (role(), 1..=tokens)
+                .prop_map(|(r, k)| FollowUp::Decode(r, k))
+                .boxed(),
+        ),
+    ];
+    arms.retain(|(w, _)| *w > 0);
+    Union::new_weighted(arms).boxed()
 }
 
 /// A fork: `seq_cp(src, dst, range)` and up to three follow-ups on the same two sequences.
@@ -548,7 +573,11 @@ pub fn arb_op(u: &mut Unstructured<'_>, g: &GenConfig) -> arbitrary::Result<Op> 
     } else {
         OpGroup::Memory
     };
-    let kind = arb_weighted(u, &weighted(group))?;
+    let kinds: Vec<(u32, OpKind)> = weighted(group)
+        .into_iter()
+        .filter(|&(_, k)| g.draws(k))
+        .collect();
+    let kind = arb_weighted(u, &kinds)?;
     arb_kind_op(u, g, kind)
 }
 
@@ -652,6 +681,13 @@ fn arb_chunk(u: &mut Unstructured<'_>, g: &GenConfig, out: &mut Vec<Op>) -> arbi
             9..=11 => FollowUp::CopyAgain(arb_range(u, g)?),
             12 => FollowUp::Halve(r, arb_range(u, g)?, u.int_in_range(2..=g.max_divisor)?),
             _ => FollowUp::Decode(r, u.int_in_range(1..=g.max_tokens)?),
+        };
+        // As `follow_up`: no shift where the memory cannot shift; the range trims instead.
+        let f = match f {
+            FollowUp::Shift(r, x, _) | FollowUp::Halve(r, x, _) if !g.draws(OpKind::SeqAdd) => {
+                FollowUp::Trim(r, x)
+            }
+            f => f,
         };
         out.push(f.op(src, dst));
     }

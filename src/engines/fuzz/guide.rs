@@ -549,6 +549,12 @@ impl Mutator {
             Some(k) if below(runner, SIBLING_ONE_IN) == 0 => k,
             _ => RANGED[below(runner, RANGED.len())],
         };
+        // No shift where the memory cannot shift (`GenConfig::draws`): a removal instead.
+        let kind = if self.gen.draws(kind) {
+            kind
+        } else {
+            OpKind::SeqRm
+        };
         let at = RANGED
             .iter()
             .position(|&k| k == kind)
