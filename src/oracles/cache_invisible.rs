@@ -174,6 +174,12 @@ impl Oracle for CacheInvisible {
                 seed_depth: None,
                 evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid_iswa.json",
             },
+            PositiveControl {
+                fault: "refused_rm_resets_state",
+                target: "native[refused_rm_resets_state] (arch=qwen4exp)",
+                seed_depth: None,
+                evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid_idx.json",
+            },
         ]
     }
 

@@ -673,6 +673,18 @@ impl Oracle for Contract {
                 seed_depth: None,
                 evidence: "oracles/contract_keep_noop_hybrid_iswa.json",
             },
+            PositiveControl {
+                fault: "hybrid_idx_skips_seq_cp",
+                target: "native[hybrid_idx_skips_seq_cp] (domain hybrid_idx)",
+                seed_depth: None,
+                evidence: "oracles/contract_hybrid_idx_skips_seq_cp.json",
+            },
+            PositiveControl {
+                fault: "hybrid_idx_state_drops_indexer",
+                target: "native[hybrid_idx_state_drops_indexer] (domain hybrid_idx)",
+                seed_depth: None,
+                evidence: "oracles/contract_hybrid_idx_state_drops_indexer.json",
+            },
         ]
     }
     fn holds(&self, seen: &Seen<'_>) -> bool {
@@ -731,6 +743,12 @@ impl Oracle for ContractQuestion {
                 target: "native (arch=minimax-m3)",
                 seed_depth: None,
                 evidence: "oracles/contract_question_seq_cp_into_non_empty_msa.json",
+            },
+            PositiveControl {
+                fault: "recurrent_rm_false_changes",
+                target: "native[recurrent_rm_false_changes] (arch=qwen4exp)",
+                seed_depth: None,
+                evidence: "oracles/contract_question_recurrent_rm_false_changes_hybrid_idx.json",
             },
         ]
     }

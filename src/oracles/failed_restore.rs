@@ -181,6 +181,12 @@ impl Oracle for FailedRestore {
                 seed_depth: None,
                 evidence: "oracles/failed_restore_clears_all_msa.json",
             },
+            PositiveControl {
+                fault: "failed_seq_load_clears_all",
+                target: "native[failed_seq_load_clears_all] (arch=qwen4exp)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_clears_all_hybrid_idx.json",
+            },
         ]
     }
 

@@ -140,6 +140,12 @@ impl Oracle for I1 {
                 seed_depth: None,
                 evidence: "oracles/i1_seq_add_stale_index_msa.json",
             },
+            PositiveControl {
+                fault: "hybrid_rm_one_side",
+                target: "native[hybrid_rm_one_side] (arch=qwen4exp)",
+                seed_depth: None,
+                evidence: "oracles/i1_hybrid_rm_one_side_hybrid_idx.json",
+            },
         ]
     }
 

@@ -186,6 +186,12 @@ impl Oracle for RoundTripOracle {
                 seed_depth: None,
                 evidence: "oracles/round_trip_restore_drops_last_cell_msa.json",
             },
+            PositiveControl {
+                fault: "restore_drops_last_cell",
+                target: "native[restore_drops_last_cell] (arch=qwen4exp)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_restore_drops_last_cell_hybrid_idx.json",
+            },
         ]
     }
 

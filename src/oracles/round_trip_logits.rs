@@ -173,6 +173,12 @@ impl Oracle for RoundTripLogits {
                 seed_depth: None,
                 evidence: "oracles/round_trip_logits_save_drops_state_hybrid_iswa.json",
             },
+            PositiveControl {
+                fault: "save_drops_state",
+                target: "native[save_drops_state] (arch=qwen4exp)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_logits_save_drops_state_hybrid_idx.json",
+            },
         ]
     }
 

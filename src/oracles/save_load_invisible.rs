@@ -97,6 +97,12 @@ impl Oracle for SaveLoadInvisible {
                 seed_depth: None,
                 evidence: "oracles/save_load_invisible_save_drops_state_hybrid_iswa.json",
             },
+            PositiveControl {
+                fault: "save_drops_state",
+                target: "native[save_drops_state] (arch=qwen4exp)",
+                seed_depth: None,
+                evidence: "oracles/save_load_invisible_save_drops_state_hybrid_idx.json",
+            },
         ]
     }
 

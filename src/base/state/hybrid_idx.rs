@@ -13,7 +13,9 @@
 //! src/llama-memory-recurrent.cpp:915-975): the one count of R/S pairs after which the rest of the
 //! bytes are exactly one cache is the section's end. A wrong count cannot pass for a cache: the
 //! record types it would read as `n_stream` are the recurrent rows' ggml types (F32: 0, outside
-//! a cache's 1..=256 streams), and a cache must end the bytes.
+//! a cache's 1..=256 streams), and a cache must end the bytes. Bytes that end right after
+//! the recurrent section are the hybrid's layout without the indexer suffix (upstream #27813,
+//! `state_write` not overridden): read as an indexer cache with no streams, so no cells.
 
 use super::{
     parse_cache_ext, parse_cells, parse_rows, KvSection, Memory, ParseError, Reader,
@@ -46,6 +48,13 @@ pub(super) fn parse<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memor
             let mut records = Vec::new();
             for _ in 0..2 * pairs {
                 records.push(parse_rows(r, cells.len(), "R or S")?);
+            }
+            if r.done() {
+                // No indexer suffix: the hybrid's own layout, what 0.1.157's class wrote before
+                // it overrode `state_write` (upstream #27813). The dump says nothing of the
+                // indexer cache, read as a cache with no cells, so the oracles that know what
+                // the ops put there (the contract) see it missing instead of the run failing.
+                return Ok((records, Vec::new()));
             }
             let indexer = parse_k_only_cache(r, format)?;
             if !r.done() {

@@ -114,9 +114,10 @@ pub struct Faults {
     pub hybrid_idx_skips_seq_cp: bool,
     /// hybrid_idx: a sequence's dump leaves the indexer cache out (upstream #27813, "state_write
     /// drops the indexer cache"; 0.1.161 appends it, llama-memory-hybrid-idx.cpp:259-270), and a
-    /// load reads none, so a restored sequence has no indexer keys. Positive control for the
-    /// dump parser (a dump that ends early is an error of the harness, `Err`) and, where the
-    /// load keeps the bytes, for the round trips.
+    /// load (of a sequence or the whole context) reads none, so a restored sequence has no
+    /// indexer keys: the hybrid's own layout and load. The dump parser reads the missing suffix
+    /// as an indexer cache without cells (`base/state/hybrid_idx.rs`). Positive control for the
+    /// contract on the indexer cache (`tests/data/oracles/contract_hybrid_idx_state_drops_indexer.json`).
     pub hybrid_idx_state_drops_indexer: bool,
     /// DSA (`llama_kv_cache_dsa`): `seq_cp` copies in the MLA cache only, so the destination
     /// has no indexer keys (upstream #27941's class, "seq_cp lost the indexer keys";

@@ -214,10 +214,19 @@ impl Memory {
                 recr.read_whole_memory(&mut r)?;
             }
             Memory::HybridIdx { attn, recr, idx } => {
+                // Under hybrid_idx_state_drops_indexer the load is the hybrid's too (#27813: the
+                // class overrode neither `state_write` nor `state_read`).
+                let drops = attn.config().faults.hybrid_idx_state_drops_indexer;
                 let read = attn
                     .read_whole_memory(&mut r)
                     .and_then(|()| recr.read_whole_memory(&mut r))
-                    .and_then(|()| idx.read_whole_memory(&mut r));
+                    .and_then(|()| {
+                        if drops {
+                            Ok(())
+                        } else {
+                            idx.read_whole_memory(&mut r)
+                        }
+                    });
                 if let Err(e) = read {
                     // `state_drop(-1)`: `clear(true)`.
                     attn.clear();
