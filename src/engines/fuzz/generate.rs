@@ -674,20 +674,18 @@ fn arb_chunk(u: &mut Unstructured<'_>, g: &GenConfig, out: &mut Vec<Op>) -> arbi
     out.push(Op::SeqCp { src, dst, p0, p1 });
     for _ in 0..u.int_in_range(0..=3u8)? {
         let r = if u.ratio(1, 4)? { Role::Src } else { Role::Dst };
+        // As `follow_up`: no shift where the memory cannot shift; the range trims instead.
+        let shifts = g.draws(OpKind::SeqAdd);
         let f = match u.int_in_range(0..=14u8)? {
             0..=3 => FollowUp::Trim(r, arb_range(u, g)?),
-            4..=6 => FollowUp::Shift(r, arb_range(u, g)?, arb_delta(u, g)?),
+            4..=6 if shifts => FollowUp::Shift(r, arb_range(u, g)?, arb_delta(u, g)?),
+            12 if shifts => {
+                FollowUp::Halve(r, arb_range(u, g)?, u.int_in_range(2..=g.max_divisor)?)
+            }
+            4..=6 | 12 => FollowUp::Trim(r, arb_range(u, g)?),
             7 | 8 => FollowUp::Keep(r),
             9..=11 => FollowUp::CopyAgain(arb_range(u, g)?),
-            12 => FollowUp::Halve(r, arb_range(u, g)?, u.int_in_range(2..=g.max_divisor)?),
             _ => FollowUp::Decode(r, u.int_in_range(1..=g.max_tokens)?),
-        };
-        // As `follow_up`: no shift where the memory cannot shift; the range trims instead.
-        let f = match f {
-            FollowUp::Shift(r, x, _) | FollowUp::Halve(r, x, _) if !g.draws(OpKind::SeqAdd) => {
-                FollowUp::Trim(r, x)
-            }
-            f => f,
         };
         out.push(f.op(src, dst));
     }
