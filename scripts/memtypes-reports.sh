@@ -73,4 +73,7 @@ for pin in 0.1.161 0.1.157; do
   t="llama.cpp@$pin"
   run "$t-hybrid_idx-d2" --target "$t" --domain hybrid_idx --depth 2
   run "$t-vs-native-hybrid_idx-d2" --target "$t" --vs native --domain hybrid_idx --depth 2
+  # The generator draws no seq_add/seq_div for qwen4exp (Arch::can_shift: an M-RoPE cache asserts).
+  $k fuzz --target "$t" --config arch=qwen4exp,type_k=f32,type_v=f32 --state \
+    --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-qwen4exp.json" >/dev/null || [ $? -eq 1 ]
 done
