@@ -456,6 +456,7 @@ pub fn lacks_memory(memory: MemoryType) -> Option<&'static str> {
         // The compressed rows are graph outputs that cells alone cannot describe
         // (docs/memory-types.md).
         MemoryType::Dsv4 => Some("the native model has no dsv4 memory yet"),
+        MemoryType::DsaIswa => Some("the native model has no dsa_iswa memory yet"),
         MemoryType::Kv
         | MemoryType::Iswa
         | MemoryType::Recurrent
@@ -487,7 +488,7 @@ pub(crate) fn memory_config(
             shape: None,
         },
         MemoryType::Msa => MemoryKind::Msa,
-        MemoryType::HybridIdx | MemoryType::Dsv4 => {
+        MemoryType::HybridIdx | MemoryType::Dsv4 | MemoryType::DsaIswa => {
             return Err(HarnessError::Unsupported {
                 target: name.into(),
                 reason: lacks_memory(setup.arch.memory())
@@ -555,7 +556,8 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
         | Arch::MinimaxM3
         | Arch::Deepseek4
         | Arch::GlmDsa
-        | Arch::Deepseek32 => Err(unsupported(format!(
+        | Arch::Deepseek32
+        | Arch::Dots3note => Err(unsupported(format!(
             "n_rs_seq = {} requested, {} has no recurrent rollback",
             setup.n_rs_seq, setup.arch
         ))),
