@@ -456,14 +456,14 @@ pub fn lacks_memory(memory: MemoryType) -> Option<&'static str> {
         // The compressed rows are graph outputs that cells alone cannot describe
         // (docs/memory-types.md).
         MemoryType::Dsv4 => Some("the native model has no dsv4 memory yet"),
-        MemoryType::DsaIswa => Some("the native model has no dsa_iswa memory yet"),
         MemoryType::Kv
         | MemoryType::Iswa
         | MemoryType::Recurrent
         | MemoryType::Hybrid
         | MemoryType::HybridIswa
         | MemoryType::Msa
-        | MemoryType::Dsa => None,
+        | MemoryType::Dsa
+        | MemoryType::DsaIswa => None,
     }
 }
 
@@ -488,7 +488,7 @@ pub(crate) fn memory_config(
             shape: None,
         },
         MemoryType::Msa => MemoryKind::Msa,
-        MemoryType::HybridIdx | MemoryType::Dsv4 | MemoryType::DsaIswa => {
+        MemoryType::HybridIdx | MemoryType::Dsv4 => {
             return Err(HarnessError::Unsupported {
                 target: name.into(),
                 reason: lacks_memory(setup.arch.memory())
@@ -497,6 +497,10 @@ pub(crate) fn memory_config(
             })
         }
         MemoryType::Dsa => MemoryKind::Dsa,
+        MemoryType::DsaIswa => MemoryKind::DsaIswa {
+            n_swa: NATIVE_N_SWA,
+            swa_size: swa_size(setup, &cache),
+        },
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
