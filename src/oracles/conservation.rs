@@ -112,6 +112,12 @@ impl Oracle for Conservation {
                 seed_depth: None,
                 evidence: "oracles/conservation_orphan_cell_msa.json",
             },
+            PositiveControl {
+                fault: "orphan_cell",
+                target: "native[orphan_cell] (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/conservation_orphan_cell_dsa_iswa.json",
+            },
         ]
     }
 

@@ -683,6 +683,12 @@ impl Oracle for Contract {
                 evidence: "oracles/contract_dsa_lid_skips_seq_cp.json",
             },
             PositiveControl {
+                fault: "dsa_lid_skips_seq_cp",
+                target: "native[dsa_lid_skips_seq_cp] (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/contract_dsa_lid_skips_seq_cp_dsa_iswa.json",
+            },
+            PositiveControl {
                 fault: "keep_noop",
                 target: "native[keep_noop] (arch=lfm2_swa)",
                 seed_depth: None,
@@ -746,6 +752,12 @@ impl Oracle for ContractQuestion {
                 target: "native (arch=minimax-m3)",
                 seed_depth: None,
                 evidence: "oracles/contract_question_seq_cp_into_non_empty_msa.json",
+            },
+            PositiveControl {
+                fault: "none: llama.cpp's unspecified behaviours",
+                target: "native (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/contract_question_dsa_iswa.json",
             },
         ]
     }

@@ -130,6 +130,12 @@ impl Oracle for Differential {
                 seed_depth: None,
                 evidence: "oracles/differential_seq_rm_off_by_one_msa.json",
             },
+            PositiveControl {
+                fault: "seq_rm_off_by_one",
+                target: "native vs native[seq_rm_off_by_one] (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/differential_seq_rm_off_by_one_dsa_iswa.json",
+            },
         ]
     }
 

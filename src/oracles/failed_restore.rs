@@ -181,6 +181,12 @@ impl Oracle for FailedRestore {
                 seed_depth: None,
                 evidence: "oracles/failed_restore_clears_all_msa.json",
             },
+            PositiveControl {
+                fault: "none: the windowed part fails after the DSA part loaded",
+                target: "native (domain dsa_iswa, loads cut at 200)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_dsa_iswa_windowed_part_keeps_the_dsa_part.json",
+            },
         ]
     }
 

@@ -140,6 +140,12 @@ impl Oracle for I1 {
                 seed_depth: None,
                 evidence: "oracles/i1_seq_add_stale_index_msa.json",
             },
+            PositiveControl {
+                fault: "seq_add_stale_index",
+                target: "native[seq_add_stale_index] (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/i1_seq_add_stale_index_dsa_iswa.json",
+            },
         ]
     }
 

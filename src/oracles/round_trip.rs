@@ -186,6 +186,12 @@ impl Oracle for RoundTripOracle {
                 seed_depth: None,
                 evidence: "oracles/round_trip_restore_drops_last_cell_msa.json",
             },
+            PositiveControl {
+                fault: "restore_drops_last_cell",
+                target: "native[restore_drops_last_cell] (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_restore_drops_last_cell_dsa_iswa.json",
+            },
         ]
     }
 
