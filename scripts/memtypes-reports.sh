@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the committed reports of issue 11 (llama.cpp's other memory types) in
 # reports/memtypes/: depth-2 audits of the iswa (gemma2), recurrent (mamba), hybrid (jamba) and
-# hybrid_iswa (lfm2_swa), msa (minimax-m3) and dsv4 (deepseek4, all issue 24) presets on both release pins, the same against the native model, and fuzz runs of each
+# hybrid_iswa (lfm2_swa), msa (minimax-m3), dsv4 (deepseek4) and dsa_iswa (dots3note, all issue 24) presets on both release pins, the same against the native model, and fuzz runs of each
 # architecture (with the logits probe). Every audit report compares its outcome with PREREG.md
 # (the issue 11 batch; hybrid_iswa, msa: the issue-24 batches). Takes a few minutes on 2 cores. Exit code 1 (findings) is expected.
 set -euo pipefail
@@ -76,4 +76,14 @@ for pin in 0.1.161 0.1.157; do
   # The generator draws no seq_add/seq_div for qwen4exp (Arch::can_shift: an M-RoPE cache asserts).
   $k fuzz --target "$t" --config arch=qwen4exp,type_k=f32,type_v=f32 --state \
     --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-qwen4exp.json" >/dev/null || [ $? -eq 1 ]
+done
+# llama_kv_cache_dsa_iswa (dots3note, issue 24): 0.1.161 and 0.1.157, the oldest pin with the
+# class (0.1.156 has no llama-kv-cache-dsa-iswa.cpp); alone and against the native model, and a
+# fuzz run of dots3note under the preset's F32 K/V.
+for pin in 0.1.161 0.1.157; do
+  t="llama.cpp@$pin"
+  run "$t-dsa_iswa-d2" --target "$t" --domain dsa_iswa --depth 2
+  run "$t-vs-native-dsa_iswa-d2" --target "$t" --vs native --domain dsa_iswa --depth 2
+  $k fuzz --target "$t" --config arch=dots3note,type_k=f32,type_v=f32 --seed 1 --cases 300 --no-repros -q \
+    --out "$out/$t-fuzz-dots3note.json" >/dev/null || [ $? -eq 1 ]
 done

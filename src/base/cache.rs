@@ -170,7 +170,9 @@ pub struct SeqObservation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub second_cells: Option<Vec<Pos>>,
     /// The cells of the memory's third part, sorted, when it has one: a hybrid-iSWA memory's
-    /// recurrent states (its dump is the iSWA pair's, then the recurrent memory's).
+    /// recurrent states (its dump is the iSWA pair's, then the recurrent memory's); a DSA-iSWA
+    /// memory's lightning-indexer key cache (base/state: its dump holds it between the MLA and
+    /// the windowed caches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub third_cells: Option<Vec<Pos>>,
 }
@@ -182,6 +184,23 @@ impl SeqObservation {
             self.second_cells.as_deref()
         } else {
             None
+        }
+    }
+
+    /// The lightning/sparse indexer key cache's cells of a memory with one (msa, dsa,
+    /// hybrid_idx: the second part; dsa_iswa: the third), when the dump has them.
+    pub fn indexer_cells(&self, memory: MemoryType) -> Option<&[Pos]> {
+        match memory {
+            MemoryType::Msa | MemoryType::Dsa | MemoryType::HybridIdx => {
+                self.second_cells.as_deref()
+            }
+            MemoryType::DsaIswa => self.third_cells.as_deref(),
+            MemoryType::Kv
+            | MemoryType::Iswa
+            | MemoryType::Recurrent
+            | MemoryType::Hybrid
+            | MemoryType::HybridIswa
+            | MemoryType::Dsv4 => None,
         }
     }
 
@@ -197,7 +216,7 @@ impl SeqObservation {
             | MemoryType::Recurrent
             | MemoryType::Msa
             | MemoryType::Dsv4 => None,
-            MemoryType::Dsa => None,
+            MemoryType::Dsa | MemoryType::DsaIswa => None,
         }
     }
 }

@@ -53,6 +53,11 @@ pub enum Arch {
     /// `deepseek32`: glm-dsa's tensors with an indexer on every layer (`llama_kv_cache_dsa`
     /// since 0.1.147, the first pin with the class, `llama-model.cpp:2018` there).
     Deepseek32,
+    /// `dots3note`: MLA layers, full-attention ones with a lightning indexer and sliding-window
+    /// ones without (`attention.sliding_window_pattern`, `attention.indexer.types`): a DSA cache
+    /// of the full layers beside a windowed K-only cache of the others
+    /// (`llama_kv_cache_dsa_iswa`; 0.1.157 on, `llama-model.cpp:2543-2595` in 0.1.161).
+    Dots3note,
 }
 
 /// The memory implementation an architecture selects.
@@ -85,11 +90,15 @@ pub enum MemoryType {
     /// cache of every layer and the lightning-indexer key cache of the indexer layers
     /// (src/llama-kv-cache-dsa.cpp).
     Dsa,
+    /// `llama_kv_cache_dsa_iswa`: a DSA memory (the MLA cache and the lightning-indexer key
+    /// cache) of the full-attention layers beside a windowed K-only cache of the sliding-window
+    /// layers (src/llama-kv-cache-dsa-iswa.cpp).
+    DsaIswa,
 }
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 11] = [
+    pub const ALL: [Arch; 12] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
@@ -101,6 +110,7 @@ impl Arch {
         Arch::Deepseek4,
         Arch::GlmDsa,
         Arch::Deepseek32,
+        Arch::Dots3note,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -121,6 +131,7 @@ impl Arch {
             Arch::Deepseek4 => "deepseek4",
             Arch::GlmDsa => "glm-dsa",
             Arch::Deepseek32 => "deepseek32",
+            Arch::Dots3note => "dots3note",
         }
     }
 
@@ -138,7 +149,8 @@ impl Arch {
             | Arch::Qwen4exp
             | Arch::Deepseek4
             | Arch::GlmDsa
-            | Arch::Deepseek32 => self.name(),
+            | Arch::Deepseek32
+            | Arch::Dots3note => self.name(),
         }
     }
 
@@ -148,7 +160,7 @@ impl Arch {
     /// oracles. `None` for architectures without windowed layers.
     pub const fn swa_window(self) -> Option<u32> {
         match self {
-            Arch::Gemma2 | Arch::Lfm2Swa | Arch::Deepseek4 => Some(4),
+            Arch::Gemma2 | Arch::Lfm2Swa | Arch::Deepseek4 | Arch::Dots3note => Some(4),
             Arch::Llama
             | Arch::Mamba
             | Arch::Jamba
@@ -196,6 +208,7 @@ impl Arch {
             Arch::Qwen4exp => MemoryType::HybridIdx,
             Arch::Deepseek4 => MemoryType::Dsv4,
             Arch::GlmDsa | Arch::Deepseek32 => MemoryType::Dsa,
+            Arch::Dots3note => MemoryType::DsaIswa,
         }
     }
 }
@@ -213,7 +226,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32, dots3note)")
             })
     }
 }
@@ -225,7 +238,7 @@ impl MemoryType {
     }
 
     /// The name as in reports: `kv`, `iswa`, `recurrent`, `hybrid`, `hybrid_iswa`, `msa`,
-    /// `hybrid_idx`, `dsv4`, `dsa`.
+    /// `hybrid_idx`, `dsv4`, `dsa`, `dsa_iswa`.
     pub fn name(self) -> &'static str {
         match self {
             MemoryType::Kv => "kv",
@@ -237,15 +250,16 @@ impl MemoryType {
             MemoryType::HybridIdx => "hybrid_idx",
             MemoryType::Dsv4 => "dsv4",
             MemoryType::Dsa => "dsa",
+            MemoryType::DsaIswa => "dsa_iswa",
         }
     }
 
     /// Whether the memory has a windowed attention cache beside its base one (iswa,
-    /// hybrid_iswa): `seq_pos_min`/`seq_pos_max` of its attention part are the windowed cache's
-    /// (src/llama-kv-cache-iswa.cpp:142-149).
+    /// hybrid_iswa, dsa_iswa): `seq_pos_min`/`seq_pos_max` of its attention part are the
+    /// windowed cache's (src/llama-kv-cache-iswa.cpp:142-149, src/llama-kv-cache-dsa-iswa.cpp:112-119).
     pub fn has_window(self) -> bool {
         match self {
-            MemoryType::Iswa | MemoryType::HybridIswa => true,
+            MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::DsaIswa => true,
             MemoryType::Kv
             | MemoryType::Recurrent
             | MemoryType::Hybrid
@@ -264,7 +278,7 @@ impl MemoryType {
             | MemoryType::HybridIswa
             | MemoryType::HybridIdx => true,
             MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa | MemoryType::Dsv4 => false,
-            MemoryType::Dsa => false,
+            MemoryType::Dsa | MemoryType::DsaIswa => false,
         }
     }
 
@@ -282,7 +296,7 @@ impl MemoryType {
             | MemoryType::Recurrent
             | MemoryType::Msa
             | MemoryType::Dsv4 => false,
-            MemoryType::Dsa => false,
+            MemoryType::Dsa | MemoryType::DsaIswa => false,
         }
     }
 }

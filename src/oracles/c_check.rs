@@ -99,6 +99,8 @@ pub fn read_cells_of(
         MemoryType::Hybrid | MemoryType::HybridIdx => ("resident_hybrid", false),
         // A memory with a windowed cache reads its windowed dump too (`win`, `nwin`).
         MemoryType::Iswa => ("resident_iswa", true),
+        // DSA-iSWA: the MLA cache into `cells`, the windowed cache (the dump's third) into `win`.
+        MemoryType::DsaIswa => ("resident_dsa_iswa", true),
         MemoryType::HybridIswa => ("resident_hybrid_iswa", true),
     };
     if windowed {

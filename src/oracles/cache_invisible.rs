@@ -70,6 +70,8 @@ pub fn tolerance(memory: MemoryType, cache: CacheType, shifted: bool) -> Option<
         | (_, Q8_0 | Q4_0, _) => None,
         // DSA (glm-dsa, deepseek32): not measured yet, so not judged (PREREG issue-24 dsa batch).
         (MemoryType::Dsa, _, _) => None,
+        // DSA-iSWA (dots3note): not measured yet, so not judged (PREREG issue-24 dsa_iswa batch).
+        (MemoryType::DsaIswa, _, _) => None,
     }
 }
 

@@ -194,10 +194,14 @@ fn cells(seqs: &[SeqObservation]) -> Cells {
     seqs.iter().map(|s| (s.seq, s.cells.clone())).collect()
 }
 
-/// The second part's cells (an MSA memory's indexer key cache), empty where a sequence has none.
-fn second_cells(seqs: &[SeqObservation]) -> Cells {
+/// The indexer key cache's cells (`SeqObservation::indexer_cells`), empty where a sequence has
+/// none.
+fn indexer_cells(seqs: &[SeqObservation], memory: MemoryType) -> Cells {
     seqs.iter()
-        .map(|s| (s.seq, s.second_cells.clone().unwrap_or_default()))
+        .map(|s| {
+            let cells = s.indexer_cells(memory).unwrap_or_default();
+            (s.seq, cells.to_vec())
+        })
         .collect()
 }
 
@@ -547,6 +551,11 @@ pub fn check_contract(
                 // DSA: the indexer key cache likewise (llama-kv-cache-dsa.cpp:59-90, `init_batch`
                 // :104-145 prepares both caches for every ubatch).
                 MemoryType::Dsa => Part::Cells,
+                // DSA-iSWA: the DSA part's indexer key cache (its third part), whose ops and
+                // ubatches are the MLA cache's (llama-kv-cache-dsa-iswa.cpp:78-110, `init_batch`
+                // :129-220 prepares MLA, indexer and windowed caches); the windowed cache is not
+                // judged, as an iSWA memory's.
+                MemoryType::DsaIswa => Part::Cells,
                 MemoryType::Kv | MemoryType::Iswa | MemoryType::Recurrent | MemoryType::Dsv4 => {
                     return None
                 }
@@ -557,11 +566,14 @@ pub fn check_contract(
                     recurrent_cells(&after.seqs, memory),
                 )
             } else {
-                (second_cells(before), second_cells(&after.seqs))
+                (
+                    indexer_cells(before, memory),
+                    indexer_cells(&after.seqs, memory),
+                )
             };
             let mut breach = first_breach(op, &after.outcome, &b2, &a2, second, &b)?;
             // The accessors are the K/V cache's: say which cache broke the clause.
-            if let (MemoryType::Msa | MemoryType::Dsa, Some(o)) =
+            if let (MemoryType::Msa | MemoryType::Dsa | MemoryType::DsaIswa, Some(o)) =
                 (memory, breach.observed.as_object_mut())
             {
                 o.insert("part".into(), json!("indexer cache"));
@@ -575,7 +587,10 @@ pub fn check_contract(
             if memory != MemoryType::HybridIdx {
                 return None;
             }
-            let (b2, a2) = (second_cells(before), second_cells(&after.seqs));
+            let (b2, a2) = (
+                indexer_cells(before, memory),
+                indexer_cells(&after.seqs, memory),
+            );
             let mut breach = first_breach(op, &after.outcome, &b2, &a2, Part::Cells, &b)?;
             if let Some(o) = breach.observed.as_object_mut() {
                 o.insert("part".into(), json!("indexer cache"));
@@ -668,6 +683,12 @@ impl Oracle for Contract {
                 evidence: "oracles/contract_dsa_lid_skips_seq_cp.json",
             },
             PositiveControl {
+                fault: "dsa_lid_skips_seq_cp",
+                target: "native[dsa_lid_skips_seq_cp] (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/contract_dsa_lid_skips_seq_cp_dsa_iswa.json",
+            },
+            PositiveControl {
                 fault: "keep_noop",
                 target: "native[keep_noop] (arch=lfm2_swa)",
                 seed_depth: None,
@@ -749,6 +770,10 @@ impl Oracle for ContractQuestion {
                 target: "native[recurrent_rm_false_changes] (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/contract_question_recurrent_rm_false_changes_hybrid_idx.json",
+                fault: "none: llama.cpp's unspecified behaviours",
+                target: "native (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/contract_question_dsa_iswa.json",
             },
         ]
     }

@@ -104,6 +104,12 @@ impl Oracle for I2 {
                 seed_depth: None,
                 evidence: "oracles/i2_interior_seq_rm_msa.json",
             },
+            PositiveControl {
+                fault: "none: interior seq_rm",
+                target: "native (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/i2_interior_seq_rm_dsa_iswa.json",
+            },
         ]
     }
 

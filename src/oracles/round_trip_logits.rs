@@ -68,6 +68,8 @@ pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
         (Dsv4, F16) => None,
         // DSA (glm-dsa, deepseek32): not measured yet, so not judged (PREREG issue-24 dsa batch).
         (MemoryType::Dsa, _) => None,
+        // DSA-iSWA (dots3note): not measured yet, so not judged (PREREG issue-24 dsa_iswa batch).
+        (MemoryType::DsaIswa, _) => None,
         (Kv | Iswa | Hybrid | HybridIswa | HybridIdx, F16) => Some(1e-3),
         (_, Q8_0 | Q4_0) => None,
     }

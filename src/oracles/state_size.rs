@@ -58,7 +58,8 @@ pub const SIZE_NOT_OWN: &str = "two sequences with the same cells have dumps of 
 /// | hybrid_idx | its attention cells, its indexer cells and its recurrent states (the hybrid's dump, then the indexer cache's: llama-memory-hybrid-idx.cpp:259-270) |
 /// | dsv4 | its base cells, its windowed cells and its `seq_pos_max` (the raw pair's K-only dumps; the compressed caches' rows `(pos_max + 1) / ratio`; the compressor states a fixed size: llama-kv-cache-dsv4.cpp:1597-1629) |
 /// | dsa | its MLA cells and its indexer cells (each cache's dump as kv's, K rows only: llama-kv-cache-dsa.cpp `state_write`) |
-pub const SIZE_LAW: [(MemoryType, &str); 9] = [
+/// | dsa_iswa | its MLA cells, its windowed cells and its indexer cells (the DSA part's dumps, then the windowed cache's, K rows only: llama-kv-cache-dsa-iswa.cpp:236-242) |
+pub const SIZE_LAW: [(MemoryType, &str); 10] = [
     (MemoryType::Kv, "its cells"),
     (MemoryType::Iswa, "its base cells and its windowed cells"),
     (MemoryType::Recurrent, "its state cells"),
@@ -80,6 +81,10 @@ pub const SIZE_LAW: [(MemoryType, &str); 9] = [
         "its base cells, its windowed cells and its seq_pos_max",
     ),
     (MemoryType::Dsa, "its MLA cells and its indexer cells"),
+    (
+        MemoryType::DsaIswa,
+        "its MLA cells, its windowed cells and its indexer cells",
+    ),
 ];
 
 /// The counts a sequence's dump size is a function of ([`SIZE_LAW`]).
@@ -94,6 +99,7 @@ pub fn size_key(memory: MemoryType, s: &SeqObservation) -> (usize, usize, usize)
         // (`dsv4_state_n_used_k_rows`, llama-kv-cache-dsv4.cpp:41-49), not cells.
         MemoryType::Dsv4 => (s.cells.len(), second, (s.pos_max + 1).max(0) as usize),
         MemoryType::Dsa => (s.cells.len(), second, 0),
+        MemoryType::DsaIswa => (s.cells.len(), second, third),
     }
 }
 
@@ -212,6 +218,9 @@ impl Oracle for StateSize {
                 target: "native[seq_size_scales_with_n_seq_max] (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/state_size_scales_with_n_seq_max_hybrid_idx.json",
+                target: "native[seq_size_scales_with_n_seq_max] (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "oracles/state_size_scales_with_n_seq_max_dsa_iswa.json",
             },
         ]
     }

@@ -169,6 +169,12 @@ impl Oracle for SwaWindow {
                 seed_depth: None,
                 evidence: "oracles/swa_window_off_by_one_hybrid_iswa.json",
             },
+            PositiveControl {
+                fault: "swa_window_off_by_one",
+                target: "native[swa_window_off_by_one] (arch=dots3note)",
+                seed_depth: None,
+                evidence: "oracles/swa_window_off_by_one_dsa_iswa.json",
+            },
         ]
     }
 

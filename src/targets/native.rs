@@ -457,7 +457,8 @@ pub fn lacks_memory(memory: MemoryType) -> Option<&'static str> {
         | MemoryType::HybridIswa
         | MemoryType::Msa
         | MemoryType::Dsa
-        | MemoryType::HybridIdx => None,
+        | MemoryType::HybridIdx
+        | MemoryType::DsaIswa => None,
     }
 }
 
@@ -495,6 +496,10 @@ pub(crate) fn memory_config(
             })
         }
         MemoryType::Dsa => MemoryKind::Dsa,
+        MemoryType::DsaIswa => MemoryKind::DsaIswa {
+            n_swa: NATIVE_N_SWA,
+            swa_size: swa_size(setup, &cache),
+        },
         MemoryType::Recurrent => MemoryKind::Recurrent {
             n_rs_seq: rollback_depth(name, setup)?,
             shape: None,
@@ -554,7 +559,8 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
         | Arch::MinimaxM3
         | Arch::Deepseek4
         | Arch::GlmDsa
-        | Arch::Deepseek32 => Err(unsupported(format!(
+        | Arch::Deepseek32
+        | Arch::Dots3note => Err(unsupported(format!(
             "n_rs_seq = {} requested, {} has no recurrent rollback",
             setup.n_rs_seq, setup.arch
         ))),

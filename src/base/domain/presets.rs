@@ -5,7 +5,7 @@
 use super::*;
 
 /// The names of the built-in presets.
-pub const PRESETS: [&str; 21] = [
+pub const PRESETS: [&str; 22] = [
     "seed",
     "wide",
     "streams",
@@ -27,10 +27,11 @@ pub const PRESETS: [&str; 21] = [
     "dsv4",
     "dsa",
     "dsa_full",
+    "dsa_iswa",
 ];
 
 /// One line per preset: what it exercises.
-pub const PRESET_SUMMARIES: [(&str, &str); 21] = [
+pub const PRESET_SUMMARIES: [(&str, &str); 22] = [
     ("seed", "the seed documents' domain: unified stream, 2 sequences, the six memory ops"),
     ("wide", "seed with 3 sequences and more ranges, deltas, divisors and decodes"),
     ("streams", "seed with one KV stream per sequence (kv_unified = false, llama.cpp's default)"),
@@ -52,6 +53,7 @@ pub const PRESET_SUMMARIES: [(&str, &str); 21] = [
     ("dsv4", "deepseek4's DSV4 memory (a raw windowed K cache beside CSA, HCA and indexer compressed K caches and compressor states, one stream per sequence), both sequences past CSA blocks and one past the first HCA block: sequence loads beside another sequence's compressed rows, whole copies, whole saves and loads, refused partial removals, decodes across compression blocks"),
     ("dsa", "glm-dsa's DSA memory (a K-only MLA cache and a lightning-indexer key cache of the full indexer layer; top-4 selection over 7 tokens): removals, shifts (both caches' keys move), copies, multi-sequence decodes into reused cells, state save/load and a load cut inside the indexer part"),
     ("dsa_full", "the dsa preset on deepseek32 (an indexer key on every layer; the architecture 0.1.147, the first pin with llama_kv_cache_dsa, selects it for)"),
+    ("dsa_iswa", "dots3note's DSA-iSWA memory (a K-only MLA cache and a lightning-indexer key cache of the full-attention layer beside a windowed K-only cache of window 4 that evicts): the iswa preset's removals inside, across and below the window, shifts, copies, multi-sequence decodes, state save/load with PARTIAL_ONLY, and loads cut inside the indexer part and inside the windowed part"),
 ];
 
 /// The iswa preset's setup (gemma2; hybrid_iswa runs it on lfm2_swa): a windowed cache of 256
@@ -400,6 +402,35 @@ impl Domain {
                 // native memory's dumps carry no rows (24 + 12·c, then 16 + 12·c): cut at 120,
                 // a dump of 4 to 7 cells fails there (llama.cpp's, inside the MLA part).
                 load_truncate: vec![120, 820],
+                ..seed
+            }),
+            "dsa_iswa" => Some(Domain {
+                name: "dsa_iswa".into(),
+                // dots3note: llama_kv_cache_dsa_iswa (src/llama-model.cpp:2543-2595 in 0.1.161).
+                // As the iswa preset, the windowed cache (pad(min(512, 4 * 2 + 16), 256) = 256
+                // cells, llama-kv-cache-dsa-iswa.cpp:53) is filled by the setup (seq 1: 0..5,
+                // seq 0: 0..249), so every decode overwrites masked cells; the DSA part holds 512.
+                // F32 K (the MLA cache's K and V types must agree), so the dump sizes are exact.
+                setup: Setup {
+                    arch: Arch::Dots3note,
+                    type_k: CacheType::F32,
+                    type_v: CacheType::F32,
+                    ..preset_iswa_setup()
+                },
+                // Seq 1's window is 2..5, seq 0's 246..249: ranges inside, across and below.
+                ranges: vec![[0, 3], [2, 5], [244, 248], [-1, -1]],
+                decode_next: vec![1, 4],
+                decode_shared: true,
+                state: true,
+                // #18552: PARTIAL_ONLY (the windowed cache alone, :236-250).
+                state_flags: vec![1],
+                // A sequence dump is the MLA part (44 + 60·c bytes with the header, c cells),
+                // the indexer part (36 + 268·c) and the windowed part (36 + 60·w, w <= 4 cells
+                // of the window): seq 1's 6 cells give 404, 2048 and 2324 bytes. Cut at 1000, a
+                // dump of 3 to 6 cells fails inside the indexer part (0.1.160 on undoes the MLA
+                // part, 0.1.157 does not); cut at 2200, one of 6 cells fails inside the windowed
+                // part, after the whole DSA part was restored (`state_read` undoes nothing there).
+                load_truncate: vec![1000, 2200],
                 ..seed
             }),
             _ => None,

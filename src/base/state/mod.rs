@@ -29,6 +29,12 @@
 //!              llama-kv-cache-dsa.cpp:163-166); an MLA model's caches hold no V tensor
 //!              (llama-kv-cache.cpp:231, `has_v = !is_mla`), so they write no V record
 //!              (`state_write_data` skips a layer without V): StateFormat::k_only
+//!   dsa_iswa:  three K-only caches: the DSA memory's (MLA cache of the full-attention layers,
+//!              then their lightning-indexer key cache), then the windowed cache of the
+//!              sliding-window layers (`llama_kv_cache_dsa_iswa::state_write`,
+//!              llama-kv-cache-dsa-iswa.cpp:236-242, the same in 0.1.157; `PARTIAL_ONLY`
+//!              writes the windowed cache alone). [`SeqState::caches`] holds them as an iSWA
+//!              pair then the indexer cache: MLA, windowed, indexer
 //! a cache:
 //!   u32 n_stream (absent before crate 0.1.113: one stream, StateFormat::no_stream_count)
 //!   per stream: u32 cell_count (0: nothing more for this stream; before 0.1.113 the K/V
@@ -107,7 +113,7 @@ impl StateFormat {
     /// memory's, whose MLA model keeps no V tensor (see the module docs).
     pub fn k_only(&self) -> bool {
         match self.memory {
-            MemoryType::Dsa | MemoryType::Dsv4 => true,
+            MemoryType::Dsa | MemoryType::Dsv4 | MemoryType::DsaIswa => true,
             MemoryType::Kv
             | MemoryType::Iswa
             | MemoryType::Recurrent
@@ -241,8 +247,14 @@ impl SeqState<'_> {
     }
 
     /// Positions of the cells of the memory's third part, sorted, when it has one: a
-    /// hybrid-iSWA memory's recurrent states (after its two attention caches).
+    /// hybrid-iSWA memory's recurrent states (after its two attention caches), a DSA-iSWA
+    /// memory's indexer key cache (its third cache).
     pub fn third_positions(&self) -> Option<Vec<Pos>> {
+        if let Some(lid) = self.caches.get(2) {
+            return Some(sorted(
+                lid.iter().flat_map(|s| s.cells.iter().map(|c| c.pos)),
+            ));
+        }
         if self.caches.len() < 2 {
             return None;
         }
@@ -348,6 +360,7 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
         MemoryType::Kv | MemoryType::Hybrid => 1,
         MemoryType::Iswa | MemoryType::HybridIswa | MemoryType::Msa | MemoryType::Dsv4 => 2,
         MemoryType::Dsa => 2,
+        MemoryType::DsaIswa => 3,
         MemoryType::Recurrent => 0,
         // The recurrent section sits between the two caches.
         MemoryType::HybridIdx => return hybrid_idx::parse(r, format),
@@ -366,8 +379,12 @@ fn parse_memory<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memory<'a
         }
         MemoryType::Kv | MemoryType::Iswa | MemoryType::Msa | MemoryType::Dsv4 => None,
         MemoryType::HybridIdx => unreachable!("read by hybrid_idx::parse"),
-        MemoryType::Dsa => None,
+        MemoryType::Dsa | MemoryType::DsaIswa => None,
     };
+    if format.memory == MemoryType::DsaIswa {
+        // Dump order MLA, indexer, windowed; held as the iSWA pair first (see the module docs).
+        caches.swap(1, 2);
+    }
     let dsv4 = match dsv4_partial {
         Some(partial) => Some(dsv4::parse_tail(r, partial)?),
         None => None,

@@ -103,6 +103,36 @@ fn dsa_caches_have_k_records_only() {
 }
 
 #[test]
+fn dsa_iswa_dump_is_mla_indexer_windowed_held_as_the_iswa_pair_then_the_indexer() {
+    // Three K-only caches in dump order MLA (pos 1), indexer (pos 2), windowed (pos 3).
+    let cache = |pos: u32| {
+        let mut c = words(&[1, 1, pos, 1, 0, 1, 1]);
+        c.extend(words(&[0]));
+        c.extend(4u64.to_le_bytes());
+        c.extend([pos as u8; 4]);
+        c
+    };
+    let mut b = words(&[STATE_SEQ_MAGIC, 0]);
+    for pos in [1, 2, 3] {
+        b.extend(cache(pos));
+    }
+    let format = StateFormat {
+        memory: MemoryType::DsaIswa,
+        ..StateFormat::default()
+    };
+    let s = parse_seq_state(&b, format).unwrap();
+    assert_eq!(s.resident_positions(), vec![1]);
+    assert_eq!(s.second_positions(), Some(vec![3]));
+    assert_eq!(s.third_positions(), Some(vec![2]));
+    // A DSA memory's reader stops after two caches: the bytes do not end there.
+    let dsa = StateFormat {
+        memory: MemoryType::Dsa,
+        ..StateFormat::default()
+    };
+    assert!(parse_seq_state(&b, dsa).is_err());
+}
+
+#[test]
 fn recurrent_and_hybrid_sections() {
     // One state cell at pos 6 (a per-sequence dump writes no seq ids), s_trans 0, 2 layers,
     // one recurrent layer: R rows of 4 bytes, S rows of 8.

@@ -635,6 +635,18 @@ impl TokenModel {
                 }
                 self.attention_resident(obs.seq, &obs.cells)
             }
+            MemoryType::DsaIswa => {
+                // The windowed cache answers the accessors (llama-kv-cache-dsa-iswa.cpp:112-119):
+                // the iswa rule; and the indexer key cache (the third part) must hold the MLA
+                // cache's cells, or the sequence's top-k selection is not a fresh decode's
+                // (contract judges the indexer cache).
+                if obs.cells.first().is_some_and(|&p| p != obs.pos_min)
+                    || obs.third_cells.as_deref()? != obs.cells.as_slice()
+                {
+                    return None;
+                }
+                self.attention_resident(obs.seq, &obs.cells)
+            }
             MemoryType::Recurrent => self.state_resident(obs.seq, &obs.cells),
             MemoryType::Hybrid => {
                 let attention = self.attention_resident(obs.seq, &obs.cells)?;

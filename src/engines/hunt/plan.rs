@@ -46,6 +46,7 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Deepseek4 => "dsv4",
         Arch::GlmDsa => "dsa",
         Arch::Deepseek32 => "dsa_full",
+        Arch::Dots3note => "dsa_iswa",
     }
 }
 

@@ -23,6 +23,16 @@
 //!
 //! `indexer.top_k` is 4, so a query attends only the 4 cells the indexer scores highest once the
 //! cache holds more (`build_attn` with `top_k`, src/llama-graph.cpp:3153-3176).
+//!
+//! `dots3note` (`llama_kv_cache_dsa_iswa`; 0.1.157 on, `create_memory` `llama-model.cpp:2543-2595`
+//! in 0.1.161, src/models/dots3note.cpp the same in both pins) reads the same MLA tensors plus a
+//! head-wise output gate (`attn_gate`, `{n_embd, n_head}`) and a norm of the shared rope key
+//! (`attn_k_norm`, `{n_rot}`), and splits its layers by `attention.sliding_window_pattern`: the
+//! full-attention ones carry the indexer (`attention.indexer.types`; the graph runs it on
+//! `!is_swa` layers, so the two arrays are complements) and live in the DSA part, the
+//! sliding-window ones in a windowed K-only cache. Here layer 0 is full, layer 1 windowed (window
+//! [`Arch::swa_window`]); the windowed layers' MLA geometry (`*_swa` keys, required) is the full
+//! layers', so both caches' K rows are `kv_lora_rank + n_rot` wide.
 
 use super::memory_types::{common_keys, constant, uniform};
 use super::TinyModelSpec;
@@ -51,9 +61,15 @@ const GATING_SIGMOID: u32 = 2;
 
 /// Whether layer `l` of a `glm-dsa` model is a "full" indexer layer (has an indexer and a row in
 /// the indexer key cache): layer 0 only, so a two-layer model has one of each kind. Every
-/// `deepseek32` layer is.
+/// `deepseek32` layer is. A `dots3note` model's full layers are its non-windowed ones: layer 0.
 pub fn is_indexer_full(arch: Arch, l: u32) -> bool {
-    arch != Arch::GlmDsa || l == 0
+    !matches!(arch, Arch::GlmDsa | Arch::Dots3note) || l == 0
+}
+
+/// Whether layer `l` of a `dots3note` model is a sliding-window one (the others' layers never
+/// are).
+pub fn is_swa(arch: Arch, l: u32) -> bool {
+    arch == Arch::Dots3note && !is_indexer_full(arch, l)
 }
 
 /// The writer for a `glm-dsa` or `deepseek32` spec (the caller validated it).
@@ -96,13 +112,32 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
             GgufValue::U32(INDEXER_KEY),
         )
         .add_kv(k("attention.indexer.top_k"), GgufValue::U32(TOP_K));
-    if s.arch == Arch::GlmDsa {
-        let types = (0..s.n_layer)
-            .map(|l| GgufValue::U32(u32::from(is_indexer_full(s.arch, l))))
-            .collect();
+    let per_layer = |f: &dyn Fn(u32) -> bool| {
+        let v = (0..s.n_layer).map(|l| GgufValue::U32(u32::from(f(l))));
+        GgufValue::Array(GgufValueType::U32, v.collect())
+    };
+    if matches!(s.arch, Arch::GlmDsa | Arch::Dots3note) {
         w.add_kv(
             k("attention.indexer.types"),
-            GgufValue::Array(GgufValueType::U32, types),
+            per_layer(&|l| is_indexer_full(s.arch, l)),
+        );
+    }
+    if s.arch == Arch::Dots3note {
+        let window = s.sliding_window.unwrap_or(1);
+        w.add_kv(
+            k("attention.kv_lora_rank_swa"),
+            GgufValue::U32(KV_LORA_RANK),
+        )
+        .add_kv(
+            k("attention.key_length_mla_swa"),
+            GgufValue::U32(QK_NOPE + N_ROT),
+        )
+        .add_kv(k("attention.value_length_mla_swa"), GgufValue::U32(V_HEAD))
+        .add_kv(k("attention.sliding_window"), GgufValue::U32(window))
+        .add_kv(k("rope.freq_base_swa"), GgufValue::F32(s.rope_freq_base))
+        .add_kv(
+            k("attention.sliding_window_pattern"),
+            per_layer(&|l| is_swa(s.arch, l)),
         );
     }
     let (embd, vocab, ff) = (u64::from(s.n_embd), u64::from(s.n_vocab), u64::from(s.n_ff));
@@ -148,12 +183,17 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
             &[n_head * v_head, embd],
             n_head * v_head,
         );
+        if s.arch == Arch::Dots3note {
+            constant(&mut w, name("attn_k_norm"), &[rot], 1.0);
+            uniform(&mut w, s, name("attn_gate"), &[embd, n_head], embd);
+        }
         constant(&mut w, name("ffn_norm"), &[embd], 1.0);
         uniform(&mut w, s, name("ffn_gate"), &[embd, ff], embd);
         uniform(&mut w, s, name("ffn_down"), &[ff, embd], ff);
         uniform(&mut w, s, name("ffn_up"), &[embd, ff], embd);
         if !is_indexer_full(s.arch, l) {
-            // A shared indexer layer: its indexer tensors are TENSOR_NOT_REQUIRED (glm-dsa.cpp).
+            // A shared indexer layer: its indexer tensors are TENSOR_NOT_REQUIRED (glm-dsa.cpp);
+            // a windowed dots3note layer has none (dots3note.cpp, `is_indexer_full`).
             continue;
         }
         constant(&mut w, name("indexer.k_norm"), &[idx_key], 1.0);

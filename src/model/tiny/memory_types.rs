@@ -179,7 +179,8 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
         | Arch::Qwen4exp
         | Arch::Deepseek4
         | Arch::GlmDsa
-        | Arch::Deepseek32 => {
+        | Arch::Deepseek32
+        | Arch::Dots3note => {
             unreachable!("the llama, minimax-m3, qwen4exp, deepseek4 and dsa writers are their own")
         }
         Arch::Gemma2 => {

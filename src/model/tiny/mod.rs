@@ -132,7 +132,8 @@ impl TinyModelSpec {
     ///   (`qwen4exp`), n_embd 16, head dimension 8 (the indexer key's too);
     /// - `glm-dsa`: two blocks, a "full" indexer one and a "shared" one (no indexer key cache),
     ///   n_embd 16, two query heads over MLA (`dsa`: the head and indexer widths are its own);
-    ///   `deepseek32`: the same shape, every block with an indexer.
+    ///   `deepseek32`: the same shape, every block with an indexer; `dots3note`: the same
+    ///   shape, a full-attention block with the indexer and a windowed one (window 4).
     pub fn for_arch(arch: Arch) -> Self {
         let audit = TinyModelSpec::audit();
         match arch {
@@ -168,7 +169,8 @@ impl TinyModelSpec {
             | Arch::MinimaxM3
             | Arch::Qwen4exp
             | Arch::GlmDsa
-            | Arch::Deepseek32 => TinyModelSpec {
+            | Arch::Deepseek32
+            | Arch::Dots3note => TinyModelSpec {
                 arch,
                 n_layer: 2,
                 n_embd: 16,
@@ -214,8 +216,8 @@ impl TinyModelSpec {
             "tiny model: qwen4exp needs a gated-delta-net block and an attention one"
         );
         ensure_spec!(
-            self.arch != Arch::GlmDsa || self.n_layer >= 2,
-            "tiny model: glm-dsa needs two blocks, a full indexer one and a shared one"
+            !matches!(self.arch, Arch::GlmDsa | Arch::Dots3note) || self.n_layer >= 2,
+            "tiny model: glm-dsa and dots3note need two blocks, a full indexer one and a shared or windowed one"
         );
         ensure_spec!(
             self.arch != Arch::Gemma2 || self.n_layer >= 2,
@@ -296,7 +298,7 @@ fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWrit
         Arch::MinimaxM3 => return Ok(minimax_m3::writer(spec)),
         Arch::Qwen4exp => return Ok(qwen4exp::writer(spec)),
         Arch::Deepseek4 => return Ok(deepseek4::writer(spec)),
-        Arch::GlmDsa | Arch::Deepseek32 => return Ok(dsa::writer(spec)),
+        Arch::GlmDsa | Arch::Deepseek32 | Arch::Dots3note => return Ok(dsa::writer(spec)),
         Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa => {
             return Ok(memory_types::writer(spec))
         }

@@ -171,24 +171,27 @@ static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, i
     return m;
 }
 
-/* A dump of two attention caches: the first cache's positions for seq into base (*nb), the
- * second's into win; returns the second count. Both sorted. k_only: K records only (DSA). */
-static inline int resident_pair(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap, int k_only) {
+/* A dump of attention caches: the first cache's positions for seq into base (*nb), the last's
+ * into win; returns the last count. Both sorted. k_only: K records only (DSA); skip: caches
+ * between the two, read past (a DSA-iSWA memory's indexer key cache). */
+static inline int resident_pair(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap, int k_only, int skip) {
     size_t got = 0;
     uint8_t *buf = dump_seq(ctx, seq, &got);
     size_t at = 8;
     int counts[2] = {0, 0};
-    for (int part = 0; part < 2; part++) {
-        int *out = part ? win : base;
+    for (int part = 0; part < 2 + skip; part++) {
+        int mid[4096]; int nmid = 0;
+        int *out = part == 0 ? base : part <= skip ? mid : win;
+        int *n_out = part == 0 ? &counts[0] : part <= skip ? &nmid : &counts[1];
         uint32_t n_stream = 0;
         if (at + 4 <= got) { memcpy(&n_stream, buf + at, 4); at += 4; }
         for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
             uint32_t count; memcpy(&count, buf + at, 4); at += 4;
             if (count == 0) continue;
-            counts[part] = read_cells(buf, got, &at, count, out, counts[part], cap);
+            *n_out = read_cells(buf, got, &at, count, out, *n_out, cap);
             skip_cache_data(buf, got, &at, count, k_only);
         }
-        qsort(out, counts[part], sizeof out[0], cmp_int);
+        qsort(out, *n_out, sizeof out[0], cmp_int);
     }
     free(buf);
     *nb = counts[0];
@@ -197,12 +200,18 @@ static inline int resident_pair(struct llama_context *ctx, llama_seq_id seq, int
 
 /* An iSWA memory's dump: the base cache into base (*nb), the windowed cache into win. */
 static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
-    return resident_pair(ctx, seq, base, nb, win, cap, 0);
+    return resident_pair(ctx, seq, base, nb, win, cap, 0, 0);
 }
 
 /* A DSA memory's dump: the K-only MLA cache into base (*nb), the indexer key cache into win. */
 static inline int resident_dsa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
-    return resident_pair(ctx, seq, base, nb, win, cap, 1);
+    return resident_pair(ctx, seq, base, nb, win, cap, 1, 0);
+}
+
+/* A DSA-iSWA memory's dump: the K-only MLA cache into base (*nb), past the indexer key cache,
+ * the windowed cache into win. */
+static inline int resident_dsa_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    return resident_pair(ctx, seq, base, nb, win, cap, 1, 1);
 }
 
 /* A hybrid-iSWA memory's dump: the iSWA pair (as resident_iswa), then the recurrent cells.

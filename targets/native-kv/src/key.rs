@@ -102,6 +102,11 @@ impl Memory {
                 base.write_state_key(out, scope)?;
                 swa.write_state_key(out, scope)
             }
+            Memory::DsaIswa { base, idx, swa } => {
+                base.write_state_key(out, scope)?;
+                idx.write_state_key(out, scope)?;
+                swa.write_state_key(out, scope)
+            }
             Memory::Recurrent(r) => {
                 r.write_state_key(out);
                 Ok(())

@@ -55,6 +55,15 @@
 //!   indexer part fails clears the sequence (a whole load: the whole MLA cache) from the MLA
 //!   cache again (`state_clear`, :168-180,
 //!   since 0.1.160). The native caches carry no rows, so the dump has no K/V records at all.
+//! - **DSA-iSWA** (`llama_kv_cache_dsa_iswa`, src/llama-kv-cache-dsa-iswa.cpp, 0.1.157 on, the
+//!   same in 0.1.161): the DSA pair (`kv_dsa`: MLA and indexer caches) of the full-attention
+//!   layers beside a windowed cache (`kv_swa`, [`CellCache::windowed`], of [`iswa_swa_size`]
+//!   cells, :53). Every op goes to the DSA pair, then the windowed cache (:78-110); `seq_rm` the
+//!   AND of the three; the accessors are the windowed cache's (:112-119), as an iSWA pair's; a
+//!   decode prepares MLA, indexer and windowed caches before any places (`init_batch`,
+//!   :129-220). Dumps: MLA, indexer, windowed (`state_write`, :236-242; `PARTIAL_ONLY` the
+//!   windowed cache alone); a load reads them in that order, the DSA pair with its own undo,
+//!   and undoes nothing when the windowed part fails (`state_read`, :244-250).
 //!
 //! Whole-context dumps start with the architecture name ([`crate::STATE_ARCH`]), per-sequence
 //! dumps with the magic and the sequence id, as the attention cache's.
@@ -89,6 +98,13 @@ pub enum MemoryKind {
     Msa,
     /// `llama_kv_cache_dsa`: two caches of the [`CacheConfig`].
     Dsa,
+    /// `llama_kv_cache_dsa_iswa`: the DSA pair of the [`CacheConfig`] and a windowed cache.
+    DsaIswa {
+        /// The window (`n_swa`, > 0).
+        n_swa: u32,
+        /// Cells per stream of the windowed cache.
+        swa_size: u32,
+    },
     /// `llama_memory_recurrent` with rollback depth `n_rs_seq`.
     Recurrent {
         /// `llama_context_params::n_rs_seq`.
@@ -180,6 +196,15 @@ pub enum Memory {
         /// `kv_lid`.
         idx: CellCache,
     },
+    /// The DSA pair and the windowed cache of a DSA-iSWA memory.
+    DsaIswa {
+        /// `kv_dsa`'s `kv_mla`.
+        base: CellCache,
+        /// `kv_dsa`'s `kv_lid`.
+        idx: CellCache,
+        /// `kv_swa`.
+        swa: CellCache,
+    },
     /// A recurrent memory.
     Recurrent(RecurrentCache),
     /// An attention cache and a recurrent memory.
@@ -249,6 +274,11 @@ impl Memory {
                 base: CellCache::new(c),
                 idx: CellCache::new(c),
             },
+            MemoryKind::DsaIswa { n_swa, swa_size } => Memory::DsaIswa {
+                base: CellCache::new(c),
+                idx: CellCache::new(c),
+                swa: windowed(swa_size, n_swa),
+            },
             MemoryKind::Recurrent { n_rs_seq, shape } => {
                 Memory::Recurrent(recurrent(n_rs_seq, shape))
             }
@@ -281,6 +311,7 @@ impl Memory {
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
             | Memory::Dsa { base: c, .. }
+            | Memory::DsaIswa { base: c, .. }
             | Memory::Hybrid { attn: c, .. }
             | Memory::HybridIdx { attn: c, .. }
             | Memory::HybridIswa { base: c, .. } => c.check_seq(s),
@@ -308,6 +339,11 @@ impl Memory {
                 swa.clear();
                 recr.clear();
             }
+            Memory::DsaIswa { base, idx, swa } => {
+                base.clear();
+                idx.clear();
+                swa.clear();
+            }
             Memory::HybridIdx { attn, recr, idx } => {
                 attn.clear();
                 recr.clear();
@@ -326,6 +362,12 @@ impl Memory {
                 let a = base.seq_rm(seq, p0, p1)?;
                 let b = swa.seq_rm(seq, p0, p1)?;
                 Ok(a & b)
+            }
+            Memory::DsaIswa { base, idx, swa } => {
+                let a = base.seq_rm(seq, p0, p1)?;
+                let b = idx.seq_rm(seq, p0, p1)?;
+                let c = swa.seq_rm(seq, p0, p1)?;
+                Ok(a & b & c)
             }
             Memory::Recurrent(r) => Ok(r.seq_rm(seq, p0, p1)),
             Memory::Hybrid { attn, recr } => {
@@ -376,12 +418,10 @@ impl Memory {
                 }
                 idx.seq_cp(src, dst, p0, p1)
             }
-            Memory::Dsa { base, idx } => {
-                base.seq_cp(src, dst, p0, p1)?;
-                if base.config().faults.dsa_lid_skips_seq_cp {
-                    return Ok(());
-                }
-                idx.seq_cp(src, dst, p0, p1)
+            Memory::Dsa { base, idx } => dsa_seq_cp(base, idx, src, dst, p0, p1),
+            Memory::DsaIswa { base, idx, swa } => {
+                dsa_seq_cp(base, idx, src, dst, p0, p1)?;
+                swa.seq_cp(src, dst, p0, p1)
             }
             Memory::Recurrent(r) => r.seq_cp(src, dst, p0, p1),
             Memory::Hybrid { attn, recr } => {
@@ -414,6 +454,11 @@ impl Memory {
                 base.seq_keep(seq)?;
                 swa.seq_keep(seq)
             }
+            Memory::DsaIswa { base, idx, swa } => {
+                base.seq_keep(seq)?;
+                idx.seq_keep(seq)?;
+                swa.seq_keep(seq)
+            }
             Memory::Recurrent(r) => r.seq_keep(seq),
             Memory::Hybrid { attn, recr } => {
                 attn.seq_keep(seq)?;
@@ -442,6 +487,11 @@ impl Memory {
                 base.seq_add(seq, p0, p1, delta)?;
                 swa.seq_add(seq, p0, p1, delta)
             }
+            Memory::DsaIswa { base, idx, swa } => {
+                base.seq_add(seq, p0, p1, delta)?;
+                idx.seq_add(seq, p0, p1, delta)?;
+                swa.seq_add(seq, p0, p1, delta)
+            }
             Memory::Recurrent(r) => r.seq_add(seq, p0, p1, delta),
             Memory::Hybrid { attn, recr } => {
                 attn.seq_add(seq, p0, p1, delta)?;
@@ -468,6 +518,11 @@ impl Memory {
             | Memory::Msa { base, idx: swa }
             | Memory::Dsa { base, idx: swa } => {
                 base.seq_div(seq, p0, p1, d)?;
+                swa.seq_div(seq, p0, p1, d)
+            }
+            Memory::DsaIswa { base, idx, swa } => {
+                base.seq_div(seq, p0, p1, d)?;
+                idx.seq_div(seq, p0, p1, d)?;
                 swa.seq_div(seq, p0, p1, d)
             }
             Memory::Recurrent(r) => r.seq_div(seq, p0, p1, d),
@@ -518,6 +573,15 @@ impl Memory {
                 swa.place(batch, &pos, &b);
                 base.forget_shifts();
                 swa.forget_shifts();
+            }
+            Memory::DsaIswa { base, idx, swa } => {
+                let a = base.find_slots(batch)?;
+                let b = idx.find_slots(batch)?;
+                let c = swa.find_slots(batch)?;
+                for (cache, slots) in [(base, a), (idx, b), (swa, c)] {
+                    cache.place(batch, &pos, &slots);
+                    cache.forget_shifts();
+                }
             }
             Memory::Recurrent(r) => {
                 r.find_slots()?;
@@ -600,6 +664,7 @@ impl Memory {
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
             | Memory::Dsa { base: c, .. }
+            | Memory::DsaIswa { base: c, .. }
             | Memory::HybridIswa { base: c, .. }
             | Memory::HybridIdx { attn: c, .. }
             | Memory::Hybrid { attn: c, .. } => c.config().faults,
@@ -615,6 +680,7 @@ impl SeqRanges for Memory {
             | Memory::Iswa { base: c, .. }
             | Memory::Msa { base: c, .. }
             | Memory::Dsa { base: c, .. }
+            | Memory::DsaIswa { base: c, .. }
             | Memory::Hybrid { attn: c, .. }
             | Memory::HybridIdx { attn: c, .. }
             | Memory::HybridIswa { base: c, .. } => c.n_seq(),
@@ -627,7 +693,7 @@ impl SeqRanges for Memory {
             Memory::Kv(c) | Memory::Msa { base: c, .. } | Memory::Dsa { base: c, .. } => {
                 c.seq_range(s)
             }
-            Memory::Iswa { swa, .. } => swa.seq_range(s),
+            Memory::Iswa { swa, .. } | Memory::DsaIswa { swa, .. } => swa.seq_range(s),
             Memory::Recurrent(r) => r.seq_range(s),
             Memory::Hybrid { attn: a, recr }
             | Memory::HybridIdx { attn: a, recr, .. }
@@ -637,6 +703,23 @@ impl SeqRanges for Memory {
             }
         }
     }
+}
+
+/// `llama_kv_cache_dsa::seq_cp` (llama-kv-cache-dsa.cpp:71-74): the MLA cache, then the indexer
+/// cache (which the fault `dsa_lid_skips_seq_cp` leaves out).
+fn dsa_seq_cp(
+    base: &mut CellCache,
+    idx: &mut CellCache,
+    src: SeqId,
+    dst: SeqId,
+    p0: Pos,
+    p1: Pos,
+) -> Result<(), CacheError> {
+    base.seq_cp(src, dst, p0, p1)?;
+    if base.config().faults.dsa_lid_skips_seq_cp {
+        return Ok(());
+    }
+    idx.seq_cp(src, dst, p0, p1)
 }
 
 /// The `llama_memory_*` and state calls every memory answers, so that one adapter drives an

@@ -1,4 +1,4 @@
-//! Hand-worked cases of the iSWA, recurrent, hybrid and MSA memories
+//! Hand-worked cases of the iSWA, recurrent, hybrid, MSA, DSA and DSA-iSWA memories
 //! (src/llama-kv-cache-iswa.cpp, src/llama-memory-recurrent.cpp, src/llama-memory-hybrid.cpp,
 //! src/llama-kv-cache-msa.cpp), and the faults that are their positive controls.
 
@@ -501,4 +501,72 @@ fn dsa_faults_leave_the_indexer_cache_behind() {
     // 0.1.147-0.1.159: the MLA part stays, the indexer part is emptied.
     assert_eq!(range(&old, 1), (0, 5));
     assert!(msa_idx_positions(&old, 1).is_empty());
+}
+
+/// A DSA-iSWA memory of 2 sequences (the DSA pair of 512 cells, a windowed cache of window
+/// [`N_SWA`]).
+fn dsa_iswa(faults: Faults) -> Memory {
+    indexed(
+        MemoryKind::DsaIswa {
+            n_swa: N_SWA,
+            swa_size: iswa_swa_size(512, N_SWA, true, 2, 1, false),
+        },
+        faults,
+    )
+}
+
+/// The MLA, indexer and windowed caches' positions of `s` in a DSA-iSWA memory, each sorted.
+fn dsa_iswa_positions(m: &Memory, s: SeqId) -> [Vec<Pos>; 3] {
+    let Memory::DsaIswa { base, idx, swa } = m else {
+        panic!("a DSA-iSWA memory")
+    };
+    [base, idx, swa].map(|c| {
+        let mut v = c.seq_positions(s);
+        v.sort_unstable();
+        v
+    })
+}
+
+#[test]
+fn dsa_iswa_ops_reach_all_three_caches_and_a_load_failing_in_the_windowed_part_keeps_the_dsa_part()
+{
+    let mut m = dsa_iswa(Faults::default());
+    m.decode(&toks(6, 0)).unwrap();
+    m.seq_cp(0, 1, -1, -1).unwrap();
+    let all: Vec<Pos> = (0..6).collect();
+    assert_eq!(range(&m, 1), (0, 5));
+    assert_eq!(
+        dsa_iswa_positions(&m, 1),
+        [all.clone(), all.clone(), all.clone()]
+    );
+    // The dump: MLA and indexer (16 + 12 per cell each, after the 8-byte header), then the
+    // windowed cache's 4 cells of the window (2..=5).
+    let b = m.state_seq_bytes(0).unwrap();
+    let dsa_end = 8 + 2 * (16 + 12 * 6);
+    assert_eq!(b.len(), dsa_end + 16 + 12 * 4);
+    // PARTIAL_ONLY: the windowed cache alone.
+    let partial = m
+        .state_seq_bytes_flags(0, STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        .unwrap();
+    assert_eq!(partial.len(), 8 + 16 + 12 * 4);
+    // Cut inside the windowed part: the DSA part stays loaded, the accessors (the windowed
+    // cache's) say the sequence is empty (llama-kv-cache-dsa-iswa.cpp:244-250 undoes nothing).
+    let mut twin = dsa_iswa(Faults::default());
+    assert!(twin.state_seq_set_bytes(1, &b[..dsa_end + 8]).is_err());
+    assert_eq!(range(&twin, 1), (-1, -1));
+    assert_eq!(dsa_iswa_positions(&twin, 1), [all.clone(), all, Vec::new()]);
+    // Cut inside the indexer part: the DSA pair's undo empties the MLA cache again.
+    let mut twin = dsa_iswa(Faults::default());
+    assert!(twin
+        .state_seq_set_bytes(1, &b[..8 + 16 + 12 * 6 + 8])
+        .is_err());
+    assert_eq!(dsa_iswa_positions(&twin, 1), [vec![], vec![], vec![]]);
+    // The DSA faults reach the DSA pair of a DSA-iSWA memory too.
+    let mut f = dsa_iswa(Faults {
+        dsa_lid_skips_seq_cp: true,
+        ..Faults::default()
+    });
+    f.decode(&toks(6, 0)).unwrap();
+    f.seq_cp(0, 1, -1, -1).unwrap();
+    assert!(dsa_iswa_positions(&f, 1)[1].is_empty());
 }

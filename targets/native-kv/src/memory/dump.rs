@@ -23,6 +23,13 @@ impl Memory {
                 }
                 swa.write_memory(seq, out);
             }
+            Memory::DsaIswa { base, idx, swa } => {
+                if !partial {
+                    base.write_memory(seq, out);
+                    idx.write_memory(seq, out);
+                }
+                swa.write_memory(seq, out);
+            }
             Memory::Recurrent(r) => r.write_memory(seq, out),
             Memory::Hybrid { attn, recr } => {
                 if !partial {
@@ -119,14 +126,14 @@ impl Memory {
             // DSA undoes the MLA part when the indexer part fails (`kv_mla->state_clear`,
             // llama-kv-cache-dsa.cpp:168-180 in 0.1.160 and later; before, nothing was undone:
             // the fault dsa_failed_read_keeps_mla).
-            Memory::Dsa { base, idx } => {
-                base.read_seq_memory(seq, &mut r)?;
-                if let Err(e) = idx.read_seq_memory(seq, &mut r) {
-                    if !base.config().faults.dsa_failed_read_keeps_mla {
-                        base.seq_rm(seq, -1, -1).expect("seq checked");
-                    }
-                    return Err(e);
+            Memory::Dsa { base, idx } => read_dsa_seq(base, idx, seq, &mut r)?,
+            // DSA-iSWA: the DSA pair as above, then the windowed cache, whose failure undoes
+            // nothing (llama-kv-cache-dsa-iswa.cpp:244-250).
+            Memory::DsaIswa { base, idx, swa } => {
+                if !partial {
+                    read_dsa_seq(base, idx, seq, &mut r)?;
                 }
+                swa.read_seq_memory(seq, &mut r)?;
             }
             Memory::Iswa { base, swa } => {
                 if !partial {
@@ -191,14 +198,10 @@ impl Memory {
                 swa.read_whole_memory(&mut r)?;
             }
             // As a sequence load: `kv_mla->state_clear(-1)` when the indexer part fails.
-            Memory::Dsa { base, idx } => {
-                base.read_whole_memory(&mut r)?;
-                if let Err(e) = idx.read_whole_memory(&mut r) {
-                    if !base.config().faults.dsa_failed_read_keeps_mla {
-                        base.clear();
-                    }
-                    return Err(e);
-                }
+            Memory::Dsa { base, idx } => read_dsa_whole(base, idx, &mut r)?,
+            Memory::DsaIswa { base, idx, swa } => {
+                read_dsa_whole(base, idx, &mut r)?;
+                swa.read_whole_memory(&mut r)?;
             }
             Memory::Recurrent(m) => m.read_whole_memory(&mut r)?,
             Memory::Hybrid { attn, recr } => {
@@ -238,4 +241,41 @@ impl Memory {
         }
         Ok(r.at)
     }
+}
+
+/// A DSA pair's part of a sequence load: the MLA cache, then the indexer cache, whose failure
+/// clears the sequence from the MLA cache again (`kv_mla->state_clear`, llama-kv-cache-dsa.cpp:
+/// 168-180 in 0.1.160 and later; before, nothing was undone: the fault
+/// dsa_failed_read_keeps_mla).
+fn read_dsa_seq(
+    base: &mut CellCache,
+    idx: &mut CellCache,
+    seq: SeqId,
+    r: &mut StateReader<'_>,
+) -> Result<(), RestoreError> {
+    base.read_seq_memory(seq, r)?;
+    if let Err(e) = idx.read_seq_memory(seq, r) {
+        if !base.config().faults.dsa_failed_read_keeps_mla {
+            base.seq_rm(seq, -1, -1).expect("seq checked");
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// A DSA pair's part of a whole load: as [`read_dsa_seq`], `kv_mla->state_clear(-1)` when the
+/// indexer part fails.
+fn read_dsa_whole(
+    base: &mut CellCache,
+    idx: &mut CellCache,
+    r: &mut StateReader<'_>,
+) -> Result<(), RestoreError> {
+    base.read_whole_memory(r)?;
+    if let Err(e) = idx.read_whole_memory(r) {
+        if !base.config().faults.dsa_failed_read_keeps_mla {
+            base.clear();
+        }
+        return Err(e);
+    }
+    Ok(())
 }
