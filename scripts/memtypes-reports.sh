@@ -72,3 +72,11 @@ for pin in 0.1.161 0.1.157; do
   t="llama.cpp@$pin"
   run "$t-hybrid_idx-d2" --target "$t" --domain hybrid_idx --depth 2
 done
+# partial-restore (issue 24, upstream #18552): the PARTIAL_ONLY checkpoint taken up twice after one
+# more decode, on the memories with a partial part, both release pins (PREREG.md, partial-restore batch).
+for pin in 0.1.161 0.1.156; do
+  for p in hybrid hybrid_iswa iswa; do
+    run "llama.cpp@$pin-$p-partial-d2" --target "llama.cpp@$pin" --domain "$p" --depth 2 \
+      --oracles I1,crash,partial-restore
+  done
+done
