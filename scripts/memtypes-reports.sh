@@ -87,3 +87,11 @@ for pin in 0.1.161 0.1.157; do
   $k fuzz --target "$t" --config arch=dots3note,type_k=f32,type_v=f32 --seed 1 --cases 300 --no-repros -q \
     --out "$out/$t-fuzz-dots3note.json" >/dev/null || [ $? -eq 1 ]
 done
+# partial-restore (issue 24, upstream #18552): the PARTIAL_ONLY checkpoint taken up twice after one
+# more decode, on the memories with a partial part, both release pins (PREREG.md, partial-restore batch).
+for pin in 0.1.161 0.1.156; do
+  for p in hybrid hybrid_iswa iswa; do
+    run "llama.cpp@$pin-$p-partial-d2" --target "llama.cpp@$pin" --domain "$p" --depth 2 \
+      --oracles I1,crash,partial-restore
+  done
+done

@@ -342,20 +342,33 @@ pub enum Reload {
     WholeInPlace,
     /// The sequence's state back into the audited context, under its own id.
     SeqInPlace,
+    /// The sequence's partial state (`LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`) loaded back under
+    /// its own id after one more decode, that decode's cells removed
+    /// ([`crate::oracles::partial_restore`]).
+    SeqPartialInPlace,
+    /// The same partial bytes loaded a second time, after the probe decode again.
+    SeqPartialAgain,
 }
 
 impl Reload {
     /// Every load, in the order the probe takes them.
-    pub const ALL: [Reload; 4] = [
+    pub const ALL: [Reload; 6] = [
         Reload::WholeTwin,
         Reload::SeqTwin,
         Reload::WholeInPlace,
         Reload::SeqInPlace,
+        Reload::SeqPartialInPlace,
+        Reload::SeqPartialAgain,
     ];
 
     /// Whether the state goes into the twin (the round trip) rather than back into the context.
     pub fn into_twin(self) -> bool {
         matches!(self, Reload::WholeTwin | Reload::SeqTwin)
+    }
+
+    /// Whether only the sequence's partial state was saved and loaded (`PARTIAL_ONLY`).
+    pub fn partial(self) -> bool {
+        matches!(self, Reload::SeqPartialInPlace | Reload::SeqPartialAgain)
     }
 
     /// Whether the whole context was saved and loaded (rather than one sequence).
@@ -370,6 +383,8 @@ impl Reload {
             Reload::SeqTwin => "seq into the twin",
             Reload::WholeInPlace => "whole in place",
             Reload::SeqInPlace => "seq in place",
+            Reload::SeqPartialInPlace => "seq partial in place",
+            Reload::SeqPartialAgain => "seq partial in place again",
         }
     }
 }
@@ -501,6 +516,10 @@ pub struct Observe {
     /// The dumps' sizes ([`StepObservation::sizes`]).
     #[serde(default)]
     pub sizes: bool,
+    /// The reload probe's partial loads too ([`Reload::partial`]); implies nothing without
+    /// [`Observe::reload`].
+    #[serde(default)]
+    pub partial: bool,
 }
 
 impl Observe {
@@ -512,6 +531,7 @@ impl Observe {
         logits: false,
         reload: false,
         sizes: false,
+        partial: false,
     };
     /// Every observation after every op (not the probes: see [`Observe::logits`]).
     pub const ALL: Observe = Observe {
@@ -521,6 +541,7 @@ impl Observe {
         logits: false,
         reload: false,
         sizes: true,
+        partial: false,
     };
 
     /// Every observation after every op, and the logits probe after the last: what one trace
@@ -541,6 +562,7 @@ impl Observe {
             logits: self.logits || other.logits,
             reload: self.reload || other.reload,
             sizes: self.sizes || other.sizes,
+            partial: self.partial || other.partial,
         }
     }
 }
@@ -641,7 +663,10 @@ impl Observe {
             Observation::Whole => o.whole = false,
             Observation::RoundTrip => o.round_trip = false,
             Observation::Probe => o.logits = false,
-            Observation::Reload => o.reload = false,
+            Observation::Reload => {
+                o.reload = false;
+                o.partial = false;
+            }
             Observation::Sizes => o.sizes = false,
         }
         Some(o)

@@ -21,6 +21,7 @@ pub mod i1;
 pub mod i2;
 pub mod memory;
 pub mod metamorphic;
+pub mod partial_restore;
 pub mod rollback;
 pub mod round_trip;
 pub mod round_trip_logits;
@@ -395,7 +396,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 19] = [
+pub static BUILTIN: [&dyn Oracle; 20] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -415,6 +416,7 @@ pub static BUILTIN: [&dyn Oracle; 19] = [
     &rollback::Rollback,
     &state_size::StateSize,
     &failed_restore::FailedRestore,
+    &partial_restore::PartialRestore,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.

@@ -27,8 +27,9 @@ pub struct SaveLoadInvisible;
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(15, "save-load-invisible");
 
+/// The plain loads back into the context (the partial ones are `partial-restore`'s).
 fn in_place(load: Reload) -> bool {
-    !load.into_twin()
+    !load.into_twin() && !load.partial()
 }
 
 /// The first way the in-place loads of `after` changed what a decode sees, if any.

@@ -185,19 +185,22 @@ pub fn check(
     run: &RunName<'_>,
     outcome: impl Fn(OracleId) -> Option<OraclePrediction>,
 ) -> Vec<PredictionCheck> {
-    let Some(p) = predictions.iter().find(|p| {
+    // Every prediction for the run: a later batch adds the oracles an earlier one left out (an
+    // oracle predicted twice keeps the first batch's prediction).
+    let matching = predictions.iter().filter(|p| {
         p.target == run.target
             && p.vs.as_deref() == run.vs
             && p.domain == run.domain
             && p.depth == run.depth
-    }) else {
-        return Vec::new();
-    };
-    let mut rows = Vec::new();
-    for (name, pred) in &p.oracles {
+    });
+    let mut rows: Vec<PredictionCheck> = Vec::new();
+    for (name, pred) in matching.flat_map(|p| &p.oracles) {
         let Some(oracle) = OracleId::known(name) else {
             continue;
         };
+        if rows.iter().any(|r| r.oracle == oracle) {
+            continue;
+        }
         let Some(outcome) = outcome(oracle) else {
             continue;
         };

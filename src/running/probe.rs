@@ -23,13 +23,14 @@
 //! with the reference ([`Reload`]). The reference probes run between the save and the in-place
 //! loads: a whole load replaces the context's memory (`llama_state_set_data`), so nothing they
 //! left may survive it (a recurrent state keeps the probe's token, a partial `seq_rm` being
-//! refused).
+//! refused). When asked ([`crate::base::cache::Observe::partial`]), the partial loads follow
+//! ([`probe_partial`]: a `PARTIAL_ONLY` checkpoint restored twice after one more decode).
 
 use crate::base::cache::{
     probe_cache, v_summed_in_f16, CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, Reload,
-    ReloadProbe, SeqObservation,
+    ReloadProbe, SeqObservation, STATE_SEQ_FLAGS_PARTIAL_ONLY,
 };
-use crate::base::op::{Decode, Op, Pos, SeqId, Setup};
+use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Slot};
 use crate::base::tokens::{Token, TokenModel, PROBE_TOKEN};
 
 /// The largest absolute difference of two logit vectors; `f32::MAX` when their lengths differ
@@ -190,11 +191,12 @@ struct Reference {
 /// op) with cells, on `target`, a cache whose trial is over. `None`: the target computes no
 /// logits, or has no whole-state dump (the oracles cannot judge it: "not judged"). Loads the
 /// target cannot make (no twin, no loads) are left out; a sequence whose reference probe
-/// decode fails is left out.
+/// decode fails is left out. `partial`: the partial loads too ([`probe_partial`]).
 pub fn probe_reloads(
     target: &mut dyn CacheUnderTest,
     setup: &Setup,
     seqs: &[SeqObservation],
+    partial: bool,
 ) -> Result<Option<Vec<ReloadProbe>>, HarnessError> {
     let Some(whole) = target.state_get()? else {
         return Ok(None);
@@ -220,6 +222,17 @@ pub fn probe_reloads(
     }
     let (cache, memory) = (probe_cache(setup), setup.arch.memory());
     let mut out = Vec::with_capacity(refs.len() * Reload::ALL.len());
+    let mut push = |seq: SeqId, load: Reload, loaded: bool, max_abs_diff: f32| {
+        out.push(ReloadProbe {
+            seq,
+            load,
+            loaded,
+            max_abs_diff,
+            cache,
+            memory,
+            v_summed_in_f16: v_summed_in_f16(setup),
+        })
+    };
     // One sequence after one load: its probe's logits against the reference.
     let mut compare = |target: &mut dyn CacheUnderTest,
                        r: &Reference,
@@ -229,20 +242,9 @@ pub fn probe_reloads(
         let max_abs_diff = if !loaded {
             0.0
         } else {
-            match probe_at(target, r.seq, r.pos)? {
-                Probed::Logits(l) => logits_distance(&r.logits, &l),
-                Probed::Failed | Probed::NoLogits => f32::MAX,
-            }
+            distance(&r.logits, probe_at(target, r.seq, r.pos)?)
         };
-        out.push(ReloadProbe {
-            seq: r.seq,
-            load,
-            loaded,
-            max_abs_diff,
-            cache,
-            memory,
-            v_summed_in_f16: v_summed_in_f16(setup),
-        });
+        push(r.seq, load, loaded, max_abs_diff);
         Ok(())
     };
     if let Some(twin) = target.twin()? {
@@ -273,7 +275,99 @@ pub fn probe_reloads(
             }
         }
     }
+    if partial {
+        probe_partial(target, &whole, &refs, &mut push)?;
+    }
     Ok(Some(out))
+}
+
+/// The largest absolute difference of `reference` and what a probe decode gave
+/// ([`logits_distance`]; `f32::MAX` when it gave no logits).
+fn distance(reference: &[f32], probed: Probed) -> f32 {
+    match probed {
+        Probed::Logits(l) => logits_distance(reference, &l),
+        Probed::Failed | Probed::NoLogits => f32::MAX,
+    }
+}
+
+/// The partial loads of the reload probe ([`Reload::partial`], the `partial-restore` oracle),
+/// as upstream #18552 restores a checkpoint: per sequence, from the whole state the trial left
+/// (loaded again first), its partial state is saved (`llama_state_seq_get_data_ext` with
+/// `PARTIAL_ONLY`); the probe token is decoded after it (one more decode) and its logits are
+/// the reference; then twice: the partial bytes are loaded back under the sequence's id
+/// (`_set_data_ext`, `PARTIAL_ONLY`), the probe's cell is removed (`seq_rm(seq, pos, -1)`:
+/// after the load, as llama-server does, since a recurrent part refuses it before) and the
+/// probe token is decoded again, its logits against the reference. Each load's probe is
+/// `push`ed; a load that fails ends the sequence's loads, and so does a refused `seq_rm`
+/// (nothing pushed: the checkpoint cannot be taken up).
+fn probe_partial(
+    target: &mut dyn CacheUnderTest,
+    whole: &[u8],
+    refs: &[Reference],
+    push: &mut dyn FnMut(SeqId, Reload, bool, f32),
+) -> Result<(), HarnessError> {
+    let slot = Slot::new("partial_probe").expect("a valid slot name");
+    let decoded = OpOutcome::Decoded { rc: 0 };
+    for r in refs {
+        if load_result(target.state_set(whole)?) != Some(true) {
+            return Ok(());
+        }
+        let save = Op::StateSeqSave {
+            seq: r.seq,
+            slot: slot.clone(),
+            flags: STATE_SEQ_FLAGS_PARTIAL_ONLY,
+        };
+        let saved = target.apply(&save)?
+            == OpOutcome::Done {
+                returned: Some(true),
+            };
+        if !saved || target.apply(&probe_decode(r.seq, r.pos))? != decoded {
+            continue;
+        }
+        let Some(reference) = target.last_logits()? else {
+            return Ok(());
+        };
+        for load in [Reload::SeqPartialInPlace, Reload::SeqPartialAgain] {
+            let op = Op::StateSeqLoad {
+                seq: r.seq,
+                slot: slot.clone(),
+                flags: STATE_SEQ_FLAGS_PARTIAL_ONLY,
+                truncate: None,
+                flip: None,
+            };
+            let Some(loaded) = load_result(target.apply(&op)?) else {
+                return Ok(());
+            };
+            if !loaded {
+                push(r.seq, load, false, 0.0);
+                break;
+            }
+            let rm = Op::SeqRm {
+                seq: r.seq,
+                p0: r.pos,
+                p1: -1,
+            };
+            if target.apply(&rm)?
+                != (OpOutcome::Done {
+                    returned: Some(true),
+                })
+            {
+                // The loaded state lies past the probe's position (a partial copy of a
+                // state: its position is the source's), so the tail cannot be removed and
+                // the checkpoint cannot be taken up as llama-server does: not judged.
+                break;
+            }
+            let probed = if target.apply(&probe_decode(r.seq, r.pos))? == decoded {
+                target
+                    .last_logits()?
+                    .map_or(Probed::NoLogits, Probed::Logits)
+            } else {
+                Probed::Failed
+            };
+            push(r.seq, load, true, distance(&reference, probed));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

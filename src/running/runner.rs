@@ -366,7 +366,12 @@ impl LocalRunner {
                     }
                 }
                 self.target.observing(Some(Observation::Reload));
-                obs.reload_probe = probe_reloads(self.target.as_mut(), &trace.setup, &obs.seqs)?;
+                obs.reload_probe = probe_reloads(
+                    self.target.as_mut(),
+                    &trace.setup,
+                    &obs.seqs,
+                    observe.partial,
+                )?;
             }
             steps.push(Arc::new(obs));
         }
@@ -546,7 +551,7 @@ impl LocalRunner {
         if observe.reload && frame.obs.reload_probe.is_none() {
             let mut scratch = frame.state.fork().expect("forking target");
             scratch.observing(Some(Observation::Reload));
-            let probe = probe_reloads(scratch.as_mut(), setup, &frame.obs.seqs)?;
+            let probe = probe_reloads(scratch.as_mut(), setup, &frame.obs.seqs, observe.partial)?;
             if probe.is_some() {
                 Arc::make_mut(&mut frame.obs).reload_probe = probe;
             }

@@ -129,11 +129,17 @@ pub struct Faults {
     /// upstream #27530/#27068, "a failed restore leaves data behind"). Positive control for
     /// failed-restore on a DSA memory.
     pub dsa_failed_read_keeps_mla: bool,
+    /// Recurrent (and a hybrid's recurrent part): a `PARTIAL_ONLY` sequence load restores the
+    /// state's cell and position from the bytes and keeps the state's rows the sequence had
+    /// before the load (the class of upstream #18552: a partial restore whose next decodes
+    /// differ from those after the save). Cells, positions, accessors and plain loads are
+    /// right. Positive control for partial-restore.
+    pub partial_load_keeps_states: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 26] = [
+    pub const NAMES: [&'static str; 27] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -160,6 +166,7 @@ impl Faults {
         "hybrid_idx_state_drops_indexer",
         "dsa_lid_skips_seq_cp",
         "dsa_failed_read_keeps_mla",
+        "partial_load_keeps_states",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -190,6 +197,7 @@ impl Faults {
             "hybrid_idx_state_drops_indexer" => &mut self.hybrid_idx_state_drops_indexer,
             "dsa_lid_skips_seq_cp" => &mut self.dsa_lid_skips_seq_cp,
             "dsa_failed_read_keeps_mla" => &mut self.dsa_failed_read_keeps_mla,
+            "partial_load_keeps_states" => &mut self.partial_load_keeps_states,
             _ => return None,
         })
     }

@@ -657,6 +657,30 @@ impl RecurrentCache {
 
     /// `state_read` for `seq` (:865-894, `state_read_meta` :1010-1109): the cells of a sequence
     /// dump go to `seq`. On failure `seq` is emptied (`state_clear`).
+    /// The state of `seq`'s tail cell (`None`: the sequence has no state).
+    fn seq_digest(&self, seq: SeqId) -> Option<u64> {
+        let t = self.cells.get(usize::try_from(seq).ok()?)?.tail;
+        Some(self.cells[usize::try_from(t).ok()?].digest)
+    }
+
+    /// [`Self::read_seq_memory`] of a `PARTIAL_ONLY` load: the same, except that with the fault
+    /// `partial_load_keeps_states` the loaded cell keeps the state the sequence had before
+    /// (the cells and positions are the bytes', the state's rows are not).
+    pub(crate) fn read_seq_memory_partial(
+        &mut self,
+        seq: SeqId,
+        r: &mut StateReader<'_>,
+    ) -> Result<(), RestoreError> {
+        let kept = self.seq_digest(seq);
+        self.read_seq_memory(seq, r)?;
+        if let (true, Some(d)) = (self.config.faults.partial_load_keeps_states, kept) {
+            if let Ok(t) = usize::try_from(self.cells[seq as usize].tail) {
+                self.cells[t].set_loaded(d);
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn read_seq_memory(
         &mut self,
         seq: SeqId,

@@ -136,7 +136,7 @@ fn runtime_path(name: &str) -> Result<String, LlamaError> {
 }
 
 /// `--observe`'s value for `what`: `basic`, or a comma-separated list of `whole`,
-/// `round-trip`, `before`, `logits` and `reload`.
+/// `round-trip`, `before`, `logits`, `reload`, `sizes` and `partial`.
 pub fn observe_arg(what: Observe) -> String {
     let parts: Vec<&str> = [
         (what.whole, "whole"),
@@ -145,6 +145,7 @@ pub fn observe_arg(what: Observe) -> String {
         (what.logits, "logits"),
         (what.reload, "reload"),
         (what.sizes, "sizes"),
+        (what.partial, "partial"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
@@ -170,6 +171,7 @@ pub fn parse_observe_arg(arg: &str) -> Option<Observe> {
             "logits" => o.logits = true,
             "reload" => o.reload = true,
             "sizes" => o.sizes = true,
+            "partial" => o.partial = true,
             "all" => o = o.union(Observe::ALL),
             _ => return None,
         }
@@ -189,15 +191,19 @@ mod tests {
                     for logits in [false, true] {
                         for reload in [false, true] {
                             for sizes in [false, true] {
-                                let what = Observe {
-                                    whole,
-                                    round_trip,
-                                    before,
-                                    logits,
-                                    reload,
-                                    sizes,
-                                };
-                                assert_eq!(parse_observe_arg(&observe_arg(what)), Some(what));
+                                for partial in [false, true] {
+                                    let what = Observe {
+                                        whole,
+                                        round_trip,
+                                        before,
+                                        logits,
+                                        reload,
+                                        sizes,
+                                        partial,
+                                    };
+                                    let arg = observe_arg(what);
+                                    assert_eq!(parse_observe_arg(&arg), Some(what));
+                                }
                             }
                         }
                     }

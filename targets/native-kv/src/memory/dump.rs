@@ -141,12 +141,18 @@ impl Memory {
                 }
                 swa.read_seq_memory(seq, &mut r)?;
             }
+            Memory::Recurrent(m) if partial => m.read_seq_memory_partial(seq, &mut r)?,
             Memory::Recurrent(m) => m.read_seq_memory(seq, &mut r)?,
             Memory::Hybrid { attn, recr } => {
                 if !partial {
                     attn.read_seq_memory(seq, &mut r)?;
                 }
-                if let Err(e) = recr.read_seq_memory(seq, &mut r) {
+                let read = if partial {
+                    recr.read_seq_memory_partial(seq, &mut r)
+                } else {
+                    recr.read_seq_memory(seq, &mut r)
+                };
+                if let Err(e) = read {
                     if !partial {
                         attn.seq_rm(seq, -1, -1).expect("seq checked");
                     }
@@ -158,7 +164,11 @@ impl Memory {
                     base.read_seq_memory(seq, &mut r)?;
                 }
                 swa.read_seq_memory(seq, &mut r)?;
-                recr.read_seq_memory(seq, &mut r)?;
+                if partial {
+                    recr.read_seq_memory_partial(seq, &mut r)?;
+                } else {
+                    recr.read_seq_memory(seq, &mut r)?;
+                }
             }
             Memory::HybridIdx { attn, recr, idx } => {
                 let drops = attn.config().faults.hybrid_idx_state_drops_indexer;
