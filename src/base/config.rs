@@ -53,6 +53,12 @@ pub enum Arch {
     /// `deepseek32`: glm-dsa's tensors with an indexer on every layer (`llama_kv_cache_dsa`
     /// since 0.1.147, the first pin with the class, `llama-model.cpp:2018` there).
     Deepseek32,
+    /// `llama_hd64`: a `llama` model (one attention KV cache) whose heads are 64 wide, the
+    /// smallest head size with which llama.cpp quantizes the K/V cache (q8_0 and q4_0 rows are
+    /// blocks of 32) and rotates it (`attn_rot_k`, a head size that is a multiple of 64,
+    /// llama-kv-cache.cpp:321-325 in 0.1.161); the `quant` preset runs it. Its GGUF
+    /// architecture is `llama` ([`Arch::gguf_name`]).
+    LlamaHd64,
 }
 
 /// The memory implementation an architecture selects.
@@ -89,7 +95,7 @@ pub enum MemoryType {
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 11] = [
+    pub const ALL: [Arch; 12] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
@@ -101,6 +107,7 @@ impl Arch {
         Arch::Deepseek4,
         Arch::GlmDsa,
         Arch::Deepseek32,
+        Arch::LlamaHd64,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -121,14 +128,17 @@ impl Arch {
             Arch::Deepseek4 => "deepseek4",
             Arch::GlmDsa => "glm-dsa",
             Arch::Deepseek32 => "deepseek32",
+            Arch::LlamaHd64 => "llama_hd64",
         }
     }
 
     /// The architecture the model's GGUF names (`general.architecture`, the prefix of its keys):
-    /// [`Arch::name`] but for `lfm2_swa`, an `lfm2` model with a sliding window.
+    /// [`Arch::name`] but for `lfm2_swa`, an `lfm2` model with a sliding window, and
+    /// `llama_hd64`, a `llama` model with wider heads.
     pub fn gguf_name(self) -> &'static str {
         match self {
             Arch::Lfm2Swa => "lfm2",
+            Arch::LlamaHd64 => "llama",
             Arch::Llama
             | Arch::Gemma2
             | Arch::Mamba
@@ -155,14 +165,14 @@ impl Arch {
             | Arch::Lfm2
             | Arch::MinimaxM3
             | Arch::Qwen4exp => None,
-            Arch::GlmDsa | Arch::Deepseek32 => None,
+            Arch::GlmDsa | Arch::Deepseek32 | Arch::LlamaHd64 => None,
         }
     }
 
     /// The memory type llama.cpp gives a context of this architecture.
     pub fn memory(self) -> MemoryType {
         match self {
-            Arch::Llama => MemoryType::Kv,
+            Arch::Llama | Arch::LlamaHd64 => MemoryType::Kv,
             Arch::Gemma2 => MemoryType::Iswa,
             Arch::Mamba => MemoryType::Recurrent,
             Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
@@ -188,7 +198,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32, llama_hd64)")
             })
     }
 }

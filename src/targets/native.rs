@@ -549,6 +549,7 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
             native_kv::recurrent::MAX_PLANES - 1
         ))),
         Arch::Llama
+        | Arch::LlamaHd64
         | Arch::Gemma2
         | Arch::Mamba
         | Arch::Jamba

@@ -23,8 +23,9 @@ use crate::targets::registry::TargetSpec;
 /// The configurations each memory type's base preset is paired with (`--vs-config`), beyond
 /// those every memory type gets ([`PAIRS_EVERYWHERE`]).
 const PAIRS_PER_PRESET: [(&str, &str); 2] = [
-    // Quantized K/V needs flash attention for V (llama-context.cpp refuses it otherwise).
-    ("seed", "flash_attn=on,type_k=q8_0,type_v=q8_0"),
+    // The quantized cache against an f16 one on the same model (llama_hd64: the tiny llama
+    // model's heads of 16 are too narrow for q8_0 blocks of 32).
+    ("quant", "type_k=f16,type_v=f16"),
     ("iswa", "swa_full=true"),
 ];
 
@@ -46,6 +47,7 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Deepseek4 => "dsv4",
         Arch::GlmDsa => "dsa",
         Arch::Deepseek32 => "dsa_full",
+        Arch::LlamaHd64 => "quant",
     }
 }
 
@@ -204,7 +206,13 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
     }
     for arch in Arch::ALL {
         let name = base_preset(arch);
-        let configs = PAIRS_EVERYWHERE.iter().copied().chain(
+        // llama_hd64 is the llama memory type again: its preset gets its own pairs only.
+        let everywhere = if arch == Arch::LlamaHd64 {
+            &[][..]
+        } else {
+            &PAIRS_EVERYWHERE[..]
+        };
+        let configs = everywhere.iter().copied().chain(
             PAIRS_PER_PRESET
                 .iter()
                 .filter(|(p, _)| *p == name)
