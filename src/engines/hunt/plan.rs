@@ -97,11 +97,13 @@ fn user_caches() -> Vec<(String, Domain, String)> {
     // Four streams of 64 cells: decodes of 30 and 60 tokens fill a stream.
     let mut small = configured(&preset("streams"), "small-ctx", "n_seq_max=4");
     small.seqs = vec![0, 1, 2];
-    small.decode_next = vec![1, 30, 60];
+    // A decode of 100 tokens is one ubatch larger than a 64-cell stream: find_slot refuses it
+    // (llama-kv-cache.cpp:1028-1029 in 0.1.161) and llama_decode returns 1.
+    small.decode_next = vec![1, 30, 60, 100];
     out.push((
         "small-ctx".into(),
         small,
-        "small per-stream contexts (n_ctx 256 over 4 streams) that decodes fill".into(),
+        "small per-stream contexts (n_ctx 256 over 4 streams) that decodes fill, and a decode larger than a stream".into(),
     ));
     let mut long = configured(&preset("batch"), "long-ubatch", "n_batch=32,n_ubatch=3");
     long.decode_next = vec![1, 7, 20];
