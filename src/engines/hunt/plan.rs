@@ -12,7 +12,7 @@ use std::time::Instant;
 use crate::base::config::Arch;
 use crate::base::domain::{total_trials, Domain, PRESETS, PRESET_SUMMARIES};
 use crate::base::error::Error;
-use crate::base::op::{Decode, Op, Setup, Trace};
+use crate::base::op::{Decode, ForeignDump, Op, SeqId, Setup, Slot, Trace};
 use crate::oracles::{Reads, Registry};
 use crate::records::hunt::{Budget, EntryEstimate, FuzzShare, Pairing, PlanEntry, Support};
 use crate::running::judge::Judge;
@@ -144,6 +144,39 @@ fn user_caches() -> Vec<(String, Domain, String)> {
         configured(&preset("state"), "state+flash", "flash_attn=on"),
         "state saves and loads of a V cache that is not transposed (flash attention)".into(),
     ));
+    // Loads of dumps saved under another configuration (Setup::foreign): each a refusal
+    // branch of llama_kv_cache::state_read_meta / state_read_data (llama-kv-cache.cpp:2171,
+    // 2571-2683 in 0.1.161) or a load that applies (a sequence of a larger context). llama.h:
+    // a load that cannot apply returns 0 (failed-restore judges what it leaves).
+    let foreign = |slot: &str, config: &str, seq: Option<SeqId>| ForeignDump {
+        slot: Slot::new(slot).expect("a valid slot name"),
+        config: config.into(),
+        seq,
+    };
+    let mut across = configured(&preset("state"), "state+foreign", "");
+    across.setup.foreign = vec![
+        foreign("xk", "type_k=f32", None),
+        foreign("xv", "type_v=f32", None),
+        foreign("xf", "flash_attn=on", None),
+        foreign("xu", "kv_unified=false", None),
+        foreign("xr", "arch=llama_hd64", None),
+        foreign("xc", "n_ctx=512", Some(0)),
+        foreign("xs", "type_k=f32", Some(0)),
+    ];
+    out.push((
+        "state+foreign".into(),
+        across,
+        "loads of dumps saved under another configuration: K or V type, V layout, streams, row size (another model), a larger context".into(),
+    ));
+    // A quantized, rotated cache loading the dump of the same model's f16 cache: the key
+    // rotation differs (n_rot_k 64 against 0, llama-kv-cache.cpp:2576).
+    let mut quant = configured(&preset("quant"), "quant+foreign", "");
+    quant.setup.foreign = vec![foreign("xq", "type_k=f16,type_v=f16", None)];
+    out.push((
+        "quant+foreign".into(),
+        quant,
+        "a rotated q8_0 cache loading an f16 cache's dump of the same model".into(),
+    ));
     // The iswa preset runs swa_full off with decodes that evict; llama.cpp's default is on.
     out.push((
         "iswa+swa_full".into(),
@@ -186,8 +219,10 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
     };
     // Where the native model lacks the memory type the entry runs alone (its other oracles
     // still judge), not as an entry the differential makes unsupported.
+    // So do entries that load dumps of other configurations, which the native model does not.
     let beside_for = |d: &Domain| match (&beside, native::lacks_memory(d.setup.arch.memory())) {
         (Pairing::Native, Some(_)) => Pairing::Alone,
+        (Pairing::Native, None) if !d.setup.foreign.is_empty() => Pairing::Alone,
         _ => beside.clone(),
     };
     let mut out = Vec::new();
