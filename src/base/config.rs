@@ -58,6 +58,12 @@ pub enum Arch {
     /// of the full layers beside a windowed K-only cache of the others
     /// (`llama_kv_cache_dsa_iswa`; 0.1.157 on, `llama-model.cpp:2543-2595` in 0.1.161).
     Dots3note,
+    /// `llama_hd64`: a `llama` model (one attention KV cache) whose heads are 64 wide, the
+    /// smallest head size with which llama.cpp quantizes the K/V cache (q8_0 and q4_0 rows are
+    /// blocks of 32) and rotates it (`attn_rot_k`, a head size that is a multiple of 64,
+    /// llama-kv-cache.cpp:321-325 in 0.1.161); the `quant` preset runs it. Its GGUF
+    /// architecture is `llama` ([`Arch::gguf_name`]).
+    LlamaHd64,
 }
 
 /// The memory implementation an architecture selects.
@@ -98,7 +104,7 @@ pub enum MemoryType {
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 12] = [
+    pub const ALL: [Arch; 13] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
@@ -111,6 +117,7 @@ impl Arch {
         Arch::GlmDsa,
         Arch::Deepseek32,
         Arch::Dots3note,
+        Arch::LlamaHd64,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -132,14 +139,17 @@ impl Arch {
             Arch::GlmDsa => "glm-dsa",
             Arch::Deepseek32 => "deepseek32",
             Arch::Dots3note => "dots3note",
+            Arch::LlamaHd64 => "llama_hd64",
         }
     }
 
     /// The architecture the model's GGUF names (`general.architecture`, the prefix of its keys):
-    /// [`Arch::name`] but for `lfm2_swa`, an `lfm2` model with a sliding window.
+    /// [`Arch::name`] but for `lfm2_swa`, an `lfm2` model with a sliding window, and
+    /// `llama_hd64`, a `llama` model with wider heads.
     pub fn gguf_name(self) -> &'static str {
         match self {
             Arch::Lfm2Swa => "lfm2",
+            Arch::LlamaHd64 => "llama",
             Arch::Llama
             | Arch::Gemma2
             | Arch::Mamba
@@ -167,7 +177,7 @@ impl Arch {
             | Arch::Lfm2
             | Arch::MinimaxM3
             | Arch::Qwen4exp => None,
-            Arch::GlmDsa | Arch::Deepseek32 => None,
+            Arch::GlmDsa | Arch::Deepseek32 | Arch::LlamaHd64 => None,
         }
     }
 
@@ -199,7 +209,7 @@ impl Arch {
     /// The memory type llama.cpp gives a context of this architecture.
     pub fn memory(self) -> MemoryType {
         match self {
-            Arch::Llama => MemoryType::Kv,
+            Arch::Llama | Arch::LlamaHd64 => MemoryType::Kv,
             Arch::Gemma2 => MemoryType::Iswa,
             Arch::Mamba => MemoryType::Recurrent,
             Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
@@ -226,7 +236,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32, dots3note)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32, dots3note, llama_hd64)")
             })
     }
 }

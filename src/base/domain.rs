@@ -30,6 +30,9 @@ pub const MAX_N_CTX: u32 = 1 << 20;
 /// Largest `n_seq_max` (llama.cpp's `LLAMA_MAX_SEQ` is 256).
 pub const MAX_N_SEQ_MAX: u32 = 256;
 
+/// Most dumps of other configurations a setup may start its slots with ([`Setup::foreign`]).
+pub const MAX_FOREIGN_DUMPS: usize = 8;
+
 /// Checks a setup read from a file (domain or repro) against [`MAX_N_CTX`], [`MAX_N_SEQ_MAX`] and
 /// [`MAX_SETUP_OPS`], and each setup decode's token count against `n_ctx`.
 pub fn check_setup_limits(s: &Setup) -> Result<(), Error> {
@@ -42,6 +45,17 @@ pub fn check_setup_limits(s: &Setup) -> Result<(), Error> {
             s.n_seq_max
         )
         .into());
+    }
+    if s.foreign.len() > MAX_FOREIGN_DUMPS {
+        return Err(format!(
+            "setup.foreign: {} dumps, more than the limit of {MAX_FOREIGN_DUMPS}",
+            s.foreign.len()
+        )
+        .into());
+    }
+    for f in &s.foreign {
+        f.maker(s)
+            .map_err(|e| format!("setup.foreign, slot {}: {e}", f.slot))?;
     }
     if s.ops.len() > MAX_SETUP_OPS {
         return Err(format!(
@@ -237,6 +251,28 @@ impl Domain {
         if self.state {
             self.push_state_ops(&mut ops);
         }
+        // The loads of the dumps saved under another configuration: a whole one, or a
+        // sequence's into every sequence.
+        for f in &self.setup.foreign {
+            let load = |seq: Option<SeqId>| match seq {
+                None => Op::StateLoad {
+                    slot: f.slot.clone(),
+                    truncate: None,
+                    flip: None,
+                },
+                Some(seq) => Op::StateSeqLoad {
+                    seq,
+                    slot: f.slot.clone(),
+                    flags: 0,
+                    truncate: None,
+                    flip: None,
+                },
+            };
+            match f.seq {
+                None => ops.push(load(None)),
+                Some(_) => ops.extend(self.seqs.iter().map(|&seq| load(Some(seq)))),
+            }
+        }
         ops
     }
 
@@ -331,6 +367,13 @@ impl Domain {
         let flag_sets = 1 + n(self.state_flags.len());
         let truncates = n(self.load_truncate.len());
         let beyond = n(self.beyond_seqs.len());
+        let foreign_seq = n(self
+            .setup
+            .foreign
+            .iter()
+            .filter(|f| f.seq.is_some())
+            .count());
+        let foreign_whole = n(self.setup.foreign.len()) - foreign_seq;
         match kind {
             OpKind::SeqRm => (seqs + u64::from(self.rm_all))
                 .saturating_mul(ranges)
@@ -349,11 +392,11 @@ impl Domain {
                 .saturating_add(u64::from(self.decode_shared && seqs > 1))
                 .saturating_add(beyond),
             OpKind::StateSeqSave => state * seqs.saturating_mul(flag_sets),
-            OpKind::StateSeqLoad => {
-                state * seqs.saturating_mul(flag_sets.saturating_add(truncates))
-            }
+            OpKind::StateSeqLoad => (state
+                * seqs.saturating_mul(flag_sets.saturating_add(truncates)))
+            .saturating_add(seqs.saturating_mul(foreign_seq)),
             OpKind::StateSave => state,
-            OpKind::StateLoad => state * (1 + truncates),
+            OpKind::StateLoad => (state * (1 + truncates)).saturating_add(foreign_whole),
         }
     }
 

@@ -573,6 +573,36 @@ pub struct Setup {
     /// Ops run before the trace; not checked and not counted.
     #[serde(default)]
     pub ops: Vec<Op>,
+    /// Dumps saved by a context of another configuration, put in slots before the trace runs,
+    /// so that its loads bring a state across configurations (llama.h: a load that cannot
+    /// apply returns 0). Empty: every slot starts empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<ForeignDump>,
+}
+
+/// A dump made under another configuration ([`Setup::foreign`]): a context of the setup with
+/// `config` applied (`type_k=f32`, `flash_attn=on`, `kv_unified=false`, `arch=llama_hd64`, ...)
+/// runs the setup's ops, saves the whole context (`seq` unset) or one sequence into `slot`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForeignDump {
+    /// The slot the dump is put in.
+    pub slot: Slot,
+    /// The other configuration, as `--vs-config` takes it.
+    pub config: String,
+    /// The sequence saved (`llama_state_seq_get_data`); unset: the whole context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<SeqId>,
+}
+
+impl ForeignDump {
+    /// The setup whose context makes this dump for `setup`: its configuration under
+    /// [`ForeignDump::config`], the same ops, no foreign dumps of its own.
+    pub fn maker(&self, setup: &Setup) -> Result<Setup, InvalidOp> {
+        let mut s = setup.with_config(&self.config)?;
+        s.foreign.clear();
+        Ok(s)
+    }
 }
 
 fn yes() -> bool {
@@ -610,6 +640,7 @@ impl Default for Setup {
             swa_full: true,
             n_rs_seq: 0,
             ops: Vec::new(),
+            foreign: Vec::new(),
         }
     }
 }
@@ -645,6 +676,9 @@ impl Setup {
         }
         if self.n_rs_seq > 0 {
             s.push_str(&format!(", n_rs_seq {}", self.n_rs_seq));
+        }
+        for f in &self.foreign {
+            s.push_str(&format!(", slot {} saved under {}", f.slot, f.config));
         }
         s
     }

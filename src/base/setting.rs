@@ -243,6 +243,8 @@ impl Setup {
             swa_full,
             n_rs_seq,
             ops: _,
+            // Not a setting of this context: the slots its trace starts with.
+            foreign: _,
         } = self;
         let set = |key, value| Some(Setting { key, value });
         [

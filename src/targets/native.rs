@@ -553,6 +553,7 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
             native_kv::recurrent::MAX_PLANES - 1
         ))),
         Arch::Llama
+        | Arch::LlamaHd64
         | Arch::Gemma2
         | Arch::Mamba
         | Arch::Jamba
@@ -573,6 +574,17 @@ fn attention_config(
     setup: &Setup,
     faults: Faults,
 ) -> Result<CacheConfig, HarnessError> {
+    if let Some(f) = setup.foreign.first() {
+        // Its dumps are its own layout, not llama.cpp's: what a load of another
+        // configuration's dump does is llama.cpp's state reader, which the native model lacks.
+        return Err(HarnessError::Unsupported {
+            target: name.into(),
+            reason: format!(
+                "a dump saved under another configuration (slot {}: {}): the native model does not load across configurations",
+                f.slot, f.config
+            ),
+        });
+    }
     if setup.n_seq_max as usize > native_kv::MAX_SEQ {
         return Err(HarnessError::Unsupported {
             target: name.into(),

@@ -40,7 +40,7 @@ pub const PRESET_SUMMARIES: [(&str, &str); 22] = [
     ("batch", "decodes split into ubatches (n_ubatch 2), one token into several sequences"),
     ("full", "a context that fills: a decode that does not fit returns 1"),
     ("flash", "seed with flash attention on"),
-    ("quant", "seed with q8_0 K/V caches (and flash attention, which quantized V needs)"),
+    ("quant", "seed with q8_0 K/V caches (and flash attention, which quantized V needs) on the llama model with heads 64 wide (llama_hd64), which llama.cpp quantizes and rotates (Hadamard)"),
     ("seqids", "sequence ids at and beyond n_seq_max (2 and 40), which a unified cache may accept"),
     ("server", "like llama-server with 4 slots: one stream per slot, whole-slot copies, slot save/restore, a filling context"),
     ("iswa", "gemma2's iSWA memory (window 4) with a full windowed cache, so decodes evict: ranges and shifts across the window, multi-sequence decodes, state save/load"),
@@ -159,6 +159,7 @@ impl Domain {
             "quant" => Some(named(
                 "quant",
                 Setup {
+                    arch: Arch::LlamaHd64,
                     flash_attn: true,
                     type_k: CacheType::Q8_0,
                     type_v: CacheType::Q8_0,

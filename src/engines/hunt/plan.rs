@@ -12,7 +12,7 @@ use std::time::Instant;
 use crate::base::config::Arch;
 use crate::base::domain::{total_trials, Domain, PRESETS, PRESET_SUMMARIES};
 use crate::base::error::Error;
-use crate::base::op::{Decode, Op, Setup, Trace};
+use crate::base::op::{Decode, ForeignDump, Op, SeqId, Setup, Slot, Trace};
 use crate::oracles::{Reads, Registry};
 use crate::records::hunt::{Budget, EntryEstimate, FuzzShare, Pairing, PlanEntry, Support};
 use crate::running::judge::Judge;
@@ -23,8 +23,9 @@ use crate::targets::registry::TargetSpec;
 /// The configurations each memory type's base preset is paired with (`--vs-config`), beyond
 /// those every memory type gets ([`PAIRS_EVERYWHERE`]).
 const PAIRS_PER_PRESET: [(&str, &str); 2] = [
-    // Quantized K/V needs flash attention for V (llama-context.cpp refuses it otherwise).
-    ("seed", "flash_attn=on,type_k=q8_0,type_v=q8_0"),
+    // The quantized cache against an f16 one on the same model (llama_hd64: the tiny llama
+    // model's heads of 16 are too narrow for q8_0 blocks of 32).
+    ("quant", "type_k=f16,type_v=f16"),
     ("iswa", "swa_full=true"),
 ];
 
@@ -47,6 +48,7 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::GlmDsa => "dsa",
         Arch::Deepseek32 => "dsa_full",
         Arch::Dots3note => "dsa_iswa",
+        Arch::LlamaHd64 => "quant",
     }
 }
 
@@ -96,11 +98,13 @@ fn user_caches() -> Vec<(String, Domain, String)> {
     // Four streams of 64 cells: decodes of 30 and 60 tokens fill a stream.
     let mut small = configured(&preset("streams"), "small-ctx", "n_seq_max=4");
     small.seqs = vec![0, 1, 2];
-    small.decode_next = vec![1, 30, 60];
+    // A decode of 100 tokens is one ubatch larger than a 64-cell stream: find_slot refuses it
+    // (llama-kv-cache.cpp:1028-1029 in 0.1.161) and llama_decode returns 1.
+    small.decode_next = vec![1, 30, 60, 100];
     out.push((
         "small-ctx".into(),
         small,
-        "small per-stream contexts (n_ctx 256 over 4 streams) that decodes fill".into(),
+        "small per-stream contexts (n_ctx 256 over 4 streams) that decodes fill, and a decode larger than a stream".into(),
     ));
     let mut long = configured(&preset("batch"), "long-ubatch", "n_batch=32,n_ubatch=3");
     long.decode_next = vec![1, 7, 20];
@@ -140,6 +144,39 @@ fn user_caches() -> Vec<(String, Domain, String)> {
         "state+flash".into(),
         configured(&preset("state"), "state+flash", "flash_attn=on"),
         "state saves and loads of a V cache that is not transposed (flash attention)".into(),
+    ));
+    // Loads of dumps saved under another configuration (Setup::foreign): each a refusal
+    // branch of llama_kv_cache::state_read_meta / state_read_data (llama-kv-cache.cpp:2171,
+    // 2571-2683 in 0.1.161) or a load that applies (a sequence of a larger context). llama.h:
+    // a load that cannot apply returns 0 (failed-restore judges what it leaves).
+    let foreign = |slot: &str, config: &str, seq: Option<SeqId>| ForeignDump {
+        slot: Slot::new(slot).expect("a valid slot name"),
+        config: config.into(),
+        seq,
+    };
+    let mut across = configured(&preset("state"), "state+foreign", "");
+    across.setup.foreign = vec![
+        foreign("xk", "type_k=f32", None),
+        foreign("xv", "type_v=f32", None),
+        foreign("xf", "flash_attn=on", None),
+        foreign("xu", "kv_unified=false", None),
+        foreign("xr", "arch=llama_hd64", None),
+        foreign("xc", "n_ctx=512", Some(0)),
+        foreign("xs", "type_k=f32", Some(0)),
+    ];
+    out.push((
+        "state+foreign".into(),
+        across,
+        "loads of dumps saved under another configuration: K or V type, V layout, streams, row size (another model), a larger context".into(),
+    ));
+    // A quantized, rotated cache loading the dump of the same model's f16 cache: the key
+    // rotation differs (n_rot_k 64 against 0, llama-kv-cache.cpp:2576).
+    let mut quant = configured(&preset("quant"), "quant+foreign", "");
+    quant.setup.foreign = vec![foreign("xq", "type_k=f16,type_v=f16", None)];
+    out.push((
+        "quant+foreign".into(),
+        quant,
+        "a rotated q8_0 cache loading an f16 cache's dump of the same model".into(),
     ));
     // The iswa preset runs swa_full off with decodes that evict; llama.cpp's default is on.
     out.push((
@@ -183,8 +220,10 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
     };
     // Where the native model lacks the memory type the entry runs alone (its other oracles
     // still judge), not as an entry the differential makes unsupported.
+    // So do entries that load dumps of other configurations, which the native model does not.
     let beside_for = |d: &Domain| match (&beside, native::lacks_memory(d.setup.arch.memory())) {
         (Pairing::Native, Some(_)) => Pairing::Alone,
+        (Pairing::Native, None) if !d.setup.foreign.is_empty() => Pairing::Alone,
         _ => beside.clone(),
     };
     let mut out = Vec::new();
@@ -205,7 +244,13 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
     }
     for arch in Arch::ALL {
         let name = base_preset(arch);
-        let configs = PAIRS_EVERYWHERE.iter().copied().chain(
+        // llama_hd64 is the llama memory type again: its preset gets its own pairs only.
+        let everywhere = if arch == Arch::LlamaHd64 {
+            &[][..]
+        } else {
+            &PAIRS_EVERYWHERE[..]
+        };
+        let configs = everywhere.iter().copied().chain(
             PAIRS_PER_PRESET
                 .iter()
                 .filter(|(p, _)| *p == name)

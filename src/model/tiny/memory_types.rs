@@ -175,6 +175,7 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
     let embd = u64::from(s.n_embd);
     match s.arch {
         Arch::Llama
+        | Arch::LlamaHd64
         | Arch::MinimaxM3
         | Arch::Qwen4exp
         | Arch::Deepseek4

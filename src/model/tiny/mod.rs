@@ -134,10 +134,17 @@ impl TinyModelSpec {
     ///   n_embd 16, two query heads over MLA (`dsa`: the head and indexer widths are its own);
     ///   `deepseek32`: the same shape, every block with an indexer; `dots3note`: the same
     ///   shape, a full-attention block with the indexer and a windowed one (window 4).
+    /// - `llama_hd64`: the audit model with heads 64 wide (n_embd 128 over two query heads and
+    ///   one KV head), so that llama.cpp quantizes and rotates its K/V cache.
     pub fn for_arch(arch: Arch) -> Self {
         let audit = TinyModelSpec::audit();
         match arch {
             Arch::Llama => audit,
+            Arch::LlamaHd64 => TinyModelSpec {
+                arch,
+                n_embd: 128,
+                ..audit
+            },
             Arch::Gemma2 => TinyModelSpec {
                 arch,
                 n_layer: 2,
@@ -294,7 +301,7 @@ fn uniform_weights(seed: u64, name: &str, n: usize, fan_in: u32) -> Vec<f32> {
 fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWriter, ModelError> {
     spec.validate()?;
     match spec.arch {
-        Arch::Llama => {}
+        Arch::Llama | Arch::LlamaHd64 => {}
         Arch::MinimaxM3 => return Ok(minimax_m3::writer(spec)),
         Arch::Qwen4exp => return Ok(qwen4exp::writer(spec)),
         Arch::Deepseek4 => return Ok(deepseek4::writer(spec)),

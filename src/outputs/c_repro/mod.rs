@@ -96,6 +96,12 @@ pub fn parse_input(text: &str) -> Result<ReproInput, Error> {
         format!("line {}, column {}: {what}", e.line(), e.column())
     })?;
     check_trace_limits(&input.trace)?;
+    if let Some(f) = input.trace.setup.foreign.first() {
+        return Err(Error::input(format!(
+            "setup.foreign (slot {}: a dump saved under {}): C reproducers do not make a second context yet",
+            f.slot, f.config
+        )));
+    }
     if c_check_of(input.oracle).is_none() {
         let checked: Vec<&str> = Registry::builtin()
             .iter()

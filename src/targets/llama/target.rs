@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use super::ffi::{ContextParams, LlamaContext, LlamaShim, ShimError};
 use crate::base::cache::{CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, TargetInfo};
-use crate::base::op::{Arch, CacheType, MemoryType, Op, OpKind, Pos, SeqId, Setup};
+use crate::base::op::{Arch, CacheType, ForeignDump, MemoryType, Op, OpKind, Pos, SeqId, Setup};
 use crate::base::setting::{Key, Setting, Value};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
@@ -76,7 +76,14 @@ pub struct LlamaTarget {
     /// the queue (llama-kv-cache.cpp `seq_cp`, `clear`, `update`, both pins), so a restore would
     /// let it land in the next trial: the next reset makes a new context.
     stream_copy_pending: bool,
+    /// The target that makes the dumps of other configurations ([`Setup::foreign`]), made on
+    /// first use, and the dumps it made, most recent last (a setup's are the same every trial).
+    foreign_maker: Option<Box<LlamaTarget>>,
+    foreign_dumps: Vec<(Setup, ForeignDump, Vec<u8>)>,
 }
+
+/// How many dumps of other configurations a target keeps.
+const MAX_FOREIGN_KEPT: usize = 16;
 
 /// A context set aside by a reset to another configuration.
 struct Parked {
@@ -126,6 +133,8 @@ impl LlamaTarget {
             device_state_used: false,
             stream_copy_pending: false,
             refused: Vec::new(),
+            foreign_maker: None,
+            foreign_dumps: Vec::new(),
         }
     }
 
@@ -301,30 +310,9 @@ impl LlamaTarget {
         Ok(out)
     }
 
-    fn rebuild(&mut self, setup: &Setup) -> Result<(), HarnessError> {
-        self.ctx()?.clear(true).map_err(|e| self.harness(e))?;
-        crate::base::cache::apply_setup_ops(self, setup)?;
-        Ok(())
-    }
-}
-
-impl CacheUnderTest for LlamaTarget {
-    fn info(&self) -> TargetInfo {
-        // A source tree's shim says its label; reports want what the tree says of itself.
-        let version = match super::pins::Pin::parse(&self.label) {
-            Ok(pin) if pin.tree.is_some() => pin.version_text().ok(),
-            _ => None,
-        };
-        TargetInfo {
-            name: self.label.clone(),
-            version: version.unwrap_or_else(|| self.shim.version().to_string()),
-            faults: Vec::new(),
-            model: model_name(&self.model),
-            state_format: self.format,
-        }
-    }
-
-    fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+    /// The reset of the context and its slots to the state after `setup`'s ops (the slots of
+    /// other configurations' dumps are [`Self::fill_foreign`]'s).
+    fn reset_context(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         self.logits_valid = false;
         self.slots.clear();
         let fast = self.reset_mode == ResetMode::Restore
@@ -395,6 +383,82 @@ impl CacheUnderTest for LlamaTarget {
             }
         }
         Ok(())
+    }
+
+    /// Puts `setup`'s dumps of other configurations in their slots: each made once by a
+    /// second target (its own context of the other configuration, the setup's ops, a save) and
+    /// kept. A configuration llama.cpp refuses makes the setup unsupported.
+    fn fill_foreign(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        for f in &setup.foreign {
+            let kept = self
+                .foreign_dumps
+                .iter()
+                .find(|(s, d, _)| s == setup && d == f)
+                .map(|(_, _, b)| b.clone());
+            let bytes = match kept {
+                Some(b) => b,
+                None => {
+                    let maker_setup = f.maker(setup).map_err(|e| self.harness(e))?;
+                    if self.foreign_maker.is_none() {
+                        let mut t = self.fresh_copy();
+                        t.reset_mode = ResetMode::Rebuild;
+                        self.foreign_maker = Some(Box::new(t));
+                    }
+                    let maker = self.foreign_maker.as_mut().expect("made above");
+                    maker.reset(&maker_setup)?;
+                    let c = maker.ctx()?;
+                    let saved = match f.seq {
+                        None => c.state_get(),
+                        Some(seq) => c.state_seq_get(seq),
+                    };
+                    let b = saved.map_err(|e| {
+                        self.harness(format!(
+                            "the dump of slot {} under {}: {e:#}",
+                            f.slot, f.config
+                        ))
+                    })?;
+                    if self.foreign_dumps.len() >= MAX_FOREIGN_KEPT {
+                        self.foreign_dumps.remove(0);
+                    }
+                    self.foreign_dumps
+                        .push((setup.clone(), f.clone(), b.clone()));
+                    b
+                }
+            };
+            self.slots.save(&f.slot, bytes);
+        }
+        Ok(())
+    }
+
+    fn rebuild(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        self.ctx()?.clear(true).map_err(|e| self.harness(e))?;
+        crate::base::cache::apply_setup_ops(self, setup)?;
+        Ok(())
+    }
+}
+
+impl CacheUnderTest for LlamaTarget {
+    fn info(&self) -> TargetInfo {
+        // A source tree's shim says its label; reports want what the tree says of itself.
+        let version = match super::pins::Pin::parse(&self.label) {
+            Ok(pin) if pin.tree.is_some() => pin.version_text().ok(),
+            _ => None,
+        };
+        TargetInfo {
+            name: self.label.clone(),
+            version: version.unwrap_or_else(|| self.shim.version().to_string()),
+            faults: Vec::new(),
+            model: model_name(&self.model),
+            state_format: self.format,
+        }
+    }
+
+    fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        self.reset_context(setup)?;
+        if setup.foreign.is_empty() {
+            return Ok(());
+        }
+        self.fill_foreign(setup)
     }
 
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {

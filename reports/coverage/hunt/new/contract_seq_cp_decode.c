@@ -91,9 +91,31 @@ static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int c
     return n;
 }
 
+/* A dsv4 memory's dump (llama-kv-cache-dsv4.cpp `state_write`): magic, seq id, the dsv4 magic,
+ * version and mode, then the raw pair's base cache, which holds every cell of seq (as
+ * resident's first cache), sorted. */
+static inline int resident_dsv4(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
+    size_t at = 20; /* magic, seq id, dsv4 magic, version, mode */
+    int n = 0;
+    uint32_t n_stream = 0;
+    if (got >= 24) { memcpy(&n_stream, buf + at, 4); at += 4; }
+    for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+        uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+        if (count == 0) continue;
+        n = read_cells(buf, got, &at, count, out, n, cap);
+        break;
+    }
+    free(buf);
+    qsort(out, n, sizeof out[0], cmp_int);
+    return n;
+}
+
 /* Skips one stream's K and V data of an attention cache (v_trans, n_layer, the n_rot fields of
- * state format 4, then per layer K rows and V rows or transposed V elements). */
-static inline void skip_kv_data(const uint8_t *buf, size_t got, size_t *at, uint32_t count) {
+ * state format 4, then per layer K rows and, unless k_only (an MLA model's caches keep no V),
+ * V rows or transposed V elements). */
+static inline void skip_cache_data(const uint8_t *buf, size_t got, size_t *at, uint32_t count, int k_only) {
     uint32_t v_trans = 0, n_layer = 0;
     if (*at + 8 > got) { *at = got; return; }
     memcpy(&v_trans, buf + *at, 4); memcpy(&n_layer, buf + *at + 4, 4); *at += 8;
@@ -103,11 +125,15 @@ static inline void skip_kv_data(const uint8_t *buf, size_t got, size_t *at, uint
     for (uint32_t l = 0; l < n_layer && *at + 12 <= got; l++) { /* K */
         uint64_t row; memcpy(&row, buf + *at + 4, 8); *at += 12 + (size_t)(row * count);
     }
-    for (uint32_t l = 0; l < n_layer && *at + 12 <= got; l++) { /* V */
+    for (uint32_t l = 0; !k_only && l < n_layer && *at + 12 <= got; l++) { /* V */
         if (!v_trans) { uint64_t row; memcpy(&row, buf + *at + 4, 8); *at += 12 + (size_t)(row * count); }
         else { uint32_t el, n_embd; memcpy(&el, buf + *at + 4, 4); memcpy(&n_embd, buf + *at + 8, 4);
                *at += 12 + (size_t)el * n_embd * count; }
     }
+}
+
+static inline void skip_kv_data(const uint8_t *buf, size_t got, size_t *at, uint32_t count) {
+    skip_cache_data(buf, got, at, count, 0);
 }
 
 /* The positions present for seq in a recurrent memory's dump (magic, seq id, then the
@@ -153,9 +179,9 @@ static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, i
     return m;
 }
 
-/* An iSWA memory's dump: the base cache's positions for seq into base (*nb), the windowed
- * cache's into win; returns the windowed count. Both sorted. */
-static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+/* A dump of two attention caches: the first cache's positions for seq into base (*nb), the
+ * second's into win; returns the second count. Both sorted. k_only: K records only (DSA). */
+static inline int resident_pair(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap, int k_only) {
     size_t got = 0;
     uint8_t *buf = dump_seq(ctx, seq, &got);
     size_t at = 8;
@@ -168,13 +194,23 @@ static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int
             uint32_t count; memcpy(&count, buf + at, 4); at += 4;
             if (count == 0) continue;
             counts[part] = read_cells(buf, got, &at, count, out, counts[part], cap);
-            skip_kv_data(buf, got, &at, count);
+            skip_cache_data(buf, got, &at, count, k_only);
         }
         qsort(out, counts[part], sizeof out[0], cmp_int);
     }
     free(buf);
     *nb = counts[0];
     return counts[1];
+}
+
+/* An iSWA memory's dump: the base cache into base (*nb), the windowed cache into win. */
+static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    return resident_pair(ctx, seq, base, nb, win, cap, 0);
+}
+
+/* A DSA memory's dump: the K-only MLA cache into base (*nb), the indexer key cache into win. */
+static inline int resident_dsa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    return resident_pair(ctx, seq, base, nb, win, cap, 1);
 }
 
 /* A hybrid-iSWA memory's dump: the iSWA pair (as resident_iswa), then the recurrent cells.

@@ -3,8 +3,8 @@
  *   {"op":"decode","seq":1,"n":6}
  *   {"op":"decode","seq":0,"n":250}
  * Ops (checked after op 2):
- *   {"op":"seq_cp","src":1,"dst":0,"p0":0,"p1":1}
- *   {"op":"seq_rm","seq":0,"p0":-1,"p1":6}
+ *   {"op":"seq_cp","src":1,"dst":0,"p0":-1,"p1":1}
+ *   {"op":"seq_rm","seq":0,"p0":-1,"p1":235}
  * Model: a lfm2_swa GGUF (hybrid_iswa memory); kvaudit writes the tiny one it ran: kvaudit model --arch lfm2_swa --out tiny-lfm2_swa.gguf
  *
  * Build: cc -std=gnu11 repro.c -I LLAMA/include -I LLAMA/ggml/include LIBLLAMA_AND_GGML -lstdc++ -lpthread -lm
@@ -92,9 +92,31 @@ static int resident(struct llama_context *ctx, llama_seq_id seq, int *out, int c
     return n;
 }
 
+/* A dsv4 memory's dump (llama-kv-cache-dsv4.cpp `state_write`): magic, seq id, the dsv4 magic,
+ * version and mode, then the raw pair's base cache, which holds every cell of seq (as
+ * resident's first cache), sorted. */
+static inline int resident_dsv4(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+    size_t got = 0;
+    uint8_t *buf = dump_seq(ctx, seq, &got);
+    size_t at = 20; /* magic, seq id, dsv4 magic, version, mode */
+    int n = 0;
+    uint32_t n_stream = 0;
+    if (got >= 24) { memcpy(&n_stream, buf + at, 4); at += 4; }
+    for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
+        uint32_t count; memcpy(&count, buf + at, 4); at += 4;
+        if (count == 0) continue;
+        n = read_cells(buf, got, &at, count, out, n, cap);
+        break;
+    }
+    free(buf);
+    qsort(out, n, sizeof out[0], cmp_int);
+    return n;
+}
+
 /* Skips one stream's K and V data of an attention cache (v_trans, n_layer, the n_rot fields of
- * state format 4, then per layer K rows and V rows or transposed V elements). */
-static inline void skip_kv_data(const uint8_t *buf, size_t got, size_t *at, uint32_t count) {
+ * state format 4, then per layer K rows and, unless k_only (an MLA model's caches keep no V),
+ * V rows or transposed V elements). */
+static inline void skip_cache_data(const uint8_t *buf, size_t got, size_t *at, uint32_t count, int k_only) {
     uint32_t v_trans = 0, n_layer = 0;
     if (*at + 8 > got) { *at = got; return; }
     memcpy(&v_trans, buf + *at, 4); memcpy(&n_layer, buf + *at + 4, 4); *at += 8;
@@ -104,11 +126,15 @@ static inline void skip_kv_data(const uint8_t *buf, size_t got, size_t *at, uint
     for (uint32_t l = 0; l < n_layer && *at + 12 <= got; l++) { /* K */
         uint64_t row; memcpy(&row, buf + *at + 4, 8); *at += 12 + (size_t)(row * count);
     }
-    for (uint32_t l = 0; l < n_layer && *at + 12 <= got; l++) { /* V */
+    for (uint32_t l = 0; !k_only && l < n_layer && *at + 12 <= got; l++) { /* V */
         if (!v_trans) { uint64_t row; memcpy(&row, buf + *at + 4, 8); *at += 12 + (size_t)(row * count); }
         else { uint32_t el, n_embd; memcpy(&el, buf + *at + 4, 4); memcpy(&n_embd, buf + *at + 8, 4);
                *at += 12 + (size_t)el * n_embd * count; }
     }
+}
+
+static inline void skip_kv_data(const uint8_t *buf, size_t got, size_t *at, uint32_t count) {
+    skip_cache_data(buf, got, at, count, 0);
 }
 
 /* The positions present for seq in a recurrent memory's dump (magic, seq id, then the
@@ -154,9 +180,9 @@ static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, i
     return m;
 }
 
-/* An iSWA memory's dump: the base cache's positions for seq into base (*nb), the windowed
- * cache's into win; returns the windowed count. Both sorted. */
-static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+/* A dump of two attention caches: the first cache's positions for seq into base (*nb), the
+ * second's into win; returns the second count. Both sorted. k_only: K records only (DSA). */
+static inline int resident_pair(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap, int k_only) {
     size_t got = 0;
     uint8_t *buf = dump_seq(ctx, seq, &got);
     size_t at = 8;
@@ -169,13 +195,23 @@ static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int
             uint32_t count; memcpy(&count, buf + at, 4); at += 4;
             if (count == 0) continue;
             counts[part] = read_cells(buf, got, &at, count, out, counts[part], cap);
-            skip_kv_data(buf, got, &at, count);
+            skip_cache_data(buf, got, &at, count, k_only);
         }
         qsort(out, counts[part], sizeof out[0], cmp_int);
     }
     free(buf);
     *nb = counts[0];
     return counts[1];
+}
+
+/* An iSWA memory's dump: the base cache into base (*nb), the windowed cache into win. */
+static inline int resident_iswa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    return resident_pair(ctx, seq, base, nb, win, cap, 0);
+}
+
+/* A DSA memory's dump: the K-only MLA cache into base (*nb), the indexer key cache into win. */
+static inline int resident_dsa(struct llama_context *ctx, llama_seq_id seq, int *base, int *nb, int *win, int cap) {
+    return resident_pair(ctx, seq, base, nb, win, cap, 1);
 }
 
 /* A hybrid-iSWA memory's dump: the iSWA pair (as resident_iswa), then the recurrent cells.
@@ -297,10 +333,10 @@ int main(int argc, char **argv) {
         int rc = decode(ctx, 250, toks, NULL, 1, seqs);
         printf("  llama_decode returned %d\n", rc);
     }
-    printf("%s: %s\n", "op 1", "llama_memory_seq_cp(mem, 1, 0, 0, 1)");
-    llama_memory_seq_cp(mem, 1, 0, 0, 1);
-    printf("%s: %s\n", "op 2", "llama_memory_seq_rm(mem, 0, -1, 6)");
-    last_returned = llama_memory_seq_rm(mem, 0, -1, 6);
+    printf("%s: %s\n", "op 1", "llama_memory_seq_cp(mem, 1, 0, -1, 1)");
+    llama_memory_seq_cp(mem, 1, 0, -1, 1);
+    printf("%s: %s\n", "op 2", "llama_memory_seq_rm(mem, 0, -1, 235)");
+    last_returned = llama_memory_seq_rm(mem, 0, -1, 235);
     printf("  returned %s\n", last_returned ? "true" : "false");
     int reproduced = 0;
     (void)last_returned; (void)last_read;
