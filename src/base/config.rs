@@ -202,7 +202,9 @@ impl Arch {
             | Arch::Lfm2Swa
             | Arch::MinimaxM3
             | Arch::GlmDsa
-            | Arch::Deepseek32 => true,
+            | Arch::Deepseek32
+            | Arch::Dots3note
+            | Arch::LlamaHd64 => true,
         }
     }
 

@@ -157,6 +157,9 @@ impl Oracle for ConfigDifferential {
                 target: "native[streams_rm_whole] vs kv_unified=false (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/config_differential_streams_rm_whole_hybrid_idx.json",
+            },
+            PositiveControl {
+                fault: "streams_rm_whole",
                 target: "native[streams_rm_whole] vs kv_unified=false (arch=dots3note)",
                 seed_depth: None,
                 evidence: "oracles/config_differential_streams_rm_whole_dsa_iswa.json",

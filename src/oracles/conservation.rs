@@ -117,6 +117,9 @@ impl Oracle for Conservation {
                 target: "native[orphan_cell] (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/conservation_orphan_cell_hybrid_idx.json",
+            },
+            PositiveControl {
+                fault: "orphan_cell",
                 target: "native[orphan_cell] (domain dsa_iswa)",
                 seed_depth: None,
                 evidence: "oracles/conservation_orphan_cell_dsa_iswa.json",

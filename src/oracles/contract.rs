@@ -770,6 +770,8 @@ impl Oracle for ContractQuestion {
                 target: "native[recurrent_rm_false_changes] (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/contract_question_recurrent_rm_false_changes_hybrid_idx.json",
+            },
+            PositiveControl {
                 fault: "none: llama.cpp's unspecified behaviours",
                 target: "native (domain dsa_iswa)",
                 seed_depth: None,

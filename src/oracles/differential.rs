@@ -135,6 +135,9 @@ impl Oracle for Differential {
                 target: "native vs native[seq_rm_off_by_one] (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/differential_seq_rm_off_by_one_hybrid_idx.json",
+            },
+            PositiveControl {
+                fault: "seq_rm_off_by_one",
                 target: "native vs native[seq_rm_off_by_one] (domain dsa_iswa)",
                 seed_depth: None,
                 evidence: "oracles/differential_seq_rm_off_by_one_dsa_iswa.json",

@@ -186,6 +186,8 @@ impl Oracle for FailedRestore {
                 target: "native[failed_seq_load_clears_all] (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/failed_restore_clears_all_hybrid_idx.json",
+            },
+            PositiveControl {
                 fault: "none: the windowed part fails after the DSA part loaded",
                 target: "native (domain dsa_iswa, loads cut at 200)",
                 seed_depth: None,

@@ -145,6 +145,8 @@ impl Oracle for I1 {
                 target: "native[hybrid_rm_one_side] (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/i1_hybrid_rm_one_side_hybrid_idx.json",
+            },
+            PositiveControl {
                 fault: "seq_add_stale_index",
                 target: "native[seq_add_stale_index] (domain dsa_iswa)",
                 seed_depth: None,

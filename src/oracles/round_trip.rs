@@ -191,6 +191,9 @@ impl Oracle for RoundTripOracle {
                 target: "native[restore_drops_last_cell] (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/round_trip_restore_drops_last_cell_hybrid_idx.json",
+            },
+            PositiveControl {
+                fault: "restore_drops_last_cell",
                 target: "native[restore_drops_last_cell] (domain dsa_iswa)",
                 seed_depth: None,
                 evidence: "oracles/round_trip_restore_drops_last_cell_dsa_iswa.json",

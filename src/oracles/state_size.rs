@@ -218,6 +218,9 @@ impl Oracle for StateSize {
                 target: "native[seq_size_scales_with_n_seq_max] (arch=qwen4exp)",
                 seed_depth: None,
                 evidence: "oracles/state_size_scales_with_n_seq_max_hybrid_idx.json",
+            },
+            PositiveControl {
+                fault: "seq_size_scales_with_n_seq_max",
                 target: "native[seq_size_scales_with_n_seq_max] (domain dsa_iswa)",
                 seed_depth: None,
                 evidence: "oracles/state_size_scales_with_n_seq_max_dsa_iswa.json",
