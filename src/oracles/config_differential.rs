@@ -152,6 +152,12 @@ impl Oracle for ConfigDifferential {
                 seed_depth: None,
                 evidence: "oracles/config_differential_streams_rm_whole_msa.json",
             },
+            PositiveControl {
+                fault: "streams_rm_whole",
+                target: "native[streams_rm_whole] vs kv_unified=false (arch=glm-dsa)",
+                seed_depth: None,
+                evidence: "oracles/config_differential_streams_rm_whole_dsa.json",
+            },
         ]
     }
 
