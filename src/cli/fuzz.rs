@@ -63,6 +63,10 @@ pub struct FuzzArgs {
     /// Draw state saves and loads (sequences and the whole context) too.
     #[arg(long)]
     state: bool,
+    /// Draw whole-sequence copies only (`seq_cp(src, dst, -1, -1)`), for a memory whose range
+    /// copy is a known abort (dsv4); recorded in the report's generator.
+    #[arg(long)]
+    whole_copies: bool,
     /// Failures of one signature (oracle, kind, op at the failing step) to shrink; later ones
     /// are counted against the first one's finding.
     #[arg(long, default_value_t = 1)]
@@ -298,6 +302,7 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         gen.setup = with_config(&gen.setup, c)?;
     }
     gen.state = a.state;
+    gen.whole_copies = a.whole_copies;
     gen.validate().map_err(CliError::usage)?;
     a.target.check()?;
     let (oracles, theorems) = parse_oracles(&a.oracles).map_err(CliError::usage)?;

@@ -182,6 +182,12 @@ impl Oracle for CacheInvisible {
                 seed_depth: None,
                 evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid_idx.json",
             },
+            PositiveControl {
+                fault: "llama.cpp's own: a pending seq_cp of the compressed parts copies zeros after seq_rm of the source",
+                target: "llama.cpp@0.1.161 (arch=deepseek4)",
+                seed_depth: None,
+                evidence: "oracles/cache_invisible_dsv4_seq_cp_then_seq_rm.json",
+            },
         ]
     }
 

@@ -164,6 +164,12 @@ impl Oracle for ConfigDifferential {
                 seed_depth: None,
                 evidence: "oracles/config_differential_streams_rm_whole_dsa_iswa.json",
             },
+            PositiveControl {
+                fault: "streams_rm_whole",
+                target: "native[streams_rm_whole] vs kv_unified=false (arch=glm-dsa)",
+                seed_depth: None,
+                evidence: "oracles/config_differential_streams_rm_whole_dsa.json",
+            },
         ]
     }
 

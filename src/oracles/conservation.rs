@@ -124,6 +124,18 @@ impl Oracle for Conservation {
                 seed_depth: None,
                 evidence: "oracles/conservation_orphan_cell_dsa_iswa.json",
             },
+            PositiveControl {
+                fault: "orphan_cell",
+                target: "native[orphan_cell] (arch=glm-dsa)",
+                seed_depth: None,
+                evidence: "oracles/conservation_orphan_cell_dsa.json",
+            },
+            PositiveControl {
+                fault: "llama.cpp's own: a whole load cut inside a cell's sequence ids leaves a cell of no sequence",
+                target: "llama.cpp@0.1.161 (arch=deepseek4)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
+            },
         ]
     }
 

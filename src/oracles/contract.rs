@@ -777,6 +777,18 @@ impl Oracle for ContractQuestion {
                 seed_depth: None,
                 evidence: "oracles/contract_question_dsa_iswa.json",
             },
+            PositiveControl {
+                fault: "none: seq_add of a cell shared by a copy",
+                target: "native (arch=glm-dsa)",
+                seed_depth: None,
+                evidence: "oracles/contract_question_shared_shift_dsa.json",
+            },
+            PositiveControl {
+                fault: "none: a whole seq_cp into a non-empty destination replaces it",
+                target: "llama.cpp@0.1.161 (arch=deepseek4)",
+                seed_depth: None,
+                evidence: "oracles/contract_question_dsv4.json",
+            },
         ]
     }
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -142,6 +142,18 @@ impl Oracle for Differential {
                 seed_depth: None,
                 evidence: "oracles/differential_seq_rm_off_by_one_dsa_iswa.json",
             },
+            PositiveControl {
+                fault: "seq_rm_off_by_one",
+                target: "native vs native[seq_rm_off_by_one] (arch=glm-dsa)",
+                seed_depth: None,
+                evidence: "oracles/differential_seq_rm_off_by_one_dsa.json",
+            },
+            PositiveControl {
+                fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
+                target: "llama.cpp@0.1.156 vs llama.cpp@0.1.161 (arch=deepseek4)",
+                seed_depth: None,
+                evidence: "oracles/differential_dsv4_0156_vs_0161.json",
+            },
         ]
     }
 

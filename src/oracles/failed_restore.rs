@@ -193,6 +193,12 @@ impl Oracle for FailedRestore {
                 seed_depth: None,
                 evidence: "oracles/failed_restore_dsa_iswa_windowed_part_keeps_the_dsa_part.json",
             },
+            PositiveControl {
+                fault: "llama.cpp's own: a load cut inside the raw pair's base cache keeps the windowed cache",
+                target: "llama.cpp@0.1.161 (arch=deepseek4)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
+            },
         ]
     }
 

@@ -152,6 +152,18 @@ impl Oracle for I1 {
                 seed_depth: None,
                 evidence: "oracles/i1_seq_add_stale_index_dsa_iswa.json",
             },
+            PositiveControl {
+                fault: "seq_add_stale_index",
+                target: "native[seq_add_stale_index] (arch=glm-dsa)",
+                seed_depth: None,
+                evidence: "oracles/i1_seq_add_stale_index_dsa.json",
+            },
+            PositiveControl {
+                fault: "llama.cpp's own: a load cut inside the raw pair's base cache keeps the windowed cache",
+                target: "llama.cpp@0.1.161 (arch=deepseek4)",
+                seed_depth: None,
+                evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
+            },
         ]
     }
 

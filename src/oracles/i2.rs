@@ -110,6 +110,18 @@ impl Oracle for I2 {
                 seed_depth: None,
                 evidence: "oracles/i2_interior_seq_rm_dsa_iswa.json",
             },
+            PositiveControl {
+                fault: "none: interior seq_rm",
+                target: "native (arch=glm-dsa)",
+                seed_depth: None,
+                evidence: "oracles/i2_interior_seq_rm_dsa.json",
+            },
+            PositiveControl {
+                fault: "none: seq_add on the memory that cannot shift still moves the raw cells",
+                target: "llama.cpp@0.1.161 (arch=deepseek4)",
+                seed_depth: None,
+                evidence: "oracles/i2_dsv4_seq_add_hole.json",
+            },
         ]
     }
 

@@ -198,6 +198,18 @@ impl Oracle for RoundTripOracle {
                 seed_depth: None,
                 evidence: "oracles/round_trip_restore_drops_last_cell_dsa_iswa.json",
             },
+            PositiveControl {
+                fault: "restore_drops_last_cell",
+                target: "native[restore_drops_last_cell] (arch=glm-dsa)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_restore_drops_last_cell_dsa.json",
+            },
+            PositiveControl {
+                fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
+                target: "llama.cpp@0.1.156 (arch=deepseek4)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
+            },
         ]
     }
 

@@ -181,6 +181,12 @@ impl Oracle for RoundTripLogits {
                 seed_depth: None,
                 evidence: "oracles/round_trip_logits_save_drops_state_hybrid_idx.json",
             },
+            PositiveControl {
+                fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
+                target: "llama.cpp@0.1.156 (arch=deepseek4)",
+                seed_depth: None,
+                evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
+            },
         ]
     }
 

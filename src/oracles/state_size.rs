@@ -225,6 +225,12 @@ impl Oracle for StateSize {
                 seed_depth: None,
                 evidence: "oracles/state_size_scales_with_n_seq_max_dsa_iswa.json",
             },
+            PositiveControl {
+                fault: "seq_size_scales_with_n_seq_max",
+                target: "native[seq_size_scales_with_n_seq_max] (arch=glm-dsa)",
+                seed_depth: None,
+                evidence: "oracles/state_size_scales_with_n_seq_max_dsa.json",
+            },
         ]
     }
 

@@ -45,6 +45,11 @@ pub struct GenConfig {
     /// slots, and of the whole context.
     #[serde(default, skip_serializing_if = "is_false")]
     pub state: bool,
+    /// Draw whole-sequence copies only (`seq_cp(src, dst, -1, -1)`): for a memory whose range
+    /// copy is a known abort (dsv4's `GGML_ASSERT`, `corpora/crash_dsv4_partial_seq_cp_aborts.json`)
+    /// a run would otherwise end most cases there (`kvaudit fuzz --whole-copies`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub whole_copies: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -77,6 +82,7 @@ impl GenConfig {
             theorems: Vec::new(),
             window: None,
             state: false,
+            whole_copies: false,
         }
     }
 

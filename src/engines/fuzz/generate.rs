@@ -85,7 +85,9 @@ fn range(g: &GenConfig) -> BoxedStrategy<(Pos, Pos)> {
 /// only copies whole sequences between streams (a partial copy is a known abort that would end
 /// nearly every case): then whole copies, and a partial one in ten.
 fn copy_range(g: &GenConfig) -> BoxedStrategy<(Pos, Pos)> {
-    if g.setup.kv_unified {
+    if g.whole_copies {
+        Just((-1, -1)).boxed()
+    } else if g.setup.kv_unified {
         range(g)
     } else {
         prop_oneof![9 => Just((-1, -1)), 1 => range(g)].boxed()

@@ -434,9 +434,9 @@ impl Mutator {
 
     /// Whether `op`'s range may be made partial: not a `seq_cp` with one stream per sequence,
     /// where llama.cpp copies whole sequences only (a partial copy is a known abort, as
-    /// `generate::copy_range` has it).
+    /// `generate::copy_range` has it), nor any `seq_cp` under `whole_copies`.
     fn partial_range_allowed(&self, op: &Op) -> bool {
-        self.gen.setup.kv_unified || op.kind() != OpKind::SeqCp
+        op.kind() != OpKind::SeqCp || (self.gen.setup.kv_unified && !self.gen.whole_copies)
     }
 
     /// The next position of the setup's sequence (the tokens its decodes put there).
@@ -735,7 +735,7 @@ impl Mutator {
             Op::SeqCp { src, dst, p0, p1 } => match below(runner, 3) {
                 0 if *src != last => *dst = last,
                 0 => std::mem::swap(src, dst),
-                _ if g.setup.kv_unified => range(p0, p1, runner),
+                _ if g.setup.kv_unified && !g.whole_copies => range(p0, p1, runner),
                 _ => {}
             },
             Op::SeqAdd {

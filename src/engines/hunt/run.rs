@@ -111,11 +111,16 @@ pub fn shard_entries(plan: &[PlanEntry], shard: Shard) -> Vec<(usize, &PlanEntry
 }
 
 /// The generator of an entry's fuzzing: the domain's setup, its state ops if it has them,
-/// positions up to just beyond its ranges, decodes up to its longest (capped).
+/// positions up to just beyond its ranges, decodes up to its longest (capped), whole copies only
+/// where the domain copies whole sequences only (the memories whose range copy aborts).
 fn generator_for(d: &Domain) -> GenConfig {
     let mut gen = GenConfig::with_max_len(FUZZ_MAX_LEN);
     gen.setup = d.setup.clone();
     gen.state = d.state;
+    gen.whole_copies = d
+        .copy_ranges
+        .as_ref()
+        .is_some_and(|r| r.iter().all(|&[p0, p1]| p0 <= 0 && p1 < 0));
     let top = d.ranges.iter().flatten().copied().max().unwrap_or(0);
     gen.pos_cap = gen.pos_cap.max(top + 4);
     let longest = d.decode_next.iter().copied().max().unwrap_or(1);
