@@ -56,6 +56,7 @@ $k fuzz --target "$t" --config arch=minimax-m3,flash_attn=on,kv_unified=false,ty
 # dsv4 (deepseek4, issue 24): 0.1.161; 0.1.156, whose state_read clears every sequence's
 # compressed K caches (#26790, fixed by 0.1.157); 0.1.154, the oldest pin with
 # llama_kv_cache_dsv4. The fuzz runs take deepseek4 under the dsv4 preset's configuration (F32 K,
+# whole copies only: a range copy is the known abort of corpora/crash_dsv4_partial_seq_cp_aborts.json,
 # so that the logits probes are judged) with the state ops.
 for pin in 0.1.161 0.1.156 0.1.154; do
   t="llama.cpp@$pin"
@@ -64,7 +65,7 @@ for pin in 0.1.161 0.1.156 0.1.154; do
   run "$t-dsv4-logits-d2" --target "$t" --domain dsv4 --depth 2 \
     --oracles I1,I2,crash,conservation,round-trip,contract,contract?,cache-invisible,round-trip-logits,save-load-invisible,state-size,failed-restore
   $k fuzz --target "$t" --config arch=deepseek4,kv_unified=false,type_k=f32,type_v=f32 --state \
-    --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-deepseek4.json" >/dev/null || [ $? -eq 1 ]
+    --whole-copies --seed 1 --cases 300 --no-repros -q --out "$out/$t-fuzz-deepseek4.json" >/dev/null || [ $? -eq 1 ]
 done
 # llama_memory_hybrid_idx (qwen4exp, issue 24): 0.1.161 and 0.1.157, the oldest pin with the
 # class; alone and against the native model (its dump in llama.cpp's layout: cell exts, a
