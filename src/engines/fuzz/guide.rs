@@ -676,7 +676,12 @@ impl Mutator {
                 if let Some(seq) = first_seq(&ops[at]) {
                     retarget(&mut new, seq, self.gen.n_seqs());
                 }
-                if let (Some(old), Some(range)) = (range_of(&ops[at]), range_mut(&mut new)) {
+                // The old op's range is kept only where the new kind may take any range (a
+                // retyped seq_rm's range would make a range copy out of a whole one).
+                let keep_range = self.partial_range_allowed(&new);
+                if let (Some(old), Some(range), true) =
+                    (range_of(&ops[at]), range_mut(&mut new), keep_range)
+                {
                     *range.0 = old.0;
                     *range.1 = old.1;
                 }

@@ -746,6 +746,36 @@ mod tests {
     }
 
     #[test]
+    fn whole_copies_draws_no_range_copy_fresh_or_mutated() {
+        let mut g = GenConfig::with_max_len(40);
+        g.whole_copies = true;
+        let whole = |t: &Trace| {
+            t.ops.iter().all(|op| match op {
+                Op::SeqCp { p0, p1, .. } => *p0 <= 0 && *p1 < 0,
+                _ => true,
+            })
+        };
+        let queue: Vec<Trace> = (0..30).map(|c| generate(&g, 2, c)).collect();
+        assert!(queue.iter().all(whole));
+        let copies: usize = queue
+            .iter()
+            .map(|t| {
+                t.ops
+                    .iter()
+                    .filter(|o| matches!(o, Op::SeqCp { .. }))
+                    .count()
+            })
+            .sum();
+        assert!(copies > 30, "copies drawn: {copies}");
+        let mutator = guide::Mutator::new(&g);
+        let mut runner = case_runner(2, 0);
+        for k in 0..200 {
+            let child = mutator.child(&queue, k % queue.len(), &mut runner);
+            assert!(whole(&child), "{child}");
+        }
+    }
+
+    #[test]
     fn arbitrary_traces_are_deterministic_and_in_domain() {
         let data: Vec<u8> = (0..4096u32)
             .map(|i| (i.wrapping_mul(2_654_435_761u32) >> 13) as u8)
