@@ -586,16 +586,22 @@ impl DepthWork<'_> {
                     if self.stopping() {
                         break 'pieces;
                     }
+                    // The next request is built before the previous batch is waited for: the
+                    // worker then waits only for it to be written.
+                    let a_prepared = a.prepare_batch_last(std::mem::replace(
+                        &mut batch,
+                        Vec::with_capacity(self.cfg.batch),
+                    ));
                     let finished = in_flight
                         .take()
                         .map(|f| self.finish(f, a, b.as_deref_mut()))
                         .transpose()?;
-                    let a_started = a.start_batch_last(std::mem::replace(
-                        &mut batch,
-                        Vec::with_capacity(self.cfg.batch),
-                    ))?;
+                    let a_started = a.start_batch_last(a_prepared)?;
                     let b_started = match b.as_deref_mut() {
-                        Some(b) => Some(b.start_batch_last(a_started.traces.clone())?),
+                        Some(b) => {
+                            let prepared = b.prepare_batch_last(a_started.traces.clone());
+                            Some(b.start_batch_last(prepared)?)
+                        }
                         None => None,
                     };
                     in_flight = Some(InFlight {

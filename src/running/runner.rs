@@ -130,13 +130,24 @@ pub trait TrialRunner: Send {
         Ok(runs)
     }
 
-    /// [`TrialRunner::run_batch_last`] in two halves, so that a caller can judge the previous
-    /// batch while a target in another process runs this one: this half hands `traces` over and
-    /// returns; [`TrialRunner::finish_batch_last`] waits for the results. One batch at a time:
-    /// finish a batch before starting the next. By default nothing runs until the finish.
-    fn start_batch_last(&mut self, traces: Vec<Trace>) -> Result<StartedBatch, HarnessError> {
-        Ok(StartedBatch {
+    /// The first of [`TrialRunner::run_batch_last`]'s three parts: `traces` made ready to hand
+    /// over (a worker runner writes its request here), so that a caller can prepare the next
+    /// batch while the previous one runs and hand it over the moment that one is finished.
+    /// By default nothing is prepared.
+    fn prepare_batch_last(&mut self, traces: Vec<Trace>) -> PreparedBatch {
+        PreparedBatch {
             traces,
+            request: None,
+        }
+    }
+
+    /// The second part, so that a caller can judge the previous batch while a target in another
+    /// process runs this one: this hands the prepared batch over and returns;
+    /// [`TrialRunner::finish_batch_last`] waits for the results. One batch at a time: finish a
+    /// batch before starting the next. By default nothing runs until the finish.
+    fn start_batch_last(&mut self, batch: PreparedBatch) -> Result<StartedBatch, HarnessError> {
+        Ok(StartedBatch {
+            traces: batch.traces,
             sent: false,
         })
     }
@@ -149,6 +160,15 @@ pub trait TrialRunner: Send {
         let runs = self.run_batch_last(&batch.traces)?;
         Ok((batch.traces, runs))
     }
+}
+
+/// A batch made ready by [`TrialRunner::prepare_batch_last`], not handed over yet.
+#[must_use = "start the batch with TrialRunner::start_batch_last"]
+pub struct PreparedBatch {
+    /// The traces, in order.
+    pub traces: Vec<Trace>,
+    /// What the runner will send its target, built ahead (a worker's request line).
+    pub(crate) request: Option<Vec<u8>>,
 }
 
 /// A batch handed to a runner by [`TrialRunner::start_batch_last`], not finished yet.

@@ -279,7 +279,9 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], ParseError> {
+    // `what` names the field for the error only: a `format_args!` is formatted on failure
+    // alone (formatting every record's labels cost a worker more than reading its fields).
+    fn take(&mut self, n: usize, what: impl std::fmt::Display) -> Result<&'a [u8], ParseError> {
         if self.bytes.len() - self.at < n {
             return Err(ParseError {
                 offset: self.at,
@@ -294,19 +296,19 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32, ParseError> {
+    fn u32(&mut self, what: impl std::fmt::Display) -> Result<u32, ParseError> {
         Ok(u32::from_le_bytes(
             self.take(4, what)?.try_into().expect("4 bytes"),
         ))
     }
 
-    fn i32(&mut self, what: &str) -> Result<i32, ParseError> {
+    fn i32(&mut self, what: impl std::fmt::Display) -> Result<i32, ParseError> {
         Ok(i32::from_le_bytes(
             self.take(4, what)?.try_into().expect("4 bytes"),
         ))
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, ParseError> {
+    fn u64(&mut self, what: impl std::fmt::Display) -> Result<u64, ParseError> {
         Ok(u64::from_le_bytes(
             self.take(8, what)?.try_into().expect("8 bytes"),
         ))
@@ -458,8 +460,8 @@ fn parse_rows<'a>(
     cell_count: usize,
     what: &str,
 ) -> Result<LayerRows<'a>, ParseError> {
-    let ggml_type = r.i32(&format!("{what} type"))?;
-    let row_bytes = r.u64(&format!("{what} row bytes"))?;
+    let ggml_type = r.i32(format_args!("{what} type"))?;
+    let row_bytes = r.u64(format_args!("{what} row bytes"))?;
     let n = row_bytes
         .checked_mul(cell_count as u64)
         .filter(|&n| n <= r.bytes.len() as u64);
@@ -469,7 +471,7 @@ fn parse_rows<'a>(
             format!("{cell_count} {what} rows of {row_bytes} bytes"),
         );
     };
-    let data = r.take(n as usize, &format!("{what} rows"))?;
+    let data = r.take(n as usize, format_args!("{what} rows"))?;
     Ok(LayerRows {
         ggml_type,
         row_bytes,

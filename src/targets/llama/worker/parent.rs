@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use super::last_words::{blamed_observation, crash_end, crash_marker, Marker};
 use super::wire::{
-    parse_reply_frame, read_frame_limited, whole_frame_buffered, FrameRead, Reply, Request,
-    WireError, DIED_MARKER, MAX_REPLY_FRAME_BYTES,
+    parse_reply_frame_shared, read_frame_limited, whole_frame_buffered, FrameRead, Reply, Request,
+    StepCache, WireError, DIED_MARKER, MAX_REPLY_FRAME_BYTES, REPLY_GROUP,
 };
 use super::WorkerSpec;
 use crate::base::cache::{HarnessError, Observation, TargetInfo};
 use crate::base::op::{Op, Setup, Trace};
 use crate::running::runner::{
-    ObservationCrash, Skipped, StartedBatch, TrialEnd, TrialRun, TrialRunner,
+    ObservationCrash, PreparedBatch, Skipped, StartedBatch, TrialEnd, TrialRun, TrialRunner,
 };
 use crate::targets::llama::startup::mark;
 use crate::targets::llama::sys;
@@ -271,11 +271,18 @@ impl WorkerRunner {
             // on this thread, into one reused buffer, each at most MAX_REPLY_FRAME_BYTES long.
             let mut reader = BufReader::with_capacity(1 << 16, stdout);
             let mut frame = Vec::new();
+            // The steps this worker sent, by their bytes: a step sent again is handed on as
+            // the observation decoded the first time (see `wire`'s `StepCache`).
+            let mut steps = StepCache::default();
             loop {
-                let mut group = Vec::new();
+                // A group's replies without growing the vector (each growth was a fresh
+                // allocation of the reader's, for every group).
+                let mut group = Vec::with_capacity(REPLY_GROUP);
                 loop {
                     match read_frame_limited(&mut reader, &mut frame, MAX_REPLY_FRAME_BYTES) {
-                        Ok(FrameRead::Frame) => group.push(parse_reply_frame(&frame)),
+                        Ok(FrameRead::Frame) => {
+                            group.push(parse_reply_frame_shared(&frame, &mut steps))
+                        }
                         Ok(FrameRead::TooLong) => group.push(Err(WireError::TooLong {
                             what: "reply",
                             limit: MAX_REPLY_FRAME_BYTES,
@@ -427,19 +434,28 @@ impl WorkerRunner {
         flush_each: bool,
         retire: bool,
     ) -> Result<(), HarnessError> {
-        if self.worker.is_none() {
-            self.start()?;
-        }
-        if !traces.is_empty() {
-            self.child_fresh = false;
-        }
-        let w = self.worker.as_mut().expect("started");
+        let mut line = std::mem::take(&mut self.line);
         Request::new(traces, last_only, flush_each)
             .skipping(&self.skipped)
             .retiring(retire)
-            .write_line(&mut self.line);
+            .write_line(&mut line);
+        let written = self.write_line(&line, !traces.is_empty());
+        self.line = line;
+        written
+    }
+
+    /// Starts the worker if needed and writes `line`, a request (for at least one trace when
+    /// `traces`).
+    fn write_line(&mut self, line: &[u8], traces: bool) -> Result<(), HarnessError> {
+        if self.worker.is_none() {
+            self.start()?;
+        }
+        if traces {
+            self.child_fresh = false;
+        }
+        let w = self.worker.as_mut().expect("started");
         if w.stdin
-            .write_all(&self.line)
+            .write_all(line)
             .and_then(|_| w.stdin.flush())
             .is_err()
         {
@@ -606,15 +622,31 @@ impl TrialRunner for WorkerRunner {
         self.run_in_worker(traces, true, false)
     }
 
-    fn start_batch_last(&mut self, traces: Vec<Trace>) -> Result<StartedBatch, HarnessError> {
+    fn prepare_batch_last(&mut self, traces: Vec<Trace>) -> PreparedBatch {
+        // Built while the previous batch runs. (Only the usual request: none of the previous
+        // batch's skipped observations, no retiring; `start_batch_last` checks both.)
+        let mut line = Vec::new();
+        Request::new(&traces, true, false).write_line(&mut line);
+        PreparedBatch {
+            traces,
+            request: Some(line),
+        }
+    }
+
+    fn start_batch_last(&mut self, batch: PreparedBatch) -> Result<StartedBatch, HarnessError> {
+        let PreparedBatch { traces, request } = batch;
         // A batch holding a trace that starts with a known crashing prefix takes the careful
         // path at the finish (those traces are answered without running them), and so does one
-        // holding a trace that runs in a child of its own.
+        // holding a trace that runs in a child of its own. (The crashes known now: the batch
+        // before, finished since the request was prepared, may have added some.)
         let sent = !traces
             .iter()
             .any(|t| self.known_crash(t).is_some() || may_corrupt_memory(t));
         if sent {
-            self.write_request(&traces, true, false, false)?;
+            match request.filter(|_| self.skipped.is_empty()) {
+                Some(line) => self.write_line(&line, !traces.is_empty())?,
+                None => self.write_request(&traces, true, false, false)?,
+            }
         }
         Ok(StartedBatch { traces, sent })
     }

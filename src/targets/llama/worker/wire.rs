@@ -43,8 +43,11 @@ pub use crate::targets::llama::error::WireError;
 pub const MAX_REQUEST_LINE_BYTES: usize = 256 << 20;
 
 /// The worker flushes its replies every this many trials: one write per trial costs more than
-/// the trial, and after a crash at most this many traces run twice.
-pub(super) const REPLY_GROUP: usize = 64;
+/// the trial, and after a crash at most this many traces run twice. (Each flush wakes the
+/// parent's reader and the thread waiting for the batch: 64 cost the parent a wake-up pair per
+/// millisecond of a worker; 256 frames of a basic observation, a hundred bytes or so each,
+/// still fit in the worker's 64 KiB output buffer and the pipe.)
+pub(super) const REPLY_GROUP: usize = 256;
 
 /// What the fork server writes on stderr after a child died, after everything the child wrote.
 pub(super) const DIED_MARKER: &str = "kvaudit-worker: child ended";
@@ -91,8 +94,8 @@ impl Request {
         let mut setups: Vec<Setup> = Vec::new();
         let mut ops: Vec<Op> = Vec::new();
         let mut op_index: HashMap<&Op, u32> = HashMap::new();
-        let mut indexed = Vec::with_capacity(traces.len());
-        for t in traces {
+        let mut indexed: Vec<(u32, Vec<u32>)> = Vec::with_capacity(traces.len());
+        for (k, t) in traces.iter().enumerate() {
             // Batches hold one setup, or very few: a scan beats hashing a setup per trace.
             let si = match setups.iter().position(|s| *s == t.setup) {
                 Some(i) => i,
@@ -101,14 +104,20 @@ impl Request {
                     setups.len() - 1
                 }
             };
+            // An explorer's consecutive traces share most of their ops (an odometer turns the
+            // last one): an op equal to the previous trace's at the same place takes its index
+            // without being hashed.
+            let prev = k.checked_sub(1).map(|j| (&traces[j].ops, &indexed[j].1));
             let oi = t
                 .ops
                 .iter()
-                .map(|op| {
-                    *op_index.entry(op).or_insert_with(|| {
+                .enumerate()
+                .map(|(i, op)| match prev {
+                    Some((p_ops, p_idx)) if p_ops.get(i) == Some(op) => p_idx[i],
+                    _ => *op_index.entry(op).or_insert_with(|| {
                         ops.push(op.clone());
                         ops.len() as u32 - 1
-                    })
+                    }),
                 })
                 .collect();
             indexed.push((si as u32, oi));
@@ -225,7 +234,10 @@ mod codec;
 
 use codec::encode_reply;
 pub(super) use codec::ReplyWriter;
-pub use codec::{parse_reply_frame, MAX_REPLY_FRAME_BYTES, REPLY_WIRE_VERSION};
+pub use codec::{
+    parse_reply_frame, parse_reply_frame_shared, StepCache, MAX_REPLY_FRAME_BYTES,
+    REPLY_WIRE_VERSION,
+};
 
 /// Whether `buffered` starts with a whole frame (the reader then decodes it without a read).
 pub(super) fn whole_frame_buffered(buffered: &[u8]) -> bool {

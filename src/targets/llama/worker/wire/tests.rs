@@ -209,6 +209,56 @@ fn runs_survive_the_wire_form() {
     }
 }
 
+/// A step whose bytes the reader's cache has seen comes back as the same shared observation
+/// (so that its verdicts are memoized), equal to what a fresh decode gives; another step does
+/// not, and a full cache starts afresh.
+#[test]
+fn a_step_seen_before_is_shared() {
+    let step = |cells: Vec<i32>| {
+        Arc::new(StepObservation::basic(
+            OpOutcome::Done { returned: None },
+            vec![SeqObservation {
+                seq: 0,
+                pos_min: cells.first().copied().unwrap_or(-1),
+                pos_max: cells.last().copied().unwrap_or(-1),
+                cells,
+                second_cells: None,
+                third_cells: None,
+            }],
+        ))
+    };
+    let frame_of = |st: Arc<StepObservation>| {
+        let mut frame = Vec::new();
+        encode_reply(
+            &Reply::Run(TrialRun::new(vec![st], TrialEnd::Completed)),
+            &mut frame,
+        )
+        .unwrap();
+        frame
+    };
+    let steps_of = |reply: Reply| match reply {
+        Reply::Run(run) => run.steps,
+        other => panic!("{other:?}"),
+    };
+    let mut cache = StepCache::default();
+    let a = frame_of(step(vec![0, 1, 2]));
+    let b = frame_of(step(vec![0, 2]));
+    let first = steps_of(parse_reply_frame_shared(&a, &mut cache).unwrap());
+    let again = steps_of(parse_reply_frame_shared(&a, &mut cache).unwrap());
+    let other = steps_of(parse_reply_frame_shared(&b, &mut cache).unwrap());
+    assert!(Arc::ptr_eq(&first[0], &again[0]));
+    assert!(!Arc::ptr_eq(&first[0], &other[0]));
+    assert_eq!(first, steps_of(parse_reply_frame(&a).unwrap()));
+    assert_eq!(other, steps_of(parse_reply_frame(&b).unwrap()));
+    // Filled up, the cache forgets and decodes afresh.
+    for k in 0..StepCache::MAX_STEPS as i32 {
+        parse_reply_frame_shared(&frame_of(step(vec![k + 10])), &mut cache).unwrap();
+    }
+    let after = steps_of(parse_reply_frame_shared(&a, &mut cache).unwrap());
+    assert!(!Arc::ptr_eq(&first[0], &after[0]));
+    assert_eq!(first, after);
+}
+
 /// A valid request line and reply frame, as the other side writes them.
 fn valid_lines() -> (Vec<u8>, Vec<u8>) {
     let d = crate::base::domain::Domain::preset("seed").unwrap();
