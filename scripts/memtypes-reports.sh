@@ -39,13 +39,17 @@ run "$t-hybrid_iswa-d2" --target "$t" --domain hybrid_iswa --depth 2 --oracles "
 $k fuzz --target "$t" --config arch=lfm2_swa --seed 1 --cases 300 --no-repros -q \
   --oracles "$o137,cache-invisible,round-trip-logits,save-load-invisible" \
   --out "$out/$t-fuzz-lfm2_swa.json" >/dev/null || [ $? -eq 1 ]
-# llama_kv_cache_dsa (issue 24): glm-dsa (a full and a shared indexer layer) and deepseek32 on 0.1.161.
-t=llama.cpp@0.1.161
-run "$t-dsa-d2" --target "$t" --domain dsa --depth 2
-run "$t-vs-native-dsa-d2" --target "$t" --vs native --domain dsa --depth 2
-run "$t-dsa_full-d2" --target "$t" --domain dsa_full --depth 2
-$k fuzz --target "$t" --config arch=glm-dsa,type_k=f32,type_v=f32 --seed 1 --cases 300 --no-repros -q \
-  --out "$out/$t-fuzz-glm-dsa.json" >/dev/null || [ $? -eq 1 ]
+# llama_kv_cache_dsa (issue 24): glm-dsa (a full and a shared indexer layer) and deepseek32 on 0.1.161
+# and 0.1.157, the oldest pin that runs the class: 0.1.147 (the oldest with it) to 0.1.156 abort in
+# llama_init_from_model on both tiny models (corpora/crash_dsa_indexer_nope_view_aborts_context_creation.json).
+for pin in 0.1.161 0.1.157; do
+  t="llama.cpp@$pin"
+  run "$t-dsa-d2" --target "$t" --domain dsa --depth 2
+  run "$t-vs-native-dsa-d2" --target "$t" --vs native --domain dsa --depth 2
+  run "$t-dsa_full-d2" --target "$t" --domain dsa_full --depth 2
+  $k fuzz --target "$t" --config arch=glm-dsa,type_k=f32,type_v=f32 --seed 1 --cases 300 --no-repros -q \
+    --out "$out/$t-fuzz-glm-dsa.json" >/dev/null || [ $? -eq 1 ]
+done
 # 0.1.155: the oldest published pin with llama_kv_cache_msa (0.1.154 keeps MSA inside
 # llama_kv_cache); the msa preset only.
 t=llama.cpp@0.1.155

@@ -9,7 +9,11 @@
 //! `glm-dsa` reads `attention.indexer.types` and gives one only to the "full" indexer layers
 //! (`is_indexer_full`), the others reusing the previous full layer's top-k. So `glm-dsa` is the
 //! one with both layer kinds the class distinguishes (layer 0 full, layer 1 shared), `deepseek32`
-//! the one that loads on 0.1.147.
+//! the one 0.1.147 selects the class for. Both load on 0.1.147-0.1.156 but their contexts abort
+//! there: those pins' graphs offset the indexer's no-rope view by its own width, right only when
+//! `N_ROT` is half of `INDEXER_KEY`
+//! (`corpora/crash_dsa_indexer_nope_view_aborts_context_creation.json`), so the class runs on
+//! these models from 0.1.157.
 //!
 //! Shapes are the smallest the code allows: MLA with `q_lora_rank` = `kv_lora_rank` = 8, a rope
 //! part of 4 and a no-rope part of 4 per head (`key_length_mla` = `value_length_mla` = 8; the
