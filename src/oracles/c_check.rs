@@ -95,8 +95,10 @@ pub fn read_cells_of(
         // key cache into `win` (K records only).
         MemoryType::Dsa => ("resident_dsa", true),
         MemoryType::Recurrent => ("resident_recurrent", false),
-        // hybrid_idx: the attention cache's cells, as a hybrid's (the indexer cache mirrors them).
-        MemoryType::Hybrid | MemoryType::HybridIdx => ("resident_hybrid", false),
+        MemoryType::Hybrid => ("resident_hybrid", false),
+        // hybrid_idx: the attention cache's cells (with cell exts), as a hybrid's (the indexer
+        // cache mirrors them).
+        MemoryType::HybridIdx => ("resident_hybrid_idx", false),
         // A memory with a windowed cache reads its windowed dump too (`win`, `nwin`).
         MemoryType::Iswa => ("resident_iswa", true),
         // DSA-iSWA: the MLA cache into `cells`, the windowed cache (the dump's third) into `win`.
@@ -109,6 +111,29 @@ pub fn read_cells_of(
         )
     } else {
         format!("int {n} = {reader}({ctx}, sq, {cells}, 4096);")
+    }
+}
+
+/// The C statements that put the cells a probe decodes right after into `pc` (their count `pn`),
+/// inside the per-sequence loop: the observation's cells (`SeqObservation::cells`, the logits
+/// and reload probes' position, running/probe.rs), which are the reader's `cells` but for a
+/// hybrid memory, whose reader keeps only the attention cells within the recurrent states'
+/// range (`memory::present`) while the probes decode after the attention cache's last cell.
+fn probe_cells(memory: MemoryType) -> &'static str {
+    match memory {
+        MemoryType::Hybrid => "int pc[4096]; int pn = hybrid_cells(ctx, sq, pc, 4096, 0, 0);",
+        MemoryType::HybridIdx => "int pc[4096]; int pn = hybrid_cells(ctx, sq, pc, 4096, 1, 0);",
+        // The iSWA pair comes first in a hybrid-iSWA dump: its base cache, unfiltered.
+        MemoryType::HybridIswa => {
+            "int pc[4096]; int pn = 0; { int pw[4096]; (void)resident_iswa(ctx, sq, pc, &pn, pw, 4096); }"
+        }
+        MemoryType::Kv
+        | MemoryType::Msa
+        | MemoryType::Dsv4
+        | MemoryType::Dsa
+        | MemoryType::Recurrent
+        | MemoryType::Iswa
+        | MemoryType::DsaIswa => "const int *pc = cells; int pn = n;",
     }
 }
 
@@ -296,7 +321,7 @@ pub const CONTRACT: CCheck = CCheck {
 pub const CACHE_INVISIBLE: CCheck = CCheck {
     before_last_op: cache_invisible_before_last_op,
     before_seqs: nothing,
-    seq: |s, input| emit_probe_check(s, probe_tolerance(input), "cache-invisible"),
+    seq: |s, input| emit_probe_check(s, input, probe_tolerance(input), "cache-invisible"),
     after_seqs: nothing,
 };
 
@@ -305,7 +330,7 @@ pub const CACHE_INVISIBLE: CCheck = CCheck {
 pub const ROLLBACK: CCheck = CCheck {
     before_last_op: cache_invisible_before_last_op,
     before_seqs: nothing,
-    seq: |s, input| emit_probe_check(s, probe_tolerance(input), "rollback"),
+    seq: |s, input| emit_probe_check(s, input, probe_tolerance(input), "rollback"),
     after_seqs: nothing,
 };
 
@@ -354,16 +379,23 @@ fn cache_invisible_before_last_op(s: &mut String, input: &CheckInput<'_>) {
     );
 }
 
-/// cache-invisible on one sequence: the probe token's logits after the sequence in the audited
-/// context against a fresh twin that decodes the resident tokens and the same probe.
-fn emit_probe_check(s: &mut String, tolerance: f64, name: &str) {
+/// The probe token and position of one sequence (`pt`, `at`: right after the observation's last
+/// cell, [`probe_cells`]) and the probe decode in the context (`rc`, -1 without cells).
+fn emit_probe_position(s: &mut String, memory: MemoryType) {
     let probe = crate::base::tokens::PROBE_TOKEN;
-    let _ = writeln!(s, "        {{ const float tol = {tolerance:e}f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));");
-    let _ = writeln!(s, "          llama_token pt = {probe}; llama_pos at = cells[n - 1] + 1; llama_seq_id one[1] = {{sq}};");
+    let _ = writeln!(s, "          {}", probe_cells(memory));
+    let _ = writeln!(s, "          llama_token pt = {probe}; llama_pos at = pn ? pc[pn - 1] + 1 : 0; llama_seq_id one[1] = {{sq}};");
     let _ = writeln!(
         s,
-        "          int rc = n ? decode(ctx, 1, &pt, &at, 1, one) : -1;"
+        "          int rc = pn ? decode(ctx, 1, &pt, &at, 1, one) : -1;"
     );
+}
+
+/// cache-invisible on one sequence: the probe token's logits after the sequence in the audited
+/// context against a fresh twin that decodes the resident tokens and the same probe.
+fn emit_probe_check(s: &mut String, input: &CheckInput<'_>, tolerance: f64, name: &str) {
+    let _ = writeln!(s, "        {{ const float tol = {tolerance:e}f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));");
+    emit_probe_position(s, input.trace.setup.arch.memory());
     let _ = writeln!(
         s,
         "          float *a = malloc(sizeof(float) * (size_t)nv);"
@@ -672,38 +704,35 @@ fn reload_of_whole(input: &CheckInput<'_>) -> bool {
 
 /// round-trip-logits: the saved state loaded into a fresh twin gives the same next-token logits.
 pub const ROUND_TRIP_LOGITS: CCheck = CCheck::per_seq(|s, input| {
-    emit_reload_check(s, reload_tolerance(input), true, reload_of_whole(input));
+    emit_reload_check(s, input, true);
 });
 
 /// save-load-invisible: the saved state loaded back into the context changes no next-token
 /// logits.
 pub const SAVE_LOAD_INVISIBLE: CCheck = CCheck::per_seq(|s, input| {
-    emit_reload_check(s, reload_tolerance(input), false, reload_of_whole(input));
+    emit_reload_check(s, input, false);
 });
 
 /// round-trip-logits (`into_twin`) and save-load-invisible on one sequence (the reload probe,
 /// `running/probe.rs`): the state saved (`whole`, or the sequence's), a probe token's logits in
 /// the context, then the same probe after the state is loaded into a fresh twin or back into
 /// the context.
-fn emit_reload_check(s: &mut String, tolerance: f64, into_twin: bool, whole: bool) {
-    let probe = crate::base::tokens::PROBE_TOKEN;
+fn emit_reload_check(s: &mut String, input: &CheckInput<'_>, into_twin: bool) {
+    let (tolerance, whole) = (reload_tolerance(input), reload_of_whole(input));
     let name = if into_twin {
         "round-trip-logits"
     } else {
         "save-load-invisible"
     };
     let _ = writeln!(s, "        {{ const float tol = {tolerance:e}f; const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));");
-    let _ = writeln!(s, "          llama_token pt = {probe}; llama_pos at = n ? cells[n - 1] + 1 : 0; llama_seq_id one[1] = {{sq}};");
     let save = if whole {
         "dump_whole(ctx, &sl)"
     } else {
         "dump_seq(ctx, sq, &sl)"
     };
+    // Saved before the probe decode, as the harness saves right after the trial.
     let _ = writeln!(s, "          size_t sl = 0; uint8_t *saved = {save};");
-    let _ = writeln!(
-        s,
-        "          int rc = n ? decode(ctx, 1, &pt, &at, 1, one) : -1;"
-    );
+    emit_probe_position(s, input.trace.setup.arch.memory());
     let _ = writeln!(
         s,
         "          float *a = malloc(sizeof(float) * (size_t)nv);"

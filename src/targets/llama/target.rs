@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use super::ffi::{ContextParams, LlamaContext, LlamaShim, ShimError};
 use crate::base::cache::{CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, TargetInfo};
-use crate::base::op::{Arch, CacheType, ForeignDump, MemoryType, Op, OpKind, Pos, SeqId, Setup};
+use crate::base::op::{Arch, CacheType, ForeignDump, Op, OpKind, Pos, SeqId, Setup};
 use crate::base::setting::{Key, Setting, Value};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
@@ -316,7 +316,7 @@ impl LlamaTarget {
         self.logits_valid = false;
         self.slots.clear();
         let fast = self.reset_mode == ResetMode::Restore
-            && setup.arch.memory() != MemoryType::Iswa
+            && !setup.arch.memory().has_window()
             && setup.n_rs_seq == 0;
         // The common case first: another trial from the setup whose state the current context
         // saved (`saved` is always the current context's) and nothing that needs a new
@@ -346,7 +346,9 @@ impl LlamaTarget {
         }
         // A whole-state load leaves the slot search's head at the start of the cache
         // (`llama_kv_cache::state_read` clears first), where the setup left it past its last
-        // cell. In an iSWA memory the head decides which masked cells the next decode
+        // cell. In a memory with a windowed cache (iSWA, hybrid-iSWA, DSA-iSWA: `has_window`;
+        // DSA-iSWA's was restored until `reset_equivalence_dsa_iswa_0.1.161`) the head decides
+        // which masked cells the next decode
         // overwrites (src/llama-kv-cache.cpp:1020-1105), so a restored setup would evict other
         // positions than the setup built from scratch (and the C reproducer) does: such setups
         // are rebuilt every trial. So are setups with recurrent rollback (`n_rs_seq` > 0): a load
