@@ -95,16 +95,19 @@ fn user_caches() -> Vec<(String, Domain, String)> {
         fragmented,
         "a fragmented cache: holes left by removals, then decodes longer than a hole".into(),
     ));
-    // Four streams of 64 cells: decodes of 30 and 60 tokens fill a stream.
-    let mut small = configured(&preset("streams"), "small-ctx", "n_seq_max=4");
+    // Four streams of 256 cells: llama.cpp pads a stream to 256 cells (`n_ctx_seq =
+    // GGML_PAD(n_ctx / n_seq_max, 256)`, llama-context.cpp:297-305 in 0.1.161), so n_ctx 256
+    // over 4 sequences was already 4 x 256 cells; n_ctx 1024 says so, and lets a decode exceed
+    // a stream (a domain's decodes are at most n_ctx long).
+    let mut small = configured(&preset("streams"), "small-ctx", "n_seq_max=4,n_ctx=1024");
     small.seqs = vec![0, 1, 2];
-    // A decode of 100 tokens is one ubatch larger than a 64-cell stream: find_slot refuses it
-    // (llama-kv-cache.cpp:1028-1029 in 0.1.161) and llama_decode returns 1.
-    small.decode_next = vec![1, 30, 60, 100];
+    // A decode of 300 tokens is one ubatch (n_ubatch 512) larger than a 256-cell stream:
+    // find_slot refuses it (llama-kv-cache.cpp:1027-1029 in 0.1.161) and llama_decode returns 1.
+    small.decode_next = vec![1, 30, 100, 300];
     out.push((
         "small-ctx".into(),
         small,
-        "small per-stream contexts (n_ctx 256 over 4 streams) that decodes fill, and a decode larger than a stream".into(),
+        "small per-stream contexts (4 streams of 256 cells) that decodes fill, and a decode larger than a stream".into(),
     ));
     let mut long = configured(&preset("batch"), "long-ubatch", "n_batch=32,n_ubatch=3");
     long.decode_next = vec![1, 7, 20];
@@ -171,12 +174,44 @@ fn user_caches() -> Vec<(String, Domain, String)> {
     ));
     // A quantized, rotated cache loading the dump of the same model's f16 cache: the key
     // rotation differs (n_rot_k 64 against 0, llama-kv-cache.cpp:2576).
+    // With only V in f16 the key rotation agrees and the value rotation differs (n_rot_v 64
+    // against 0, :2580-2582).
     let mut quant = configured(&preset("quant"), "quant+foreign", "");
-    quant.setup.foreign = vec![foreign("xq", "type_k=f16,type_v=f16", None)];
+    quant.setup.foreign = vec![
+        foreign("xq", "type_k=f16,type_v=f16", None),
+        foreign("xw", "type_v=f16", None),
+    ];
     out.push((
         "quant+foreign".into(),
         quant,
-        "a rotated q8_0 cache loading an f16 cache's dump of the same model".into(),
+        "a rotated q8_0 cache loading an f16 cache's dump of the same model, and one whose V alone is f16".into(),
+    ));
+    // With flash attention (V not transposed) a V of another type is refused on the untransposed
+    // branch (:2629-2633), and a refused sequence load clears the V rows it wrote untransposed
+    // (state_clear, :2775-2784).
+    let mut flash = configured(&preset("state"), "state+flash+foreign", "flash_attn=on");
+    flash.setup.foreign = vec![
+        foreign("xv", "type_v=f32", None),
+        foreign("xs", "type_v=f32", Some(0)),
+        foreign("xk", "type_k=f32", Some(1)),
+    ];
+    out.push((
+        "state+flash+foreign".into(),
+        flash,
+        "loads of dumps of another V or K type into a cache with flash attention (V not transposed)".into(),
+    ));
+    // A dump of another model with more layers: minimax-m3's K/V cache holds both of its
+    // blocks, the llama audit model has one (mismatched layer count, :2560-2563). Apart from
+    // state+foreign: a maker llama.cpp refused would make that whole entry unsupported.
+    let mut layers = configured(&preset("state"), "state+foreign-layers", "");
+    layers.setup.foreign = vec![
+        foreign("xm", "arch=minimax-m3", None),
+        foreign("xn", "arch=minimax-m3", Some(0)),
+    ];
+    out.push((
+        "state+foreign-layers".into(),
+        layers,
+        "loads of dumps of a model with another layer count".into(),
     ));
     // The iswa preset runs swa_full off with decodes that evict; llama.cpp's default is on.
     out.push((
