@@ -49,6 +49,8 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Deepseek32 => "dsa_full",
         Arch::Dots3note => "dsa_iswa",
         Arch::LlamaHd64 => "quant",
+        // qwen4exp_ple runs the hybrid_idx preset on its model: the entry `hybrid_idx+ple`.
+        Arch::Qwen4expPle => "hybrid_idx",
     }
 }
 
@@ -213,6 +215,15 @@ fn user_caches() -> Vec<(String, Domain, String)> {
         layers,
         "loads of dumps of a model with another layer count".into(),
     ));
+    // The hybrid_idx preset on the qwen4exp model with a PLE layer: each decode gathers the
+    // tokens before each token from the attention cache's cells (`get_prev_tokens`,
+    // llama-kv-cache.cpp:1847-1908, through the context at :2954-2956), after removals, copies
+    // and loads as well as in order; the recurrent state carries the PLE conv history.
+    out.push((
+        "hybrid_idx+ple".into(),
+        configured(&preset("hybrid_idx"), "hybrid_idx+ple", "arch=qwen4exp_ple"),
+        "qwen4exp with a PLE n-gram embedding: decodes that read earlier tokens back from the cache's cells".into(),
+    ));
     // The iswa preset runs swa_full off with decodes that evict; llama.cpp's default is on.
     out.push((
         "iswa+swa_full".into(),
@@ -278,6 +289,11 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
         out.push(entry(id, d, why, pairing));
     }
     for arch in Arch::ALL {
+        // qwen4exp_ple's memory type is qwen4exp's, whose pairs run: its one entry is
+        // `hybrid_idx+ple` (user_caches).
+        if arch == Arch::Qwen4expPle {
+            continue;
+        }
         let name = base_preset(arch);
         // llama_hd64 is the llama memory type again: its preset gets its own pairs only.
         let everywhere = if arch == Arch::LlamaHd64 {
