@@ -154,11 +154,13 @@ fn user_caches() -> Vec<(String, Domain, String)> {
     // branch of llama_kv_cache::state_read_meta / state_read_data (llama-kv-cache.cpp:2171,
     // 2571-2683 in 0.1.161) or a load that applies (a sequence of a larger context). llama.h:
     // a load that cannot apply returns 0 (failed-restore judges what it leaves).
-    let foreign = |slot: &str, config: &str, seq: Option<SeqId>| ForeignDump {
+    let foreign_after = |slot: &str, config: &str, seq: Option<SeqId>, ops: Vec<Op>| ForeignDump {
         slot: Slot::new(slot).expect("a valid slot name"),
         config: config.into(),
         seq,
+        ops,
     };
+    let foreign = |slot: &str, config: &str, seq: Option<SeqId>| foreign_after(slot, config, seq, vec![]);
     let mut across = configured(&preset("state"), "state+foreign", "");
     across.setup.foreign = vec![
         foreign("xk", "type_k=f32", None),
@@ -214,6 +216,22 @@ fn user_caches() -> Vec<(String, Domain, String)> {
         "state+foreign-layers".into(),
         layers,
         "loads of dumps of a model with another layer count".into(),
+    ));
+    // Dumps of contexts that hold what this one cannot: a larger context's 300 more cells of
+    // seq 0 (whole and seq 0: more cells than the cache, :2357-2359 and :2473-2475), and a
+    // context of 8 sequences with cells of seq 5 (whole: a sequence id out of range,
+    // :2504-2506).
+    let mut cells = configured(&preset("state"), "state+foreign-cells", "");
+    let more = vec![Op::Decode(Decode::next(0, 300))];
+    cells.setup.foreign = vec![
+        foreign_after("xc", "n_ctx=512", None, more.clone()),
+        foreign_after("xd", "n_ctx=512", Some(0), more),
+        foreign_after("xi", "n_seq_max=8", None, vec![Op::Decode(Decode::next(5, 3))]),
+    ];
+    out.push((
+        "state+foreign-cells".into(),
+        cells,
+        "loads of dumps with more cells than the cache, and with a sequence id beyond n_seq_max".into(),
     ));
     // The hybrid_idx preset on the qwen4exp model with a PLE layer: each decode gathers the
     // tokens before each token from the attention cache's cells (`get_prev_tokens`,
