@@ -21,8 +21,8 @@
 //! each count of pairs is tried without and with both.
 
 use super::{
-    parse_cache_ext, parse_cells, parse_cells_ext, parse_rows, KvSection, Memory, ParseError, Reader,
-    RecurrentState, StateFormat, StreamState,
+    parse_cache_ext, parse_cells, parse_cells_ext, parse_rows, KvSection, Memory, ParseError,
+    Reader, RecurrentState, StateFormat, StreamState,
 };
 
 /// Whether the attention cache's cells carry a `llama_kv_cell_ext`: qwen4exp ropes with IMRoPE

@@ -160,7 +160,8 @@ fn user_caches() -> Vec<(String, Domain, String)> {
         seq,
         ops,
     };
-    let foreign = |slot: &str, config: &str, seq: Option<SeqId>| foreign_after(slot, config, seq, vec![]);
+    let foreign =
+        |slot: &str, config: &str, seq: Option<SeqId>| foreign_after(slot, config, seq, vec![]);
     let mut across = configured(&preset("state"), "state+foreign", "");
     across.setup.foreign = vec![
         foreign("xk", "type_k=f32", None),
@@ -226,12 +227,18 @@ fn user_caches() -> Vec<(String, Domain, String)> {
     cells.setup.foreign = vec![
         foreign_after("xc", "n_ctx=512", None, more.clone()),
         foreign_after("xd", "n_ctx=512", Some(0), more),
-        foreign_after("xi", "n_seq_max=8", None, vec![Op::Decode(Decode::next(5, 3))]),
+        foreign_after(
+            "xi",
+            "n_seq_max=8",
+            None,
+            vec![Op::Decode(Decode::next(5, 3))],
+        ),
     ];
     out.push((
         "state+foreign-cells".into(),
         cells,
-        "loads of dumps with more cells than the cache, and with a sequence id beyond n_seq_max".into(),
+        "loads of dumps with more cells than the cache, and with a sequence id beyond n_seq_max"
+            .into(),
     ));
     // The hybrid_idx preset on the qwen4exp model with a PLE layer: each decode gathers the
     // tokens before each token from the attention cache's cells (`get_prev_tokens`,

@@ -26,8 +26,8 @@
 //! written after its R rows, src/llama-memory-recurrent.cpp:944-952).
 
 use super::memory_types::{common_keys, constant, uniform};
-use crate::base::op::Arch;
 use super::TinyModelSpec;
+use crate::base::op::Arch;
 use crate::model::gguf::{GgufValue, GgufValueType, GgufWriter};
 
 /// `full_attention_interval`: layer 1 of 2 is the dense-attention (and indexer) layer, layer 0
@@ -223,13 +223,21 @@ fn ple_keys(w: &mut GgufWriter, s: &TinyModelSpec) {
     let arch = s.arch.gguf_name();
     let k = |key: &str| format!("{arch}.{key}");
     let heads = ple_heads();
-    let u64s = |v: Vec<u64>| GgufValue::Array(GgufValueType::U64, v.into_iter().map(GgufValue::U64).collect());
+    let u64s = |v: Vec<u64>| {
+        GgufValue::Array(
+            GgufValueType::U64,
+            v.into_iter().map(GgufValue::U64).collect(),
+        )
+    };
     w.add_kv(
         k("ple.layers"),
         GgufValue::Array(GgufValueType::U32, vec![GgufValue::U32(PLE_LAYER)]),
     )
     .add_kv(k("ple.ngram_size"), GgufValue::U32(PLE_NGRAM))
-    .add_kv(k("ple.heads_per_ngram"), GgufValue::U32(PLE_HEADS_PER_NGRAM))
+    .add_kv(
+        k("ple.heads_per_ngram"),
+        GgufValue::U32(PLE_HEADS_PER_NGRAM),
+    )
     .add_kv(k("ple.conv_kernel"), GgufValue::U32(PLE_CONV_KERNEL))
     .add_kv(k("ple.eos_token_id"), GgufValue::U32(0))
     .add_kv(
