@@ -64,6 +64,13 @@ pub enum Arch {
     /// llama-kv-cache.cpp:321-325 in 0.1.161); the `quant` preset runs it. Its GGUF
     /// architecture is `llama` ([`Arch::gguf_name`]).
     LlamaHd64,
+    /// `qwen4exp_ple`: the `qwen4exp` model (`llama_memory_hybrid_idx`) with a PLE n-gram hash
+    /// embedding on its gated-delta-net layer (`ple.layers`, src/models/qwen4exp.cpp:85-162 in
+    /// 0.1.161): each token gathers rows keyed by the tokens before it, which the attention
+    /// cache's cells keep (`llama_kv_cell_ext::tok`, `get_prev_tokens`,
+    /// llama-kv-cache.cpp:1847-1908), and a conv history rides in the recurrent state beside
+    /// R. Its GGUF architecture is `qwen4exp` ([`Arch::gguf_name`]).
+    Qwen4expPle,
 }
 
 /// The memory implementation an architecture selects.
@@ -104,7 +111,7 @@ pub enum MemoryType {
 
 impl Arch {
     /// Every architecture, in the order docs list them.
-    pub const ALL: [Arch; 13] = [
+    pub const ALL: [Arch; 14] = [
         Arch::Llama,
         Arch::Gemma2,
         Arch::Mamba,
@@ -118,6 +125,7 @@ impl Arch {
         Arch::Deepseek32,
         Arch::Dots3note,
         Arch::LlamaHd64,
+        Arch::Qwen4expPle,
     ];
 
     pub(crate) fn is_default(&self) -> bool {
@@ -140,16 +148,19 @@ impl Arch {
             Arch::Deepseek32 => "deepseek32",
             Arch::Dots3note => "dots3note",
             Arch::LlamaHd64 => "llama_hd64",
+            Arch::Qwen4expPle => "qwen4exp_ple",
         }
     }
 
     /// The architecture the model's GGUF names (`general.architecture`, the prefix of its keys):
-    /// [`Arch::name`] but for `lfm2_swa`, an `lfm2` model with a sliding window, and
-    /// `llama_hd64`, a `llama` model with wider heads.
+    /// [`Arch::name`] but for `lfm2_swa`, an `lfm2` model with a sliding window,
+    /// `llama_hd64`, a `llama` model with wider heads, and `qwen4exp_ple`, a `qwen4exp` model
+    /// with a PLE layer.
     pub fn gguf_name(self) -> &'static str {
         match self {
             Arch::Lfm2Swa => "lfm2",
             Arch::LlamaHd64 => "llama",
+            Arch::Qwen4expPle => "qwen4exp",
             Arch::Llama
             | Arch::Gemma2
             | Arch::Mamba
@@ -176,7 +187,8 @@ impl Arch {
             | Arch::Jamba
             | Arch::Lfm2
             | Arch::MinimaxM3
-            | Arch::Qwen4exp => None,
+            | Arch::Qwen4exp
+            | Arch::Qwen4expPle => None,
             Arch::GlmDsa | Arch::Deepseek32 | Arch::LlamaHd64 => None,
         }
     }
@@ -193,7 +205,7 @@ impl Arch {
     ///   `GGML_ASSERT(buffer)` in a fuzz run).
     pub fn can_shift(self) -> bool {
         match self {
-            Arch::Qwen4exp | Arch::Deepseek4 => false,
+            Arch::Qwen4exp | Arch::Qwen4expPle | Arch::Deepseek4 => false,
             Arch::Llama
             | Arch::Gemma2
             | Arch::Mamba
@@ -217,7 +229,7 @@ impl Arch {
             Arch::Jamba | Arch::Lfm2 => MemoryType::Hybrid,
             Arch::Lfm2Swa => MemoryType::HybridIswa,
             Arch::MinimaxM3 => MemoryType::Msa,
-            Arch::Qwen4exp => MemoryType::HybridIdx,
+            Arch::Qwen4exp | Arch::Qwen4expPle => MemoryType::HybridIdx,
             Arch::Deepseek4 => MemoryType::Dsv4,
             Arch::GlmDsa | Arch::Deepseek32 => MemoryType::Dsa,
             Arch::Dots3note => MemoryType::DsaIswa,
@@ -238,7 +250,7 @@ impl std::str::FromStr for Arch {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32, dots3note, llama_hd64)")
+                format!("unknown architecture {s:?} (known: llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32, dots3note, llama_hd64, qwen4exp_ple)")
             })
     }
 }

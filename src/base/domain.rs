@@ -54,8 +54,18 @@ pub fn check_setup_limits(s: &Setup) -> Result<(), Error> {
         .into());
     }
     for f in &s.foreign {
-        f.maker(s)
+        let maker = f
+            .maker(s)
             .map_err(|e| format!("setup.foreign, slot {}: {e}", f.slot))?;
+        if maker.ops.len() > MAX_SETUP_OPS {
+            return Err(format!(
+                "setup.foreign, slot {}: {} ops with the setup's, more than the limit of {MAX_SETUP_OPS}",
+                f.slot,
+                maker.ops.len()
+            )
+            .into());
+        }
+        check_decodes_fit(&f.ops, maker.n_ctx, "setup.foreign op")?;
     }
     if s.ops.len() > MAX_SETUP_OPS {
         return Err(format!(

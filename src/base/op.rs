@@ -582,7 +582,9 @@ pub struct Setup {
 
 /// A dump made under another configuration ([`Setup::foreign`]): a context of the setup with
 /// `config` applied (`type_k=f32`, `flash_attn=on`, `kv_unified=false`, `arch=llama_hd64`, ...)
-/// runs the setup's ops, saves the whole context (`seq` unset) or one sequence into `slot`.
+/// runs the setup's ops, then `ops` (what that context holds beyond the setup's: more cells
+/// than this context has, a sequence id it does not take), and saves the whole context (`seq`
+/// unset) or one sequence into `slot`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForeignDump {
@@ -593,14 +595,19 @@ pub struct ForeignDump {
     /// The sequence saved (`llama_state_seq_get_data`); unset: the whole context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<SeqId>,
+    /// Ops the other context runs after the setup's, before the save.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<Op>,
 }
 
 impl ForeignDump {
     /// The setup whose context makes this dump for `setup`: its configuration under
-    /// [`ForeignDump::config`], the same ops, no foreign dumps of its own.
+    /// [`ForeignDump::config`], the same ops and then [`ForeignDump::ops`], no foreign dumps of
+    /// its own.
     pub fn maker(&self, setup: &Setup) -> Result<Setup, InvalidOp> {
         let mut s = setup.with_config(&self.config)?;
         s.foreign.clear();
+        s.ops.extend(self.ops.iter().cloned());
         Ok(s)
     }
 }
@@ -679,6 +686,9 @@ impl Setup {
         }
         for f in &self.foreign {
             s.push_str(&format!(", slot {} saved under {}", f.slot, f.config));
+            if !f.ops.is_empty() {
+                s.push_str(&format!(" after {} more ops", f.ops.len()));
+            }
         }
         s
     }

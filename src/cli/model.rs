@@ -14,7 +14,7 @@ use kvaudit::model::tiny::{write_tiny_model, TinyModelSpec};
 /// Arguments of `kvaudit model`.
 #[derive(Debug, Args)]
 pub struct ModelArgs {
-    /// The architecture (llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, deepseek4, glm-dsa, deepseek32): which memory type llama.cpp gives it.
+    /// The architecture (llama, gemma2, mamba, jamba, lfm2, lfm2_swa, minimax-m3, qwen4exp, deepseek4, glm-dsa, deepseek32, dots3note, llama_hd64, qwen4exp_ple): which memory type llama.cpp gives it.
     #[arg(long, default_value = "llama")]
     arch: String,
     /// Where to write the GGUF file.

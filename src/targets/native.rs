@@ -542,16 +542,18 @@ fn rollback_depth(name: &str, setup: &Setup) -> Result<u32, HarnessError> {
     };
     match setup.arch {
         _ if setup.n_rs_seq == 0 => Ok(0),
-        Arch::Lfm2 | Arch::Lfm2Swa | Arch::Qwen4exp
+        Arch::Lfm2 | Arch::Lfm2Swa | Arch::Qwen4exp | Arch::Qwen4expPle
             if setup.n_rs_seq < native_kv::recurrent::MAX_PLANES as u32 =>
         {
             Ok(setup.n_rs_seq)
         }
-        Arch::Lfm2 | Arch::Lfm2Swa | Arch::Qwen4exp => Err(unsupported(format!(
-            "n_rs_seq {} above the native limit {}",
-            setup.n_rs_seq,
-            native_kv::recurrent::MAX_PLANES - 1
-        ))),
+        Arch::Lfm2 | Arch::Lfm2Swa | Arch::Qwen4exp | Arch::Qwen4expPle => {
+            Err(unsupported(format!(
+                "n_rs_seq {} above the native limit {}",
+                setup.n_rs_seq,
+                native_kv::recurrent::MAX_PLANES - 1
+            )))
+        }
         Arch::Llama
         | Arch::LlamaHd64
         | Arch::Gemma2

@@ -16,10 +16,13 @@
 //! a cache's 1..=256 streams), and a cache must end the bytes. Bytes that end right after
 //! the recurrent section are the hybrid's layout without the indexer suffix (upstream #27813,
 //! `state_write` not overridden): read as an indexer cache with no streams, so no cells.
+//! A model with a PLE layer (`qwen4exp_ple`) writes that layer's conv history after its R
+//! records ([`skip_ple_rows`]), and its indexer cache's cells carry the cell ext as well:
+//! each count of pairs is tried without and with both.
 
 use super::{
-    parse_cache_ext, parse_cells, parse_rows, KvSection, Memory, ParseError, Reader,
-    RecurrentState, StateFormat, StreamState,
+    parse_cache_ext, parse_cells, parse_cells_ext, parse_rows, KvSection, Memory, ParseError,
+    Reader, RecurrentState, StateFormat, StreamState,
 };
 
 /// Whether the attention cache's cells carry a `llama_kv_cell_ext`: qwen4exp ropes with IMRoPE
@@ -42,12 +45,15 @@ pub(super) fn parse<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memor
     let n_layer = r.u32("n_layer")?;
     let records_at = r.at;
     let mut last = None;
-    for pairs in 1..=n_layer {
+    for (pairs, ple) in (1..=n_layer).flat_map(|p| [(p, false), (p, true)]) {
         r.at = records_at;
         let tried = (|| {
             let mut records = Vec::new();
-            for _ in 0..2 * pairs {
+            for i in 0..2 * pairs {
                 records.push(parse_rows(r, cells.len(), "R or S")?);
+                if ple && i == 0 {
+                    skip_ple_rows(r, cells.len())?;
+                }
             }
             if r.done() {
                 // No indexer suffix: the hybrid's own layout, what 0.1.157's class wrote before
@@ -56,7 +62,9 @@ pub(super) fn parse<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memor
                 // the ops put there (the contract) see it missing instead of the run failing.
                 return Ok((records, Vec::new()));
             }
-            let indexer = parse_k_only_cache(r, format)?;
+            // A PLE model's caches all carry the cell ext (`has_cell_ext`: `ple_n_heads > 0`,
+            // src/llama-kv-cache.cpp:1846-1849), the indexer cache's too.
+            let indexer = parse_k_only_cache(r, format, ple)?;
             if !r.done() {
                 return r.fail(r.at, "the end of the indexer cache".to_string());
             }
@@ -83,12 +91,32 @@ pub(super) fn parse<'a>(r: &mut Reader<'a>, format: StateFormat) -> Result<Memor
     }))
 }
 
+/// Reads past a PLE layer's conv history (`qwen4exp_ple`): `u64` row bytes and one row per cell,
+/// written right after that layer's R rows (src/llama-memory-recurrent.cpp:944-952 in 0.1.161;
+/// no type field). kvaudit's model has its PLE on its first recurrent layer, so the history
+/// follows the first R record; it is read past, not judged (no oracle reads it).
+fn skip_ple_rows(r: &mut Reader<'_>, cell_count: usize) -> Result<(), ParseError> {
+    let row_bytes = r.u64("PLE conv row bytes")?;
+    let n = row_bytes
+        .checked_mul(cell_count as u64)
+        .filter(|&n| n <= r.bytes.len() as u64);
+    let Some(n) = n else {
+        return r.fail(
+            r.at,
+            format!("{cell_count} PLE conv rows of {row_bytes} bytes"),
+        );
+    };
+    r.take(n as usize, "PLE conv rows")?;
+    Ok(())
+}
+
 /// A cache whose streams carry K records only (see the module docs): `u32 n_stream`, per stream
 /// its cells and, when it has any, `v_trans, n_layer, [n_rot_k, n_rot_v]` and one K record per
 /// layer.
 fn parse_k_only_cache<'a>(
     r: &mut Reader<'a>,
     format: StateFormat,
+    ext: bool,
 ) -> Result<Vec<StreamState<'a>>, ParseError> {
     let at = r.at;
     let n_stream = r.u32("n_stream")?;
@@ -97,7 +125,7 @@ fn parse_k_only_cache<'a>(
     }
     (0..n_stream)
         .map(|_| {
-            let (cells, seq_ids) = parse_cells(r)?;
+            let (cells, seq_ids) = parse_cells_ext(r, ext)?;
             if cells.is_empty() {
                 return Ok(StreamState {
                     cells,

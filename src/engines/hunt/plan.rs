@@ -49,6 +49,8 @@ fn base_preset(arch: Arch) -> &'static str {
         Arch::Deepseek32 => "dsa_full",
         Arch::Dots3note => "dsa_iswa",
         Arch::LlamaHd64 => "quant",
+        // qwen4exp_ple runs the hybrid_idx preset on its model: the entry `hybrid_idx+ple`.
+        Arch::Qwen4expPle => "hybrid_idx",
     }
 }
 
@@ -95,16 +97,19 @@ fn user_caches() -> Vec<(String, Domain, String)> {
         fragmented,
         "a fragmented cache: holes left by removals, then decodes longer than a hole".into(),
     ));
-    // Four streams of 64 cells: decodes of 30 and 60 tokens fill a stream.
-    let mut small = configured(&preset("streams"), "small-ctx", "n_seq_max=4");
+    // Four streams of 256 cells: llama.cpp pads a stream to 256 cells (`n_ctx_seq =
+    // GGML_PAD(n_ctx / n_seq_max, 256)`, llama-context.cpp:297-305 in 0.1.161), so n_ctx 256
+    // over 4 sequences was already 4 x 256 cells; n_ctx 1024 says so, and lets a decode exceed
+    // a stream (a domain's decodes are at most n_ctx long).
+    let mut small = configured(&preset("streams"), "small-ctx", "n_seq_max=4,n_ctx=1024");
     small.seqs = vec![0, 1, 2];
-    // A decode of 100 tokens is one ubatch larger than a 64-cell stream: find_slot refuses it
-    // (llama-kv-cache.cpp:1028-1029 in 0.1.161) and llama_decode returns 1.
-    small.decode_next = vec![1, 30, 60, 100];
+    // A decode of 300 tokens is one ubatch (n_ubatch 512) larger than a 256-cell stream:
+    // find_slot refuses it (llama-kv-cache.cpp:1027-1029 in 0.1.161) and llama_decode returns 1.
+    small.decode_next = vec![1, 30, 100, 300];
     out.push((
         "small-ctx".into(),
         small,
-        "small per-stream contexts (n_ctx 256 over 4 streams) that decodes fill, and a decode larger than a stream".into(),
+        "small per-stream contexts (4 streams of 256 cells) that decodes fill, and a decode larger than a stream".into(),
     ));
     let mut long = configured(&preset("batch"), "long-ubatch", "n_batch=32,n_ubatch=3");
     long.decode_next = vec![1, 7, 20];
@@ -149,11 +154,14 @@ fn user_caches() -> Vec<(String, Domain, String)> {
     // branch of llama_kv_cache::state_read_meta / state_read_data (llama-kv-cache.cpp:2171,
     // 2571-2683 in 0.1.161) or a load that applies (a sequence of a larger context). llama.h:
     // a load that cannot apply returns 0 (failed-restore judges what it leaves).
-    let foreign = |slot: &str, config: &str, seq: Option<SeqId>| ForeignDump {
+    let foreign_after = |slot: &str, config: &str, seq: Option<SeqId>, ops: Vec<Op>| ForeignDump {
         slot: Slot::new(slot).expect("a valid slot name"),
         config: config.into(),
         seq,
+        ops,
     };
+    let foreign =
+        |slot: &str, config: &str, seq: Option<SeqId>| foreign_after(slot, config, seq, vec![]);
     let mut across = configured(&preset("state"), "state+foreign", "");
     across.setup.foreign = vec![
         foreign("xk", "type_k=f32", None),
@@ -171,12 +179,75 @@ fn user_caches() -> Vec<(String, Domain, String)> {
     ));
     // A quantized, rotated cache loading the dump of the same model's f16 cache: the key
     // rotation differs (n_rot_k 64 against 0, llama-kv-cache.cpp:2576).
+    // With only V in f16 the key rotation agrees and the value rotation differs (n_rot_v 64
+    // against 0, :2580-2582).
     let mut quant = configured(&preset("quant"), "quant+foreign", "");
-    quant.setup.foreign = vec![foreign("xq", "type_k=f16,type_v=f16", None)];
+    quant.setup.foreign = vec![
+        foreign("xq", "type_k=f16,type_v=f16", None),
+        foreign("xw", "type_v=f16", None),
+    ];
     out.push((
         "quant+foreign".into(),
         quant,
-        "a rotated q8_0 cache loading an f16 cache's dump of the same model".into(),
+        "a rotated q8_0 cache loading an f16 cache's dump of the same model, and one whose V alone is f16".into(),
+    ));
+    // With flash attention (V not transposed) a V of another type is refused on the untransposed
+    // branch (:2629-2633), and a refused sequence load clears the V rows it wrote untransposed
+    // (state_clear, :2775-2784).
+    let mut flash = configured(&preset("state"), "state+flash+foreign", "flash_attn=on");
+    flash.setup.foreign = vec![
+        foreign("xv", "type_v=f32", None),
+        foreign("xs", "type_v=f32", Some(0)),
+        foreign("xk", "type_k=f32", Some(1)),
+    ];
+    out.push((
+        "state+flash+foreign".into(),
+        flash,
+        "loads of dumps of another V or K type into a cache with flash attention (V not transposed)".into(),
+    ));
+    // A dump of another model with more layers: minimax-m3's K/V cache holds both of its
+    // blocks, the llama audit model has one (mismatched layer count, :2560-2563). Apart from
+    // state+foreign: a maker llama.cpp refused would make that whole entry unsupported.
+    let mut layers = configured(&preset("state"), "state+foreign-layers", "");
+    layers.setup.foreign = vec![
+        foreign("xm", "arch=minimax-m3", None),
+        foreign("xn", "arch=minimax-m3", Some(0)),
+    ];
+    out.push((
+        "state+foreign-layers".into(),
+        layers,
+        "loads of dumps of a model with another layer count".into(),
+    ));
+    // Dumps of contexts that hold what this one cannot: a larger context's 300 more cells of
+    // seq 0 (whole and seq 0: more cells than the cache, :2357-2359 and :2473-2475), and a
+    // context of 8 sequences with cells of seq 5 (whole: a sequence id out of range,
+    // :2504-2506).
+    let mut cells = configured(&preset("state"), "state+foreign-cells", "");
+    let more = vec![Op::Decode(Decode::next(0, 300))];
+    cells.setup.foreign = vec![
+        foreign_after("xc", "n_ctx=512", None, more.clone()),
+        foreign_after("xd", "n_ctx=512", Some(0), more),
+        foreign_after(
+            "xi",
+            "n_seq_max=8",
+            None,
+            vec![Op::Decode(Decode::next(5, 3))],
+        ),
+    ];
+    out.push((
+        "state+foreign-cells".into(),
+        cells,
+        "loads of dumps with more cells than the cache, and with a sequence id beyond n_seq_max"
+            .into(),
+    ));
+    // The hybrid_idx preset on the qwen4exp model with a PLE layer: each decode gathers the
+    // tokens before each token from the attention cache's cells (`get_prev_tokens`,
+    // llama-kv-cache.cpp:1847-1908, through the context at :2954-2956), after removals, copies
+    // and loads as well as in order; the recurrent state carries the PLE conv history.
+    out.push((
+        "hybrid_idx+ple".into(),
+        configured(&preset("hybrid_idx"), "hybrid_idx+ple", "arch=qwen4exp_ple"),
+        "qwen4exp with a PLE n-gram embedding: decodes that read earlier tokens back from the cache's cells".into(),
     ));
     // The iswa preset runs swa_full off with decodes that evict; llama.cpp's default is on.
     out.push((
@@ -243,6 +314,11 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
         out.push(entry(id, d, why, pairing));
     }
     for arch in Arch::ALL {
+        // qwen4exp_ple's memory type is qwen4exp's, whose pairs run: its one entry is
+        // `hybrid_idx+ple` (user_caches).
+        if arch == Arch::Qwen4expPle {
+            continue;
+        }
         let name = base_preset(arch);
         // llama_hd64 is the llama memory type again: its preset gets its own pairs only.
         let everywhere = if arch == Arch::LlamaHd64 {

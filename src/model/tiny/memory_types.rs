@@ -178,6 +178,7 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
         | Arch::LlamaHd64
         | Arch::MinimaxM3
         | Arch::Qwen4exp
+        | Arch::Qwen4expPle
         | Arch::Deepseek4
         | Arch::GlmDsa
         | Arch::Deepseek32

@@ -129,7 +129,8 @@ impl TinyModelSpec {
     /// - `minimax-m3`: two blocks, a dense-lead one (no indexer key cache) and a sparse one
     ///   (`minimax_m3`), n_embd 16, head dimension 8 (the indexer key's too);
     /// - `qwen4exp`: two blocks, a gated delta net and a dense-attention one with the QSA indexer
-    ///   (`qwen4exp`), n_embd 16, head dimension 8 (the indexer key's too);
+    ///   (`qwen4exp`), n_embd 16, head dimension 8 (the indexer key's too); `qwen4exp_ple`: the
+    ///   same shape with a PLE module on the gated delta net (two heads of 8 per token);
     /// - `glm-dsa`: two blocks, a "full" indexer one and a "shared" one (no indexer key cache),
     ///   n_embd 16, two query heads over MLA (`dsa`: the head and indexer widths are its own);
     ///   `deepseek32`: the same shape, every block with an indexer; `dots3note`: the same
@@ -175,6 +176,7 @@ impl TinyModelSpec {
             | Arch::Lfm2Swa
             | Arch::MinimaxM3
             | Arch::Qwen4exp
+            | Arch::Qwen4expPle
             | Arch::GlmDsa
             | Arch::Deepseek32
             | Arch::Dots3note => TinyModelSpec {
@@ -219,7 +221,8 @@ impl TinyModelSpec {
             "tiny model: minimax-m3 needs a dense-lead block and a sparse one"
         );
         ensure_spec!(
-            self.arch != Arch::Qwen4exp || self.n_layer >= qwen4exp::FULL_ATTENTION_INTERVAL,
+            !matches!(self.arch, Arch::Qwen4exp | Arch::Qwen4expPle)
+                || self.n_layer >= qwen4exp::FULL_ATTENTION_INTERVAL,
             "tiny model: qwen4exp needs a gated-delta-net block and an attention one"
         );
         ensure_spec!(
@@ -303,7 +306,7 @@ fn tiny_model_writer(spec: &TinyModelSpec, tied_output: bool) -> Result<GgufWrit
     match spec.arch {
         Arch::Llama | Arch::LlamaHd64 => {}
         Arch::MinimaxM3 => return Ok(minimax_m3::writer(spec)),
-        Arch::Qwen4exp => return Ok(qwen4exp::writer(spec)),
+        Arch::Qwen4exp | Arch::Qwen4expPle => return Ok(qwen4exp::writer(spec)),
         Arch::Deepseek4 => return Ok(deepseek4::writer(spec)),
         Arch::GlmDsa | Arch::Deepseek32 | Arch::Dots3note => return Ok(dsa::writer(spec)),
         Arch::Gemma2 | Arch::Mamba | Arch::Jamba | Arch::Lfm2 | Arch::Lfm2Swa => {

@@ -18,10 +18,16 @@
 //! attention layer's `attention.compress_ratios` entry turns QSA on (`indexer_kpool`): the
 //! indexer caches each token's raw key beside the pooled key of its block of [`KPOOL`] cells
 //! (`indexer_kpool_row = 2`), and the query attends the top `top_k / kpool` blocks plus its tail.
-//! No PLE (`ple.layers` absent) and no MTP block.
+//! No MTP block. `qwen4exp` has no PLE (`ple.layers` absent); `qwen4exp_ple` adds one on the
+//! gated-delta-net layer 0 ([`ple_keys`], [`ple_tensors`]): an n-gram hash embedding whose rows
+//! each token gathers from the [`PLE_NGRAM`]` - 1` tokens before it, which llama.cpp reads back
+//! from the attention cache's cells (`get_prev_tokens`, src/llama-kv-cache.cpp:1847-1908), and a
+//! depthwise conv whose history is a second recurrent row of that layer (`cache_ple_r_l`,
+//! written after its R rows, src/llama-memory-recurrent.cpp:944-952).
 
 use super::memory_types::{common_keys, constant, uniform};
 use super::TinyModelSpec;
+use crate::base::op::Arch;
 use crate::model::gguf::{GgufValue, GgufValueType, GgufWriter};
 
 /// `full_attention_interval`: layer 1 of 2 is the dense-attention (and indexer) layer, layer 0
@@ -50,6 +56,18 @@ pub const N_EXPERT: u32 = 2;
 pub const N_EXPERT_USED: u32 = 1;
 /// `expert_feed_forward_length` and `expert_shared_feed_forward_length`.
 pub const N_FF_EXP: u32 = 8;
+
+/// `ple.ngram_size` of `qwen4exp_ple`: each token's n-gram is itself and the token before it
+/// (2, the smallest the loader takes, qwen4exp.cpp:118).
+pub const PLE_NGRAM: u32 = 2;
+/// `ple.heads_per_ngram`: `ple_n_heads = (ngram - 1) * heads_per_ngram` rows gathered per token.
+pub const PLE_HEADS_PER_NGRAM: u32 = 2;
+/// `ple.conv_kernel` (non-zero, qwen4exp.cpp:113).
+pub const PLE_CONV_KERNEL: u32 = 2;
+/// Rows of each PLE head's range of `per_layer_token_embd` (`ple.head_vocab_sizes`).
+pub const PLE_HEAD_VOCAB: u64 = 8;
+/// The layer that carries the PLE module: it must be a gated delta net (qwen4exp.cpp:158-162).
+pub const PLE_LAYER: u32 = 0;
 
 /// Whether layer `l` is a gated-delta-net (recurrent) layer.
 pub fn is_recurrent_layer(l: u32) -> bool {
@@ -102,6 +120,9 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
             k("expert_shared_feed_forward_length"),
             GgufValue::U32(N_FF_EXP),
         );
+    if s.arch == Arch::Qwen4expPle {
+        ple_keys(&mut w, s);
+    }
     let (embd, vocab) = (u64::from(s.n_embd), u64::from(s.n_vocab));
     let (hc, hc_lr) = (u64::from(HC), u64::from(HC_LOW_RANK));
     let hc_dim = hc * embd;
@@ -129,6 +150,9 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
         &[hc_lr, hc_dim],
         hc_lr,
     );
+    if s.arch == Arch::Qwen4expPle {
+        ple_tensors(&mut w, s);
+    }
     for l in 0..s.n_layer {
         let name = |t: &str| format!("blk.{l}.{t}.weight");
         for part in ["attn", "ffn"] {
@@ -185,4 +209,76 @@ pub(super) fn writer(s: &TinyModelSpec) -> GgufWriter {
         uniform(&mut w, s, name("ffn_down_shexp"), &[ff_exp, embd], ff_exp);
     }
     w
+}
+
+/// The PLE heads: `(ngram - 1) * heads_per_ngram`.
+fn ple_heads() -> u32 {
+    (PLE_NGRAM - 1) * PLE_HEADS_PER_NGRAM
+}
+
+/// The `ple.*` keys of `qwen4exp_ple` (`load_arch_hparams`, qwen4exp.cpp:85-146): one PLE layer,
+/// head ranges laid end to end in the table, each head's embedding `n_embd / heads` wide so that
+/// the gathered rows make one `n_embd` vector per token (`build_inp_ple`, :1353-1370).
+fn ple_keys(w: &mut GgufWriter, s: &TinyModelSpec) {
+    let arch = s.arch.gguf_name();
+    let k = |key: &str| format!("{arch}.{key}");
+    let heads = ple_heads();
+    let u64s = |v: Vec<u64>| {
+        GgufValue::Array(
+            GgufValueType::U64,
+            v.into_iter().map(GgufValue::U64).collect(),
+        )
+    };
+    w.add_kv(
+        k("ple.layers"),
+        GgufValue::Array(GgufValueType::U32, vec![GgufValue::U32(PLE_LAYER)]),
+    )
+    .add_kv(k("ple.ngram_size"), GgufValue::U32(PLE_NGRAM))
+    .add_kv(
+        k("ple.heads_per_ngram"),
+        GgufValue::U32(PLE_HEADS_PER_NGRAM),
+    )
+    .add_kv(k("ple.conv_kernel"), GgufValue::U32(PLE_CONV_KERNEL))
+    .add_kv(k("ple.eos_token_id"), GgufValue::U32(0))
+    .add_kv(
+        k("embedding_length_per_layer_input"),
+        GgufValue::U32(s.n_embd / heads),
+    )
+    // Odd multipliers, as a hash's are; any fixed values make the model deterministic.
+    .add_kv(
+        k("ple.layer_multipliers"),
+        u64s((0..PLE_NGRAM).map(|j| 2 * u64::from(j) + 3).collect()),
+    )
+    .add_kv(
+        k("ple.head_offsets"),
+        u64s((0..heads).map(|h| u64::from(h) * PLE_HEAD_VOCAB).collect()),
+    )
+    .add_kv(
+        k("ple.head_vocab_sizes"),
+        u64s(vec![PLE_HEAD_VOCAB; heads as usize]),
+    );
+}
+
+/// The PLE tensors (`load_arch_tensors`, qwen4exp.cpp:196-216 and :267-274): the shared table
+/// and the PLE layer's key, value, three grouped norms and conv kernel.
+fn ple_tensors(w: &mut GgufWriter, s: &TinyModelSpec) {
+    let embd = u64::from(s.n_embd);
+    let heads = u64::from(ple_heads());
+    let hc = u64::from(HC);
+    let hc_dim = hc * embd;
+    uniform(
+        w,
+        s,
+        "per_layer_token_embd.weight".into(),
+        &[embd / heads, heads * PLE_HEAD_VOCAB],
+        1,
+    );
+    let name = |t: &str| format!("blk.{PLE_LAYER}.{t}.weight");
+    uniform(w, s, name("ple_key"), &[embd, hc_dim], embd);
+    uniform(w, s, name("ple_value"), &[embd, embd], embd);
+    for norm in ["ple_norm_key", "ple_norm_query", "ple_norm_conv"] {
+        constant(w, name(norm), &[embd, hc], 1.0);
+    }
+    let kern = u64::from(PLE_CONV_KERNEL);
+    uniform(w, s, name("ple_conv1d"), &[kern, hc_dim], kern);
 }

@@ -25,6 +25,13 @@ pub trait SeqRanges {
     fn n_seq(&self) -> usize;
     /// `(seq_pos_min, seq_pos_max)` of sequence `s` (in range), -1 each when empty.
     fn seq_range(&self, s: SeqId) -> (Pos, Pos);
+    /// Whether a batch's positions may jump forward past `seq_pos_max + 1`: a memory of an
+    /// M-RoPE model, for which `llama_batch_allocr::init` asks only X < Y and no continuity
+    /// (src/llama-batch.cpp:347-378 in 0.1.161; the `Y = X + 1` and continuity checks are the
+    /// other branch, :379-411).
+    fn positions_may_jump(&self) -> bool {
+        false
+    }
 }
 
 impl SeqRanges for CellCache {
@@ -111,6 +118,15 @@ pub(crate) fn validate<M: SeqRanges + ?Sized>(
         distinct.dedup();
         let (bmin, bmax) = (distinct[0], *distinct.last().unwrap());
         let p0 = m.seq_range(s as SeqId).1;
+        if m.positions_may_jump() {
+            if p0 >= 0 && p0 >= bmin {
+                return Err(DecodeError::InvalidBatch(format!(
+                    "inconsistent sequence positions for sequence {s}: last position in the \
+                     cache X = {p0}, batch starts at Y = {bmin}, required X < Y (M-RoPE)"
+                )));
+            }
+            continue;
+        }
         if p0 >= 0 && bmin != p0 + 1 {
             return Err(DecodeError::InvalidBatch(format!(
                 "inconsistent sequence positions for sequence {s}: last position in the cache \

@@ -674,6 +674,11 @@ impl Memory {
 }
 
 impl SeqRanges for Memory {
+    /// The hybrid-idx memory is qwen4exp's, which ropes with IMRoPE (`n_pos_per_embd` 4).
+    fn positions_may_jump(&self) -> bool {
+        matches!(self, Memory::HybridIdx { .. })
+    }
+
     fn n_seq(&self) -> usize {
         match self {
             Memory::Kv(c)
