@@ -61,7 +61,8 @@ pub struct TargetArgs {
     /// Target under audit: `native` or `llama.cpp@VERSION[+assert]`.
     #[arg(long, default_value = "native")]
     pub target: String,
-    /// Inject faults into the target (native targets only; `kvaudit target list` names them).
+    /// Inject faults into the target (the native model's, `kvaudit target list` names them; a
+    /// llama.cpp target's test hooks, docs/usage.md).
     #[arg(long = "inject", value_delimiter = ',')]
     pub inject: Vec<String>,
     /// Second target for the differential oracle.

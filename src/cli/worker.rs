@@ -7,6 +7,7 @@ use clap::Args;
 use super::CliError;
 use kvaudit::base::cache::{Observation, Observe};
 use kvaudit::base::state::StateFormat;
+use kvaudit::targets::llama::faults::LlamaFaults;
 use kvaudit::targets::llama::target::ResetMode;
 use kvaudit::targets::llama::worker::{parse_observe_arg, worker_main};
 
@@ -45,6 +46,10 @@ pub struct WorkerArgs {
     /// whole, round-trip or probe).
     #[arg(long, value_parser = parse_observation)]
     crash_observing: Option<Observation>,
+    /// A test hook: a fault of the llama.cpp target (keep_noop, streams_rm_whole,
+    /// seq_size_scales_with_n_seq_max, save_drops_rows); repeatable.
+    #[arg(long)]
+    inject: Vec<String>,
 }
 
 fn parse_observation(arg: &str) -> Result<Observation, String> {
@@ -90,5 +95,6 @@ pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
         reset,
         a.observe,
         a.crash_observing,
+        LlamaFaults::parse(&a.inject).map_err(CliError::usage)?,
     ))
 }

@@ -188,6 +188,12 @@ impl Oracle for CacheInvisible {
                 seed_depth: None,
                 evidence: "oracles/cache_invisible_dsv4_seq_cp_then_seq_rm.json",
             },
+            PositiveControl {
+                fault: "save_drops_rows: the llama.cpp target's test hook (per-sequence dumps with their V rows zeroed)",
+                target: "llama.cpp@0.1.161[save_drops_rows] (domain msa)",
+                seed_depth: None,
+                evidence: "oracles/cache_invisible_save_drops_rows_msa.json",
+            },
         ]
     }
 

@@ -170,6 +170,12 @@ impl Oracle for ConfigDifferential {
                 seed_depth: None,
                 evidence: "oracles/config_differential_streams_rm_whole_dsa.json",
             },
+            PositiveControl {
+                fault: "streams_rm_whole: the llama.cpp target's test hook",
+                target: "llama.cpp@0.1.161[streams_rm_whole] vs kv_unified=true (domain dsv4)",
+                seed_depth: None,
+                evidence: "oracles/config_differential_streams_rm_whole_dsv4.json",
+            },
         ]
     }
 

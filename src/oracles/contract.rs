@@ -706,6 +706,12 @@ impl Oracle for Contract {
                 seed_depth: None,
                 evidence: "oracles/contract_hybrid_idx_state_drops_indexer.json",
             },
+            PositiveControl {
+                fault: "keep_noop: the llama.cpp target's test hook (seq_keep not sent)",
+                target: "llama.cpp@0.1.161[keep_noop] (domain dsv4)",
+                seed_depth: None,
+                evidence: "oracles/contract_keep_noop_dsv4.json",
+            },
         ]
     }
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -259,6 +259,66 @@ impl Oracle for Crash {
                 seed_depth: None,
                 evidence: "llama/observation_crash_whole_0.1.161.json",
             },
+            PositiveControl {
+                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+                target: "llama.cpp@0.1.161 (domain dsa)",
+                seed_depth: None,
+                evidence: "llama/observation_crash_whole_dsa_0.1.161.json",
+            },
+            PositiveControl {
+                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+                target: "llama.cpp@0.1.161 (domain dsv4)",
+                seed_depth: None,
+                evidence: "llama/observation_crash_whole_dsv4_0.1.161.json",
+            },
+            PositiveControl {
+                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+                target: "llama.cpp@0.1.161 (domain hybrid_idx)",
+                seed_depth: None,
+                evidence: "llama/observation_crash_whole_hybrid_idx_0.1.161.json",
+            },
+            PositiveControl {
+                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+                target: "llama.cpp@0.1.161 (domain hybrid_iswa)",
+                seed_depth: None,
+                evidence: "llama/observation_crash_whole_hybrid_iswa_0.1.161.json",
+            },
+            PositiveControl {
+                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+                target: "llama.cpp@0.1.161 (domain msa)",
+                seed_depth: None,
+                evidence: "llama/observation_crash_whole_msa_0.1.161.json",
+            },
+            PositiveControl {
+                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+                target: "llama.cpp@0.1.161 (domain dsa_iswa)",
+                seed_depth: None,
+                evidence: "llama/observation_crash_whole_dsa_iswa_0.1.161.json",
+            },
+            PositiveControl {
+                fault: "llama.cpp's own abort: a partial seq_cp across streams (llama-kv-cache.cpp:524)",
+                target: "llama.cpp@0.1.161 (domain msa)",
+                seed_depth: None,
+                evidence: "oracles/crash_msa_partial_cross_stream_seq_cp.json",
+            },
+            PositiveControl {
+                fault: "llama.cpp's own abort: the K-shift after a seq_add (ggml-backend.cpp:345)",
+                target: "llama.cpp@0.1.161 (domain dsv4)",
+                seed_depth: None,
+                evidence: "oracles/crash_dsv4_seq_add_aborts_in_the_k_shift.json",
+            },
+            PositiveControl {
+                fault: "llama.cpp's own abort: a seq_add of an M-RoPE cache (llama-kv-cache.cpp:595)",
+                target: "llama.cpp@0.1.161 (domain hybrid_idx)",
+                seed_depth: None,
+                evidence: "oracles/crash_hybrid_idx_seq_add_aborts_on_imrope.json",
+            },
+            PositiveControl {
+                fault: "llama.cpp's own abort: the K-shift of a base cache without layers (ggml-backend.cpp:345)",
+                target: "llama.cpp@0.1.161 (domain hybrid_iswa)",
+                seed_depth: None,
+                evidence: "oracles/crash_hybrid_iswa_k_shift_of_a_base_cache_without_layers.json",
+            },
         ]
     }
 

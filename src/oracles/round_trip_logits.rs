@@ -187,6 +187,12 @@ impl Oracle for RoundTripLogits {
                 seed_depth: None,
                 evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
             },
+            PositiveControl {
+                fault: "save_drops_rows: the llama.cpp target's test hook (per-sequence dumps with their V rows zeroed)",
+                target: "llama.cpp@0.1.161[save_drops_rows] (domain msa)",
+                seed_depth: None,
+                evidence: "oracles/cache_invisible_save_drops_rows_msa.json",
+            },
         ]
     }
 

@@ -231,6 +231,12 @@ impl Oracle for StateSize {
                 seed_depth: None,
                 evidence: "oracles/state_size_scales_with_n_seq_max_dsa.json",
             },
+            PositiveControl {
+                fault: "seq_size_scales_with_n_seq_max: the llama.cpp target's test hook",
+                target: "llama.cpp@0.1.161[seq_size_scales_with_n_seq_max] (domain dsv4)",
+                seed_depth: None,
+                evidence: "oracles/state_size_scales_with_n_seq_max_dsv4.json",
+            },
         ]
     }
 

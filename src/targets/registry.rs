@@ -23,7 +23,8 @@ use crate::targets::native::{parse_faults, NativeTarget};
 pub struct TargetSpec {
     /// `native`, or `llama.cpp@VERSION[+assert]`.
     pub name: String,
-    /// Faults to inject (native only).
+    /// Faults to inject: the native model's, or a llama.cpp target's test hooks
+    /// ([`crate::targets::llama::faults`]).
     pub faults: Vec<String>,
     /// A model file for llama.cpp targets (default: the generated tiny model).
     pub model: Option<PathBuf>,
@@ -148,12 +149,8 @@ impl TargetSpec {
                 ))
             }
             other if other.starts_with("llama.cpp@") => {
-                if !self.faults.is_empty() {
-                    return Err(format!(
-                        "faults can only be injected into the native target, not {other}"
-                    ).into());
-                }
-                llama_factory(other, self.model.as_deref(), self.observe)
+                let faults = crate::targets::llama::faults::LlamaFaults::parse(&self.faults)?;
+                llama_factory(other, self.model.as_deref(), self.observe, faults)
             }
             other => Err(format!(
                 "unknown target '{other}' (known: native, native+tensors, llama.cpp@VERSION[+assert])"
@@ -200,6 +197,7 @@ pub fn llama_worker_spec(
         env: crate::targets::llama::worker::runtime_env(pin.variant)
             .map_err(|e| Error::harness(format!("{name}: {e:#}")))?,
         crash_observing: crash_observing_hook()?,
+        faults: Default::default(),
     })
 }
 
@@ -226,10 +224,12 @@ fn llama_factory(
     name: &str,
     model: Option<&std::path::Path>,
     observe: Observe,
+    faults: crate::targets::llama::faults::LlamaFaults,
 ) -> Result<Box<RunnerFactory<'static>>, Error> {
     use crate::targets::llama::worker::WorkerRunner;
     let spec = crate::targets::llama::worker::WorkerSpec {
         observe,
+        faults,
         ..llama_worker_spec(name, model)?
     };
     Ok(Box::new(

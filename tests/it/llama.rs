@@ -114,6 +114,10 @@ enum Case {
         /// The observation that crashes (`whole`, `round-trip`, `before`).
         crash_observing: String,
         domain: String,
+        /// Fields of the preset to override, as in a domain file (an audit case's `overrides`):
+        /// what leaves out the preset's own crashes, so that the hook's are the only ones.
+        #[serde(default)]
+        overrides: Option<Value>,
         depth: u32,
         /// A trace judged by `judge_run` (every step observed) under the hook.
         trace: Vec<Op>,
@@ -243,10 +247,17 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             target,
             crash_observing,
             domain,
+            overrides,
             depth,
             trace,
             ..
-        } => check_observation_crash(&target, &crash_observing, &domain, depth, trace),
+        } => check_observation_crash(
+            &target,
+            &crash_observing,
+            (&domain, overrides.as_ref()),
+            depth,
+            trace,
+        ),
         Case::SanitizerControl {
             about: _,
             target,
@@ -376,7 +387,7 @@ fn check_settings(
 fn check_observation_crash(
     target: &str,
     crash_observing: &str,
-    domain: &str,
+    (domain, overrides): (&str, Option<&Value>),
     depth: u32,
     trace: Vec<Op>,
 ) -> Result<(), String> {
@@ -387,7 +398,13 @@ fn check_observation_crash(
     use kvaudit::running::judge::Judge;
     let what = Observation::from_name(crash_observing)
         .ok_or(format!("no observation {crash_observing}"))?;
-    let d = Domain::preset(domain).ok_or(format!("no preset {domain}"))?;
+    let mut d = Domain::preset(domain).ok_or(format!("no preset {domain}"))?;
+    if let Some(o) = overrides {
+        let o: kvaudit::base::domain::DomainOverrides =
+            serde_json::from_value(o.clone()).map_err(|e| format!("overrides: {e}"))?;
+        o.apply(&mut d);
+        d.validate().map_err(|e| e.to_string())?;
+    }
     let oracles = Registry::for_run(false);
     let spec = llama_worker_spec(target, None)?;
     let hooked = kvaudit::targets::llama::worker::WorkerSpec {

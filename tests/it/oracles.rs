@@ -173,90 +173,14 @@ const CLASSES: [(MemoryType, &str); 6] = [
 /// listed here that gains a control, or whose oracle no longer judges the class, fails the test.
 const WITHOUT_CONTROL: &[(&str, MemoryType, &str)] = &[
     (
-        "crash",
-        MemoryType::Dsa,
-        "its controls are llama.cpp builds and worker hooks whatever the memory; on the class no \
-         abort of llama.cpp's own was seen in the dsa audits and fuzz run (docs/results.md)",
-    ),
-    (
-        "crash",
-        MemoryType::Dsv4,
-        "its controls are llama.cpp builds and worker hooks whatever the memory; on the class it \
-         fires by llama.cpp's own aborts (corpora/crash_dsv4_seq_add_aborts_in_the_k_shift.json, \
-         corpora/crash_dsv4_partial_seq_cp_aborts.json)",
-    ),
-    (
-        "contract",
-        MemoryType::Dsv4,
-        "native does not model the class (targets::native::lacks_memory) and no pin breaks a \
-         documented contract on it: a control needs a fault in the llama.cpp target",
-    ),
-    (
-        "config-differential",
-        MemoryType::Dsv4,
-        "the dsv4 memory keeps one stream per sequence whatever kv_unified says \
-         (llama-kv-cache-dsv4.cpp:1244-1245), so the pair is one memory twice; a control needs a \
-         fault in the llama.cpp target",
-    ),
-    (
-        "state-size",
-        MemoryType::Dsv4,
-        "native does not model the class and no pin's size call disagrees with its dump on it: a \
-         control needs a fault in the llama.cpp target",
-    ),
-    (
         "I2",
         MemoryType::HybridIdx,
         "cannot fail on a hybrid memory: the positions both parts hold lie within one state position",
     ),
     (
-        "crash",
-        MemoryType::HybridIdx,
-        "its controls are llama.cpp builds and worker hooks whatever the memory; on the class it \
-         fires by llama.cpp's own abort (a seq_add or seq_div of an M-RoPE cache, \
-         llama-kv-cache.cpp:595, which the presets and the fuzz generator leave out: Arch::can_shift)",
-    ),
-    (
         "I2",
         MemoryType::HybridIswa,
         "cannot fail on a hybrid memory: the positions both parts hold lie within one state position",
-    ),
-    (
-        "crash",
-        MemoryType::HybridIswa,
-        "its controls are llama.cpp builds and worker hooks whatever the memory; on the class it \
-         fires by llama.cpp's own abort (corpora/crash_hybrid_iswa_k_shift_of_a_base_cache_without_layers.json)",
-    ),
-    (
-        "crash",
-        MemoryType::Msa,
-        "its controls are llama.cpp builds and worker hooks whatever the memory; on the class it \
-         fires by llama.cpp's own abort (a partial cross-stream seq_cp, llama-kv-cache.cpp:524, \
-         docs/results.md's msa audits)",
-    ),
-    (
-        "cache-invisible",
-        MemoryType::Msa,
-        "native answers no logits for an attention memory (native+tensors has no MSA pair): a \
-         control needs a fault in the llama.cpp target",
-    ),
-    (
-        "round-trip-logits",
-        MemoryType::Msa,
-        "native answers no logits for an attention memory: a control needs a fault in the \
-         llama.cpp target",
-    ),
-    (
-        "save-load-invisible",
-        MemoryType::Msa,
-        "native answers no logits for an attention memory: a control needs a fault in the \
-         llama.cpp target",
-    ),
-    (
-        "crash",
-        MemoryType::DsaIswa,
-        "its controls are llama.cpp builds and worker hooks whatever the memory; no abort of \
-         llama.cpp's own was seen on the class (docs/results.md, DSA-iSWA)",
     ),
 ];
 

@@ -6,13 +6,16 @@
 //!   [`tree`], [`shim`], [`build`], [`ffi`], [`sys`], [`error`], [`startup`].
 //! - [`context_params`]: a setup's settings (`base/setting.rs`) as the shim's (key, value)
 //!   pairs; [`state_format`]: a pin's state format as `base/state/` reads it.
-//! - [`target`]: [`target::LlamaTarget`], the `CacheUnderTest` over one context.
+//! - [`target`]: [`target::LlamaTarget`], the `CacheUnderTest` over one context; [`faults`]:
+//!   its test hooks, faults injected on kvaudit's side of the FFI (`--inject`), the positive
+//!   controls of oracles on classes the native model cannot stand in for.
 //! - [`worker`]: crash isolation, a fork server in a child process and its line protocol. Its
 //!   trial loop runs kvaudit's `LocalRunner` over a [`target::LlamaTarget`], so it stays here,
 //!   over the crate's process plumbing ([`sys`]: fork, signals, waitpid).
 
 pub use llama_cpp_target::{build, error, ffi, pins, shim, startup, sys, tree};
 
+pub mod faults;
 pub mod target;
 pub mod worker;
 

@@ -20,8 +20,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::faults::LlamaFaults;
 use super::ffi::{ContextParams, LlamaContext, LlamaShim, ShimError};
 use crate::base::cache::{CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, TargetInfo};
+use crate::base::config::MemoryType;
 use crate::base::op::{Arch, CacheType, ForeignDump, Op, OpKind, Pos, SeqId, Setup};
 use crate::base::setting::{Key, Setting, Value};
 use crate::base::slots::SlotStore;
@@ -80,6 +82,10 @@ pub struct LlamaTarget {
     /// first use, and the dumps it made, most recent last (a setup's are the same every trial).
     foreign_maker: Option<Box<LlamaTarget>>,
     foreign_dumps: Vec<(Setup, ForeignDump, Vec<u8>)>,
+    /// The test hooks injected around llama.cpp's calls ([`LlamaFaults`]; none by default).
+    faults: LlamaFaults,
+    /// The memory type of the last reset's setup (how [`LlamaFaults::seq_dump`] parses a dump).
+    memory: MemoryType,
 }
 
 /// How many dumps of other configurations a target keeps.
@@ -135,7 +141,15 @@ impl LlamaTarget {
             refused: Vec::new(),
             foreign_maker: None,
             foreign_dumps: Vec::new(),
+            faults: LlamaFaults::default(),
+            memory: MemoryType::Kv,
         }
+    }
+
+    /// The same target with the test hooks `faults` (docs/usage.md, `--inject` on llama.cpp).
+    pub fn with_faults(mut self, faults: LlamaFaults) -> Self {
+        self.faults = faults;
+        self
     }
 
     /// The same target with K and V caches of `cache_type`, for the numerical oracles.
@@ -154,6 +168,7 @@ impl LlamaTarget {
             self.reset_mode,
         );
         t.cache_type = self.cache_type;
+        t.faults = self.faults;
         t
     }
 
@@ -449,13 +464,14 @@ impl CacheUnderTest for LlamaTarget {
         TargetInfo {
             name: self.label.clone(),
             version: version.unwrap_or_else(|| self.shim.version().to_string()),
-            faults: Vec::new(),
+            faults: self.faults.names(),
             model: model_name(&self.model),
             state_format: self.format,
         }
     }
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        self.memory = setup.arch.memory();
         self.reset_context(setup)?;
         if setup.foreign.is_empty() {
             return Ok(());
@@ -475,11 +491,21 @@ impl CacheUnderTest for LlamaTarget {
             self.stream_copy_pending |=
                 params.params.get(Key::KvUnified.name()) != Some(1) && src != dst;
         }
-        let applied = apply_op(ctx, &mut self.slots, op);
+        let unified = params.params.get(Key::KvUnified.name()) == Some(1);
+        let Some(sent) = self.faults.op_sent(op, unified) else {
+            return Ok(OpOutcome::Done { returned: None });
+        };
+        let applied = apply_op(ctx, &mut self.slots, &sent);
         let outcome = applied.map_err(|e| HarnessError::Target {
             target: self.label.clone(),
             message: format!("{op}: {e:#}"),
         })?;
+        if let Op::StateSeqSave { ref slot, .. } = sent {
+            if let Ok(bytes) = self.slots.load(slot, None, None) {
+                let bytes = self.faults.seq_dump(bytes, self.format, self.memory);
+                self.slots.save(slot, bytes);
+            }
+        }
         if outcome == (OpOutcome::Decoded { rc: 0 }) {
             self.logits_valid = true;
         }
@@ -502,7 +528,8 @@ impl CacheUnderTest for LlamaTarget {
 
     fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
         let r = self.ctx()?.state_seq_get(seq);
-        r.map_err(|e| self.harness(format!("{e:#}")))
+        let bytes = r.map_err(|e| self.harness(format!("{e:#}")))?;
+        Ok(self.faults.seq_dump(bytes, self.format, self.memory))
     }
 
     fn last_logits(&mut self) -> Result<Option<Vec<f32>>, HarnessError> {
@@ -536,10 +563,24 @@ impl CacheUnderTest for LlamaTarget {
         match self.ctx()?.state_dump_size(seq, flags) {
             Err(e) if no_state_seq_flags(&e) => Ok(None),
             Err(e) => Err(self.harness(format!("state sizes: {e:#}"))),
-            Ok((reported, written)) => Ok(Some(DumpSize {
-                reported: reported as u64,
-                written: written as u64,
-            })),
+            Ok((reported, written)) => {
+                let reported = match seq {
+                    Some(_) => {
+                        let n_seq_max = self
+                            .ctx
+                            .as_ref()
+                            .and_then(|(k, _)| k.params.get(Key::NSeqMax.name()));
+                        let n_seq_max = n_seq_max.and_then(|n| u32::try_from(n).ok());
+                        self.faults
+                            .seq_size_reported(reported as u64, n_seq_max.unwrap_or(1))
+                    }
+                    None => reported as u64,
+                };
+                Ok(Some(DumpSize {
+                    reported,
+                    written: written as u64,
+                }))
+            }
         }
     }
 

@@ -45,6 +45,7 @@ pub use self::parent::WorkerRunner;
 pub use self::server::worker_main;
 use super::build::flag_build;
 use super::error::LlamaError;
+use super::faults::LlamaFaults;
 use super::pins::Variant;
 use super::target::ResetMode;
 use crate::base::cache::{Observation, Observe};
@@ -83,6 +84,9 @@ pub struct WorkerSpec {
     /// (`--crash-observing`; `KVAUDIT_TEST_CRASH_OBSERVING`, docs/usage.md), the positive
     /// control of observation crashes.
     pub crash_observing: Option<Observation>,
+    /// Test hooks injected around llama.cpp's calls (`--inject`, docs/usage.md): the faults of
+    /// the llama.cpp target's positive controls.
+    pub faults: LlamaFaults,
 }
 
 /// The environment a process that loads a build of `variant` needs: `LD_PRELOAD` of each

@@ -253,6 +253,9 @@ impl WorkerRunner {
         if let Some(what) = self.spec.crash_observing {
             cmd.arg("--crash-observing").arg(what.name());
         }
+        for fault in self.spec.faults.names() {
+            cmd.arg("--inject").arg(fault);
+        }
         mark("parent: worker spawning");
         let mut child = cmd.spawn().map_err(|e| {
             self.harness(format!(

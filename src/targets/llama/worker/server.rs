@@ -28,6 +28,7 @@ use crate::base::cache::{
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::running::runner::{LocalRunner, TrialRunner as _};
+use crate::targets::llama::faults::LlamaFaults;
 use crate::targets::llama::ffi::{CovMode, LlamaShim};
 use crate::targets::llama::startup::mark;
 use crate::targets::llama::sys;
@@ -111,9 +112,9 @@ impl CacheUnderTest for Stepped {
 }
 
 /// The worker process: `kvaudit worker --shim SO --model GGUF --label L [--rot-fields]
-/// [--rebuild-resets] [--observe WHAT] [--crash-observing OBSERVATION]`; it observes what
-/// `observe` says after every op (`crash_observing`: a test hook, that observation dies of
-/// SIGSEGV every time).
+/// [--rebuild-resets] [--observe WHAT] [--crash-observing OBSERVATION] [--inject FAULT...]`; it
+/// observes what `observe` says after every op (`crash_observing`: a test hook, that
+/// observation dies of SIGSEGV every time; `faults`: the target's test hooks, [`LlamaFaults`]).
 /// Returns the process exit code (0: stdin closed; 3: a harness error,
 /// reported as a `Reply::Error` line when the parent can still read it).
 pub fn worker_main(
@@ -124,6 +125,7 @@ pub fn worker_main(
     reset: ResetMode,
     observe: Observe,
     crash_observing: Option<Observation>,
+    faults: LlamaFaults,
 ) -> i32 {
     mark("worker: main");
     sys::install_fatal_signal_report();
@@ -144,7 +146,7 @@ pub fn worker_main(
     if let Some(cov) = &cov {
         cov.cov_record(CovMode::Outside);
     }
-    let target = LlamaTarget::new(loaded, model, label, format, reset);
+    let target = LlamaTarget::new(loaded, model, label, format, reset).with_faults(faults);
     let stepped = Stepped {
         target,
         observing: None,
