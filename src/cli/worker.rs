@@ -95,6 +95,6 @@ pub fn run(a: WorkerArgs) -> Result<i32, CliError> {
         reset,
         a.observe,
         a.crash_observing,
-        LlamaFaults::parse(&a.inject).map_err(CliError::usage)?,
+        LlamaFaults::parse(&a.inject)?,
     ))
 }

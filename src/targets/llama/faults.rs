@@ -5,6 +5,7 @@
 //! one dump on kvaudit's side of the FFI, as the native fault of the same name does in
 //! `targets/native-kv` (`faults.rs`), and the audit without it is the clean run.
 
+use crate::base::error::Error;
 use crate::base::op::{MemoryType, Op};
 use crate::base::state::{parse_seq_state, StateFormat};
 
@@ -43,14 +44,14 @@ pub const NAMES: [&str; 4] = [
 
 impl LlamaFaults {
     /// The faults named, or which name is unknown.
-    pub fn parse(names: &[String]) -> Result<Self, String> {
+    pub fn parse(names: &[String]) -> Result<Self, Error> {
         let mut f = LlamaFaults::default();
         for name in names {
             *f.flag(name).ok_or_else(|| {
-                format!(
+                Error::input(format!(
                     "no fault '{name}' in the llama.cpp target (its test hooks: {})",
                     NAMES.join(", ")
-                )
+                ))
             })? = true;
         }
         Ok(f)
@@ -80,17 +81,23 @@ impl LlamaFaults {
     /// `keep_noop` drops a `seq_keep`, `streams_rm_whole` widens a one-sequence `seq_rm` when
     /// `unified` is false.
     pub fn op_sent(&self, op: &Op, unified: bool) -> Option<Op> {
-        match *op {
-            Op::SeqKeep { .. } if self.keep_noop => None,
-            Op::SeqRm { seq, .. } if self.streams_rm_whole && !unified && seq >= 0 => {
-                Some(Op::SeqRm {
-                    seq,
-                    p0: -1,
-                    p1: -1,
-                })
+        if self.keep_noop {
+            if let Op::SeqKeep { .. } = op {
+                return None;
             }
-            _ => Some(op.clone()),
         }
+        if self.streams_rm_whole && !unified {
+            if let Op::SeqRm { seq, .. } = *op {
+                if seq >= 0 {
+                    return Some(Op::SeqRm {
+                        seq,
+                        p0: -1,
+                        p1: -1,
+                    });
+                }
+            }
+        }
+        Some(op.clone())
     }
 
     /// The size a sequence's size call reports under `seq_size_scales_with_n_seq_max`, from the
@@ -145,7 +152,11 @@ mod tests {
         assert_eq!(f.names(), all);
         assert_eq!(LlamaFaults::parse(&[]).unwrap(), LlamaFaults::default());
         let err = LlamaFaults::parse(&["refcount".into()]).unwrap_err();
-        assert!(err.contains("no fault 'refcount'"), "{err}");
+        assert!(
+            err.message.contains("no fault 'refcount'"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
