@@ -13,8 +13,8 @@
 #
 # hunt-extra/ is a short hunt of the entries added for coverage (EXTRA_ENTRIES, EXTRA_BUDGET):
 # the refusals of dumps of other configurations, a decode larger than a stream and the PLE
-# model. The full hunt's plan has them too; a hunt of 30 minutes gives each a share of about
-# 25 s, so they run apart as well. EXTRA_BUDGET=0 skips it.
+# model, with token ids and with embedding inputs (embd_input). The full hunt's plan has them
+# too; a hunt of 30 minutes gives each a share of about 25 s, so they run apart as well. EXTRA_BUDGET=0 skips it.
 #
 # Exit code 1 of the fuzz run or the hunt (findings) is expected; any other failure stops the
 # script.
@@ -22,8 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzz_time=${FUZZ_TIME:-5m}
 hunt_budget=${HUNT_BUDGET:-10m}
-extra_budget=${EXTRA_BUDGET:-12m}
-extra_entries=${EXTRA_ENTRIES:-small-ctx,state+foreign,quant+foreign,state+flash+foreign,state+foreign-layers,state+foreign-cells,hybrid_idx+ple}
+extra_budget=${EXTRA_BUDGET:-14m}
+extra_entries=${EXTRA_ENTRIES:-small-ctx,state+foreign,quant+foreign,state+flash+foreign,state+foreign-layers,state+foreign-cells,hybrid_idx+ple,hybrid_idx+ple+embd}
 reuse=${REUSE_RUNS:-0}
 pin=llama.cpp@0.1.161+cov
 out=reports/coverage

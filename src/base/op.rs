@@ -570,6 +570,15 @@ pub struct Setup {
     /// target reports as unsupported. Only recurrent and hybrid memories read it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub n_rs_seq: u32,
+    /// Decodes feed embeddings instead of token ids (`embd_input`; default off): each token t
+    /// becomes `llama_batch.embd`'s row of the model's `n_embd` floats, a fixed function of t
+    /// (the shim's `shim_token_embd`, the C reproducer's `token_embd`), as a multimodal
+    /// client's image or audio chunk does. llama.h allows either input
+    /// (`llama_batch`: "token" or "embd"); llama.cpp's cache stands in a token id for the cell
+    /// of an embedding on models that read tokens back (PLE, src/llama-kv-cache.cpp:1159-1168
+    /// in 0.1.161) and orders an embedding ubatch by its place, not its positions (:1869).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub embd_input: bool,
     /// Ops run before the trace; not checked and not counted.
     #[serde(default)]
     pub ops: Vec<Op>,
@@ -646,6 +655,7 @@ impl Default for Setup {
             arch: Arch::Llama,
             swa_full: true,
             n_rs_seq: 0,
+            embd_input: false,
             ops: Vec::new(),
             foreign: Vec::new(),
         }
@@ -683,6 +693,9 @@ impl Setup {
         }
         if self.n_rs_seq > 0 {
             s.push_str(&format!(", n_rs_seq {}", self.n_rs_seq));
+        }
+        if self.embd_input {
+            s.push_str(", embedding inputs");
         }
         for f in &self.foreign {
             s.push_str(&format!(", slot {} saved under {}", f.slot, f.config));

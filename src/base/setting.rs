@@ -41,6 +41,9 @@ pub enum Key {
     SwaFull,
     /// `n_rs_seq`: recurrent-state snapshots per sequence for rollback (0: none).
     NRsSeq,
+    /// `embd_input`: decodes feed embeddings, not token ids (how the batch is filled, not a
+    /// context parameter).
+    EmbdInput,
     /// `n_threads`: threads for decoding (and for batches): always 1 in kvaudit, not a field of
     /// the setup.
     NThreads,
@@ -48,7 +51,7 @@ pub enum Key {
 
 impl Key {
     /// Every key, in the order settings are listed.
-    pub const ALL: [Key; 12] = [
+    pub const ALL: [Key; 13] = [
         Key::NCtx,
         Key::NSeqMax,
         Key::KvUnified,
@@ -60,6 +63,7 @@ impl Key {
         Key::Arch,
         Key::SwaFull,
         Key::NRsSeq,
+        Key::EmbdInput,
         Key::NThreads,
     ];
 
@@ -77,6 +81,7 @@ impl Key {
             Key::Arch => "arch",
             Key::SwaFull => "swa_full",
             Key::NRsSeq => "n_rs_seq",
+            Key::EmbdInput => "embd_input",
             Key::NThreads => "n_threads",
         }
     }
@@ -110,6 +115,7 @@ impl Key {
             Key::Arch => setup.arch = v.parse()?,
             Key::SwaFull => setup.swa_full = flag()?,
             Key::NRsSeq => setup.n_rs_seq = num()?,
+            Key::EmbdInput => setup.embd_input = flag()?,
             Key::NThreads => return Err(format!("configuration {k}: kvaudit runs one thread")),
         }
         Ok(())
@@ -172,7 +178,8 @@ impl Setting {
     }
 
     /// The `llama_context_params` fields this setting sets and their values as C source (as in
-    /// llama.h), or `None` for the architecture (the model, not a context field).
+    /// llama.h; none for `embd_input`, which the program's decode helper reads), or `None` for
+    /// the architecture (the model, not a context field).
     pub fn llama_h(&self) -> Option<Vec<(&'static str, String)>> {
         let c = |v: Value| match v {
             Value::Count(n) => n.to_string(),
@@ -200,6 +207,9 @@ impl Setting {
             Key::TypeV => one("type_v"),
             Key::SwaFull => one("swa_full"),
             Key::NRsSeq => one("n_rs_seq"),
+            // The C program's decode helper reads it (`n_embd_input`, set after the model
+            // loads): not a field of `llama_context_params`.
+            Key::EmbdInput => Some(Vec::new()),
             Key::NThreads => Some(vec![
                 ("n_threads", c(self.value)),
                 ("n_threads_batch", c(self.value)),
@@ -227,7 +237,7 @@ pub fn ggml_type_c(t: CacheType) -> &'static str {
 
 impl Setup {
     /// Every setting of this setup, in [`Key::ALL`] order: each field (the batch sizes when
-    /// set: unset, llama.cpp's defaults hold), then the thread count.
+    /// set: unset, llama.cpp's defaults hold; `embd_input` when on), then the thread count.
     pub fn settings(&self) -> Vec<Setting> {
         // No `..`: a new field does not compile until it is listed here.
         let Setup {
@@ -242,6 +252,7 @@ impl Setup {
             arch,
             swa_full,
             n_rs_seq,
+            embd_input,
             ops: _,
             // Not a setting of this context: the slots its trace starts with.
             foreign: _,
@@ -259,6 +270,11 @@ impl Setup {
             set(Key::Arch, Value::Arch(*arch)),
             set(Key::SwaFull, Value::Flag(*swa_full)),
             set(Key::NRsSeq, Value::Count(*n_rs_seq)),
+            // Listed when on only: off is how every program before it decoded.
+            embd_input.then_some(Setting {
+                key: Key::EmbdInput,
+                value: Value::Flag(true),
+            }),
             set(Key::NThreads, Value::Count(N_THREADS)),
         ]
         .into_iter()
@@ -317,13 +333,14 @@ mod tests {
             ("arch", "gemma2"),
             ("swa_full", "off"),
             ("n_rs_seq", "2"),
+            ("embd_input", "on"),
         ] {
             s.set_text(k, v).unwrap();
         }
         let listed: Vec<Key> = s.settings().iter().map(|s| s.key).collect();
         assert_eq!(listed, Key::ALL);
         let changed: Vec<Key> = s.non_default_settings().iter().map(|s| s.key).collect();
-        assert_eq!(changed, &Key::ALL[..11]);
+        assert_eq!(changed, &Key::ALL[..12]);
         assert!(s.set_text("n_threads", "2").is_err());
         assert!(s
             .set_text("frobnicate", "1")

@@ -19,6 +19,15 @@ pub struct Display {
 const LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Display {
+    /// One line above the bar, or on stderr: a hidden bar (stderr is not a terminal) drops
+    /// println, and logs still get the line.
+    fn say(&self, line: &str) {
+        match &self.bar {
+            Some(b) if !b.is_hidden() => b.println(line),
+            _ => eprintln!("{line}"),
+        }
+    }
+
     /// A display for these output options.
     pub fn new(out: &OutputArgs) -> Self {
         Display {
@@ -137,11 +146,18 @@ impl Display {
                     "case {case}: {oracle} {kind} at step {step} of {length}; shrunk to {shrunk_len} ops in {executions} executions, {elapsed_s:.3} s{}",
                     if *new { "" } else { " (a finding already made)" }
                 );
-                // A hidden bar (stderr is not a terminal) drops println: logs still get the line.
-                match &self.bar {
-                    Some(b) if !b.is_hidden() => b.println(line),
-                    _ => eprintln!("{line}"),
-                }
+                self.say(&line);
+            }
+            Event::NotReproduced {
+                oracle,
+                kind,
+                case,
+                step,
+            } => {
+                let line = format!(
+                    "case {case}: {oracle} {kind} at step {step} did not fail again when replayed: not shrunk (kept in the report's not_reproduced)"
+                );
+                self.say(&line);
             }
             Event::Finding(_) | Event::Checkpoint(_) => {}
             Event::Done(_) => {

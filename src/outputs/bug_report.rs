@@ -65,13 +65,19 @@ fn configuration(setup: &Setup) -> String {
         model_command(arch)
     );
     for setting in setup.settings() {
-        if let Some(fields) = setting.llama_h() {
+        if let Some(fields) = setting.llama_h().filter(|f| !f.is_empty()) {
             let line: Vec<String> = fields
                 .iter()
                 .map(|(field, value)| format!("`{field}` = {value}"))
                 .collect();
             let _ = writeln!(s, "- {}", line.join(", "));
         }
+    }
+    if setup.embd_input {
+        let _ = writeln!(
+            s,
+            "- decodes feed embeddings (`llama_batch.embd`, `n_embd` floats per token: `token_embd` of the C program), no token ids"
+        );
     }
     let _ = writeln!(
         s,

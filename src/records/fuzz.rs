@@ -210,6 +210,27 @@ pub struct FuzzSummary {
     /// The target's memory code the cases reached, on a target that records it (`+cov`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<crate::records::code::CodeSet>,
+    /// Failures that did not happen again when the shrinker replayed their case: the target
+    /// answered the same trace two ways (its own nondeterminism, or state a worker carried over
+    /// from an earlier trial). Not shrunk and not findings; each is kept with its trace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_reproduced: Vec<NotReproduced>,
+}
+
+/// A failure its own replay did not show again ([`FuzzSummary::not_reproduced`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotReproduced {
+    /// The case.
+    pub case: u64,
+    /// The oracle that failed the first time.
+    pub oracle: String,
+    /// Its kind of violation.
+    pub kind: String,
+    /// The step it failed at.
+    pub step: usize,
+    /// The case's trace, as it ran.
+    pub trace: Trace,
 }
 
 /// The generator of a fuzz run's cases.

@@ -782,6 +782,17 @@ pub enum Event {
         /// False if it came to a finding already made.
         new: bool,
     },
+    /// A fuzz failure did not happen again when its case was replayed to shrink it.
+    NotReproduced {
+        /// Oracle.
+        oracle: OracleId,
+        /// Kind of violation.
+        kind: String,
+        /// The case that failed.
+        case: u64,
+        /// Its failing step.
+        step: usize,
+    },
 }
 
 /// Combines shard reports into the report of the whole run. Fails (with the reason) unless the

@@ -50,8 +50,8 @@ use crate::running::judge::{Judge, StepViolation};
 use crate::running::runner::RunnerFactory;
 
 pub use crate::records::fuzz::{
-    CoveragePoint, FuzzSummary, GenConfig, Generator, ProbeStats, QueueStats, ReloadStats,
-    ShrinkRecord, TheoremFinding, TheoremStats,
+    CoveragePoint, FuzzSummary, GenConfig, Generator, NotReproduced, ProbeStats, QueueStats,
+    ReloadStats, ShrinkRecord, TheoremFinding, TheoremStats,
 };
 pub use coverage::{Coverage, Reached};
 pub use generate::{
@@ -336,6 +336,7 @@ pub fn run_fuzz_until(
     let mut by_signature: BTreeMap<FindingKey, (u32, String)> = BTreeMap::new();
     let mut records: BTreeMap<String, ShrinkRecord> = BTreeMap::new();
     let (mut shrink_executions, mut shrink_elapsed) = (0u64, Duration::ZERO);
+    let mut not_reproduced: Vec<NotReproduced> = Vec::new();
     let mut case = 0u64;
     let mut probes: Option<ProbeStats> = None;
     let mut reloads: Option<ReloadStats> = None;
@@ -468,8 +469,25 @@ pub fn run_fuzz_until(
                 shrink_tree(&mut tree, &mode, &mut judge, &cfg.shrink)?
             } else {
                 shrink(&trace, &mode, &mut judge, &cfg.shrink)?
-            }
-            .expect("the case failed this way a moment ago");
+            };
+            // The shrinker replays the case first: a target that answers it another way now is
+            // data about the target, not a harness failure.
+            let Some(shrunk) = shrunk else {
+                sink(&Event::NotReproduced {
+                    oracle: mode.oracle,
+                    kind: mode.kind.clone(),
+                    case,
+                    step: v.step,
+                });
+                not_reproduced.push(NotReproduced {
+                    case,
+                    oracle: mode.oracle.to_string(),
+                    kind: mode.kind.clone(),
+                    step: v.step,
+                    trace: trace.clone(),
+                });
+                continue;
+            };
             shrink_executions += shrunk.executions;
             shrink_elapsed += shrunk.elapsed;
             let shape = format!("{who}|{}", shape(&mode, &shrunk.trace));
@@ -626,6 +644,7 @@ pub fn run_fuzz_until(
         coverage: points,
         queue: guided.then_some(queue_stats),
         code: coverage.code(&report.target.name),
+        not_reproduced,
     });
     sink(&Event::Done(Box::new(report.clone())));
     Ok((report, queue.into_kept()))

@@ -249,6 +249,18 @@ fn user_caches() -> Vec<(String, Domain, String)> {
         configured(&preset("hybrid_idx"), "hybrid_idx+ple", "arch=qwen4exp_ple"),
         "qwen4exp with a PLE n-gram embedding: decodes that read earlier tokens back from the cache's cells".into(),
     ));
+    // The same with embedding inputs (a multimodal client's chunks): the cache stands a token
+    // id in for each embedding's cell ext and orders the ubatch by place
+    // (llama-kv-cache.cpp:1159-1168, :1869-1896 in 0.1.161).
+    out.push((
+        "hybrid_idx+ple+embd".into(),
+        configured(
+            &preset("hybrid_idx"),
+            "hybrid_idx+ple+embd",
+            "arch=qwen4exp_ple,embd_input=on",
+        ),
+        "qwen4exp with a PLE n-gram embedding, decodes of embeddings instead of token ids".into(),
+    ));
     // The iswa preset runs swa_full off with decodes that evict; llama.cpp's default is on.
     out.push((
         "iswa+swa_full".into(),

@@ -204,6 +204,9 @@ pub fn emit_c(input: &ReproInput) -> String {
     let _ = writeln!(s, "    llama_log_set(quiet, NULL);");
     let _ = writeln!(s, "    llama_backend_init();");
     emit_model(&mut s, t.setup.arch);
+    if t.setup.embd_input {
+        let _ = writeln!(s, "    n_embd_input = llama_model_n_embd(model);");
+    }
     let _ = writeln!(
         s,
         "    struct llama_context_params cp = llama_context_default_params();"

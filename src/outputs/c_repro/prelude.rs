@@ -13,13 +13,25 @@ static void quiet(enum ggml_log_level level, const char *text, void *user) {
     (void)level; (void)text; (void)user;
 }
 
+/* Decodes feed embeddings of this width instead of token ids when it is not 0 (kvaudit's
+ * embd_input): token t becomes n_embd_input values token_embd(t, d), the shim's own. */
+static int n_embd_input;
+
+static float token_embd(int32_t t, int32_t d) {
+    return (float)(((uint32_t)t * 131u + (uint32_t)d * 7u) % 17u) / 8.0f - 1.0f;
+}
+
 /* One llama_decode; pos == NULL lets llama.cpp choose each sequence's next position. */
 static int decode(struct llama_context *ctx, int n, const llama_token *toks, const llama_pos *pos,
                   int n_seq, const llama_seq_id *seqs) {
-    struct llama_batch b = llama_batch_init(n, 0, n_seq);
+    struct llama_batch b = llama_batch_init(n, n_embd_input, n_seq);
     llama_pos *own_pos = b.pos;
     for (int i = 0; i < n; i++) {
-        b.token[i] = toks[i];
+        if (n_embd_input) {
+            for (int d = 0; d < n_embd_input; d++) b.embd[i * n_embd_input + d] = token_embd(toks[i], d);
+        } else {
+            b.token[i] = toks[i];
+        }
         if (pos) b.pos[i] = pos[i];
         b.n_seq_id[i] = n_seq;
         for (int s = 0; s < n_seq; s++) b.seq_id[i][s] = seqs[s];

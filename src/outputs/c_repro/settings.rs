@@ -61,10 +61,12 @@ pub(super) fn emit_model(s: &mut String, arch: Arch) {
     );
     let _ = writeln!(s, "    {{ char arch[64] = \"\"; llama_model_meta_val_str(model, \"general.architecture\", arch, sizeof arch);");
     // The model's GGUF names its architecture (`Arch::gguf_name`: lfm2_swa is an lfm2 model
-    // with a sliding window, which the key then shows).
+    // with a sliding window, which the key then shows; llama_hd64 and qwen4exp_ple are llama
+    // and qwen4exp models of another head size or with PLE, of their base's memory type, and
+    // have no window to ask for).
     let gguf = arch.gguf_name();
     let _ = writeln!(s, "      if (strcmp(arch, \"{gguf}\") != 0) {{ fprintf(stderr, \"%s is a %s model; this finding needs a {arch} model ({})\\n\", model_path, arch); return 2; }}", model_command(arch));
-    if gguf != arch.name() {
+    if gguf != arch.name() && arch.swa_window().is_some() {
         let _ = writeln!(s, "      char window[32] = \"\"; if (llama_model_meta_val_str(model, \"{gguf}.attention.sliding_window\", window, sizeof window) < 0) {{ fprintf(stderr, \"%s has no sliding window; this finding needs a {arch} model ({})\\n\", model_path); return 2; }}", model_command(arch));
     }
     let _ = writeln!(s, "    }}");

@@ -56,7 +56,17 @@ struct kvaudit_shim {
     int32_t n_vocab;
     /* What the context was made with, for kvaudit_shim_setting_value. */
     struct llama_context_params cparams;
+    /* The setting embd_input: decodes feed llama_batch.embd (shim_token_embd of each token,
+     * n_embd floats) instead of token ids; 0 when off. */
+    int32_t n_embd_input;
 };
+
+/* What a decode with embd_input feeds for token t at element d: small values, exact in float,
+ * the same in the C reproducer's prelude (src/outputs/c_repro/prelude.rs, token_embd), so that a
+ * program replays the very batch. */
+static float shim_token_embd(int32_t t, int32_t d) {
+    return (float)(((uint32_t)t * 131u + (uint32_t)d * 7u) % 17u) / 8.0f - 1.0f;
+}
 
 /* ---- log capture -------------------------------------------------------------------------- */
 
@@ -164,7 +174,7 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_assertions_enabled(void) {
 /* Applies one setting to cparams: the one place each key of src/base/setting.rs meets its
  * llama_context_params field. Returns 0, or 1 with a reason in err for a key this shim does not
  * know or a value its field cannot hold. */
-static int shim_apply_setting(struct llama_context_params *cparams,
+static int shim_apply_setting(struct llama_context_params *cparams, int32_t *embd_input,
                               const kvaudit_shim_setting *s, char *err, size_t err_cap) {
     const char *k = s->key;
     int64_t v = s->value;
@@ -225,6 +235,9 @@ static int shim_apply_setting(struct llama_context_params *cparams,
         /* A bool before llama_flash_attn_type. */
         cparams->flash_attn = v != 0;
 #endif
+    } else if (strcmp(k, "embd_input") == 0) {
+        /* Not a context parameter: how kvaudit_shim_decode fills its batches. */
+        *embd_input = v != 0;
     } else if (strcmp(k, "type_k") == 0) {
         cparams->type_k = (enum ggml_type)v;
     } else if (strcmp(k, "type_v") == 0) {
@@ -249,8 +262,9 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
     kvaudit_shim *h = NULL;
     SHIM_TRY
     struct llama_context_params cparams = llama_context_default_params();
+    int32_t embd_input = 0;
     for (size_t i = 0; i < n_settings; i++) {
-        if (shim_apply_setting(&cparams, &settings[i], err, err_cap) != 0) {
+        if (shim_apply_setting(&cparams, &embd_input, &settings[i], err, err_cap) != 0) {
             return NULL;
         }
     }
@@ -301,6 +315,7 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
     h->mem = llama_get_memory(ctx);
     h->n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     h->cparams = cparams;
+    h->n_embd_input = embd_input ? llama_model_n_embd(model) : 0;
     SHIM_CATCH(shim_copy_error(err, err_cap, shim_err); return NULL)
     return h;
 }
@@ -354,6 +369,8 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_setting_value(kvaudit_shim *h, const char 
 #else
         *out = c->flash_attn ? 1 : 0;
 #endif
+    } else if (strcmp(key, "embd_input") == 0) {
+        *out = h->n_embd_input > 0 ? 1 : 0;
     } else if (strcmp(key, "type_k") == 0) {
         *out = (int64_t)c->type_k;
     } else if (strcmp(key, "type_v") == 0) {
@@ -385,14 +402,17 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_decode(kvaudit_shim *h, int32_t n_tokens,
         return KVAUDIT_SHIM_E_NULL;
     }
     size_t n = n_tokens > 0 ? (size_t)n_tokens : 0;
-    /* One allocation for the per-token seq id pointers and the output flags. */
+    /* One allocation for the embeddings (embd_input), the per-token seq id pointers and the
+     * output flags, in that order (the floats first keep their alignment). */
+    size_t embd_bytes = n * (size_t)h->n_embd_input * sizeof(float);
     size_t ptr_bytes = n_seq_id != NULL ? n * sizeof(llama_seq_id *) : 0;
-    unsigned char *scratch = (unsigned char *)malloc(ptr_bytes + n + 1);
+    unsigned char *scratch = (unsigned char *)malloc(embd_bytes + ptr_bytes + n + 1);
     if (scratch == NULL) {
         return KVAUDIT_SHIM_E_NOMEM;
     }
-    llama_seq_id **seq_id = n_seq_id != NULL ? (llama_seq_id **)scratch : NULL;
-    int8_t *logits = (int8_t *)(scratch + ptr_bytes);
+    float *embd = h->n_embd_input > 0 ? (float *)scratch : NULL;
+    llama_seq_id **seq_id = n_seq_id != NULL ? (llama_seq_id **)(scratch + embd_bytes) : NULL;
+    int8_t *logits = (int8_t *)(scratch + embd_bytes + ptr_bytes);
     if (shim_test_overflow) {
         shim_test_overflow_write();
     }
@@ -406,12 +426,17 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_decode(kvaudit_shim *h, int32_t n_tokens,
             }
         }
         logits[i] = (int8_t)(logits_last != 0 && i + 1 == n);
+        for (int32_t d = 0; embd != NULL && d < h->n_embd_input; d++) {
+            embd[i * (size_t)h->n_embd_input + (size_t)d] = shim_token_embd(tokens[i], d);
+        }
     }
 
     struct llama_batch batch;
     memset(&batch, 0, sizeof(batch));
     batch.n_tokens = n_tokens;
-    batch.token = (llama_token *)tokens;
+    /* llama_batch: token ids or embeddings, not both. */
+    batch.token = embd != NULL ? NULL : (llama_token *)tokens;
+    batch.embd = embd;
     batch.pos = (llama_pos *)pos;
     batch.n_seq_id = (int32_t *)n_seq_id;
     batch.seq_id = seq_id;

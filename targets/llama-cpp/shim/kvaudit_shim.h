@@ -73,6 +73,10 @@ extern "C" {
  *   flash_attn  bool: flash attention on (LLAMA_FLASH_ATTN_TYPE_ENABLED) or off (_DISABLED)
  *   type_k      enum ggml_type of the K cache
  *   type_v      enum ggml_type of the V cache
+ *   n_rs_seq    recurrent-state snapshots per sequence (rollback)
+ *   embd_input  bool: kvaudit_shim_decode feeds embeddings (llama_batch.embd, n_embd floats
+ *               per token, a fixed function of the token id) instead of token ids; not a
+ *               context parameter
  * A setting not given keeps llama.cpp's default. The key must stay valid during the call only. */
 typedef struct kvaudit_shim_setting {
     const char *key;
@@ -105,7 +109,7 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
  * tell (n_ctx: llama_n_ctx, n_seq_max: llama_n_seq_max, n_batch: llama_n_batch, n_ubatch:
  * llama_n_ubatch, n_threads: llama_n_threads), else as the shim passed it to
  * llama_init_from_model (kv_unified, swa_full, flash_attn: 1 when enabled, type_k, type_v),
- * into *out. Returns KVAUDIT_SHIM_OK, or KVAUDIT_SHIM_E_LLAMA for an unknown key. */
+ * or as the shim keeps it (embd_input), into *out. Returns KVAUDIT_SHIM_OK, or KVAUDIT_SHIM_E_LLAMA for an unknown key. */
 KVAUDIT_SHIM_API int32_t kvaudit_shim_setting_value(kvaudit_shim *h, const char *key,
                                                     int64_t *out);
 

@@ -23,13 +23,25 @@ static void quiet(enum ggml_log_level level, const char *text, void *user) {
     (void)level; (void)text; (void)user;
 }
 
+/* Decodes feed embeddings of this width instead of token ids when it is not 0 (kvaudit's
+ * embd_input): token t becomes n_embd_input values token_embd(t, d), the shim's own. */
+static int n_embd_input;
+
+static float token_embd(int32_t t, int32_t d) {
+    return (float)(((uint32_t)t * 131u + (uint32_t)d * 7u) % 17u) / 8.0f - 1.0f;
+}
+
 /* One llama_decode; pos == NULL lets llama.cpp choose each sequence's next position. */
 static int decode(struct llama_context *ctx, int n, const llama_token *toks, const llama_pos *pos,
                   int n_seq, const llama_seq_id *seqs) {
-    struct llama_batch b = llama_batch_init(n, 0, n_seq);
+    struct llama_batch b = llama_batch_init(n, n_embd_input, n_seq);
     llama_pos *own_pos = b.pos;
     for (int i = 0; i < n; i++) {
-        b.token[i] = toks[i];
+        if (n_embd_input) {
+            for (int d = 0; d < n_embd_input; d++) b.embd[i * n_embd_input + d] = token_embd(toks[i], d);
+        } else {
+            b.token[i] = toks[i];
+        }
         if (pos) b.pos[i] = pos[i];
         b.n_seq_id[i] = n_seq;
         for (int s = 0; s < n_seq; s++) b.seq_id[i][s] = seqs[s];
@@ -63,14 +75,20 @@ static inline uint8_t *dump_whole(struct llama_context *ctx, size_t *len) {
     return buf;
 }
 
-/* Reads n cells (pos, n_seq_id, seq ids) at *at into out (up to cap); the new count. */
-static inline int read_cells(const uint8_t *buf, size_t got, size_t *at, uint32_t count, int *out, int n, int cap) {
+/* Reads n cells (pos, n_seq_id, with ext a llama_kv_cell_ext (x, y, token: 12 bytes), seq ids)
+ * at *at into out (up to cap); the new count. A cache of an M-RoPE model writes the ext
+ * (has_cell_ext, src/llama-kv-cache.cpp:1846-1849, state_write_meta :2238-2241 in 0.1.161). */
+static inline int read_cells_ext(const uint8_t *buf, size_t got, size_t *at, uint32_t count, int *out, int n, int cap, int ext) {
     for (uint32_t c = 0; c < count && *at + 8 <= got; c++) {
         int32_t p; uint32_t ns; memcpy(&p, buf + *at, 4); memcpy(&ns, buf + *at + 4, 4);
-        *at += 8 + 4 * (size_t)ns;
+        *at += 8 + (ext ? 12 : 0) + 4 * (size_t)ns;
         if (n < cap) out[n++] = p;
     }
     return n;
+}
+
+static inline int read_cells(const uint8_t *buf, size_t got, size_t *at, uint32_t count, int *out, int n, int cap) {
+    return read_cells_ext(buf, got, at, count, out, n, cap, 0);
 }
 
 /* The positions of seq's cells in llama_state_seq_get_data (magic, seq id, n_stream, then per
@@ -152,11 +170,13 @@ static inline int resident_recurrent(struct llama_context *ctx, llama_seq_id seq
     return n;
 }
 
-/* The positions present for seq in a hybrid memory's dump: the attention cache (streams of
- * cells, each followed by its K/V data) then the recurrent section; a position is present
- * when the attention cache holds it and it lies within the recurrent states' range (what
- * llama_memory_hybrid's accessors combine), sorted. */
-static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+/* A hybrid memory's dump: the attention cache (streams of cells, with cell exts when ext, each
+ * stream followed by its K/V data) then the recurrent section; a hybrid-idx memory's indexer
+ * cache after it is not read (it mirrors the attention cells). The attention cells into out,
+ * sorted; with within_states only the positions present, those within the recurrent states'
+ * range (what llama_memory_hybrid's accessors combine), else all of them (the observation's
+ * cells, after whose last the probes decode: running/probe.rs). */
+static inline int hybrid_cells(struct llama_context *ctx, llama_seq_id seq, int *out, int cap, int ext, int within_states) {
     size_t got = 0;
     uint8_t *buf = dump_seq(ctx, seq, &got);
     size_t at = 8;
@@ -166,7 +186,7 @@ static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, i
     for (uint32_t s = 0; s < n_stream && at + 4 <= got; s++) {
         uint32_t count; memcpy(&count, buf + at, 4); at += 4;
         if (count == 0) continue;
-        n = read_cells(buf, got, &at, count, out, n, cap);
+        n = read_cells_ext(buf, got, &at, count, out, n, cap, ext);
         skip_kv_data(buf, got, &at, count);
     }
     int rec[64]; int nr = 0;
@@ -176,9 +196,21 @@ static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, i
     int lo = 1, hi = 0; /* an empty range when the recurrent part holds nothing */
     for (int i = 0; i < nr; i++) { if (i == 0 || rec[i] < lo) lo = rec[i]; if (i == 0 || rec[i] > hi) hi = rec[i]; }
     int m = 0;
-    for (int i = 0; i < n; i++) if (out[i] >= lo && out[i] <= hi) out[m++] = out[i];
+    for (int i = 0; i < n; i++) if (!within_states || (out[i] >= lo && out[i] <= hi)) out[m++] = out[i];
     qsort(out, m, sizeof out[0], cmp_int);
     return m;
+}
+
+/* The positions present for seq in a hybrid memory's dump (hybrid_cells), sorted. */
+static inline int resident_hybrid(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+    return hybrid_cells(ctx, seq, out, cap, 0, 1);
+}
+
+/* The positions present for seq in a hybrid-idx memory's dump (src/llama-memory-hybrid-idx.cpp
+ * `state_write`: the hybrid's, then the indexer cache): qwen4exp ropes with IMRoPE, so its
+ * attention cells carry exts; sorted. */
+static inline int resident_hybrid_idx(struct llama_context *ctx, llama_seq_id seq, int *out, int cap) {
+    return hybrid_cells(ctx, seq, out, cap, 1, 1);
 }
 
 /* A dump of attention caches: the first cache's positions for seq into base (*nb), the last's
@@ -358,7 +390,7 @@ int main(int argc, char **argv) {
     const llama_seq_id check[] = {0};
     for (size_t k = 0; k < sizeof check / sizeof check[0]; k++) {
         llama_seq_id sq = check[k];
-        int cells[4096]; int n = resident_hybrid(ctx, sq, cells, 4096);
+        int cells[4096]; int n = resident_hybrid_idx(ctx, sq, cells, 4096);
         llama_pos mn = llama_memory_seq_pos_min(mem, sq), mx = llama_memory_seq_pos_max(mem, sq);
         int tmin = n ? cells[0] : -1, tmax = n ? cells[n - 1] : -1;
         printf("seq %d: seq_pos_min %d, seq_pos_max %d; serialized cells (%d):", sq, mn, mx, n);
