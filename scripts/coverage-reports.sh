@@ -14,7 +14,8 @@
 # hunt-extra/ is a short hunt of the entries added for coverage (EXTRA_ENTRIES, EXTRA_BUDGET):
 # the refusals of dumps of other configurations, a decode larger than a stream and the PLE
 # model, with token ids and with embedding inputs (embd_input). The full hunt's plan has them
-# too; a hunt of 30 minutes gives each a share of about 25 s, so they run apart as well. EXTRA_BUDGET=0 skips it.
+# too; a hunt of 30 minutes gives each a share of about 25 s, so they run apart as well.
+# EXTRA_BUDGET=0 skips it.
 #
 # Exit code 1 of the fuzz run or the hunt (findings) is expected; any other failure stops the
 # script.

@@ -178,8 +178,8 @@ impl Setting {
     }
 
     /// The `llama_context_params` fields this setting sets and their values as C source (as in
-    /// llama.h; none for `embd_input`, which the program's decode helper reads), or `None` for
-    /// the architecture (the model, not a context field).
+    /// llama.h), or `None` for a setting that is no context field: the architecture (the
+    /// model) and `embd_input` (read by the C program's decode helper, `n_embd_input`).
     pub fn llama_h(&self) -> Option<Vec<(&'static str, String)>> {
         let c = |v: Value| match v {
             Value::Count(n) => n.to_string(),
@@ -207,14 +207,11 @@ impl Setting {
             Key::TypeV => one("type_v"),
             Key::SwaFull => one("swa_full"),
             Key::NRsSeq => one("n_rs_seq"),
-            // The C program's decode helper reads it (`n_embd_input`, set after the model
-            // loads): not a field of `llama_context_params`.
-            Key::EmbdInput => Some(Vec::new()),
             Key::NThreads => Some(vec![
                 ("n_threads", c(self.value)),
                 ("n_threads_batch", c(self.value)),
             ]),
-            Key::Arch => None,
+            Key::Arch | Key::EmbdInput => None,
         }
     }
 }

@@ -360,8 +360,15 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
                 terminal_text(reason)
             ),
             HuntEvent::EntryDone(o) => eprintln!(
-                "      {} trials, {} fuzz cases, {} repeats, {:.1} s",
-                o.trials, o.fuzz_cases, o.repeats, o.elapsed_s
+                "      {} trials, {} fuzz cases, {} repeats, {:.1} s{}",
+                o.trials,
+                o.fuzz_cases,
+                o.repeats,
+                o.elapsed_s,
+                match o.not_reproduced.len() {
+                    0 => String::new(),
+                    n => format!(", {n} failure(s) not reproduced on replay"),
+                }
             ),
             HuntEvent::Run(_) => {}
         }

@@ -65,7 +65,7 @@ fn configuration(setup: &Setup) -> String {
         model_command(arch)
     );
     for setting in setup.settings() {
-        if let Some(fields) = setting.llama_h().filter(|f| !f.is_empty()) {
+        if let Some(fields) = setting.llama_h() {
             let line: Vec<String> = fields
                 .iter()
                 .map(|(field, value)| format!("`{field}` = {value}"))

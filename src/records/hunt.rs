@@ -159,6 +159,10 @@ pub struct EntryOutcome {
     pub oracles: BTreeMap<OracleId, OracleStats>,
     /// Violations that repeated a finding the hunt had already (not shrunk again).
     pub repeats: u64,
+    /// Failures of its fuzz part that did not happen again when replayed to shrink
+    /// (`FuzzSummary::not_reproduced`): no finding, kept with their traces to be read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_reproduced: Vec<crate::records::fuzz::NotReproduced>,
     /// Wall time, seconds.
     pub elapsed_s: f64,
     /// The memory code its parts reached (a `+cov` build), by part (`exhaustive`, `fuzz`),
@@ -521,6 +525,14 @@ impl HuntSummary {
         }
         for (id, why) in &self.unsupported {
             s.push_str(&markdown_text(&format!("\nUnsupported: {id}: {why}\n")));
+        }
+        for e in &self.entries {
+            for n in &e.not_reproduced {
+                s.push_str(&markdown_text(&format!(
+                    "\nNot reproduced: {}: case {}, {} {} at step {} did not fail again when replayed (its trace is in summary.json)\n",
+                    e.id, n.case, n.oracle, n.kind, n.step
+                )));
+            }
         }
         s
     }

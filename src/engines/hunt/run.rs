@@ -515,6 +515,7 @@ fn run_entry(
         .map_err(harness)?;
         let fz = report.fuzz.clone().expect("a fuzz report");
         outcome.fuzz_cases = fz.cases;
+        outcome.not_reproduced = fz.not_reproduced.clone();
         if let Some(code) = fz.code {
             outcome.code.insert("fuzz".into(), code);
         }

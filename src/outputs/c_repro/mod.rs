@@ -316,6 +316,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_program_feeds_the_embeddings_the_shim_feeds() {
+        // embd_input: a C program replays a finding only if its decode helper computes the
+        // very floats kvaudit_shim_decode gave llama.cpp.
+        let body = |src: &str, name: &str| -> String {
+            let at = src.find(name).unwrap_or_else(|| panic!("no {name}"));
+            let open = at + src[at..].find('{').expect("a body");
+            let close = open + src[open..].find('}').expect("its end");
+            src[open..=close].split_whitespace().collect()
+        };
+        let shim = body(
+            crate::targets::llama::shim::SHIM_SOURCE,
+            "shim_token_embd(int32_t t",
+        );
+        let prelude = body(C_PRELUDE, "token_embd(int32_t t");
+        assert!(shim.contains("%17u"), "{shim}");
+        assert_eq!(shim, prelude);
+    }
+
+    #[test]
     fn an_oracle_without_a_c_check_does_not_parse() {
         let text = r#"{"oracle": "T1", "trace": {"setup": {"n_ctx": 8, "n_seq_max": 1, "ops": []}, "ops": [{"op": "clear"}]}}"#;
         let e = parse_input(text).unwrap_err();

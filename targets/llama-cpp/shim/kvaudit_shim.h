@@ -109,7 +109,8 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
  * tell (n_ctx: llama_n_ctx, n_seq_max: llama_n_seq_max, n_batch: llama_n_batch, n_ubatch:
  * llama_n_ubatch, n_threads: llama_n_threads), else as the shim passed it to
  * llama_init_from_model (kv_unified, swa_full, flash_attn: 1 when enabled, type_k, type_v),
- * or as the shim keeps it (embd_input), into *out. Returns KVAUDIT_SHIM_OK, or KVAUDIT_SHIM_E_LLAMA for an unknown key. */
+ * or as the shim keeps it (embd_input), into *out. Returns KVAUDIT_SHIM_OK, or
+ * KVAUDIT_SHIM_E_LLAMA for an unknown key. */
 KVAUDIT_SHIM_API int32_t kvaudit_shim_setting_value(kvaudit_shim *h, const char *key,
                                                     int64_t *out);
 
