@@ -122,6 +122,27 @@ impl Oracle for I2 {
                 seed_depth: None,
                 evidence: "oracles/i2_dsv4_seq_add_hole.json",
             },
+            // A hybrid's present positions are its attention cells within the states' range,
+            // one position while a sequence is in one state cell: a hole needs a sequence in
+            // two (`recurrent_seq_cp_keeps_old_state`).
+            PositiveControl {
+                fault: "recurrent_seq_cp_keeps_old_state",
+                target: "native[recurrent_seq_cp_keeps_old_state] (arch=qwen4exp)",
+                seed_depth: None,
+                evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid_idx.json",
+            },
+            PositiveControl {
+                fault: "recurrent_seq_cp_keeps_old_state",
+                target: "native[recurrent_seq_cp_keeps_old_state] (arch=lfm2_swa)",
+                seed_depth: None,
+                evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid_iswa.json",
+            },
+            PositiveControl {
+                fault: "recurrent_seq_cp_keeps_old_state",
+                target: "native[recurrent_seq_cp_keeps_old_state] (arch=jamba)",
+                seed_depth: None,
+                evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid.json",
+            },
         ]
     }
 

@@ -171,18 +171,7 @@ const CLASSES: [(MemoryType, &str); 6] = [
 
 /// The oracles that judge a class's preset yet have no control on the class, and why. A pair
 /// listed here that gains a control, or whose oracle no longer judges the class, fails the test.
-const WITHOUT_CONTROL: &[(&str, MemoryType, &str)] = &[
-    (
-        "I2",
-        MemoryType::HybridIdx,
-        "cannot fail on a hybrid memory: the positions both parts hold lie within one state position",
-    ),
-    (
-        "I2",
-        MemoryType::HybridIswa,
-        "cannot fail on a hybrid memory: the positions both parts hold lie within one state position",
-    ),
-];
+const WITHOUT_CONTROL: &[(&str, MemoryType, &str)] = &[];
 
 /// The memory type an evidence file's audit runs on: its preset under its overrides (`None`
 /// for a file that is not an audit of a preset).

@@ -135,11 +135,19 @@ pub struct Faults {
     /// differ from those after the save). Cells, positions, accessors and plain loads are
     /// right. Positive control for partial-restore.
     pub partial_load_keeps_states: bool,
+    /// Recurrent (and a hybrid's recurrent part): `seq_cp` adds the destination to the source's
+    /// state cell and leaves it in the cell it had (the model of a `seq_cp` that forgets
+    /// `cell_dst.seq_id.erase(seq_id_dst)`, src/llama-memory-recurrent.cpp:277-288 in 0.1.161),
+    /// so the destination is in two state cells: its dump lists both and its accessors span
+    /// both. The attention cells are right. Positive control for I2 on the hybrid memories, the
+    /// only way their present positions (the attention cells within the states' range) can
+    /// have a hole.
+    pub recurrent_seq_cp_keeps_old_state: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 27] = [
+    pub const NAMES: [&'static str; 28] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -167,6 +175,7 @@ impl Faults {
         "dsa_lid_skips_seq_cp",
         "dsa_failed_read_keeps_mla",
         "partial_load_keeps_states",
+        "recurrent_seq_cp_keeps_old_state",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -198,6 +207,7 @@ impl Faults {
             "dsa_lid_skips_seq_cp" => &mut self.dsa_lid_skips_seq_cp,
             "dsa_failed_read_keeps_mla" => &mut self.dsa_failed_read_keeps_mla,
             "partial_load_keeps_states" => &mut self.partial_load_keeps_states,
+            "recurrent_seq_cp_keeps_old_state" => &mut self.recurrent_seq_cp_keeps_old_state,
             _ => return None,
         })
     }

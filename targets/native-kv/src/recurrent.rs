@@ -337,7 +337,12 @@ impl RecurrentCache {
         if src == dst {
             return Ok(());
         }
-        self.detach(dst);
+        if self.config.faults.recurrent_seq_cp_keeps_old_state {
+            // The destination's old cell keeps it: only the tail pointer moves.
+            self.cells[dst as usize].tail = -1;
+        } else {
+            self.detach(dst);
+        }
         let tail = self.cells[src as usize].tail;
         if tail >= 0 {
             self.cells[tail as usize].seq |= 1u64 << dst;
