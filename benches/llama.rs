@@ -22,8 +22,9 @@
 //! wall time of the audit sharded over two machines like this one. The bare loop on every core
 //! and the basic audit run in turn `--repeat N` times (default 5 at depth 3, 3 at depth 4) and
 //! their medians are compared: one pair of runs moves by a fifth on a quiet machine. At depth 3
-//! also the audit with the default oracles (no `--oracles`), its trials/s beside the bare loop's, and the gap per
-//! oracle: each default oracle audited with the basic three, its seconds over theirs.
+//! also the audit with the default oracles (no `--oracles`), its trials/s beside the bare
+//! loop's, and the gap per oracle: each default oracle audited with the basic three, its seconds
+//! over theirs.
 
 mod common;
 
