@@ -326,6 +326,54 @@ pub struct StateSizes {
     pub whole: DumpSize,
     /// Every observed sequence, in the observation's order.
     pub seqs: Vec<SeqSizes>,
+    /// What the memory allocated when its context was made (`None`: the target cannot say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<Allocation>,
+}
+
+/// What a memory allocated when its context was made ([`CacheUnderTest::allocation`]; the
+/// `allocation` oracle, `oracles/allocation.rs`; issue 24 item 3, upstream #19559): the
+/// context's size and each cache or state store of the memory, in the order the memory made
+/// them. llama.h has no C call that tells it (`llama_memory_breakdown_print` rounds to whole
+/// MiB; `llama_get_memory_breakdown` is C++), so on llama.cpp it is read from what
+/// `llama_init_from_model` logs (`targets/llama/memory_log.rs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// `llama_n_ctx`: the context's size after llama.cpp padded it.
+    pub n_ctx: u32,
+    /// `llama_n_seq_max`.
+    pub n_seq_max: u32,
+    /// `kv_unified` as the context was made with it (always true before 0.1.113).
+    pub kv_unified: bool,
+    /// Each cache and state store.
+    pub parts: Vec<AllocatedPart>,
+}
+
+/// One cache or state store of an [`Allocation`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatedPart {
+    /// What llama.cpp calls it (`llama_kv_cache`, `non-SWA KV cache`, `llama_memory_recurrent`).
+    pub name: String,
+    /// What it holds, which says how many cells the configuration gives it.
+    pub holds: PartHolds,
+    /// Cells per stream (a recurrent memory: its states).
+    pub cells: u32,
+    /// Streams (1 for a unified cache and for recurrent states).
+    pub streams: u32,
+}
+
+/// What an [`AllocatedPart`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartHolds {
+    /// A cell per position of every sequence, up to the context's size: a plain, non-SWA,
+    /// main or indexer cache.
+    Context,
+    /// At most the context: a windowed cache, or a compressed one (one cell per several
+    /// positions).
+    AtMostContext,
+    /// One recurrent state per sequence.
+    States,
 }
 
 /// Which save and load a [`ReloadProbe`] measured: the state saved after the trial, whole
@@ -728,6 +776,12 @@ pub trait CacheUnderTest {
     /// `None`: the target answers no sizes (or no such flags).
     fn state_size(&mut self, dump: Dump) -> Result<Option<DumpSize>, HarnessError> {
         let _ = dump;
+        Ok(None)
+    }
+
+    /// What the memory allocated when the context of the last [`Self::reset`] was made.
+    /// `None`: the target cannot say.
+    fn allocation(&mut self) -> Result<Option<Allocation>, HarnessError> {
         Ok(None)
     }
 

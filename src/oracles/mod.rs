@@ -9,6 +9,7 @@
 //! [`Reads::Runs`]: they run metamorphic partner traces themselves, through
 //! [`crate::base::cache::CacheUnderTest`] only.
 
+pub mod allocation;
 pub mod c_check;
 pub mod cache_invisible;
 pub mod config_differential;
@@ -396,7 +397,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 20] = [
+pub static BUILTIN: [&dyn Oracle; 21] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -417,6 +418,7 @@ pub static BUILTIN: [&dyn Oracle; 20] = [
     &state_size::StateSize,
     &failed_restore::FailedRestore,
     &partial_restore::PartialRestore,
+    &allocation::AllocationOracle,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.

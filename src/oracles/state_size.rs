@@ -338,6 +338,7 @@ mod tests {
                     partial: None,
                 })
                 .collect(),
+            allocated: None,
         });
         s
     }

@@ -142,7 +142,12 @@ fn sizes(
         })?;
         out.push(SeqSizes { seq, full, partial });
     }
-    Ok(Some(StateSizes { whole, seqs: out }))
+    let allocated = target.allocation()?;
+    Ok(Some(StateSizes {
+        whole,
+        seqs: out,
+        allocated,
+    }))
 }
 
 /// Loads `whole` (this target's whole-context dump) into the target's twin, then each

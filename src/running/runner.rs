@@ -711,6 +711,9 @@ mod tests {
         ) -> Result<Option<crate::base::cache::DumpSize>, HarnessError> {
             self.0.state_size(dump)
         }
+        fn allocation(&mut self) -> Result<Option<crate::base::cache::Allocation>, HarnessError> {
+            self.0.allocation()
+        }
         fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
             self.0.twin()
         }
@@ -752,6 +755,9 @@ mod tests {
             dump: crate::base::cache::Dump,
         ) -> Result<Option<crate::base::cache::DumpSize>, HarnessError> {
             self.0.state_size(dump)
+        }
+        fn allocation(&mut self) -> Result<Option<crate::base::cache::Allocation>, HarnessError> {
+            self.0.allocation()
         }
         fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {
             self.0.twin()

@@ -25,7 +25,10 @@ use native_kv::{
     iswa_swa_size, BatchToken, CacheConfig, Faults, Memory, MemoryConfig, MemoryKind, MemoryOps,
 };
 
-use crate::base::cache::{CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, TargetInfo};
+use crate::base::cache::{
+    AllocatedPart, Allocation, CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, PartHolds,
+    TargetInfo,
+};
 use crate::base::error::Error;
 use crate::base::op::{Arch, MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
 use crate::base::slots::SlotStore;
@@ -727,6 +730,68 @@ impl CacheUnderTest for NativeTarget {
         Ok(Some(DumpSize {
             reported: written + extra,
             written,
+        }))
+    }
+
+    /// What llama.cpp's memory of the same kind allocates for this configuration (the parts it
+    /// makes, `targets/llama/memory_log.rs`), from the cells per stream the model holds. Under
+    /// `attn_sized_by_n_ctx` each cache of the context's positions is reported at the whole
+    /// context per stream.
+    fn allocation(&mut self) -> Result<Option<Allocation>, HarnessError> {
+        let c = self.config.cache;
+        let streams = if c.unified { 1 } else { c.n_seq_max.max(1) };
+        let n_ctx = c.n_ctx * streams;
+        let context = |name: &str| AllocatedPart {
+            name: name.into(),
+            holds: PartHolds::Context,
+            cells: if self.faults.attn_sized_by_n_ctx {
+                n_ctx
+            } else {
+                c.n_ctx
+            },
+            streams,
+        };
+        let windowed = |swa_size: u32| AllocatedPart {
+            name: "SWA KV cache".into(),
+            holds: PartHolds::AtMostContext,
+            cells: swa_size,
+            streams,
+        };
+        let states = AllocatedPart {
+            name: "llama_memory_recurrent".into(),
+            holds: PartHolds::States,
+            cells: c.n_seq_max.max(1),
+            streams: 1,
+        };
+        let parts = match self.config.kind {
+            MemoryKind::Kv => vec![context("llama_kv_cache")],
+            MemoryKind::Iswa { swa_size, .. } => {
+                vec![context("non-SWA KV cache"), windowed(swa_size)]
+            }
+            MemoryKind::Msa | MemoryKind::Dsa => {
+                vec![context("main KV cache"), context("indexer KV cache")]
+            }
+            MemoryKind::DsaIswa { swa_size, .. } => vec![
+                context("main KV cache"),
+                context("indexer KV cache"),
+                windowed(swa_size),
+            ],
+            MemoryKind::Recurrent { .. } => vec![states],
+            MemoryKind::Hybrid { .. } => vec![context("llama_kv_cache"), states],
+            MemoryKind::HybridIswa { swa_size, .. } => {
+                vec![context("non-SWA KV cache"), windowed(swa_size), states]
+            }
+            MemoryKind::HybridIdx { .. } => vec![
+                context("llama_kv_cache"),
+                states,
+                context("indexer KV cache"),
+            ],
+        };
+        Ok(Some(Allocation {
+            n_ctx,
+            n_seq_max: c.n_seq_max.max(1),
+            kv_unified: c.unified,
+            parts,
         }))
     }
 

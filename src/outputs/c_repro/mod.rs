@@ -220,6 +220,10 @@ pub fn emit_c(input: &ReproInput) -> String {
         s,
         "    if (!ctx) {{ fprintf(stderr, \"cannot create a context\\n\"); return 2; }}"
     );
+    let _ = writeln!(
+        s,
+        "    memlog_done = 1; /* a twin's lines are not the audited memory's */"
+    );
     let _ = writeln!(s, "    llama_memory_t mem = llama_get_memory(ctx);");
     // What the last seq_rm returned (-1: none ran), for the clauses about return values.
     let _ = writeln!(s, "    int last_returned = -1;");

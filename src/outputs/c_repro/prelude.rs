@@ -9,8 +9,21 @@ pub(super) const C_PRELUDE: &str = r#"
 
 #include "llama.h"
 
+/* What llama_init_from_model logged about the memory it allocated for the audited context, the
+ * lines the allocation check reads (the shim keeps the same ones); nothing else is printed. */
+static char memlog[8192];
+static size_t memlog_len;
+static int memlog_done;
+
 static void quiet(enum ggml_log_level level, const char *text, void *user) {
-    (void)level; (void)text; (void)user;
+    (void)user;
+    if (memlog_done || level != GGML_LOG_LEVEL_INFO || text == NULL) return;
+    if (!strstr(text, " cells") && !strstr(text, "KV cache")) return;
+    size_t n = strlen(text);
+    if (n > sizeof memlog - 1 - memlog_len) n = sizeof memlog - 1 - memlog_len;
+    memcpy(memlog + memlog_len, text, n);
+    memlog_len += n;
+    memlog[memlog_len] = '\0';
 }
 
 /* Decodes feed embeddings of this width instead of token ids when it is not 0 (kvaudit's

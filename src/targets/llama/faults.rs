@@ -5,6 +5,7 @@
 //! one dump on kvaudit's side of the FFI, as the native fault of the same name does in
 //! `targets/native-kv` (`faults.rs`), and the audit without it is the clean run.
 
+use crate::base::cache::{Allocation, PartHolds};
 use crate::base::error::Error;
 use crate::base::op::{MemoryType, Op};
 use crate::base::state::{parse_seq_state, StateFormat};
@@ -32,14 +33,19 @@ pub struct LlamaFaults {
     /// load reads the zeros (cache-invisible after a load in the trace, round-trip-logits and
     /// save-load-invisible in the reload probe).
     pub save_drops_rows: bool,
+    /// What the memory allocated is reported with each cache of the context's positions at the
+    /// context's `n_ctx` cells per stream (native's fault of the same name): with one stream per
+    /// sequence, `n_seq_max` times the context, upstream #19552's shape (the allocation oracle).
+    pub attn_sized_by_n_ctx: bool,
 }
 
 /// The faults' names, as `--inject` takes them.
-pub const NAMES: [&str; 4] = [
+pub const NAMES: [&str; 5] = [
     "keep_noop",
     "streams_rm_whole",
     "seq_size_scales_with_n_seq_max",
     "save_drops_rows",
+    "attn_sized_by_n_ctx",
 ];
 
 impl LlamaFaults {
@@ -63,6 +69,7 @@ impl LlamaFaults {
             "streams_rm_whole" => &mut self.streams_rm_whole,
             "seq_size_scales_with_n_seq_max" => &mut self.seq_size_scales_with_n_seq_max,
             "save_drops_rows" => &mut self.save_drops_rows,
+            "attn_sized_by_n_ctx" => &mut self.attn_sized_by_n_ctx,
             _ => return None,
         })
     }
@@ -107,6 +114,18 @@ impl LlamaFaults {
             reported + 4 * u64::from(n_seq_max.saturating_sub(1))
         } else {
             reported
+        }
+    }
+
+    /// What the memory allocated as `attn_sized_by_n_ctx` reports it: each cache of the
+    /// context's positions at `n_ctx` cells per stream.
+    pub fn allocation(&self, allocated: &mut Allocation) {
+        if self.attn_sized_by_n_ctx {
+            for p in &mut allocated.parts {
+                if p.holds == PartHolds::Context {
+                    p.cells = allocated.n_ctx;
+                }
+            }
         }
     }
 

@@ -16,6 +16,7 @@
 pub use llama_cpp_target::{build, error, ffi, pins, shim, startup, sys, tree};
 
 pub mod faults;
+pub mod memory_log;
 pub mod target;
 pub mod worker;
 

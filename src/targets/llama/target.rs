@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 
 use super::faults::LlamaFaults;
 use super::ffi::{ContextParams, LlamaContext, LlamaShim, ShimError};
-use crate::base::cache::{CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, TargetInfo};
+use crate::base::cache::{
+    Allocation, CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, TargetInfo,
+};
 use crate::base::config::MemoryType;
 use crate::base::op::{Arch, CacheType, ForeignDump, Op, OpKind, Pos, SeqId, Setup};
 use crate::base::setting::{Key, Setting, Value};
@@ -582,6 +584,34 @@ impl CacheUnderTest for LlamaTarget {
                 }))
             }
         }
+    }
+
+    fn allocation(&mut self) -> Result<Option<Allocation>, HarnessError> {
+        let label = self.label.clone();
+        let harness = |e: ShimError| HarnessError::Target {
+            target: label.clone(),
+            message: format!("memory allocation: {e:#}"),
+        };
+        let ctx = self.ctx()?;
+        let log = ctx.memory_log().map_err(harness)?;
+        let n_ctx = ctx.setting_value(Key::NCtx.name()).map_err(harness)?;
+        let n_seq_max = ctx.setting_value(Key::NSeqMax.name()).map_err(harness)?;
+        let unified = ctx.setting_value(Key::KvUnified.name()).map_err(harness)?;
+        let parts = super::memory_log::parse(&log);
+        let (Some(n_ctx), Some(n_seq_max), Some(unified)) = (n_ctx, n_seq_max, unified) else {
+            return Ok(None);
+        };
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let mut allocated = Allocation {
+            n_ctx: u32::try_from(n_ctx).unwrap_or(u32::MAX),
+            n_seq_max: u32::try_from(n_seq_max).unwrap_or(u32::MAX),
+            kv_unified: unified != 0,
+            parts,
+        };
+        self.faults.allocation(&mut allocated);
+        Ok(Some(allocated))
     }
 
     fn state_set(&mut self, bytes: &[u8]) -> Result<OpOutcome, HarnessError> {

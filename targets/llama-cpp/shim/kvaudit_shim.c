@@ -59,6 +59,9 @@ struct kvaudit_shim {
     /* The setting embd_input: decodes feed llama_batch.embd (shim_token_embd of each token,
      * n_embd floats) instead of token ids; 0 when off. */
     int32_t n_embd_input;
+    /* What llama_init_from_model logged about the memory it allocated (see
+     * kvaudit_shim_memory_log); NUL-terminated, may be empty. */
+    char *memory_log;
 };
 
 /* What a decode with embd_input feeds for token t at element d: small values, exact in float,
@@ -78,6 +81,30 @@ static __thread size_t shim_err_len;
 static __thread int shim_last_level_was_error;
 
 static int shim_log_to_stderr;
+
+/* The memory's allocation lines logged while kvaudit_shim_open creates the context: llama.h
+ * has no C call that says what the memory allocated (llama_memory_breakdown_print rounds to
+ * whole MiB, and llama_get_memory_breakdown is C++), so the shim keeps the info-level lines of
+ * the memory's constructors, "... KV cache ..." and "size = ... (N cells, L layers, ...)".
+ * Thread-local as shim_err is. */
+#define SHIM_MEMLOG_CAP 4096
+static __thread char shim_memlog[SHIM_MEMLOG_CAP];
+static __thread size_t shim_memlog_len;
+static __thread int shim_memlog_on;
+
+static void shim_memlog_note(const char *text) {
+    if (strstr(text, " cells") == NULL && strstr(text, "KV cache") == NULL) {
+        return;
+    }
+    size_t n = strlen(text);
+    size_t room = SHIM_MEMLOG_CAP - 1 - shim_memlog_len;
+    if (n > room) {
+        n = room;
+    }
+    memcpy(shim_memlog + shim_memlog_len, text, n);
+    shim_memlog_len += n;
+    shim_memlog[shim_memlog_len] = '\0';
+}
 
 static void shim_note(const char *text) {
     size_t n = strlen(text);
@@ -103,6 +130,9 @@ static void shim_log(enum ggml_log_level level, const char *text, void *user_dat
     }
     if (shim_log_to_stderr) {
         fputs(text, stderr);
+    }
+    if (shim_memlog_on && level == GGML_LOG_LEVEL_INFO) {
+        shim_memlog_note(text);
     }
     if (level == GGML_LOG_LEVEL_ERROR) {
         shim_last_level_was_error = 1;
@@ -280,7 +310,11 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
 
     cparams.no_perf = true;
 
+    shim_memlog_len = 0;
+    shim_memlog[0] = '\0';
+    shim_memlog_on = 1;
     struct llama_context *ctx = llama_init_from_model(model, cparams);
+    shim_memlog_on = 0;
     if (ctx == NULL) {
         shim_copy_error(err, err_cap, "llama_init_from_model returned NULL");
         llama_model_free(model);
@@ -316,6 +350,7 @@ KVAUDIT_SHIM_API kvaudit_shim *kvaudit_shim_open(const char *model_path,
     h->n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     h->cparams = cparams;
     h->n_embd_input = embd_input ? llama_model_n_embd(model) : 0;
+    h->memory_log = strdup(shim_memlog);
     SHIM_CATCH(shim_copy_error(err, err_cap, shim_err); return NULL)
     return h;
 }
@@ -329,6 +364,7 @@ KVAUDIT_SHIM_API void kvaudit_shim_close(kvaudit_shim *h) {
     llama_free(h->ctx);
     llama_model_free(h->model);
     SHIM_CATCH((void)0)
+    free(h->memory_log);
     free(h);
 }
 
@@ -388,6 +424,21 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_model_arch(kvaudit_shim *h, char *buf, siz
     }
     int32_t n = llama_model_meta_val_str(h->model, "general.architecture", buf, cap);
     return n < 0 ? KVAUDIT_SHIM_E_LLAMA : n;
+}
+
+KVAUDIT_SHIM_API int32_t kvaudit_shim_memory_log(kvaudit_shim *h, char *buf, size_t cap) {
+    shim_clear_error();
+    if (h == NULL || (buf == NULL && cap > 0)) {
+        return KVAUDIT_SHIM_E_NULL;
+    }
+    const char *log = h->memory_log != NULL ? h->memory_log : "";
+    size_t n = strlen(log);
+    if (cap > 0) {
+        size_t k = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, log, k);
+        buf[k] = '\0';
+    }
+    return (int32_t)n;
 }
 
 /* ---- decode ------------------------------------------------------------------------------- */

@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 /* Bump when any signature, struct or meaning below changes. Checked by src/llama/ffi.rs. */
-#define KVAUDIT_SHIM_ABI 4
+#define KVAUDIT_SHIM_ABI 5
 
 #define KVAUDIT_SHIM_OK 0
 /* A NULL handle, or a NULL pointer where data is required. */
@@ -117,6 +117,13 @@ KVAUDIT_SHIM_API int32_t kvaudit_shim_setting_value(kvaudit_shim *h, const char 
 /* The model's general.architecture (llama_model_meta_val_str) as a NUL-terminated string of at
  * most cap bytes in buf; returns its full length, or KVAUDIT_SHIM_E_LLAMA if it has none. */
 KVAUDIT_SHIM_API int32_t kvaudit_shim_model_arch(kvaudit_shim *h, char *buf, size_t cap);
+
+/* What llama_init_from_model logged at info level about the memory it allocated, as it
+ * logged it: the lines holding " cells" or "KV cache" (each cache's "size = X MiB (N cells,
+ * L layers, S/T seqs)", a recurrent memory's "(N cells, L layers, S seqs ...)", the composite
+ * memories' "creating ... KV cache, size = N cells"), at most 4095 bytes. Written into buf as
+ * a NUL-terminated string of at most cap bytes; returns its full length. */
+KVAUDIT_SHIM_API int32_t kvaudit_shim_memory_log(kvaudit_shim *h, char *buf, size_t cap);
 
 /* Frees the context and the model. NULL is a no-op. */
 KVAUDIT_SHIM_API void kvaudit_shim_close(kvaudit_shim *h);

@@ -720,6 +720,19 @@ impl LlamaContext {
         Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
+    /// What `llama_init_from_model` logged about the memory it allocated, as it logged it
+    /// (`kvaudit_shim_memory_log`: each cache's `size = ... (N cells, L layers, S/T seqs)` line
+    /// and the composite memories' `creating ... KV cache` lines). Parsed by
+    /// kvaudit (`src/targets/llama/memory_log.rs`).
+    pub fn memory_log(&mut self) -> Result<String, ShimError> {
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: live handle; buf is writable for buf.len() bytes, NUL included.
+        let n = unsafe { (self.api.memory_log)(self.h(), buf.as_mut_ptr().cast(), buf.len()) };
+        let n = self.check("memory_log", i64::from(n))? as usize;
+        buf.truncate(n.min(buf.len() - 1));
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
     /// The logits of the last output of the last decode (`llama_get_logits_ith(-1)`).
     pub fn logits_last(&mut self) -> Result<Vec<f32>, ShimError> {
         let n = usize::try_from(self.n_vocab).unwrap_or(0);

@@ -13,7 +13,7 @@ use super::pins::{Pin, Variant};
 
 /// `KVAUDIT_SHIM_ABI` the loader is written against (checked against the header in a test, and
 /// recorded in every build's manifest).
-pub const SHIM_ABI: u32 = 4;
+pub const SHIM_ABI: u32 = 5;
 
 /// `targets/llama-cpp/shim/kvaudit_shim.h`, as compiled into this binary.
 pub const SHIM_HEADER: &str = include_str!("../shim/kvaudit_shim.h");

@@ -143,11 +143,18 @@ pub struct Faults {
     /// only way their present positions (the attention cells within the states' range) can
     /// have a hole.
     pub recurrent_seq_cp_keeps_old_state: bool,
+    /// Every memory with a cache of the context's positions: what the memory allocated is
+    /// reported with each such cache at the context's `n_ctx` cells per stream, so with one
+    /// stream per sequence `n_seq_max` times the context (upstream #19552, fixed by #19559:
+    /// `llama_memory_hybrid`'s attention cache made with `cparams.n_ctx` where each stream takes
+    /// `n_ctx_seq`, src/llama-model.cpp `attn_kv_size` in 0.1.135). The cells themselves are
+    /// right. Positive control for the allocation oracle.
+    pub attn_sized_by_n_ctx: bool,
 }
 
 impl Faults {
     /// Every fault by name, for command lines and reports.
-    pub const NAMES: [&'static str; 28] = [
+    pub const NAMES: [&'static str; 29] = [
         "refcount",
         "seq_rm_off_by_one",
         "seq_add_stale_index",
@@ -176,6 +183,7 @@ impl Faults {
         "dsa_failed_read_keeps_mla",
         "partial_load_keeps_states",
         "recurrent_seq_cp_keeps_old_state",
+        "attn_sized_by_n_ctx",
     ];
 
     fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
@@ -208,6 +216,7 @@ impl Faults {
             "dsa_failed_read_keeps_mla" => &mut self.dsa_failed_read_keeps_mla,
             "partial_load_keeps_states" => &mut self.partial_load_keeps_states,
             "recurrent_seq_cp_keeps_old_state" => &mut self.recurrent_seq_cp_keeps_old_state,
+            "attn_sized_by_n_ctx" => &mut self.attn_sized_by_n_ctx,
             _ => return None,
         })
     }

@@ -22,8 +22,8 @@ use super::wire::{
     read_request, write_reply, Reply, ReplyWriter, Request, DIED_MARKER, REPLY_GROUP,
 };
 use crate::base::cache::{
-    CacheUnderTest, CodeCoverage, Dump, DumpSize, HarnessError, Observation, Observe, OpOutcome,
-    TargetInfo,
+    Allocation, CacheUnderTest, CodeCoverage, Dump, DumpSize, HarnessError, Observation, Observe,
+    OpOutcome, TargetInfo,
 };
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
@@ -104,6 +104,9 @@ impl CacheUnderTest for Stepped {
     }
     fn state_size(&mut self, dump: Dump) -> Result<Option<DumpSize>, HarnessError> {
         self.target.state_size(dump)
+    }
+    fn allocation(&mut self) -> Result<Option<Allocation>, HarnessError> {
+        self.target.allocation()
     }
     // The twin's ops are observation, not trace steps: they do not advance the step counter.
     fn twin(&mut self) -> Result<Option<&mut dyn CacheUnderTest>, HarnessError> {

@@ -45,6 +45,7 @@ pub struct Api {
     ) -> *mut Handle,
     pub setting_value: unsafe extern "C" fn(*mut Handle, *const c_char, *mut i64) -> i32,
     pub model_arch: unsafe extern "C" fn(*mut Handle, *mut c_char, usize) -> i32,
+    pub memory_log: unsafe extern "C" fn(*mut Handle, *mut c_char, usize) -> i32,
     pub close: unsafe extern "C" fn(*mut Handle),
     pub decode: unsafe extern "C" fn(
         *mut Handle,
@@ -145,6 +146,7 @@ impl Api {
             open: symbol(&lib, path, b"kvaudit_shim_open\0")?,
             setting_value: symbol(&lib, path, b"kvaudit_shim_setting_value\0")?,
             model_arch: symbol(&lib, path, b"kvaudit_shim_model_arch\0")?,
+            memory_log: symbol(&lib, path, b"kvaudit_shim_memory_log\0")?,
             close: symbol(&lib, path, b"kvaudit_shim_close\0")?,
             decode: symbol(&lib, path, b"kvaudit_shim_decode\0")?,
             seq_rm: symbol(&lib, path, b"kvaudit_shim_seq_rm\0")?,
