@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use crate::base::op::{Arch, Setup};
-use crate::base::setting::Setting;
+use crate::base::setting::{Key, Setting, Value};
 
 /// The setup's configuration in one line of plain words (for the header comment): every setting,
 /// `n_ctx 256, n_seq_max 4, kv_unified true, ..., arch llama, swa_full true, n_threads 1`.
@@ -76,6 +76,11 @@ pub(super) fn emit_model(s: &mut String, arch: Arch) {
 /// setting the context takes (the architecture is the model's, [`emit_model`]).
 pub(super) fn emit_context_params(s: &mut String, setup: &Setup) {
     for setting in setup.settings() {
+        // n_rs_seq 0 is llama_context_default_params' own, and pins before rollback (0.1.156 and
+        // older) have no such field: the program sets it only when it asks for snapshots.
+        if setting.key == Key::NRsSeq && setting.value == Value::Count(0) {
+            continue;
+        }
         if let Some(fields) = setting.llama_h() {
             let line: Vec<String> = fields
                 .iter()

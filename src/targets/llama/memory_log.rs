@@ -17,6 +17,7 @@
 //! what it holds ([`PartHolds`]).
 
 use crate::base::cache::{AllocatedPart, PartHolds};
+use crate::base::config::MemoryType;
 
 /// The parts the lines of `log` name, in order. Lines of other kinds are skipped; a part whose
 /// numbers do not parse is left out (the oracle then judges the parts it has).
@@ -81,6 +82,46 @@ pub fn parse(log: &str) -> Vec<AllocatedPart> {
         });
     }
     parts
+}
+
+/// What the parts say the pin built, when it is not `memory`: another number of caches of the
+/// context's positions, a windowed cache or recurrent states where the memory type has none, or
+/// none where it has them (`None`: the parts fit, or there are none to tell by). 0.1.154 builds
+/// minimax-m3's memory as one `llama_kv_cache` (MSA inside it), 0.1.135 lfm2_swa's as a plain
+/// hybrid memory: not the classes kvaudit reads their dumps as.
+pub fn other_memory(memory: MemoryType, parts: &[AllocatedPart]) -> Option<String> {
+    if parts.is_empty() {
+        return None;
+    }
+    let count = |h: PartHolds| parts.iter().filter(|p| p.holds == h).count();
+    let built = (
+        count(PartHolds::Context),
+        count(PartHolds::AtMostContext) > 0,
+        count(PartHolds::States) > 0,
+    );
+    // (caches of the context's positions, a windowed or compressed cache, recurrent states),
+    // as each memory logs them on 0.1.156 and 0.1.161 (docs/memory-types.md).
+    let wanted = match memory {
+        MemoryType::Kv => (1, false, false),
+        MemoryType::Msa | MemoryType::Dsa => (2, false, false),
+        MemoryType::Iswa | MemoryType::Dsv4 => (1, true, false),
+        MemoryType::DsaIswa => (2, true, false),
+        MemoryType::Recurrent => (0, false, true),
+        MemoryType::Hybrid => (1, false, true),
+        MemoryType::HybridIdx => (2, false, true),
+        MemoryType::HybridIswa => (1, true, true),
+    };
+    if built == wanted {
+        return None;
+    }
+    let names: Vec<&str> = parts.iter().map(|p| p.name.as_str()).collect();
+    Some(format!(
+        "a memory of {} ({} cache(s) of the context's positions, {} windowed cache, {} recurrent states)",
+        names.join(", "),
+        built.0,
+        if built.1 { "a" } else { "no" },
+        if built.2 { "with" } else { "no" }
+    ))
 }
 
 /// What a cache named `name` holds: a windowed (`SWA`, not `non-SWA`) or compressed cache holds
@@ -150,6 +191,28 @@ llama_memory_recurrent: size =    0.00 MiB (     2 cells,   2 layers,  2 seqs  0
                 part("llama_memory_recurrent", PartHolds::States, 2, 1),
             ]
         );
+    }
+
+    #[test]
+    fn a_memory_of_another_kind_is_told_apart() {
+        // 0.1.135 builds lfm2_swa's memory as a plain hybrid one.
+        let hybrid = "llama_kv_cache: size =    0.03 MiB (   512 cells,   1 layers,  2/2 seqs), K (f16): 0.02 MiB
+llama_memory_recurrent: size =    0.00 MiB (     2 cells,   2 layers,  2 seqs), R (f32):    0.00 MiB
+";
+        let parts = parse(hybrid);
+        assert!(other_memory(MemoryType::HybridIswa, &parts).is_some());
+        assert_eq!(other_memory(MemoryType::Hybrid, &parts), None);
+        assert_eq!(
+            other_memory(MemoryType::HybridIswa, &parse(HYBRID_ISWA)),
+            None
+        );
+        assert_eq!(other_memory(MemoryType::Dsv4, &parse(DSV4)), None);
+        assert_eq!(other_memory(MemoryType::Kv, &[]), None);
+        // 0.1.154 builds minimax-m3's memory as one cache.
+        let one =
+            parse("llama_kv_cache: size =    0.03 MiB (   256 cells,   2 layers,  2/2 seqs), K\n");
+        assert!(other_memory(MemoryType::Msa, &one).is_some());
+        assert_eq!(other_memory(MemoryType::Kv, &one), None);
     }
 
     #[test]

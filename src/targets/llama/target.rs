@@ -105,6 +105,8 @@ struct Parked {
 struct ContextKey {
     model: PathBuf,
     params: ContextParams,
+    /// The architecture the model is of (which memory type the context must build).
+    arch: Arch,
 }
 
 /// `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` (llama.h).
@@ -213,13 +215,24 @@ impl LlamaTarget {
         Ok(ContextKey {
             model: self.model_for(setup.arch)?,
             params: self.params(setup),
+            arch: setup.arch,
         })
     }
 
     /// Opens a context for `key`: a context llama.cpp refuses for this configuration is
     /// [`HarnessError::Unsupported`], any other failure (the model, the library) a harness error.
+    ///
+    /// A generated model of another architecture than llama that the pin cannot load (an
+    /// architecture it does not know yet), or a memory the pin builds for it that is not the
+    /// architecture's memory type (lfm2_swa before 0.1.137 makes a plain hybrid memory: no
+    /// windowed cache), is unsupported too: the setup asks for a memory class this version lacks.
     fn open(&self, key: &ContextKey) -> Result<LlamaContext, HarnessError> {
-        self.shim
+        let unsupported = |reason: String| HarnessError::Unsupported {
+            target: self.label.clone(),
+            reason,
+        };
+        let mut ctx = self
+            .shim
             .open(&key.model, &key.params)
             .map_err(|e| match e {
                 // The shim loads the model first: a message from llama_init_from_model means the
@@ -228,13 +241,33 @@ impl LlamaTarget {
                 ShimError::Open { ref message, .. }
                     if message.contains("llama_init_from_model") =>
                 {
-                    HarnessError::Unsupported {
-                        target: self.label.clone(),
-                        reason: message.trim().to_string(),
-                    }
+                    unsupported(message.trim().to_string())
+                }
+                ShimError::Open { ref message, .. }
+                    if key.arch != Arch::Llama
+                        && message.contains("llama_model_load_from_file") =>
+                {
+                    unsupported(format!(
+                        "this llama.cpp cannot load the generated {} model (an architecture it does not know): {}",
+                        key.arch,
+                        message.trim()
+                    ))
                 }
                 e => self.harness(format!("{e:#}")),
-            })
+            })?;
+        let memory = key.arch.memory();
+        let log = ctx
+            .memory_log()
+            .map_err(|e| self.harness(format!("{e:#}")))?;
+        if let Some(built) =
+            super::memory_log::other_memory(memory, &super::memory_log::parse(&log))
+        {
+            return Err(unsupported(format!(
+                "this llama.cpp builds {} for the {} model, not the {memory} memory",
+                built, key.arch
+            )));
+        }
+        Ok(ctx)
     }
 
     /// Restores the state saved after `setup` into the current context, if that is what it
