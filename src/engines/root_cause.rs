@@ -102,10 +102,22 @@ pub fn cause_of(f: &Finding) -> Cause {
         (true, Some(spec)) => Some(spec),
         (true, None) => return own_trace(f, label_a),
     };
+    // A native model that panics on a trace under a fault (its invariants are llama.cpp's
+    // without that fault) gives no evidence: the finding keeps its other causes, and the run
+    // (a hunt's regrouping, a report) goes on; the panic is said, as the kvaudit bug it is.
     let run = |faults: &[String]| -> Option<(bool, Judge)> {
-        let mut judge = native_judge(faults, vs.as_ref(), f.oracle)?;
-        let j = judge.run(&f.trace).ok()?;
-        Some((reproduces(&j, f), judge))
+        let replay = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut judge = native_judge(faults, vs.as_ref(), f.oracle)?;
+            let j = judge.run(&f.trace).ok()?;
+            Some((reproduces(&j, f), judge))
+        }));
+        replay.unwrap_or_else(|_| {
+            eprintln!(
+                "kvaudit: the native model panicked replaying a {} finding with faults {faults:?}: no root-cause evidence from it (a kvaudit bug: please report it)",
+                f.oracle
+            );
+            None
+        })
     };
     if let Some((true, mut judge)) = run(&[]) {
         return Cause::NativeModel {

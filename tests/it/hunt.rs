@@ -220,7 +220,9 @@ fn check(c: &HuntCase) -> Result<(), String> {
     let code = out.status.code().ok_or("killed by a signal")?;
     // Without an expected code, the summary decides between 0 and 1; any other code is the
     // harness breaking, and its stderr is the only account of why.
-    let expected = c.exit.unwrap_or(if matches!(code, 0 | 1) { code } else { 1 });
+    let expected = c
+        .exit
+        .unwrap_or(if matches!(code, 0 | 1) { code } else { 1 });
     let (stdout, _) = super::exited(&out, expected)?;
     if c.plan_lists_everything {
         let registry = Registry::builtin();

@@ -88,6 +88,9 @@ pub struct LlamaTarget {
     faults: LlamaFaults,
     /// The memory type of the last reset's setup (how [`LlamaFaults::seq_dump`] parses a dump).
     memory: MemoryType,
+    /// What the memory of the context of this key allocated, as `llama_init_from_model` logged
+    /// it (read once per context: the sizes observation asks after every op).
+    allocated: Option<(ContextKey, Allocation)>,
 }
 
 /// How many dumps of other configurations a target keeps.
@@ -147,6 +150,7 @@ impl LlamaTarget {
             foreign_dumps: Vec::new(),
             faults: LlamaFaults::default(),
             memory: MemoryType::Kv,
+            allocated: None,
         }
     }
 
@@ -625,23 +629,34 @@ impl CacheUnderTest for LlamaTarget {
             target: label.clone(),
             message: format!("memory allocation: {e:#}"),
         };
-        let ctx = self.ctx()?;
-        let log = ctx.memory_log().map_err(harness)?;
-        let n_ctx = ctx.setting_value(Key::NCtx.name()).map_err(harness)?;
-        let n_seq_max = ctx.setting_value(Key::NSeqMax.name()).map_err(harness)?;
-        let unified = ctx.setting_value(Key::KvUnified.name()).map_err(harness)?;
-        let parts = super::memory_log::parse(&log);
-        let (Some(n_ctx), Some(n_seq_max), Some(unified)) = (n_ctx, n_seq_max, unified) else {
-            return Ok(None);
+        let Some((key, ctx)) = self.ctx.as_mut() else {
+            return Err(self.harness("no context: reset first"));
         };
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        let mut allocated = Allocation {
-            n_ctx: u32::try_from(n_ctx).unwrap_or(u32::MAX),
-            n_seq_max: u32::try_from(n_seq_max).unwrap_or(u32::MAX),
-            kv_unified: unified != 0,
-            parts,
+        let cached = self.allocated.as_ref().filter(|(k, _)| k == key);
+        let mut allocated = match cached {
+            Some((_, a)) => a.clone(),
+            None => {
+                let log = ctx.memory_log().map_err(harness)?;
+                let n_ctx = ctx.setting_value(Key::NCtx.name()).map_err(harness)?;
+                let n_seq_max = ctx.setting_value(Key::NSeqMax.name()).map_err(harness)?;
+                let unified = ctx.setting_value(Key::KvUnified.name()).map_err(harness)?;
+                let parts = super::memory_log::parse(&log);
+                let (Some(n_ctx), Some(n_seq_max), Some(unified)) = (n_ctx, n_seq_max, unified)
+                else {
+                    return Ok(None);
+                };
+                if parts.is_empty() {
+                    return Ok(None);
+                }
+                let a = Allocation {
+                    n_ctx: u32::try_from(n_ctx).unwrap_or(u32::MAX),
+                    n_seq_max: u32::try_from(n_seq_max).unwrap_or(u32::MAX),
+                    kv_unified: unified != 0,
+                    parts,
+                };
+                self.allocated = Some((key.clone(), a.clone()));
+                a
+            }
         };
         self.faults.allocation(&mut allocated);
         Ok(Some(allocated))

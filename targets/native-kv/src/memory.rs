@@ -584,14 +584,14 @@ impl Memory {
                 }
             }
             Memory::Recurrent(r) => {
-                r.find_slots()?;
+                r.find_slots(batch.iter().map(|t| t.seqs.as_slice()))?;
                 let seqs: Vec<Vec<SeqId>> = batch.iter().map(|t| t.seqs.clone()).collect();
                 let tokens: Vec<i32> = batch.iter().map(|t| t.token).collect();
                 r.place(&seqs, &pos, &tokens);
             }
             Memory::Hybrid { attn, recr } => {
                 let a = attn.find_slots(batch)?;
-                recr.find_slots()?;
+                recr.find_slots(batch.iter().map(|t| t.seqs.as_slice()))?;
                 attn.place(batch, &pos, &a);
                 attn.forget_shifts();
                 let seqs: Vec<Vec<SeqId>> = batch.iter().map(|t| t.seqs.clone()).collect();
@@ -599,7 +599,7 @@ impl Memory {
                 recr.place(&seqs, &pos, &tokens);
             }
             Memory::HybridIdx { attn, recr, idx } => {
-                recr.find_slots()?;
+                recr.find_slots(batch.iter().map(|t| t.seqs.as_slice()))?;
                 let a = attn.find_slots(batch)?;
                 attn.place(batch, &pos, &a);
                 attn.forget_shifts();
@@ -611,7 +611,7 @@ impl Memory {
                 recr.place(&seqs, &pos, &tokens);
             }
             Memory::HybridIswa { base, swa, recr } => {
-                recr.find_slots()?;
+                recr.find_slots(batch.iter().map(|t| t.seqs.as_slice()))?;
                 let a = base.find_slots(batch)?;
                 let b = swa.find_slots(batch)?;
                 base.place(batch, &pos, &a);

@@ -442,9 +442,37 @@ impl RecurrentCache {
             .map(|(i, c)| (i, c.pos, c.seq))
     }
 
-    /// Whether a batch (already validated, positions resolved) fits: always, with one cell per
-    /// sequence.
-    pub(crate) fn find_slots(&self) -> Result<(), DecodeError> {
+    /// Whether a batch (already validated, positions resolved) fits: the sequence sets whose
+    /// first sequence does not own a cell alone each take an empty cell ([`Self::place`]). With
+    /// one cell per sequence there always is one; a fault that leaves a sequence in two cells
+    /// (`recurrent_seq_cp_keeps_old_state`) can use them all, and the decode then fails as
+    /// llama.cpp's `find_slot` does when it finds no cell (rc 1) instead of the model panicking.
+    /// Counted before the sets' other members leave their cells, so it may refuse a batch that
+    /// those departures would have made room for (only under such a fault).
+    pub(crate) fn find_slots<'a>(
+        &self,
+        seqs: impl IntoIterator<Item = &'a [SeqId]>,
+    ) -> Result<(), DecodeError> {
+        let mut firsts: Vec<SeqId> = Vec::new();
+        let mut sets: Vec<u64> = Vec::new();
+        for t in seqs {
+            let bits = t.iter().fold(0u64, |a, &s| a | (1u64 << s));
+            if !sets.contains(&bits) {
+                sets.push(bits);
+                firsts.push(t[0]);
+            }
+        }
+        let needed = firsts
+            .iter()
+            .filter(|&&s0| {
+                let tail = self.cells[s0 as usize].tail;
+                !(tail >= 0 && self.cells[tail as usize].seq == 1u64 << s0)
+            })
+            .count();
+        let empty = self.cells.iter().filter(|c| c.seq == 0).count();
+        if needed > empty {
+            return Err(DecodeError::NoSlot);
+        }
         Ok(())
     }
 

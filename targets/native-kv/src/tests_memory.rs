@@ -189,6 +189,26 @@ fn recurrent_rollback_within_the_depth_is_accepted_once_until_the_next_decode() 
 }
 
 #[test]
+fn a_decode_that_finds_no_free_state_fails_instead_of_panicking() {
+    // recurrent_seq_cp_keeps_old_state leaves seq 1 in its own cell and in seq 0's: both cells
+    // used, and seq 0 no longer owns its cell alone, so its next decode needs an empty cell and
+    // there is none (a hunt's root-cause evidence reached this and the model panicked). It
+    // fails as llama.cpp's find_slot does (rc 1), and leaves the memory as it was.
+    let faults = Faults {
+        recurrent_seq_cp_keeps_old_state: true,
+        ..Faults::default()
+    };
+    for mut m in [recurrent(faults, 0, None), hybrid(faults)] {
+        m.decode(&toks(5, 0)).unwrap();
+        m.decode(&toks(1, 1)).unwrap();
+        m.seq_cp(0, 1, -1, -1).unwrap();
+        let before = (range(&m, 0), range(&m, 1));
+        assert_eq!(m.decode(&toks(1, 0)).map_err(|e| e.return_code()), Err(1));
+        assert_eq!((range(&m, 0), range(&m, 1)), before);
+    }
+}
+
+#[test]
 fn recurrent_copy_shares_the_state_and_shift_moves_it() {
     let mut m = recurrent(Faults::default(), 0, None);
     m.decode(&toks(5, 0)).unwrap();
