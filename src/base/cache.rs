@@ -362,6 +362,18 @@ pub struct AllocatedPart {
     pub streams: u32,
 }
 
+impl AllocatedPart {
+    /// A part named `name` holding `holds`, of `streams` streams of `cells` cells.
+    pub fn new(name: &str, holds: PartHolds, cells: u32, streams: u32) -> Self {
+        AllocatedPart {
+            name: name.into(),
+            holds,
+            cells,
+            streams,
+        }
+    }
+}
+
 /// What an [`AllocatedPart`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

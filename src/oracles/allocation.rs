@@ -274,12 +274,7 @@ mod tests {
     use super::*;
 
     fn part(name: &str, holds: PartHolds, cells: u32, streams: u32) -> AllocatedPart {
-        AllocatedPart {
-            name: name.into(),
-            holds,
-            cells,
-            streams,
-        }
+        AllocatedPart::new(name, holds, cells, streams)
     }
 
     fn alloc(n_ctx: u32, n_seq_max: u32, parts: Vec<AllocatedPart>) -> Allocation {

@@ -160,12 +160,7 @@ llama_memory_recurrent: size =    0.00 MiB (     2 cells,   2 layers,  2 seqs  0
 ";
 
     fn part(name: &str, holds: PartHolds, cells: u32, streams: u32) -> AllocatedPart {
-        AllocatedPart {
-            name: name.into(),
-            holds,
-            cells,
-            streams,
-        }
+        AllocatedPart::new(name, holds, cells, streams)
     }
 
     #[test]

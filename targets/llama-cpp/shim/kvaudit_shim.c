@@ -92,29 +92,27 @@ static __thread char shim_memlog[SHIM_MEMLOG_CAP];
 static __thread size_t shim_memlog_len;
 static __thread int shim_memlog_on;
 
-static void shim_memlog_note(const char *text) {
-    if (strstr(text, " cells") == NULL && strstr(text, "KV cache") == NULL) {
-        return;
-    }
+/* Appends text to the NUL-terminated buf of cap bytes, *len of them used, cutting what does
+ * not fit. */
+static void shim_append(char *buf, size_t *len, size_t cap, const char *text) {
     size_t n = strlen(text);
-    size_t room = SHIM_MEMLOG_CAP - 1 - shim_memlog_len;
+    size_t room = cap - 1 - *len;
     if (n > room) {
         n = room;
     }
-    memcpy(shim_memlog + shim_memlog_len, text, n);
-    shim_memlog_len += n;
-    shim_memlog[shim_memlog_len] = '\0';
+    memcpy(buf + *len, text, n);
+    *len += n;
+    buf[*len] = '\0';
+}
+
+static void shim_memlog_note(const char *text) {
+    if (strstr(text, " cells") != NULL || strstr(text, "KV cache") != NULL) {
+        shim_append(shim_memlog, &shim_memlog_len, SHIM_MEMLOG_CAP, text);
+    }
 }
 
 static void shim_note(const char *text) {
-    size_t n = strlen(text);
-    size_t room = SHIM_ERR_CAP - 1 - shim_err_len;
-    if (n > room) {
-        n = room;
-    }
-    memcpy(shim_err + shim_err_len, text, n);
-    shim_err_len += n;
-    shim_err[shim_err_len] = '\0';
+    shim_append(shim_err, &shim_err_len, SHIM_ERR_CAP, text);
 }
 
 static void shim_clear_error(void) {

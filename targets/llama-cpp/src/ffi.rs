@@ -712,12 +712,8 @@ impl LlamaContext {
 
     /// The model's `general.architecture`, through `llama_model_meta_val_str`.
     pub fn model_arch(&mut self) -> Result<String, ShimError> {
-        let mut buf = vec![0u8; 64];
-        // SAFETY: live handle; buf is writable for buf.len() bytes, NUL included.
-        let n = unsafe { (self.api.model_arch)(self.h(), buf.as_mut_ptr().cast(), buf.len()) };
-        let n = self.check("model_arch", i64::from(n))? as usize;
-        buf.truncate(n.min(buf.len() - 1));
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        let f = self.api.model_arch;
+        self.text("model_arch", 64, f)
     }
 
     /// What `llama_init_from_model` logged about the memory it allocated, as it logged it
@@ -725,10 +721,23 @@ impl LlamaContext {
     /// and the composite memories' `creating ... KV cache` lines). Parsed by
     /// kvaudit (`src/targets/llama/memory_log.rs`).
     pub fn memory_log(&mut self) -> Result<String, ShimError> {
-        let mut buf = vec![0u8; 4096];
-        // SAFETY: live handle; buf is writable for buf.len() bytes, NUL included.
-        let n = unsafe { (self.api.memory_log)(self.h(), buf.as_mut_ptr().cast(), buf.len()) };
-        let n = self.check("memory_log", i64::from(n))? as usize;
+        let f = self.api.memory_log;
+        self.text("memory_log", 4096, f)
+    }
+
+    /// The text a shim call of the `(handle, buf, cap) -> full length` shape writes into a
+    /// buffer of `cap` bytes (NUL included; a longer text is cut).
+    fn text(
+        &mut self,
+        what: &'static str,
+        cap: usize,
+        f: raw::TextFn,
+    ) -> Result<String, ShimError> {
+        let mut buf = vec![0u8; cap];
+        // SAFETY: live handle; buf is writable for buf.len() bytes, NUL included, which is
+        // what every function of this shape writes at most.
+        let n = unsafe { f(self.h(), buf.as_mut_ptr().cast(), buf.len()) };
+        let n = self.check(what, i64::from(n))? as usize;
         buf.truncate(n.min(buf.len() - 1));
         Ok(String::from_utf8_lossy(&buf).into_owned())
     }

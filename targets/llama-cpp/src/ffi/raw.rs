@@ -29,6 +29,10 @@ pub struct Handle {
     _private: [u8; 0],
 }
 
+/// A shim call that writes a NUL-terminated text of at most the given capacity into the buffer
+/// and returns the text's full length (or a negative error code).
+pub type TextFn = unsafe extern "C" fn(*mut Handle, *mut c_char, usize) -> i32;
+
 /// The library and every function of kvaudit_shim.h, loaded together. The pointers are
 /// only valid while `_lib` is loaded, which is as long as this struct lives; they are
 /// private to `ffi` and never copied out of it.
@@ -44,8 +48,8 @@ pub struct Api {
         usize,
     ) -> *mut Handle,
     pub setting_value: unsafe extern "C" fn(*mut Handle, *const c_char, *mut i64) -> i32,
-    pub model_arch: unsafe extern "C" fn(*mut Handle, *mut c_char, usize) -> i32,
-    pub memory_log: unsafe extern "C" fn(*mut Handle, *mut c_char, usize) -> i32,
+    pub model_arch: TextFn,
+    pub memory_log: TextFn,
     pub close: unsafe extern "C" fn(*mut Handle),
     pub decode: unsafe extern "C" fn(
         *mut Handle,
