@@ -31,6 +31,13 @@ enum Case {
         target: String,
         domain: String,
         depth: u32,
+        /// Compare the logits probe after each trace's last op too (what a reset that restores
+        /// the cells but not what the memory derives from them would change).
+        #[serde(default)]
+        logits: bool,
+        /// The setup the domain's ops run from, instead of the preset's.
+        #[serde(default)]
+        setup: Option<kvaudit::base::op::Setup>,
     },
     ReproC {
         #[allow(dead_code)]
@@ -192,8 +199,10 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             target,
             domain,
             depth,
+            logits,
+            setup,
             ..
-        } => check_resets(&target, &domain, depth),
+        } => check_resets(&target, &domain, depth, logits, setup),
         Case::ReproC {
             finding,
             reproduces,
@@ -834,8 +843,17 @@ fn check_batch(target: &str, setup: Setup, traces: Vec<BatchTrace>) -> Result<()
     Ok(())
 }
 
-fn check_resets(target: &str, domain: &str, depth: u32) -> Result<(), String> {
-    let d = Domain::preset(domain).ok_or(format!("no preset {domain}"))?;
+fn check_resets(
+    target: &str,
+    domain: &str,
+    depth: u32,
+    logits: bool,
+    setup: Option<kvaudit::base::op::Setup>,
+) -> Result<(), String> {
+    let mut d = Domain::preset(domain).ok_or(format!("no preset {domain}"))?;
+    if let Some(setup) = setup {
+        d.setup = setup;
+    }
     let ops = d.ops();
     let mut traces: Vec<Trace> = ops
         .iter()
@@ -856,7 +874,8 @@ fn check_resets(target: &str, domain: &str, depth: u32) -> Result<(), String> {
             })
             .collect();
     }
-    let spec = llama_worker_spec(target, None)?;
+    let mut spec = llama_worker_spec(target, None)?;
+    spec.observe.logits |= logits;
     let mut slow_spec = spec.clone();
     slow_spec.reset = ResetMode::Rebuild;
     let fast = WorkerRunner::new(spec)

@@ -371,6 +371,7 @@ impl LlamaTarget {
         self.slots.clear();
         let fast = self.reset_mode == ResetMode::Restore
             && !setup.arch.memory().has_window()
+            && setup.arch.memory() != MemoryType::HybridIdx
             && setup.n_rs_seq == 0;
         // The common case first: another trial from the setup whose state the current context
         // saved (`saved` is always the current context's) and nothing that needs a new
@@ -409,7 +410,11 @@ impl LlamaTarget {
         // writes a state's rows to plane 0 only and resets `rs_idx`, so the snapshot planes a
         // rollback reads are not the ones the setup's decodes wrote
         // (src/llama-memory-recurrent.cpp, `state_read_data`; every rollback after such a
-        // restore differed from a fresh decode, 125 of 125 in the first `rollback` audit).
+        // restore differed from a fresh decode, 125 of 125 in the first `rollback` audit). And
+        // so are hybrid-idx setups: 0.1.161's load re-pools the QSA blocks without the indexer
+        // cells' M-RoPE ext (`round_trip_logits_hybrid_idx_load_drops_the_indexer_cell_ext`), so
+        // a restored setup kept its cells and changed its logits (`decode(0, 1)` after it: 0.14
+        // from a fresh decode; `reset_equivalence_hybrid_idx_0.1.161`).
         if fast {
             if let Some(restored) = self.restore_saved(setup) {
                 return restored;
