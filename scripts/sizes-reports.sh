@@ -3,8 +3,10 @@
 # every memory type on 0.1.156 and 0.1.161 and on native (the measurements behind PREREG.md's
 # "state sizes" laws and the state-size oracle's table), then the audits that judge the sizes
 # and the failed restores (state-size, failed-restore) per memory type on both pins at depth 2.
-# Under a minute for the tables; the audits a few minutes on 2 cores. Exit code 1 (findings)
-# of an audit is expected.
+# Each table's last column is what the memory allocated per configuration (the allocation
+# oracle's reading); jamba on 0.1.135 shows upstream #19552 (its attention cache n_seq_max times
+# the context with kv_unified false). Under a minute for the tables (SIZES_TABLES_ONLY=1 stops
+# there); the audits a few minutes on 2 cores. Exit code 1 (findings) of an audit is expected.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # KVAUDIT=PATH runs a copy of the binary (so that a rebuild meanwhile cannot swap it).
@@ -19,6 +21,7 @@ for t in native llama.cpp@0.1.156 llama.cpp@0.1.161; do
     $k sizes --target "$t" --arch "$arch" --n-rs-seq "$rs" > "$out/sizes-$t-$arch.md"
   done
 done
+$k sizes --target llama.cpp@0.1.135 --arch jamba > "$out/sizes-llama.cpp@0.1.135-jamba.md"
 if [ "${SIZES_TABLES_ONLY:-}" = 1 ]; then exit 0; fi
 . scripts/report-run.sh # run NAME ARGS...: JSON and Markdown reports of one audit
 oracles=I1,crash,contract,contract?,state-size,failed-restore
