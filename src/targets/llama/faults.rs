@@ -5,6 +5,8 @@
 //! one dump on kvaudit's side of the FFI, as the native fault of the same name does in
 //! `targets/native-kv` (`faults.rs`), and the audit without it is the clean run.
 
+use std::borrow::Cow;
+
 use crate::base::cache::{Allocation, PartHolds};
 use crate::base::error::Error;
 use crate::base::op::{MemoryType, Op};
@@ -86,8 +88,9 @@ impl LlamaFaults {
 
     /// The op sent to llama.cpp in place of `op` (`None`: none is sent, the op "succeeds"):
     /// `keep_noop` drops a `seq_keep`, `streams_rm_whole` widens a one-sequence `seq_rm` when
-    /// `unified` is false.
-    pub fn op_sent(&self, op: &Op, unified: bool) -> Option<Op> {
+    /// `unified` is false. Borrowed when it is `op` itself (every op without a hook: no clone
+    /// per op).
+    pub fn op_sent<'a>(&self, op: &'a Op, unified: bool) -> Option<Cow<'a, Op>> {
         if self.keep_noop {
             if let Op::SeqKeep { .. } = op {
                 return None;
@@ -96,15 +99,15 @@ impl LlamaFaults {
         if self.streams_rm_whole && !unified {
             if let Op::SeqRm { seq, .. } = *op {
                 if seq >= 0 {
-                    return Some(Op::SeqRm {
+                    return Some(Cow::Owned(Op::SeqRm {
                         seq,
                         p0: -1,
                         p1: -1,
-                    });
+                    }));
                 }
             }
         }
-        Some(op.clone())
+        Some(Cow::Borrowed(op))
     }
 
     /// The size a sequence's size call reports under `seq_size_scales_with_n_seq_max`, from the
@@ -187,14 +190,14 @@ mod tests {
             p1: -1,
         };
         let none = LlamaFaults::default();
-        assert_eq!(none.op_sent(&keep, true), Some(keep.clone()));
-        assert_eq!(none.op_sent(&rm, false), Some(rm.clone()));
+        assert_eq!(none.op_sent(&keep, true).as_deref(), Some(&keep));
+        assert_eq!(none.op_sent(&rm, false).as_deref(), Some(&rm));
         let f = LlamaFaults::parse(&["keep_noop".into(), "streams_rm_whole".into()]).unwrap();
-        assert_eq!(f.op_sent(&keep, true), None);
-        assert_eq!(f.op_sent(&rm, true), Some(rm.clone()));
+        assert_eq!(f.op_sent(&keep, true).as_deref(), None);
+        assert_eq!(f.op_sent(&rm, true).as_deref(), Some(&rm));
         assert_eq!(
-            f.op_sent(&rm, false),
-            Some(Op::SeqRm {
+            f.op_sent(&rm, false).as_deref(),
+            Some(&Op::SeqRm {
                 seq: 1,
                 p0: -1,
                 p1: -1
@@ -205,7 +208,7 @@ mod tests {
             p0: 4,
             p1: -1,
         };
-        assert_eq!(f.op_sent(&all, false), Some(all.clone()));
+        assert_eq!(f.op_sent(&all, false).as_deref(), Some(&all));
     }
 
     #[test]

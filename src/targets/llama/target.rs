@@ -530,12 +530,11 @@ impl CacheUnderTest for LlamaTarget {
         if let Op::StateSeqSave { flags, .. } | Op::StateSeqLoad { flags, .. } = op {
             self.device_state_used |= flags & STATE_SEQ_FLAGS_ON_DEVICE != 0;
         }
-        // kv_unified is a flag: 1 in the shim's encoding when on.
-        if let Op::SeqCp { src, dst, .. } = op {
-            self.stream_copy_pending |=
-                params.params.get(Key::KvUnified.name()) != Some(1) && src != dst;
-        }
+        // kv_unified is a flag: 1 in the shim's encoding when on. Looked up once per op.
         let unified = params.params.get(Key::KvUnified.name()) == Some(1);
+        if let Op::SeqCp { src, dst, .. } = op {
+            self.stream_copy_pending |= !unified && src != dst;
+        }
         let Some(sent) = self.faults.op_sent(op, unified) else {
             return Ok(OpOutcome::Done { returned: None });
         };
@@ -544,7 +543,7 @@ impl CacheUnderTest for LlamaTarget {
             target: self.label.clone(),
             message: format!("{op}: {e:#}"),
         })?;
-        if let Op::StateSeqSave { ref slot, .. } = sent {
+        if let Op::StateSeqSave { slot, .. } = &*sent {
             if let Ok(bytes) = self.slots.load(slot, None, None) {
                 let bytes = self.faults.seq_dump(bytes, self.format, self.memory);
                 self.slots.save(slot, bytes);
