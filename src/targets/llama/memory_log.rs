@@ -16,8 +16,14 @@
 //! memory made (`non-SWA`, `SWA`, `main`, `indexer`, `DSV4 CSA compressed`, ...), which says
 //! what it holds ([`PartHolds`]).
 
+use super::ffi::{LlamaContext, ShimError};
 use crate::base::cache::{AllocatedPart, PartHolds};
 use crate::base::config::MemoryType;
+
+/// The parts of the memory of `ctx`, from what its creation logged.
+pub fn read(ctx: &mut LlamaContext) -> Result<Vec<AllocatedPart>, ShimError> {
+    ctx.memory_log().map(|log| parse(&log))
+}
 
 /// The parts the lines of `log` name, in order. Lines of other kinds are skipped; a part whose
 /// numbers do not parse is left out (the oracle then judges the parts it has).
@@ -126,7 +132,8 @@ pub fn other_memory(memory: MemoryType, parts: &[AllocatedPart]) -> Option<Strin
 
 /// What a cache named `name` holds: a windowed (`SWA`, not `non-SWA`) or compressed cache holds
 /// at most the context; every other cache (plain, `non-SWA`, `main`, `indexer`) a cell per
-/// position of the context.
+/// position of the context. The allocation oracle's C check (`oracles/allocation.rs`,
+/// `C_CHECK`) classifies a part by the same words.
 fn holds_of(name: &str) -> PartHolds {
     let windowed = name.contains("SWA") && !name.contains("non-SWA");
     let compressed = name.contains("compressed") || name.contains("lightning-indexer");

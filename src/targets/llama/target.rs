@@ -260,12 +260,9 @@ impl LlamaTarget {
                 e => self.harness(format!("{e:#}")),
             })?;
         let memory = key.arch.memory();
-        let log = ctx
-            .memory_log()
-            .map_err(|e| self.harness(format!("{e:#}")))?;
-        if let Some(built) =
-            super::memory_log::other_memory(memory, &super::memory_log::parse(&log))
-        {
+        let parts =
+            super::memory_log::read(&mut ctx).map_err(|e| self.harness(format!("{e:#}")))?;
+        if let Some(built) = super::memory_log::other_memory(memory, &parts) {
             return Err(unsupported(format!(
                 "this llama.cpp builds {} for the {} model, not the {memory} memory",
                 built, key.arch
@@ -414,7 +411,10 @@ impl LlamaTarget {
         // so are hybrid-idx setups: 0.1.161's load re-pools the QSA blocks without the indexer
         // cells' M-RoPE ext (`round_trip_logits_hybrid_idx_load_drops_the_indexer_cell_ext`), so
         // a restored setup kept its cells and changed its logits (`decode(0, 1)` after it: 0.14
-        // from a fresh decode; `reset_equivalence_hybrid_idx_0.1.161`).
+        // from a fresh decode; `reset_equivalence_hybrid_idx_0.1.161`). A class, not a check:
+        // comparing two probe decodes' logits after the load with the built setup's (once per
+        // setup, as the cells are compared below) found them equal (2026-12-06), since whether
+        // the lost cell exts change the top-k choice depends on the tokens a trial decodes.
         if fast {
             if let Some(restored) = self.restore_saved(setup) {
                 return restored;
@@ -640,11 +640,10 @@ impl CacheUnderTest for LlamaTarget {
         let mut allocated = match cached {
             Some((_, a)) => a.clone(),
             None => {
-                let log = ctx.memory_log().map_err(harness)?;
+                let parts = super::memory_log::read(ctx).map_err(harness)?;
                 let n_ctx = ctx.setting_value(Key::NCtx.name()).map_err(harness)?;
                 let n_seq_max = ctx.setting_value(Key::NSeqMax.name()).map_err(harness)?;
                 let unified = ctx.setting_value(Key::KvUnified.name()).map_err(harness)?;
-                let parts = super::memory_log::parse(&log);
                 let (Some(n_ctx), Some(n_seq_max), Some(unified)) = (n_ctx, n_seq_max, unified)
                 else {
                     return Ok(None);

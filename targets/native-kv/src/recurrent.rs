@@ -161,6 +161,11 @@ pub struct RecurrentCache {
     rs_idx: Vec<u32>,
 }
 
+/// A sequence set as the bits of its ids (a recurrent state's `seq`).
+fn seq_bits(seqs: &[SeqId]) -> u64 {
+    seqs.iter().fold(0u64, |a, &s| a | (1u64 << s))
+}
+
 impl RecurrentCache {
     /// An empty memory.
     ///
@@ -456,7 +461,7 @@ impl RecurrentCache {
         let mut firsts: Vec<SeqId> = Vec::new();
         let mut sets: Vec<u64> = Vec::new();
         for t in seqs {
-            let bits = t.iter().fold(0u64, |a, &s| a | (1u64 << s));
+            let bits = seq_bits(t);
             if !sets.contains(&bits) {
                 sets.push(bits);
                 firsts.push(t[0]);
@@ -464,10 +469,7 @@ impl RecurrentCache {
         }
         let needed = firsts
             .iter()
-            .filter(|&&s0| {
-                let tail = self.cells[s0 as usize].tail;
-                !(tail >= 0 && self.cells[tail as usize].seq == 1u64 << s0)
-            })
+            .filter(|&&s0| self.owned_tail(s0).is_none())
             .count();
         let empty = self.cells.iter().filter(|c| c.seq == 0).count();
         if needed > empty {
@@ -487,7 +489,7 @@ impl RecurrentCache {
         type Set = (u64, SeqId, Pos, Vec<(i32, Pos)>);
         let mut sets: Vec<Set> = Vec::new();
         for ((t, &p), &token) in seqs.iter().zip(pos).zip(tokens) {
-            let bits = t.iter().fold(0u64, |a, &s| a | (1u64 << s));
+            let bits = seq_bits(t);
             match sets.iter_mut().find(|e| e.0 == bits) {
                 Some(e) => {
                     e.2 = p;
@@ -507,9 +509,8 @@ impl RecurrentCache {
                 b &= b - 1;
             }
             let tail = self.cells[s0 as usize].tail;
-            let owned = tail >= 0 && self.cells[tail as usize].seq == 1u64 << s0;
-            let cell = if owned {
-                tail as usize
+            let cell = if let Some(owned) = self.owned_tail(s0) {
+                owned
             } else {
                 let e = self.next_empty();
                 if tail >= 0 {
@@ -568,6 +569,13 @@ impl RecurrentCache {
         let t = *self.cells.get(usize::try_from(seq).ok()?)?;
         let c = self.cells.get(usize::try_from(t.tail).ok()?)?;
         c.has(seq).then_some(c.digest)
+    }
+
+    /// The cell `seq` owns alone (its tail, shared with no other sequence), where it has one:
+    /// a decode of `seq` goes on there; otherwise it takes an empty cell.
+    fn owned_tail(&self, seq: SeqId) -> Option<usize> {
+        let tail = usize::try_from(self.cells[seq as usize].tail).ok()?;
+        (self.cells[tail].seq == 1u64 << seq).then_some(tail)
     }
 
     /// The next empty cell from `head`, wrapping (:603-610). There is one: a sequence that owns
