@@ -15,3 +15,4 @@ pub mod setting;
 pub mod slots;
 pub mod state;
 pub mod tokens;
+pub mod word_hash;

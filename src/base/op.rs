@@ -735,6 +735,22 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Makes this trace's ops `ops`, cloning only those that differ from what it holds: a
+    /// runner or explorer that fills one trace after another (an odometer turns the last op)
+    /// then allocates nothing per trial.
+    pub fn refill_ops<'a>(&mut self, ops: impl IntoIterator<Item = &'a Op>) {
+        let mut len = 0;
+        for (at, op) in ops.into_iter().enumerate() {
+            match self.ops.get_mut(at) {
+                Some(held) if held == op => {}
+                Some(held) => held.clone_from(op),
+                None => self.ops.push(op.clone()),
+            }
+            len = at + 1;
+        }
+        self.ops.truncate(len);
+    }
+
     /// Whether a load of a damaged buffer ([`Op::loads_damaged`]) is among the first `step`
     /// ops: from there on two targets whose states are laid out differently
     /// ([`crate::base::cache::TargetInfo::same_state_layout`]) have made different loads.

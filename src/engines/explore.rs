@@ -44,7 +44,7 @@ use crate::records::incomplete::Incomplete;
 use crate::records::report::{Event, Report, Shard, Timing};
 use crate::records::tally::Tally;
 use crate::running::judge::VerdictMemo;
-use crate::running::runner::{RunnerFactory, StartedBatch, TrialRun, TrialRunner};
+use crate::running::runner::{BatchJudging, RunnerFactory, StartedBatch, TrialRun, TrialRunner};
 
 pub use calibrate::{Estimate, CALIBRATE_FROM};
 pub use judging::{OracleBits, RunOracles};
@@ -552,6 +552,18 @@ impl DepthWork<'_> {
         // While a worker process runs one batch, this thread builds the next and judges the
         // previous one: one batch in flight, finished before the next is started.
         let mut in_flight: Option<InFlight> = None;
+        // Alone, a trial is judged on its last step only: a runner that observes it in another
+        // process may judge it there and send back the verdicts instead of the step, with each
+        // trace's prior bits (what its prefix violated: no new finding there).
+        let judge_where_observed = match b {
+            None => self.judges.tracked_ids(),
+            Some(_) => Vec::new(),
+        };
+        let mut priors: Vec<u64> = Vec::with_capacity(self.cfg.batch);
+        // The traces of judged batches, filled again for the next ones: a trace's setup and
+        // ops are cloned only where they differ from what it held (an odometer turns the last
+        // op), not allocated and dropped for every trial.
+        let mut spare: Vec<Trace> = Vec::new();
         'pieces: loop {
             while self.hold.load(Ordering::SeqCst) && !self.stopping() {
                 std::thread::sleep(Duration::from_millis(1));
@@ -572,14 +584,20 @@ impl DepthWork<'_> {
             }
             let first_in_depth = chunk.base_in_depth(n) + piece.from;
             for (k, in_depth) in (first_in_depth..first_in_depth + piece.len).enumerate() {
-                let mut trace_ops = Vec::with_capacity(chunk.depth as usize);
-                trace_ops.push(self.ops[chunk.first].clone());
-                trace_ops.extend(digits.iter().map(|&d| self.ops[d].clone()));
-                batch.push(Trace {
+                let mut trace = spare.pop().unwrap_or_else(|| Trace {
                     setup: self.cfg.domain.setup.clone(),
-                    ops: trace_ops,
+                    ops: Vec::with_capacity(chunk.depth as usize),
                 });
+                if trace.setup != self.cfg.domain.setup {
+                    trace.setup = self.cfg.domain.setup.clone();
+                }
+                let ops = std::iter::once(chunk.first).chain(digits.iter().copied());
+                trace.refill_ops(ops.map(|i| &self.ops[i]));
+                batch.push(trace);
                 indices.push(in_depth);
+                if !judge_where_observed.is_empty() {
+                    priors.push(self.prior(in_depth, n));
+                }
                 odometer(&mut digits, self.ops.len());
                 let last = k as u64 + 1 == piece.len;
                 if batch.len() == self.cfg.batch || last {
@@ -588,10 +606,13 @@ impl DepthWork<'_> {
                     }
                     // The next request is built before the previous batch is waited for: the
                     // worker then waits only for it to be written.
-                    let a_prepared = a.prepare_batch_last(std::mem::replace(
-                        &mut batch,
-                        Vec::with_capacity(self.cfg.batch),
-                    ));
+                    let a_prepared = a.prepare_batch_last(
+                        std::mem::replace(&mut batch, Vec::with_capacity(self.cfg.batch)),
+                        BatchJudging {
+                            oracles: judge_where_observed.clone(),
+                            prior: std::mem::take(&mut priors),
+                        },
+                    );
                     let finished = in_flight
                         .take()
                         .map(|f| self.finish(f, a, b.as_deref_mut()))
@@ -599,7 +620,10 @@ impl DepthWork<'_> {
                     let a_started = a.start_batch_last(a_prepared)?;
                     let b_started = match b.as_deref_mut() {
                         Some(b) => {
-                            let prepared = b.prepare_batch_last(a_started.traces.clone());
+                            let prepared = b.prepare_batch_last(
+                                a_started.traces.clone(),
+                                BatchJudging::default(),
+                            );
                             Some(b.start_batch_last(prepared)?)
                         }
                         None => None,
@@ -614,7 +638,7 @@ impl DepthWork<'_> {
                         finishes: last.then_some(piece),
                     });
                     if let Some(done) = finished {
-                        self.judge_batch(&mut verdicts, &mut tally, done, n, said);
+                        spare = self.judge_batch(&mut verdicts, &mut tally, done, n, said);
                     }
                 }
             }
@@ -651,6 +675,18 @@ impl DepthWork<'_> {
         })
     }
 
+    /// The tracked oracles that trial `index` (of this depth) violated at an earlier step: its
+    /// prefix (all ops but the last) is trial `index / n` of the previous depth, in the same
+    /// lexicographic numbering.
+    fn prior(&self, index: u64, n: u64) -> OracleBits {
+        match self.prev {
+            Some(prev) => (0..self.judges.tracked_count())
+                .filter(|&k| prev.get(k, index / n))
+                .fold(0, |bits, k| bits | 1 << k),
+            None => 0,
+        }
+    }
+
     /// Judges a finished batch into `tally`, marks this depth's "ever violated" bits, and
     /// hands the tally on when the batch finishes its piece of work.
     fn judge_batch(
@@ -660,7 +696,7 @@ impl DepthWork<'_> {
         done: FinishedBatch,
         n: u64,
         said: &mpsc::Sender<Said>,
-    ) {
+    ) -> Vec<Trace> {
         for (j, trace) in done.traces.iter().enumerate() {
             let index = done.indices[j];
             let depth = trace.ops.len() as u64;
@@ -669,15 +705,8 @@ impl DepthWork<'_> {
                 (Some(ib), Some(rb)) => Some((ib, &rb[j])),
                 _ => None,
             };
-            // The prefix (all ops but the last) is trial index / n of the previous depth, in the
-            // same lexicographic numbering.
             let tracked = self.judges.tracked_count();
-            let prior: OracleBits = match self.prev {
-                Some(prev) => (0..tracked)
-                    .filter(|&k| prev.get(k, index / n))
-                    .fold(0, |bits, k| bits | 1 << k),
-                None => 0,
-            };
+            let prior = self.prior(index, n);
             if let Some(code) = &done.ra[j].code {
                 tally.code.get_or_insert_with(Default::default).add(code);
             }
@@ -704,6 +733,7 @@ impl DepthWork<'_> {
             let tally = std::mem::take(tally);
             let _ = said.send(Said::Finished { work, tally });
         }
+        done.traces
     }
 }
 

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::cache::{HarnessError, LogitsProbe, ReloadProbe, StepObservation, TargetInfo};
 use crate::base::op::{Arch, Op, Trace};
-use crate::oracles::{OracleId, Reads, Registry, Seen, Violation};
-use crate::running::runner::{RunnerFactory, TrialEnd, TrialRun, TrialRunner};
+use crate::oracles::{Oracle, OracleId, Reads, Registry, Seen, Violation};
+use crate::running::runner::{RunnerFactory, StepVerdicts, TrialEnd, TrialRun, TrialRunner};
 
 /// An oracle's first violation in a trace, and where.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -465,11 +465,11 @@ mod tests {
             .steps
             .iter()
             .all(|s| s.whole.is_none() && s.round_trip.is_some()));
-        run.observation_crash = Some(ObservationCrash {
+        run.observation_crash = Some(Box::new(ObservationCrash {
             step: 1,
             observation: Observation::Whole,
             message: "SIGSEGV".into(),
-        });
+        }));
         let j = judge_run(&Registry::builtin(), &trace, &run, None, true);
         let crash = j.first(OracleId::CRASH).expect("a crash finding");
         assert_eq!(crash.step, 1);
@@ -554,4 +554,29 @@ impl VerdictMemo {
             },
         );
     }
+}
+
+/// The verdicts of `oracles` on one target's observation `after` of `op`: bit k for the k-th
+/// oracle. Only step oracles judge here; any other (a pair
+/// oracle, which needs a second target) sets no bit. What the exhaustive explorer asks of every
+/// trial alone, in its own thread or in the worker that observed the step
+/// ([`TrialRun::judged`]): both sides call this, so both judge alike.
+pub fn step_verdicts(
+    oracles: &[&'static dyn Oracle],
+    op: &Op,
+    after: &StepObservation,
+    arch: Arch,
+) -> StepVerdicts {
+    let seen = Seen::Step { op, after, arch };
+    let (mut judged, mut violated) = (0u64, 0u64);
+    for (k, oracle) in oracles.iter().enumerate() {
+        if oracle.reads() != Reads::Step || !oracle.judges(&seen) {
+            continue;
+        }
+        judged |= 1 << k;
+        if !oracle.holds(&seen) {
+            violated |= 1 << k;
+        }
+    }
+    StepVerdicts { judged, violated }
 }

@@ -7,6 +7,7 @@
 //! target that keys its complete state, [`ObservationMemo`] makes each of these once per
 //! distinct state.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -14,8 +15,10 @@ use crate::base::cache::{
     CacheUnderTest, Dump, HarnessError, Observation, Observe, OpOutcome, RoundTrip, SeqObservation,
     SeqRoundTrip, SeqSizes, StateSizes, StepObservation, STATE_SEQ_FLAGS_PARTIAL_ONLY,
 };
+use crate::base::op::Pos;
 use crate::base::op::{Op, SeqId};
-use crate::base::state::{parse_seq_state, parse_whole_state, StateFormat};
+use crate::base::state::{parse_seq_state, parse_whole_state, ParseError, StateFormat};
+use crate::base::word_hash::BuildWordHasher;
 
 /// Observes `seqs` on `target`: the accessors, and the cells from the serialized state.
 pub fn observe(
@@ -52,7 +55,8 @@ fn observe_seq(
     let pos_min = target.seq_pos_min(seq)?;
     let pos_max = target.seq_pos_max(seq)?;
     let bytes = target.seq_state(seq)?;
-    let parsed = parse_seq_state(&bytes, format).map_err(|source| HarnessError::State {
+    let parsed = PARSED_DUMPS.with(|memo| memo.borrow_mut().positions(&bytes, format));
+    let positions = parsed.map_err(|source| HarnessError::State {
         target: target.info().name,
         seq,
         source,
@@ -61,10 +65,105 @@ fn observe_seq(
         seq,
         pos_min,
         pos_max,
-        cells: parsed.resident_positions(),
-        second_cells: parsed.second_positions(),
-        third_cells: parsed.third_positions(),
+        cells: positions.cells,
+        second_cells: positions.second,
+        third_cells: positions.third,
     })
+}
+
+thread_local! {
+    /// This thread's memo of parsed per-sequence dumps ([`ParsedDumps`]).
+    static PARSED_DUMPS: RefCell<ParsedDumps> = RefCell::default();
+}
+
+/// How many bytes of dumps a [`ParsedDumps`] keeps as keys before it starts afresh.
+const PARSED_DUMPS_BYTES: usize = 32 << 20;
+
+/// The positions a per-sequence dump holds, by the dump's bytes: a dump is parsed once, and the
+/// same bytes again (another trial that ends in the same cells) are answered from here. Parsing
+/// is a function of the bytes and the format alone, so this changes no observation; it spares
+/// a llama.cpp audit, whose states cannot be keyed ([`ObservationMemo`] keys only a target's
+/// complete state), the parse and its allocations on every trial: the seed domain's depth-3
+/// trials end in far fewer distinct dumps than the 240,198 a trial per sequence makes.
+///
+/// Dumps are looked up by a hash of their head and tail only ([`dump_hash`]), and the bytes of
+/// each candidate are compared whole: hashing a whole dump (kilobytes of K/V rows) cost more
+/// than parsing it, while two dumps with the same head (header, cells, first rows) and tail
+/// that differ between them are rare and only cost a comparison more.
+#[derive(Default)]
+struct ParsedDumps {
+    /// The format of every dump held (another one empties the memo).
+    format: Option<StateFormat>,
+    /// Bytes of the dumps held.
+    held: usize,
+    /// By [`dump_hash`]: the dumps of that hash and their positions.
+    positions: HashMap<u64, Vec<(Box<[u8]>, DumpPositions)>, BuildWordHasher>,
+}
+
+/// How many bytes of a dump's head, and of its tail, [`dump_hash`] reads.
+const DUMP_HASH_HEAD: usize = 512;
+const DUMP_HASH_TAIL: usize = 64;
+
+/// A hash of a dump's length, its first [`DUMP_HASH_HEAD`] bytes (the header and the cells'
+/// positions and sequences come first) and its last [`DUMP_HASH_TAIL`].
+fn dump_hash(bytes: &[u8]) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = BuildWordHasher.build_hasher();
+    h.write_usize(bytes.len());
+    if bytes.len() <= DUMP_HASH_HEAD + DUMP_HASH_TAIL {
+        h.write(bytes);
+    } else {
+        h.write(&bytes[..DUMP_HASH_HEAD]);
+        h.write(&bytes[bytes.len() - DUMP_HASH_TAIL..]);
+    }
+    h.finish()
+}
+
+/// What a per-sequence dump says of each part of the memory (`SeqObservation`'s cells).
+#[derive(Clone)]
+struct DumpPositions {
+    cells: Vec<Pos>,
+    second: Option<Vec<Pos>>,
+    third: Option<Vec<Pos>>,
+}
+
+impl ParsedDumps {
+    /// The positions in `bytes`, a per-sequence dump in `format`, parsed now or before.
+    fn positions(
+        &mut self,
+        bytes: &[u8],
+        format: StateFormat,
+    ) -> Result<DumpPositions, ParseError> {
+        if self.format != Some(format) {
+            self.positions.clear();
+            self.held = 0;
+            self.format = Some(format);
+        }
+        let hash = dump_hash(bytes);
+        let known = self.positions.get(&hash).and_then(|same_hash| {
+            same_hash
+                .iter()
+                .find(|(b, _)| **b == *bytes)
+                .map(|(_, p)| p.clone())
+        });
+        if let Some(known) = known {
+            return Ok(known);
+        }
+        let parsed = parse_seq_state(bytes, format)?;
+        let positions = DumpPositions {
+            cells: parsed.resident_positions(),
+            second: parsed.second_positions(),
+            third: parsed.third_positions(),
+        };
+        if self.held + bytes.len() > PARSED_DUMPS_BYTES {
+            self.positions.clear();
+            self.held = 0;
+        }
+        self.held += bytes.len();
+        let same_hash = self.positions.entry(hash).or_default();
+        same_hash.push((bytes.into(), positions.clone()));
+        Ok(positions)
+    }
 }
 
 /// [`observe`], plus what `what` asks for and the target can give: the whole-context dump's

@@ -20,6 +20,7 @@ use crate::base::cache::{
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::base::tokens::TokenModel;
+use crate::oracles::OracleId;
 use crate::running::observe::{observe_seqs, observe_with, ObservationMemo, StateId};
 use crate::running::probe::{probe_logits, probe_reloads};
 
@@ -58,11 +59,18 @@ pub struct TrialRun {
     /// [`Observation::Sequences`], which no step can do without, the trial ends
     /// [`TrialEnd::Crashed`] at that step instead, unobserved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observation_crash: Option<ObservationCrash>,
+    pub observation_crash: Option<Box<ObservationCrash>>,
     /// The points of the target's own code the trial's ops reached, on a target that records
     /// them (a `+cov` build of llama.cpp); `None` elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<CodeCoverage>,
+    pub code: Option<Box<CodeCoverage>>,
+    /// The verdicts on the last step, made where it was observed (a batch started with step
+    /// oracles to judge there, [`BatchJudging`]), bit k for the k-th of those oracles; `steps`
+    /// is then empty. Only what was known violated at an earlier step (the trace's prior bits)
+    /// is violated: a step with a fresh violation comes whole, in `steps`, so that the finding
+    /// has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judged: Option<StepVerdicts>,
 }
 
 impl TrialRun {
@@ -73,6 +81,16 @@ impl TrialRun {
             end,
             observation_crash: None,
             code: None,
+            judged: None,
+        }
+    }
+
+    /// A completed run whose last step the oracles judged where it was observed
+    /// ([`TrialRun::judged`]).
+    pub fn judged(verdicts: StepVerdicts) -> TrialRun {
+        TrialRun {
+            judged: Some(verdicts),
+            ..TrialRun::new(Vec::new(), TrialEnd::Completed)
         }
     }
 
@@ -88,6 +106,15 @@ impl TrialRun {
             _ => None,
         }
     }
+}
+
+/// What step oracles said of one step, one bit per oracle (bit k for the k-th of a list).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepVerdicts {
+    /// The oracles that judged the step (it held what they read).
+    pub judged: u64,
+    /// The oracles it violated (a subset of `judged`).
+    pub violated: u64,
 }
 
 /// The target crashed (or hung) while observing the result of an op that had returned: a
@@ -133,11 +160,15 @@ pub trait TrialRunner: Send {
     /// The first of [`TrialRunner::run_batch_last`]'s three parts: `traces` made ready to hand
     /// over (a worker runner writes its request here), so that a caller can prepare the next
     /// batch while the previous one runs and hand it over the moment that one is finished.
-    /// By default nothing is prepared.
-    fn prepare_batch_last(&mut self, traces: Vec<Trace>) -> PreparedBatch {
+    /// `judge`: what the runner may judge each completed trial's last step with where it
+    /// observes it ([`BatchJudging`]). By default nothing is prepared and every run keeps its
+    /// steps.
+    fn prepare_batch_last(&mut self, traces: Vec<Trace>, judge: BatchJudging) -> PreparedBatch {
+        let _ = judge;
         PreparedBatch {
             traces,
             request: None,
+            judge: BatchJudging::default(),
         }
     }
 
@@ -149,6 +180,7 @@ pub trait TrialRunner: Send {
         Ok(StartedBatch {
             traces: batch.traces,
             sent: false,
+            judge: batch.judge,
         })
     }
 
@@ -169,6 +201,47 @@ pub struct PreparedBatch {
     pub traces: Vec<Trace>,
     /// What the runner will send its target, built ahead (a worker's request line).
     pub(crate) request: Option<Vec<u8>>,
+    /// What the runner judges where it observes the trials ([`BatchJudging`]).
+    pub(crate) judge: BatchJudging,
+}
+
+/// Step oracles a runner may judge a batch's trials with where it observes them (a worker
+/// process), and per trace which of them its earlier steps already violated: a trial whose
+/// last step violates none of them afresh is answered with its verdicts
+/// ([`TrialRun::judged`]) instead of its step, which then never crosses the pipe. Empty
+/// `oracles`: every run keeps its steps.
+#[derive(Clone, Debug, Default)]
+pub struct BatchJudging {
+    /// Built-in step oracles, by id: bit k of the verdicts is the k-th.
+    pub oracles: Vec<OracleId>,
+    /// Per trace of the batch (in order; empty: none known), the oracles violated at an
+    /// earlier step of it, as bits.
+    pub prior: Vec<u64>,
+}
+
+impl BatchJudging {
+    /// The part of this for traces `range` of the batch.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> BatchJudging {
+        BatchJudging {
+            oracles: self.oracles.clone(),
+            prior: self
+                .prior
+                .get(range)
+                .map(<[u64]>::to_vec)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The part of this for traces `picked` of the batch, in that order.
+    pub fn pick(&self, picked: &[usize]) -> BatchJudging {
+        BatchJudging {
+            oracles: self.oracles.clone(),
+            prior: match self.prior.is_empty() {
+                true => Vec::new(),
+                false => picked.iter().map(|&i| self.prior[i]).collect(),
+            },
+        }
+    }
 }
 
 /// A batch handed to a runner by [`TrialRunner::start_batch_last`], not finished yet.
@@ -178,6 +251,8 @@ pub struct StartedBatch {
     pub traces: Vec<Trace>,
     /// Whether the runner has already sent them to its target (a worker process).
     pub(crate) sent: bool,
+    /// What is judged where the trials are observed ([`BatchJudging`]).
+    pub(crate) judge: BatchJudging,
 }
 
 /// Drops every observation but the last of a completed run.
@@ -237,6 +312,7 @@ fn unsupported_setup(e: HarnessError) -> Result<TrialRun, HarnessError> {
             end: TrialEnd::Unsupported { step: 0, reason },
             observation_crash: None,
             code: None,
+            judged: None,
         }),
         other => Err(other),
     }
@@ -359,6 +435,7 @@ impl LocalRunner {
                     },
                     observation_crash: None,
                     code: None,
+                    judged: None,
                 });
             }
             let mut obs = observe_with(
@@ -400,6 +477,7 @@ impl LocalRunner {
             end: TrialEnd::Completed,
             observation_crash: None,
             code: None,
+            judged: None,
         })
     }
 
@@ -475,6 +553,7 @@ impl LocalRunner {
                     },
                     observation_crash: None,
                     code: None,
+                    judged: None,
                 });
             }
             let (id, obs) = match known {
@@ -523,6 +602,7 @@ impl LocalRunner {
             end: TrialEnd::Completed,
             observation_crash: None,
             code: None,
+            judged: None,
         })
     }
 }

@@ -148,12 +148,7 @@ impl StateRunner {
         let outcome = target.apply(op)?;
         if let OpOutcome::Unsupported { reason } = outcome {
             return Ok(Step {
-                run: TrialRun {
-                    steps: Vec::new(),
-                    end: TrialEnd::Unsupported { step: 1, reason },
-                    observation_crash: None,
-                    code: None,
-                },
+                run: TrialRun::new(Vec::new(), TrialEnd::Unsupported { step: 1, reason }),
                 key: None,
             });
         }
@@ -170,12 +165,7 @@ impl StateRunner {
         let mut key = Vec::new();
         target.write_state_key(&mut key, self.scope);
         Ok(Step {
-            run: TrialRun {
-                steps: vec![Arc::new(obs)],
-                end: TrialEnd::Completed,
-                observation_crash: None,
-                code: None,
-            },
+            run: TrialRun::new(vec![Arc::new(obs)], TrialEnd::Completed),
             key: Some(key),
         })
     }

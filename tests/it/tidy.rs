@@ -50,10 +50,12 @@ const TARGET_CRATES: [&str; 2] = ["targets/llama-cpp/src", NATIVE_KV];
 const NATIVE_KV: &str = "targets/native-kv/src";
 
 /// Modules allowed to decode binary formats by hand: llama.cpp's state, GGUF files, and the
-/// worker's reply frames (kvaudit's own wire, fuzzed as `worker_wire`).
-const BYTE_DECODERS: [&str; 5] = [
+/// worker's reply frames (kvaudit's own wire, fuzzed as `worker_wire`); and the word hash,
+/// which reads bytes as words to hash them, decoding no format.
+const BYTE_DECODERS: [&str; 6] = [
     "src/base/state/mod.rs",
     "src/base/state/rows.rs",
+    "src/base/word_hash.rs",
     "src/model/gguf/read.rs",
     "src/targets/llama/worker/wire.rs",
     "src/targets/llama/worker/wire/codec.rs",

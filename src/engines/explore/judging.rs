@@ -7,7 +7,7 @@ use crate::base::cache::TargetInfo;
 use crate::base::op::Trace;
 use crate::oracles::{Oracle, Reads, Registry, Seen};
 use crate::records::tally::Tally;
-use crate::running::judge::VerdictMemo;
+use crate::running::judge::{step_verdicts, VerdictMemo};
 use crate::running::runner::{TrialEnd, TrialRun};
 
 /// A set of tracked oracles (a `RunOracles`' step and pair oracles), by index: one bit each.
@@ -44,6 +44,12 @@ impl RunOracles {
     /// Every oracle asked, tracked then crash: what a report lists ([`Tally::asked`]).
     pub fn ids(&self) -> impl Iterator<Item = crate::oracles::OracleId> + '_ {
         self.tracked.iter().chain(&self.crash).map(|o| o.id())
+    }
+
+    /// The tracked oracles' ids, in bit order: what a runner may judge a trial's last step with
+    /// where it observes it (`TrialRunner::prepare_batch_last`).
+    pub fn tracked_ids(&self) -> Vec<crate::oracles::OracleId> {
+        self.tracked.iter().map(|o| o.id()).collect()
     }
 
     /// How many oracles are tracked (one "violated at some step" bit each).
@@ -113,10 +119,10 @@ impl RunOracles {
         }
         let (info_a, run_a) = a;
         let op = trace.ops.last().expect("a trial has at least one op");
-        let last = run_a
-            .steps
-            .last()
-            .expect("a completed trial has its last observation");
+        let arch = trace.setup.arch;
+        // A run judged where it was observed has no step: only its verdicts (violated only
+        // where its prefix was already).
+        let last = run_a.steps.last();
         let last_b = b.map(|(info_b, run_b)| {
             let step = run_b
                 .steps
@@ -124,70 +130,78 @@ impl RunOracles {
                 .expect("a completed trial has its last observation");
             (info_b, step)
         });
-        let mut now: OracleBits = 0;
-        // Alone, a trial's verdicts are a function of its last step: remembered per shared
-        // observation (a pair's are not).
-        let known = match b {
-            None => verdicts.get(last, op, trace.setup.arch),
-            Some(_) => None,
+        // Alone, a trial's verdicts are a function of its last step: made where it was
+        // observed, or remembered per shared observation, or made here (a pair's are made
+        // oracle by oracle below).
+        let mut fresh = false;
+        let known = match (b, run_a.judged) {
+            (None, Some(v)) => Some((v.judged, v.violated)),
+            (None, None) => {
+                let last = last.expect("a completed trial has its last observation");
+                Some(verdicts.get(last, op, arch).unwrap_or_else(|| {
+                    fresh = true;
+                    let v = step_verdicts(&self.tracked, op, last, arch);
+                    (v.judged, v.violated)
+                }))
+            }
+            (Some(_), _) => None,
         };
+        let mut now: OracleBits = 0;
         let mut judged_bits: OracleBits = 0;
         for (k, oracle) in self.tracked.iter().enumerate() {
-            let (seen, vs) = match (oracle.reads(), last_b) {
-                (Reads::Pair, Some((info_b, step_b))) => (
-                    Seen::Pair {
+            let seen = || {
+                let after = last.expect("a freshly violated step comes whole");
+                match (oracle.reads(), last_b) {
+                    (Reads::Pair, Some((info_b, step_b))) => Seen::Pair {
                         op,
-                        a: last,
+                        a: after,
                         b: step_b,
                         damaged_apart: !info_a.same_state_layout(info_b)
                             && trace.damaged_load_by(trace.ops.len()),
                     },
-                    Some(info_b),
-                ),
-                (Reads::Pair, None) => continue,
-                _ => (
-                    Seen::Step {
-                        op,
-                        after: last,
-                        arch: trace.setup.arch,
-                    },
-                    None,
-                ),
+                    _ => Seen::Step { op, after, arch },
+                }
             };
-            let judges = match known {
-                Some((judged, _)) => judged & (1 << k) != 0,
-                None => oracle.judges(&seen),
+            if oracle.reads() == Reads::Pair && last_b.is_none() {
+                continue;
+            }
+            let (judges, violated) = match known {
+                Some((judged, violated)) => (judged & (1 << k) != 0, violated & (1 << k) != 0),
+                None => {
+                    let seen = seen();
+                    let judges = oracle.judges(&seen);
+                    (judges, judges && !oracle.holds(&seen))
+                }
             };
             if !judges {
                 tally.unjudged(oracle.id());
                 continue;
             }
             judged_bits |= 1 << k;
-            let violated = match known {
-                Some((_, violated)) => violated & (1 << k) != 0,
-                None => !oracle.holds(&seen),
-            };
             tally.count(oracle.id(), depth, violated);
             if violated {
                 now |= 1 << k;
                 if prior & (1 << k) == 0 {
-                    let v = oracle.check(&seen).unwrap_or_else(|| {
+                    let v = oracle.check(&seen()).unwrap_or_else(|| {
                         panic!(
                             "oracle {} does not hold but reports no violation",
                             oracle.id()
                         )
                     });
                     // Labels are built only here: most trials record nothing.
-                    let label = match vs {
-                        Some(info_b) => format!("{} vs {}", info_a.label(), info_b.label()),
-                        None => info_a.label(),
+                    let label = match last_b {
+                        Some((info_b, _)) if oracle.reads() == Reads::Pair => {
+                            format!("{} vs {}", info_a.label(), info_b.label())
+                        }
+                        _ => info_a.label(),
                     };
                     tally.record(trace, index, trace.ops.len(), &label, v);
                 }
             }
         }
-        if b.is_none() && known.is_none() {
-            verdicts.put(last, op, trace.setup.arch, (judged_bits, now));
+        if fresh {
+            let last = last.expect("judged here from its step");
+            verdicts.put(last, op, arch, (judged_bits, now));
         }
         Some(now)
     }

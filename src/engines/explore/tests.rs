@@ -96,3 +96,108 @@ fn odometer_counts_lexicographically() {
     assert_eq!(seen[1], vec![0, 1]);
     assert_eq!(seen[3], vec![1, 0]);
 }
+
+/// A trial judged where it was observed (a worker's `Reply::Judged`: the verdicts, no step) is
+/// counted as the same trial judged here from its step: every depth-2 trial of the seed domain
+/// on a faulty native model (`refcount`: I1 and others fail, at the first step or only at the
+/// second), each with its prior bits, gives the same tally either way, and a step violated
+/// afresh (beyond its prior bits) is the one the worker sends whole.
+#[test]
+fn a_trial_judged_where_it_was_observed_counts_as_judged_here() {
+    use crate::engines::explore::judging::RunOracles;
+    use crate::running::judge::{step_verdicts, VerdictMemo};
+    use crate::running::runner::{LocalRunner, TrialEnd, TrialRunner};
+    use crate::targets::native::NativeTarget;
+    let faults = native_kv::Faults {
+        refcount: true,
+        ..Default::default()
+    };
+    let d = crate::base::domain::Domain::preset("seed").unwrap();
+    let ops = d.ops();
+    let judges = RunOracles::new(&crate::oracles::Registry::builtin(), false);
+    let tracked: Vec<_> = judges
+        .tracked_ids()
+        .into_iter()
+        .map(|id| crate::oracles::Registry::builtin().get(id).unwrap())
+        .collect();
+    let mut runner = LocalRunner::new(Box::new(NativeTarget::new(faults)));
+    let info = runner.info();
+    let (mut here, mut there) = (Tally::default(), Tally::default());
+    let (mut sent_whole, mut judged_there) = (0, 0);
+    for (i, a) in ops.iter().enumerate() {
+        let first = Trace {
+            setup: d.setup.clone(),
+            ops: vec![a.clone()],
+        };
+        let first_run = runner.run_last(&first).unwrap();
+        let prior = judges
+            .judge(
+                &mut VerdictMemo::default(),
+                &mut Tally::default(),
+                &first,
+                i as u64,
+                (&info, &first_run),
+                None,
+                0,
+            )
+            .unwrap_or(0);
+        for (j, b) in ops.iter().enumerate() {
+            let trace = Trace {
+                setup: d.setup.clone(),
+                ops: vec![a.clone(), b.clone()],
+            };
+            let index = (i * ops.len() + j) as u64;
+            let run = runner.run_last(&trace).unwrap();
+            judges.judge(
+                &mut VerdictMemo::default(),
+                &mut here,
+                &trace,
+                index,
+                (&info, &run),
+                None,
+                prior,
+            );
+            // What the worker does with it.
+            let judged = match (&run.end, run.steps.last()) {
+                (TrialEnd::Completed, Some(last)) => {
+                    let v = step_verdicts(&tracked, b, last, trace.setup.arch);
+                    (v.violated & !prior == 0).then(|| TrialRun::judged(v))
+                }
+                _ => None,
+            };
+            let sent = match judged {
+                Some(j) => {
+                    judged_there += 1;
+                    j
+                }
+                None => {
+                    sent_whole += 1;
+                    run
+                }
+            };
+            judges.judge(
+                &mut VerdictMemo::default(),
+                &mut there,
+                &trace,
+                index,
+                (&info, &sent),
+                None,
+                prior,
+            );
+        }
+    }
+    assert!(
+        judged_there > 0 && sent_whole > 0,
+        "{judged_there} judged there, {sent_whole} sent whole"
+    );
+    assert_eq!(here.trials, there.trials);
+    assert_eq!(here.unsupported, there.unsupported);
+    assert_eq!(
+        format!("{:?}", here.oracles),
+        format!("{:?}", there.oracles)
+    );
+    assert_eq!(
+        here.findings.keys().collect::<Vec<_>>(),
+        there.findings.keys().collect::<Vec<_>>()
+    );
+}

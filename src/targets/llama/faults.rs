@@ -88,15 +88,15 @@ impl LlamaFaults {
 
     /// The op sent to llama.cpp in place of `op` (`None`: none is sent, the op "succeeds"):
     /// `keep_noop` drops a `seq_keep`, `streams_rm_whole` widens a one-sequence `seq_rm` when
-    /// `unified` is false. Borrowed when it is `op` itself (every op without a hook: no clone
-    /// per op).
-    pub fn op_sent<'a>(&self, op: &'a Op, unified: bool) -> Option<Cow<'a, Op>> {
+    /// `unified()` is false. Borrowed when it is `op` itself (every op without a hook: no clone
+    /// per op); `unified` is asked only when a hook needs it.
+    pub fn op_sent<'a>(&self, op: &'a Op, unified: impl Fn() -> bool) -> Option<Cow<'a, Op>> {
         if self.keep_noop {
             if let Op::SeqKeep { .. } = op {
                 return None;
             }
         }
-        if self.streams_rm_whole && !unified {
+        if self.streams_rm_whole && !unified() {
             if let Op::SeqRm { seq, .. } = *op {
                 if seq >= 0 {
                     return Some(Cow::Owned(Op::SeqRm {
@@ -190,13 +190,13 @@ mod tests {
             p1: -1,
         };
         let none = LlamaFaults::default();
-        assert_eq!(none.op_sent(&keep, true).as_deref(), Some(&keep));
-        assert_eq!(none.op_sent(&rm, false).as_deref(), Some(&rm));
+        assert_eq!(none.op_sent(&keep, || true).as_deref(), Some(&keep));
+        assert_eq!(none.op_sent(&rm, || false).as_deref(), Some(&rm));
         let f = LlamaFaults::parse(&["keep_noop".into(), "streams_rm_whole".into()]).unwrap();
-        assert_eq!(f.op_sent(&keep, true).as_deref(), None);
-        assert_eq!(f.op_sent(&rm, true).as_deref(), Some(&rm));
+        assert_eq!(f.op_sent(&keep, || true).as_deref(), None);
+        assert_eq!(f.op_sent(&rm, || true).as_deref(), Some(&rm));
         assert_eq!(
-            f.op_sent(&rm, false).as_deref(),
+            f.op_sent(&rm, || false).as_deref(),
             Some(&Op::SeqRm {
                 seq: 1,
                 p0: -1,
@@ -208,7 +208,7 @@ mod tests {
             p0: 4,
             p1: -1,
         };
-        assert_eq!(f.op_sent(&all, false).as_deref(), Some(&all));
+        assert_eq!(f.op_sent(&all, || false).as_deref(), Some(&all));
     }
 
     #[test]

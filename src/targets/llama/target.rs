@@ -530,10 +530,11 @@ impl CacheUnderTest for LlamaTarget {
         if let Op::StateSeqSave { flags, .. } | Op::StateSeqLoad { flags, .. } = op {
             self.device_state_used |= flags & STATE_SEQ_FLAGS_ON_DEVICE != 0;
         }
-        // kv_unified is a flag: 1 in the shim's encoding when on. Looked up once per op.
-        let unified = params.params.get(Key::KvUnified.name()) == Some(1);
+        // kv_unified is a flag: 1 in the shim's encoding when on. Looked up only for the ops
+        // that depend on it (a lookup by name on every op was a measurable part of a trial).
+        let unified = || params.params.get(Key::KvUnified.name()) == Some(1);
         if let Op::SeqCp { src, dst, .. } = op {
-            self.stream_copy_pending |= !unified && src != dst;
+            self.stream_copy_pending |= src != dst && !unified();
         }
         let Some(sent) = self.faults.op_sent(op, unified) else {
             return Ok(OpOutcome::Done { returned: None });

@@ -20,7 +20,8 @@ use super::WorkerSpec;
 use crate::base::cache::{HarnessError, Observation, TargetInfo};
 use crate::base::op::{Op, Setup, Trace};
 use crate::running::runner::{
-    ObservationCrash, PreparedBatch, Skipped, StartedBatch, TrialEnd, TrialRun, TrialRunner,
+    BatchJudging, ObservationCrash, PreparedBatch, Skipped, StartedBatch, TrialEnd, TrialRun,
+    TrialRunner,
 };
 use crate::targets::llama::startup::mark;
 use crate::targets::llama::sys;
@@ -387,6 +388,7 @@ impl WorkerRunner {
         traces: &[Trace],
         last_only: bool,
         flush_each: bool,
+        judge: &BatchJudging,
     ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
         let isolated: Vec<bool> = traces.iter().map(may_corrupt_memory).collect();
         let mut runs = Vec::with_capacity(traces.len());
@@ -394,7 +396,7 @@ impl WorkerRunner {
         while start < traces.len() {
             let end = if isolated[start] {
                 if !self.child_fresh {
-                    self.send_request(&[], last_only, flush_each, true)?;
+                    self.send_request(&[], last_only, flush_each, true, &judge.slice(0..0))?;
                 }
                 start + 1
             } else {
@@ -405,8 +407,13 @@ impl WorkerRunner {
             };
             // A segment retires its child when a trace that may corrupt memory is in it or next.
             let retire = isolated[start] || end < traces.len();
-            let (more, died) =
-                self.send_request(&traces[start..end], last_only, flush_each, retire)?;
+            let (more, died) = self.send_request(
+                &traces[start..end],
+                last_only,
+                flush_each,
+                retire,
+                &judge.slice(start..end),
+            )?;
             runs.extend(more);
             if let Some((at, how, observing)) = died {
                 return Ok((runs, Some((start + at, how, observing))));
@@ -423,8 +430,9 @@ impl WorkerRunner {
         last_only: bool,
         flush_each: bool,
         retire: bool,
+        judge: &BatchJudging,
     ) -> Result<(Vec<TrialRun>, Option<Died>), HarnessError> {
-        self.write_request(traces, last_only, flush_each, retire)?;
+        self.write_request(traces, last_only, flush_each, retire, judge)?;
         self.read_replies(traces, last_only, flush_each, retire)
     }
 
@@ -436,11 +444,13 @@ impl WorkerRunner {
         last_only: bool,
         flush_each: bool,
         retire: bool,
+        judge: &BatchJudging,
     ) -> Result<(), HarnessError> {
         let mut line = std::mem::take(&mut self.line);
         Request::new(traces, last_only, flush_each)
             .skipping(&self.skipped)
             .retiring(retire)
+            .judging(judge)
             .write_line(&mut line);
         let written = self.write_line(&line, !traces.is_empty());
         self.line = line;
@@ -521,6 +531,10 @@ impl WorkerRunner {
                         runs.push(r);
                         continue;
                     }
+                    Ok(Reply::Judged(bits)) => {
+                        runs.push(TrialRun::judged(bits));
+                        continue;
+                    }
                     Ok(Reply::Died(raw)) => w.child_died(raw),
                     Ok(Reply::Error(e)) => return Err(self.harness(format!("worker: {e}"))),
                     // The protocol broke: the worker's state is unknown, so a later batch gets
@@ -570,7 +584,9 @@ impl WorkerRunner {
                 // No marker (an exit without a signal): which unreported trace died is unknown,
                 // so run them again one reply at a time to find out.
                 if !flush_each {
-                    let (more, died) = self.send(&traces[runs.len()..], last_only, true)?;
+                    // (Reported whole, to be judged here: this is the rare path.)
+                    let none = BatchJudging::default();
+                    let (more, died) = self.send(&traces[runs.len()..], last_only, true, &none)?;
                     let base = runs.len();
                     runs.extend(more);
                     return Ok((runs, died.map(|(i, e, o)| (base + i, e, o))));
@@ -618,26 +634,41 @@ impl TrialRunner for WorkerRunner {
     }
 
     fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
-        self.run_in_worker(traces, false, false)
+        self.run_in_worker(traces, false, false, &BatchJudging::default())
     }
 
     fn run_batch_last(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {
-        self.run_in_worker(traces, true, false)
+        self.run_in_worker(traces, true, false, &BatchJudging::default())
     }
 
-    fn prepare_batch_last(&mut self, traces: Vec<Trace>) -> PreparedBatch {
+    fn prepare_batch_last(&mut self, traces: Vec<Trace>, judge: BatchJudging) -> PreparedBatch {
+        // The worker judges with built-in oracles only (it knows no other): with any other
+        // among them, the parent judges every trial.
+        let builtin = crate::oracles::Registry::builtin();
+        let judge = if judge.oracles.iter().all(|&id| builtin.get(id).is_some()) {
+            judge
+        } else {
+            BatchJudging::default()
+        };
         // Built while the previous batch runs. (Only the usual request: none of the previous
         // batch's skipped observations, no retiring; `start_batch_last` checks both.)
         let mut line = Vec::new();
-        Request::new(&traces, true, false).write_line(&mut line);
+        Request::new(&traces, true, false)
+            .judging(&judge)
+            .write_line(&mut line);
         PreparedBatch {
             traces,
             request: Some(line),
+            judge,
         }
     }
 
     fn start_batch_last(&mut self, batch: PreparedBatch) -> Result<StartedBatch, HarnessError> {
-        let PreparedBatch { traces, request } = batch;
+        let PreparedBatch {
+            traces,
+            request,
+            judge,
+        } = batch;
         // A batch holding a trace that starts with a known crashing prefix takes the careful
         // path at the finish (those traces are answered without running them), and so does one
         // holding a trace that runs in a child of its own. (The crashes known now: the batch
@@ -648,17 +679,21 @@ impl TrialRunner for WorkerRunner {
         if sent {
             match request.filter(|_| self.skipped.is_empty()) {
                 Some(line) => self.write_line(&line, !traces.is_empty())?,
-                None => self.write_request(&traces, true, false, false)?,
+                None => self.write_request(&traces, true, false, false, &judge)?,
             }
         }
-        Ok(StartedBatch { traces, sent })
+        Ok(StartedBatch {
+            traces,
+            sent,
+            judge,
+        })
     }
 
     fn finish_batch_last(
         &mut self,
         batch: StartedBatch,
     ) -> Result<(Vec<Trace>, Vec<TrialRun>), HarnessError> {
-        let runs = self.run_in_worker(&batch.traces, true, batch.sent)?;
+        let runs = self.run_in_worker(&batch.traces, true, batch.sent, &batch.judge)?;
         Ok((batch.traces, runs))
     }
 }
@@ -671,6 +706,7 @@ impl WorkerRunner {
         traces: &[Trace],
         last_only: bool,
         mut sent: bool,
+        judge: &BatchJudging,
     ) -> Result<Vec<TrialRun>, HarnessError> {
         // The usual batch: no crash known, none happens. Its runs are the reply's, in order,
         // without the bookkeeping below (a slot per trace and the indices still to run).
@@ -679,7 +715,7 @@ impl WorkerRunner {
             let got = if std::mem::take(&mut sent) {
                 self.read_replies(traces, last_only, false, false)?
             } else {
-                self.send(traces, last_only, false)?
+                self.send(traces, last_only, false, judge)?
             };
             if got.1.is_none() {
                 return Ok(got.0);
@@ -703,7 +739,7 @@ impl WorkerRunner {
                 self.read_replies(traces, last_only, false, false)?
             } else {
                 let batch: Vec<Trace> = todo.iter().map(|&i| traces[i].clone()).collect();
-                self.send(&batch, last_only, false)?
+                self.send(&batch, last_only, false, &judge.pick(&todo))?
             };
             let n_ok = runs.len();
             for (k, r) in runs.into_iter().enumerate() {
@@ -778,20 +814,21 @@ impl WorkerRunner {
                 // Left out already and crashed again: the trace is not what the worker ran.
                 let end = TrialEnd::Crashed { step, message };
                 return Ok(TrialRun {
-                    observation_crash: Some(first),
+                    observation_crash: Some(Box::new(first)),
                     code: None,
                     ..TrialRun::new(vec![], end)
                 });
             }
             skipped.push((step, what));
             self.skipped = skipped.clone();
-            let sent = self.send(std::slice::from_ref(trace), last_only, true);
+            let none = BatchJudging::default();
+            let sent = self.send(std::slice::from_ref(trace), last_only, true, &none);
             self.skipped.clear();
             let (mut runs, died) = sent?;
             match died.map(|(at, end, o)| (at, blamed_observation(o, &end), end)) {
                 None => {
                     let mut run = runs.pop().expect("one run per trace");
-                    run.observation_crash = Some(first);
+                    run.observation_crash = Some(Box::new(first));
                     return Ok(run);
                 }
                 Some((_, Some(what), TrialEnd::Crashed { step, message })) => {
@@ -799,7 +836,7 @@ impl WorkerRunner {
                 }
                 Some((_, _, end)) => {
                     return Ok(TrialRun {
-                        observation_crash: Some(first),
+                        observation_crash: Some(Box::new(first)),
                         code: None,
                         ..TrialRun::new(vec![], end)
                     });

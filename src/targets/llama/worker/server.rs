@@ -27,7 +27,10 @@ use crate::base::cache::{
 };
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
-use crate::running::runner::{LocalRunner, TrialRunner as _};
+use crate::oracles::Oracle;
+use crate::running::judge::step_verdicts;
+use crate::running::runner::StepVerdicts;
+use crate::running::runner::{LocalRunner, TrialEnd, TrialRun, TrialRunner as _};
 use crate::targets::llama::faults::LlamaFaults;
 use crate::targets::llama::ffi::{CovMode, LlamaShim};
 use crate::targets::llama::startup::mark;
@@ -306,6 +309,32 @@ fn serve_requests(
     }
 }
 
+/// The verdicts of `judges` on a completed trial's last (and only) step, when the request asks
+/// for them and none of them finds it violated afresh (beyond `prior`, what its earlier steps
+/// violated): the trial is then answered with them instead of its step. A freshly violated
+/// step, or any other run (unsupported, crashed, an observation
+/// crash), goes whole to the parent, which judges it and records what it shows.
+fn judged_here(
+    judges: &[&'static dyn Oracle],
+    last_only: bool,
+    trace: &Trace,
+    prior: u64,
+    run: &TrialRun,
+) -> Option<StepVerdicts> {
+    if judges.is_empty() || !last_only || run.end != TrialEnd::Completed {
+        return None;
+    }
+    if run.observation_crash.is_some() {
+        return None;
+    }
+    let [last] = run.steps.as_slice() else {
+        return None;
+    };
+    let op = trace.ops.last()?;
+    let verdicts = step_verdicts(judges, op, last, trace.setup.arch);
+    (verdicts.violated & !prior == 0).then_some(verdicts)
+}
+
 /// Runs one request's trials, each run with the points of code its ops reached when `cov` records
 /// them (0: done; 3: a harness error, already reported as `Reply::Error`).
 fn run_request(
@@ -317,8 +346,17 @@ fn run_request(
     out: &mut impl Write,
 ) -> i32 {
     let n = req.len();
+    // Checked when the request was read: the oracles are built in.
+    let judges = match req.judges() {
+        Ok(j) => j,
+        Err(e) => {
+            write_reply(out, &Reply::Error(e.to_string()), true);
+            return 3;
+        }
+    };
     for trial in 0..n {
-        req.fill(trial, trace);
+        // `trace` holds the request's previous trace from the second trial on.
+        req.fill(trial, trace, trial.checked_sub(1));
         sys::set_current_trial(trial);
         runner.set_skipped(&req.skipped);
         let result = if req.last_only {
@@ -336,8 +374,14 @@ fn run_request(
                 .unwrap_or_default(),
         });
         let (reply, failed) = match result {
+            Ok(run) if code.is_none() => {
+                match judged_here(&judges, req.last_only, trace, req.prior(trial), &run) {
+                    Some(verdicts) => (Reply::Judged(verdicts), false),
+                    None => (Reply::Run(run), false),
+                }
+            }
             Ok(mut run) => {
-                run.code = code;
+                run.code = code.map(Box::new);
                 (Reply::Run(run), false)
             }
             Err(e) => (Reply::Error(e.to_string()), true),

@@ -33,7 +33,10 @@ use crate::base::cache::{
 };
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::WholeCell;
-use crate::running::runner::{Skipped, TrialEnd, TrialRun};
+use crate::base::word_hash::BuildWordHasher;
+use crate::oracles::{Oracle, Registry};
+use crate::running::runner::StepVerdicts;
+use crate::running::runner::{BatchJudging, Skipped, TrialEnd, TrialRun};
 pub use crate::targets::llama::error::WireError;
 
 /// The longest request line the worker reads: 256 MiB. A request holds each distinct setup and
@@ -82,6 +85,15 @@ pub struct Request {
     /// another trial ran on (`WorkerRunner`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub(super) retire: bool,
+    /// Built-in step oracles, by name, that judge each completed trial's last step in the
+    /// worker (`last_only` requests): a trial none of them finds violated afresh is answered
+    /// with [`Reply::Judged`], its verdicts, instead of its step (`TrialRun::judged`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) judge: Vec<String>,
+    /// Per trace (empty: none), the oracles of `judge` its earlier steps violated, as bits: a
+    /// violation of one of them is not fresh.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) prior: Vec<u64>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -93,7 +105,8 @@ impl Request {
     pub(super) fn new(traces: &[Trace], last_only: bool, flush_each: bool) -> Request {
         let mut setups: Vec<Setup> = Vec::new();
         let mut ops: Vec<Op> = Vec::new();
-        let mut op_index: HashMap<&Op, u32> = HashMap::new();
+        // Ops are hashed by their words, not SipHash: kvaudit's own values, once per trace.
+        let mut op_index: HashMap<&Op, u32, BuildWordHasher> = HashMap::default();
         let mut indexed: Vec<(u32, Vec<u32>)> = Vec::with_capacity(traces.len());
         for (k, t) in traces.iter().enumerate() {
             // Batches hold one setup, or very few: a scan beats hashing a setup per trace.
@@ -130,7 +143,40 @@ impl Request {
             flush_each,
             skipped: Vec::new(),
             retire: false,
+            judge: Vec::new(),
+            prior: Vec::new(),
         }
+    }
+
+    /// This request, its trials' last steps judged in the worker as `judging` says (bit k of
+    /// a [`Reply::Judged`] is its k-th oracle).
+    pub(super) fn judging(mut self, judging: &BatchJudging) -> Request {
+        self.judge = judging
+            .oracles
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
+        self.prior = judging.prior.clone();
+        self
+    }
+
+    /// What trace `i`'s earlier steps violated, of the oracles that judge here.
+    pub(super) fn prior(&self, i: usize) -> u64 {
+        self.prior.get(i).copied().unwrap_or(0)
+    }
+
+    /// The oracles that judge the trials' last steps in the worker ([`Request::judge`]); a
+    /// name that is not a built-in oracle is [`WireError::Invalid`].
+    pub(super) fn judges(&self) -> Result<Vec<&'static dyn Oracle>, WireError> {
+        let builtin = Registry::builtin();
+        self.judge
+            .iter()
+            .map(|name| {
+                builtin
+                    .find(name)
+                    .ok_or_else(|| WireError::Invalid(format!("no built-in oracle {name:?}")))
+            })
+            .collect()
     }
 
     /// This request, its child ending after it when `retire`.
@@ -161,8 +207,17 @@ impl Request {
         line.push(b'\n');
     }
 
-    /// Why the request is malformed: an index with no setup or op behind it.
+    /// Why the request is malformed: an index with no setup or op behind it, or an oracle to
+    /// judge with that the worker does not have.
     fn validate(&self) -> Result<(), WireError> {
+        self.judges()?;
+        if !self.prior.is_empty() && self.prior.len() != self.traces.len() {
+            return Err(WireError::Invalid(format!(
+                "prior bits for {} traces, the request holds {}",
+                self.prior.len(),
+                self.traces.len()
+            )));
+        }
         for (i, (si, oi)) in self.traces.iter().enumerate() {
             if *si as usize >= self.setups.len() {
                 return Err(WireError::Invalid(format!("trace {i}: no setup {si}")));
@@ -186,16 +241,32 @@ impl Request {
     }
 
     /// Makes `into` trace `i` of a validated request, reusing its buffers (this runs once per
-    /// trial).
-    pub(super) fn fill(&self, i: usize, into: &mut Trace) {
+    /// trial). `holds`: the trace of this request that `into` holds now, if any (the worker
+    /// fills them one after the other): then only the setup and ops whose indices differ from
+    /// its are touched, without comparing setups or ops.
+    pub(super) fn fill(&self, i: usize, into: &mut Trace, holds: Option<usize>) {
         let (si, oi) = &self.traces[i];
         let setup = &self.setups[*si as usize];
+        if let Some((held_si, held_oi)) = holds.map(|j| &self.traces[j]) {
+            if held_si != si {
+                into.setup = setup.clone();
+            }
+            into.ops.truncate(oi.len());
+            for (at, &k) in oi.iter().enumerate() {
+                let op = &self.ops[k as usize];
+                match into.ops.get_mut(at) {
+                    None => into.ops.push(op.clone()),
+                    Some(held) if held_oi.get(at) != Some(&k) => held.clone_from(op),
+                    Some(_) => {}
+                }
+            }
+            return;
+        }
         if into.setup != *setup {
             into.setup = setup.clone();
         }
-        into.ops.clear();
-        into.ops
-            .extend(oi.iter().map(|&k| self.ops[k as usize].clone()));
+        // Consecutive traces share most of their ops: those in place are kept.
+        into.refill_ops(oi.iter().map(|&k| &self.ops[k as usize]));
     }
 }
 
@@ -207,6 +278,9 @@ pub enum Reply {
     Ready(TargetInfo),
     /// One trial's run.
     Run(TrialRun),
+    /// One trial's verdicts, judged in the worker ([`Request::judge`]), none violated afresh;
+    /// the parent makes it a [`TrialRun::judged`].
+    Judged(StepVerdicts),
     /// A harness error; the worker ends after it.
     Error(String),
     /// The fork server's child running the request died; its raw `waitpid` status. The server
@@ -223,6 +297,7 @@ impl Reply {
         match self {
             Reply::Ready(_) => "ready",
             Reply::Run(_) => "run",
+            Reply::Judged(_) => "judged",
             Reply::Error(_) => "error",
             Reply::Died(_) => "died",
             Reply::Retired => "retired",
@@ -428,7 +503,7 @@ pub fn fuzz_worker_wire(data: &[u8]) {
             ops: Vec::new(),
         };
         for i in 0..req.len() {
-            req.fill(i, &mut trace);
+            req.fill(i, &mut trace, None);
         }
         let _ = req.first_setup();
     }

@@ -13,13 +13,15 @@
 
 use std::io::Write;
 
+use crate::base::word_hash::BuildWordHasher;
+
 use super::*;
 
 /// The reply wire's version, the second field of every reply frame's header; both sides check
 /// it (the JSON-lines replies before it were version 1; 3 added the dumps' sizes to a step, 4 a
-/// sequence's third part, the hybrid-iSWA's recurrent states, 6 each step's length before it).
-/// Change it with any change of the layout below.
-pub const REPLY_WIRE_VERSION: u16 = 6;
+/// sequence's third part, the hybrid-iSWA's recurrent states, 6 each step's length before it,
+/// 7 the judged kind). Change it with any change of the layout below.
+pub const REPLY_WIRE_VERSION: u16 = 7;
 
 /// The longest reply frame the parent reads: 64 MiB. A frame is one trial's observations: per
 /// step and sequence, its positions and cells (4 bytes per cell), so a trial of hundreds of
@@ -36,6 +38,7 @@ const KIND_RUN: u8 = 1;
 const KIND_ERROR: u8 = 2;
 const KIND_DIED: u8 = 3;
 const KIND_RETIRED: u8 = 4;
+const KIND_JUDGED: u8 = 5;
 
 /// Writes reply frames, each built whole in a buffer the writer keeps (no allocation per
 /// reply in the steady state) and handed to `out` in one `write_all`.
@@ -87,6 +90,11 @@ pub(super) fn encode_reply(reply: &Reply, frame: &mut Vec<u8>) -> Result<(), ser
             e.i32(*raw);
         }
         Reply::Retired => e.u8(KIND_RETIRED),
+        Reply::Judged(StepVerdicts { judged, violated }) => {
+            e.u8(KIND_JUDGED);
+            e.0.extend_from_slice(&judged.to_le_bytes());
+            e.0.extend_from_slice(&violated.to_le_bytes());
+        }
     }
     let len = (frame.len() - 4) as u32;
     frame[..4].copy_from_slice(&len.to_le_bytes());
@@ -184,7 +192,10 @@ impl Encoder<'_> {
             end,
             observation_crash,
             code,
+            judged,
         } = run;
+        // A judged run travels as its own kind (`Reply::Judged`), never inside a run.
+        debug_assert!(judged.is_none(), "a judged run is sent as Reply::Judged");
         match end {
             TrialEnd::Completed => self.u8(0),
             other => {
@@ -193,7 +204,7 @@ impl Encoder<'_> {
             }
         }
         self.option_json(observation_crash.as_ref())?;
-        match code {
+        match code.as_deref() {
             None => self.u8(0),
             Some(CodeCoverage {
                 pcs,
@@ -362,7 +373,7 @@ fn excerpt(bytes: &[u8]) -> String {
 /// emptied cache only costs decoding again).
 #[derive(Default)]
 pub struct StepCache {
-    steps: HashMap<Box<[u8]>, Arc<StepObservation>, BuildStepHasher>,
+    steps: HashMap<Box<[u8]>, Arc<StepObservation>, BuildWordHasher>,
 }
 
 impl StepCache {
@@ -378,46 +389,6 @@ impl StepCache {
             self.steps.clear();
         }
         self.steps.insert(bytes.into(), step.clone());
-    }
-}
-
-/// A multiply-rotate hash over 8-byte words (the idea of rustc's FxHash): a step is a hundred
-/// bytes or so, and SipHash, the default, cost more than decoding it. Its input is the worker's
-/// own frames, not an attacker's: hash flooding is no concern here.
-#[derive(Default, Clone, Copy)]
-struct BuildStepHasher;
-
-impl std::hash::BuildHasher for BuildStepHasher {
-    type Hasher = StepHasher;
-    fn build_hasher(&self) -> StepHasher {
-        StepHasher(0)
-    }
-}
-
-struct StepHasher(u64);
-
-impl StepHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl std::hash::Hasher for StepHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            self.add(u64::from_le_bytes(w.try_into().expect("8 bytes")));
-        }
-        let mut last = [0u8; 8];
-        let rest = words.remainder();
-        last[..rest.len()].copy_from_slice(rest);
-        self.add(u64::from_le_bytes(last) ^ (rest.len() as u64) << 59);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
     }
 }
 
@@ -450,6 +421,11 @@ impl<'a> Decoder<'a, '_> {
     fn u32(&mut self) -> Decoded<u32> {
         Ok(u32::from_le_bytes(
             self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> Decoded<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
     fn i32(&mut self) -> Decoded<i32> {
@@ -510,6 +486,10 @@ impl<'a> Decoder<'a, '_> {
             }
             KIND_DIED => Reply::Died(self.i32()?),
             KIND_RETIRED => Reply::Retired,
+            KIND_JUDGED => Reply::Judged(StepVerdicts {
+                judged: self.u64()?,
+                violated: self.u64()?,
+            }),
             k => return Err(format!("reply kind {k}")),
         })
     }
@@ -521,11 +501,11 @@ impl<'a> Decoder<'a, '_> {
         };
         let observation_crash = self.option(Self::json)?;
         let code = self.option(|d| {
-            Ok(CodeCoverage {
+            Ok(Box::new(CodeCoverage {
                 pcs: d.u32s()?,
                 edges: d.u32s()?,
                 outside: d.u32s()?,
-            })
+            }))
         })?;
         // A step takes at least 14 bytes: its length, its outcome, a count and five flags.
         let n = self.count(14)?;
@@ -535,6 +515,7 @@ impl<'a> Decoder<'a, '_> {
             end,
             observation_crash,
             code,
+            judged: None,
         })
     }
     /// A length-prefixed step: the cache's if it has the same bytes, else decoded (the whole

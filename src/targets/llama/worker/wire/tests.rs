@@ -2,6 +2,7 @@
 //! typed error, and the fuzz seeds are what this code writes.
 
 use super::*;
+use crate::oracles::OracleId;
 
 /// The seeds of the `worker_wire` fuzz target (`fuzz/seeds/worker_wire/`) are real lines and
 /// frames of this wire: a request for seed-domain traces, a run reply, a death and an error.
@@ -37,6 +38,7 @@ fn the_fuzz_seeds_are_real_lines() {
         },
         observation_crash: None,
         code: None,
+        judged: None,
     };
     let frame = |r: &Reply| {
         let mut v = Vec::new();
@@ -47,6 +49,22 @@ fn the_fuzz_seeds_are_real_lines() {
         ("gen-request", Request::new(&traces, true, false).to_line()),
         ("gen-reply-run", frame(&Reply::Run(run))),
         ("gen-reply-died", frame(&Reply::Died(134))),
+        (
+            "gen-reply-judged",
+            frame(&Reply::Judged(StepVerdicts {
+                judged: 0b101,
+                violated: 0b100,
+            })),
+        ),
+        (
+            "gen-request-judging",
+            Request::new(&traces, true, false)
+                .judging(&BatchJudging {
+                    oracles: vec![OracleId::I1, OracleId::I2],
+                    prior: (0..traces.len() as u64).map(|i| i % 4).collect(),
+                })
+                .to_line(),
+        ),
         (
             "gen-reply-error",
             frame(&Reply::Error("bad request".into())),
@@ -95,9 +113,21 @@ fn requests_carry_each_setup_and_op_once_and_give_the_traces_back() {
         setup: Setup::default(),
         ops: vec![],
     };
+    // In order, each fill told which trace `into` holds (as the worker fills them); in
+    // reverse the same; and from nothing each time.
     for (i, t) in traces.iter().enumerate() {
-        back.fill(i, &mut into);
+        back.fill(i, &mut into, i.checked_sub(1));
         assert_eq!(&into, t, "trace {i}");
+    }
+    let mut holds = Some(traces.len() - 1);
+    for (i, t) in traces.iter().enumerate().rev() {
+        back.fill(i, &mut into, holds);
+        assert_eq!(&into, t, "trace {i}, back to front");
+        holds = Some(i);
+    }
+    for (i, t) in traces.iter().enumerate() {
+        back.fill(i, &mut into, None);
+        assert_eq!(&into, t, "trace {i}, from nothing");
     }
     let mut bad = back;
     bad.traces[0].1.push(999);
@@ -142,6 +172,7 @@ fn runs_survive_the_wire_form() {
             end: TrialEnd::Completed,
             observation_crash: None,
             code: None,
+            judged: None,
         },
         TrialRun {
             steps: vec![step(OpOutcome::Unsupported {
@@ -153,6 +184,7 @@ fn runs_survive_the_wire_form() {
             },
             observation_crash: None,
             code: None,
+            judged: None,
         },
         TrialRun {
             steps: vec![],
@@ -162,6 +194,7 @@ fn runs_survive_the_wire_form() {
             },
             observation_crash: None,
             code: None,
+            judged: None,
         },
     ];
     let mut rich = runs[0].clone();
@@ -189,16 +222,16 @@ fn runs_survive_the_wire_form() {
     step.before = Some(seqs.clone());
     step.seqs[0].second_cells = Some(vec![6]);
     rich.steps[0] = Arc::new(step);
-    rich.code = Some(CodeCoverage {
+    rich.code = Some(Box::new(CodeCoverage {
         pcs: vec![1, 70000],
         edges: vec![u32::MAX],
         outside: vec![3, 2],
-    });
-    rich.observation_crash = Some(crate::running::runner::ObservationCrash {
+    }));
+    rich.observation_crash = Some(Box::new(crate::running::runner::ObservationCrash {
         step: 1,
         observation: Observation::Whole,
         message: "SIGSEGV".into(),
-    });
+    }));
     let mut frame = Vec::new();
     for run in runs.into_iter().chain([rich]) {
         encode_reply(&Reply::Run(run.clone()), &mut frame).unwrap();
@@ -207,6 +240,48 @@ fn runs_survive_the_wire_form() {
             other => panic!("{other:?}"),
         }
     }
+    // A trial judged in the worker: its verdict bits, all 64 of each.
+    for (judged, violated) in [(0, 0), (1, 0), (u64::MAX, 1 << 63)] {
+        let v = StepVerdicts { judged, violated };
+        encode_reply(&Reply::Judged(v), &mut frame).unwrap();
+        assert!(matches!(parse_reply_frame(&frame), Ok(Reply::Judged(back)) if back == v));
+    }
+}
+
+/// A request names the oracles the worker judges with and each trace's prior bits; an oracle
+/// the worker does not have (not built in), or prior bits for another number of traces, make
+/// the request invalid, not trials judged otherwise.
+#[test]
+fn a_request_judges_with_built_in_oracles_only() {
+    let traces = vec![
+        Trace {
+            setup: Setup::default(),
+            ops: vec![Op::Clear],
+        };
+        2
+    ];
+    let judging = BatchJudging {
+        oracles: vec![OracleId::I1, OracleId::I2],
+        prior: vec![0, 2],
+    };
+    let line = Request::new(&traces, true, false)
+        .judging(&judging)
+        .to_line();
+    let req = parse_request_line(&line).unwrap();
+    let names: Vec<_> = req.judges().unwrap().iter().map(|o| o.id()).collect();
+    assert_eq!(names, [OracleId::I1, OracleId::I2]);
+    assert_eq!((req.prior(0), req.prior(1)), (0, 2));
+    let text = String::from_utf8(line).unwrap();
+    let unknown = text.replace("\"I2\"", "\"no-such-oracle\"");
+    assert!(matches!(
+        parse_request_line(unknown.as_bytes()),
+        Err(WireError::Invalid(why)) if why.contains("no-such-oracle")
+    ));
+    let short = text.replace("\"prior\":[0,2]", "\"prior\":[0]");
+    assert!(matches!(
+        parse_request_line(short.as_bytes()),
+        Err(WireError::Invalid(why)) if why.contains("prior bits for 1 traces")
+    ));
 }
 
 /// A step whose bytes the reader's cache has seen comes back as the same shared observation
