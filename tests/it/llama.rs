@@ -159,11 +159,18 @@ struct CoverageTrace {
     files_never: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BatchTrace {
     ops: Vec<Op>,
     expect: Value,
+    /// The trace this many times in a row in the batch, each with the same expectation.
+    #[serde(default = "one")]
+    repeat: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 pub fn trials() -> Vec<Trial> {
@@ -753,6 +760,13 @@ fn check_coverage(
 }
 
 fn check_batch(target: &str, setup: Setup, traces: Vec<BatchTrace>) -> Result<(), String> {
+    let traces: Vec<BatchTrace> = traces
+        .into_iter()
+        .flat_map(|t| {
+            let n = t.repeat;
+            std::iter::repeat_n(t, n)
+        })
+        .collect();
     let spec = llama_worker_spec(target, None)?;
     let mut runner = WorkerRunner::new(spec).map_err(|e| e.to_string())?;
     let batch: Vec<Trace> = traces

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::last_words::{blamed_observation, crash_end, crash_marker, Marker};
 use super::wire::{
     parse_reply_frame_shared, read_frame_limited, whole_frame_buffered, FrameRead, Reply, Request,
-    StepCache, WireError, DIED_MARKER, MAX_REPLY_FRAME_BYTES, REPLY_GROUP,
+    StepCache, WireError, AFTER_DEATH_REPLY_GROUP, DIED_MARKER, MAX_REPLY_FRAME_BYTES, REPLY_GROUP,
 };
 use super::WorkerSpec;
 use crate::base::cache::{HarnessError, Observation, TargetInfo};
@@ -448,6 +448,7 @@ impl WorkerRunner {
     ) -> Result<(), HarnessError> {
         let mut line = std::mem::take(&mut self.line);
         Request::new(traces, last_only, flush_each)
+            .grouping(self.reply_group())
             .skipping(&self.skipped)
             .retiring(retire)
             .judging(judge)
@@ -654,6 +655,7 @@ impl TrialRunner for WorkerRunner {
         // batch's skipped observations, no retiring; `start_batch_last` checks both.)
         let mut line = Vec::new();
         Request::new(&traces, true, false)
+            .grouping(self.reply_group())
             .judging(&judge)
             .write_line(&mut line);
         PreparedBatch {
@@ -699,6 +701,12 @@ impl TrialRunner for WorkerRunner {
 }
 
 impl WorkerRunner {
+    /// How often the worker flushes its replies: every [`AFTER_DEATH_REPLY_GROUP`] once one of
+    /// its children has died (crashes come in runs: fewer traces run twice), else the default.
+    fn reply_group(&self) -> Option<u32> {
+        (self.deaths > 0).then_some(AFTER_DEATH_REPLY_GROUP)
+    }
+
     /// Runs `traces` in the worker, restarting it after each crash. `sent`: the request for all of
     /// `traces` is written already (by [`TrialRunner::start_batch_last`]).
     fn run_in_worker(

@@ -18,9 +18,7 @@
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-use super::wire::{
-    read_request, write_reply, Reply, ReplyWriter, Request, DIED_MARKER, REPLY_GROUP,
-};
+use super::wire::{read_request, write_reply, Reply, ReplyWriter, Request, DIED_MARKER};
 use crate::base::cache::{
     Allocation, CacheUnderTest, CodeCoverage, Dump, DumpSize, HarnessError, Observation, Observe,
     OpOutcome, TargetInfo,
@@ -136,8 +134,11 @@ pub fn worker_main(
     mark("worker: main");
     sys::install_fatal_signal_report();
     sys::keep_freed_memory();
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut out = match reply_output() {
+        Ok(out) => out,
+        // Nothing can be said on a stdout that cannot be written.
+        Err(_) => return 3,
+    };
     let loaded = match LlamaShim::load(shim) {
         Ok(s) => s,
         Err(e) => {
@@ -258,6 +259,22 @@ pub fn worker_main(
         }
         input = std::io::BufReader::new(std::io::stdin());
     }
+}
+
+/// The worker's replies: fd 1 itself (a duplicate of it) under a buffer of 64 KiB, whose
+/// spills and flushes reach the pipe whole. Not through `std::io::stdout()`: that is
+/// line-buffered and keeps back what follows the last newline byte it is handed, and binary
+/// frames hold 0x0A anywhere (a position 10), so a child that died after a spill lost up to a
+/// KiB of a frame; the parent then read the server's death notice as the frame's rest, waited
+/// for a hang and blamed another trace (whose first op it then remembered as a crashing
+/// prefix): `llama::crash_after_a_spilled_reply_buffer_0.1.161`.
+fn reply_output() -> std::io::Result<std::io::BufWriter<std::fs::File>> {
+    use std::os::fd::AsFd;
+    let fd = std::io::stdout().as_fd().try_clone_to_owned()?;
+    Ok(std::io::BufWriter::with_capacity(
+        1 << 16,
+        std::fs::File::from(fd),
+    ))
 }
 
 /// The next request: `Ok(None)` at the end of input; `Err(exit code)` after reporting a
@@ -386,7 +403,8 @@ fn run_request(
             }
             Err(e) => (Reply::Error(e.to_string()), true),
         };
-        let flush = failed || req.flush_each || (trial + 1) % REPLY_GROUP == 0 || trial + 1 == n;
+        let flush =
+            failed || req.flush_each || (trial + 1) % req.reply_group() == 0 || trial + 1 == n;
         if !replies.write(out, &reply, flush) || failed {
             return 3;
         }
