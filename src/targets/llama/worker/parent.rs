@@ -557,11 +557,18 @@ impl WorkerRunner {
                     let death = w.abort_hang();
                     self.deaths += 1;
                     self.child_fresh = true;
-                    let marker = crash_marker(&death.stderr).unwrap_or(Marker {
-                        trial: runs.len(),
-                        step: traces[runs.len()].ops.len(),
-                        observing: None,
-                    });
+                    // A marker that names a trial already answered is another child's (one that
+                    // was idle when the SIGABRT reached it): it says nothing of the trial that
+                    // hung, which is then blamed whole, at its last op, so that its prefix is
+                    // remembered as crashing (every later trace starting with it is answered
+                    // without running) only as far as it is known to reach.
+                    let marker = crash_marker(&death.stderr)
+                        .filter(|m| m.trial >= runs.len())
+                        .unwrap_or(Marker {
+                            trial: runs.len(),
+                            step: traces[runs.len()].ops.len(),
+                            observing: None,
+                        });
                     let at = marker.trial.clamp(runs.len(), traces.len() - 1);
                     let step = marker.op_step().clamp(1, traces[at].ops.len().max(1));
                     let message = format!(
