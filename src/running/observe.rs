@@ -5,7 +5,8 @@
 //! ([`CacheUnderTest::observing`]), so a crash inside is an observation crash, not the op's.
 //! Cells come from the bytes, through `base/state/` (no target's bookkeeping is trusted). On a
 //! target that keys its complete state, [`ObservationMemo`] makes each of these once per
-//! distinct state.
+//! distinct state; on any target a per-sequence dump is parsed once per distinct bytes in each
+//! thread (`ParsedDumps`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

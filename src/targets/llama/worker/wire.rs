@@ -2,11 +2,12 @@
 //! reply on its stdout, and the marker lines on its stderr.
 //!
 //! A reply frame (version [`REPLY_WIRE_VERSION`]) is its length (u32, little-endian, of what
-//! follows), the version (u16), a kind byte (ready, run, error, died, retired) and the body: a
-//! trial's run as counts and little-endian integers (each step's outcome, per sequence its
-//! accessors and cells, the whole dump's cells, the round trip, the cells before the op), with
-//! the rare parts (a refusal's reason, a crash, the probes, the target's info) as
-//! length-prefixed JSON. Both sides check the version: a frame of another is
+//! follows), the version (u16), a kind byte (ready, run, judged, error, died, retired) and the
+//! body: a trial's verdicts when the request judges in the worker and the trial violates
+//! nothing afresh (two u64 bit sets), else its run as counts and little-endian integers (each
+//! step's outcome, per sequence its accessors and cells, the whole dump's cells, the round
+//! trip, the cells before the op), with the rare parts (a refusal's reason, a crash, the
+//! probes, the target's info) as length-prefixed JSON. Both sides check the version: a frame of another is
 //! [`WireError::Version`]. The worker builds each frame whole in a buffer it keeps and writes
 //! it in one piece ([`ReplyWriter`]), so a child that dies leaves whole frames in the pipe; a
 //! frame cut short by the end of the pipe is dropped as truncated. (JSON replies had been a
