@@ -27,8 +27,7 @@ use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::oracles::Oracle;
 use crate::running::judge::step_verdicts;
-use crate::running::runner::StepVerdicts;
-use crate::running::runner::{LocalRunner, TrialEnd, TrialRun, TrialRunner as _};
+use crate::running::runner::{LocalRunner, StepVerdicts, TrialEnd, TrialRun, TrialRunner as _};
 use crate::targets::llama::faults::LlamaFaults;
 use crate::targets::llama::ffi::{CovMode, LlamaShim};
 use crate::targets::llama::startup::mark;
@@ -329,8 +328,8 @@ fn serve_requests(
 /// The verdicts of `judges` on a completed trial's last (and only) step, when the request asks
 /// for them and none of them finds it violated afresh (beyond `prior`, what its earlier steps
 /// violated): the trial is then answered with them instead of its step. A freshly violated
-/// step, or any other run (unsupported, crashed, an observation
-/// crash), goes whole to the parent, which judges it and records what it shows.
+/// step, or any other run (unsupported, crashed, an observation crash), goes whole to the
+/// parent, which judges it and records what it shows.
 fn judged_here(
     judges: &[&'static dyn Oracle],
     last_only: bool,
