@@ -11,3 +11,4 @@ pub mod observe;
 pub mod probe;
 pub mod runner;
 pub mod state_runner;
+pub mod trial;

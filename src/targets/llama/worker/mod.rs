@@ -33,6 +33,7 @@
 
 mod last_words;
 mod parent;
+mod process;
 mod server;
 pub mod wire;
 

@@ -1,21 +1,18 @@
 //! The parent side of crash isolation: [`WorkerRunner`], a [`TrialRunner`] whose target lives in
-//! a `kvaudit worker` process. It sends each batch as one request line, reads the replies on a
-//! reader thread (bounded and decoded there, see [`super::wire`]), turns a death into
+//! a `kvaudit worker` process. It sends each batch as one request line, reads the replies the
+//! process's reader thread decoded (`process.rs`, bounded, see [`super::wire`]), turns a death into
 //! [`TrialEnd::Crashed`] with the signal, the step and llama.cpp's last words, and remembers
 //! crashing prefixes.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::Command;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use super::last_words::{blamed_observation, crash_end, crash_marker, Marker};
-use super::wire::{
-    parse_reply_frame_shared, read_frame_limited, whole_frame_buffered, FrameRead, Reply, Request,
-    StepCache, WireError, AFTER_DEATH_REPLY_GROUP, DIED_MARKER, MAX_REPLY_FRAME_BYTES, REPLY_GROUP,
-};
+use super::process::Worker;
+use super::wire::{Reply, Request, AFTER_DEATH_REPLY_GROUP};
 use super::WorkerSpec;
 use crate::base::cache::{HarnessError, Observation, TargetInfo};
 use crate::base::op::{Op, Setup, Trace};
@@ -24,7 +21,6 @@ use crate::running::runner::{
     TrialRunner,
 };
 use crate::targets::llama::startup::mark;
-use crate::targets::llama::sys;
 use crate::targets::llama::target::ResetMode;
 
 /// Whether the first trial's reply has been marked (`KVAUDIT_TRACE_STARTUP`).
@@ -35,127 +31,8 @@ fn mark_once(once: &std::sync::Once, phase: &str) {
     once.call_once(|| mark(phase));
 }
 
-/// One reply as the reader thread decoded it.
-type ReplyLine = Result<Reply, WireError>;
-
 /// Where in a batch the worker died, how, and what it was observing then (`None`: running an op).
 type Died = (usize, TrialEnd, Option<Observation>);
-
-struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    /// Groups of decoded stdout lines, as the reader thread found them in one read; `None` at
-    /// the end.
-    lines: Receiver<Option<Vec<ReplyLine>>>,
-    /// Lines of the last group not taken yet.
-    pending: VecDeque<ReplyLine>,
-    stderr: Arc<Mutex<String>>,
-    /// Ends when the child's stderr closes: join it before reading what a dead child said.
-    stderr_reader: Option<std::thread::JoinHandle<()>>,
-}
-
-/// How a trial's process died, and what it printed.
-struct Death {
-    status: Option<std::process::ExitStatus>,
-    stderr: String,
-    /// Whether the fork server lives on (only its child died) and can take the next request.
-    server_alive: bool,
-}
-
-impl Worker {
-    /// Waits for the child to end and for its stderr to be drained; returns status and text.
-    fn reap(&mut self) -> (Option<std::process::ExitStatus>, String) {
-        let status = self.child.wait().ok();
-        if let Some(h) = self.stderr_reader.take() {
-            let _ = h.join();
-        }
-        let text = self.stderr.lock().expect("stderr buffer").clone();
-        (status, text)
-    }
-
-    /// The next line the worker wrote, decoded: `Ok(None)` when its stdout has closed.
-    fn next_line(&mut self, timeout: Duration) -> Result<Option<ReplyLine>, RecvTimeoutError> {
-        if let Some(l) = self.pending.pop_front() {
-            return Ok(Some(l));
-        }
-        match self.lines.recv_timeout(timeout)? {
-            Some(group) => {
-                self.pending.extend(group);
-                Ok(self.pending.pop_front())
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// The whole worker process ended (its stdout closed).
-    fn server_died(&mut self) -> Death {
-        let (status, stderr) = self.reap();
-        Death {
-            status,
-            stderr,
-            server_alive: false,
-        }
-    }
-
-    /// The fork server said its child died with the raw wait status `raw`. Takes what the child
-    /// printed: everything on stderr up to the server's [`DIED_MARKER`] line, which it writes
-    /// after the child has ended (waiting briefly for the reader thread to catch up).
-    fn child_died(&mut self, raw: i32) -> Death {
-        use std::os::unix::process::ExitStatusExt;
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        let stderr = loop {
-            {
-                let mut buf = self.stderr.lock().expect("stderr buffer");
-                if let Some(i) = buf.find(DIED_MARKER) {
-                    let text = buf[..i].to_string();
-                    let end = buf[i..].find('\n').map_or(buf.len(), |n| i + n + 1);
-                    buf.drain(..end);
-                    break text;
-                }
-                if std::time::Instant::now() > deadline {
-                    break std::mem::take(&mut *buf);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        Death {
-            status: Some(std::process::ExitStatus::from_raw(raw)),
-            stderr,
-            server_alive: true,
-        }
-    }
-
-    /// Ends a hanging trial: SIGABRT to the worker, which its fork server forwards to the running
-    /// child; then the child's death as the server reports it, or the server's own end.
-    fn abort_hang(&mut self) -> Death {
-        // Our own child, waited for (reaped) before it is dropped, so the pid is still its. A
-        // failure means it is gone already, which the reads below find out.
-        let _ = sys::send_sigabrt(self.child.id());
-        loop {
-            match self.next_line(Duration::from_secs(10)) {
-                Ok(Some(l)) => {
-                    if let Ok(Reply::Died(raw)) = l {
-                        return self.child_died(raw);
-                    }
-                    // A reply the child flushed before it was stopped: the trial it answers ran
-                    // before the hang and is sent again with the rest.
-                }
-                Ok(None) | Err(RecvTimeoutError::Disconnected) => return self.server_died(),
-                Err(RecvTimeoutError::Timeout) => {
-                    let _ = self.child.kill();
-                    return self.server_died();
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The parent side: a [`TrialRunner`] whose target lives in a child process.
 pub struct WorkerRunner {
@@ -177,10 +54,6 @@ pub struct WorkerRunner {
     /// The last request's line, its buffer reused for the next.
     line: Vec<u8>,
 }
-
-/// How much of the worker's stderr is kept (its end: llama.cpp's last words). A sanitizer's
-/// report, with its stacks and shadow bytes, runs to a few KiB and must be kept from its start.
-const STDERR_KEEP: usize = 64 * 1024;
 
 impl WorkerRunner {
     /// Starts a worker and waits until it has loaded the shim.
@@ -230,10 +103,7 @@ impl WorkerRunner {
             .arg("--label")
             .arg(&self.spec.label)
             .env("GGML_NO_BACKTRACE", "1")
-            .envs(self.spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .envs(self.spec.env.iter().map(|(k, v)| (k, v)));
         if self.spec.format.rot_fields {
             cmd.arg("--rot-fields");
         }
@@ -258,96 +128,13 @@ impl WorkerRunner {
             cmd.arg("--inject").arg(fault);
         }
         mark("parent: worker spawning");
-        let mut child = cmd.spawn().map_err(|e| {
+        let mut w = Worker::spawn(&mut cmd).map_err(|e| {
             self.harness(format!(
                 "cannot start worker {}: {e}",
                 self.spec.exe.display()
             ))
         })?;
         self.starts += 1;
-        let stdin = child.stdin.take().expect("piped");
-        let stdout = child.stdout.take().expect("piped");
-        let mut stderr_pipe = child.stderr.take().expect("piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            // The worker writes its replies in groups: pass each group on in one message (a
-            // message per frame cost the parent a wake-up per trial). Frames are decoded here,
-            // on this thread, into one reused buffer, each at most MAX_REPLY_FRAME_BYTES long.
-            let mut reader = BufReader::with_capacity(1 << 16, stdout);
-            let mut frame = Vec::new();
-            // The steps this worker sent, by their bytes: a step sent again is handed on as
-            // the observation decoded the first time (see `wire`'s `StepCache`).
-            let mut steps = StepCache::default();
-            loop {
-                // A group's replies without growing the vector (each growth was a fresh
-                // allocation of the reader's, for every group).
-                let mut group = Vec::with_capacity(REPLY_GROUP);
-                loop {
-                    match read_frame_limited(&mut reader, &mut frame, MAX_REPLY_FRAME_BYTES) {
-                        Ok(FrameRead::Frame) => {
-                            group.push(parse_reply_frame_shared(&frame, &mut steps))
-                        }
-                        Ok(FrameRead::TooLong) => group.push(Err(WireError::TooLong {
-                            what: "reply",
-                            limit: MAX_REPLY_FRAME_BYTES,
-                        })),
-                        Ok(FrameRead::Truncated) => {
-                            // The pipe ended inside a frame: the worker died writing it (as a
-                            // half line ended the JSON wire), which the parent learns next.
-                            group.push(Err(WireError::Malformed {
-                                what: "reply",
-                                error: "the pipe ended inside a frame".into(),
-                                excerpt: String::new(),
-                            }));
-                            let _ = tx.send(Some(group));
-                            let _ = tx.send(None);
-                            return;
-                        }
-                        Ok(FrameRead::End) | Err(_) => {
-                            if !group.is_empty() {
-                                let _ = tx.send(Some(group));
-                            }
-                            let _ = tx.send(None);
-                            return;
-                        }
-                    }
-                    // Another read only if a whole frame is already buffered (no system call).
-                    if !whole_frame_buffered(reader.buffer()) {
-                        break;
-                    }
-                }
-                if tx.send(Some(group)).is_err() {
-                    return;
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let keep = stderr.clone();
-        let stderr_reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr_pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                let mut s = keep.lock().expect("stderr buffer");
-                s.push_str(&String::from_utf8_lossy(&buf[..n]));
-                if s.len() > STDERR_KEEP {
-                    let cut = s.len() - STDERR_KEEP / 2;
-                    let cut = (cut..s.len())
-                        .find(|&i| s.is_char_boundary(i))
-                        .unwrap_or(s.len());
-                    s.drain(..cut);
-                }
-            }
-        });
-        let mut w = Worker {
-            child,
-            stdin,
-            lines,
-            pending: VecDeque::new(),
-            stderr,
-            stderr_reader: Some(stderr_reader),
-        };
         match w.next_line(Duration::from_secs(60)) {
             Ok(Some(reply)) => match reply {
                 Ok(Reply::Ready(info)) => {
