@@ -371,8 +371,7 @@ fn run_request(
         }
     };
     for trial in 0..n {
-        // `trace` holds the request's previous trace from the second trial on.
-        req.fill(trial, trace, trial.checked_sub(1));
+        req.fill(trial, trace);
         sys::set_current_trial(trial);
         runner.set_skipped(&req.skipped);
         let result = if req.last_only {

@@ -265,27 +265,10 @@ impl Request {
     }
 
     /// Makes `into` trace `i` of a validated request, reusing its buffers (this runs once per
-    /// trial). `holds`: the trace of this request that `into` holds now, if any (the worker
-    /// fills them one after the other): then only the setup and ops whose indices differ from
-    /// its are touched, without comparing setups or ops.
-    pub(super) fn fill(&self, i: usize, into: &mut Trace, holds: Option<usize>) {
+    /// trial).
+    pub(super) fn fill(&self, i: usize, into: &mut Trace) {
         let (si, oi) = &self.traces[i];
         let setup = &self.setups[*si as usize];
-        if let Some((held_si, held_oi)) = holds.map(|j| &self.traces[j]) {
-            if held_si != si {
-                into.setup = setup.clone();
-            }
-            into.ops.truncate(oi.len());
-            for (at, &k) in oi.iter().enumerate() {
-                let op = &self.ops[k as usize];
-                match into.ops.get_mut(at) {
-                    None => into.ops.push(op.clone()),
-                    Some(held) if held_oi.get(at) != Some(&k) => held.clone_from(op),
-                    Some(_) => {}
-                }
-            }
-            return;
-        }
         if into.setup != *setup {
             into.setup = setup.clone();
         }
@@ -527,7 +510,7 @@ pub fn fuzz_worker_wire(data: &[u8]) {
             ops: Vec::new(),
         };
         for i in 0..req.len() {
-            req.fill(i, &mut trace, None);
+            req.fill(i, &mut trace);
         }
         let _ = req.first_setup();
     }

@@ -113,21 +113,23 @@ fn requests_carry_each_setup_and_op_once_and_give_the_traces_back() {
         setup: Setup::default(),
         ops: vec![],
     };
-    // In order, each fill told which trace `into` holds (as the worker fills them); in
-    // reverse the same; and from nothing each time.
+    // In order (as the worker fills them), in reverse, and each from an empty trace: the ops
+    // kept in place from the trace before are the right ones.
     for (i, t) in traces.iter().enumerate() {
-        back.fill(i, &mut into, i.checked_sub(1));
+        back.fill(i, &mut into);
         assert_eq!(&into, t, "trace {i}");
     }
-    let mut holds = Some(traces.len() - 1);
     for (i, t) in traces.iter().enumerate().rev() {
-        back.fill(i, &mut into, holds);
+        back.fill(i, &mut into);
         assert_eq!(&into, t, "trace {i}, back to front");
-        holds = Some(i);
     }
     for (i, t) in traces.iter().enumerate() {
-        back.fill(i, &mut into, None);
-        assert_eq!(&into, t, "trace {i}, from nothing");
+        let mut fresh = Trace {
+            setup: Setup::default(),
+            ops: vec![],
+        };
+        back.fill(i, &mut fresh);
+        assert_eq!(&fresh, t, "trace {i}, from nothing");
     }
     let mut bad = back;
     bad.traces[0].1.push(999);
