@@ -753,6 +753,13 @@ pub trait CacheUnderTest {
     /// The bytes of `llama_state_seq_get_data(seq)` (see [`crate::base::state`]).
     fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError>;
 
+    /// [`CacheUnderTest::seq_state`] into `into` (its bytes replaced): a target that can write
+    /// into a buffer the caller keeps spares an allocation per observed sequence.
+    fn seq_state_into(&mut self, seq: SeqId, into: &mut Vec<u8>) -> Result<(), HarnessError> {
+        *into = self.seq_state(seq)?;
+        Ok(())
+    }
+
     /// An exact in-memory copy of the whole target, derived state included, if the target can
     /// make one. Explorers use it to share trace prefixes. A target whose only way to copy
     /// itself is serialize-and-restore must return `None`: a restore rebuilds derived state and

@@ -44,7 +44,10 @@ use crate::records::incomplete::Incomplete;
 use crate::records::report::{Event, Report, Shard, Timing};
 use crate::records::tally::Tally;
 use crate::running::judge::VerdictMemo;
-use crate::running::runner::{BatchJudging, RunnerFactory, StartedBatch, TrialRun, TrialRunner};
+use crate::running::runner::{
+    enumerated_indices, BatchJudging, Enumerated, RunnerFactory, StartedBatch, TrialRun,
+    TrialRunner,
+};
 
 pub use calibrate::{Estimate, CALIBRATE_FROM};
 pub use judging::{OracleBits, RunOracles};
@@ -564,6 +567,10 @@ impl DepthWork<'_> {
         // ops are cloned only where they differ from what it held (an odometer turns the last
         // op), not allocated and dropped for every trial.
         let mut spare: Vec<Trace> = Vec::new();
+        // Each spare trace's index within its depth: which ops it holds (see `refill`).
+        let mut spare_indices: Vec<u64> = Vec::new();
+        let mut held = Vec::new();
+        let mut wanted = Vec::new();
         'pieces: loop {
             while self.hold.load(Ordering::SeqCst) && !self.stopping() {
                 std::thread::sleep(Duration::from_millis(1));
@@ -583,7 +590,12 @@ impl DepthWork<'_> {
                 rest /= n;
             }
             let first_in_depth = chunk.base_in_depth(n) + piece.from;
+            // The number within the depth of the batch's first trace (see `Enumerated`).
+            let mut batch_from = first_in_depth;
             for (k, in_depth) in (first_in_depth..first_in_depth + piece.len).enumerate() {
+                if batch.is_empty() {
+                    batch_from = in_depth;
+                }
                 let mut trace = spare.pop().unwrap_or_else(|| Trace {
                     setup: self.cfg.domain.setup.clone(),
                     ops: Vec::with_capacity(chunk.depth as usize),
@@ -591,8 +603,22 @@ impl DepthWork<'_> {
                 if trace.setup != self.cfg.domain.setup {
                     trace.setup = self.cfg.domain.setup.clone();
                 }
-                let ops = std::iter::once(chunk.first).chain(digits.iter().copied());
-                trace.refill_ops(ops.map(|i| &self.ops[i]));
+                wanted.clear();
+                wanted.push(chunk.first);
+                wanted.extend_from_slice(&digits);
+                // A spare trace of this depth holds the ops of its index: only those that
+                // differ are copied, none compared.
+                match spare_indices.pop() {
+                    Some(i) if trace.ops.len() == wanted.len() => {
+                        enumerated_indices(n, chunk.depth, i, &mut held);
+                        for ((op, &h), &k) in trace.ops.iter_mut().zip(&held).zip(&wanted) {
+                            if h != k {
+                                op.clone_from(&self.ops[k]);
+                            }
+                        }
+                    }
+                    _ => trace.refill_ops(wanted.iter().map(|&i| &self.ops[i])),
+                }
                 batch.push(trace);
                 indices.push(in_depth);
                 if !judge_where_observed.is_empty() {
@@ -604,6 +630,10 @@ impl DepthWork<'_> {
                     if self.stopping() {
                         break 'pieces;
                     }
+                    // No prior bits at all (a run that has found nothing yet) go as none.
+                    if priors.iter().all(|&p| p == 0) {
+                        priors.clear();
+                    }
                     // The next request is built before the previous batch is waited for: the
                     // worker then waits only for it to be written.
                     let a_prepared = a.prepare_batch_last(
@@ -612,6 +642,11 @@ impl DepthWork<'_> {
                             oracles: judge_where_observed.clone(),
                             prior: std::mem::take(&mut priors),
                         },
+                        Some(Enumerated {
+                            ops: self.ops,
+                            depth: chunk.depth,
+                            from: batch_from,
+                        }),
                     );
                     let finished = in_flight
                         .take()
@@ -623,6 +658,7 @@ impl DepthWork<'_> {
                             let prepared = b.prepare_batch_last(
                                 a_started.traces.clone(),
                                 BatchJudging::default(),
+                                None,
                             );
                             Some(b.start_batch_last(prepared)?)
                         }
@@ -638,6 +674,8 @@ impl DepthWork<'_> {
                         finishes: last.then_some(piece),
                     });
                     if let Some(done) = finished {
+                        spare_indices.clear();
+                        spare_indices.extend_from_slice(&done.indices);
                         spare = self.judge_batch(&mut verdicts, &mut tally, done, n, said);
                     }
                 }

@@ -79,24 +79,36 @@ impl Tally {
 
     /// Records violation `v` of trial `index` (`trace`, violated at 1-based `step`) on the
     /// target labelled `target`, unless an earlier trial already represents the same finding.
-    pub fn record(&mut self, trace: &Trace, index: u64, step: usize, target: &str, v: Violation) {
-        let key = FindingKey::new(v.oracle, target, &v.kind, trace.ops[step - 1].name());
+    pub fn record(&mut self, trace: &Trace, index: u64, step: usize, target: &str, v: &Violation) {
+        let op = trace.ops[step - 1].name();
         let depth = trace.ops.len() as u32;
-        if matches!(self.findings.get(&key), Some(old) if (old.depth, old.trial_index) <= (depth, index))
-        {
+        // Most violations a run records are of a finding an earlier trial represents already:
+        // that is found among the oracle's findings (keys sort by oracle first) without
+        // building a key.
+        let first_of_oracle = FindingKey::new(v.oracle, "", "", "");
+        let represented = self
+            .findings
+            .range(first_of_oracle..)
+            .take_while(|(k, _)| k.oracle == v.oracle)
+            .find(|(k, _)| {
+                k.target == target && k.kind == v.kind && k.op == op && k.shape.is_empty()
+            })
+            .is_some_and(|(_, old)| (old.depth, old.trial_index) <= (depth, index));
+        if represented {
             return;
         }
+        let key = FindingKey::new(v.oracle, target, &v.kind, op);
         let f = Finding {
             oracle: v.oracle,
-            kind: v.kind,
+            kind: v.kind.clone(),
             target: target.to_string(),
             depth,
             trial_index: index,
             step,
             seq: v.seq,
             trace: trace.clone(),
-            observed: v.observed,
-            expected: v.expected,
+            observed: v.observed.clone(),
+            expected: v.expected.clone(),
         };
         self.offer(key, f);
     }

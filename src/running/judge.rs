@@ -10,6 +10,7 @@
 //! A decode the target rejects (`rc != 0`) and an op it refuses are observations like any other:
 //! they are findings only when an oracle says so. An unsupported op ends the judged prefix.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
@@ -515,6 +516,9 @@ struct Verdict {
     /// Per tracked oracle (by index), whether it judged the step, and whether it was violated.
     judged: u64,
     violated: u64,
+    /// The violations found on the step so far, by the oracle's index
+    /// ([`VerdictMemo::violation`]).
+    found: Vec<(usize, Violation)>,
 }
 
 impl VerdictMemo {
@@ -551,8 +555,41 @@ impl VerdictMemo {
                 arch,
                 judged,
                 violated,
+                found: Vec::new(),
             },
         );
+    }
+}
+
+impl VerdictMemo {
+    /// The violation of the `k`-th tracked oracle on `obs` after `op`: `check`'s, made the
+    /// first time it is asked for a step whose verdict is remembered, and kept with it (a run
+    /// finds the same violation on a shared step again and again: most trials through it
+    /// record nothing new, and a violation's values cost more to build than to look up).
+    /// `None` when `check` finds none.
+    pub fn violation(
+        &mut self,
+        obs: &Arc<StepObservation>,
+        op: &Op,
+        arch: Arch,
+        k: usize,
+        check: impl FnOnce() -> Option<Violation>,
+    ) -> Option<Cow<'_, Violation>> {
+        if self.get(obs, op, arch).is_none() {
+            return check().map(Cow::Owned);
+        }
+        let verdict = self
+            .verdicts
+            .get_mut(&(Arc::as_ptr(obs) as usize))
+            .expect("looked up above");
+        let at = match verdict.found.iter().position(|(j, _)| *j == k) {
+            Some(at) => at,
+            None => {
+                verdict.found.push((k, check()?));
+                verdict.found.len() - 1
+            }
+        };
+        Some(Cow::Borrowed(&verdict.found[at].1))
     }
 }
 

@@ -55,8 +55,14 @@ fn observe_seq(
 ) -> Result<SeqObservation, HarnessError> {
     let pos_min = target.seq_pos_min(seq)?;
     let pos_max = target.seq_pos_max(seq)?;
-    let bytes = target.seq_state(seq)?;
-    let parsed = PARSED_DUMPS.with(|memo| memo.borrow_mut().positions(&bytes, format));
+    // One buffer per thread for the dumps it observes: their bytes are looked up in the memo
+    // below, and kept there only when new.
+    let mut bytes = DUMP_BUFFER.take();
+    let read = target.seq_state_into(seq, &mut bytes);
+    let parsed =
+        read.map(|()| PARSED_DUMPS.with(|memo| memo.borrow_mut().positions(&bytes, format)));
+    DUMP_BUFFER.set(bytes);
+    let parsed = parsed?;
     let positions = parsed.map_err(|source| HarnessError::State {
         target: target.info().name,
         seq,
@@ -75,6 +81,8 @@ fn observe_seq(
 thread_local! {
     /// This thread's memo of parsed per-sequence dumps ([`ParsedDumps`]).
     static PARSED_DUMPS: RefCell<ParsedDumps> = RefCell::default();
+    /// The buffer this thread reads per-sequence dumps into.
+    static DUMP_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// How many bytes of dumps a [`ParsedDumps`] keeps as keys before it starts afresh.

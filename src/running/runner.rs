@@ -53,14 +53,21 @@ pub trait TrialRunner: Send {
     /// over (a worker runner writes its request here), so that a caller can prepare the next
     /// batch while the previous one runs and hand it over the moment that one is finished.
     /// `judge`: what the runner may judge each completed trial's last step with where it
-    /// observes it ([`BatchJudging`]). By default nothing is prepared and every run keeps its
-    /// steps.
-    fn prepare_batch_last(&mut self, traces: Vec<Trace>, judge: BatchJudging) -> PreparedBatch {
-        let _ = judge;
+    /// observes it ([`BatchJudging`]). `enumerated`: the same traces named as a run of an
+    /// exhaustive enumeration, which a runner may hand over instead of the traces themselves
+    /// ([`Enumerated`]). By default nothing is prepared and every run keeps its steps.
+    fn prepare_batch_last(
+        &mut self,
+        traces: Vec<Trace>,
+        judge: BatchJudging,
+        enumerated: Option<Enumerated<'_>>,
+    ) -> PreparedBatch {
+        let _ = (judge, enumerated);
         PreparedBatch {
             traces,
             request: None,
             judge: BatchJudging::default(),
+            may_corrupt: None,
         }
     }
 
@@ -95,6 +102,10 @@ pub struct PreparedBatch {
     pub(crate) request: Option<Vec<u8>>,
     /// What the runner judges where it observes the trials ([`BatchJudging`]).
     pub(crate) judge: BatchJudging,
+    /// Whether a trace of the batch may corrupt its target's memory (a worker then runs it in
+    /// a child of its own), where that is known for the whole batch at once: an enumerated
+    /// batch's traces are made of its ops and setup only.
+    pub(crate) may_corrupt: Option<bool>,
 }
 
 /// Step oracles a runner may judge a batch's trials with where it observes them (a worker
@@ -133,6 +144,35 @@ impl BatchJudging {
                 false => picked.iter().map(|&i| self.prior[i]).collect(),
             },
         }
+    }
+}
+
+/// A batch's traces named by where they stand in an exhaustive enumeration (the explorer's
+/// odometer): trials `from..from + len` of those with `depth` ops over `ops`, numbered in
+/// lexicographic order (the first op the most significant digit), all of one setup. The batch's
+/// traces are exactly these, in this order: a runner whose target is in another process sends
+/// this instead of the traces themselves (a few numbers instead of an op list per trial), and
+/// the other side makes the same traces from it.
+#[derive(Clone, Copy, Debug)]
+pub struct Enumerated<'a> {
+    /// The domain's ops, in the enumeration's order.
+    pub ops: &'a [Op],
+    /// Ops per trace.
+    pub depth: u32,
+    /// The first trace's number among the traces of `depth` ops.
+    pub from: u64,
+}
+
+/// Trial `number` among the traces of `depth` ops over `n` ops, as op indices into `digits`
+/// (cleared first): the `depth` digits of `number` in base `n`, most significant first. What
+/// [`Enumerated`] names, on either side of a worker's wire.
+pub fn enumerated_indices(n: u64, depth: u32, number: u64, digits: &mut Vec<usize>) {
+    digits.clear();
+    digits.resize(depth as usize, 0);
+    let mut rest = number;
+    for d in digits.iter_mut().rev() {
+        *d = (rest % n) as usize;
+        rest /= n;
     }
 }
 

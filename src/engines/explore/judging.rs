@@ -101,7 +101,7 @@ impl RunOracles {
                 };
                 for oracle in &self.crash {
                     if let Some(v) = oracle.check(&seen) {
-                        tally.record(trace, index, step, &info.label(), v);
+                        tally.record(trace, index, step, &info.label(), &v);
                     }
                 }
             }
@@ -182,7 +182,15 @@ impl RunOracles {
             if violated {
                 now |= 1 << k;
                 if prior & (1 << k) == 0 {
-                    let v = oracle.check(&seen()).unwrap_or_else(|| {
+                    // Alone, the violation found on a shared step is remembered with its
+                    // verdicts: the next trial through it records the same.
+                    let v = match (last, last_b) {
+                        (Some(step), None) => {
+                            verdicts.violation(step, op, arch, k, || oracle.check(&seen()))
+                        }
+                        _ => oracle.check(&seen()).map(std::borrow::Cow::Owned),
+                    };
+                    let v = v.unwrap_or_else(|| {
                         panic!(
                             "oracle {} does not hold but reports no violation",
                             oracle.id()
@@ -195,7 +203,7 @@ impl RunOracles {
                         }
                         _ => info_a.label(),
                     };
-                    tally.record(trace, index, trace.ops.len(), &label, v);
+                    tally.record(trace, index, trace.ops.len(), &label, &v);
                 }
             }
         }

@@ -136,12 +136,18 @@ impl LlamaFaults {
     /// rows (K rows where the cache writes no V) zeroed, every stream and layer. A dump that does
     /// not parse is handed back as it is (the observation that parses it reports why).
     pub fn seq_dump(&self, mut bytes: Vec<u8>, format: StateFormat, memory: MemoryType) -> Vec<u8> {
+        self.seq_dump_in_place(&mut bytes, format, memory);
+        bytes
+    }
+
+    /// [`LlamaFaults::seq_dump`] on bytes in place.
+    pub fn seq_dump_in_place(&self, bytes: &mut [u8], format: StateFormat, memory: MemoryType) {
         if !self.save_drops_rows {
-            return bytes;
+            return;
         }
         let format = StateFormat { memory, ..format };
         let base = bytes.as_ptr() as usize;
-        let ranges: Vec<std::ops::Range<usize>> = match parse_seq_state(&bytes, format) {
+        let ranges: Vec<std::ops::Range<usize>> = match parse_seq_state(bytes, format) {
             Ok(state) => state
                 .caches
                 .first()
@@ -159,7 +165,6 @@ impl LlamaFaults {
         for r in ranges {
             bytes[r].fill(0);
         }
-        bytes
     }
 }
 

@@ -571,9 +571,17 @@ impl CacheUnderTest for LlamaTarget {
     }
 
     fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
-        let r = self.ctx()?.state_seq_get(seq);
-        let bytes = r.map_err(|e| self.harness(format!("{e:#}")))?;
-        Ok(self.faults.seq_dump(bytes, self.format, self.memory))
+        let mut bytes = Vec::new();
+        self.seq_state_into(seq, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    fn seq_state_into(&mut self, seq: SeqId, into: &mut Vec<u8>) -> Result<(), HarnessError> {
+        let r = self.ctx()?.state_seq_get_into(seq, into);
+        r.map_err(|e| self.harness(format!("{e:#}")))?;
+        self.faults
+            .seq_dump_in_place(into, self.format, self.memory);
+        Ok(())
     }
 
     fn last_logits(&mut self) -> Result<Option<Vec<f32>>, HarnessError> {

@@ -493,11 +493,20 @@ impl LlamaContext {
     /// `llama_state_seq_get_data(seq_id)`: the serialized cells of one sequence (format
     /// [`LlamaShim::state_seq_format`]; starts with the magic 0xaf143cd8).
     pub fn state_seq_get(&mut self, seq_id: i32) -> Result<Vec<u8>, ShimError> {
+        let mut buf = Vec::new();
+        self.state_seq_get_into(seq_id, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// [`LlamaContext::state_seq_get`] into `buf` (its bytes replaced; its allocation kept
+    /// where large enough).
+    pub fn state_seq_get_into(&mut self, seq_id: i32, buf: &mut Vec<u8>) -> Result<(), ShimError> {
+        buf.clear();
         // One serialization pass instead of two (size, then data) when a buffer of the largest
         // size seen so far is enough; llama.cpp writes nothing and returns 0 when it is not.
         if self.seq_state_cap > 0 {
             // Not zeroed: llama.cpp writes the bytes it reports, and only those are kept.
-            let mut buf: Vec<u8> = Vec::with_capacity(self.seq_state_cap);
+            buf.reserve(self.seq_state_cap);
             // SAFETY: buf owns capacity() writable bytes, and the shim writes at most that many.
             let n = unsafe {
                 (self.api.state_seq_get)(self.h(), seq_id, buf.as_mut_ptr(), buf.capacity())
@@ -506,13 +515,13 @@ impl LlamaContext {
             if n > 0 && n <= buf.capacity() {
                 // SAFETY: the shim initialized the first n bytes (its return value), n <= capacity.
                 unsafe { buf.set_len(n) };
-                return Ok(buf);
+                return Ok(());
             }
         }
         // SAFETY: live handle; plain integers.
         let size = unsafe { (self.api.state_seq_size)(self.h(), seq_id) };
         let size = self.check("state_seq_size", size)? as usize;
-        let mut buf = vec![0u8; size];
+        buf.resize(size, 0);
         // SAFETY: buf is writable for buf.len() bytes, and the shim writes at most that many.
         let n = unsafe { (self.api.state_seq_get)(self.h(), seq_id, buf.as_mut_ptr(), buf.len()) };
         let n = self.check("state_seq_get", n)? as usize;
@@ -524,7 +533,7 @@ impl LlamaContext {
         }
         buf.truncate(n);
         self.seq_state_cap = self.seq_state_cap.max(size);
-        Ok(buf)
+        Ok(())
     }
 
     /// `llama_state_get_data`: the whole context state (all sequences, outputs, ...).

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::wire::{
     parse_reply_frame_shared, read_frame_limited, whole_frame_buffered, FrameRead, Reply,
-    StepCache, WireError, DIED_MARKER, MAX_REPLY_FRAME_BYTES, REPLY_GROUP,
+    StepCache, WireError, DIED_MARKER, MAX_REPLY_FRAME_BYTES,
 };
 use crate::targets::llama::sys;
 
@@ -72,7 +72,7 @@ impl Worker {
             loop {
                 // A group's replies without growing the vector (each growth was a fresh
                 // allocation of the reader's, for every group).
-                let mut group = Vec::with_capacity(REPLY_GROUP);
+                let mut group = Vec::with_capacity(64);
                 loop {
                     match read_frame_limited(&mut reader, &mut frame, MAX_REPLY_FRAME_BYTES) {
                         Ok(FrameRead::Frame) => {

@@ -18,7 +18,10 @@
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-use super::wire::{read_request, write_reply, Reply, ReplyWriter, Request, DIED_MARKER};
+use super::wire::{
+    read_request, write_reply, FillScratch, Reply, ReplyWriter, Request, DIED_MARKER,
+    REPLY_FLUSH_AFTER,
+};
 use crate::base::cache::{
     Allocation, CacheUnderTest, CodeCoverage, Dump, DumpSize, HarnessError, Observation, Observe,
     OpOutcome, TargetInfo,
@@ -89,6 +92,9 @@ impl CacheUnderTest for Stepped {
     }
     fn seq_state(&mut self, seq: i32) -> Result<Vec<u8>, HarnessError> {
         self.target.seq_state(seq)
+    }
+    fn seq_state_into(&mut self, seq: i32, into: &mut Vec<u8>) -> Result<(), HarnessError> {
+        self.target.seq_state_into(seq, into)
     }
     fn last_logits(&mut self) -> Result<Option<Vec<f32>>, HarnessError> {
         self.target.last_logits()
@@ -351,6 +357,17 @@ fn judged_here(
     (verdicts.violated & !prior == 0).then_some(verdicts)
 }
 
+/// Writes the reply for a run of trials judged alike, if any (false: the parent is gone).
+fn write_judged_run(
+    replies: &mut ReplyWriter,
+    out: &mut impl Write,
+    run: Option<(StepVerdicts, u32)>,
+) -> bool {
+    run.map_or(true, |(v, count)| {
+        replies.write(out, &Reply::Judged(v, count), false)
+    })
+}
+
 /// Runs one request's trials, each run with the points of code its ops reached when `cov` records
 /// them (0: done; 3: a harness error, already reported as `Reply::Error`).
 fn run_request(
@@ -370,8 +387,12 @@ fn run_request(
             return 3;
         }
     };
+    let mut scratch = FillScratch::default();
+    // The verdicts of the trials judged alike since the last reply written, and how many.
+    let mut judged_run: Option<(StepVerdicts, u32)> = None;
+    let mut last_flush = std::time::Instant::now();
     for trial in 0..n {
-        req.fill(trial, trace);
+        req.fill(trial, trace, &mut scratch);
         sys::set_current_trial(trial);
         runner.set_skipped(&req.skipped);
         let result = if req.last_only {
@@ -391,7 +412,7 @@ fn run_request(
         let (reply, failed) = match result {
             Ok(run) if code.is_none() => {
                 match judged_here(&judges, req.last_only, trace, req.prior(trial), &run) {
-                    Some(verdicts) => (Reply::Judged(verdicts), false),
+                    Some(verdicts) => (Reply::Judged(verdicts, 1), false),
                     None => (Reply::Run(run), false),
                 }
             }
@@ -401,9 +422,38 @@ fn run_request(
             }
             Err(e) => (Reply::Error(e.to_string()), true),
         };
-        let flush =
-            failed || req.flush_each || (trial + 1) % req.reply_group() == 0 || trial + 1 == n;
-        if !replies.write(out, &reply, flush) || failed {
+        // (The clock is read every 16 trials, not after each.)
+        let late = trial % 16 == 15 && last_flush.elapsed() >= REPLY_FLUSH_AFTER;
+        let flush = failed
+            || req.flush_each
+            || late
+            || (trial + 1) % req.reply_group() == 0
+            || trial + 1 == n;
+        // Consecutive trials judged alike go as one reply, written before anything else and
+        // at every flush: what reaches the parent, and when, is what single replies gave.
+        let written = match reply {
+            Reply::Judged(v, 1) => match &mut judged_run {
+                Some((held, count)) if *held == v => {
+                    *count += 1;
+                    true
+                }
+                _ => {
+                    let ok = write_judged_run(replies, out, judged_run.take());
+                    judged_run = Some((v, 1));
+                    ok
+                }
+            },
+            reply => {
+                write_judged_run(replies, out, judged_run.take())
+                    && replies.write(out, &reply, false)
+            }
+        };
+        if flush {
+            last_flush = std::time::Instant::now();
+        }
+        let flushed =
+            !flush || (write_judged_run(replies, out, judged_run.take()) && out.flush().is_ok());
+        if !written || !flushed || failed {
             return 3;
         }
     }

@@ -1,10 +1,15 @@
 //! The worker's wire: one JSON line per request on the worker's stdin, one binary frame per
 //! reply on its stdout, and the marker lines on its stderr.
 //!
+//! A request holds its traces as indices into the distinct setups and ops it lists, or, for an
+//! explorer's batch, as their place in the exhaustive enumeration (the domain's ops, the depth,
+//! the first trial's number and the count: `Odometer`), from which the worker makes the same
+//! traces.
+//!
 //! A reply frame (version [`REPLY_WIRE_VERSION`]) is its length (u32, little-endian, of what
 //! follows), the version (u16), a kind byte (ready, run, judged, error, died, retired) and the
-//! body: a trial's verdicts when the request judges in the worker and the trial violates
-//! nothing afresh (two u64 bit sets), else its run as counts and little-endian integers (each
+//! body: the verdicts of consecutive trials judged alike when the request judges in the worker
+//! and they violate nothing afresh (two u64 bit sets and a u32 count), else a trial's run as counts and little-endian integers (each
 //! step's outcome, per sequence its accessors and cells, the whole dump's cells, the round
 //! trip, the cells before the op), with the rare parts (a refusal's reason, a crash, the
 //! probes, the target's info) as length-prefixed JSON. Both sides check the version: a frame of another is
@@ -37,7 +42,9 @@ use crate::base::state::WholeCell;
 use crate::base::word_hash::BuildWordHasher;
 use crate::oracles::{Oracle, Registry};
 use crate::running::runner::StepVerdicts;
-use crate::running::runner::{BatchJudging, Skipped, TrialEnd, TrialRun};
+use crate::running::runner::{
+    enumerated_indices, BatchJudging, Enumerated, Skipped, TrialEnd, TrialRun,
+};
 pub use crate::targets::llama::error::WireError;
 
 /// The longest request line the worker reads: 256 MiB. A request holds each distinct setup and
@@ -46,12 +53,17 @@ pub use crate::targets::llama::error::WireError;
 /// kvaudit wrote.
 pub const MAX_REQUEST_LINE_BYTES: usize = 256 << 20;
 
-/// The worker flushes its replies every this many trials: one write per trial costs more than
-/// the trial, and after a crash at most this many traces run twice. (Each flush wakes the
-/// parent's reader and the thread waiting for the batch: 64 cost the parent a wake-up pair per
-/// millisecond of a worker; 256 frames of a basic observation, a hundred bytes or so each,
-/// still fit in the worker's 64 KiB output buffer and the pipe.)
-pub(super) const REPLY_GROUP: usize = 256;
+/// The worker flushes its replies every this many trials, or once [`REPLY_FLUSH_AFTER`] has
+/// passed since its last flush: one write per trial costs more than the trial, and after a
+/// crash at most this many traces run twice. Each flush wakes the parent's reader and the
+/// thread waiting for the batch (64 cost the parent a wake-up pair per millisecond of a
+/// worker); trials judged alike in a row travel as one reply, so a batch of a clean audit's
+/// (2,048 traces) is a few frames and one flush: the parent's reader wakes once per batch.
+pub(super) const REPLY_GROUP: usize = 2048;
+
+/// The longest the worker holds replies before it flushes them (see [`REPLY_GROUP`]): a slow
+/// target's group would otherwise keep the parent waiting long enough to take it for a hang.
+pub(super) const REPLY_FLUSH_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The flush group once a child of the worker has died: a child that dies takes its unflushed
 /// replies with it and the parent runs their traces again, up to a whole group per death. A
@@ -77,6 +89,10 @@ pub struct Request {
     ops: Vec<Op>,
     /// Per trace: its setup's index and its ops' indices.
     traces: Vec<(u32, Vec<u32>)>,
+    /// The traces as a run of an exhaustive enumeration over `ops` instead (`traces` is then
+    /// empty): what the parent's explorer enumerates, sent as five numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    odometer: Option<Odometer>,
     /// Observe after the last op only (see `TrialRunner::run_batch_last`).
     #[serde(default)]
     pub(super) last_only: bool,
@@ -107,6 +123,32 @@ pub struct Request {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) prior: Vec<u64>,
 }
+
+/// What [`Request::fill`] keeps between the fills of one request: the op indices of the
+/// enumerated trace the filled trace holds (empty: not known), and room for the next's.
+#[derive(Default)]
+pub(super) struct FillScratch {
+    held: Vec<usize>,
+    next: Vec<usize>,
+}
+
+/// A request's traces as a run of an exhaustive enumeration (`runner::Enumerated`): trials
+/// `from..from + len` of those with `depth` ops over the request's ops, in lexicographic
+/// order, all of setup `setup`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Odometer {
+    setup: u32,
+    depth: u32,
+    from: u64,
+    len: u32,
+}
+
+/// The most traces an enumerated request holds (a larger batch is sent trace by trace): a
+/// request that decodes can then be filled whole quickly (the fuzz target does).
+pub(super) const MAX_ENUMERATED_TRACES: usize = 1 << 16;
+
+/// The longest trace an enumerated request holds.
+const MAX_ENUMERATED_DEPTH: u32 = 64;
 
 fn is_false(b: &bool) -> bool {
     !*b
@@ -151,6 +193,7 @@ impl Request {
             setups,
             ops,
             traces: indexed,
+            odometer: None,
             last_only,
             flush_each,
             group: None,
@@ -159,6 +202,29 @@ impl Request {
             judge: Vec::new(),
             prior: Vec::new(),
         }
+    }
+
+    /// The request for the `len` traces of setup `setup` that `run` names (`None`: more than
+    /// [`MAX_ENUMERATED_TRACES`], or none, or an enumeration deeper than this wire carries).
+    pub(super) fn enumerated(
+        setup: &Setup,
+        run: Enumerated<'_>,
+        len: usize,
+        last_only: bool,
+    ) -> Option<Request> {
+        if len == 0 || len > MAX_ENUMERATED_TRACES || run.depth > MAX_ENUMERATED_DEPTH {
+            return None;
+        }
+        let mut req = Request::new(&[], last_only, false);
+        req.setups = vec![setup.clone()];
+        req.ops = run.ops.to_vec();
+        req.odometer = Some(Odometer {
+            setup: 0,
+            depth: run.depth,
+            from: run.from,
+            len: len as u32,
+        });
+        Some(req)
     }
 
     /// This request, its trials' last steps judged in the worker as `judging` says (bit k of
@@ -235,12 +301,42 @@ impl Request {
     /// judge with that the worker does not have.
     fn validate(&self) -> Result<(), WireError> {
         self.judges()?;
-        if !self.prior.is_empty() && self.prior.len() != self.traces.len() {
+        if !self.prior.is_empty() && self.prior.len() != self.len() {
             return Err(WireError::Invalid(format!(
                 "prior bits for {} traces, the request holds {}",
                 self.prior.len(),
-                self.traces.len()
+                self.len()
             )));
+        }
+        if let Some(o) = &self.odometer {
+            let n = self.ops.len() as u64;
+            let space = n.checked_pow(o.depth);
+            let end = o.from.checked_add(u64::from(o.len));
+            let why = if !self.traces.is_empty() {
+                Some("an enumerated request lists no traces".to_string())
+            } else if o.setup as usize >= self.setups.len() {
+                Some(format!("no setup {}", o.setup))
+            } else if n == 0 {
+                Some("no ops to enumerate".to_string())
+            } else if o.depth == 0 || o.depth > MAX_ENUMERATED_DEPTH {
+                Some(format!("depth {} (1 to {MAX_ENUMERATED_DEPTH})", o.depth))
+            } else if o.len as usize > MAX_ENUMERATED_TRACES {
+                Some(format!(
+                    "{} traces (at most {MAX_ENUMERATED_TRACES})",
+                    o.len
+                ))
+            } else if end.is_none() || matches!((space, end), (Some(s), Some(e)) if e > s) {
+                Some(format!(
+                    "traces {}..+{} of an enumeration that holds {space:?}",
+                    o.from, o.len
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(WireError::Invalid(format!("enumerated request: {why}")));
+            }
+            return Ok(());
         }
         for (i, (si, oi)) in self.traces.iter().enumerate() {
             if *si as usize >= self.setups.len() {
@@ -255,25 +351,57 @@ impl Request {
 
     /// Number of traces.
     pub(super) fn len(&self) -> usize {
-        self.traces.len()
+        match &self.odometer {
+            Some(o) => o.len as usize,
+            None => self.traces.len(),
+        }
     }
 
     /// The setup of the first trace, if any (the fork server warms up with it).
     pub(super) fn first_setup(&self) -> Option<&Setup> {
-        let &(si, _) = self.traces.first()?;
+        let si = match &self.odometer {
+            Some(o) => (o.len > 0).then_some(o.setup)?,
+            None => self.traces.first()?.0,
+        };
         self.setups.get(si as usize)
     }
 
     /// Makes `into` trace `i` of a validated request, reusing its buffers (this runs once per
-    /// trial).
-    pub(super) fn fill(&self, i: usize, into: &mut Trace) {
-        let (si, oi) = &self.traces[i];
-        let setup = &self.setups[*si as usize];
+    /// trial); `scratch` is this request's (made for it, then passed to each fill): it knows
+    /// which enumerated trace `into` holds.
+    pub(super) fn fill(&self, i: usize, into: &mut Trace, scratch: &mut FillScratch) {
+        let si = match &self.odometer {
+            Some(o) => o.setup,
+            None => self.traces[i].0,
+        };
+        let setup = &self.setups[si as usize];
         if into.setup != *setup {
             into.setup = setup.clone();
         }
         // Consecutive traces share most of their ops: those in place are kept.
-        into.refill_ops(oi.iter().map(|&k| &self.ops[k as usize]));
+        match &self.odometer {
+            Some(o) => {
+                let n = self.ops.len() as u64;
+                let FillScratch { held, next } = scratch;
+                enumerated_indices(n, o.depth, o.from + i as u64, next);
+                if held.len() == next.len() && into.ops.len() == next.len() {
+                    // `into` holds the trace of `held`: only the ops whose index changed are
+                    // copied (an odometer turns the last one), none compared.
+                    for ((op, &h), &k) in into.ops.iter_mut().zip(held.iter()).zip(next.iter()) {
+                        if h != k {
+                            op.clone_from(&self.ops[k]);
+                        }
+                    }
+                } else {
+                    into.refill_ops(next.iter().map(|&k| &self.ops[k]));
+                }
+                std::mem::swap(held, next);
+            }
+            None => {
+                scratch.held.clear();
+                into.refill_ops(self.traces[i].1.iter().map(|&k| &self.ops[k as usize]));
+            }
+        }
     }
 }
 
@@ -285,9 +413,10 @@ pub enum Reply {
     Ready(TargetInfo),
     /// One trial's run.
     Run(TrialRun),
-    /// One trial's verdicts, judged in the worker ([`Request::judge`]), none violated afresh;
-    /// the parent makes it a [`TrialRun::judged`].
-    Judged(StepVerdicts),
+    /// The verdicts of this many consecutive trials (at least one), the same for each, judged
+    /// in the worker ([`Request::judge`]), none violated afresh; the parent makes each a
+    /// [`TrialRun::judged`]. (Most trials of an audit end clean: one frame for a run of them.)
+    Judged(StepVerdicts, u32),
     /// A harness error; the worker ends after it.
     Error(String),
     /// The fork server's child running the request died; its raw `waitpid` status. The server
@@ -304,7 +433,7 @@ impl Reply {
         match self {
             Reply::Ready(_) => "ready",
             Reply::Run(_) => "run",
-            Reply::Judged(_) => "judged",
+            Reply::Judged(..) => "judged",
             Reply::Error(_) => "error",
             Reply::Died(_) => "died",
             Reply::Retired => "retired",
@@ -509,8 +638,9 @@ pub fn fuzz_worker_wire(data: &[u8]) {
             setup: Setup::default(),
             ops: Vec::new(),
         };
+        let mut scratch = FillScratch::default();
         for i in 0..req.len() {
-            req.fill(i, &mut trace);
+            req.fill(i, &mut trace, &mut scratch);
         }
         let _ = req.first_setup();
     }

@@ -20,8 +20,9 @@ use super::*;
 /// The reply wire's version, the second field of every reply frame's header; both sides check
 /// it (the JSON-lines replies before it were version 1; 3 added the dumps' sizes to a step, 4 a
 /// sequence's third part, the hybrid-iSWA's recurrent states, 6 each step's length before it,
-/// 7 the judged kind). Change it with any change of the layout below.
-pub const REPLY_WIRE_VERSION: u16 = 7;
+/// 7 the judged kind, 8 its count of consecutive trials). Change it with any change of the
+/// layout below.
+pub const REPLY_WIRE_VERSION: u16 = 8;
 
 /// The longest reply frame the parent reads: 64 MiB. A frame is one trial's observations: per
 /// step and sequence, its positions and cells (4 bytes per cell), so a trial of hundreds of
@@ -90,10 +91,11 @@ pub(super) fn encode_reply(reply: &Reply, frame: &mut Vec<u8>) -> Result<(), ser
             e.i32(*raw);
         }
         Reply::Retired => e.u8(KIND_RETIRED),
-        Reply::Judged(StepVerdicts { judged, violated }) => {
+        Reply::Judged(StepVerdicts { judged, violated }, count) => {
             e.u8(KIND_JUDGED);
             e.0.extend_from_slice(&judged.to_le_bytes());
             e.0.extend_from_slice(&violated.to_le_bytes());
+            e.u32(*count);
         }
     }
     let len = (frame.len() - 4) as u32;
@@ -486,10 +488,16 @@ impl<'a> Decoder<'a, '_> {
             }
             KIND_DIED => Reply::Died(self.i32()?),
             KIND_RETIRED => Reply::Retired,
-            KIND_JUDGED => Reply::Judged(StepVerdicts {
-                judged: self.u64()?,
-                violated: self.u64()?,
-            }),
+            KIND_JUDGED => {
+                let verdicts = StepVerdicts {
+                    judged: self.u64()?,
+                    violated: self.u64()?,
+                };
+                match self.u32()? {
+                    0 => return Err("a judged reply for no trial".into()),
+                    count => Reply::Judged(verdicts, count),
+                }
+            }
             k => return Err(format!("reply kind {k}")),
         })
     }

@@ -51,10 +51,13 @@ fn the_fuzz_seeds_are_real_lines() {
         ("gen-reply-died", frame(&Reply::Died(134))),
         (
             "gen-reply-judged",
-            frame(&Reply::Judged(StepVerdicts {
-                judged: 0b101,
-                violated: 0b100,
-            })),
+            frame(&Reply::Judged(
+                StepVerdicts {
+                    judged: 0b101,
+                    violated: 0b100,
+                },
+                3,
+            )),
         ),
         (
             "gen-request-judging",
@@ -68,6 +71,21 @@ fn the_fuzz_seeds_are_real_lines() {
         (
             "gen-reply-error",
             frame(&Reply::Error("bad request".into())),
+        ),
+        (
+            "gen-request-enumerated",
+            Request::enumerated(
+                &d.setup,
+                Enumerated {
+                    ops: &ops,
+                    depth: 2,
+                    from: 60,
+                },
+                6,
+                true,
+            )
+            .unwrap()
+            .to_line(),
         ),
     ];
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/worker_wire");
@@ -116,11 +134,11 @@ fn requests_carry_each_setup_and_op_once_and_give_the_traces_back() {
     // In order (as the worker fills them), in reverse, and each from an empty trace: the ops
     // kept in place from the trace before are the right ones.
     for (i, t) in traces.iter().enumerate() {
-        back.fill(i, &mut into);
+        back.fill(i, &mut into, &mut FillScratch::default());
         assert_eq!(&into, t, "trace {i}");
     }
     for (i, t) in traces.iter().enumerate().rev() {
-        back.fill(i, &mut into);
+        back.fill(i, &mut into, &mut FillScratch::default());
         assert_eq!(&into, t, "trace {i}, back to front");
     }
     for (i, t) in traces.iter().enumerate() {
@@ -128,7 +146,7 @@ fn requests_carry_each_setup_and_op_once_and_give_the_traces_back() {
             setup: Setup::default(),
             ops: vec![],
         };
-        back.fill(i, &mut fresh);
+        back.fill(i, &mut fresh, &mut FillScratch::default());
         assert_eq!(&fresh, t, "trace {i}, from nothing");
     }
     let mut bad = back;
@@ -136,6 +154,85 @@ fn requests_carry_each_setup_and_op_once_and_give_the_traces_back() {
     let err = parse_request_line(&bad.to_line()).unwrap_err();
     assert!(matches!(err, WireError::Invalid(_)), "{err:?}");
     assert!(err.to_string().contains("no op 999"), "{err}");
+}
+
+/// An enumerated request (an explorer's batch as its place in the enumeration) makes the
+/// traces the explorer enumerates, in order, across the first ops' chunks, filled into one
+/// trace as the worker fills them and each from nothing; a run that leaves the enumeration, or
+/// names a depth, op or setup the request lacks, is invalid.
+#[test]
+fn an_enumerated_request_makes_the_enumerated_traces() {
+    let d = crate::base::domain::Domain::preset("seed").unwrap();
+    let ops = d.ops();
+    let n = ops.len();
+    for (depth, from, len) in [(1, 0, n), (2, 3, 2 * n + 5), (3, n as u64 * 7 - 2, 3 * n)] {
+        let expected: Vec<Trace> = (from..from + len as u64)
+            .map(|number| {
+                let mut digits = Vec::new();
+                let mut rest = number;
+                for _ in 0..depth {
+                    digits.push((rest % n as u64) as usize);
+                    rest /= n as u64;
+                }
+                Trace {
+                    setup: d.setup.clone(),
+                    ops: digits.iter().rev().map(|&k| ops[k].clone()).collect(),
+                }
+            })
+            .collect();
+        let run = Enumerated {
+            ops: &ops,
+            depth,
+            from,
+        };
+        let req = Request::enumerated(&d.setup, run, len, true).unwrap();
+        let back = parse_request_line(&req.to_line()).unwrap();
+        assert_eq!(back.len(), len);
+        assert_eq!(back.first_setup(), Some(&d.setup));
+        let mut into = Trace {
+            setup: Setup::default(),
+            ops: vec![],
+        };
+        let mut scratch = FillScratch::default();
+        for (i, t) in expected.iter().enumerate() {
+            back.fill(i, &mut into, &mut scratch);
+            assert_eq!(&into, t, "depth {depth}, trace {i}");
+            let mut fresh = Trace {
+                setup: Setup::default(),
+                ops: vec![],
+            };
+            back.fill(i, &mut fresh, &mut FillScratch::default());
+            assert_eq!(&fresh, t, "depth {depth}, trace {i} from nothing");
+        }
+    }
+    // Too many traces, or none: sent trace by trace instead.
+    let run = Enumerated {
+        ops: &ops,
+        depth: 2,
+        from: 0,
+    };
+    assert!(Request::enumerated(&d.setup, run, MAX_ENUMERATED_TRACES + 1, true).is_none());
+    assert!(Request::enumerated(&d.setup, run, 0, true).is_none());
+    // Invalid runs, as a worker reads them.
+    let invalid = |edit: &dyn Fn(&mut Odometer), why: &str| {
+        let mut req = Request::enumerated(&d.setup, run, 10, true).unwrap();
+        edit(req.odometer.as_mut().unwrap());
+        let err = parse_request_line(&req.to_line()).unwrap_err();
+        assert!(matches!(err, WireError::Invalid(_)), "{why}: {err:?}");
+        assert!(err.to_string().contains(why), "{why}: {err}");
+    };
+    invalid(
+        &|o| o.from = (n * n - 5) as u64,
+        "of an enumeration that holds",
+    );
+    invalid(&|o| o.depth = 0, "depth 0");
+    invalid(&|o| o.depth = MAX_ENUMERATED_DEPTH + 1, "depth 65");
+    invalid(&|o| o.setup = 1, "no setup 1");
+    invalid(&|o| o.from = u64::MAX - 3, "of an enumeration that holds");
+    let mut listed = Request::enumerated(&d.setup, run, 10, true).unwrap();
+    listed.traces.push((0, vec![0]));
+    let err = parse_request_line(&listed.to_line()).unwrap_err();
+    assert!(err.to_string().contains("lists no traces"), "{err}");
 }
 
 #[test]
@@ -243,11 +340,17 @@ fn runs_survive_the_wire_form() {
         }
     }
     // A trial judged in the worker: its verdict bits, all 64 of each.
-    for (judged, violated) in [(0, 0), (1, 0), (u64::MAX, 1 << 63)] {
+    // A run of trials judged alike: their verdict bits, all 64 of each, and how many.
+    for (judged, violated, count) in [(0, 0, 1), (1, 0, 256), (u64::MAX, 1 << 63, u32::MAX)] {
         let v = StepVerdicts { judged, violated };
-        encode_reply(&Reply::Judged(v), &mut frame).unwrap();
-        assert!(matches!(parse_reply_frame(&frame), Ok(Reply::Judged(back)) if back == v));
+        encode_reply(&Reply::Judged(v, count), &mut frame).unwrap();
+        assert!(
+            matches!(parse_reply_frame(&frame), Ok(Reply::Judged(back, n)) if back == v && n == count)
+        );
     }
+    // A judged reply for no trial is not a reply.
+    encode_reply(&Reply::Judged(StepVerdicts::default(), 0), &mut frame).unwrap();
+    assert!(parse_reply_frame(&frame).is_err());
 }
 
 /// A request names the oracles the worker judges with and each trace's prior bits; an oracle
