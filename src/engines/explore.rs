@@ -525,13 +525,14 @@ struct DepthWork<'a> {
     judges: &'a RunOracles,
 }
 
-/// A batch out at the runners, with each trace's index within its depth, and the piece of
-/// work it finishes, if it is that piece's last batch.
+/// A batch out at the runners, with each trace's index within its depth, and the pieces of
+/// work it finishes (those whose last batch it is), each with the number of the batch's
+/// traces up to its end.
 struct InFlight {
     indices: Vec<u64>,
     a: StartedBatch,
     b: Option<StartedBatch>,
-    finishes: Option<Work>,
+    finishes: Vec<(usize, Work)>,
 }
 
 impl DepthWork<'_> {
@@ -571,6 +572,13 @@ impl DepthWork<'_> {
         let mut spare_indices: Vec<u64> = Vec::new();
         let mut held = Vec::new();
         let mut wanted = Vec::new();
+        // The number within the depth of the batch's first trace (see `Enumerated`).
+        let mut batch_from = 0;
+        // The pieces the batch being built finishes, each with the batch's length at its end.
+        let mut batch_pieces: Vec<(usize, Work)> = Vec::new();
+        // A piece taken to continue the batch being built that did not start where it ended:
+        // the next one to run.
+        let mut claimed: Option<Work> = None;
         'pieces: loop {
             while self.hold.load(Ordering::SeqCst) && !self.stopping() {
                 std::thread::sleep(Duration::from_millis(1));
@@ -578,9 +586,15 @@ impl DepthWork<'_> {
             if self.stopping() {
                 return Ok(());
             }
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(&piece) = self.work.get(i) else {
-                break;
+            let piece = match claimed.take() {
+                Some(piece) => piece,
+                None => {
+                    let i = self.next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&piece) = self.work.get(i) else {
+                        break;
+                    };
+                    piece
+                }
             };
             let chunk = piece.chunk;
             let mut digits = vec![0usize; chunk.depth as usize - 1];
@@ -590,8 +604,6 @@ impl DepthWork<'_> {
                 rest /= n;
             }
             let first_in_depth = chunk.base_in_depth(n) + piece.from;
-            // The number within the depth of the batch's first trace (see `Enumerated`).
-            let mut batch_from = first_in_depth;
             for (k, in_depth) in (first_in_depth..first_in_depth + piece.len).enumerate() {
                 if batch.is_empty() {
                     batch_from = in_depth;
@@ -626,7 +638,32 @@ impl DepthWork<'_> {
                 }
                 odometer(&mut digits, self.ops.len());
                 let last = k as u64 + 1 == piece.len;
-                if batch.len() == self.cfg.batch || last {
+                if last {
+                    batch_pieces.push((batch.len(), piece));
+                }
+                let full = batch.len() == self.cfg.batch;
+                if !full && !last {
+                    continue;
+                }
+                // A short piece (a shallow depth's chunks hold a few trials each) does not go
+                // alone: the batch goes on with the next piece when that one starts where this
+                // one ends, up to an eighth of a batch (each request's round trip cost about as
+                // much as the depth-2 trials of a chunk; the eighth leaves every thread some).
+                if !full
+                    && batch.len() < self.cfg.batch.div_ceil(8)
+                    && !self.hold.load(Ordering::SeqCst)
+                {
+                    let i = self.next.fetch_add(1, Ordering::Relaxed);
+                    if let Some(&next) = self.work.get(i) {
+                        claimed = Some(next);
+                        let adjacent = next.chunk.depth == chunk.depth
+                            && next.chunk.base_in_depth(n) + next.from == in_depth + 1;
+                        if adjacent {
+                            continue 'pieces;
+                        }
+                    }
+                }
+                {
                     if self.stopping() {
                         break 'pieces;
                     }
@@ -671,7 +708,7 @@ impl DepthWork<'_> {
                         ),
                         a: a_started,
                         b: b_started,
-                        finishes: last.then_some(piece),
+                        finishes: std::mem::take(&mut batch_pieces),
                     });
                     if let Some(done) = finished {
                         spare_indices.clear();
@@ -726,7 +763,7 @@ impl DepthWork<'_> {
     }
 
     /// Judges a finished batch into `tally`, marks this depth's "ever violated" bits, and
-    /// hands the tally on when the batch finishes its piece of work.
+    /// hands the tally on at the end of each piece of work the batch finishes.
     fn judge_batch(
         &self,
         verdicts: &mut VerdictMemo,
@@ -735,6 +772,7 @@ impl DepthWork<'_> {
         n: u64,
         said: &mpsc::Sender<Said>,
     ) -> Vec<Trace> {
+        let mut finishes = done.finishes.iter().peekable();
         for (j, trace) in done.traces.iter().enumerate() {
             let index = done.indices[j];
             let depth = trace.ops.len() as u64;
@@ -764,13 +802,13 @@ impl DepthWork<'_> {
                     }
                 }
             }
+            while let Some(&(_, work)) = finishes.next_if(|(end, _)| *end == j + 1) {
+                let tally = std::mem::take(tally);
+                let _ = said.send(Said::Finished { work, tally });
+            }
         }
         self.done
             .fetch_add(done.traces.len() as u64, Ordering::Relaxed);
-        if let Some(work) = done.finishes {
-            let tally = std::mem::take(tally);
-            let _ = said.send(Said::Finished { work, tally });
-        }
         done.traces
     }
 }
@@ -781,7 +819,7 @@ struct FinishedBatch {
     traces: Vec<Trace>,
     ra: Vec<TrialRun>,
     rb: Option<Vec<TrialRun>>,
-    finishes: Option<Work>,
+    finishes: Vec<(usize, Work)>,
 }
 
 /// Advances `digits` (most significant first) in base `n`; false when it wraps around.
