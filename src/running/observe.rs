@@ -28,10 +28,35 @@ pub fn observe(
     seqs: &[SeqId],
     outcome: OpOutcome,
 ) -> Result<StepObservation, HarnessError> {
+    observe_reusing(target, format, seqs, outcome, None)
+}
+
+/// [`observe`] into `spare`, an observation no one holds any more, where there is one: its
+/// buffers are filled again (a worker's trial judged where it was observed leaves its
+/// observation to the next trial, whose parts are then not allocated and freed again). Every
+/// field but the sequences' buffers is made anew.
+pub fn observe_reusing(
+    target: &mut dyn CacheUnderTest,
+    format: StateFormat,
+    seqs: &[SeqId],
+    outcome: OpOutcome,
+    spare: Option<StepObservation>,
+) -> Result<StepObservation, HarnessError> {
     target.observing(Some(Observation::Sequences));
-    let mut out = Vec::with_capacity(seqs.len());
-    for &seq in seqs {
-        out.push(observe_seq(target, format, seq)?);
+    let mut out = spare.map_or_else(|| Vec::with_capacity(seqs.len()), |s| s.seqs);
+    out.truncate(seqs.len());
+    for (i, &seq) in seqs.iter().enumerate() {
+        if i == out.len() {
+            out.push(SeqObservation {
+                seq,
+                pos_min: -1,
+                pos_max: -1,
+                cells: Vec::new(),
+                second_cells: None,
+                third_cells: None,
+            });
+        }
+        observe_seq_into(target, format, seq, &mut out[i])?;
     }
     Ok(StepObservation::basic(outcome, out))
 }
@@ -53,28 +78,47 @@ fn observe_seq(
     format: StateFormat,
     seq: SeqId,
 ) -> Result<SeqObservation, HarnessError> {
-    let pos_min = target.seq_pos_min(seq)?;
-    let pos_max = target.seq_pos_max(seq)?;
+    let mut out = SeqObservation {
+        seq,
+        pos_min: -1,
+        pos_max: -1,
+        cells: Vec::new(),
+        second_cells: None,
+        third_cells: None,
+    };
+    observe_seq_into(target, format, seq, &mut out)?;
+    Ok(out)
+}
+
+/// Observes `seq` into `out`, every field of it written (its buffers kept where large enough).
+fn observe_seq_into(
+    target: &mut dyn CacheUnderTest,
+    format: StateFormat,
+    seq: SeqId,
+    out: &mut SeqObservation,
+) -> Result<(), HarnessError> {
+    out.seq = seq;
+    out.pos_min = target.seq_pos_min(seq)?;
+    out.pos_max = target.seq_pos_max(seq)?;
     // One buffer per thread for the dumps it observes: their bytes are looked up in the memo
     // below, and kept there only when new.
     let mut bytes = DUMP_BUFFER.take();
     let read = target.seq_state_into(seq, &mut bytes);
-    let parsed =
-        read.map(|()| PARSED_DUMPS.with(|memo| memo.borrow_mut().positions(&bytes, format)));
+    let parsed = read.map(|()| {
+        PARSED_DUMPS.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            let p = memo.positions(&bytes, format)?;
+            out.cells.clone_from(&p.cells);
+            out.second_cells.clone_from(&p.second);
+            out.third_cells.clone_from(&p.third);
+            Ok(())
+        })
+    });
     DUMP_BUFFER.set(bytes);
-    let parsed = parsed?;
-    let positions = parsed.map_err(|source| HarnessError::State {
+    parsed?.map_err(|source| HarnessError::State {
         target: target.info().name,
         seq,
         source,
-    })?;
-    Ok(SeqObservation {
-        seq,
-        pos_min,
-        pos_max,
-        cells: positions.cells,
-        second_cells: positions.second,
-        third_cells: positions.third,
     })
 }
 
@@ -142,21 +186,19 @@ impl ParsedDumps {
         &mut self,
         bytes: &[u8],
         format: StateFormat,
-    ) -> Result<DumpPositions, ParseError> {
+    ) -> Result<&DumpPositions, ParseError> {
         if self.format != Some(format) {
             self.positions.clear();
             self.held = 0;
             self.format = Some(format);
         }
         let hash = dump_hash(bytes);
-        let known = self.positions.get(&hash).and_then(|same_hash| {
-            same_hash
-                .iter()
-                .find(|(b, _)| **b == *bytes)
-                .map(|(_, p)| p.clone())
-        });
-        if let Some(known) = known {
-            return Ok(known);
+        let known = self
+            .positions
+            .get(&hash)
+            .and_then(|same_hash| same_hash.iter().position(|(b, _)| **b == *bytes));
+        if let Some(at) = known {
+            return Ok(&self.positions[&hash][at].1);
         }
         let parsed = parse_seq_state(bytes, format)?;
         let positions = DumpPositions {
@@ -170,8 +212,8 @@ impl ParsedDumps {
         }
         self.held += bytes.len();
         let same_hash = self.positions.entry(hash).or_default();
-        same_hash.push((bytes.into(), positions.clone()));
-        Ok(positions)
+        same_hash.push((bytes.into(), positions));
+        Ok(&same_hash.last().expect("pushed").1)
     }
 }
 
@@ -184,7 +226,19 @@ pub fn observe_with(
     outcome: OpOutcome,
     what: Observe,
 ) -> Result<StepObservation, HarnessError> {
-    let mut obs = observe(target, format, seqs, outcome)?;
+    observe_with_reusing(target, format, seqs, outcome, what, None)
+}
+
+/// [`observe_with`] into `spare` ([`observe_reusing`]).
+pub fn observe_with_reusing(
+    target: &mut dyn CacheUnderTest,
+    format: StateFormat,
+    seqs: &[SeqId],
+    outcome: OpOutcome,
+    what: Observe,
+    spare: Option<StepObservation>,
+) -> Result<StepObservation, HarnessError> {
+    let mut obs = observe_reusing(target, format, seqs, outcome, spare)?;
     if what.whole || what.round_trip {
         whole_and_round_trip(target, format, seqs, what, &mut obs)?;
     }

@@ -19,7 +19,7 @@ use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::base::tokens::TokenModel;
 use crate::oracles::OracleId;
-use crate::running::observe::{observe_seqs, observe_with, ObservationMemo, StateId};
+use crate::running::observe::{observe_seqs, observe_with_reusing, ObservationMemo, StateId};
 use crate::running::probe::{probe_logits, probe_reloads};
 pub use crate::running::trial::{
     keep_last, ObservationCrash, Skipped, StepVerdicts, TrialEnd, TrialRun,
@@ -217,6 +217,10 @@ pub struct LocalRunner {
     base_id: Option<StateId>,
     /// The forking path's observations per state (a target that keys its states).
     memo: ObservationMemo,
+    /// A judged trial's observation, its buffers filled again by the next
+    /// ([`LocalRunner::recycle`]), and its steps' vector.
+    spare_obs: Option<StepObservation>,
+    spare_steps: Vec<Arc<StepObservation>>,
 }
 
 /// A trial that ends before its first op because the target cannot take the setup's
@@ -260,6 +264,8 @@ impl LocalRunner {
             base_obs: Vec::new(),
             base_id: None,
             memo: ObservationMemo::default(),
+            spare_obs: None,
+            spare_steps: Vec::new(),
         }
     }
 
@@ -310,12 +316,24 @@ impl LocalRunner {
         Ok(run)
     }
 
+    /// Hands back a run whose steps no one needs any more (a worker's trial judged where it
+    /// was observed): the next trial observes into its buffers instead of allocating new ones.
+    pub fn recycle(&mut self, run: TrialRun) {
+        let mut steps = run.steps;
+        if let Some(obs) = steps.pop().and_then(|last| Arc::try_unwrap(last).ok()) {
+            self.spare_obs = Some(obs);
+        }
+        steps.clear();
+        self.spare_steps = steps;
+    }
+
     fn run_replay(&mut self, trace: &Trace, last_only: bool) -> Result<TrialRun, HarnessError> {
         let seqs = trace.observed_seqs();
         if let Err(e) = self.target.reset(&trace.setup) {
             return unsupported_setup(e);
         }
-        let mut steps = Vec::with_capacity(trace.ops.len());
+        let mut steps = std::mem::take(&mut self.spare_steps);
+        steps.reserve(if last_only { 1 } else { trace.ops.len() });
         // The token model serves the logits probe only: built when the probe is asked for (it
         // decodes the setup's tokens: a hundredth of a llama.cpp trial otherwise spent for nothing).
         let mut tokens = self
@@ -363,12 +381,13 @@ impl LocalRunner {
                     judged: None,
                 });
             }
-            let mut obs = observe_with(
+            let mut obs = observe_with_reusing(
                 self.target.as_mut(),
                 state_format(&self.info, &trace.setup),
                 &seqs,
                 outcome,
                 observe,
+                self.spare_obs.take(),
             )?;
             obs.before = before;
             let last = i + 1 == trace.ops.len();
@@ -848,5 +867,49 @@ mod tests {
         let last = fork.run(&traces[2]).unwrap();
         let seq1 = &last.steps[2].seqs[1];
         assert_eq!((seq1.pos_min, seq1.pos_max, seq1.cells.len()), (0, 2, 0));
+    }
+
+    /// A run handed back (`recycle`, as a worker does with a trial judged where it was
+    /// observed) lends its observation's buffers to the next trial, which observes what a
+    /// fresh runner observes: nothing of the recycled one is left in it (its sequences had
+    /// other cells, and the next trial's are fewer, more or none).
+    #[test]
+    fn a_recycled_observation_leaves_nothing_in_the_next() {
+        let mut fresh = LocalRunner::new(Box::new(NoFork(NativeTarget::new(Default::default()))));
+        let mut recycling =
+            LocalRunner::new(Box::new(NoFork(NativeTarget::new(Default::default()))));
+        let cp = Op::SeqCp {
+            src: 0,
+            dst: 1,
+            p0: 0,
+            p1: 5,
+        };
+        let traces: Vec<Trace> = [
+            vec![cp.clone()],
+            vec![Op::Clear],
+            vec![
+                cp.clone(),
+                Op::SeqRm {
+                    seq: 0,
+                    p0: 2,
+                    p1: 4,
+                },
+            ],
+            vec![Op::SeqKeep { seq: 1 }],
+            vec![cp, Op::SeqKeep { seq: 0 }],
+        ]
+        .into_iter()
+        .map(|ops| Trace {
+            setup: seed_setup(),
+            ops,
+        })
+        .collect();
+        for t in &traces {
+            let expected = fresh.run_last(t).unwrap();
+            let got = recycling.run_last(t).unwrap();
+            assert_eq!(got, expected, "{t:?}");
+            recycling.recycle(got);
+            assert!(recycling.spare_obs.is_some(), "the observation is lent on");
+        }
     }
 }

@@ -412,7 +412,11 @@ fn run_request(
         let (reply, failed) = match result {
             Ok(run) if code.is_none() => {
                 match judged_here(&judges, req.last_only, trace, req.prior(trial), &run) {
-                    Some(verdicts) => (Reply::Judged(verdicts, 1), false),
+                    Some(verdicts) => {
+                        // Its observation goes nowhere: the next trial observes into it.
+                        runner.recycle(run);
+                        (Reply::Judged(verdicts, 1), false)
+                    }
                     None => (Reply::Run(run), false),
                 }
             }
