@@ -47,14 +47,7 @@ pub fn observe_reusing(
     out.truncate(seqs.len());
     for (i, &seq) in seqs.iter().enumerate() {
         if i == out.len() {
-            out.push(SeqObservation {
-                seq,
-                pos_min: -1,
-                pos_max: -1,
-                cells: Vec::new(),
-                second_cells: None,
-                third_cells: None,
-            });
+            out.push(unobserved(seq));
         }
         observe_seq_into(target, format, seq, &mut out[i])?;
     }
@@ -78,16 +71,21 @@ fn observe_seq(
     format: StateFormat,
     seq: SeqId,
 ) -> Result<SeqObservation, HarnessError> {
-    let mut out = SeqObservation {
+    let mut out = unobserved(seq);
+    observe_seq_into(target, format, seq, &mut out)?;
+    Ok(out)
+}
+
+/// A sequence's observation before [`observe_seq_into`] fills it.
+fn unobserved(seq: SeqId) -> SeqObservation {
+    SeqObservation {
         seq,
         pos_min: -1,
         pos_max: -1,
         cells: Vec::new(),
         second_cells: None,
         third_cells: None,
-    };
-    observe_seq_into(target, format, seq, &mut out)?;
-    Ok(out)
+    }
 }
 
 /// Observes `seq` into `out`, every field of it written (its buffers kept where large enough).
