@@ -16,8 +16,11 @@
 //!
 //! Work. Each depth is split into one chunk per first op; shard K of M takes the chunks whose
 //! first op `a` has `a % M == K` at every depth, so a trial's prefix is always in the same shard.
-//! Within a shard, threads pull chunks from a shared counter. Results are order-independent sums
-//! and minima, so any split merges to the same report as an unsharded run.
+//! Within a shard, threads pull chunks from a shared counter; a thread whose batch is still
+//! short at a chunk's end (a shallow depth's chunks hold a few trials each) takes the next
+//! chunk into the same batch when it starts where the last one ended. Results are
+//! order-independent sums and minima, so any split merges to the same report as an unsharded
+//! run.
 //!
 //! Stopping and resuming. A stop flag is read between batches: pieces of work in flight are
 //! dropped, and the report holds the finished chunks, marked [`Incomplete`] (the depth in
