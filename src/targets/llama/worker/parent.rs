@@ -320,6 +320,9 @@ impl WorkerRunner {
                         continue;
                     }
                     Ok(Reply::Judged(bits, count)) => {
+                        if runs.is_empty() {
+                            mark_once(&FIRST_RUN, "parent: first trial's reply");
+                        }
                         let count = count as usize;
                         if runs.len() + count > traces.len() {
                             self.worker = None;
