@@ -112,6 +112,14 @@ enum Case {
         kind: String,
         control: Vec<Op>,
     },
+    /// `KVAUDIT_TRACE_STARTUP`: `kvaudit audit ARGS` with it set writes each of `phases`
+    /// (docs/usage.md) to the trace file, every line `PID MICROSECONDS PHASE`.
+    StartupTrace {
+        #[allow(dead_code)]
+        about: String,
+        args: Vec<String>,
+        phases: Vec<String>,
+    },
     /// The worker hook `crash_observing` makes every such observation die of SIGSEGV: an
     /// exhaustive audit with it against one without, and one trace judged step by step.
     ObservationCrash {
@@ -259,6 +267,7 @@ fn check(path: &std::path::Path) -> Result<(), String> {
             control,
             ..
         } => check_hang(&target, setup, ops, copies, control),
+        Case::StartupTrace { args, phases, .. } => check_startup_trace(&args, &phases),
         Case::ObservationCrash {
             target,
             crash_observing,
@@ -966,6 +975,47 @@ fn check_repro_c_named(
                 "{target}: reproduces = {got}, expected {want}\n{stdout}"
             ));
         }
+    }
+    Ok(())
+}
+
+fn check_startup_trace(args: &[String], phases: &[String]) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let trace = dir.path().join("startup.txt");
+    let out = Command::new(env!("CARGO_BIN_EXE_kvaudit"))
+        .arg("audit")
+        .args(args)
+        .arg("--out")
+        .arg(dir.path().join("report.json"))
+        .env("KVAUDIT_TRACE_STARTUP", &trace)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        return Err(format!(
+            "kvaudit audit exited {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = std::fs::read_to_string(&trace).map_err(|e| format!("no trace: {e}"))?;
+    let mut seen = Vec::new();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ' ');
+        let (pid, micros, phase) = (parts.next(), parts.next(), parts.next());
+        match (
+            pid.map(str::parse::<u32>),
+            micros.map(str::parse::<u64>),
+            phase,
+        ) {
+            (Some(Ok(_)), Some(Ok(_)), Some(phase)) => seen.push(phase.to_string()),
+            _ => return Err(format!("not a trace line: {line:?}")),
+        }
+    }
+    let missing: Vec<&String> = phases.iter().filter(|p| !seen.contains(p)).collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "phases missing from the trace: {missing:?}\n{text}"
+        ));
     }
     Ok(())
 }
