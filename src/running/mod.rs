@@ -6,6 +6,7 @@
 //! Nothing here names a target type: targets come in as [`runner::TrialRunner`]s, or, for a
 //! state-space search, as [`state_runner::KeyedTarget`]s.
 
+pub mod batch;
 pub mod judge;
 pub mod observe;
 pub mod probe;
