@@ -751,6 +751,21 @@ impl Trace {
         self.ops.truncate(len);
     }
 
+    /// Makes this trace's ops `ops[k]` for each index `k` of `wanted`, where it holds `ops[h]`
+    /// for each `h` of `held` (empty: not known): only the ops whose index changed are copied,
+    /// none compared (an explorer's consecutive traces differ in their last op or so). With
+    /// `held` unknown or of another length, [`Trace::refill_ops`].
+    pub fn refill_indexed(&mut self, ops: &[Op], held: &[usize], wanted: &[usize]) {
+        if held.len() != wanted.len() || self.ops.len() != wanted.len() {
+            return self.refill_ops(wanted.iter().map(|&k| &ops[k]));
+        }
+        for ((op, &h), &k) in self.ops.iter_mut().zip(held).zip(wanted) {
+            if h != k {
+                op.clone_from(&ops[k]);
+            }
+        }
+    }
+
     /// Whether a load of a damaged buffer ([`Op::loads_damaged`]) is among the first `step`
     /// ops: from there on two targets whose states are laid out differently
     /// ([`crate::base::cache::TargetInfo::same_state_layout`]) have made different loads.

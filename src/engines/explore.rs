@@ -600,12 +600,6 @@ impl DepthWork<'_> {
                 }
             };
             let chunk = piece.chunk;
-            let mut digits = vec![0usize; chunk.depth as usize - 1];
-            let mut rest = piece.from;
-            for d in digits.iter_mut().rev() {
-                *d = (rest % n) as usize;
-                rest /= n;
-            }
             let first_in_depth = chunk.base_in_depth(n) + piece.from;
             for (k, in_depth) in (first_in_depth..first_in_depth + piece.len).enumerate() {
                 if batch.is_empty() {
@@ -618,28 +612,18 @@ impl DepthWork<'_> {
                 if trace.setup != self.cfg.domain.setup {
                     trace.setup = self.cfg.domain.setup.clone();
                 }
-                wanted.clear();
-                wanted.push(chunk.first);
-                wanted.extend_from_slice(&digits);
-                // A spare trace of this depth holds the ops of its index: only those that
-                // differ are copied, none compared.
+                // A spare trace holds the ops of its index: only those that differ are copied.
+                enumerated_indices(n, chunk.depth, in_depth, &mut wanted);
                 match spare_indices.pop() {
-                    Some(i) if trace.ops.len() == wanted.len() => {
-                        enumerated_indices(n, chunk.depth, i, &mut held);
-                        for ((op, &h), &k) in trace.ops.iter_mut().zip(&held).zip(&wanted) {
-                            if h != k {
-                                op.clone_from(&self.ops[k]);
-                            }
-                        }
-                    }
-                    _ => trace.refill_ops(wanted.iter().map(|&i| &self.ops[i])),
+                    Some(i) => enumerated_indices(n, trace.ops.len() as u32, i, &mut held),
+                    None => held.clear(),
                 }
+                trace.refill_indexed(self.ops, &held, &wanted);
                 batch.push(trace);
                 indices.push(in_depth);
                 if !judge_where_observed.is_empty() {
                     priors.push(self.prior(in_depth, n));
                 }
-                odometer(&mut digits, self.ops.len());
                 let last = k as u64 + 1 == piece.len;
                 if last {
                     batch_pieces.push((batch.len(), piece));
@@ -666,58 +650,53 @@ impl DepthWork<'_> {
                         }
                     }
                 }
-                {
-                    if self.stopping() {
-                        break 'pieces;
+                if self.stopping() {
+                    break 'pieces;
+                }
+                // No prior bits at all (a run that has found nothing yet) go as none.
+                if priors.iter().all(|&p| p == 0) {
+                    priors.clear();
+                }
+                // The next request is built before the previous batch is waited for: the
+                // worker then waits only for it to be written.
+                let a_prepared = a.prepare_batch_last(
+                    std::mem::replace(&mut batch, Vec::with_capacity(self.cfg.batch)),
+                    BatchJudging {
+                        oracles: judge_where_observed.clone(),
+                        prior: std::mem::take(&mut priors),
+                    },
+                    Some(Enumerated {
+                        ops: self.ops,
+                        depth: chunk.depth,
+                        from: batch_from,
+                    }),
+                );
+                let finished = in_flight
+                    .take()
+                    .map(|f| self.finish(f, a, b.as_deref_mut()))
+                    .transpose()?;
+                let a_started = a.start_batch_last(a_prepared)?;
+                let b_started = match b.as_deref_mut() {
+                    Some(b) => {
+                        let prepared = b.prepare_batch_last(
+                            a_started.traces.clone(),
+                            BatchJudging::default(),
+                            None,
+                        );
+                        Some(b.start_batch_last(prepared)?)
                     }
-                    // No prior bits at all (a run that has found nothing yet) go as none.
-                    if priors.iter().all(|&p| p == 0) {
-                        priors.clear();
-                    }
-                    // The next request is built before the previous batch is waited for: the
-                    // worker then waits only for it to be written.
-                    let a_prepared = a.prepare_batch_last(
-                        std::mem::replace(&mut batch, Vec::with_capacity(self.cfg.batch)),
-                        BatchJudging {
-                            oracles: judge_where_observed.clone(),
-                            prior: std::mem::take(&mut priors),
-                        },
-                        Some(Enumerated {
-                            ops: self.ops,
-                            depth: chunk.depth,
-                            from: batch_from,
-                        }),
-                    );
-                    let finished = in_flight
-                        .take()
-                        .map(|f| self.finish(f, a, b.as_deref_mut()))
-                        .transpose()?;
-                    let a_started = a.start_batch_last(a_prepared)?;
-                    let b_started = match b.as_deref_mut() {
-                        Some(b) => {
-                            let prepared = b.prepare_batch_last(
-                                a_started.traces.clone(),
-                                BatchJudging::default(),
-                                None,
-                            );
-                            Some(b.start_batch_last(prepared)?)
-                        }
-                        None => None,
-                    };
-                    in_flight = Some(InFlight {
-                        indices: std::mem::replace(
-                            &mut indices,
-                            Vec::with_capacity(self.cfg.batch),
-                        ),
-                        a: a_started,
-                        b: b_started,
-                        finishes: std::mem::take(&mut batch_pieces),
-                    });
-                    if let Some(done) = finished {
-                        spare_indices.clear();
-                        spare_indices.extend_from_slice(&done.indices);
-                        spare = self.judge_batch(&mut verdicts, &mut tally, done, n, said);
-                    }
+                    None => None,
+                };
+                in_flight = Some(InFlight {
+                    indices: std::mem::replace(&mut indices, Vec::with_capacity(self.cfg.batch)),
+                    a: a_started,
+                    b: b_started,
+                    finishes: std::mem::take(&mut batch_pieces),
+                });
+                if let Some(done) = finished {
+                    spare_indices.clear();
+                    spare_indices.extend_from_slice(&done.indices);
+                    spare = self.judge_batch(&mut verdicts, &mut tally, done, n, said);
                 }
             }
         }
@@ -823,18 +802,6 @@ struct FinishedBatch {
     ra: Vec<TrialRun>,
     rb: Option<Vec<TrialRun>>,
     finishes: Vec<(usize, Work)>,
-}
-
-/// Advances `digits` (most significant first) in base `n`; false when it wraps around.
-fn odometer(digits: &mut [usize], n: usize) -> bool {
-    for d in digits.iter_mut().rev() {
-        *d += 1;
-        if *d < n {
-            return true;
-        }
-        *d = 0;
-    }
-    false
 }
 
 #[cfg(test)]

@@ -559,9 +559,7 @@ impl VerdictMemo {
             },
         );
     }
-}
 
-impl VerdictMemo {
     /// The violation of the `k`-th tracked oracle on `obs` after `op`: `check`'s, made the
     /// first time it is asked for a step whose verdict is remembered, and kept with it (a run
     /// finds the same violation on a shared step again and again: most trials through it

@@ -144,13 +144,10 @@ pub fn state_format(info: &TargetInfo, setup: &Setup) -> StateFormat {
 
 fn unsupported_setup(e: HarnessError) -> Result<TrialRun, HarnessError> {
     match e {
-        HarnessError::Unsupported { reason, .. } => Ok(TrialRun {
-            steps: Vec::new(),
-            end: TrialEnd::Unsupported { step: 0, reason },
-            observation_crash: None,
-            code: None,
-            judged: None,
-        }),
+        HarnessError::Unsupported { reason, .. } => Ok(TrialRun::new(
+            Vec::new(),
+            TrialEnd::Unsupported { step: 0, reason },
+        )),
         other => Err(other),
     }
 }
@@ -278,16 +275,13 @@ impl LocalRunner {
                 continue;
             }
             if let OpOutcome::Unsupported { reason } = &outcome {
-                return Ok(TrialRun {
+                return Ok(TrialRun::new(
                     steps,
-                    end: TrialEnd::Unsupported {
+                    TrialEnd::Unsupported {
                         step: i + 1,
                         reason: reason.clone(),
                     },
-                    observation_crash: None,
-                    code: None,
-                    judged: None,
-                });
+                ));
             }
             let mut obs = observe_with_reusing(
                 self.target.as_mut(),
@@ -324,13 +318,7 @@ impl LocalRunner {
             }
             steps.push(Arc::new(obs));
         }
-        Ok(TrialRun {
-            steps,
-            end: TrialEnd::Completed,
-            observation_crash: None,
-            code: None,
-            judged: None,
-        })
+        Ok(TrialRun::new(steps, TrialEnd::Completed))
     }
 
     fn run_forking(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
@@ -397,16 +385,13 @@ impl LocalRunner {
             }
             if let OpOutcome::Unsupported { reason } = &outcome {
                 let steps = self.stack.iter().map(|f| f.obs.clone()).collect();
-                return Ok(TrialRun {
+                return Ok(TrialRun::new(
                     steps,
-                    end: TrialEnd::Unsupported {
+                    TrialEnd::Unsupported {
                         step: i + 1,
                         reason: reason.clone(),
                     },
-                    observation_crash: None,
-                    code: None,
-                    judged: None,
-                });
+                ));
             }
             let (id, obs) = match known {
                 // The same op from the same state: the same step, observed before.
@@ -449,13 +434,7 @@ impl LocalRunner {
             .take(trace.ops.len())
             .map(|f| f.obs.clone())
             .collect();
-        Ok(TrialRun {
-            steps,
-            end: TrialEnd::Completed,
-            observation_crash: None,
-            code: None,
-            judged: None,
-        })
+        Ok(TrialRun::new(steps, TrialEnd::Completed))
     }
 }
 

@@ -86,15 +86,18 @@ fn a_resumed_plan_counts_the_unfinished_chunks_and_reruns_what_a_later_depth_rea
 }
 
 #[test]
-fn odometer_counts_lexicographically() {
-    let mut d = vec![0, 0];
-    let mut seen = vec![d.clone()];
-    while odometer(&mut d, 3) {
-        seen.push(d.clone());
-    }
+fn the_enumeration_counts_lexicographically() {
+    let mut d = Vec::new();
+    let seen: Vec<Vec<usize>> = (0..9)
+        .map(|number| {
+            enumerated_indices(3, 2, number, &mut d);
+            d.clone()
+        })
+        .collect();
     assert_eq!(seen.len(), 9);
     assert_eq!(seen[1], vec![0, 1]);
     assert_eq!(seen[3], vec![1, 0]);
+    assert_eq!(seen[8], vec![2, 2]);
 }
 
 /// A trial judged where it was observed (a worker's `Reply::Judged`: the verdicts, no step) is

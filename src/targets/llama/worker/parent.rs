@@ -479,12 +479,9 @@ impl TrialRunner for WorkerRunner {
         // Every trace of an enumerated batch is the setup's ops and some of the run's: one
         // that may corrupt memory is among them only if one of those ops names a sequence
         // beyond the setup's (see `may_corrupt_memory`).
-        let may_corrupt = enumerated.zip(traces.first()).map(|(run, t)| {
-            may_corrupt_memory(&Trace {
-                setup: t.setup.clone(),
-                ops: run.ops.to_vec(),
-            })
-        });
+        let may_corrupt = enumerated
+            .zip(traces.first())
+            .map(|(run, t)| ops_may_corrupt_memory(&t.setup, run.ops));
         PreparedBatch {
             traces,
             request: Some(line),
@@ -692,9 +689,15 @@ impl WorkerRunner {
 /// heap it corrupts made later trials of the same child crash or not from run to run (`seqids`
 /// audits: crash 0, 54, 53). A sanitizer's report ends the child anyway (it aborts).
 pub fn may_corrupt_memory(trace: &Trace) -> bool {
-    let limit = trace.setup.n_seq_max as i64;
+    ops_may_corrupt_memory(&trace.setup, &trace.ops)
+}
+
+/// Whether a trace of `setup` made of some of `ops` may corrupt memory: one of them, or of the
+/// setup's, names a sequence beyond the setup's ([`may_corrupt_memory`]).
+fn ops_may_corrupt_memory(setup: &Setup, ops: &[Op]) -> bool {
+    let limit = setup.n_seq_max as i64;
     let mut beyond = false;
-    for op in trace.setup.ops.iter().chain(&trace.ops) {
+    for op in setup.ops.iter().chain(ops) {
         op.for_each_seq(|s| beyond |= s as i64 >= limit);
     }
     beyond

@@ -9,11 +9,11 @@
 //! A reply frame (version [`REPLY_WIRE_VERSION`]) is its length (u32, little-endian, of what
 //! follows), the version (u16), a kind byte (ready, run, judged, error, died, retired) and the
 //! body: the verdicts of consecutive trials judged alike when the request judges in the worker
-//! and they violate nothing afresh (two u64 bit sets and a u32 count), else a trial's run as counts and little-endian integers (each
-//! step's outcome, per sequence its accessors and cells, the whole dump's cells, the round
-//! trip, the cells before the op), with the rare parts (a refusal's reason, a crash, the
-//! probes, the target's info) as length-prefixed JSON. Both sides check the version: a frame of another is
-//! [`WireError::Version`]. The worker builds each frame whole in a buffer it keeps and writes
+//! and they violate nothing afresh (two u64 bit sets and a u32 count), else a trial's run as
+//! counts and little-endian integers (each step's outcome, per sequence its accessors and
+//! cells, the whole dump's cells, the round trip, the cells before the op), with the rare parts
+//! (a refusal's reason, a crash, the probes, the target's info) as length-prefixed JSON. Both
+//! sides check the version: a frame of another is [`WireError::Version`]. The worker builds each frame whole in a buffer it keeps and writes
 //! it in one piece ([`ReplyWriter`]), so a child that dies leaves whole frames in the pipe; a
 //! frame cut short by the end of the pipe is dropped as truncated. (JSON replies had been a
 //! tenth of the worker's time and most of the parent's reader thread.)
@@ -41,9 +41,8 @@ use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::WholeCell;
 use crate::base::word_hash::BuildWordHasher;
 use crate::oracles::{Oracle, Registry};
-use crate::running::runner::StepVerdicts;
 use crate::running::runner::{
-    enumerated_indices, BatchJudging, Enumerated, Skipped, TrialEnd, TrialRun,
+    enumerated_indices, BatchJudging, Enumerated, Skipped, StepVerdicts, TrialEnd, TrialRun,
 };
 pub use crate::targets::llama::error::WireError;
 
@@ -90,7 +89,7 @@ pub struct Request {
     /// Per trace: its setup's index and its ops' indices.
     traces: Vec<(u32, Vec<u32>)>,
     /// The traces as a run of an exhaustive enumeration over `ops` instead (`traces` is then
-    /// empty): what the parent's explorer enumerates, sent as five numbers.
+    /// empty): what the parent's explorer enumerates, sent as four numbers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     odometer: Option<Odometer>,
     /// Observe after the last op only (see `TrialRunner::run_batch_last`).
@@ -381,20 +380,9 @@ impl Request {
         // Consecutive traces share most of their ops: those in place are kept.
         match &self.odometer {
             Some(o) => {
-                let n = self.ops.len() as u64;
                 let FillScratch { held, next } = scratch;
-                enumerated_indices(n, o.depth, o.from + i as u64, next);
-                if held.len() == next.len() && into.ops.len() == next.len() {
-                    // `into` holds the trace of `held`: only the ops whose index changed are
-                    // copied (an odometer turns the last one), none compared.
-                    for ((op, &h), &k) in into.ops.iter_mut().zip(held.iter()).zip(next.iter()) {
-                        if h != k {
-                            op.clone_from(&self.ops[k]);
-                        }
-                    }
-                } else {
-                    into.refill_ops(next.iter().map(|&k| &self.ops[k]));
-                }
+                enumerated_indices(self.ops.len() as u64, o.depth, o.from + i as u64, next);
+                into.refill_indexed(&self.ops, held, next);
                 std::mem::swap(held, next);
             }
             None => {

@@ -93,8 +93,8 @@ pub(super) fn encode_reply(reply: &Reply, frame: &mut Vec<u8>) -> Result<(), ser
         Reply::Retired => e.u8(KIND_RETIRED),
         Reply::Judged(StepVerdicts { judged, violated }, count) => {
             e.u8(KIND_JUDGED);
-            e.0.extend_from_slice(&judged.to_le_bytes());
-            e.0.extend_from_slice(&violated.to_le_bytes());
+            e.u64(*judged);
+            e.u64(*violated);
             e.u32(*count);
         }
     }
@@ -113,6 +113,9 @@ impl Encoder<'_> {
         self.0.push(u8::from(v));
     }
     fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
     fn i32(&mut self, v: i32) {
