@@ -1,14 +1,14 @@
-//! What a batch is handed to a [`TrialRunner`] as: made ready ([`PreparedBatch`]), then
-//! handed over ([`StartedBatch`]), and what may travel with it: the step oracles the runner may
-//! judge with where it observes ([`BatchJudging`]) and the batch named by its place in an
-//! exhaustive enumeration ([`Enumerated`]).
+//! What a batch is handed to a [`TrialRunner`](crate::running::runner::TrialRunner) as:
+//! made ready ([`PreparedBatch`]), then handed over ([`StartedBatch`]), and what may travel
+//! with it: the step oracles the runner may judge with where it observes ([`BatchJudging`])
+//! and the batch named by its place in an exhaustive enumeration ([`Enumerated`]).
 
 use crate::base::op::{Op, Trace};
 use crate::oracles::OracleId;
-#[cfg(doc)]
-use crate::running::runner::{TrialRun, TrialRunner};
 
-/// A batch made ready by [`TrialRunner::prepare_batch_last`], not handed over yet.
+/// A batch made ready by
+/// [`TrialRunner::prepare_batch_last`](crate::running::runner::TrialRunner::prepare_batch_last),
+/// not handed over yet.
 #[must_use = "start the batch with TrialRunner::start_batch_last"]
 pub struct PreparedBatch {
     /// The traces, in order.
@@ -26,8 +26,8 @@ pub struct PreparedBatch {
 /// Step oracles a runner may judge a batch's trials with where it observes them (a worker
 /// process), and per trace which of them its earlier steps already violated: a trial whose
 /// last step violates none of them afresh is answered with its verdicts
-/// ([`TrialRun::judged`]) instead of its step, which then never crosses the pipe. Empty
-/// `oracles`: every run keeps its steps.
+/// ([`TrialRun::judged`](crate::running::trial::TrialRun::judged)) instead of its step, which
+/// then never crosses the pipe. Empty `oracles`: every run keeps its steps.
 #[derive(Clone, Debug, Default)]
 pub struct BatchJudging {
     /// Built-in step oracles, by id: bit k of the verdicts is the k-th.
@@ -91,7 +91,9 @@ pub fn enumerated_indices(n: u64, depth: u32, number: u64, digits: &mut Vec<usiz
     }
 }
 
-/// A batch handed to a runner by [`TrialRunner::start_batch_last`], not finished yet.
+/// A batch handed to a runner by
+/// [`TrialRunner::start_batch_last`](crate::running::runner::TrialRunner::start_batch_last),
+/// not finished yet.
 #[must_use = "finish the batch with TrialRunner::finish_batch_last"]
 pub struct StartedBatch {
     /// The traces, in order.
