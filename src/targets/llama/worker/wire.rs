@@ -13,10 +13,11 @@
 //! counts and little-endian integers (each step's outcome, per sequence its accessors and
 //! cells, the whole dump's cells, the round trip, the cells before the op), with the rare parts
 //! (a refusal's reason, a crash, the probes, the target's info) as length-prefixed JSON. Both
-//! sides check the version: a frame of another is [`WireError::Version`]. The worker builds each frame whole in a buffer it keeps and writes
-//! it in one piece ([`ReplyWriter`]), so a child that dies leaves whole frames in the pipe; a
-//! frame cut short by the end of the pipe is dropped as truncated. (JSON replies had been a
-//! tenth of the worker's time and most of the parent's reader thread.)
+//! sides check the version: a frame of another is [`WireError::Version`]. The worker builds
+//! each frame whole in a buffer it keeps and writes it in one piece ([`ReplyWriter`]), so a
+//! child that dies leaves whole frames in the pipe; a frame cut short by the end of the pipe
+//! is dropped as truncated. (JSON replies had been a tenth of the worker's time and most of
+//! the parent's reader thread.)
 //!
 //! Both readers are bounded: a line or frame longer than its direction's limit
 //! ([`MAX_REQUEST_LINE_BYTES`], [`MAX_REPLY_FRAME_BYTES`]) is not buffered whole but refused
