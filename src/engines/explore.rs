@@ -35,6 +35,7 @@ mod calibrate;
 mod judging;
 mod resume;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -48,8 +49,8 @@ use crate::records::report::{Event, Report, Shard, Timing};
 use crate::records::tally::Tally;
 use crate::running::judge::VerdictMemo;
 use crate::running::runner::{
-    enumerated_indices, BatchJudging, Enumerated, RunnerFactory, StartedBatch, TrialRun,
-    TrialRunner,
+    enumerated_indices, BatchJudging, Enumerated, RunnerFactory, StartedBatch, StepVerdicts,
+    TrialRun, TrialRunner,
 };
 
 pub use calibrate::{Estimate, CALIBRATE_FROM};
@@ -200,7 +201,43 @@ fn plan(
                 counted,
             })
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .split_tail()
+}
+
+/// How many of a depth's last chunks [`SplitTail::split_tail`] splits, into how many pieces each,
+/// and the least trials a chunk must hold to be split.
+const TAIL_CHUNKS: usize = 4;
+const TAIL_PIECES: u64 = 8;
+const TAIL_SPLIT_FROM: u64 = 1024;
+
+/// The end of a depth's work in smaller pieces.
+trait SplitTail {
+    /// The last [`TAIL_CHUNKS`] chunks (of at least [`TAIL_SPLIT_FROM`] trials) split into
+    /// [`TAIL_PIECES`] pieces each: threads take pieces as they finish, so at the end of a
+    /// depth one thread runs on alone for at most an eighth of a chunk, not a whole one (at
+    /// depth 3 of the seed domain a chunk is 2,401 trials, at depth 4 117,649: about a second).
+    fn split_tail(self) -> Self;
+}
+
+impl SplitTail for Vec<Work> {
+    fn split_tail(self) -> Self {
+        let at = self.len().saturating_sub(TAIL_CHUNKS);
+        let mut out = Vec::with_capacity(self.len() + TAIL_CHUNKS * TAIL_PIECES as usize);
+        for (i, w) in self.into_iter().enumerate() {
+            if i < at || w.len < TAIL_SPLIT_FROM {
+                out.push(w);
+                continue;
+            }
+            let bounds = |k: u64| w.from + w.len * k / TAIL_PIECES;
+            out.extend((0..TAIL_PIECES).map(|k| Work {
+                from: bounds(k),
+                len: bounds(k + 1) - bounds(k),
+                ..w
+            }));
+        }
+        out
+    }
 }
 
 /// What a run of work says: a piece of work is finished, the trials done so far, or (from a
@@ -374,7 +411,14 @@ impl<'c> Explorer<'c> {
                 break;
             }
             let work = &plans[depth as usize - 1];
-            let counted = work.iter().filter(|w| w.counted).count();
+            // A chunk may come in pieces (`split_tail`): it is finished, and its tally counted,
+            // once every piece is (a checkpoint then never holds part of a chunk that a resumed
+            // run would run again).
+            let mut pieces_left: HashMap<usize, (usize, Tally)> = HashMap::new();
+            for w in work.iter().filter(|w| w.counted) {
+                pieces_left.entry(w.chunk.first).or_default().0 += 1;
+            }
+            let counted = pieces_left.len();
             // The last depth's bits are read by no later depth.
             let ever = (depth < cfg.depth)
                 .then(|| EverBits::new(shared.judges.tracked_count(), n.pow(depth)));
@@ -401,7 +445,18 @@ impl<'c> Explorer<'c> {
                     if !work.counted {
                         return;
                     }
-                    tally.merge(t);
+                    let Some((left, chunk_tally)) = pieces_left.get_mut(&work.chunk.first) else {
+                        return;
+                    };
+                    chunk_tally.merge(t);
+                    *left -= 1;
+                    if *left > 0 {
+                        return;
+                    }
+                    let (_, chunk_tally) = pieces_left
+                        .remove(&work.chunk.first)
+                        .expect("looked up above");
+                    tally.merge(chunk_tally);
                     finished += 1;
                     let at = done_here.partition_point(|&c| c < work.chunk.first);
                     done_here.insert(at, work.chunk.first);
@@ -755,43 +810,85 @@ impl DepthWork<'_> {
         said: &mpsc::Sender<Said>,
     ) -> Vec<Trace> {
         let mut finishes = done.finishes.iter().peekable();
-        for (j, trace) in done.traces.iter().enumerate() {
-            let index = done.indices[j];
-            let depth = trace.ops.len() as u64;
-            let depth_base = total_trials(n, depth as u32 - 1);
-            let pb = match (self.info_b, &done.rb) {
-                (Some(ib), Some(rb)) => Some((ib, &rb[j])),
-                _ => None,
-            };
-            let tracked = self.judges.tracked_count();
-            let prior = self.prior(index, n);
-            if let Some(code) = &done.ra[j].code {
-                tally.code.get_or_insert_with(Default::default).add(code);
+        // Consecutive clean trials judged where they were observed, not yet recorded: at the
+        // last depth (no "ever violated" bits to mark) such a trial only adds to the counts,
+        // so a run of them is recorded at once (most trials of an audit are such).
+        let mut clean: Option<(u32, StepVerdicts, u64)> = None;
+        let record_clean = |tally: &mut Tally, clean: &mut Option<(u32, StepVerdicts, u64)>| {
+            if let Some((depth, v, n)) = clean.take() {
+                self.judges.record_judged(tally, depth, v, n);
             }
-            let now = self.judges.judge(
-                verdicts,
-                tally,
-                trace,
-                depth_base + index,
-                (self.info_a, &done.ra[j]),
-                pb,
-                prior,
-            );
-            if let (Some(now), Some(ever)) = (now, self.ever) {
-                for k in 0..tracked {
-                    if (now | prior) & (1 << k) != 0 {
-                        ever.set(k, index);
+        };
+        for (j, trace) in done.traces.iter().enumerate() {
+            let alone_clean = (self.ever.is_none() && done.rb.is_none())
+                .then(|| done.ra[j].only_verdicts())
+                .flatten()
+                .filter(|v| v.violated == 0);
+            if let Some(v) = alone_clean {
+                let depth = trace.ops.len() as u32;
+                match &mut clean {
+                    Some((d, held, n)) if *d == depth && *held == v => *n += 1,
+                    _ => {
+                        record_clean(tally, &mut clean);
+                        clean = Some((depth, v, 1));
                     }
                 }
+            } else {
+                record_clean(tally, &mut clean);
+                self.judge_one(verdicts, tally, &done, j, n);
+            }
+            if finishes.peek().is_some_and(|(end, _)| *end == j + 1) {
+                record_clean(tally, &mut clean);
             }
             while let Some(&(_, work)) = finishes.next_if(|(end, _)| *end == j + 1) {
                 let tally = std::mem::take(tally);
                 let _ = said.send(Said::Finished { work, tally });
             }
         }
+        record_clean(tally, &mut clean);
         self.done
             .fetch_add(done.traces.len() as u64, Ordering::Relaxed);
         done.traces
+    }
+
+    /// Judges trial `j` of a finished batch into `tally`, and marks this depth's "ever
+    /// violated" bits.
+    fn judge_one(
+        &self,
+        verdicts: &mut VerdictMemo,
+        tally: &mut Tally,
+        done: &FinishedBatch,
+        j: usize,
+        n: u64,
+    ) {
+        let (trace, index) = (&done.traces[j], done.indices[j]);
+        let depth = trace.ops.len() as u64;
+        let depth_base = total_trials(n, depth as u32 - 1);
+        let pb = match (self.info_b, &done.rb) {
+            (Some(ib), Some(rb)) => Some((ib, &rb[j])),
+            _ => None,
+        };
+        let tracked = self.judges.tracked_count();
+        let prior = self.prior(index, n);
+        if let Some(code) = &done.ra[j].code {
+            tally.code.get_or_insert_with(Default::default).add(code);
+        }
+        let now = self.judges.judge(
+            verdicts,
+            tally,
+            trace,
+            depth_base + index,
+            (self.info_a, &done.ra[j]),
+            pb,
+            prior,
+        );
+        if let (Some(now), Some(ever)) = (now, self.ever) {
+            for k in 0..tracked {
+                if (now | prior) & (1 << k) != 0 {
+                    ever.set(k, index);
+                }
+            }
+        }
     }
 }
 

@@ -69,10 +69,15 @@ impl Tally {
 
     /// Counts one trial judged by `oracle`.
     pub fn count(&mut self, oracle: OracleId, depth: u32, violated: bool) {
+        self.count_many(oracle, depth, violated, 1);
+    }
+
+    /// Counts `n` trials judged alike by `oracle`.
+    pub fn count_many(&mut self, oracle: OracleId, depth: u32, violated: bool, n: u64) {
         let s = self.oracles.entry(oracle).or_default();
-        s.checked += 1;
-        if violated {
-            s.violations += 1;
+        s.checked += n;
+        if violated && n > 0 {
+            s.violations += n;
             s.first_depth = Some(s.first_depth.map_or(depth, |d| d.min(depth)));
         }
     }

@@ -28,22 +28,19 @@ pub fn observe(
     seqs: &[SeqId],
     outcome: OpOutcome,
 ) -> Result<StepObservation, HarnessError> {
-    observe_reusing(target, format, seqs, outcome, None)
+    let mut seqs_observed = Vec::with_capacity(seqs.len());
+    observe_seqs_into(target, format, seqs, &mut seqs_observed)?;
+    Ok(StepObservation::basic(outcome, seqs_observed))
 }
 
-/// [`observe`] into `spare`, an observation no one holds any more, where there is one: its
-/// buffers are filled again (a worker's trial judged where it was observed leaves its
-/// observation to the next trial, whose parts are then not allocated and freed again). Every
-/// field but the sequences' buffers is made anew.
-pub fn observe_reusing(
+/// The sequences `seqs` into `out`, whose buffers are filled again.
+fn observe_seqs_into(
     target: &mut dyn CacheUnderTest,
     format: StateFormat,
     seqs: &[SeqId],
-    outcome: OpOutcome,
-    spare: Option<StepObservation>,
-) -> Result<StepObservation, HarnessError> {
+    out: &mut Vec<SeqObservation>,
+) -> Result<(), HarnessError> {
     target.observing(Some(Observation::Sequences));
-    let mut out = spare.map_or_else(|| Vec::with_capacity(seqs.len()), |s| s.seqs);
     out.truncate(seqs.len());
     for (i, &seq) in seqs.iter().enumerate() {
         if i == out.len() {
@@ -51,7 +48,7 @@ pub fn observe_reusing(
         }
         observe_seq_into(target, format, seq, &mut out[i])?;
     }
-    Ok(StepObservation::basic(outcome, out))
+    Ok(())
 }
 
 /// The sequences `seqs` as they are now: what [`StepObservation::before`] holds.
@@ -224,21 +221,47 @@ pub fn observe_with(
     outcome: OpOutcome,
     what: Observe,
 ) -> Result<StepObservation, HarnessError> {
-    observe_with_reusing(target, format, seqs, outcome, what, None)
+    // Its outcome and parts are set by `observe_with_into`.
+    let placeholder = OpOutcome::Done { returned: None };
+    let mut obs = StepObservation::basic(placeholder, Vec::with_capacity(seqs.len()));
+    observe_with_into(target, format, seqs, outcome, what, &mut obs)?;
+    Ok(obs)
 }
 
-/// [`observe_with`] into `spare` ([`observe_reusing`]).
-pub fn observe_with_reusing(
+/// [`observe_with`] into `obs`, an observation no one else holds: its sequences' buffers are
+/// filled again and every other part made anew. (A worker observes every trial into the
+/// previous one's observation: nothing is allocated, moved or dropped whole per trial.)
+pub fn observe_with_into(
     target: &mut dyn CacheUnderTest,
     format: StateFormat,
     seqs: &[SeqId],
     outcome: OpOutcome,
     what: Observe,
-    spare: Option<StepObservation>,
-) -> Result<StepObservation, HarnessError> {
-    let mut obs = observe_reusing(target, format, seqs, outcome, spare)?;
+    obs: &mut StepObservation,
+) -> Result<(), HarnessError> {
+    obs.outcome = outcome;
+    // Only what an earlier observation asked for is there to go.
+    if obs.whole.is_some() {
+        obs.whole = None;
+    }
+    if obs.round_trip.is_some() {
+        obs.round_trip = None;
+    }
+    if obs.before.is_some() {
+        obs.before = None;
+    }
+    if obs.logits_probe.is_some() {
+        obs.logits_probe = None;
+    }
+    if obs.reload_probe.is_some() {
+        obs.reload_probe = None;
+    }
+    if obs.sizes.is_some() {
+        obs.sizes = None;
+    }
+    observe_seqs_into(target, format, seqs, &mut obs.seqs)?;
     if what.whole || what.round_trip {
-        whole_and_round_trip(target, format, seqs, what, &mut obs)?;
+        whole_and_round_trip(target, format, seqs, what, obs)?;
     }
     // Last: a dump that crashes is the whole dump's or the round trip's, as before sizes were
     // observed, where those are observed too.
@@ -246,7 +269,7 @@ pub fn observe_with_reusing(
         target.observing(Some(Observation::Sizes));
         obs.sizes = sizes(target, seqs)?;
     }
-    Ok(obs)
+    Ok(())
 }
 
 /// The whole-context dump's cells and the round trip into the twin, as `what` asks.

@@ -21,7 +21,7 @@ use crate::base::tokens::TokenModel;
 pub use crate::running::batch::{
     enumerated_indices, BatchJudging, Enumerated, PreparedBatch, StartedBatch,
 };
-use crate::running::observe::{observe_seqs, observe_with_reusing, ObservationMemo, StateId};
+use crate::running::observe::{observe_seqs, observe_with_into, ObservationMemo, StateId};
 use crate::running::probe::{probe_logits, probe_reloads};
 pub use crate::running::trial::{
     keep_last, ObservationCrash, Skipped, StepVerdicts, TrialEnd, TrialRun,
@@ -125,10 +125,13 @@ pub struct LocalRunner {
     base_id: Option<StateId>,
     /// The forking path's observations per state (a target that keys its states).
     memo: ObservationMemo,
-    /// A judged trial's observation, its buffers filled again by the next
-    /// ([`LocalRunner::recycle`]), and its steps' vector.
-    spare_obs: Option<StepObservation>,
+    /// A judged trial's observation, held by no one else: the next trial observes into its
+    /// buffers and its allocation ([`LocalRunner::recycle`]); and its steps' vector.
+    spare_obs: Option<Arc<StepObservation>>,
     spare_steps: Vec<Arc<StepObservation>>,
+    /// The sequences the replayed trials observe ([`Trace::observed_seqs`]), kept between
+    /// trials of the same setup size instead of collected for each.
+    replay_seqs: Vec<SeqId>,
 }
 
 /// A trial that ends before its first op because the target cannot take the setup's
@@ -171,6 +174,7 @@ impl LocalRunner {
             memo: ObservationMemo::default(),
             spare_obs: None,
             spare_steps: Vec::new(),
+            replay_seqs: Vec::new(),
         }
     }
 
@@ -225,15 +229,32 @@ impl LocalRunner {
     /// was observed): the next trial observes into its buffers instead of allocating new ones.
     pub fn recycle(&mut self, run: TrialRun) {
         let mut steps = run.steps;
-        if let Some(obs) = steps.pop().and_then(|last| Arc::try_unwrap(last).ok()) {
-            self.spare_obs = Some(obs);
+        if let Some(mut last) = steps.pop() {
+            if Arc::get_mut(&mut last).is_some() {
+                self.spare_obs = Some(last);
+            }
         }
         steps.clear();
         self.spare_steps = steps;
     }
 
     fn run_replay(&mut self, trace: &Trace, last_only: bool) -> Result<TrialRun, HarnessError> {
-        let seqs = trace.observed_seqs();
+        let mut seqs = std::mem::take(&mut self.replay_seqs);
+        if seqs.len() != trace.setup.n_seq_max as usize {
+            seqs = trace.observed_seqs();
+        }
+        let run = self.replay_observing(trace, last_only, &seqs);
+        self.replay_seqs = seqs;
+        run
+    }
+
+    /// [`LocalRunner::run_replay`] observing `seqs`.
+    fn replay_observing(
+        &mut self,
+        trace: &Trace,
+        last_only: bool,
+        seqs: &[SeqId],
+    ) -> Result<TrialRun, HarnessError> {
         if let Err(e) = self.target.reset(&trace.setup) {
             return unsupported_setup(e);
         }
@@ -253,7 +274,7 @@ impl LocalRunner {
                 Some(observe_seqs(
                     self.target.as_mut(),
                     state_format(&self.info, &trace.setup),
-                    &seqs,
+                    seqs,
                 )?)
             } else {
                 None
@@ -283,13 +304,21 @@ impl LocalRunner {
                     },
                 ));
             }
-            let mut obs = observe_with_reusing(
+            // Observed into the spare observation (its allocation and buffers), if there is one.
+            let mut held = self.spare_obs.take().unwrap_or_else(|| {
+                Arc::new(StepObservation::basic(
+                    OpOutcome::Done { returned: None },
+                    Vec::new(),
+                ))
+            });
+            let obs = Arc::get_mut(&mut held).expect("a spare observation is held by no one");
+            observe_with_into(
                 self.target.as_mut(),
                 state_format(&self.info, &trace.setup),
-                &seqs,
+                seqs,
                 outcome,
                 observe,
-                self.spare_obs.take(),
+                obs,
             )?;
             obs.before = before;
             let last = i + 1 == trace.ops.len();
@@ -316,7 +345,7 @@ impl LocalRunner {
                     observe.partial,
                 )?;
             }
-            steps.push(Arc::new(obs));
+            steps.push(held);
         }
         Ok(TrialRun::new(steps, TrialEnd::Completed))
     }

@@ -79,6 +79,16 @@ impl TrialRun {
         }
     }
 
+    /// The verdicts of a run that is nothing but them ([`TrialRun::judged`]): completed,
+    /// without steps, crash or code.
+    pub fn only_verdicts(&self) -> Option<StepVerdicts> {
+        let plain = self.end == TrialEnd::Completed
+            && self.steps.is_empty()
+            && self.observation_crash.is_none()
+            && self.code.is_none();
+        self.judged.filter(|_| plain)
+    }
+
     /// The crash a crash oracle judges: the observation crash if there was one (it came first:
     /// the run stopped or was run again there), else the op's own; as (1-based step, message,
     /// what was being observed).

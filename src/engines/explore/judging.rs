@@ -8,7 +8,7 @@ use crate::base::op::Trace;
 use crate::oracles::{Oracle, Reads, Registry, Seen};
 use crate::records::tally::Tally;
 use crate::running::judge::{step_verdicts, VerdictMemo};
-use crate::running::runner::{TrialEnd, TrialRun};
+use crate::running::runner::{StepVerdicts, TrialEnd, TrialRun};
 
 /// A set of tracked oracles (a `RunOracles`' step and pair oracles), by index: one bit each.
 pub type OracleBits = u64;
@@ -57,6 +57,27 @@ impl RunOracles {
         self.tracked.len()
     }
 
+    /// Records `n` trials of `depth` alone on one target, each judged where it was observed
+    /// with the verdicts `v` and none violated afresh ([`TrialRun::only_verdicts`]): what
+    /// [`RunOracles::judge`] records for each of them, `n` times over. (A worker sends a run of
+    /// such trials as one reply; this is most of an audit's trials.)
+    pub fn record_judged(&self, tally: &mut Tally, depth: u32, v: StepVerdicts, n: u64) {
+        tally.trials += n;
+        for oracle in &self.crash {
+            tally.count_many(oracle.id(), depth, false, n);
+        }
+        for (k, oracle) in self.tracked.iter().enumerate() {
+            if oracle.reads() == Reads::Pair {
+                continue;
+            }
+            if v.judged & (1 << k) == 0 {
+                tally.unjudged(oracle.id());
+            } else {
+                tally.count_many(oracle.id(), depth, v.violated & (1 << k) != 0, n);
+            }
+        }
+    }
+
     /// Judges one trial (and its partner on a second target, if any) on the observation after
     /// its last op, and records the result in `tally`. `prior` says which tracked oracles
     /// already failed at an earlier step (then a violation now is counted but is not a new
@@ -74,8 +95,14 @@ impl RunOracles {
         b: Option<(&TargetInfo, &TrialRun)>,
         prior: OracleBits,
     ) -> Option<OracleBits> {
-        tally.trials += 1;
         let depth = trace.ops.len() as u32;
+        if let (None, Some(v)) = (b, a.1.only_verdicts()) {
+            if v.violated & !prior == 0 {
+                self.record_judged(tally, depth, v, 1);
+                return Some(v.violated & v.judged);
+            }
+        }
+        tally.trials += 1;
         let mut judged = true;
         let mut crashed = false;
         for (info, run) in std::iter::once(a).chain(b) {

@@ -204,3 +204,30 @@ fn a_trial_judged_where_it_was_observed_counts_as_judged_here() {
         there.findings.keys().collect::<Vec<_>>()
     );
 }
+
+/// A depth's last chunks come in pieces that cover each of them once, in order; the others,
+/// and chunks too small to split, come whole.
+#[test]
+fn the_tail_of_a_depth_comes_in_pieces_covering_each_chunk_once() {
+    let n = 49u64;
+    for depth in 1..=4 {
+        let work = plan(49, depth, 4, Shard::WHOLE, None);
+        let mut next_in_depth = 0;
+        for w in &work {
+            assert_eq!(w.chunk.base_in_depth(n) + w.from, next_in_depth, "{w:?}");
+            assert!(w.len > 0 && w.from + w.len <= w.chunk.len(n), "{w:?}");
+            next_in_depth += w.len;
+        }
+        assert_eq!(next_in_depth, n.pow(depth), "depth {depth}");
+        let split = work.len() - 49;
+        let expected = if n.pow(depth - 1) >= TAIL_SPLIT_FROM {
+            TAIL_CHUNKS * (TAIL_PIECES as usize - 1)
+        } else {
+            0
+        };
+        assert_eq!(split, expected, "depth {depth}");
+        assert!(work[..49 - TAIL_CHUNKS]
+            .iter()
+            .all(|w| w.len == w.chunk.len(n)));
+    }
+}

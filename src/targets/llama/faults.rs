@@ -86,6 +86,11 @@ impl LlamaFaults {
             .collect()
     }
 
+    /// Whether any fault is on.
+    pub fn any(&self) -> bool {
+        *self != LlamaFaults::default()
+    }
+
     /// The op sent to llama.cpp in place of `op` (`None`: none is sent, the op "succeeds"):
     /// `keep_noop` drops a `seq_keep`, `streams_rm_whole` widens a one-sequence `seq_rm` when
     /// `unified()` is false. Borrowed when it is `op` itself (every op without a hook: no clone

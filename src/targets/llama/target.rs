@@ -86,6 +86,9 @@ pub struct LlamaTarget {
     foreign_dumps: Vec<(Setup, ForeignDump, Vec<u8>)>,
     /// The test hooks injected around llama.cpp's calls ([`LlamaFaults`]; none by default).
     faults: LlamaFaults,
+    /// Whether any of `faults` is on: without, every op and dump of every trial skips their
+    /// hooks.
+    faulty: bool,
     /// The memory type of the last reset's setup (how [`LlamaFaults::seq_dump`] parses a dump).
     memory: MemoryType,
     /// What the memory of the context of this key allocated, as `llama_init_from_model` logged
@@ -149,6 +152,7 @@ impl LlamaTarget {
             foreign_maker: None,
             foreign_dumps: Vec::new(),
             faults: LlamaFaults::default(),
+            faulty: false,
             memory: MemoryType::Kv,
             allocated: None,
         }
@@ -157,6 +161,7 @@ impl LlamaTarget {
     /// The same target with the test hooks `faults` (docs/usage.md, `--inject` on llama.cpp).
     pub fn with_faults(mut self, faults: LlamaFaults) -> Self {
         self.faults = faults;
+        self.faulty = faults.any();
         self
     }
 
@@ -177,6 +182,7 @@ impl LlamaTarget {
         );
         t.cache_type = self.cache_type;
         t.faults = self.faults;
+        t.faulty = self.faulty;
         t
     }
 
@@ -274,19 +280,22 @@ impl LlamaTarget {
     /// Restores the state saved after `setup` into the current context, if that is what it
     /// saved (`None`: it saved another setup's, or nothing).
     fn restore_saved(&mut self, setup: &Setup) -> Option<Result<(), HarnessError>> {
-        if self.saved.as_ref().is_none_or(|(s, _, _)| s != setup) {
+        let (saved_setup, bytes, slots) = self.saved.as_ref()?;
+        if saved_setup != setup {
             return None;
         }
-        let (saved_setup, bytes, slots) = self.saved.take().expect("checked above");
-        let restored = match self.ctx() {
-            Ok(ctx) => ctx
-                .state_set(&bytes)
-                .map_err(|e| self.harness(format!("restore: {e:#}"))),
-            Err(e) => Err(e),
+        // Fields borrowed apart (this runs once per trial): the saved state is neither moved
+        // out nor back, and no slots are copied when the setup saved none.
+        let restored = match self.ctx.as_mut() {
+            Some((_, ctx)) => ctx.state_set(bytes).map_err(|e| format!("restore: {e:#}")),
+            None => Err("no context: reset first".to_string()),
         };
-        self.slots = slots.clone();
-        self.saved = Some((saved_setup, bytes, slots));
-        Some(restored)
+        if slots.is_empty() {
+            self.slots.clear();
+        } else {
+            self.slots.clone_from(slots);
+        }
+        Some(restored.map_err(|m| self.harness(m)))
     }
 
     fn ctx(&mut self) -> Result<&mut LlamaContext, HarnessError> {
@@ -366,9 +375,10 @@ impl LlamaTarget {
     fn reset_context(&mut self, setup: &Setup) -> Result<(), HarnessError> {
         self.logits_valid = false;
         self.slots.clear();
+        // (`memory` is this setup's: `reset` sets it first.)
         let fast = self.reset_mode == ResetMode::Restore
-            && !setup.arch.memory().has_window()
-            && setup.arch.memory() != MemoryType::HybridIdx
+            && !self.memory.has_window()
+            && self.memory != MemoryType::HybridIdx
             && setup.n_rs_seq == 0;
         // The common case first: another trial from the setup whose state the current context
         // saved (`saved` is always the current context's) and nothing that needs a new
@@ -536,8 +546,13 @@ impl CacheUnderTest for LlamaTarget {
         if let Op::SeqCp { src, dst, .. } = op {
             self.stream_copy_pending |= src != dst && !unified();
         }
-        let Some(sent) = self.faults.op_sent(op, unified) else {
-            return Ok(OpOutcome::Done { returned: None });
+        let sent = if self.faulty {
+            match self.faults.op_sent(op, unified) {
+                Some(sent) => sent,
+                None => return Ok(OpOutcome::Done { returned: None }),
+            }
+        } else {
+            std::borrow::Cow::Borrowed(op)
         };
         let applied = apply_op(ctx, &mut self.slots, &sent);
         let outcome = applied.map_err(|e| HarnessError::Target {
@@ -579,8 +594,10 @@ impl CacheUnderTest for LlamaTarget {
     fn seq_state_into(&mut self, seq: SeqId, into: &mut Vec<u8>) -> Result<(), HarnessError> {
         let r = self.ctx()?.state_seq_get_into(seq, into);
         r.map_err(|e| self.harness(format!("{e:#}")))?;
-        self.faults
-            .seq_dump_in_place(into, self.format, self.memory);
+        if self.faulty {
+            self.faults
+                .seq_dump_in_place(into, self.format, self.memory);
+        }
         Ok(())
     }
 

@@ -390,11 +390,11 @@ fn run_request(
     let mut scratch = FillScratch::default();
     // The verdicts of the trials judged alike since the last reply written, and how many.
     let mut judged_run: Option<(StepVerdicts, u32)> = None;
-    let mut last_flush = std::time::Instant::now();
+    let mut last_flush = sys::coarse_now();
+    runner.set_skipped(&req.skipped);
     for trial in 0..n {
         req.fill(trial, trace, &mut scratch);
         sys::set_current_trial(trial);
-        runner.set_skipped(&req.skipped);
         let result = if req.last_only {
             runner.run_last(trace)
         } else {
@@ -426,10 +426,9 @@ fn run_request(
             }
             Err(e) => (Reply::Error(e.to_string()), true),
         };
-        // After each trial: a slow target's trials then reach the parent within 100 ms of
-        // the first one that ends after it, whatever the group (a clock read is a small
-        // fraction of a trial).
-        let late = last_flush.elapsed() >= REPLY_FLUSH_AFTER;
+        // After each trial: a slow target's trials then reach the parent within 100 ms (and
+        // the coarse clock's tick) of the first one that ends after it, whatever the group.
+        let late = sys::coarse_now().saturating_sub(last_flush) >= REPLY_FLUSH_AFTER;
         let flush = failed
             || req.flush_each
             || late
@@ -455,7 +454,7 @@ fn run_request(
             }
         };
         if flush {
-            last_flush = std::time::Instant::now();
+            last_flush = sys::coarse_now();
         }
         let flushed =
             !flush || (write_judged_run(replies, out, judged_run.take()) && out.flush().is_ok());

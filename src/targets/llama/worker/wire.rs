@@ -130,6 +130,9 @@ pub struct Request {
 pub(super) struct FillScratch {
     held: Vec<usize>,
     next: Vec<usize>,
+    /// The request's setup the trace holds since this request's first fill: the setup is
+    /// not compared again for every trial.
+    setup: Option<u32>,
 }
 
 /// A request's traces as a run of an exhaustive enumeration (`runner::Enumerated`): trials
@@ -374,14 +377,17 @@ impl Request {
             Some(o) => o.setup,
             None => self.traces[i].0,
         };
-        let setup = &self.setups[si as usize];
-        if into.setup != *setup {
-            into.setup = setup.clone();
+        if scratch.setup != Some(si) {
+            let setup = &self.setups[si as usize];
+            if into.setup != *setup {
+                into.setup = setup.clone();
+            }
+            scratch.setup = Some(si);
         }
         // Consecutive traces share most of their ops: those in place are kept.
         match &self.odometer {
             Some(o) => {
-                let FillScratch { held, next } = scratch;
+                let FillScratch { held, next, .. } = scratch;
                 enumerated_indices(self.ops.len() as u64, o.depth, o.from + i as u64, next);
                 into.refill_indexed(&self.ops, held, next);
                 std::mem::swap(held, next);
