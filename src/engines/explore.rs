@@ -660,13 +660,13 @@ impl DepthWork<'_> {
                 if batch.is_empty() {
                     batch_from = in_depth;
                 }
+                // Spare traces were made here, of this run's setup, which runners leave as it
+                // is: it is not compared again for every trial.
                 let mut trace = spare.pop().unwrap_or_else(|| Trace {
                     setup: self.cfg.domain.setup.clone(),
                     ops: Vec::with_capacity(chunk.depth as usize),
                 });
-                if trace.setup != self.cfg.domain.setup {
-                    trace.setup = self.cfg.domain.setup.clone();
-                }
+                debug_assert!(trace.setup == self.cfg.domain.setup);
                 // A spare trace holds the ops of its index: only those that differ are copied.
                 enumerated_indices(n, chunk.depth, in_depth, &mut wanted);
                 match spare_indices.pop() {

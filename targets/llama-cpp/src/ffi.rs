@@ -336,15 +336,24 @@ impl Drop for LlamaContext {
 }
 
 impl LlamaContext {
+    #[inline]
     fn h(&self) -> *mut raw::Handle {
         self.handle.as_ptr()
     }
 
     /// Turns a negative shim status into a [`ShimError`].
+    #[inline]
     fn check(&self, op: &'static str, code: i64) -> Result<i64, ShimError> {
         if code >= 0 {
             return Ok(code);
         }
+        self.failed(op, code)
+    }
+
+    /// [`LlamaContext::check`]'s error, out of the way of the calls that succeed.
+    #[cold]
+    #[inline(never)]
+    fn failed(&self, op: &'static str, code: i64) -> Result<i64, ShimError> {
         let log = self.api.last_error();
         Err(match code {
             raw::E_EXCEPTION => ShimError::Exception { op, log },
@@ -431,6 +440,7 @@ impl LlamaContext {
     }
 
     /// `llama_memory_seq_rm(seq_id, p0, p1)`: whether llama.cpp removed the range.
+    #[inline]
     pub fn seq_rm(&mut self, seq_id: i32, p0: i32, p1: i32) -> Result<bool, ShimError> {
         // SAFETY: live handle; plain integers.
         let rc = unsafe { (self.api.seq_rm)(self.h(), seq_id, p0, p1) };
@@ -438,6 +448,7 @@ impl LlamaContext {
     }
 
     /// `llama_memory_seq_cp(src, dst, p0, p1)`.
+    #[inline]
     pub fn seq_cp(&mut self, src: i32, dst: i32, p0: i32, p1: i32) -> Result<(), ShimError> {
         // SAFETY: live handle; plain integers.
         let rc = unsafe { (self.api.seq_cp)(self.h(), src, dst, p0, p1) };
@@ -445,6 +456,7 @@ impl LlamaContext {
     }
 
     /// `llama_memory_seq_keep(seq_id)`.
+    #[inline]
     pub fn seq_keep(&mut self, seq_id: i32) -> Result<(), ShimError> {
         // SAFETY: live handle; plain integers.
         let rc = unsafe { (self.api.seq_keep)(self.h(), seq_id) };
@@ -452,6 +464,7 @@ impl LlamaContext {
     }
 
     /// `llama_memory_seq_add(seq_id, p0, p1, delta)`.
+    #[inline]
     pub fn seq_add(&mut self, seq_id: i32, p0: i32, p1: i32, delta: i32) -> Result<(), ShimError> {
         // SAFETY: live handle; plain integers.
         let rc = unsafe { (self.api.seq_add)(self.h(), seq_id, p0, p1, delta) };
@@ -459,6 +472,7 @@ impl LlamaContext {
     }
 
     /// `llama_memory_seq_div(seq_id, p0, p1, d)`. `d = 0` aborts inside llama.cpp.
+    #[inline]
     pub fn seq_div(&mut self, seq_id: i32, p0: i32, p1: i32, d: i32) -> Result<(), ShimError> {
         // SAFETY: live handle; plain integers.
         let rc = unsafe { (self.api.seq_div)(self.h(), seq_id, p0, p1, d) };
@@ -466,6 +480,7 @@ impl LlamaContext {
     }
 
     /// `llama_memory_clear(data)`.
+    #[inline]
     pub fn clear(&mut self, data: bool) -> Result<(), ShimError> {
         // SAFETY: live handle; plain integers.
         let rc = unsafe { (self.api.clear)(self.h(), i32::from(data)) };
@@ -473,6 +488,7 @@ impl LlamaContext {
     }
 
     /// `llama_memory_seq_pos_min(seq_id)`; -1 for an empty sequence.
+    #[inline]
     pub fn seq_pos_min(&mut self, seq_id: i32) -> Result<i32, ShimError> {
         let mut out = 0;
         // SAFETY: live handle; `out` is writable for one i32.
@@ -482,6 +498,7 @@ impl LlamaContext {
     }
 
     /// `llama_memory_seq_pos_max(seq_id)`; -1 for an empty sequence.
+    #[inline]
     pub fn seq_pos_max(&mut self, seq_id: i32) -> Result<i32, ShimError> {
         let mut out = 0;
         // SAFETY: live handle; `out` is writable for one i32.
@@ -557,6 +574,7 @@ impl LlamaContext {
 
     /// `llama_state_set_data`: restores a state from [`LlamaContext::state_get`]. `Err` when
     /// llama.cpp rejects it or reads fewer bytes than given.
+    #[inline]
     pub fn state_set(&mut self, state: &[u8]) -> Result<(), ShimError> {
         // SAFETY: state is readable for state.len() bytes during the call.
         let n = unsafe { (self.api.state_set)(self.h(), state.as_ptr(), state.len()) };

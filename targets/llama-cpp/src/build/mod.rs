@@ -150,18 +150,6 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
     mark("build lookup: sources found");
     let recipe = Recipe::for_tree(&src, &spec.pin)?;
     check_tree_versions(&spec.pin, info, &recipe, &src);
-    let unknown_defines = unknown_cmake_defines(&src, &recipe)?;
-    if !unknown_defines.is_empty() {
-        eprintln!(
-            "warning: {}: {} names defines that kvaudit neither passes nor knows: {}. A define \
-             left out switches a feature off silently: check whether the default cmake build \
-             sets it, then pass it or list it in CMAKE_DEFINES_NOT_PASSED \
-             (targets/llama-cpp/src/build/cmake.rs).",
-            spec.pin,
-            src.join("**/CMakeLists.txt").display(),
-            unknown_defines.join(", ")
-        );
-    }
     mark("build lookup: recipe read");
     let toolchain = stamps::toolchain(&cache)?;
     mark("build lookup: toolchain detected");
@@ -174,9 +162,14 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
     if !spec.force {
         if let Some(built) = load_entry(&entry, &key, &spec.pin)? {
             mark("build lookup: entry verified");
+            // The tree is the one the entry was built from (its key holds the tree's
+            // fingerprint): its CMake files were read then, and their unknown defines recorded.
+            warn_unknown_defines(&spec.pin, &src, &built.manifest.unknown_cmake_defines);
             return Ok(built);
         }
     }
+    let unknown_defines = unknown_cmake_defines(&src, &recipe)?;
+    warn_unknown_defines(&spec.pin, &src, &unknown_defines);
     // One build at a time per cache, across threads and processes (parallel tests ask for pins
     // at once): a build already uses every core, and two builds of one key would race on its
     // entry. Whoever waited finds the entry built and takes it.
@@ -202,6 +195,21 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
         };
         build.run(unknown_defines, started, clock)
     })
+}
+
+/// Says which defines the tree's CMake files name that kvaudit neither passes nor knows, if any.
+fn warn_unknown_defines(pin: &Pin, src: &Path, unknown_defines: &[String]) {
+    if !unknown_defines.is_empty() {
+        eprintln!(
+            "warning: {}: {} names defines that kvaudit neither passes nor knows: {}. A define \
+             left out switches a feature off silently: check whether the default cmake build \
+             sets it, then pass it or list it in CMAKE_DEFINES_NOT_PASSED \
+             (targets/llama-cpp/src/build/cmake.rs).",
+            pin,
+            src.join("**/CMakeLists.txt").display(),
+            unknown_defines.join(", ")
+        );
+    }
 }
 
 /// Compiles the shim alone (`-fsyntax-only`, seconds) against the llama.h of the tree at `src`
