@@ -815,8 +815,8 @@ impl DepthWork<'_> {
         // so a run of them is recorded at once (most trials of an audit are such).
         let mut clean: Option<(u32, StepVerdicts, u64)> = None;
         let record_clean = |tally: &mut Tally, clean: &mut Option<(u32, StepVerdicts, u64)>| {
-            if let Some((depth, v, n)) = clean.take() {
-                self.judges.record_judged(tally, depth, v, n);
+            if let Some((depth, v, count)) = clean.take() {
+                self.judges.record_judged(tally, depth, v, count);
             }
         };
         for (j, trace) in done.traces.iter().enumerate() {
@@ -827,7 +827,7 @@ impl DepthWork<'_> {
             if let Some(v) = alone_clean {
                 let depth = trace.ops.len() as u32;
                 match &mut clean {
-                    Some((d, held, n)) if *d == depth && *held == v => *n += 1,
+                    Some((d, held, count)) if *d == depth && *held == v => *count += 1,
                     _ => {
                         record_clean(tally, &mut clean);
                         clean = Some((depth, v, 1));

@@ -231,3 +231,38 @@ fn the_tail_of_a_depth_comes_in_pieces_covering_each_chunk_once() {
             .all(|w| w.len == w.chunk.len(n)));
     }
 }
+
+/// A run of clean trials judged where they were observed counts, for each trial, the trial, the
+/// crash oracles unviolated, each oracle that judged it with its verdict, and the others as
+/// asked but not judged: n trials recorded at once count n of each.
+#[test]
+fn a_run_of_judged_trials_counts_each_trial() {
+    use crate::oracles::OracleId;
+    use crate::running::runner::StepVerdicts;
+    let registry = Registry::builtin().only(|o| ["I1", "I2", "crash"].contains(&o.id().name()));
+    let judges = RunOracles::new(&registry, false);
+    let tracked = judges.tracked_ids();
+    let at = |name: &str| tracked.iter().position(|id| id.name() == name).unwrap();
+    // I1 judged and held, I2 judged and violated (not afresh: it is counted only).
+    let v = StepVerdicts {
+        judged: 1 << at("I1") | 1 << at("I2"),
+        violated: 1 << at("I2"),
+    };
+    let mut tally = Tally::default();
+    judges.record_judged(&mut tally, 3, v, 5);
+    judges.record_judged(
+        &mut tally,
+        3,
+        StepVerdicts {
+            judged: 1 << at("I1"),
+            violated: 0,
+        },
+        2,
+    );
+    assert_eq!(tally.trials, 7);
+    let stats = |name: &str| tally.oracles[&OracleId::known(name).unwrap()].clone();
+    assert_eq!((stats("I1").checked, stats("I1").violations), (7, 0));
+    assert_eq!((stats("I2").checked, stats("I2").violations), (5, 5));
+    assert_eq!(stats("I2").first_depth, Some(3));
+    assert_eq!((stats("crash").checked, stats("crash").violations), (7, 0));
+}
