@@ -230,6 +230,19 @@ fn the_tail_of_a_depth_comes_in_pieces_covering_each_chunk_once() {
             .iter()
             .all(|w| w.len == w.chunk.len(n)));
     }
+    // Shards split their own tails: together they still run each trial once.
+    for depth in 1..=3 {
+        let mut seen = vec![0u8; n.pow(depth) as usize];
+        for k in 0..3 {
+            for w in plan(49, depth, 3, Shard::new(k, 3).unwrap(), None) {
+                let first = w.chunk.base_in_depth(n) + w.from;
+                for i in first..first + w.len {
+                    seen[i as usize] += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&c| c == 1), "depth {depth}");
+    }
 }
 
 /// A run of clean trials judged where they were observed counts, for each trial, the trial, the
