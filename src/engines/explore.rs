@@ -18,9 +18,10 @@
 //! first op `a` has `a % M == K` at every depth, so a trial's prefix is always in the same shard.
 //! Within a shard, threads pull chunks from a shared counter; a thread whose batch is still
 //! short at a chunk's end (a shallow depth's chunks hold a few trials each) takes the next
-//! chunk into the same batch when it starts where the last one ended. Results are
-//! order-independent sums and minima, so any split merges to the same report as an unsharded
-//! run.
+//! chunk into the same batch when it starts where the last one ended, and a depth's last chunks
+//! come in pieces, so that no thread runs on alone for a whole chunk at its end (a chunk is
+//! finished once all its pieces are). Results are order-independent sums and minima, so any
+//! split merges to the same report as an unsharded run.
 //!
 //! Stopping and resuming. A stop flag is read between batches: pieces of work in flight are
 //! dropped, and the report holds the finished chunks, marked [`Incomplete`] (the depth in
@@ -33,6 +34,7 @@
 
 mod calibrate;
 mod judging;
+mod plan;
 mod resume;
 
 use std::collections::HashMap;
@@ -57,6 +59,8 @@ pub use calibrate::{Estimate, CALIBRATE_FROM};
 pub use judging::{OracleBits, RunOracles};
 pub use resume::check_resumes;
 
+use plan::{chunks, plan, Work};
+
 /// What an exhaustive audit runs.
 pub struct ExhaustiveConfig {
     /// The domain.
@@ -71,32 +75,6 @@ pub struct ExhaustiveConfig {
     pub batch: usize,
     /// The oracles that judge each trial (those of them that read observations).
     pub oracles: Registry,
-}
-
-/// A unit of work: all trials of one depth that start with one op.
-#[derive(Clone, Copy, Debug)]
-struct Chunk {
-    depth: u32,
-    first: usize,
-}
-
-/// The chunks of one depth that belong to `shard`.
-fn chunks(n_ops: usize, depth: u32, shard: Shard) -> Vec<Chunk> {
-    (0..n_ops)
-        .filter(|f| f % shard.count == shard.index)
-        .map(|first| Chunk { depth, first })
-        .collect()
-}
-
-impl Chunk {
-    fn len(&self, n: u64) -> u64 {
-        n.pow(self.depth - 1)
-    }
-
-    /// Index of this chunk's first trial among the trials of its depth.
-    fn base_in_depth(&self, n: u64) -> u64 {
-        self.first as u64 * n.pow(self.depth - 1)
-    }
 }
 
 /// Per tracked oracle, one bit per trial of a depth: "violated at some step of this trial".
@@ -161,82 +139,6 @@ impl<'a> RunControl<'a> {
             checkpoint_every: Duration::from_secs(5),
             hold_at_depth: None,
         }
-    }
-}
-
-/// One piece of a thread's work: trials `from..from + len` of a chunk (numbered within the
-/// chunk). Counted work adds to the report; the rest only rebuilds the "ever violated" bits a
-/// resumed run needs, or (in a calibration) only takes time.
-#[derive(Clone, Copy, Debug)]
-struct Work {
-    chunk: Chunk,
-    from: u64,
-    len: u64,
-    counted: bool,
-}
-
-/// The work of `depth` in a run to `max_depth`: every chunk of the shard, or, resuming after
-/// `resume`, the unfinished chunks counted and the finished ones that a later depth reads the
-/// bits of rerun uncounted. A chunk's prefixes are in the chunk of the same first op one depth
-/// up, so when the run stopped in its last depth only the unfinished chunks' prefixes rerun.
-fn plan(
-    n_ops: usize,
-    depth: u32,
-    max_depth: u32,
-    shard: Shard,
-    resume: Option<&Incomplete>,
-) -> Vec<Work> {
-    let n = n_ops as u64;
-    chunks(n_ops, depth, shard)
-        .into_iter()
-        .filter_map(|chunk| {
-            let counted = resume.map_or(true, |r| !r.finished(depth, chunk.first));
-            let needed = counted
-                || resume
-                    .is_some_and(|r| r.depth < max_depth || !r.finished(max_depth, chunk.first));
-            needed.then_some(Work {
-                chunk,
-                from: 0,
-                len: chunk.len(n),
-                counted,
-            })
-        })
-        .collect::<Vec<_>>()
-        .split_tail()
-}
-
-/// How many of a depth's last chunks [`SplitTail::split_tail`] splits, into how many pieces each,
-/// and the least trials a chunk must hold to be split.
-const TAIL_CHUNKS: usize = 4;
-const TAIL_PIECES: u64 = 8;
-const TAIL_SPLIT_FROM: u64 = 1024;
-
-/// The end of a depth's work in smaller pieces.
-trait SplitTail {
-    /// The last [`TAIL_CHUNKS`] chunks (of at least [`TAIL_SPLIT_FROM`] trials) split into
-    /// [`TAIL_PIECES`] pieces each: threads take pieces as they finish, so at the end of a
-    /// depth one thread runs on alone for at most an eighth of a chunk, not a whole one (at
-    /// depth 3 of the seed domain a chunk is 2,401 trials, at depth 4 117,649: about a second).
-    fn split_tail(self) -> Self;
-}
-
-impl SplitTail for Vec<Work> {
-    fn split_tail(self) -> Self {
-        let at = self.len().saturating_sub(TAIL_CHUNKS);
-        let mut out = Vec::with_capacity(self.len() + TAIL_CHUNKS * TAIL_PIECES as usize);
-        for (i, w) in self.into_iter().enumerate() {
-            if i < at || w.len < TAIL_SPLIT_FROM {
-                out.push(w);
-                continue;
-            }
-            let bounds = |k: u64| w.from + w.len * k / TAIL_PIECES;
-            out.extend((0..TAIL_PIECES).map(|k| Work {
-                from: bounds(k),
-                len: bounds(k + 1) - bounds(k),
-                ..w
-            }));
-        }
-        out
     }
 }
 

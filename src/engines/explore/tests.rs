@@ -1,4 +1,4 @@
-//! The explorer's unit tests: not-judged oracles, shard coverage, resumed plans, the odometer.
+//! The explorer's unit tests: not-judged oracles, shard coverage, resumed plans, the odometer, runs of judged trials.
 
 use super::*;
 
@@ -203,46 +203,6 @@ fn a_trial_judged_where_it_was_observed_counts_as_judged_here() {
         here.findings.keys().collect::<Vec<_>>(),
         there.findings.keys().collect::<Vec<_>>()
     );
-}
-
-/// A depth's last chunks come in pieces that cover each of them once, in order; the others,
-/// and chunks too small to split, come whole.
-#[test]
-fn the_tail_of_a_depth_comes_in_pieces_covering_each_chunk_once() {
-    let n = 49u64;
-    for depth in 1..=4 {
-        let work = plan(49, depth, 4, Shard::WHOLE, None);
-        let mut next_in_depth = 0;
-        for w in &work {
-            assert_eq!(w.chunk.base_in_depth(n) + w.from, next_in_depth, "{w:?}");
-            assert!(w.len > 0 && w.from + w.len <= w.chunk.len(n), "{w:?}");
-            next_in_depth += w.len;
-        }
-        assert_eq!(next_in_depth, n.pow(depth), "depth {depth}");
-        let split = work.len() - 49;
-        let expected = if n.pow(depth - 1) >= TAIL_SPLIT_FROM {
-            TAIL_CHUNKS * (TAIL_PIECES as usize - 1)
-        } else {
-            0
-        };
-        assert_eq!(split, expected, "depth {depth}");
-        assert!(work[..49 - TAIL_CHUNKS]
-            .iter()
-            .all(|w| w.len == w.chunk.len(n)));
-    }
-    // Shards split their own tails: together they still run each trial once.
-    for depth in 1..=3 {
-        let mut seen = vec![0u8; n.pow(depth) as usize];
-        for k in 0..3 {
-            for w in plan(49, depth, 3, Shard::new(k, 3).unwrap(), None) {
-                let first = w.chunk.base_in_depth(n) + w.from;
-                for i in first..first + w.len {
-                    seen[i as usize] += 1;
-                }
-            }
-        }
-        assert!(seen.iter().all(|&c| c == 1), "depth {depth}");
-    }
 }
 
 /// A run of clean trials judged where they were observed counts, for each trial, the trial, the
