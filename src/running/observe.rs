@@ -240,7 +240,9 @@ pub fn observe_with_into(
     obs: &mut StepObservation,
 ) -> Result<(), HarnessError> {
     obs.outcome = outcome;
-    // Only what an earlier observation asked for is there to go.
+    // Only what an earlier observation asked for is there to go. Part by part, not by making
+    // the observation anew: dropping the old one whole ran its drop glue every trial (14 more
+    // simulated instruction-cache misses per trial, docs/performance.md).
     if obs.whole.is_some() {
         obs.whole = None;
     }

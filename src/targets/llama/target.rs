@@ -86,8 +86,8 @@ pub struct LlamaTarget {
     foreign_dumps: Vec<(Setup, ForeignDump, Vec<u8>)>,
     /// The test hooks injected around llama.cpp's calls ([`LlamaFaults`]; none by default).
     faults: LlamaFaults,
-    /// Whether any of `faults` is on: without, every op and dump of every trial skips their
-    /// hooks.
+    /// Whether any of `faults` is on (set with them, by [`LlamaTarget::with_faults`] only):
+    /// without, every op and dump of every trial skips their hooks.
     faulty: bool,
     /// The memory type of the last reset's setup (how [`LlamaFaults::seq_dump`] parses a dump).
     memory: MemoryType,
@@ -181,9 +181,7 @@ impl LlamaTarget {
             self.reset_mode,
         );
         t.cache_type = self.cache_type;
-        t.faults = self.faults;
-        t.faulty = self.faulty;
-        t
+        t.with_faults(self.faults)
     }
 
     fn harness(&self, message: impl std::fmt::Display) -> HarnessError {
