@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 
 use super::CliError;
 use kvaudit::base::domain::{parse_range, Domain, DomainOverrides, PRESETS};
-use kvaudit::base::files::write_atomically;
+use kvaudit::base::files::{check_writable_file, write_or_aside};
 use kvaudit::records::report::Report;
 use kvaudit::targets::registry::TargetSpec;
 
@@ -243,6 +243,20 @@ impl OutputArgs {
     pub fn emit(&self, report: &Report) -> Result<(), CliError> {
         emit(report, self.format, self.out.as_deref(), self.quiet)
     }
+
+    /// Checks, before a run's first trial, that `--out` can be written at its end.
+    pub fn check_writable(&self) -> Result<(), CliError> {
+        writable_out("--out", self.out.as_deref())
+    }
+}
+
+/// Checks, before a run's first trial, that the file `flag` names (if any) can be written at
+/// its end: a usage error naming the flag.
+pub fn writable_out(flag: &str, path: Option<&std::path::Path>) -> Result<(), CliError> {
+    match path {
+        Some(p) => check_writable_file(p).map_err(|e| CliError::usage(format!("{flag} {e}"))),
+        None => Ok(()),
+    }
 }
 
 /// A report that renders for a terminal, as JSON and as Markdown.
@@ -289,11 +303,14 @@ pub fn emit(
     };
     match out {
         Some(path) => {
-            write_atomically(path, &text).map_err(|e| {
-                CliError::harness(format!("{}: cannot write report: {e}", path.display()))
-            })?;
+            // A run's report is what it found: if --out cannot be written at the end, it goes
+            // aside, and the error says where.
+            let written = write_or_aside("report", &[(path, &text)]);
             if !quiet {
                 print!("{}", report.to_terminal());
+            }
+            written?;
+            if !quiet {
                 println!("report written to {}", path.display());
             }
         }

@@ -177,6 +177,7 @@ pub fn run(mut a: AuditArgs) -> Result<i32, CliError> {
     if a.out.out.is_none() {
         a.out.out.clone_from(&a.resume);
     }
+    a.out.check_writable()?;
     let predictions = match &a.prereg {
         Some(p) => kvaudit::records::prereg::read(p).map_err(CliError::usage)?,
         None if std::path::Path::new("PREREG.md").exists() => {

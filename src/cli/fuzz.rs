@@ -15,7 +15,7 @@ use super::CliError;
 use kvaudit::base::cache::Observe;
 use kvaudit::base::domain::check_trace_limits;
 use kvaudit::base::exit;
-use kvaudit::base::files::{read_text_limited, sha256_hex};
+use kvaudit::base::files::{check_writable_folder, read_text_limited, sha256_hex};
 use kvaudit::base::op::{Setup, Trace};
 use kvaudit::engines::fuzz::{run_fuzz_with_queue, FuzzConfig, GenConfig, Generator};
 use kvaudit::engines::shrink::ShrinkConfig;
@@ -427,6 +427,15 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
             Tolerance::EXACT,
         )),
     };
+    // Where the end writes, checked before the first case.
+    a.out.check_writable()?;
+    if let Some(dir) = &a.corpus {
+        check_writable_folder(dir).map_err(|e| CliError::usage(format!("--corpus {e}")))?;
+    }
+    if !a.no_repros {
+        check_writable_folder(&a.repro_dir)
+            .map_err(|e| CliError::usage(format!("--repro-dir {e}")))?;
+    }
     let mut display = Display::new(&a.out);
     let (mut report, queue) = run_fuzz_with_queue(
         &cfg,
@@ -436,7 +445,9 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
         &mut |e| display.show(e),
     )?;
     kvaudit::engines::root_cause::group_report(&mut report);
-    a.out.emit(&report)?;
+    // Each output is tried whatever the one before it did: a failure at the end loses no more
+    // than its own part (the report holds every finding's trace).
+    let emitted = a.out.emit(&report);
     let fz = report.fuzz.as_ref().expect("a fuzz report");
     if !a.out.quiet {
         eprintln!(
@@ -455,25 +466,34 @@ pub fn run(a: FuzzArgs) -> Result<i32, CliError> {
             }
         }
     }
-    if let Some(dir) = &a.corpus {
-        let written = write_corpus(dir, &queue)?;
-        if !a.out.quiet {
-            eprintln!(
-                "kvaudit fuzz: corpus {}: {} entries, {written} new",
-                dir.display(),
-                queue.len()
-            );
-        }
-    }
-    if !a.no_repros && report.has_findings() {
-        let repros = repros_of(&report, &record_on, &date)?;
-        let paths = write_repros(&a.repro_dir, &repros)?;
-        if !a.out.quiet {
-            for p in paths {
-                eprintln!("repro written to {}", p.display());
+    let corpus_written = match &a.corpus {
+        Some(dir) => write_corpus(dir, &queue).map(|written| {
+            if !a.out.quiet {
+                eprintln!(
+                    "kvaudit fuzz: corpus {}: {} entries, {written} new",
+                    dir.display(),
+                    queue.len()
+                );
             }
-        }
-    }
+        }),
+        None => Ok(()),
+    };
+    let repros_written = if !a.no_repros && report.has_findings() {
+        repros_of(&report, &record_on, &date)
+            .and_then(|repros| write_repros(&a.repro_dir, &repros))
+            .map(|paths| {
+                if !a.out.quiet {
+                    for p in paths {
+                        eprintln!("repro written to {}", p.display());
+                    }
+                }
+            })
+    } else {
+        Ok(())
+    };
+    emitted?;
+    corpus_written?;
+    repros_written?;
     Ok(if report.has_findings() {
         exit::FINDINGS
     } else {

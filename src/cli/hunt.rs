@@ -2,6 +2,10 @@
 //! budget (`engines::hunt::run`), its groups classified against the corpus and the new ones
 //! written out (`outputs::hunt`); the summary in the terminal, `DIR/summary.md` and
 //! `DIR/summary.json`.
+//!
+//! What the end needs (the corpus, a writable `DIR`, a C compiler on a llama.cpp target) is
+//! checked before the first trial; a failure after it still writes the summary, marked
+//! partial, in `DIR` or, if `DIR` cannot be written any more, in a folder aside.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -11,13 +15,16 @@ use clap::Args;
 use super::audit::{shard_from, stop_on_signals};
 use super::progress::duration;
 use super::CliError;
+use kvaudit::base::error::Error;
 use kvaudit::base::exit;
-use kvaudit::base::files::{read_text_limited, write_atomically};
+use kvaudit::base::files::{check_writable_folder, read_text_limited, write_or_aside};
 use kvaudit::engines::hunt::run::ENTRY_PART;
 use kvaudit::engines::hunt::{
     allocate, merge_shards, plan, probe, run_hunt, shard_entries, HuntConfig, HuntEvent,
 };
-use kvaudit::outputs::hunt::{classify, read_corpus, write_new_groups};
+use kvaudit::outputs::c_repro::check::check_compilers;
+use kvaudit::outputs::corpus::Corpus;
+use kvaudit::outputs::hunt::{checks_programs, classify, corpus_entries, write_new_groups};
 use kvaudit::outputs::repro::{check_date, today_utc};
 use kvaudit::records::hunt::{
     Budget, FuzzShare, HuntSummary, PlanEntry, Support, MAX_SUMMARY_BYTES,
@@ -61,9 +68,10 @@ pub struct HuntArgs {
     /// Only these entries of the plan (comma-separated ids, as `--plan` lists them).
     #[arg(long, value_delimiter = ',')]
     entries: Vec<String>,
-    /// The regression corpus the groups are classified against.
-    #[arg(long, default_value = "corpora")]
-    corpus: PathBuf,
+    /// The regression corpus the groups are classified against: the repro files of DIR instead
+    /// of the corpus built into kvaudit (its source's `corpora/`).
+    #[arg(long, value_name = "DIR")]
+    corpus: Option<PathBuf>,
     /// Threads of each exhaustive run (default: every core).
     #[arg(long)]
     threads: Option<usize>,
@@ -86,16 +94,36 @@ fn load_summary(dir: &Path) -> Result<HuntSummary, CliError> {
     HuntSummary::parse(&text).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
 }
 
+/// Writes the summary into `dir`; if `dir` cannot be written, into a folder aside, and the
+/// error says where it went.
 fn write_summary(dir: &Path, s: &HuntSummary) -> Result<(), CliError> {
-    for (name, text) in [
-        ("summary.json", s.to_json()),
-        ("summary.md", s.to_markdown()),
-    ] {
-        let path = dir.join(name);
-        write_atomically(&path, text)
-            .map_err(|e| CliError::harness(format!("{}: {e}", path.display())))?;
+    let (json, markdown) = (dir.join("summary.json"), dir.join("summary.md"));
+    write_or_aside(
+        "hunt",
+        &[
+            (json.as_path(), &s.to_json()),
+            (markdown.as_path(), &s.to_markdown()),
+        ],
+    )
+    .map_err(CliError::from)
+}
+
+/// The summary written (aside if need be) after a failure `e` once the work began: marked
+/// partial, and the error says so.
+fn write_partial(dir: &Path, s: &mut HuntSummary, e: &Error) -> CliError {
+    if s.failed.is_none() {
+        s.failed = Some(e.message.clone());
     }
-    Ok(())
+    let written = write_summary(dir, s);
+    print!("{}", s.to_terminal());
+    match written {
+        Ok(()) => CliError::harness(format!(
+            "{}; the partial summary is in {}",
+            e.message,
+            dir.join("summary.md").display()
+        )),
+        Err(aside) => CliError::harness(format!("{}; {}", e.message, aside.message)),
+    }
 }
 
 /// Prints the plan with each entry's estimate; entries are probed on the target.
@@ -174,20 +202,37 @@ fn print_plan(
     Ok(())
 }
 
-/// Classifies the summary's groups against the corpus folder `corpus`, writes the new ones'
-/// files and the summary into `out`.
+/// Classifies the summary's groups against `corpus` and writes the new ones' files into
+/// `out` (the summary is the caller's to write, whatever this returns).
 fn finish(
     s: &mut HuntSummary,
     plan: &[PlanEntry],
-    (corpus, out): (&Path, &Path),
+    (corpus, out): (&Corpus, &Path),
     date: &str,
     check_until: Option<Instant>,
-) -> Result<(), CliError> {
-    let entries = read_corpus(corpus, s)
-        .map_err(|e| CliError::usage(format!("--corpus {}: {}", corpus.display(), e.message)))?;
+) -> Result<(), Error> {
+    let entries = corpus_entries(corpus, s);
+    s.corpus = Some(corpus.used());
     classify(s, &entries, plan, check_until);
-    write_new_groups(s, plan, out, date, check_until)?;
-    write_summary(out, s)
+    write_new_groups(s, plan, out, date, check_until)
+}
+
+/// What the end of a hunt or merge into `out` needs, checked before its first trial: the
+/// corpus (`--corpus DIR`, else the built-in one), `out` made and writable, and on a
+/// llama.cpp target a C compiler for the new groups' programs.
+fn preconditions(
+    corpus: Option<&Path>,
+    out: &Path,
+    target: &TargetSpec,
+) -> Result<Corpus, CliError> {
+    let corpus = Corpus::from_flag(corpus)?;
+    check_writable_folder(out).map_err(|e| CliError::usage(format!("--out {e}")))?;
+    std::fs::create_dir_all(out)
+        .map_err(|e| CliError::usage(format!("--out {}: {e}", out.display())))?;
+    if checks_programs(target) {
+        check_compilers()?;
+    }
+    Ok(corpus)
 }
 
 /// Whether `path` names a hunt's folder (or its `summary.json`) for `kvaudit merge`: a folder,
@@ -204,7 +249,7 @@ pub fn is_hunt_summary(path: &Path) -> bool {
 pub fn merge_shards_into(
     parts: &[PathBuf],
     out: &Path,
-    corpus: &Path,
+    corpus: Option<&Path>,
     date: Option<&str>,
 ) -> Result<i32, CliError> {
     let date = match date {
@@ -223,9 +268,11 @@ pub fn merge_shards_into(
         .collect::<Result<Vec<_>, _>>()?;
     let mut whole = merge_shards(summaries).map_err(usage)?;
     let target = TargetSpec::new(&whole.target, &whole.faults);
-    std::fs::create_dir_all(out)
-        .map_err(|e| CliError::harness(format!("{}: {e}", out.display())))?;
-    finish(&mut whole, &plan(&target), (corpus, out), &date, None)?;
+    let corpus = preconditions(corpus, out, &target)?;
+    if let Err(e) = finish(&mut whole, &plan(&target), (&corpus, out), &date, None) {
+        return Err(write_partial(out, &mut whole, &e));
+    }
+    write_summary(out, &whole)?;
     print!("{}", whole.to_terminal());
     Ok(exit_code(&whole))
 }
@@ -286,8 +333,7 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
             ));
         }
     }
-    std::fs::create_dir_all(&a.out)
-        .map_err(|e| CliError::harness(format!("{}: {e}", a.out.display())))?;
+    let corpus = preconditions(a.corpus.as_deref(), &a.out, &target)?;
     let started = Instant::now();
     let spent_before = resume.as_ref().map_or(0.0, |r| r.elapsed_s);
     let stop = stop_on_signals()?;
@@ -374,6 +420,9 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
         }
     };
     let mut summary = run_hunt(&cfg, &mut show)?;
+    if let Some(why) = summary.failed.clone() {
+        return Err(write_partial(&a.out, &mut summary, &Error::harness(why)));
+    }
     if summary.incomplete {
         write_summary(&a.out, &summary)?;
         print!("{}", summary.to_terminal());
@@ -389,9 +438,12 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
         Budget::Seconds(b) => Some(started + Duration::from_secs_f64((b - spent_before).max(0.0))),
         Budget::Trials(_) => None,
     };
-    finish(&mut summary, &plan, (&a.corpus, &a.out), &date, check_until)?;
+    let finished = finish(&mut summary, &plan, (&corpus, &a.out), &date, check_until);
     summary.code_lines = super::coverage::total_lines(summary.code.as_ref());
     summary.elapsed_s = spent_before + started.elapsed().as_secs_f64();
+    if let Err(e) = finished {
+        return Err(write_partial(&a.out, &mut summary, &e));
+    }
     write_summary(&a.out, &summary)?;
     print!("{}", summary.to_terminal());
     if !a.quiet {

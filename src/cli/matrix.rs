@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::CliError;
 use kvaudit::base::exit;
-use kvaudit::base::files::write_atomically;
+use kvaudit::base::files::write_or_aside;
 use kvaudit::outputs::repro::{repro_files, Repro};
 use kvaudit::outputs::versions::matrix::run_matrix;
 use kvaudit::targets::llama::pins::{select, Variant};
@@ -62,6 +62,9 @@ pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
         Some(b) if !b.contains_key(&p.label()) => Some("not built (--built-only)".to_string()),
         _ => None,
     };
+    // Where the end writes, checked before the first version runs.
+    super::args::writable_out("--markdown", a.markdown.as_deref())?;
+    super::args::writable_out("--json", a.json.as_deref())?;
     let mut repros = Vec::new();
     for p in &a.paths {
         for file in repro_files(p).map_err(CliError::from)? {
@@ -80,12 +83,12 @@ pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
         );
     });
     print!("{}", matrix.terminal());
-    for (path, text) in [(&a.markdown, matrix.markdown()), (&a.json, matrix.json())] {
-        if let Some(path) = path {
-            write_atomically(path, &text)
-                .map_err(|e| CliError::harness(format!("{}: cannot write: {e}", path.display())))?;
-        }
-    }
+    let (markdown, json) = (matrix.markdown(), matrix.json());
+    let files: Vec<(&std::path::Path, &str)> = [(&a.markdown, &markdown), (&a.json, &json)]
+        .into_iter()
+        .filter_map(|(path, text)| Some((path.as_deref()?, text.as_str())))
+        .collect();
+    write_or_aside("matrix", &files)?;
     let unavailable = matrix
         .rows
         .iter()

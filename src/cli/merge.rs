@@ -19,9 +19,10 @@ pub struct MergeArgs {
     reports: Vec<PathBuf>,
     #[command(flatten)]
     out: OutputArgs,
-    /// Hunt shards: the regression corpus the merged groups are classified against.
-    #[arg(long, default_value = "corpora")]
-    corpus: PathBuf,
+    /// Hunt shards: the regression corpus the merged groups are classified against, the repro
+    /// files of DIR instead of the corpus built into kvaudit.
+    #[arg(long, value_name = "DIR")]
+    corpus: Option<PathBuf>,
     /// Hunt shards: the new repro files' `since` date, YYYY-MM-DD (default: today, UTC).
     #[arg(long, env = "KVAUDIT_DATE")]
     date: Option<String>,
@@ -45,7 +46,12 @@ pub fn run(m: MergeArgs) -> Result<i32, CliError> {
                 "merge of hunt shards: --out names the folder of the merged hunt",
             ));
         };
-        return super::hunt::merge_shards_into(&m.reports, out, &m.corpus, m.date.as_deref());
+        return super::hunt::merge_shards_into(
+            &m.reports,
+            out,
+            m.corpus.as_deref(),
+            m.date.as_deref(),
+        );
     }
     let mut reports = Vec::new();
     for p in &m.reports {

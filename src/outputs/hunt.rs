@@ -31,8 +31,9 @@ use crate::targets::registry::TargetSpec;
 use super::bug_report::{bug_report, CheckedProgram};
 use super::c_repro::check::compile_and_run;
 use super::c_repro::{emit_c, parse_input};
+use super::corpus::Corpus;
 use super::explain::{explain_repro, to_svg};
-use super::repro::{check, repro_files, Status};
+use super::repro::{check, Status};
 use super::repro::{safe_file_name, write_output, Expect, Repro, TargetExpectation};
 
 /// A corpus file, with the root cause of its finding.
@@ -53,35 +54,34 @@ fn expectation_for<'r>(repro: &'r Repro, s: &HuntSummary) -> Option<&'r TargetEx
         .find(|t| t.target == s.target && t.faults == s.faults)
 }
 
-/// Reads the corpus folder and decides each file's root cause.
-pub fn read_corpus(dir: &Path, s: &HuntSummary) -> Result<Vec<CorpusEntry>, Error> {
-    let mut out = Vec::new();
-    for path in repro_files(dir)? {
-        let repro = Repro::load(&path)?;
-        let label = expectation_for(&repro, s)
-            .or_else(|| repro.targets.iter().find(|t| t.expect == Expect::Fails))
-            .map_or_else(|| s.target.clone(), |t| t.label());
-        let finding = Finding {
-            oracle: repro.oracle,
-            kind: repro.kind.clone(),
-            target: label,
-            depth: repro.trace.ops.len() as u32,
-            trial_index: 0,
-            step: repro.step,
-            seq: repro.seq,
-            trace: repro.trace.clone(),
-            observed: repro.observed.clone(),
-            expected: repro.expected.clone(),
-        };
-        out.push(CorpusEntry {
-            file: path
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-            cause: cause_of(&finding),
-            repro,
-        });
-    }
-    Ok(out)
+/// The files of `corpus`, each with its finding's root cause.
+pub fn corpus_entries(corpus: &Corpus, s: &HuntSummary) -> Vec<CorpusEntry> {
+    corpus
+        .files
+        .iter()
+        .map(|(file, repro)| {
+            let label = expectation_for(repro, s)
+                .or_else(|| repro.targets.iter().find(|t| t.expect == Expect::Fails))
+                .map_or_else(|| s.target.clone(), |t| t.label());
+            let finding = Finding {
+                oracle: repro.oracle,
+                kind: repro.kind.clone(),
+                target: label,
+                depth: repro.trace.ops.len() as u32,
+                trial_index: 0,
+                step: repro.step,
+                seq: repro.seq,
+                trace: repro.trace.clone(),
+                observed: repro.observed.clone(),
+                expected: repro.expected.clone(),
+            };
+            CorpusEntry {
+                file: file.clone(),
+                cause: cause_of(&finding),
+                repro: repro.clone(),
+            }
+        })
+        .collect()
 }
 
 /// A kind without its digits: a crash's kind names its source line, which moves between
@@ -208,6 +208,12 @@ pub fn classify(
     }
 }
 
+/// Whether a new group's C program is compiled and run on `target` ([`write_new_groups`]): on
+/// a llama.cpp target, which a job then needs a C compiler for.
+pub fn checks_programs(target: &TargetSpec) -> bool {
+    target.name.starts_with("llama.cpp@")
+}
+
 /// Writes each new group's files into `dir/new/` (a repro file, its C program, its picture and
 /// its bug report draft) and records their names in the group. The C program is compiled and
 /// run on a llama.cpp target until `check_until`; after it, written unchecked. `date` is the
@@ -285,7 +291,7 @@ pub fn write_new_groups(
         let program = parse_input(&repro.to_text()).map(|i| emit_c(&i));
         // On llama.cpp the check compiles and runs a program and the picture runs the trace in
         // a worker: both only while the budget lasts.
-        let on_llama = runs_on.name.starts_with("llama.cpp@");
+        let on_llama = checks_programs(&runs_on);
         let in_time = check_until.map_or(true, |t| Instant::now() < t);
         let checked = match &program {
             Ok(p) if on_llama && in_time => {
@@ -389,6 +395,8 @@ mod tests {
             code: None,
             code_parts: Default::default(),
             code_lines: None,
+            corpus: None,
+            failed: None,
         }
     }
 

@@ -3,6 +3,7 @@
 
 pub mod bug_report;
 pub mod c_repro;
+pub mod corpus;
 pub mod coverage;
 pub mod explain;
 pub mod hunt;

@@ -300,6 +300,33 @@ pub struct HuntSummary {
     /// Its line coverage over the memory sources, when the hunt mapped it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code_lines: Option<FileCoverage>,
+    /// The corpus its groups were classified against, once they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus: Option<CorpusUsed>,
+    /// What failed after the hunt's work began (an entry's runner, a new group's file): the
+    /// summary holds what was found until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+/// The corpus a hunt's groups were classified against.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorpusUsed {
+    /// Its repro files.
+    pub files: usize,
+    /// The folder it was read from (`--corpus DIR`); none: the corpus built into kvaudit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
+}
+
+impl CorpusUsed {
+    /// "62 files, built into kvaudit", "3 files from DIR" (free text: escape it).
+    pub fn describe(&self) -> String {
+        match &self.folder {
+            None => format!("{} files, built into kvaudit", self.files),
+            Some(dir) => format!("{} files from {dir}", self.files),
+        }
+    }
 }
 
 /// The largest summary read back.
@@ -427,7 +454,11 @@ impl HuntSummary {
             self.plan.len(),
             self.unsupported.len(),
             self.skipped.len(),
-            if self.incomplete { " (INCOMPLETE: stopped before every entry ran)" } else { "" }
+            match (&self.failed, self.incomplete) {
+                (Some(why), _) => format!(" (PARTIAL: failed after its work began: {why})"),
+                (None, true) => " (INCOMPLETE: stopped before every entry ran)".into(),
+                (None, false) => String::new(),
+            }
         ) + &self.code_lines.as_ref().map_or(String::new(), |c| {
             format!(
                 "; memory code reached: {} of {} lines ({:.1}%), {} of {} blocks (kvaudit coverage)",
@@ -440,9 +471,18 @@ impl HuntSummary {
         })
     }
 
+    /// The line under the headline: the corpus the groups were classified against.
+    fn corpus_line(&self) -> String {
+        match &self.corpus {
+            Some(c) => format!("corpus: {}", c.describe()),
+            None => "corpus: none yet (the groups are not classified)".into(),
+        }
+    }
+
     /// For a terminal.
     pub fn to_terminal(&self) -> String {
         let mut s = terminal_text(&self.headline()) + "\n";
+        s.push_str(&(terminal_text(&self.corpus_line()) + "\n"));
         let widths = [-10, -20, 10, 10, 4, 6, 10, 6];
         let line = |cells: &[String]| -> String {
             let padded: Vec<String> = cells
@@ -480,7 +520,11 @@ impl HuntSummary {
 
     /// Markdown.
     pub fn to_markdown(&self) -> String {
-        let mut s = format!("# {}\n\n", markdown_text(&self.headline()));
+        let mut s = format!(
+            "# {}\n\n{}\n\n",
+            markdown_text(&self.headline()),
+            markdown_text(&self.corpus_line())
+        );
         s.push_str(&format!(
             "| {} |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
             COLUMNS.join(" | ")

@@ -5,7 +5,10 @@
 //! within it plus 10%). `plan` cases check `--plan`'s output against the registry and the
 //! memory types, so an oracle added to the registry is expected there without a test edit.
 //! `shards` cases run the hunt as shards and merge them; `interrupt` cases stop it with SIGINT
-//! once its first entry starts and resume it.
+//! once its first entry starts and resume it. `from_another_folder` runs it from a fresh
+//! temporary folder without `--corpus` (the corpus built into kvaudit); `refused` cases must
+//! fail before their first entry starts; `broken_mid_run` cases break the output folder once
+//! the first entry starts and find the partial summary.
 
 use std::process::Command;
 
@@ -69,6 +72,31 @@ struct HuntCase {
     /// and `--resume` must finish it (the finished summary is checked).
     #[serde(default)]
     interrupt: bool,
+    /// Run from a fresh temporary folder, without `--corpus`: the groups are classified
+    /// against the corpus built into kvaudit, and the summary says so (every file of
+    /// `corpora/`).
+    #[serde(default)]
+    from_another_folder: bool,
+    /// The hunt must be refused before its first entry starts (`args` name the `--corpus` or
+    /// `--out` that cannot serve): exit 2, one line on stderr containing this, no entry started.
+    #[serde(default)]
+    refused: Option<String>,
+    /// Break the output folder once the first entry starts: the hunt must exit 3 and still
+    /// write what it found, its summary marked partial.
+    #[serde(default)]
+    broken_mid_run: Option<Break>,
+}
+
+/// How a case breaks the output folder while the hunt runs.
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Break {
+    /// `DIR/new` made a regular file: the new groups' files cannot be written; the partial
+    /// summary is in `DIR`.
+    NewIsAFile,
+    /// `DIR` replaced by a regular file: nothing can be written there; the partial summary is
+    /// in a folder aside, under `TMPDIR`, which the error names.
+    OutIsAFile,
 }
 
 #[derive(Deserialize)]
@@ -97,10 +125,11 @@ pub fn trials() -> Vec<Trial> {
         .collect()
 }
 
-/// `kvaudit hunt ARGS EXTRA --corpus CORPUS` (quiet unless `progress`).
+/// `kvaudit hunt ARGS EXTRA --corpus CORPUS` (quiet unless `progress`; no `--corpus` when
+/// `corpus` is `None`: the built-in one).
 fn hunt(
     args: &[String],
-    corpus: &std::path::Path,
+    corpus: Option<&std::path::Path>,
     extra: &[&std::ffi::OsStr],
     progress: bool,
 ) -> Command {
@@ -108,9 +137,10 @@ fn hunt(
     cmd.arg("hunt")
         .args(args)
         .args(extra)
-        .arg("--corpus")
-        .arg(corpus)
         .env("KVAUDIT_DATE", "2026-12-01");
+    if let Some(corpus) = corpus {
+        cmd.arg("--corpus").arg(corpus);
+    }
     if !progress {
         cmd.arg("-q");
     }
@@ -123,14 +153,14 @@ fn read_summary(dir: &std::path::Path) -> Result<HuntSummary, String> {
     HuntSummary::parse(&text).map_err(|e| e.to_string())
 }
 
-/// Interrupts the hunt once its first entry starts; checks the partial summary.
-fn interrupted(
-    c: &HuntCase,
-    corpus: &std::path::Path,
-    dir: &std::path::Path,
-) -> Result<(), String> {
+/// Runs `cmd` (a hunt with progress), calls `meanwhile` once its first entry starts, and
+/// gives back its exit code and the rest of its stderr.
+fn once_started(
+    mut cmd: Command,
+    meanwhile: &dyn Fn(u32) -> Result<(), String>,
+) -> Result<(Option<i32>, Vec<String>), String> {
     use std::io::{BufRead, BufReader};
-    let mut child = hunt(&c.args, corpus, &["--out".as_ref(), dir.as_os_str()], true)
+    let mut child = cmd
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -145,19 +175,135 @@ fn interrupted(
         let _ = child.kill();
         return Err("the hunt never started an entry".into());
     }
-    let pid = child.id().to_string();
-    Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .map_err(|e| e.to_string())?;
+    meanwhile(child.id())?;
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let code = child.wait().map_err(|e| e.to_string())?.code();
+    Ok((code, rest))
+}
+
+/// Interrupts the hunt once its first entry starts; checks the partial summary.
+fn interrupted(
+    c: &HuntCase,
+    corpus: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<(), String> {
+    let cmd = hunt(
+        &c.args,
+        Some(corpus),
+        &["--out".as_ref(), dir.as_os_str()],
+        true,
+    );
+    let (code, rest) = once_started(cmd, &|pid| {
+        Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })?;
     if code != Some(4) {
         return Err(format!("exit {code:?} after SIGINT, expected 4: {rest:?}"));
     }
     let partial = read_summary(dir)?;
     if !partial.incomplete {
         return Err("the summary after SIGINT is not marked incomplete".into());
+    }
+    Ok(())
+}
+
+/// Breaks the output folder once the first entry starts; the hunt must exit 3 with one line
+/// on stderr and its partial summary written where that line says: marked failed, with what
+/// it found.
+fn broken_mid_run(
+    c: &HuntCase,
+    corpus: &std::path::Path,
+    dir: &std::path::Path,
+    how: Break,
+) -> Result<(), String> {
+    let out = dir.join("out");
+    let aside = dir.join("tmp");
+    std::fs::create_dir(&aside).map_err(|e| e.to_string())?;
+    let mut cmd = hunt(
+        &c.args,
+        Some(corpus),
+        &["--out".as_ref(), out.as_os_str()],
+        true,
+    );
+    cmd.env("TMPDIR", &aside);
+    let (code, rest) = once_started(cmd, &|_| {
+        let broken = match how {
+            Break::NewIsAFile => out.join("new"),
+            Break::OutIsAFile => {
+                std::fs::remove_dir_all(&out).map_err(|e| e.to_string())?;
+                out.clone()
+            }
+        };
+        std::fs::write(&broken, "not a folder").map_err(|e| e.to_string())
+    })?;
+    let errors: Vec<&String> = rest
+        .iter()
+        .filter(|l| l.starts_with("kvaudit: error:"))
+        .collect();
+    if code != Some(3) || errors.len() != 1 {
+        return Err(format!(
+            "exit {code:?}, expected 3 with one error line: {rest:?}"
+        ));
+    }
+    let error = errors[0];
+    let written = match how {
+        Break::NewIsAFile => out.clone(),
+        Break::OutIsAFile => {
+            let folders: Vec<_> = std::fs::read_dir(&aside)
+                .map_err(|e| e.to_string())?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            match folders.as_slice() {
+                [one] if error.contains(&*one.to_string_lossy()) => one.clone(),
+                _ => {
+                    return Err(format!(
+                        "no one folder aside that {error:?} names: {folders:?}"
+                    ))
+                }
+            }
+        }
+    };
+    let s = read_summary(&written)?;
+    let markdown =
+        std::fs::read_to_string(written.join("summary.md")).map_err(|e| e.to_string())?;
+    if s.failed.is_none() || !markdown.contains("PARTIAL") {
+        return Err(format!(
+            "the summary in {} is not marked partial",
+            written.display()
+        ));
+    }
+    if s.groups.is_empty() || s.entries.is_empty() {
+        return Err(format!(
+            "the partial summary lost what was found:\n{}",
+            s.to_terminal()
+        ));
+    }
+    Ok(())
+}
+
+/// The hunt must stop before its first entry: exit 2, one line on stderr containing `why`,
+/// and no summary.
+fn refused(c: &HuntCase, dir: &std::path::Path, why: &str) -> Result<(), String> {
+    let out = hunt(&c.args, None, &[], true)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let (_, stderr) = super::exited(&out, 2)?;
+    let lines: Vec<&str> = stderr.lines().collect();
+    match lines.as_slice() {
+        [line] if line.starts_with("kvaudit: error:") && line.contains(why) => {}
+        _ => {
+            return Err(format!(
+                "expected one error line with {why:?}, got:\n{stderr}"
+            ))
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir).map_err(|e| e.to_string())?.collect();
+    if !left.is_empty() {
+        return Err(format!("a refused hunt left {} files behind", left.len()));
     }
     Ok(())
 }
@@ -170,15 +316,26 @@ fn check(c: &HuntCase) -> Result<(), String> {
     } else {
         super::root().join("corpora")
     };
+    if let Some(why) = &c.refused {
+        return refused(c, dir.path(), why);
+    }
+    if let Some(how) = c.broken_mid_run {
+        return broken_mid_run(c, &corpus, dir.path(), how);
+    }
     let out_arg: [&std::ffi::OsStr; 2] = ["--out".as_ref(), dir.path().as_os_str()];
-    let out = if let Some(m) = c.shards {
+    let elsewhere = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let out = if c.from_another_folder {
+        hunt(&c.args, None, &out_arg, false)
+            .current_dir(elsewhere.path())
+            .output()
+    } else if let Some(m) = c.shards {
         let mut merge: Vec<std::ffi::OsString> = vec!["merge".into()];
         for k in 0..m {
             let part = dir.path().join(format!("shard-{k}"));
             let shard = format!("{k}/{m}");
             let o = hunt(
                 &c.args,
-                &corpus,
+                Some(&corpus),
                 &[
                     "--shard".as_ref(),
                     shard.as_ref(),
@@ -208,13 +365,13 @@ fn check(c: &HuntCase) -> Result<(), String> {
         interrupted(c, &corpus, dir.path())?;
         hunt(
             &c.args,
-            &corpus,
+            Some(&corpus),
             &["--resume".as_ref(), dir.path().as_os_str()],
             false,
         )
         .output()
     } else {
-        hunt(&c.args, &corpus, &out_arg, false).output()
+        hunt(&c.args, Some(&corpus), &out_arg, false).output()
     }
     .map_err(|e| e.to_string())?;
     let code = out.status.code().ok_or("killed by a signal")?;
@@ -273,6 +430,22 @@ fn check(c: &HuntCase) -> Result<(), String> {
     }
     if s.incomplete {
         return Err("the summary is marked incomplete".into());
+    }
+    if c.from_another_folder {
+        let shipped = super::data_files(&super::root().join("corpora"), "json").len();
+        let said = format!("corpus: {shipped} files, built into kvaudit");
+        let markdown =
+            std::fs::read_to_string(dir.path().join("summary.md")).map_err(|e| e.to_string())?;
+        if !markdown.contains(&said) {
+            return Err(format!("summary.md does not say {said:?}:\n{markdown}"));
+        }
+        if std::fs::read_dir(elsewhere.path())
+            .map_err(|e| e.to_string())?
+            .count()
+            != 0
+        {
+            return Err("the hunt wrote into the folder it ran in".into());
+        }
     }
     let ran: usize = s.entries.len() + s.unsupported.len() + s.skipped.len();
     let wanted = if s.only.is_empty() {

@@ -239,6 +239,8 @@ pub fn run_hunt(
             r.groups.clear();
             r.fixed.clear();
             r.incomplete = false;
+            r.failed = None;
+            r.corpus = None;
             r
         }
         None => HuntSummary {
@@ -261,6 +263,8 @@ pub fn run_hunt(
             code: None,
             code_parts: Default::default(),
             code_lines: None,
+            corpus: None,
+            failed: None,
         },
     };
     let offset = summary.elapsed_s;
@@ -310,7 +314,13 @@ pub fn run_hunt(
                 .extend(todo[k..].iter().map(|(_, e)| e.id.clone()));
             break;
         }
-        let (support, per_trial) = probe(&cfg.target, entry)?;
+        let (support, per_trial) = match probe(&cfg.target, entry) {
+            Ok(p) => p,
+            Err(e) => {
+                stopped_by(&mut summary, &e, entry);
+                break;
+            }
+        };
         if let Support::Unsupported { reason } = &support {
             sink(&HuntEvent::Unsupported { entry, reason });
             summary.unsupported.push((entry.id.clone(), reason.clone()));
@@ -366,7 +376,13 @@ pub fn run_hunt(
             );
             ran
         });
-        let (mut outcome, found) = ran?;
+        let (mut outcome, found) = match ran {
+            Ok(r) => r,
+            Err(e) => {
+                stopped_by(&mut summary, &e, entry);
+                break;
+            }
+        };
         for (part, code) in std::mem::take(&mut outcome.code) {
             summary
                 .code
@@ -402,6 +418,13 @@ pub fn run_hunt(
     summary.elapsed_s = hunt_s();
     regroup(&mut summary);
     Ok(summary)
+}
+
+/// Marks `summary` as stopped by the harness failure `e` in `entry`: the entries before it and
+/// their findings stay, and the entry runs again on `--resume`, as after a signal.
+fn stopped_by(summary: &mut HuntSummary, e: &Error, entry: &PlanEntry) {
+    summary.incomplete = true;
+    summary.failed = Some(format!("entry {}: {}", entry.id, e.message));
 }
 
 /// The new findings of one entry (repeats of the hunt's earlier ones dropped), shrunk, each
@@ -613,6 +636,9 @@ pub fn merge_shards(mut parts: Vec<HuntSummary>) -> Result<HuntSummary, Error> {
     }
     let mut whole = parts[0].clone();
     whole.shard = Shard::WHOLE;
+    // Classified again: a shard's failure in its classification is not the merge's.
+    whole.failed = None;
+    whole.corpus = None;
     for p in parts.into_iter().skip(1) {
         whole.entries.extend(p.entries);
         whole.unsupported.extend(p.unsupported);

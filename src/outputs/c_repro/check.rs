@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::base::error::Error;
+use crate::base::files::private_temp_dir;
 use crate::targets::llama::build::{ensure_built, BuildSpec};
 use crate::targets::llama::pins::Pin;
 
@@ -27,13 +28,43 @@ impl ProgramRun {
     }
 }
 
+/// Checks that the C and C++ compilers a reproducer check runs (`CC` and `CXX`, else `cc` and
+/// `c++`, as the `cc` crate picks them) answer `--version`: a job that checks reproducers at
+/// its end asks before its first trial.
+pub fn check_compilers() -> Result<(), Error> {
+    for (var, default) in [("CC", "cc"), ("CXX", "c++")] {
+        let chosen = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+        let command = chosen.as_deref().unwrap_or(default);
+        let program = command.split_whitespace().next().unwrap_or(default);
+        let answered = std::process::Command::new(program)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        match answered {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                return Err(Error::harness(format!(
+                    "the reproducer checks need a C compiler: `{program} --version` exited with {status} (set {var})"
+                )))
+            }
+            Err(e) => {
+                return Err(Error::harness(format!(
+                    "the reproducer checks need a C compiler: `{program} --version`: {e} (set {var})"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Builds `label`'s pin if needed, compiles `program` against it in a fresh private folder and
 /// runs it with `model`.
 pub fn compile_and_run(program: &str, label: &str, model: &Path) -> Result<ProgramRun, Error> {
     let pin = Pin::parse(label).map_err(|e| Error::input(format!("{e:#}")))?;
     let built = ensure_built(&BuildSpec::new(pin), true)
         .map_err(|e| Error::harness(format!("building {label}: {e:#}")))?;
-    let dir = private_dir()?;
+    let dir = private_temp_dir("repro")?;
     let src = dir.join("repro.c");
     let bin = dir.join("repro");
     let result = (|| {
@@ -57,35 +88,4 @@ pub fn compile_and_run(program: &str, label: &str, model: &Path) -> Result<Progr
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
-}
-
-/// A fresh folder under the temporary directory, private to the user: `create` fails on one that
-/// exists, so a folder or link planted under the predictable name is never written into; a name
-/// taken (by such a plant, or by another thread of this process in the same clock tick: the
-/// tests check reproducers in parallel) is passed over for the next one.
-fn private_dir() -> Result<std::path::PathBuf, Error> {
-    use std::os::unix::fs::DirBuilderExt;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut last = None;
-    for _ in 0..16 {
-        let dir = std::env::temp_dir().join(format!(
-            "kvaudit-repro-{}-{nanos}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some((dir, e)),
-            Err(e) => return Err(Error::harness(format!("{}: {e}", dir.display()))),
-        }
-    }
-    let (dir, e) = last.expect("the loop ran");
-    Err(Error::harness(format!(
-        "{}: {e} (and 15 names after it)",
-        dir.display()
-    )))
 }
