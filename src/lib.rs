@@ -10,15 +10,17 @@
 //! 2. [`oracles`]: the oracle registry (I1, I2, differential, crash) and the theorems T1-T3.
 //! 3. [`records`]: reports, findings, tallies, predictions: plain data.
 //! 4. [`running`]: trial runners and the judge.
-//! 5. [`targets`]: the native caches and llama.cpp, and the registry of target names.
-//! 6. [`engines`]: the exhaustive explorer, the fuzzer, the shrinker, measurements.
-//! 7. [`outputs`]: repro files and their replay, C reproducers.
+//! 5. [`isolation`]: targets in worker processes of their own; the JSON-lines worker protocol.
+//! 6. [`targets`]: the native caches and llama.cpp, and the registry of target names.
+//! 7. [`engines`]: the exhaustive explorer, the fuzzer, the shrinker, measurements.
+//! 8. [`outputs`]: repro files and their replay, C reproducers.
 //!
 //! The command line is not part of the library: it lives in the `kvaudit` binary.
 #![warn(missing_docs)]
 
 pub mod base;
 pub mod engines;
+pub mod isolation;
 pub mod model;
 pub mod oracles;
 pub mod outputs;

@@ -151,6 +151,19 @@ pub fn apply_setup_ops(target: &mut dyn CacheUnderTest, setup: &Setup) -> Result
     Ok(())
 }
 
+/// Refuses a setup that names settings of another engine's own ([`Setup::engine`]): a target
+/// that does not know a setting cannot take the setup, rather than run it as if it were not
+/// there.
+pub fn refuse_engine_settings(target: &str, setup: &Setup) -> Result<(), HarnessError> {
+    match setup.engine.keys().next() {
+        None => Ok(()),
+        Some(key) => Err(HarnessError::Unsupported {
+            target: target.to_string(),
+            reason: format!("engine.{key} is another engine's setting"),
+        }),
+    }
+}
+
 /// What one sequence looks like after an op.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeqObservation {

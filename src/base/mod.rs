@@ -4,6 +4,7 @@
 //! Nothing here imports from any other layer of kvaudit.
 
 pub mod cache;
+pub mod capabilities;
 pub mod config;
 pub mod domain;
 pub mod error;

@@ -253,6 +253,9 @@ impl Setup {
             ops: _,
             // Not a setting of this context: the slots its trace starts with.
             foreign: _,
+            // Another engine's own settings: llama.cpp and the native caches have none, and
+            // refuse a setup that names any (`Setup::check_engine_settings`).
+            engine: _,
         } = self;
         let set = |key, value| Some(Setting { key, value });
         [

@@ -1,4 +1,4 @@
-//! `kvaudit target`: build llama.cpp pins and list what is known.
+//! `kvaudit target`: build llama.cpp pins and mlx-lm environments, and list what is known.
 
 use std::path::PathBuf;
 
@@ -16,7 +16,8 @@ pub struct TargetCmd {
 
 #[derive(Debug, Subcommand)]
 enum TargetWhat {
-    /// Build (or find in the cache) the shim for a pin: `llama.cpp@0.1.156[+assert]`.
+    /// Build (or find in the cache) a target: a llama.cpp pin's shim (`llama.cpp@0.1.156[+assert]`)
+    /// or an mlx-lm version's environment (`mlx-lm@0.32.2`).
     Build {
         /// Pin labels.
         #[arg(required = true)]
@@ -55,6 +56,12 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
             force,
         } => {
             for label in labels {
+                if label.starts_with(kvaudit::targets::mlx::PREFIX) {
+                    let pin = kvaudit::targets::mlx::MlxPin::parse(&label)?;
+                    let python = pin.ensure_built()?;
+                    println!("{}", python.display());
+                    continue;
+                }
                 kvaudit::targets::llama::pins::Pin::parse(&label)
                     .map_err(|e| CliError::usage(format!("{e:#}")))?;
                 let built = kvaudit::targets::llama::build::build_command(
@@ -121,6 +128,20 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
                 );
             }
             println!("llama.cpp@src:PATH[+assert]  (a llama.cpp source tree)");
+            println!(
+                "{}  (the JSON-lines protocol's reference worker, Python standard library only)",
+                kvaudit::targets::python::REFERENCE
+            );
+            println!("mlx-lm@VERSION: {} pins (environment made)", kvaudit::targets::mlx::PINS.len());
+            for (v, mlx) in kvaudit::targets::mlx::PINS {
+                let pin = kvaudit::targets::mlx::MlxPin::parse(&format!("mlx-lm@{v}"))?;
+                let made = match pin.built() {
+                    Ok(Some(_)) => "made",
+                    Ok(None) => "-",
+                    Err(_) => "no python3",
+                };
+                println!("mlx-lm@{v:<8} {made:>10}  mlx[cpu] {mlx}");
+            }
             Ok(exit::CLEAN)
         }
         TargetWhat::Check { trees } => {

@@ -43,6 +43,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::base::cache::{HarnessError, TargetInfo};
+use crate::base::capabilities::LeftOut;
 use crate::base::domain::{total_trials, Domain};
 use crate::base::op::{Op, Trace};
 use crate::oracles::Registry;
@@ -159,6 +160,8 @@ struct Shared<'c> {
     info_a: TargetInfo,
     info_b: Option<TargetInfo>,
     judges: RunOracles,
+    /// The domain's op kinds a target declares it lacks (left out of `ops`).
+    left_out: Vec<LeftOut>,
 }
 
 impl Shared<'_> {
@@ -166,7 +169,7 @@ impl Shared<'_> {
     fn report(&self, mut tally: Tally, elapsed_s: f64) -> Report {
         tally.asked(self.judges.ids());
         let trials = tally.trials;
-        Report::new(
+        let mut report = Report::new(
             self.info_a.clone(),
             self.info_b.clone(),
             self.cfg.domain.clone(),
@@ -177,7 +180,9 @@ impl Shared<'_> {
                 elapsed_s,
                 trials_per_s: trials as f64 / elapsed_s.max(1e-9),
             },
-        )
+        );
+        report.left_out.clone_from(&self.left_out);
+        report
     }
 }
 
@@ -221,6 +226,16 @@ impl<'c> Explorer<'c> {
         })?;
         let info_a = runners[0].0.info();
         let info_b = runners[0].1.as_ref().map(|b| b.info());
+        // The op kinds a target declares it lacks are never enumerated: the report lists them.
+        let mut left_out = runners[0].0.capabilities().left_out(&info_a.label());
+        if let (Some(b), Some(info)) = (&runners[0].1, &info_b) {
+            left_out.extend(b.capabilities().left_out(&info.label()));
+        }
+        left_out.retain(|l| ops.iter().any(|op| op.kind().name() == l.op));
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .filter(|op| !left_out.iter().any(|l| l.op == op.kind().name()))
+            .collect();
         let judges = RunOracles::new(&cfg.oracles, info_b.is_some());
         Ok(Explorer {
             shared: Shared {
@@ -229,6 +244,7 @@ impl<'c> Explorer<'c> {
                 info_a,
                 info_b,
                 judges,
+                left_out,
             },
             runners,
             started,

@@ -1,4 +1,4 @@
-//! Layer 7, outputs: what kvaudit hands its users: repro files and their replay, standalone
+//! Layer 8, outputs: what kvaudit hands its users: repro files and their replay, standalone
 //! C reproducers, pictures of findings and bug reports for an engine's tracker.
 
 pub mod bug_report;

@@ -135,6 +135,11 @@ pub struct Report {
     /// (`kvaudit coverage` maps it to lines; a fuzz run's is `fuzz.code`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<crate::records::code::CodeSet>,
+    /// The op kinds of the domain left out because a target declares it lacks them
+    /// ([`crate::base::capabilities::Capabilities`]), with its reason: never run, so neither
+    /// passing nor unsupported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<crate::base::capabilities::LeftOut>,
 }
 
 impl Report {
@@ -178,6 +183,7 @@ impl Report {
             state_space: None,
             incomplete: None,
             code,
+            left_out: Vec::new(),
         }
     }
 
@@ -443,7 +449,7 @@ impl Report {
                 "{}{vs}: domain {} ({} ops), states: {} distinct states, {} transitions ({} unsupported), {} at depth {} in {:.2} s",
                 text(&self.target.label()),
                 text(&self.domain.name),
-                self.domain.ops().len(),
+                self.ops_run(),
                 sp.states,
                 sp.transitions,
                 self.unsupported,
@@ -456,7 +462,7 @@ impl Report {
             "{}{vs}: domain {} ({} ops), depth {}{shard}: {} trials ({} unsupported) in {:.2} s",
             text(&self.target.label()),
             text(&self.domain.name),
-            self.domain.ops().len(),
+            self.ops_run(),
             self.depth,
             self.trials,
             self.unsupported,
@@ -464,10 +470,36 @@ impl Report {
         )
     }
 
+    /// How many of the domain's ops the run enumerated: those of the kinds no target lacks.
+    fn ops_run(&self) -> usize {
+        let ops = self.domain.ops();
+        ops.iter()
+            .filter(|op| !self.left_out.iter().any(|l| l.op == op.kind().name()))
+            .count()
+    }
+
+    /// One line per op kind left out ([`Report::left_out`]).
+    fn left_out_lines(&self, text: fn(&str) -> String) -> Vec<String> {
+        self.left_out
+            .iter()
+            .map(|l| {
+                format!(
+                    "left out: {} ({} declares it lacks it: {})",
+                    text(&l.op),
+                    text(&l.target),
+                    text(&l.reason)
+                )
+            })
+            .collect()
+    }
+
     /// The terminal rendering: heading, table, one block per finding.
     pub fn to_terminal(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "{}", self.heading(terminal_text));
+        for l in self.left_out_lines(terminal_text) {
+            let _ = writeln!(s, "{l}");
+        }
         if let Some(i) = &self.incomplete {
             let _ = writeln!(s, "{}", i.describe());
         }
@@ -538,6 +570,12 @@ impl Report {
             markdown_text(&self.target.label())
         );
         let _ = writeln!(s, "{}\n", self.heading(markdown_text));
+        for l in self.left_out_lines(markdown_text) {
+            let _ = writeln!(s, "- {l}");
+        }
+        if !self.left_out.is_empty() {
+            s.push('\n');
+        }
         if let Some(i) = &self.incomplete {
             let _ = writeln!(s, "**{}**\n", i.describe());
         }

@@ -15,6 +15,7 @@ use crate::base::cache::{
     CacheUnderTest, HarnessError, Observation, Observe, OpOutcome, SeqObservation, StepObservation,
     TargetInfo,
 };
+use crate::base::capabilities::Capabilities;
 use crate::base::op::{Op, SeqId, Setup, Trace};
 use crate::base::state::StateFormat;
 use crate::base::tokens::TokenModel;
@@ -34,6 +35,13 @@ pub type RunnerFactory<'a> = dyn Fn() -> Result<Box<dyn TrialRunner>, HarnessErr
 pub trait TrialRunner: Send {
     /// Who the target is.
     fn info(&self) -> TargetInfo;
+
+    /// What the target declares it can do ([`Capabilities`]): explorers leave out the op kinds
+    /// it lacks. By default everything (llama.cpp and the native caches: what one of their
+    /// memory types refuses is its answer to the op).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::everything()
+    }
 
     /// Runs each trace from its setup. A crash of the target is a [`TrialEnd::Crashed`], not an
     /// error; `Err` means the harness broke.
@@ -588,6 +596,10 @@ impl TrialRunner for Reconfigured {
         let mut info = self.inner.info();
         info.name = format!("{} ({})", info.name, self.config);
         info
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 
     fn run_batch(&mut self, traces: &[Trace]) -> Result<Vec<TrialRun>, HarnessError> {

@@ -1,9 +1,12 @@
-//! Layer 5, targets: the caches under audit ([`native`], [`native_tensor`], [`llama`]) and the
+//! Layer 6, targets: the caches under audit ([`native`], [`native_tensor`], [`llama`], the Python
+//! workers of [`python`] and [`mlx`]) and the
 //! [`registry`] that turns a target's name into runners.
 //!
 //! Only [`llama::ffi`] calls foreign code.
 
 pub mod llama;
+pub mod mlx;
 pub mod native;
 pub mod native_tensor;
+pub mod python;
 pub mod registry;

@@ -433,6 +433,7 @@ pub(crate) fn cache_config(
     setup: &Setup,
     faults: Faults,
 ) -> Result<CacheConfig, HarnessError> {
+    crate::base::cache::refuse_engine_settings(name, setup)?;
     if setup.arch.memory() != MemoryType::Kv {
         return Err(HarnessError::Unsupported {
             target: name.into(),
@@ -472,6 +473,7 @@ pub(crate) fn memory_config(
     setup: &Setup,
     faults: Faults,
 ) -> Result<MemoryConfig, HarnessError> {
+    crate::base::cache::refuse_engine_settings(name, setup)?;
     let cache = attention_config(name, setup, faults)?;
     let kind = match setup.arch.memory() {
         MemoryType::Kv => MemoryKind::Kv,

@@ -116,8 +116,16 @@ impl TargetSpec {
 
     /// Checks the spec and returns a factory that makes one runner per call.
     pub fn factory(&self) -> Result<Box<RunnerFactory<'static>>, Error> {
-        match self.name.as_str() {
-            "native" => {
+        match TargetKind::parse(&self.name)? {
+            TargetKind::PythonRef => {
+                let cmd = crate::targets::python::reference_command(&self.faults, self.observe)?;
+                jsonl_factory(cmd)
+            }
+            TargetKind::Mlx => {
+                let cmd = crate::targets::mlx::worker_command(&self.name, &self.faults, self.observe)?;
+                jsonl_factory(cmd)
+            }
+            TargetKind::Native => {
                 let faults: Faults = parse_faults(&self.faults)?;
                 let observe = self.observe;
                 Ok(Box::new(
@@ -129,7 +137,7 @@ impl TargetSpec {
                     },
                 ))
             }
-            crate::targets::native_tensor::NAME => {
+            TargetKind::NativeTensors => {
                 let faults: Faults = parse_faults(&self.faults)?;
                 let model = crate::targets::native_tensor::load_model(self.model.as_deref())
                     .map_err(|e| e.to_string())?;
@@ -148,15 +156,93 @@ impl TargetSpec {
                     },
                 ))
             }
-            other if other.starts_with("llama.cpp@") => {
+            TargetKind::Llama => {
                 let faults = crate::targets::llama::faults::LlamaFaults::parse(&self.faults)?;
-                llama_factory(other, self.model.as_deref(), self.observe, faults)
+                llama_factory(&self.name, self.model.as_deref(), self.observe, faults)
             }
-            other => Err(format!(
-                "unknown target '{other}' (known: native, native+tensors, llama.cpp@VERSION[+assert])"
-            ).into()),
         }
     }
+}
+
+/// Every kind of target kvaudit knows, parsed once from a target's name: adding an engine is
+/// an arm here and the `match`es over it that the compiler then walks through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    /// `native`: the Rust model of llama.cpp's cell cache (`targets/native-kv`).
+    Native,
+    /// `native+tensors`: the same with K/V rows and a tiny model's forward pass.
+    NativeTensors,
+    /// `llama.cpp@PIN[+VARIANT]` or `llama.cpp@src:PATH`: a real llama.cpp build in workers.
+    Llama,
+    /// `python-ref`: the reference worker of the JSON-lines protocol
+    /// (`workers/python_ref.py`).
+    PythonRef,
+    /// `mlx-lm@VERSION`: mlx-lm's caches in a worker (`workers/mlx_worker.py`) in an
+    /// environment kvaudit makes.
+    Mlx,
+}
+
+impl TargetKind {
+    /// Every kind, for listings and the tests that walk them all.
+    pub const ALL: [TargetKind; 5] = [
+        TargetKind::Native,
+        TargetKind::NativeTensors,
+        TargetKind::Llama,
+        TargetKind::PythonRef,
+        TargetKind::Mlx,
+    ];
+
+    /// The kind a target's name is of (`Err`: no kind, with the names kvaudit knows).
+    pub fn parse(name: &str) -> Result<TargetKind, Error> {
+        use crate::targets::native_tensor::NAME as TENSORS;
+        if name == "native" {
+            Ok(TargetKind::Native)
+        } else if name == TENSORS {
+            Ok(TargetKind::NativeTensors)
+        } else if name.starts_with("llama.cpp@") {
+            Ok(TargetKind::Llama)
+        } else if name == crate::targets::python::REFERENCE {
+            Ok(TargetKind::PythonRef)
+        } else if name.starts_with(crate::targets::mlx::PREFIX) {
+            Ok(TargetKind::Mlx)
+        } else {
+            Err(Error::input(format!(
+                "unknown target '{name}' (known: {})",
+                TargetKind::ALL.map(|k| k.pattern()).join(", ")
+            )))
+        }
+    }
+
+    /// How a name of this kind is written.
+    pub fn pattern(self) -> &'static str {
+        match self {
+            TargetKind::Native => "native",
+            TargetKind::NativeTensors => crate::targets::native_tensor::NAME,
+            TargetKind::Llama => "llama.cpp@VERSION[+assert], llama.cpp@src:PATH",
+            TargetKind::PythonRef => crate::targets::python::REFERENCE,
+            TargetKind::Mlx => "mlx-lm@VERSION",
+        }
+    }
+}
+
+/// A factory of runners over the JSON-lines worker `cmd`: the first worker is started now, so
+/// that a worker that cannot start (no interpreter, an unknown fault) is an error before any
+/// trial, and handed to the first runner asked for.
+fn jsonl_factory(
+    cmd: crate::isolation::jsonl::WorkerCommand,
+) -> Result<Box<RunnerFactory<'static>>, Error> {
+    use crate::isolation::jsonl::JsonlRunner;
+    let first = JsonlRunner::new(cmd.clone()).map_err(|e| Error::input(e.to_string()))?;
+    let first = std::sync::Mutex::new(Some(first));
+    Ok(Box::new(
+        move || -> Result<Box<dyn TrialRunner>, HarnessError> {
+            let ready = first.lock().unwrap_or_else(|e| e.into_inner()).take();
+            Ok(Box::new(match ready {
+                Some(r) => r,
+                None => JsonlRunner::new(cmd.clone())?,
+            }))
+        },
+    ))
 }
 
 /// How long one llama.cpp trial may take before it counts as a hang.

@@ -71,6 +71,10 @@ struct Expect {
     /// For `states`: the report's `state_space` fields.
     #[serde(default)]
     state_space: Option<Value>,
+    /// The op kinds the report lists as left out (a target declares it lacks them), by name,
+    /// in order: compared whole.
+    #[serde(default)]
+    left_out: Option<Vec<String>>,
 }
 
 pub fn trials() -> Vec<Trial> {
@@ -230,6 +234,7 @@ then:  {}",
                 findings: Vec::new(),
                 absent: Vec::new(),
                 state_space: None,
+                left_out: None,
             },
             about: String::new(),
             target: case
@@ -269,6 +274,12 @@ fn expect(case: &AuditCase, want: &Expect, report: &Report) -> Result<(), String
     if let Some(t) = want.trials {
         if report.trials != t {
             return Err(format!("trials: {} expected {t}", report.trials));
+        }
+    }
+    if let Some(w) = &want.left_out {
+        let got: Vec<&str> = report.left_out.iter().map(|l| l.op.as_str()).collect();
+        if got != *w {
+            return Err(format!("left out: {got:?}, expected {w:?}"));
         }
     }
     if let Some(w) = &want.state_space {

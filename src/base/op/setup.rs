@@ -64,6 +64,12 @@ pub struct Setup {
     /// in 0.1.161) and orders an embedding ubatch by its place, not its positions (:1869).
     #[serde(default, skip_serializing_if = "is_false")]
     pub embd_input: bool,
+    /// Settings of one engine's own, handed to its worker as they are (mlx-lm:
+    /// `cache = "rotating"`, `max_size = "8"`, `keep = "4"`; docs/worker-protocol.md): what
+    /// engines share is the fields above. A target that does not know a key cannot take the
+    /// setup (unsupported, never ignored). `--config engine.KEY=VALUE` sets one.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub engine: std::collections::BTreeMap<String, String>,
     /// Ops run before the trace; not checked and not counted.
     #[serde(default)]
     pub ops: Vec<Op>,
@@ -141,6 +147,7 @@ impl Default for Setup {
             swa_full: true,
             n_rs_seq: 0,
             embd_input: false,
+            engine: std::collections::BTreeMap::new(),
             ops: Vec::new(),
             foreign: Vec::new(),
         }
@@ -182,6 +189,9 @@ impl Setup {
         if self.embd_input {
             s.push_str(", embedding inputs");
         }
+        for (k, v) in &self.engine {
+            s.push_str(&format!(", engine.{k}={v}"));
+        }
         for f in &self.foreign {
             s.push_str(&format!(", slot {} saved under {}", f.slot, f.config));
             if !f.ops.is_empty() {
@@ -203,7 +213,12 @@ impl Setup {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| format!("configuration {part:?}: expected key=value"))?;
-            s.set_text(k.trim(), v.trim())?;
+            match k.trim().strip_prefix("engine.") {
+                Some(key) if !key.is_empty() => {
+                    s.engine.insert(key.to_string(), v.trim().to_string());
+                }
+                _ => s.set_text(k.trim(), v.trim())?,
+            }
         }
         Ok(s)
     }

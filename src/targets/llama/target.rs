@@ -523,6 +523,9 @@ impl CacheUnderTest for LlamaTarget {
     }
 
     fn reset(&mut self, setup: &Setup) -> Result<(), HarnessError> {
+        if !setup.engine.is_empty() {
+            return crate::base::cache::refuse_engine_settings(&self.label, setup);
+        }
         self.memory = setup.arch.memory();
         self.reset_context(setup)?;
         if setup.foreign.is_empty() {

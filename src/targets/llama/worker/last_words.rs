@@ -75,7 +75,7 @@ pub(super) fn crash_end(
     let step = marker_step.unwrap_or(trace_len).clamp(1, trace_len.max(1));
     let signal = status.and_then(|s| s.signal());
     let what = match signal {
-        Some(s) => signal_name(s).to_string(),
+        Some(s) => crate::isolation::signal_name(s).to_string(),
         None => match status.and_then(|s| s.code()) {
             Some(c) => format!("exit status {c}"),
             None => "worker died".to_string(),
@@ -123,17 +123,6 @@ fn strip_dirs(s: &str) -> String {
         .join(" ")
 }
 
-fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGILL => "SIGILL",
-        libc::SIGKILL => "SIGKILL",
-        _ => "signal",
-    }
-}
 
 #[cfg(test)]
 mod tests {
