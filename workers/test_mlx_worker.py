@@ -2,10 +2,10 @@
 
     python3 -m unittest workers/test_mlx_worker.py -v
 
-The worker runs under the interpreter of KVAUDIT_TEST_MLX_PYTHON (default /tmp/mlxvenv/bin/python,
-mlx-lm 0.32.2); point it at another venv (/tmp/mlxvenv-0307/bin/python, /tmp/mlxvenv-0284/bin/python)
-to test an older mlx-lm. Tests of what an older version cannot do are skipped there, by the
-capabilities the worker declares.
+The worker runs under the interpreter of KVAUDIT_TEST_MLX_PYTHON, which must be set: the python of
+an environment kvaudit made (`kvaudit target build mlx-lm@0.32.2` prints it; the `it` test binary's
+`workers::` tests set it). Point it at another version's environment to test an older mlx-lm. Tests
+of what an older version cannot do are skipped there, by the capabilities the worker declares.
 """
 
 import json
@@ -16,7 +16,12 @@ import threading
 import unittest
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlx_worker.py")
-PYTHON = os.environ.get("KVAUDIT_TEST_MLX_PYTHON", "/tmp/mlxvenv/bin/python")
+PYTHON = os.environ.get("KVAUDIT_TEST_MLX_PYTHON")
+if not PYTHON:
+    raise SystemExit(
+        "set KVAUDIT_TEST_MLX_PYTHON to the python of an mlx-lm environment "
+        "(kvaudit target build mlx-lm@0.32.2 prints it)"
+    )
 TIMEOUT = 60.0
 
 

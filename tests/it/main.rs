@@ -19,6 +19,7 @@
 //! - `tests/data/resume/*.json`: audits stopped (in process, or the binary by a signal) and
 //!   resumed give the report of a run that was not stopped.
 //! - `ops.rs`: every op kind through every renderer, generator, shrinker move and domain axis.
+//! - `workers.rs`: the JSON-lines workers' own unittests (`workers/test_*.py`).
 //! - `tidy.rs`: the architecture's invariants, read from the source (layers, `unsafe`, one state
 //!   parser, module docs).
 
@@ -41,6 +42,7 @@ mod oracles;
 mod resume;
 mod theorems;
 mod tidy;
+mod workers;
 
 use std::path::{Path, PathBuf};
 
@@ -137,5 +139,6 @@ fn main() {
     trials.extend(ops::trials());
     trials.extend(theorems::trials());
     trials.extend(tidy::trials());
+    trials.extend(workers::trials());
     libtest_mimic::run(&args, trials).exit();
 }

@@ -1,0 +1,55 @@
+//! The JSON-lines workers' own tests (`workers/test_*.py`, standard-library `unittest`), run
+//! against the interpreter kvaudit runs each worker with: `python3` for the reference worker,
+//! the environment kvaudit makes for mlx-lm (made here when it is not: `.ci/run` makes it
+//! first). A worker's own tests pin the protocol's edge cases that an audit does not reach
+//! (malformed requests, a hang, each fault's exact reply).
+
+use libtest_mimic::Trial;
+
+use std::path::Path;
+use std::process::Command;
+
+fn unittest(python: &Path, file: &str, env: &[(&str, &Path)]) -> Result<(), String> {
+    let out = Command::new(python)
+        .args(["-m", "unittest", file])
+        .current_dir(super::root())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    // unittest says "OK" (or "OK (skipped=N)") on its last line when every test passed.
+    let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    if out.status.success() && last.starts_with("OK") {
+        Ok(())
+    } else {
+        Err(format!("{file}: {}\n{err}", out.status))
+    }
+}
+
+fn python_ref() -> Result<(), String> {
+    let python = kvaudit::targets::python::python3().map_err(|e| e.to_string())?;
+    unittest(&python, "workers/test_python_ref.py", &[])
+}
+
+fn mlx() -> Result<(), String> {
+    let python = kvaudit::targets::python::python3().map_err(|e| e.to_string())?;
+    let pin = kvaudit::targets::mlx::MlxPin::parse("mlx-lm@0.32.2").map_err(|e| e.to_string())?;
+    let venv = pin.ensure_built().map_err(|e| e.to_string())?;
+    unittest(
+        &python,
+        "workers/test_mlx_worker.py",
+        &[("KVAUDIT_TEST_MLX_PYTHON", venv.as_path())],
+    )
+}
+
+pub fn trials() -> Vec<Trial> {
+    vec![
+        Trial::test("workers::python_ref_unittest", || {
+            super::outcome(python_ref())
+        }),
+        Trial::test("workers::mlx_worker_unittest_0.32.2", || {
+            super::outcome(mlx())
+        }),
+    ]
+}
