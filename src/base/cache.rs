@@ -4,6 +4,13 @@
 //! reset to a setup, apply one op, and answer the accessors and the serialized state. An op a
 //! target cannot perform is [`OpOutcome::Unsupported`]: neither a pass nor a failure. `Err` means
 //! the harness itself broke (a library failed to load, a worker died without a trace to blame).
+//!
+//! Beside the trait: what an observation holds ([`StepObservation`], per sequence
+//! [`SeqObservation`], the twin's [`RoundTrip`], the probes' figures, the dumps' sizes
+//! [`StateSizes`] and what the memory allocated [`Allocation`]), what a runner asks a target to
+//! observe ([`Observe`]), the stage an observation crash names ([`Observation`], told to the
+//! target by `CacheUnderTest::observing`), and the cache type the probes are judged by
+//! ([`probe_cache`], [`v_summed_in_f16`]).
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

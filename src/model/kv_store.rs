@@ -1,6 +1,7 @@
 //! The attention state a forward pass reads and writes ([`KvStore`]), owned by the caller: a KV
 //! cache under audit plugs in by implementing it; [`VecKvStore`] is the obviously-correct one.
-//! `forward.rs` re-exports these beside the model that uses them.
+//! `forward.rs` re-exports these beside the model that uses them. [`key_visible`] is the one
+//! mask: whether a key at one position is visible to a query at another, under a window.
 
 /// One resident K/V entry as the attention reads it.
 #[derive(Clone, Copy, Debug)]

@@ -9,6 +9,11 @@
 //!
 //! A decode the target rejects (`rc != 0`) and an op it refuses are observations like any other:
 //! they are findings only when an oracle says so. An unsupported op ends the judged prefix.
+//!
+//! [`step_verdicts`] gives the step oracles' verdicts on one step as bits: the exhaustive
+//! explorer and a worker judging where it observes both call it. [`VerdictMemo`] shares them
+//! between the trials that take the same (state, op) step, so an exhaustive audit judges each
+//! step once.
 
 use std::borrow::Cow;
 use std::collections::HashMap;

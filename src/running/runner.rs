@@ -7,6 +7,11 @@
 //! order applies each op of the tree once. Targets that cannot fork are reset and replayed from
 //! the start for every trace (never restored mid-trace: see [`CacheUnderTest::fork`]).
 //!
+//! A [`RunnerFactory`] makes one runner per thread. A runner observes what the run's oracles
+//! declare (`LocalRunner::with_observe`), a replaying runner lends a judged trial's observation
+//! to the next (`LocalRunner::recycle`), and [`Reconfigured`] runs every trace under another
+//! configuration of its setup (`--vs-config`).
+//!
 //! [`fork`]: CacheUnderTest::fork
 
 use std::sync::Arc;

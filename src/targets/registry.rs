@@ -1,5 +1,7 @@
-//! Target names to runners: `native` and `native+tensors` (optionally with faults) and, where
-//! built, `llama.cpp@PIN`.
+//! Target names to runners: `native` and `native+tensors` (optionally with faults),
+//! `python-ref`, `mlx-lm@VERSION` and, where built, `llama.cpp@PIN`. A name is parsed once
+//! into a [`TargetKind`]; adding an engine is an arm of it (ARCHITECTURE.md, "Adding an
+//! engine").
 //!
 //! The one place that knows which targets exist; explorers and commands get runners from here and
 //! never name a target type themselves.

@@ -10,8 +10,9 @@
 //! `fails` means: on that target the oracle is first violated at the recorded step, with the
 //! recorded kind, sequence and observation (compared exactly); an entry may override step,
 //! kind, sequence and observation where one target fails differently. `holds` means the oracle
-//! is never violated on the trace. [`check`] replays one expectation; a bug that went away is
-//! news too ([`Status::Fixed`]). A target that cannot be built or driven is
+//! is never violated on the trace. An expectation's second side, for the oracles that compare
+//! two, is another target (`vs`) or the same target under another configuration (`vs_config`).
+//! [`check`] replays one expectation; a bug that went away is news too ([`Status::Fixed`]). A target that cannot be built or driven is
 //! [`Status::Unavailable`], never a pass.
 //!
 //! Repro files travel (bug reports, CI), so a file is hostile until parsed: it is read up to

@@ -2,7 +2,8 @@
 //! a `kvaudit worker` process. It sends each batch as one request line, reads the replies the
 //! process's reader thread decoded (`process.rs`, bounded, see [`super::wire`]), turns a death into
 //! [`TrialEnd::Crashed`] with the signal, the step and llama.cpp's last words, and remembers
-//! crashing prefixes.
+//! crashing prefixes. A trial that may corrupt the child's memory (`may_corrupt_memory`: a
+//! sequence id at or beyond `n_seq_max`) runs alone in a child forked afresh and retired after it.
 
 use std::collections::HashMap;
 use std::io::Write;
