@@ -55,6 +55,9 @@ pub struct WorkerCommand {
     pub start_timeout: Duration,
     /// What to observe beyond the sequences (less what the worker declares it cannot).
     pub observe: Observe,
+    /// The `hello`'s `options`: target-specific settings (an object; the mlx-lm worker's
+    /// `models`).
+    pub options: serde_json::Value,
 }
 
 /// The worker's `hello`.
@@ -120,6 +123,8 @@ struct ObserveRequest {
     whole: bool,
     round_trip: bool,
     logits: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    next_logits: bool,
 }
 
 /// What the reader thread saw on the worker's standard output.
@@ -304,7 +309,7 @@ impl JsonlRunner {
 
     fn start(cmd: &WorkerCommand) -> Result<(Worker, Hello), HarnessError> {
         let mut w = Worker::start(cmd)?;
-        let hello = serde_json::json!({"hello": {"protocol": PROTOCOL, "faults": cmd.faults, "options": {}}});
+        let hello = serde_json::json!({"hello": {"protocol": PROTOCOL, "faults": cmd.faults, "options": cmd.options}});
         let dead = |w: &mut Worker, what: &str| {
             let status = w.exit();
             harness(
@@ -369,8 +374,22 @@ impl JsonlRunner {
         Ok(self.worker.as_mut().expect("just started"))
     }
 
-    /// Runs one trial.
+    /// Runs one trial. A worker that had run earlier trials and dies before its first reply
+    /// to this one may have died of the trial before (on its way out of it, after its `end`):
+    /// the trial runs once more in a new worker, and only a death there is this trial's.
     fn run_one(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
+        let fresh = self.worker.is_none();
+        let (run, replied) = self.run_once(trace)?;
+        let died = matches!(&run.end, TrialEnd::Crashed { message, .. } if !message.starts_with("hang:"));
+        if died && !replied && !fresh {
+            return self.run_once(trace).map(|(run, _)| run);
+        }
+        Ok(run)
+    }
+
+    /// Runs one trial in the current worker (started when there is none); with whether the
+    /// worker answered anything to it.
+    fn run_once(&mut self, trace: &Trace) -> Result<(TrialRun, bool), HarnessError> {
         let id = self.next_id;
         self.next_id += 1;
         let seqs = trace.observed_seqs();
@@ -384,6 +403,7 @@ impl JsonlRunner {
                 whole: self.observe.whole,
                 round_trip: self.observe.round_trip,
                 logits: self.observe.logits,
+                next_logits: self.observe.next_logits,
             },
         }});
         let line = request.to_string();
@@ -393,10 +413,14 @@ impl JsonlRunner {
         let mut steps = Vec::with_capacity(trace.ops.len());
         let deadline = Instant::now() + timeout;
         let sent = w.send(&line).is_ok();
+        let mut replied = false;
         loop {
             let next = if sent { w.next_line(deadline) } else { Ok(None) };
             let text = match next {
-                Ok(Some(t)) => t,
+                Ok(Some(t)) => {
+                    replied = true;
+                    t
+                }
                 Ok(None) => {
                     // The worker died: the op it was running (or observing) crashed it.
                     let status = w.exit();
@@ -404,7 +428,8 @@ impl JsonlRunner {
                     self.worker = None;
                     let step = (steps.len() + 1).min(trace.ops.len().max(1));
                     let message = format!("{}\n{tail}", death_line(status));
-                    return Ok(TrialRun::new(steps, TrialEnd::Crashed { step, message }));
+                    let run = TrialRun::new(steps, TrialEnd::Crashed { step, message });
+                    return Ok((run, replied));
                 }
                 Err(()) => {
                     w.kill();
@@ -415,7 +440,8 @@ impl JsonlRunner {
                         "hang: no result within {:.1} s\n{tail}",
                         timeout.as_secs_f64()
                     );
-                    return Ok(TrialRun::new(steps, TrialEnd::Crashed { step, message }));
+                    let run = TrialRun::new(steps, TrialEnd::Crashed { step, message });
+                    return Ok((run, replied));
                 }
             };
             let reply: Reply = serde_json::from_str(&text).map_err(|e| {
@@ -436,7 +462,7 @@ impl JsonlRunner {
                         return Err(harness(&cmd, format!("trial {id}: an end for trial {}", e.id)));
                     }
                     return check_end(e.end, &steps, trace)
-                        .map(|end| TrialRun::new(steps, end))
+                        .map(|end| (TrialRun::new(steps, end), true))
                         .map_err(|m| harness(&cmd, format!("trial {id}: {m}")));
                 }
                 Reply::Error(e) => {
