@@ -59,7 +59,7 @@ pub enum Command {
     Shrink(shrink::ShrinkArgs),
     /// Replay repro files and say whether each recorded expectation still holds.
     Replay(replay::ReplayArgs),
-    /// Write a standalone C reproducer for a finding; `--check` compiles and runs it on a pin.
+    /// Write a standalone reproducer for a finding (C over llama.h, Python over mlx-lm); `--check` runs it.
     Repro(repro::ReproArgs),
     /// Draw a repro file's finding: the cells over the steps, as a self-contained SVG.
     Explain(explain::ExplainArgs),

@@ -133,7 +133,7 @@ fn build_in_words(variant: Variant) -> String {
 }
 
 /// The C program in a fenced block whose fence no line of it can close.
-fn fenced(lang: &str, body: &str) -> String {
+pub(crate) fn fenced(lang: &str, body: &str) -> String {
     let longest = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest.max(2) + 1);
     format!(

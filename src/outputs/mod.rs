@@ -1,5 +1,5 @@
 //! Layer 8, outputs: what kvaudit hands its users: repro files and their replay, standalone
-//! C reproducers, pictures of findings and bug reports for an engine's tracker.
+//! reproducers (C over llama.h, Python over mlx-lm), pictures of findings and bug reports for an engine's tracker.
 
 pub mod bug_report;
 pub mod c_repro;
@@ -7,6 +7,9 @@ pub mod corpus;
 pub mod coverage;
 pub mod explain;
 pub mod hunt;
+pub mod mlx_bug_report;
+pub mod py_repro;
 pub mod repro;
+pub mod reproducer;
 pub mod versions;
 pub mod xml;

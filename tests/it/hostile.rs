@@ -17,6 +17,9 @@
 //! any extra definition would change the expansion. Text outside the program (comments) is not
 //! compared: it is the one place user text is allowed to differ.
 //!
+//! **The Python check** (mlx-lm reproducers): the same, with Python's own parser
+//! (`ast.dump`, which leaves comments out) in place of the preprocessor.
+//!
 //! **Markdown and terminal.** A report with a hostile field renders with the same line structure
 //! as the clean one (headings, table rows, list items, fences on the same lines), every table
 //! keeps its column count, no `<` appears outside code spans that the clean report lacks, and the
@@ -82,6 +85,14 @@ pub fn trials() -> Vec<Trial> {
         Trial::test(
             "hostile::c_reproducer_is_the_same_program",
             run(c_reproducer_is_the_same_program),
+        ),
+        Trial::test(
+            "hostile::python_reproducer_is_the_same_program",
+            run(python_reproducer_is_the_same_program),
+        ),
+        Trial::test(
+            "hostile::mlx_bug_report_keeps_its_layout",
+            run(mlx_bug_report_keeps_its_layout),
         ),
         Trial::test(
             "hostile::markdown_and_terminal_keep_their_layout",
@@ -285,6 +296,173 @@ fn c_reproducer_is_the_same_program() -> Result<(), String> {
     } else {
         Err(format!(
             "{} hostile C reproducers:\n{}",
+            failures.len(),
+            failures.join("\n")
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Python reproducers (mlx-lm)
+
+/// A finding on mlx-lm, as JSON.
+fn base_mlx_repro() -> Value {
+    let path = super::root().join("tests/data/py_repro/i1_concatenate_trim_keeps_state.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// The hostile strings, and what would run as Python after a newline or a carriage return
+/// (both end a line of Python source) or close a string literal.
+fn python_hostile_strings() -> Vec<(&'static str, String)> {
+    let mut v = hostile_strings();
+    v.push(("py_newline_code", "x\nimport os; os.system('id')\n".into()));
+    v.push(("py_cr_code", "x\rprint('pwned'); sys.exit(0)".into()));
+    v.push(("py_string_close", "\"); sys.exit(0); (\"".into()));
+    v.push(("py_triple_quote", "'''\"\"\"\nsys.exit(0)\n\"\"\"'''".into()));
+    v
+}
+
+/// The program as Python's own parser reads it (`ast.dump`: comments are not part of it), by
+/// the machine's python3.
+fn python_ast(program: &str) -> Result<String, String> {
+    use std::io::Write as _;
+    let python = kvaudit::targets::python::python3().map_err(|e| e.to_string())?;
+    let mut child = Command::new(python)
+        .args(["-c", "import ast, sys; print(ast.dump(ast.parse(sys.stdin.buffer.read())))"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("python3: {e}"))?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(program.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("does not parse: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// **The Python check.** A Python reproducer made from a finding whose free-text fields (kind,
+/// target) hold a hostile string is the same program, as Python's parser reads it, as the one
+/// made with clean text: comments are the only place the text may go. Its source holds no
+/// character outside printable ASCII but its newlines. A hostile engine setting or a
+/// non-integer in `expected` never reaches the program (refused, or dropped).
+fn python_reproducer_is_the_same_program() -> Result<(), String> {
+    use kvaudit::outputs::py_repro::{emit_py, parse_input};
+    let base = base_mlx_repro();
+    let emit = |v: &Value| -> Result<String, String> {
+        emit_py(&parse_input(&v.to_string())?).map_err(|e| e.to_string())
+    };
+    let clean_program = emit(&base)?;
+    let clean = python_ast(&clean_program)?;
+    let mut failures = Vec::new();
+    for (name, text) in python_hostile_strings() {
+        let mut fields: Vec<(&str, Value)> = Vec::new();
+        let mut v = base.clone();
+        v["kind"] = json!(text);
+        fields.push(("kind", v));
+        let mut v = base.clone();
+        v["target"] = json!(text);
+        fields.push(("target", v));
+        let mut v = base.clone();
+        v["target"] = json!({ "name": text, "faults": [text] });
+        fields.push(("target object", v));
+        let mut v = base.clone();
+        v["repro"] = json!(text);
+        v["postmortem"] = json!(text);
+        v["expected"]["cells"] = json!([0, text, 6]);
+        fields.push(("repro, postmortem, expected", v));
+        for (field, v) in fields {
+            let program = emit(&v)?;
+            if let Some(c) = program.chars().find(|c| *c != '\n' && !(' '..='~').contains(c)) {
+                failures.push(format!("{name} in {field}: U+{:04X} in the source", c as u32));
+            }
+            match python_ast(&program) {
+                Ok(t) if t == clean => {}
+                Ok(_) => failures.push(format!("{name} in {field}: another program")),
+                Err(e) => failures.push(format!("{name} in {field}: {e}")),
+            }
+        }
+        let mut v = base.clone();
+        v["trace"]["setup"]["engine"]["cache"] = json!(text);
+        if let Ok(input) = parse_input(&v.to_string()) {
+            failures.push(format!(
+                "{name} as engine.cache: accepted ({:?})",
+                input.trace.setup.engine
+            ));
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} hostile Python reproducers:\n{}",
+            failures.len(),
+            failures.join("\n")
+        ))
+    }
+}
+
+/// A report of a finding on mlx-lm with a hostile field keeps the clean report's layout, and
+/// its program and exit code read back.
+fn mlx_bug_report_keeps_its_layout() -> Result<(), String> {
+    use kvaudit::outputs::bug_report::CheckedProgram;
+    use kvaudit::outputs::mlx_bug_report::{bug_report, program_and_status};
+    let program = "import sys\nsys.exit(1)\n";
+    let render = |r: &Repro| {
+        let checked = CheckedProgram {
+            pin: r.targets[0].target.clone(),
+            status: 1,
+        };
+        bug_report(r, program, Some(&checked))
+    };
+    let edits: [ReproEdit; 6] = [
+        ("repro", |r, t| r.repro = t.into()),
+        ("postmortem", |r, t| r.postmortem = t.into()),
+        ("kind", |r, t| r.kind = t.into()),
+        ("target", |r, t| r.targets[0].target = format!("mlx-lm@{t}")),
+        ("observed", |r, t| r.observed = json!({ "crash": t })),
+        ("expected", |r, t| r.expected = json!({ "note": t })),
+    ];
+    let base = || Repro::parse(&base_mlx_repro().to_string()).expect("the file parses");
+    let mut failures = Vec::new();
+    for (name, text) in python_hostile_strings() {
+        for (field, edit) in edits {
+            let mut clean_repro = base();
+            edit(&mut clean_repro, "plain text");
+            let clean = render(&clean_repro);
+            check_markdown_tables(&clean)?;
+            let mut r = base();
+            edit(&mut r, &text);
+            let md = render(&r);
+            let mut problems = Vec::new();
+            if let Err(e) = check_markdown_tables(&md) {
+                problems.push(e.message);
+            }
+            if line_kinds(&md) != line_kinds(&clean) {
+                problems.push("other lines than the clean report".into());
+            }
+            if outside_code(&md).matches('<').count() != outside_code(&clean).matches('<').count() {
+                problems.push("another count of `<` outside code".into());
+            }
+            if program_and_status(&md) != Some((program.into(), Some(1))) {
+                problems.push("the program or its exit code reads back otherwise".into());
+            }
+            if !problems.is_empty() {
+                failures.push(format!("{name} in {field}: {}", problems.join("; ")));
+            }
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} hostile mlx-lm bug reports:\n{}",
             failures.len(),
             failures.join("\n")
         ))

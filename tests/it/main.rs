@@ -18,6 +18,8 @@
 //!   merged report equals the unsharded one.
 //! - `tests/data/resume/*.json`: audits stopped (in process, or the binary by a signal) and
 //!   resumed give the report of a run that was not stopped.
+//! - `tests/data/py_repro/*.json`: Python reproducers and bug reports of findings on mlx-lm,
+//!   run with mlx-lm.
 //! - `ops.rs`: every op kind through every renderer, generator, shrinker move and domain axis.
 //! - `workers.rs`: the JSON-lines workers' own unittests (`workers/test_*.py`).
 //! - `tidy.rs`: the architecture's invariants, read from the source (layers, `unsafe`, one state
@@ -39,6 +41,7 @@ mod llama_config;
 mod measure;
 mod ops;
 mod oracles;
+mod py_repro;
 mod resume;
 mod theorems;
 mod tidy;
@@ -136,6 +139,7 @@ fn main() {
     ));
     trials.extend(measure::trials());
     trials.extend(oracles::trials());
+    trials.extend(py_repro::trials());
     trials.extend(ops::trials());
     trials.extend(theorems::trials());
     trials.extend(tidy::trials());
