@@ -11,6 +11,7 @@ use kvaudit::outputs::repro::Repro;
 use kvaudit::outputs::versions::bisect::{bisect, BisectAnswer, GitVerdict};
 use kvaudit::outputs::versions::{build, outcome_on, Outcome};
 use kvaudit::targets::llama::pins::{known_versions, Pin, Variant};
+use kvaudit::targets::registry::TargetKind;
 
 /// Arguments of `kvaudit bisect`.
 #[derive(Debug, Args)]
@@ -52,7 +53,20 @@ pub fn run(a: BisectArgs) -> Result<i32, CliError> {
         return Ok(git_step(&repro, &a, &suffix).exit_code());
     }
     let versions = known_versions().map_err(|e| CliError::harness(format!("{e:#}")))?;
-    let bare = |v: &str| v.trim().trim_start_matches("llama.cpp@").to_string();
+    // A version given as a pin's name (`llama.cpp@0.1.112`) is that pin's version.
+    let bare = |v: &str| {
+        let v = v.trim();
+        match TargetKind::parse(v) {
+            Ok(TargetKind::Llama) => TargetKind::version_of(v).unwrap_or(v).to_string(),
+            Ok(
+                TargetKind::Native
+                | TargetKind::NativeTensors
+                | TargetKind::PythonRef
+                | TargetKind::Mlx,
+            )
+            | Err(_) => v.to_string(),
+        }
+    };
     let (good, bad) = (
         bare(a.good.as_deref().unwrap_or_default()),
         bare(a.bad.as_deref().unwrap_or_default()),

@@ -13,6 +13,7 @@ use super::args::{emit, Format, Rendered};
 use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::engines::measure::{measure_pin, MeasureReport};
+use kvaudit::targets::registry::TargetKind;
 
 /// Arguments of `kvaudit measure`.
 #[derive(Debug, Args)]
@@ -37,11 +38,20 @@ pub struct MeasureArgs {
 
 /// Measures, prints or writes the report, and maps the predictions to an exit code.
 pub fn run(a: MeasureArgs) -> Result<i32, CliError> {
-    if !a.target.starts_with("llama.cpp@") {
-        return Err(CliError::usage(format!(
-            "--target {}: measure runs on llama.cpp pins only (llama.cpp@VERSION[+assert])",
-            a.target
-        )));
+    match TargetKind::parse(&a.target) {
+        Ok(TargetKind::Llama) => {}
+        Ok(
+            TargetKind::Native
+            | TargetKind::NativeTensors
+            | TargetKind::PythonRef
+            | TargetKind::Mlx,
+        )
+        | Err(_) => {
+            return Err(CliError::usage(format!(
+                "--target {}: measure runs on llama.cpp pins only (llama.cpp@VERSION[+assert])",
+                a.target
+            )))
+        }
     }
     kvaudit::targets::llama::pins::Pin::parse(&a.target)
         .map_err(|e| CliError::usage(format!("{e:#}")))?;

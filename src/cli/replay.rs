@@ -12,7 +12,7 @@ use kvaudit::base::files::write_atomically;
 use kvaudit::outputs::repro::{
     junit_xml, replay_file, repro_files, FileResult, ReplayFilter, Status,
 };
-use kvaudit::targets::registry::TargetSpec;
+use kvaudit::targets::registry::{TargetKind, TargetSpec};
 
 /// Arguments of `kvaudit replay`.
 #[derive(Debug, Args)]
@@ -51,7 +51,7 @@ pub fn run(a: ReplayArgs) -> Result<i32, CliError> {
         (Some(b), _) => Some(b.clone()),
         // A source tree is held to its baseline pin, a sanitizer build to the build without
         // the sanitizer, where a file records nothing for them.
-        (None, Some(t)) if t.starts_with("llama.cpp@") => {
+        (None, Some(t)) if TargetKind::is_llama(t) => {
             let pin = kvaudit::targets::llama::pins::Pin::parse(t)
                 .map_err(|e| CliError::usage(format!("{e:#}")))?;
             let mut base = pin

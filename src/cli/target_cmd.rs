@@ -6,6 +6,7 @@ use clap::{Args, Subcommand};
 
 use super::CliError;
 use kvaudit::base::exit;
+use kvaudit::targets::registry::TargetKind;
 
 /// Arguments of `kvaudit target`.
 #[derive(Debug, Args)]
@@ -56,11 +57,22 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
             force,
         } => {
             for label in labels {
-                if label.starts_with(kvaudit::targets::mlx::PREFIX) {
-                    let pin = kvaudit::targets::mlx::MlxPin::parse(&label)?;
-                    let python = pin.ensure_built()?;
-                    println!("{}", python.display());
-                    continue;
+                match TargetKind::parse(&label) {
+                    Ok(TargetKind::Mlx) => {
+                        let pin = kvaudit::targets::mlx::MlxPin::parse(&label)?;
+                        let python = pin.ensure_built()?;
+                        println!("{}", python.display());
+                        continue;
+                    }
+                    // Only llama.cpp pins are built below; the pin parser says why any other
+                    // name is not one.
+                    Ok(
+                        TargetKind::Llama
+                        | TargetKind::Native
+                        | TargetKind::NativeTensors
+                        | TargetKind::PythonRef,
+                    )
+                    | Err(_) => {}
                 }
                 kvaudit::targets::llama::pins::Pin::parse(&label)
                     .map_err(|e| CliError::usage(format!("{e:#}")))?;

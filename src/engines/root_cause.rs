@@ -20,7 +20,7 @@ use crate::records::finding::Finding;
 use crate::records::group::{build_groups, canonical_trace, crash_site, Cause, FindingGroup};
 use crate::records::report::Report;
 use crate::running::judge::{Judge, RunJudgement};
-use crate::targets::registry::TargetSpec;
+use crate::targets::registry::{TargetKind, TargetSpec};
 
 use super::shrink::{shrink, FailureMode, ShrinkConfig};
 
@@ -31,8 +31,12 @@ const SHRINK_EXECUTIONS: u64 = 2_000;
 /// other target (llama.cpp, another configuration).
 fn native_spec(label: &str) -> Option<TargetSpec> {
     let (name, rest) = label.split_once('[').unwrap_or((label, ""));
-    if name != "native" {
-        return None;
+    match TargetKind::parse(name) {
+        Ok(TargetKind::Native) => {}
+        Ok(
+            TargetKind::NativeTensors | TargetKind::Llama | TargetKind::PythonRef | TargetKind::Mlx,
+        )
+        | Err(_) => return None,
     }
     let faults: Vec<String> = rest
         .split('[')

@@ -22,7 +22,7 @@ use crate::base::state::WholeCell;
 use crate::outputs::repro::{Expect, Repro, TargetExpectation};
 use crate::outputs::xml::xml_text;
 use crate::running::runner::{TrialEnd, TrialRun};
-use crate::targets::registry::TargetSpec;
+use crate::targets::registry::{TargetKind, TargetSpec};
 
 /// One column of the picture: the state after one op.
 #[derive(Clone, Debug, PartialEq)]
@@ -121,7 +121,7 @@ pub fn picture(
 pub fn default_target(repro: &Repro) -> Option<&TargetExpectation> {
     let fails = || repro.targets.iter().filter(|t| t.expect == Expect::Fails);
     fails()
-        .find(|t| t.target.starts_with("llama.cpp@"))
+        .find(|t| TargetKind::is_llama(&t.target))
         .or_else(|| fails().next())
 }
 

@@ -23,7 +23,7 @@ use crate::targets::native::{parse_faults, NativeTarget};
 /// A target as named on the command line, plus injected faults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TargetSpec {
-    /// `native`, or `llama.cpp@VERSION[+assert]`.
+    /// A name of one of the [`TargetKind`]s: `native`, `llama.cpp@VERSION[+assert]`, ...
     pub name: String,
     /// Faults to inject: the native model's, or a llama.cpp target's test hooks
     /// ([`crate::targets::llama::faults`]).
@@ -46,6 +46,11 @@ impl TargetSpec {
         }
     }
 
+    /// The kind of target it names (`Err`: none, with the names kvaudit knows).
+    pub fn kind(&self) -> Result<TargetKind, Error> {
+        TargetKind::parse(&self.name)
+    }
+
     /// The same spec, observing `what` (see [`Observe`]).
     pub fn with_observe(mut self, what: Observe) -> Self {
         self.observe = what;
@@ -56,19 +61,20 @@ impl TargetSpec {
     /// rows and exposes logits in process; for any other target the `Err` says why not.
     pub fn check_theorem_target(&self) -> Result<(), Error> {
         use crate::targets::native_tensor::NAME as TENSORS;
-        if self.name == TENSORS {
-            return Ok(());
-        }
-        Err(format!(
-            "the theorem oracles need a target that serializes K/V rows and exposes logits in process, i.e. --target {TENSORS}; '{}' cannot be judged ({})",
-            self.name,
-            if self.name.starts_with("llama.cpp@") {
-                // llama.cpp runs only in worker processes during a fuzz run, and its figures
-                // are measurements, not bit-exact verdicts.
+        let why = match TargetKind::parse(&self.name) {
+            Ok(TargetKind::NativeTensors) => return Ok(()),
+            // llama.cpp runs only in worker processes during a fuzz run, and its figures
+            // are measurements, not bit-exact verdicts.
+            Ok(TargetKind::Llama) => {
                 "on llama.cpp, where only measurements make sense, use `kvaudit measure`"
-            } else {
+            }
+            Ok(TargetKind::Native | TargetKind::PythonRef | TargetKind::Mlx) | Err(_) => {
                 "it has no tensors"
             }
+        };
+        Err(format!(
+            "the theorem oracles need a target that serializes K/V rows and exposes logits in process, i.e. --target {TENSORS}; '{}' cannot be judged ({why})",
+            self.name,
         ).into())
     }
 
@@ -95,15 +101,21 @@ impl TargetSpec {
         &self,
         scope: KeyScope,
     ) -> Result<Box<StateRunnerFactory<'static>>, Error> {
-        if self.name != "native" {
-            let why = if self.name.starts_with("llama.cpp@") {
+        let why = match TargetKind::parse(&self.name) {
+            Ok(TargetKind::Native) => None,
+            Ok(TargetKind::Llama) => Some(
                 "its hidden state (the position index, heads, pending shifts) cannot be observed, \
                  and deduplicating by what can be (accessors and dumps) would merge exactly the \
-                 states a stale index tells apart"
-            } else {
-                "only the native target's complete state can be keyed (this one carries tensor \
-                 rows)"
-            };
+                 states a stale index tells apart",
+            ),
+            Ok(TargetKind::NativeTensors | TargetKind::PythonRef | TargetKind::Mlx) | Err(_) => {
+                Some(
+                    "only the native target's complete state can be keyed (this one carries \
+                     tensor rows)",
+                )
+            }
+        };
+        if let Some(why) = why {
             return Err(Error::input(format!(
                 "--strategy states cannot run on '{}': {why}; use --strategy exhaustive",
                 self.name
@@ -212,6 +224,39 @@ impl TargetKind {
                 "unknown target '{name}' (known: {})",
                 TargetKind::ALL.map(|k| k.pattern()).join(", ")
             )))
+        }
+    }
+
+    /// The kind of a report's or repro file's label: a name, then faults (`native[refcount]`)
+    /// or a note after a space (`llama.cpp@0.1.161 (arch=deepseek4)`); `None` for no kind.
+    pub fn of_label(label: &str) -> Option<TargetKind> {
+        let name = label.split(['[', ' ']).next().unwrap_or(label);
+        TargetKind::parse(name).ok()
+    }
+
+    /// Whether `label` (a name, or a report's label as [`TargetKind::of_label`] reads it)
+    /// names a llama.cpp build: what the outputs that speak llama.h (a picture's default
+    /// target, the version matrix, a bug report) pick out of a repro file's targets.
+    pub fn is_llama(label: &str) -> bool {
+        match TargetKind::of_label(label) {
+            Some(TargetKind::Llama) => true,
+            Some(
+                TargetKind::Native
+                | TargetKind::NativeTensors
+                | TargetKind::PythonRef
+                | TargetKind::Mlx,
+            )
+            | None => false,
+        }
+    }
+
+    /// What follows the `@` of a name of a kind with versions (`0.1.156+assert` of
+    /// `llama.cpp@0.1.156+assert`, `0.32.2` of `mlx-lm@0.32.2`); `None` for a name of a
+    /// kind without versions, or of no kind.
+    pub fn version_of(name: &str) -> Option<&str> {
+        match TargetKind::parse(name).ok()? {
+            TargetKind::Llama | TargetKind::Mlx => name.split_once('@').map(|(_, v)| v),
+            TargetKind::Native | TargetKind::NativeTensors | TargetKind::PythonRef => None,
         }
     }
 

@@ -22,8 +22,10 @@
 //!   run with mlx-lm.
 //! - `ops.rs`: every op kind through every renderer, generator, shrinker move and domain axis.
 //! - `workers.rs`: the JSON-lines workers' own unittests (`workers/test_*.py`).
+//! - `targets.rs`: every target kind through the registry: its pattern, a runner, its declared
+//!   capabilities.
 //! - `tidy.rs`: the architecture's invariants, read from the source (layers, `unsafe`, one state
-//!   parser, module docs).
+//!   parser, module docs, target names tested only in the registry).
 
 mod audits;
 mod cli;
@@ -43,6 +45,7 @@ mod ops;
 mod oracles;
 mod py_repro;
 mod resume;
+mod targets;
 mod theorems;
 mod tidy;
 mod workers;
@@ -141,6 +144,7 @@ fn main() {
     trials.extend(oracles::trials());
     trials.extend(py_repro::trials());
     trials.extend(ops::trials());
+    trials.extend(targets::trials());
     trials.extend(theorems::trials());
     trials.extend(tidy::trials());
     trials.extend(workers::trials());

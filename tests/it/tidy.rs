@@ -22,6 +22,13 @@
 //!   (`_ =>`, a bare binding, `Some(_)`): a new op kind must be a compiler error wherever ops are
 //!   told apart. It reads `src/` (the binary too), `benches/` and `fuzz/fuzz_targets/`.
 //!
+//! - `tidy::target_names_tested_in_the_registry_only`: outside `targets/registry.rs`, no target's
+//!   name (a string literal that is or begins like one, the registry's name constants, `'@'`)
+//!   is compared, given to a string test (`starts_with`, `strip_prefix`, `split`, ...), named in
+//!   `matches!` or a `match` arm: code tells targets apart by `TargetKind`, so that a new
+//!   engine is a set of exhaustive matches. It reads `src/` (the binary too); the leftovers in
+//!   files owned elsewhere are listed (`TARGET_NAME_TESTS_LEFT`) and may only go.
+//!
 //! Test code (`#[cfg(test)]` items) is left out: tests may reach any layer. Each check also runs
 //! on a small made-up tree that breaks it (`tidy::checks_catch_*`), so a check that can no longer
 //! fail fails there.
@@ -203,11 +210,17 @@ fn declared_under_cfg_test(p: &Path) -> bool {
 /// Drops `//` comments (line, doc and trailing) and the contents of string literals, so that
 /// paths in prose and strings do not count as imports.
 fn strip_comments(text: &str) -> String {
+    strip_comments_keeping(text, &|_| false)
+}
+
+/// [`strip_comments`], keeping the contents of the string literals `keep` says yes to.
+fn strip_comments_keeping(text: &str, keep: &dyn Fn(&str) -> bool) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
         let mut in_str = false;
         let mut prev = '\0';
         let mut kept = String::new();
+        let mut literal = String::new();
         let chars: Vec<char> = line.chars().collect();
         let mut i = 0;
         while i < chars.len() {
@@ -215,7 +228,13 @@ fn strip_comments(text: &str) -> String {
             if in_str {
                 if c == '"' && prev != '\\' {
                     in_str = false;
+                    if keep(&literal) {
+                        kept.push_str(&literal);
+                    }
+                    literal.clear();
                     kept.push('"');
+                } else {
+                    literal.push(c);
                 }
                 prev = if prev == '\\' && c == '\\' { '\0' } else { c };
                 i += 1;
@@ -805,6 +824,319 @@ pub fn check_op_matches(sources: &[Source]) -> Result<(), String> {
     }
 }
 
+/// Where a target's name may be tested: the registry, which parses it once into a
+/// `TargetKind`.
+const TARGET_REGISTRY: &str = "src/targets/registry.rs";
+
+/// The registry's constants that hold a target's name or its prefix, by the path they are
+/// imported by (an `as` alias of one counts too).
+const TARGET_NAME_CONSTANTS: [&str; 3] =
+    ["native_tensor::NAME", "python::REFERENCE", "mlx::PREFIX"];
+
+/// Target names still tested as strings outside the registry, each by its file and the test
+/// (as [`check_target_names`] prints it). To move: owned elsewhere this session; each goes when
+/// its file turns to `TargetKind`, and an entry no longer found fails the check so the list
+/// only shrinks.
+const TARGET_NAME_TESTS_LEFT: [(&str, &str); 6] = [
+    ("src/base/cache.rs", "split(['@', ' '])"),
+    ("src/engines/hunt/plan.rs", "== \"native\""),
+    ("src/outputs/bug_report.rs", "starts_with(\"llama.cpp@\")"),
+    ("src/outputs/bug_report.rs", "starts_with(\"llama.cpp@\")"),
+    ("src/outputs/hunt.rs", "starts_with(\"llama.cpp@\")"),
+    ("src/targets/mlx.rs", "strip_prefix(PREFIX)"),
+];
+
+/// The string methods that test or take apart the string they are called on or with.
+const STRING_TESTS: [&str; 22] = [
+    "starts_with",
+    "ends_with",
+    "contains",
+    "strip_prefix",
+    "strip_suffix",
+    "trim_start_matches",
+    "trim_end_matches",
+    "trim_matches",
+    "split",
+    "rsplit",
+    "splitn",
+    "rsplitn",
+    "split_once",
+    "rsplit_once",
+    "split_terminator",
+    "find",
+    "rfind",
+    "matches",
+    "match_indices",
+    "replace",
+    "eq",
+    "ne",
+];
+
+/// The first words of target names (`native`, `llama.cpp`, ...), from the registry's kinds.
+fn target_name_roots() -> Vec<String> {
+    let mut roots: Vec<String> = kvaudit::targets::registry::TargetKind::ALL
+        .iter()
+        .flat_map(|k| k.pattern().split(", "))
+        .map(|p| p.split(['@', '[']).next().unwrap_or(p).to_string())
+        .collect();
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
+/// Whether a string literal's contents are a target's name or start with one (`native`,
+/// `native[refcount]`, `llama.cpp@0.1.161 (arch=x)`, `mlx-lm@{v}`).
+fn is_target_name(literal: &str, roots: &[String]) -> bool {
+    roots.iter().any(|r| {
+        literal
+            .strip_prefix(r.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['@', '[', ' ', '+']))
+    })
+}
+
+/// A call whose argument list encloses a place in the code.
+struct Call {
+    /// `starts_with`, `matches!`.
+    name: String,
+    /// Called as a method (`.name(`).
+    method: bool,
+    /// Where its name starts.
+    start: usize,
+    /// Where its `(` is.
+    open: usize,
+}
+
+/// The call whose argument list encloses `at` (`starts_with` of `x.starts_with("a")`,
+/// `matches!` of `matches!(x, "a")`), looking through array brackets and `format!`; `None`
+/// outside a call or past the statement.
+fn enclosing_call(c: &[char], at: usize) -> Option<Call> {
+    let ident = |ch: char| ch.is_ascii_alphanumeric() || ch == '_';
+    let mut depth = 0usize;
+    let mut i = at;
+    while i > 0 {
+        i -= 1;
+        match c[i] {
+            ')' | ']' | '}' => depth += 1,
+            '(' | '[' | '{' if depth > 0 => depth -= 1,
+            '[' => {}
+            '(' => {
+                let bang = i > 0 && c[i - 1] == '!';
+                let end = i - usize::from(bang);
+                let mut start = end;
+                while start > 0 && ident(c[start - 1]) {
+                    start -= 1;
+                }
+                let word: String = c[start..end].iter().collect();
+                if bang && word == "format" {
+                    continue;
+                }
+                return Some(Call {
+                    name: if bang { format!("{word}!") } else { word },
+                    method: start > 0 && c[start - 1] == '.',
+                    start,
+                    open: i,
+                });
+            }
+            '{' | ';' => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The string literals of `code` (stripped: only kept literals have contents) as the char
+/// ranges of their quotes; a `'"'` is no quote.
+fn literals(code: &[char]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut open = None;
+    for (i, &ch) in code.iter().enumerate() {
+        let char_literal = i > 0 && code[i - 1] == '\'' && code.get(i + 1) == Some(&'\'');
+        if ch != '"' || char_literal {
+            continue;
+        }
+        match open.take() {
+            Some(o) => out.push((o, i + 1)),
+            None => open = Some(i),
+        }
+    }
+    out
+}
+
+/// Where a target's name is tested as a string outside [`TARGET_REGISTRY`]: a string literal
+/// that is a target's name (or begins like one, [`is_target_name`]), one of
+/// [`TARGET_NAME_CONSTANTS`] or `'@'`, compared (`==`, `!=`), given to or called with a string
+/// test ([`STRING_TESTS`]: `starts_with`, `strip_prefix`, `split`, ...), named in `matches!`,
+/// or a `match` arm's pattern. Each as `path:line: the test`. Naming a target as data
+/// (`TargetSpec::new("native", ..)`, a positive control's label, a message) is no test.
+pub fn target_name_tests(sources: &[Source]) -> Vec<(String, usize, String)> {
+    let roots = target_name_roots();
+    let mut found = Vec::new();
+    for s in sources
+        .iter()
+        .filter(|s| s.location() != TARGET_REGISTRY && !s.test_only)
+    {
+        let kept = strip_comments_keeping(&s.text, &|l| is_target_name(l, &roots));
+        let code: Vec<char> = strip_tests(&kept).chars().collect();
+        let text: String = code.iter().collect();
+        // Each name: where it starts and ends (in chars).
+        let to_chars = |b: usize| text[..b].chars().count();
+        let mut names: Vec<(usize, usize)> = literals(&code)
+            .into_iter()
+            .filter(|&(a, b)| {
+                let inside: String = code[a + 1..b - 1].iter().collect();
+                is_target_name(&inside, &roots)
+            })
+            .collect();
+        let mut aliases: Vec<String> = Vec::new();
+        for k in TARGET_NAME_CONSTANTS {
+            for (at, _) in text.match_indices(k) {
+                let end = at + k.len();
+                names.push((to_chars(at), to_chars(end)));
+                let after = text[end..].trim_start();
+                if let Some(alias) = after.strip_prefix("as ") {
+                    let alias: String = alias
+                        .trim_start()
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    aliases.push(alias);
+                }
+            }
+            // Inside its own module the constant goes by its last word.
+            let (module, word) = k.split_once("::").unwrap_or(("", k));
+            if s.path.ends_with(&format!("{module}.rs")) {
+                aliases.push(word.to_string());
+            }
+        }
+        for w in aliases.iter().map(String::as_str).chain(["'@'"]) {
+            for (at, _) in text.match_indices(w) {
+                let before = text[..at].chars().next_back();
+                let after = text[at + w.len()..].chars().next();
+                let ident = |c: Option<char>| {
+                    c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+                };
+                if !ident(before) && !ident(after) {
+                    names.push((to_chars(at), to_chars(at + w.len())));
+                }
+            }
+        }
+        // A constant's path is read whole (`crate::targets::python::REFERENCE`).
+        for (start, _) in names.iter_mut() {
+            while *start > 0
+                && (code[*start - 1].is_ascii_alphanumeric()
+                    || code[*start - 1] == '_'
+                    || code[*start - 1] == ':')
+                && code[*start] != '"'
+                && code[*start] != '\''
+            {
+                *start -= 1;
+            }
+        }
+        names.sort();
+        names.dedup();
+        let line_of = |i: usize| code[..i].iter().filter(|&&c| c == '\n').count() + 1;
+        let squash = |v: &[char]| {
+            v.iter()
+                .collect::<String>()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        for (start, end) in names {
+            let name = squash(&code[start..end]);
+            let before: String = code[..start]
+                .iter()
+                .collect::<String>()
+                .trim_end()
+                .to_string();
+            let after_text: String = code[end..].iter().collect();
+            let after = after_text.trim_start();
+            let after_closers =
+                after.trim_start_matches(|c: char| c == ')' || c == ']' || c.is_whitespace());
+            let test = if let Some(op) = ["==", "!="].iter().find(|op| before.ends_with(**op)) {
+                Some(format!("{op} {name}"))
+            } else if let Some(op) = ["==", "!="].iter().find(|op| after.starts_with(**op)) {
+                Some(format!("{name} {op}"))
+            } else if after_closers.starts_with("=>")
+                || (after_closers.starts_with('|') && !after_closers.starts_with("||"))
+            {
+                Some(format!("{name} =>"))
+            } else if let Some(m) = after.strip_prefix('.').and_then(|a| {
+                STRING_TESTS.iter().find(|t| {
+                    a.strip_prefix(**t)
+                        .is_some_and(|r| r.trim_start().starts_with('('))
+                })
+            }) {
+                Some(format!("{name}.{m}(..)"))
+            } else if let Some(call) = enclosing_call(&code, start) {
+                let tests = call.name == "matches!"
+                    || (call.method && STRING_TESTS.contains(&call.name.as_str()));
+                tests.then(|| squash(&code[call.start..group_end(&code, call.open)]))
+            } else {
+                None
+            };
+            if let Some(test) = test {
+                found.push((s.location(), line_of(start), test));
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// No target's name is tested as a string outside [`TARGET_REGISTRY`] but the ones
+/// [`TARGET_NAME_TESTS_LEFT`] names, and each of those is still there.
+pub fn check_target_names_with(sources: &[Source], left: &[(&str, &str)]) -> Result<(), String> {
+    let found = target_name_tests(sources);
+    let mut allowed: Vec<(String, String)> = left
+        .iter()
+        .map(|(f, t)| (f.to_string(), t.to_string()))
+        .collect();
+    let mut bad = Vec::new();
+    for (file, line, test) in &found {
+        match allowed.iter().position(|(f, t)| f == file && t == test) {
+            Some(i) => {
+                allowed.remove(i);
+            }
+            None => bad.push(format!("{file}:{line}: {test}")),
+        }
+    }
+    let mut problems = Vec::new();
+    if !bad.is_empty() {
+        problems.push(format!(
+            "a target's name tested as a string outside {TARGET_REGISTRY} (parse it into a \
+             TargetKind there and match the kind): {}",
+            bad.join(", ")
+        ));
+    }
+    if !allowed.is_empty() {
+        let gone: Vec<String> = allowed.iter().map(|(f, t)| format!("{f}: {t}")).collect();
+        problems.push(format!(
+            "listed in TARGET_NAME_TESTS_LEFT but no longer found (take them off the list): {}",
+            gone.join(", ")
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// [`check_target_names_with`] the leftovers of [`TARGET_NAME_TESTS_LEFT`].
+pub fn check_target_names(sources: &[Source]) -> Result<(), String> {
+    check_target_names_with(sources, &TARGET_NAME_TESTS_LEFT)
+}
+
+/// Every `.rs` file under `src/` (the library and the binary), by its path from the
+/// repository root.
+pub fn src_sources() -> Vec<Source> {
+    let mut out = op_sources();
+    out.retain(|s| s.path.starts_with("src/"));
+    out
+}
+
 fn run(
     f: fn(&[Source]) -> Result<(), String>,
 ) -> impl FnOnce() -> Result<(), libtest_mimic::Failed> {
@@ -846,6 +1178,70 @@ pub fn trials() -> Vec<Trial> {
         }),
         Trial::test("tidy::module_docs", run_all(check_module_docs)),
         Trial::test("tidy::error_style", run_all(check_error_style)),
+        Trial::test("tidy::target_names_tested_in_the_registry_only", move || {
+            super::outcome(check_target_names(&src_sources()))
+        }),
+        Trial::test("tidy::checks_catch_a_target_name_tested", move || {
+            let tree = vec![
+                Source::new(
+                    "outputs/x.rs",
+                    "//! x\nfn f(t: &str) -> bool {\n    t.starts_with(\"llama.cpp@\")\n}\n",
+                ),
+                Source::new(
+                    "engines/y.rs",
+                    "//! y\nfn g(name: &str) -> u8 {\n    match name {\n        \"native\" => 1,\n        \"python-ref\" | \"mlx-lm@0.32.2\" => 2,\n        _ => 0,\n    }\n}\n",
+                ),
+                Source::new(
+                    "base/z.rs",
+                    "//! z\nfn h(n: &str, s: &Spec) -> bool {\n    let i = n.split(['@', ' ']).next();\n    s.name == crate::targets::native_tensor::NAME\n}\n",
+                ),
+                Source::new(
+                    "cli/w.rs",
+                    "//! w\nuse kvaudit::targets::mlx::PREFIX as MLX;\nfn k(l: &str) -> bool {\n    l.strip_prefix(MLX).is_some()\n        || matches!(l, \"native+tensors\")\n        || \"native\" != l\n}\n",
+                ),
+                // The registry may; a name as data is no test; nor is a test's.
+                Source::new(
+                    "targets/registry.rs",
+                    "//! r\nfn parse(n: &str) -> bool {\n    n == \"native\" || n.starts_with(\"llama.cpp@\")\n}\n",
+                ),
+                Source::new(
+                    "engines/v.rs",
+                    "//! v\nfn data(v: &str) -> Vec<String> {\n    let s = TargetSpec::new(\"native\", &[]);\n    let c = Control { target: \"native[refcount]\" };\n    vec![format!(\"llama.cpp@{v}\"), \"python-ref\".into()]\n}\n#[cfg(test)]\nmod tests {\n    fn t(x: &str) { assert!(x == \"native\"); }\n}\n",
+                ),
+            ];
+            let says = [
+                "src/base/z.rs:3: split(['@', ' '])",
+                "src/base/z.rs:4: == crate::targets::native_tensor::NAME",
+                "src/cli/w.rs:4: strip_prefix(MLX)",
+                "src/cli/w.rs:5: matches!(l, \"native+tensors\")",
+                "src/cli/w.rs:6: \"native\" !=",
+                "src/engines/y.rs:4: \"native\" =>",
+                "src/engines/y.rs:5: \"python-ref\" =>",
+                "src/engines/y.rs:5: \"mlx-lm@0.32.2\" =>",
+                "src/outputs/x.rs:3: starts_with(\"llama.cpp@\")",
+            ];
+            let e = check_target_names_with(&tree, &[]).err().unwrap_or_default();
+            let missed: Vec<&str> = says.iter().copied().filter(|w| !e.contains(w)).collect();
+            let found = target_name_tests(&tree);
+            let extra = found
+                .iter()
+                .any(|(f, _, _)| f.ends_with("registry.rs") || f.ends_with("v.rs"));
+            let found = found.len();
+            // A leftover no longer there fails too, so the list only shrinks.
+            let stale = check_target_names_with(&[], &[("src/outputs/gone.rs", "== \"native\"")])
+                .err()
+                .unwrap_or_default();
+            super::outcome(
+                if missed.is_empty() && !extra && found == says.len() && stale.contains("src/outputs/gone.rs: == \"native\"") {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "missed {missed:?}; registry or data caught: {extra}; {found} found; \
+                         the check said: {e}; stale: {stale:?}"
+                    ))
+                },
+            )
+        }),
         Trial::test("tidy::ops_matched_exhaustively", move || {
             super::outcome(check_op_matches(&op_sources()))
         }),

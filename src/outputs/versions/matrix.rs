@@ -122,7 +122,7 @@ impl MatrixRow {
 
 /// A version label without the target's name (`0.1.156`, `0.1.156+assert`).
 fn short(label: &str) -> &str {
-    label.strip_prefix("llama.cpp@").unwrap_or(label)
+    crate::targets::registry::TargetKind::version_of(label).unwrap_or(label)
 }
 
 const LEGEND: &str =

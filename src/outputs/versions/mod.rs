@@ -20,7 +20,7 @@ use crate::outputs::repro::{judge_on, Repro};
 use crate::running::judge::RunJudgement;
 use crate::targets::llama::build::{ensure_built, BuildSpec};
 use crate::targets::llama::pins::Pin;
-use crate::targets::registry::TargetSpec;
+use crate::targets::registry::{TargetKind, TargetSpec};
 
 /// What a finding's trace does on one version.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -133,7 +133,7 @@ fn pair_target(repro: &Repro) -> Option<TargetSpec> {
     repro
         .targets
         .iter()
-        .find(|e| e.target.starts_with("llama.cpp@") && e.vs.is_some())
+        .find(|e| TargetKind::is_llama(&e.target) && e.vs.is_some())
         .and_then(|e| e.specs().1)
 }
 
