@@ -24,19 +24,7 @@ pub fn factories(
     ),
     CliError,
 > {
-    let fa = a.factory()?;
-    let fb = b.map(|s| s.factory()).transpose()?;
-    let fb = match (fb, vs_config) {
-        (Some(f), Some(config)) => {
-            let config = config.to_string();
-            kvaudit::base::op::Setup::default()
-                .with_config(&config)
-                .map_err(|e| CliError::usage(format!("--vs-config: {e}")))?;
-            Some(kvaudit::running::runner::reconfigured_factory(f, config))
-        }
-        (fb, _) => fb,
-    };
-    Ok((fa, fb))
+    Ok(kvaudit::engines::audit::factories(a, b, vs_config)?)
 }
 
 /// The targets of `--record-on LABEL...` (`native`, `native[fault]`, `llama.cpp@PIN`), each

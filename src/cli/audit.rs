@@ -6,14 +6,13 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::args::{factories, DomainArgs, Format, OutputArgs, TargetArgs};
+use super::args::{DomainArgs, Format, MessageFormat, OutputArgs, TargetArgs};
 use super::progress::{duration, thousands, Display};
 use super::CliError;
 use kvaudit::base::exit;
-use kvaudit::engines::explore::{Estimate, ExhaustiveConfig, Explorer, RunControl};
-use kvaudit::engines::state_space::{run_states, StatesConfig};
-use kvaudit::records::report::{Event, Report, Shard};
-use kvaudit::running::state_runner::KeyScope;
+use kvaudit::engines::audit::{run_audit, AuditConfig, AuditEvent, AuditOutcome, Resume};
+use kvaudit::engines::explore::Estimate;
+use kvaudit::records::report::{Report, Shard};
 use kvaudit::targets::llama::startup::mark;
 
 /// An audit estimated to take longer than this (seconds) runs only with `--yes`.
@@ -113,16 +112,7 @@ pub fn shard_from(
 /// Stops the run (`stop` set) on the first SIGINT or SIGTERM and ends the process at once on a
 /// second one (exit code 130).
 pub fn stop_on_signals() -> Result<Arc<AtomicBool>, CliError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    use signal_hook::flag;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [SIGINT, SIGTERM] {
-        // The shutdown goes first: it sees the flag the first signal set.
-        flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))
-            .and_then(|_| flag::register(sig, Arc::clone(&stop)))
-            .map_err(|e| CliError::harness(format!("cannot handle signal {sig}: {e}")))?;
-    }
-    Ok(stop)
+    Ok(kvaudit::engines::audit::stop_on_signals()?)
 }
 
 /// The file a run's checkpoints go to: `--out`, when the report there is JSON.
@@ -167,12 +157,15 @@ pub fn run(mut a: AuditArgs) -> Result<i32, CliError> {
         )));
     }
     let resume = match &a.resume {
-        Some(p) => Some(Report::load(p).map_err(|e| CliError::usage(format!("--resume: {e}")))?),
+        Some(p) => Some(Resume {
+            path: p.clone(),
+            report: Report::load(p).map_err(|e| CliError::usage(format!("--resume: {e}")))?,
+        }),
         None => None,
     };
     let mut shard = shard_from(a.shard.as_deref(), &|k| std::env::var(k).ok())?;
     if let Some(r) = resume.as_ref().filter(|_| shard == Shard::WHOLE) {
-        shard = r.shard;
+        shard = r.report.shard;
     }
     if a.out.out.is_none() {
         a.out.out.clone_from(&a.resume);
@@ -185,149 +178,81 @@ pub fn run(mut a: AuditArgs) -> Result<i32, CliError> {
         }
         None => Vec::new(),
     };
-    let mut registry = a.target.registry();
-    if !a.oracles.is_empty() {
-        let mut keep = Vec::new();
-        for name in &a.oracles {
-            let o = registry.find(name).ok_or_else(|| {
-                CliError::usage(format!(
-                    "--oracles: unknown oracle '{name}' for this run (known: {})",
-                    registry.names().join(", ")
-                ))
-            })?;
-            keep.push(o.id());
-        }
-        registry = registry.only(move |o| keep.contains(&o.id()));
-    } else {
-        // An oracle whose observation costs decodes per trial is asked only when named.
-        registry = registry.only(|o| !o.costly());
-    }
-    let (mut spec_a, mut spec_b) = a.target.specs();
-    // Observe only what the run's oracles read: a round trip per op costs.
-    spec_a = spec_a.with_observe(registry.observe());
-    spec_a.model = a.model.clone();
-    spec_b = spec_b.map(|b| b.with_observe(registry.observe()));
-    if let Some(b) = spec_b.as_mut() {
-        b.model = a.model.clone();
-    }
-    let threads = a
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if a.strategy == Strategy::States {
-        if spec_b.is_some() || shard != Shard::WHOLE || a.resume.is_some() {
-            return Err(CliError::usage(
-                "--strategy states searches one target's states, whole: no --vs, --vs-config, --shard or --resume",
-            ));
-        }
-        if spec_a.observe.logits {
-            return Err(CliError::usage(
-                "--strategy states cannot ask an oracle that reads the logits probe: the probe \
-                 reads the token model, which has no canonical state key",
-            ));
-        }
-        let factory = spec_a.state_factory(KeyScope::Complete)?;
-        let cfg = StatesConfig {
-            domain,
-            depth: a.depth,
-            threads,
-            oracles: registry,
-        };
-        let mut display = Display::new(&a.out);
-        let report = run_states(&cfg, factory.as_ref(), &mut |e| display.show(e))?;
-        return finish(report, &predictions, &a.out);
-    }
-    let (fa, fb) = factories(&spec_a, spec_b.as_ref(), a.target.vs_config.as_deref())?;
-    let cfg = ExhaustiveConfig {
+    let (target, vs) = a.target.specs();
+    let cfg = AuditConfig {
+        target,
+        vs,
+        vs_config: a.target.vs_config.clone(),
+        model: a.model.clone(),
         domain,
         depth: a.depth,
+        strategy: match a.strategy {
+            Strategy::Exhaustive => kvaudit::engines::audit::Strategy::Exhaustive,
+            Strategy::States => kvaudit::engines::audit::Strategy::States,
+        },
         shard,
-        threads,
+        threads: a.threads,
         batch: a.batch,
-        oracles: registry,
+        oracles: a.oracles.clone(),
+        resume,
+        predictions,
+        checkpoint: checkpoint_file(&a.out).map(Path::to_path_buf),
+        stop_on_signals: true,
+        hold_at_depth: hold_at_depth()?,
+        confirm_above_s: (!a.yes).then_some(ASK_ABOVE_S),
     };
-    let stop = stop_on_signals()?;
-    let mut explorer = Explorer::new(&cfg, fa.as_ref(), fb.as_deref())?;
-    mark("kvaudit: runners started");
-    if let (Some(r), Some(p)) = (&resume, &a.resume) {
-        kvaudit::engines::explore::check_resumes(r, &explorer.blank_report())
-            .map_err(|e| CliError::usage(format!("--resume {}: {e}", p.display())))?;
-    }
-    let incomplete = resume.as_ref().and_then(|r| r.incomplete.as_ref());
-    let estimate = explorer.estimate(incomplete, &stop)?;
-    mark("kvaudit: estimated");
-    if estimate.seconds.is_some_and(|s| s > ASK_ABOVE_S) && !a.yes {
-        return Err(CliError::usage(format!(
-            "depth {} of {}: {}: more than a day; shard it (--shard K/M) or pass --yes to run it",
-            cfg.depth,
-            cfg.domain.name,
-            estimate_line(&estimate)
-        )));
-    }
-    if !a.out.quiet {
-        match a.out.message_format {
-            super::args::MessageFormat::Human => {
-                eprintln!("kvaudit: {}", estimate_line(&estimate))
-            }
-            super::args::MessageFormat::Json => eprintln!(
+    let mut display = Display::new(&a.out);
+    let (quiet, messages) = (a.out.quiet, a.out.message_format);
+    let outcome = run_audit(&cfg, &mut |e| match e {
+        AuditEvent::Estimate(estimate) if !quiet => match messages {
+            MessageFormat::Human => eprintln!("kvaudit: {}", estimate_line(estimate)),
+            MessageFormat::Json => eprintln!(
                 "{}",
                 serde_json::json!({"event": "estimate", "trials": estimate.trials,
                     "seconds": estimate.seconds, "calibrated_on": estimate.calibrated_on})
             ),
-        }
-    }
-    let mut display = Display::new(&a.out);
-    let checkpoints = checkpoint_file(&a.out);
-    let mut checkpoint_failed = false;
-    let ctl = RunControl {
-        resume: resume.as_ref(),
-        hold_at_depth: hold_at_depth()?,
-        ..RunControl::new(&stop)
-    };
-    let report = explorer.run(&ctl, &mut |e| {
-        if let (Event::Checkpoint(r), Some(path)) = (e, checkpoints) {
-            if let Err(err) = kvaudit::base::files::write_atomically(path, r.to_json()) {
-                if !std::mem::replace(&mut checkpoint_failed, true) {
-                    eprintln!(
-                        "kvaudit: {}: cannot write a checkpoint: {err}",
-                        path.display()
-                    );
-                }
-            }
-        }
-        display.show(e)
+        },
+        AuditEvent::Estimate(_) => {}
+        AuditEvent::Run(e) => display.show(e),
+        AuditEvent::CheckpointFailed { path, error } => eprintln!(
+            "kvaudit: {}: cannot write a checkpoint: {error}",
+            path.display()
+        ),
     })?;
-    mark("kvaudit: trials done");
-    if let Some(i) = &report.incomplete {
-        a.out.emit(&report)?;
-        let how = match checkpoints {
-            Some(p) => format!("continue with --resume {}", p.display()),
-            None => "a JSON report (--out FILE.json) can be resumed".into(),
-        };
-        eprintln!(
-            "kvaudit: stopped in depth {} ({} of its chunks done): the report is partial; {how}",
-            i.depth,
-            i.chunks_done.len()
-        );
-        return Ok(exit::INCOMPLETE);
+    match outcome {
+        AuditOutcome::Finished(report) => {
+            a.out.emit(&report)?;
+            mark("kvaudit: report written");
+            Ok(if report.has_findings() {
+                exit::FINDINGS
+            } else {
+                exit::CLEAN
+            })
+        }
+        AuditOutcome::Stopped(report) => {
+            a.out.emit(&report)?;
+            let i = report
+                .incomplete
+                .as_ref()
+                .expect("a stopped run's report is partial");
+            let how = match &cfg.checkpoint {
+                Some(p) => format!("continue with --resume {}", p.display()),
+                None => "a JSON report (--out FILE.json) can be resumed".into(),
+            };
+            eprintln!(
+                "kvaudit: stopped in depth {} ({} of its chunks done): the report is partial; {how}",
+                i.depth,
+                i.chunks_done.len()
+            );
+            Ok(exit::INCOMPLETE)
+        }
+        AuditOutcome::TooLong(estimate) => Err(CliError::usage(format!(
+            "depth {} of {}: {}: more than a day; shard it (--shard K/M) or pass --yes to run it",
+            cfg.depth,
+            cfg.domain.name,
+            estimate_line(&estimate)
+        ))),
     }
-    finish(report, &predictions, &a.out)
-}
-
-/// Checks the predictions, groups the findings, emits the report and picks the exit code.
-fn finish(
-    mut report: Report,
-    predictions: &[kvaudit::records::prereg::Prediction],
-    out: &OutputArgs,
-) -> Result<i32, CliError> {
-    report.prediction = report.check_predictions(predictions);
-    kvaudit::engines::root_cause::group_report(&mut report);
-    out.emit(&report)?;
-    mark("kvaudit: report written");
-    Ok(if report.has_findings() {
-        exit::FINDINGS
-    } else {
-        exit::CLEAN
-    })
 }
 
 #[cfg(test)]
