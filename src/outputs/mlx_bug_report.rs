@@ -48,7 +48,9 @@ fn in_mlx_words(oracle: OracleId, op: Option<&Op>) -> String {
             Some(OpKind::Decode) => "The model called with `cache=` adds the tokens to the cache (`update_and_fetch`): its `state` holds them at the positions after the ones it held.".into(),
             Some(OpKind::SeqCp) => "A copy of a prompt cache (`copy.deepcopy`, as `LRUPromptCache` copies one) holds what the original holds.".into(),
             Some(OpKind::StateLoad | OpKind::StateSeqLoad) => "`load_prompt_cache`: \"Load a prompt cache from a file.\": the loaded cache holds what the saved one held.".into(),
-            _ => "A fresh prompt cache (`make_prompt_cache`) holds nothing; the others are left as they were.".into(),
+            Some(OpKind::SeqKeep | OpKind::Clear) | None => "A fresh prompt cache (`make_prompt_cache`) holds nothing; the others are left as they were.".into(),
+            // A save changes no cache; mlx-lm has no shift (left out, never run).
+            Some(OpKind::StateSave | OpKind::StateSeqSave | OpKind::SeqAdd | OpKind::SeqDiv) => "The call leaves every cache as it was.".into(),
         };
     }
     py_check_of(oracle).map_or_else(String::new, |c| format!("{}.", c.in_words))

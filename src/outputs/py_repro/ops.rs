@@ -30,10 +30,7 @@ impl<'a> Replay<'a> {
     pub fn new(setup: &'a MlxSetup, ops: &[&Op]) -> Self {
         let total: u64 = ops
             .iter()
-            .map(|op| match op {
-                Op::Decode(d) => u64::from(d.n),
-                _ => 0,
-            })
+            .map(|op| op.as_decode().map_or(0, |d| u64::from(d.n)))
             .sum();
         Replay {
             setup,
