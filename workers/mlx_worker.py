@@ -6,9 +6,16 @@ docs/worker-protocol.md: `hello`, then `trial`s answered by one `step` per op an
 It imports the standard library, mlx and mlx_lm only, and runs on mlx-lm 0.32.x, 0.30.x and
 0.28.x (the API differences are feature-detected at import; see `Api`).
 
-The model: a tiny llama built in code (hidden 64, 2 layers, 4 heads, 2 KV heads, intermediate
-128, vocabulary 97, rms_norm_eps 1e-5), random weights from mx.random.seed(0), float32. It is built
-once per distinct configuration (head size, sliding window) and kept for the worker's life.
+The model: the hello's option `models` maps an architecture (`llama`, `llama_hd64`) to a GGUF
+file, kvaudit's tiny model of it (the very file its llama.cpp targets load), read with mx.load
+and renamed to mlx-lm's llama names (see `gguf_model`: dims, rms eps, RoPE base and vocabulary
+from the file's metadata; llama.cpp's llama rotates adjacent pairs, mlx's rope_traditional=True;
+tied embeddings when the file has no output.weight; the dtype as stored). A setup of arch llama
+with a quantized cache runs the `llama_hd64` file (mx.quantize needs heads 64 wide). Without a
+file for the setup's architecture (a worker started alone, arch gemma2): a tiny llama built in
+code (hidden 64, 2 layers, 4 heads, 2 KV heads, intermediate 128, vocabulary 97, rms_norm_eps
+1e-5), random weights from mx.random.seed(0), float32, sliding-window layers for gemma2. Each
+model is built once per distinct configuration and kept for the worker's life.
 
 Mapping of kvaudit's ops onto mlx-lm (one kvaudit sequence = one prompt cache: a list of
 per-layer caches of batch 1):
@@ -67,14 +74,16 @@ ENGINE = "mlx-lm"
 MAX_SEQS = 64
 MAX_CTX = 1 << 16
 VOCAB = 97
-PROBE_TOKEN = 1
+PROBE_TOKEN = 5  # kvaudit's probe token (src/base/tokens/mod.rs): both engines probe with it
 PROBE_OFF = 1e-2
 F32_MAX = 3.4028234663852886e38
 SLOT_RE = re.compile(r"^[a-z0-9_]{1,16}$")
 I32_MIN, I32_MAX, U32_MAX = -(1 << 31), (1 << 31) - 1, (1 << 32) - 1
 STATE_SEQ_FLAGS_PARTIAL_ONLY = 1  # mlx-lm keeps no device-side state apart: ignored
 FAULTS = {"stale_offset", "trim_one_more", "load_drops_row", "probe_off",
-          "raise_in_trim", "abort_in_trim"}
+          "raise_in_trim", "abort_in_trim", "rope_halves"}
+# the architectures a GGUF file may be given for (hello option `models`)
+GGUF_ARCHES = {"llama", "llama_hd64"}
 ARCHES = {"llama", "llama_hd64", "gemma2", "mamba", "jamba", "lfm2", "lfm2_swa", "minimax-m3",
           "qwen4exp", "deepseek4", "glm-dsa", "deepseek32", "dots3note", "qwen4exp_ple"}
 CACHE_TYPES = {"f16", "f32", "q8_0", "q4_0"}
@@ -327,7 +336,10 @@ class Config:
         self.kinds = ["rotating", "plain"] if arch == "gemma2" else [kind, kind]
         self.base = 1 if arch == "gemma2" else 0   # the layer whose positions are `cells`
         self.win = 0 if arch == "gemma2" else None  # the windowed layer (`second_cells`)
-        self.model_key = (self.head_dim, self.window)
+        # kvaudit's GGUF model of the architecture, when the hello gave one (quantized: heads 64
+        # wide, the llama_hd64 file); else the model built in code
+        gguf = MODEL_FILES.get("llama_hd64" if self.head_dim else arch) if not self.window else None
+        self.model_key = ("gguf", gguf) if gguf else (self.head_dim, self.window)
 
     def make(self):
         """A fresh per-sequence prompt cache."""
@@ -347,10 +359,60 @@ class Config:
 
 
 MODELS = {}
+MODEL_FILES = {}  # architecture -> GGUF path (hello option `models`)
+ROPE_TRADITIONAL = True  # llama.cpp's llama rotates adjacent pairs; fault rope_halves: False
+
+# kvaudit's GGUF tensor names (src/model/tiny/mod.rs) -> mlx-lm's llama names
+GGUF_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+GGUF_BLOCK_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+                    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+                    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+                    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
+                    "ffn_norm": "post_attention_layernorm"}
+
+
+def mlx_name(gguf_name):
+    """mlx-lm's llama name of a GGUF tensor (`blk.0.attn_q.weight` -> 
+    `model.layers.0.self_attn.q_proj.weight`)."""
+    parts = gguf_name.split(".")
+    if len(parts) == 2 and parts[0] in GGUF_NAMES:
+        return GGUF_NAMES[parts[0]] + "." + parts[1]
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in GGUF_BLOCK_NAMES:
+        return "model.layers.%s.%s.%s" % (parts[1], GGUF_BLOCK_NAMES[parts[2]], parts[3])
+    raise ValueError("GGUF tensor %r has no mlx-lm llama name" % gguf_name)
+
+
+def gguf_model(path):
+    """mlx-lm's llama with the weights and hyper-parameters of kvaudit's GGUF file `path`
+    (GGUF stores a matrix as [in, out] with the first dimension fastest, which mx.load gives as
+    [out, in]: nn.Linear's layout, so no transpose)."""
+    arrays, meta = mx.load(path, return_metadata=True)
+    if meta.get("general.architecture") != "llama":
+        raise ValueError("%s: architecture %r, not llama" % (path, meta.get("general.architecture")))
+
+    def num(key):
+        return meta["llama." + key].item()
+
+    args = llama.ModelArgs(
+        model_type="llama", hidden_size=int(num("embedding_length")),
+        num_hidden_layers=int(num("block_count")),
+        intermediate_size=int(num("feed_forward_length")),
+        num_attention_heads=int(num("attention.head_count")),
+        num_key_value_heads=int(num("attention.head_count_kv")),
+        rms_norm_eps=float(num("attention.layer_norm_rms_epsilon")),
+        vocab_size=int(num("vocab_size")), rope_theta=float(num("rope.freq_base")),
+        rope_traditional=ROPE_TRADITIONAL, max_position_embeddings=int(num("context_length")),
+        tie_word_embeddings="output.weight" not in arrays)
+    m = llama.Model(args)
+    m.load_weights([(mlx_name(k), v) for k, v in arrays.items()], strict=True)
+    mx.eval(m.parameters())
+    return m
 
 
 def model_for(cfg):
     m = MODELS.get(cfg.model_key)
+    if m is None and cfg.model_key[0] == "gguf":
+        m = MODELS[cfg.model_key] = gguf_model(cfg.model_key[1])
     if m is None:
         head_dim, window = cfg.model_key
         kw = {}
@@ -484,6 +546,7 @@ def batch_merge(kind, caches):
 class Store:
     def __init__(self, cfg, faults):
         self.cfg, self.faults, self.model = cfg, faults, model_for(cfg)
+        self.vocab = self.model.args.vocab_size
         self.caches = [cfg.make() for _ in range(cfg.n_seq_max)]
         self.toks = [[] for _ in range(cfg.n_seq_max)]  # the token at each position, as the ops asked
         self.live = None   # (seq ids, batch caches): the batch of the last multi-sequence decode
@@ -523,7 +586,7 @@ class Store:
         if not all(self.valid(s) for s in seqs):
             return -1
         toks = tokens if tokens is not None else [default_token(i) for i in range(n)]
-        if not all(0 <= t < VOCAB for t in toks):
+        if not all(0 <= t < self.vocab for t in toks):
             return -1
         offs = [self.offset(s) for s in seqs]
         if len(set(offs)) > 1:
@@ -834,12 +897,13 @@ class Store:
                                 "same_bytes": twin.save_seq(s) == data})
         return out
 
-    def logits_probe(self, seqs, observed):
+    def logits_probe(self, seqs, observed, vectors=None):
         """Per sequence with cells: the probe token's logits after a copy of its cache, against a
         fresh cache of the same setup that prefilled the sequence's tokens. The graphs of every
-        probe are evaluated at once."""
+        probe are evaluated at once. `vectors`, a list: each probed sequence's cached logits are
+        appended to it as `{"seq", "logits"}` (the step's `next_logits`)."""
         probe = mx.array([[PROBE_TOKEN]])
-        rows, diffs = [], []
+        rows, diffs, cached_logits = [], [], []
         for s, o in zip(seqs, observed):
             if not o["cells"] and not o.get("second_cells"):
                 continue
@@ -849,6 +913,7 @@ class Store:
             if self.toks[s]:
                 self.model(mx.array([self.toks[s]]), cache=fresh)
             b = self.model(probe, cache=fresh)[0, -1]
+            cached_logits.append(a.astype(mx.float32))
             if "probe_off" in self.faults:
                 a = a + PROBE_OFF
             diffs.append(mx.max(mx.abs(a.astype(mx.float32) - b.astype(mx.float32))))
@@ -858,6 +923,9 @@ class Store:
             values = mx.stack(diffs).tolist()
             for row, d in zip(rows, values):
                 row["max_abs_diff"] = d if math.isfinite(d) and d <= F32_MAX else F32_MAX
+            if vectors is not None:
+                for row, v in zip(rows, mx.stack(cached_logits).tolist()):
+                    vectors.append({"seq": row["seq"], "logits": v})
         return [{"seq": r["seq"], "max_abs_diff": r["max_abs_diff"], "n_tokens": r["n_tokens"],
                  "cache": r["cache"], "memory": r["memory"]} for r in rows]
 
@@ -913,8 +981,19 @@ class Worker:
         unknown = [f for f in faults if f not in FAULTS]
         if unknown:
             raise Malformed("unknown fault %r (known: %s)" % (unknown[0], ", ".join(sorted(FAULTS))))
-        if options:
-            raise Malformed("unknown option %r (the mlx-lm worker takes none)" % sorted(options)[0])
+        unknown = sorted(set(options) - {"models"})
+        if unknown:
+            raise Malformed("unknown option %r (the mlx-lm worker takes: models)" % unknown[0])
+        models = options.get("models", {})
+        if not isinstance(models, dict) or not all(
+                a in GGUF_ARCHES and isinstance(f, str) and os.path.isfile(f)
+                for a, f in models.items()):
+            raise Malformed("option models: an object of %s to GGUF files, got %s"
+                            % (" or ".join(sorted(GGUF_ARCHES)), json.dumps(models)))
+        global ROPE_TRADITIONAL
+        MODEL_FILES.clear()
+        MODEL_FILES.update(models)
+        ROPE_TRADITIONAL = "rope_halves" not in faults
         self.faults = frozenset(faults)
         self.send({"hello": {"protocol": PROTOCOL, "engine": ENGINE,
                              "version": "%s (mlx %s)" % (Api.version, Api.mlx_version),
@@ -929,7 +1008,8 @@ class Worker:
             raise Malformed("unknown field %r in trial" % extra[0])
         observe = t.get("observe", {})
         if not isinstance(observe, dict) or not set(observe) <= {
-                "before", "whole", "round_trip", "logits", "reload", "sizes", "partial"}:
+                "before", "whole", "round_trip", "logits", "next_logits", "reload", "sizes",
+                "partial"}:
             raise Malformed("observe: an object of before, whole, round_trip, logits, ...")
         if not isinstance(t.get("ops"), list):
             raise Malformed("trial ops must be a list")
@@ -976,7 +1056,10 @@ class Worker:
                     if observe.get("round_trip") and Api.empty_save:
                         reply["round_trip"] = store.round_trip(seqs)
                     if observe.get("logits") and step == len(ops):
-                        reply["logits_probe"] = store.logits_probe(seqs, obs)
+                        vectors = [] if observe.get("next_logits") else None
+                        reply["logits_probe"] = store.logits_probe(seqs, obs, vectors)
+                        if vectors is not None:
+                            reply["next_logits"] = vectors
             except Exception:
                 raise Crash(step)
             self.send({"step": reply})

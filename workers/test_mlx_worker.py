@@ -28,7 +28,7 @@ TIMEOUT = 60.0
 class Worker:
     """A running mlx_worker.py: send requests, read replies with a timeout."""
 
-    def __init__(self, faults=(), hello=True):
+    def __init__(self, faults=(), hello=True, options=None):
         self.proc = subprocess.Popen(
             [PYTHON, "-u", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE)
@@ -37,7 +37,7 @@ class Worker:
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
         self.hello = None
         if hello:
-            self.send({"hello": {"protocol": 1, "faults": list(faults), "options": {}}})
+            self.send({"hello": {"protocol": 1, "faults": list(faults), "options": options or {}}})
             self.hello = self.recv()
 
     def _pump(self):
@@ -343,6 +343,30 @@ class MlxWorkerTest(unittest.TestCase):
         self.assertEqual(by_seq(steps[0])[0]["cells"], list(range(6)))
         self.assertEqual(rt["whole_twin"][0]["cells"], list(range(5)))
         self.assertEqual(rt["seqs"][0]["twin"]["cells"], list(range(5)))
+
+    def test_a_gguf_model_and_the_next_token_logits(self):
+        # kvaudit's GGUF tiny llama (KVAUDIT_TEST_MLX_GGUF, the `it` binary sets it): its
+        # vocabulary is the file's (64), and the logits come back when asked
+        gguf = os.environ.get("KVAUDIT_TEST_MLX_GGUF")
+        if not gguf:
+            self.skipTest("KVAUDIT_TEST_MLX_GGUF names no GGUF model")
+        observe = dict(LOGITS, next_logits=True)
+        runs = {}
+        for faults in ((), ("rope_halves",)):
+            w = Worker(faults, options={"models": {"llama": gguf}})
+            self.addCleanup(w.close)
+            steps, end = w.trial([decode(0, 6)], setup=setup(5), observe=observe)
+            self.assertEqual(end["end"]["end"], COMPLETED)
+            (vec,) = steps[-1]["next_logits"]
+            self.assertEqual((vec["seq"], len(vec["logits"])), (0, 64))
+            self.assertLess(steps[-1]["logits_probe"][0]["max_abs_diff"], 1e-5)
+            runs[faults] = vec["logits"]
+        # the other RoPE layout changes the logits of a token past position 0
+        self.assertGreater(max(abs(a - b) for a, b in zip(runs[()], runs[("rope_halves",)])), 1e-2)
+        w = Worker(hello=False)
+        self.addCleanup(w.close)
+        w.send({"hello": {"protocol": 1, "faults": [], "options": {"models": {"gemma2": gguf}}}})
+        self.assertIn("error", w.recv())
 
     def test_fault_probe_off(self):
         w = self.worker(["probe_off"])

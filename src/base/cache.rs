@@ -284,6 +284,11 @@ pub struct StepObservation {
     /// trial only (`running/probe.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logits_probe: Option<Vec<LogitsProbe>>,
+    /// Each probed sequence's next-token logits in the audited cache (the logits probe's own
+    /// decode of the probe token), when [`Observe::next_logits`] asked for them: after the last
+    /// op of a trial only. Two engines' vectors are what the `cross-logits` oracle compares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_logits: Option<Vec<NextLogits>>,
     /// The reload probe of each sequence with cells, when [`Observe::reload`] asked for it and
     /// the target computes logits and can load state: after the last op of a trial only
     /// ([`crate::running::probe::probe_reloads`]).
@@ -532,6 +537,36 @@ pub struct LogitsProbe {
 // A probe's difference is never NaN (see `max_abs_diff`), so equality is an equivalence.
 impl Eq for LogitsProbe {}
 
+/// One sequence's next-token logits: those of the probe token decoded right after its last
+/// position in the audited cache (`running/probe.rs`), the whole vocabulary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NextLogits {
+    /// The sequence.
+    pub seq: SeqId,
+    /// One logit per token id.
+    pub logits: Vec<f32>,
+}
+
+/// The largest absolute difference of two logit vectors; `f32::MAX` when their lengths differ
+/// or a difference is not finite (so that a probe's figure is always a comparable number).
+pub fn logits_distance(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return f32::MAX;
+    }
+    a.iter().zip(b).fold(0.0f32, |m, (x, y)| {
+        let d = (x - y).abs();
+        if d.is_finite() {
+            m.max(d)
+        } else {
+            f32::MAX
+        }
+    })
+}
+
+// A NaN logit makes an observation unequal to itself, which at worst makes a comparison of
+// two observations miss (no memo keys on them).
+impl Eq for NextLogits {}
+
 impl StepObservation {
     /// An observation of the accessors and per-sequence dumps only.
     pub fn basic(outcome: OpOutcome, seqs: Vec<SeqObservation>) -> Self {
@@ -542,6 +577,7 @@ impl StepObservation {
             round_trip: None,
             before: None,
             logits_probe: None,
+            next_logits: None,
             reload_probe: None,
             sizes: None,
         }
@@ -589,6 +625,10 @@ pub struct Observe {
     /// reads it.
     #[serde(default)]
     pub logits: bool,
+    /// The logits probe keeps each probed sequence's vector ([`StepObservation::next_logits`]);
+    /// implies nothing without [`Observe::logits`]. Off, the probe carries its figures only.
+    #[serde(default)]
+    pub next_logits: bool,
     /// The reload probe after a trial's last op ([`StepObservation::reload_probe`]): like the
     /// logits probe, decodes per sequence, not part of [`Observe::ALL`].
     #[serde(default)]
@@ -609,6 +649,7 @@ impl Observe {
         round_trip: false,
         before: false,
         logits: false,
+        next_logits: false,
         reload: false,
         sizes: false,
         partial: false,
@@ -619,6 +660,7 @@ impl Observe {
         round_trip: true,
         before: true,
         logits: false,
+        next_logits: false,
         reload: false,
         sizes: true,
         partial: false,
@@ -640,6 +682,7 @@ impl Observe {
             round_trip: self.round_trip || other.round_trip,
             before: self.before || other.before,
             logits: self.logits || other.logits,
+            next_logits: self.next_logits || other.next_logits,
             reload: self.reload || other.reload,
             sizes: self.sizes || other.sizes,
             partial: self.partial || other.partial,
@@ -742,7 +785,10 @@ impl Observe {
             Observation::Before => o.before = false,
             Observation::Whole => o.whole = false,
             Observation::RoundTrip => o.round_trip = false,
-            Observation::Probe => o.logits = false,
+            Observation::Probe => {
+                o.logits = false;
+                o.next_logits = false;
+            }
             Observation::Reload => {
                 o.reload = false;
                 o.partial = false;

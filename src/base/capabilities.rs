@@ -141,6 +141,7 @@ impl Capabilities {
             whole: want.whole && self.whole,
             round_trip: want.round_trip && self.round_trip,
             logits: want.logits && self.logits,
+            next_logits: want.next_logits && self.logits,
             reload: want.reload && self.logits && self.round_trip,
             partial: want.partial && self.logits && self.round_trip,
             sizes: want.sizes && self.sizes,

@@ -386,6 +386,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
             && (!what.round_trip || s.round_trip.is_some())
             && (!what.before || s.before.is_some())
             && (!what.logits || s.logits_probe.is_some())
+            && (!what.next_logits || s.next_logits.is_some())
             && (!what.reload || s.reload_probe.is_some())
             && (!what.sizes || s.sizes.is_some())
     };

@@ -255,6 +255,9 @@ pub fn observe_with_into(
     if obs.logits_probe.is_some() {
         obs.logits_probe = None;
     }
+    if obs.next_logits.is_some() {
+        obs.next_logits = None;
+    }
     if obs.reload_probe.is_some() {
         obs.reload_probe = None;
     }

@@ -26,28 +26,14 @@
 //! refused). When asked ([`crate::base::cache::Observe::partial`]), the partial loads follow
 //! ([`probe_partial`]: a `PARTIAL_ONLY` checkpoint restored twice after one more decode).
 
+pub use crate::base::cache::logits_distance;
 use crate::base::cache::{
-    probe_cache, v_summed_in_f16, CacheUnderTest, HarnessError, LogitsProbe, OpOutcome, Reload,
-    ReloadProbe, SeqObservation, STATE_SEQ_FLAGS_PARTIAL_ONLY,
+    probe_cache, v_summed_in_f16, CacheUnderTest, HarnessError, LogitsProbe, NextLogits, OpOutcome,
+    Reload, ReloadProbe, SeqObservation, STATE_SEQ_FLAGS_PARTIAL_ONLY,
 };
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Slot};
 use crate::base::tokens::{Token, TokenModel, PROBE_TOKEN};
 
-/// The largest absolute difference of two logit vectors; `f32::MAX` when their lengths differ
-/// or a difference is not finite (so that a probe's figure is always a comparable number).
-pub fn logits_distance(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() {
-        return f32::MAX;
-    }
-    a.iter().zip(b).fold(0.0f32, |m, (x, y)| {
-        let d = (x - y).abs();
-        if d.is_finite() {
-            m.max(d)
-        } else {
-            f32::MAX
-        }
-    })
-}
 
 fn probe_decode(seq: SeqId, pos: Pos) -> Op {
     Op::Decode(Decode {
@@ -87,12 +73,15 @@ fn fresh_logits(
 /// Probes every sequence of `seqs` (the observation after the last op) that `tokens` can judge,
 /// on `target`, a cache whose trial is over. `None`: the target computes no logits or has no
 /// twin (the oracle cannot judge it: "not judged", never a pass). Sequences the model cannot
-/// judge, and sequences where a probe decode does not succeed, are left out.
+/// judge, and sequences where a probe decode does not succeed, are left out. `vectors`: each
+/// probed sequence's logits in the audited cache are pushed there too
+/// ([`crate::base::cache::Observe::next_logits`]).
 pub fn probe_logits(
     target: &mut dyn CacheUnderTest,
     setup: &Setup,
     tokens: &TokenModel,
     seqs: &[SeqObservation],
+    mut vectors: Option<&mut Vec<NextLogits>>,
 ) -> Result<Option<Vec<LogitsProbe>>, HarnessError> {
     let n_batch = setup.n_batch.unwrap_or(setup.n_ctx) as usize;
     let memory = setup.arch.memory();
@@ -115,6 +104,12 @@ pub fn probe_logits(
         let Some(audited) = target.last_logits()? else {
             return Ok(None);
         };
+        if let Some(v) = vectors.as_deref_mut() {
+            v.push(NextLogits {
+                seq: s.seq,
+                logits: audited.clone(),
+            });
+        }
         // The probe's cell goes again: the next sequence's probe sees the cache as it was.
         target.apply(&Op::SeqRm {
             seq: s.seq,

@@ -338,8 +338,17 @@ impl LocalRunner {
             if let Some(tokens) = tokens.as_ref().filter(|_| last && observe.logits) {
                 // The trial is over: the probe may change the target (the next trial resets it).
                 self.target.observing(Some(Observation::Probe));
-                obs.logits_probe =
-                    probe_logits(self.target.as_mut(), &trace.setup, tokens, &obs.seqs)?;
+                let mut vectors = observe.next_logits.then(Vec::new);
+                obs.logits_probe = probe_logits(
+                    self.target.as_mut(),
+                    &trace.setup,
+                    tokens,
+                    &obs.seqs,
+                    vectors.as_mut(),
+                )?;
+                if obs.logits_probe.is_some() {
+                    obs.next_logits = vectors;
+                }
             }
             if last && observe.reload {
                 if observe.logits {
@@ -516,9 +525,18 @@ impl LocalRunner {
         {
             let mut scratch = frame.state.fork().expect("forking target");
             scratch.observing(Some(Observation::Probe));
-            let probe = probe_logits(scratch.as_mut(), setup, tokens, &frame.obs.seqs)?;
+            let mut vectors = observe.next_logits.then(Vec::new);
+            let probe = probe_logits(
+                scratch.as_mut(),
+                setup,
+                tokens,
+                &frame.obs.seqs,
+                vectors.as_mut(),
+            )?;
             if probe.is_some() {
-                Arc::make_mut(&mut frame.obs).logits_probe = probe;
+                let obs = Arc::make_mut(&mut frame.obs);
+                obs.logits_probe = probe;
+                obs.next_logits = vectors;
             }
         }
         if observe.reload && frame.obs.reload_probe.is_none() {

@@ -13,6 +13,7 @@ use std::process::Command;
 use sha2::{Digest, Sha256};
 
 use crate::base::cache::Observe;
+use crate::base::op::Arch;
 use crate::base::error::Error;
 use crate::isolation::jsonl::WorkerCommand;
 use crate::targets::python::{python3, python_command, worker_file};
@@ -157,6 +158,15 @@ pub fn worker_command(name: &str, faults: &[String], observe: Observe) -> Result
     let python = pin.ensure_built()?;
     let script = worker_file("mlx_worker.py", WORKER_SOURCE)?;
     let mut cmd = python_command(&pin.label(), &python, &script, faults, observe);
+    // One model for both engines: the GGUF files kvaudit's llama.cpp targets load, for the
+    // architectures the worker runs from a file (docs/worker-protocol.md, option `models`).
+    let mut models = serde_json::Map::new();
+    for arch in [Arch::Llama, Arch::LlamaHd64] {
+        let path = crate::model::tiny::try_arch_model_path(arch)
+            .map_err(|e| Error::harness(format!("the tiny {} model: {e}", arch.name())))?;
+        models.insert(arch.name().into(), path.to_string_lossy().into_owned().into());
+    }
+    cmd.options = serde_json::json!({ "models": models });
     // One thread: trials run one per worker, workers one per core (as llama.cpp's).
     cmd.env.push(("OMP_NUM_THREADS".into(), "1".into()));
     Ok(cmd)

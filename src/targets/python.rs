@@ -95,5 +95,6 @@ pub fn python_command(
         timeout: TRIAL_TIMEOUT,
         start_timeout: Duration::from_secs(60),
         observe,
+        options: serde_json::json!({}),
     }
 }

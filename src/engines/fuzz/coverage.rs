@@ -323,6 +323,7 @@ mod tests {
             round_trip: None,
             before: None,
             logits_probe: None,
+            next_logits: None,
             reload_probe: None,
             sizes: None,
         };

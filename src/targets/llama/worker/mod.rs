@@ -141,13 +141,14 @@ fn runtime_path(name: &str) -> Result<String, LlamaError> {
 }
 
 /// `--observe`'s value for `what`: `basic`, or a comma-separated list of `whole`,
-/// `round-trip`, `before`, `logits`, `reload`, `sizes` and `partial`.
+/// `round-trip`, `before`, `logits`, `next-logits`, `reload`, `sizes` and `partial`.
 pub fn observe_arg(what: Observe) -> String {
     let parts: Vec<&str> = [
         (what.whole, "whole"),
         (what.round_trip, "round-trip"),
         (what.before, "before"),
         (what.logits, "logits"),
+        (what.next_logits, "next-logits"),
         (what.reload, "reload"),
         (what.sizes, "sizes"),
         (what.partial, "partial"),
@@ -174,6 +175,7 @@ pub fn parse_observe_arg(arg: &str) -> Option<Observe> {
             "round-trip" => o.round_trip = true,
             "before" => o.before = true,
             "logits" => o.logits = true,
+            "next-logits" => o.next_logits = true,
             "reload" => o.reload = true,
             "sizes" => o.sizes = true,
             "partial" => o.partial = true,
@@ -197,17 +199,20 @@ mod tests {
                         for reload in [false, true] {
                             for sizes in [false, true] {
                                 for partial in [false, true] {
-                                    let what = Observe {
-                                        whole,
-                                        round_trip,
-                                        before,
-                                        logits,
-                                        reload,
-                                        sizes,
-                                        partial,
-                                    };
-                                    let arg = observe_arg(what);
-                                    assert_eq!(parse_observe_arg(&arg), Some(what));
+                                    for next_logits in [false, true] {
+                                        let what = Observe {
+                                            whole,
+                                            round_trip,
+                                            before,
+                                            logits,
+                                            next_logits,
+                                            reload,
+                                            sizes,
+                                            partial,
+                                        };
+                                        let arg = observe_arg(what);
+                                        assert_eq!(parse_observe_arg(&arg), Some(what));
+                                    }
                                 }
                             }
                         }

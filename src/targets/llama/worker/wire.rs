@@ -35,8 +35,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::base::cache::{
-    CodeCoverage, Observation, OpOutcome, RoundTrip, SeqObservation, SeqRoundTrip, StepObservation,
-    TargetInfo,
+    CodeCoverage, NextLogits, Observation, OpOutcome, RoundTrip, SeqObservation, SeqRoundTrip,
+    StepObservation, TargetInfo,
 };
 use crate::base::op::{Op, Setup, Trace};
 use crate::base::state::WholeCell;

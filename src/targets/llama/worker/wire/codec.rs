@@ -20,9 +20,9 @@ use super::*;
 /// The reply wire's version, the second field of every reply frame's header; both sides check
 /// it (the JSON-lines replies before it were version 1; 3 added the dumps' sizes to a step, 4 a
 /// sequence's third part, the hybrid-iSWA's recurrent states, 6 each step's length before it,
-/// 7 the judged kind, 8 its count of consecutive trials). Change it with any change of the
-/// layout below.
-pub const REPLY_WIRE_VERSION: u16 = 8;
+/// 7 the judged kind, 8 its count of consecutive trials, 9 the probed sequences' next-token
+/// logits). Change it with any change of the layout below.
+pub const REPLY_WIRE_VERSION: u16 = 9;
 
 /// The longest reply frame the parent reads: 64 MiB. A frame is one trial's observations: per
 /// step and sequence, its positions and cells (4 bytes per cell), so a trial of hundreds of
@@ -243,6 +243,7 @@ impl Encoder<'_> {
             round_trip,
             before,
             logits_probe,
+            next_logits,
             reload_probe,
             sizes,
         } = st;
@@ -309,6 +310,21 @@ impl Encoder<'_> {
         }
         // The probes: after a trial's last op only, when asked for.
         self.option_json(logits_probe.as_ref())?;
+        // Their logit vectors, when asked for: per sequence its id and the f32s' bits.
+        match next_logits {
+            None => self.u8(0),
+            Some(v) => {
+                self.u8(1);
+                self.len(v.len());
+                for NextLogits { seq, logits } in v {
+                    self.i32(*seq);
+                    self.len(logits.len());
+                    for x in logits {
+                        self.u32(x.to_bits());
+                    }
+                }
+            }
+        }
         self.option_json(reload_probe.as_ref())?;
         // The dumps' sizes (the state-size oracle), when asked for.
         self.option_json(sizes.as_ref())
@@ -599,6 +615,17 @@ impl<'a> Decoder<'a, '_> {
         })?;
         let before = self.option(Self::seqs)?;
         let logits_probe = self.option(Self::json)?;
+        let next_logits = self.option(|d| {
+            // A sequence's entry takes at least 8 bytes: its id and a count.
+            let n = d.count(8)?;
+            (0..n)
+                .map(|_| {
+                    let seq = d.i32()?;
+                    let logits = d.u32s()?.into_iter().map(f32::from_bits).collect();
+                    Ok(NextLogits { seq, logits })
+                })
+                .collect()
+        })?;
         let reload_probe = self.option(Self::json)?;
         let sizes = self.option(Self::json)?;
         Ok(StepObservation {
@@ -608,6 +635,7 @@ impl<'a> Decoder<'a, '_> {
             round_trip,
             before,
             logits_probe,
+            next_logits,
             reload_probe,
             sizes,
         })

@@ -319,6 +319,17 @@ fn runs_survive_the_wire_form() {
         }],
     });
     step.before = Some(seqs.clone());
+    // Every bit of each logit survives (the cross-logits oracle compares them across engines).
+    step.next_logits = Some(vec![
+        NextLogits {
+            seq: 0,
+            logits: vec![1.5, -0.0, f32::MIN_POSITIVE, f32::MAX, f32::INFINITY],
+        },
+        NextLogits {
+            seq: 3,
+            logits: vec![],
+        },
+    ]);
     step.seqs[0].second_cells = Some(vec![6]);
     rich.steps[0] = Arc::new(step);
     rich.code = Some(Box::new(CodeCoverage {
