@@ -16,6 +16,7 @@ pub mod config_differential;
 pub mod conservation;
 pub mod contract;
 pub mod crash;
+pub mod cross_logits;
 pub mod differential;
 pub mod failed_restore;
 pub mod i1;
@@ -398,7 +399,7 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 21] = [
+pub static BUILTIN: [&dyn Oracle; 22] = [
     &i1::I1,
     &i2::I2,
     &differential::Differential,
@@ -420,6 +421,7 @@ pub static BUILTIN: [&dyn Oracle; 21] = [
     &failed_restore::FailedRestore,
     &partial_restore::PartialRestore,
     &allocation::AllocationOracle,
+    &cross_logits::CrossLogits,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.

@@ -22,6 +22,7 @@
 //!   run with mlx-lm.
 //! - `ops.rs`: every op kind through every renderer, generator, shrinker move and domain axis.
 //! - `workers.rs`: the JSON-lines workers' own unittests (`workers/test_*.py`).
+//! - `cross.rs`: llama.cpp and mlx-lm on one model: next-token logits agree (issue 44).
 //! - `targets.rs`: every target kind through the registry: its pattern, a runner, its declared
 //!   capabilities.
 //! - `tidy.rs`: the architecture's invariants, read from the source (layers, `unsafe`, one state
@@ -31,6 +32,7 @@ mod audits;
 mod cli;
 mod cluster;
 mod corpus;
+mod cross;
 mod docs;
 mod findings;
 mod fuzz_guided;
@@ -96,6 +98,7 @@ fn main() {
     let mut trials: Vec<Trial> = Vec::new();
     trials.extend(audits::trials());
     trials.extend(cli::trials());
+    trials.extend(cross::trials());
     trials.extend(cluster::trials());
     trials.extend(corpus::trials());
     trials.extend(docs::trials());
