@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::base::cache::Observe;
 use crate::base::op::Arch;
 use crate::base::error::Error;
+use crate::base::op_kind::OpKind;
 use crate::isolation::jsonl::WorkerCommand;
 use crate::targets::python::{python3, python_command, worker_file};
 
@@ -127,6 +128,127 @@ impl MlxPin {
             .map_err(|e| Error::harness(format!("{}: {e}", dir.display())))?;
         Ok(py)
     }
+}
+
+/// A configuration of mlx-lm's caches that a hunt runs (`engines::hunt::plan`): an entry on
+/// the `seed` preset under `config`, one on the `state` preset (saves and loads: every class
+/// has `save_prompt_cache`/`load_prompt_cache`), and, with `versus`, the entry against itself
+/// under that configuration (`config-differential`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HuntConfiguration {
+    /// The entry's id.
+    pub id: &'static str,
+    /// Its settings, as `--config` takes them (`engine.KEY=VALUE`, `arch=...`).
+    pub config: &'static str,
+    /// What it exercises.
+    pub why: &'static str,
+    /// Its sequences start as copies of one another, and one token goes into both at once:
+    /// the batch caches' merge, batched decode and extract (`engine.batch=true`).
+    pub shared: bool,
+    /// The configuration it is paired with, if any.
+    pub versus: Option<&'static str>,
+}
+
+/// mlx-lm's cache classes as a hunt runs them, one per class and setting the worker accepts
+/// (`workers/mlx_worker.py`, `ENGINE_KEYS`). The rings are 8 rows: the setup's 7 tokens leave
+/// one free, so a trim applies and the next decodes wrap. The windowed model's window is
+/// kvaudit's gemma2 window (4, `Arch::swa_window`), which swa-window judges by.
+pub const HUNT_CONFIGURATIONS: [HuntConfiguration; 10] = [
+    HuntConfiguration {
+        id: "kvcache",
+        config: "engine.cache=plain",
+        why: "KVCache: the plain cache, grown in steps of 256 rows, trimmed by its offset",
+        shared: false,
+        versus: None,
+    },
+    HuntConfiguration {
+        id: "rotating",
+        config: "engine.cache=rotating,engine.max_size=8",
+        why: "RotatingKVCache(8, keep 0) on every layer: a ring that wraps",
+        shared: false,
+        versus: None,
+    },
+    HuntConfiguration {
+        id: "rotating-keep2",
+        config: "engine.cache=rotating,engine.max_size=8,engine.keep=2",
+        why: "RotatingKVCache(8, keep 2): a ring that keeps its first 2 positions",
+        shared: false,
+        versus: None,
+    },
+    HuntConfiguration {
+        id: "chunked",
+        config: "engine.cache=chunked,engine.chunk_size=4",
+        why: "ChunkedKVCache(4): a cache whose front is trimmed to the last chunk",
+        shared: false,
+        versus: None,
+    },
+    HuntConfiguration {
+        id: "concatenate",
+        config: "engine.cache=concatenate",
+        why: "ConcatenateKVCache: rows concatenated per update, trimmable since 0.28",
+        shared: false,
+        versus: None,
+    },
+    HuntConfiguration {
+        id: "quantized8",
+        config: "engine.cache=quantized,engine.bits=8,engine.group_size=32",
+        why: "QuantizedKVCache(8 bits, group 32) on heads 64 wide",
+        shared: false,
+        versus: None,
+    },
+    HuntConfiguration {
+        id: "quantized4",
+        config: "engine.cache=quantized,engine.bits=4,engine.group_size=32",
+        why: "QuantizedKVCache(4 bits, group 32) on heads 64 wide",
+        shared: false,
+        versus: None,
+    },
+    HuntConfiguration {
+        id: "batch",
+        config: "engine.cache=plain,engine.batch=true",
+        why: "KVCache rows merged into a BatchKVCache, decoded together, filtered and extracted",
+        shared: true,
+        versus: Some("engine.batch=false"),
+    },
+    HuntConfiguration {
+        id: "batch-rotating",
+        config: "engine.cache=rotating,engine.max_size=8,engine.keep=2,engine.batch=true",
+        why: "RotatingKVCache(8, keep 2) rows merged into a BatchRotatingKVCache",
+        shared: true,
+        versus: Some("engine.batch=false"),
+    },
+    HuntConfiguration {
+        id: "gemma2",
+        config: "arch=gemma2,engine.window=4",
+        why: "a model with a windowed layer (RotatingKVCache(4)) beside a full one (KVCache)",
+        shared: false,
+        versus: None,
+    },
+];
+
+/// The op kinds the worker declares it lacks (`LACKS` in `workers/mlx_worker.py`: no position
+/// shift in mlx-lm's caches). A hunt's domains leave them out, so that its estimates count
+/// the ops that run.
+pub const LACKS: [OpKind; 2] = [OpKind::SeqAdd, OpKind::SeqDiv];
+
+/// What the worker of target `name` observes beyond the sequences, as its `hello` declares it
+/// (`capabilities()` in `workers/mlx_worker.py`) and the JSON-lines protocol carries it: the
+/// sequences before each op, the logits probe, and the round trip where a never-written cache
+/// saves and loads back (0.32 on: `Api.empty_save`); never a whole-state dump's cells, the
+/// dumps' sizes or the reload probe. `tests/it/workers.rs` checks it against the hello.
+pub fn declared_observations(name: &str) -> Result<Observe, Error> {
+    let pin = MlxPin::parse(name)?;
+    let version: Vec<u32> = pin
+        .mlx_lm
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0))
+        .collect();
+    Ok(Observe {
+        before: true,
+        round_trip: version.as_slice() >= [0, 32].as_slice(),
+        logits: true,
+        ..Observe::BASIC
+    })
 }
 
 /// Runs `cmd`, its standard output as text; its standard error in the `Err`.

@@ -7,7 +7,8 @@
 //! - `findings::report_bug::<stem>`: `kvaudit report-bug` on every corpus file writes Markdown
 //!   whose C program, taken back out of the Markdown, compiles against the pin the report names
 //!   and exits with the code the report states, and that code agrees with the file's
-//!   expectation on that pin (1 or a signal where it fails, 0 where it holds).
+//!   expectation on that pin (1 or a signal where it fails, 0 where it holds); on an mlx-lm
+//!   file, the exit code its Python program is stated to give agrees with the expectation.
 //! - `findings::refcount_is_one_group::*`: the seed's refcount bug is one root-cause group, in
 //!   a fresh audit of `native[refcount]` and in the committed depth-3 reports.
 
@@ -141,6 +142,20 @@ fn explain(path: &Path) -> Result<(), String> {
 fn report_bug(path: &Path) -> Result<(), String> {
     let repro = Repro::load(path).map_err(|e| e.to_string())?;
     let md = kvaudit(&["report-bug".as_ref(), path.as_os_str()])?;
+    // mlx-lm's report carries a Python program, run by the report's writer: its stated exit
+    // code agrees with the file's expectation on the version it names.
+    if let Some(checked) = md.lines().find(|l| l.starts_with("Checked: run with `")) {
+        let pin = checked
+            .split('`')
+            .nth(1)
+            .ok_or("no version in the Checked line")?;
+        let status: i32 = checked
+            .rsplit("exit code ")
+            .next()
+            .and_then(|c| c.trim_end_matches('.').parse().ok())
+            .ok_or(format!("no exit code in {checked:?}"))?;
+        return agrees(&repro, pin, status);
+    }
     let pin = md
         .lines()
         .find(|l| l.starts_with("Checked: compiled against `"))
@@ -159,6 +174,18 @@ fn report_bug(path: &Path) -> Result<(), String> {
             run.stdout
         ));
     }
+    agrees(&repro, &pin, status)?;
+    for internal in ["kvaudit replay", "kvaudit repro ", "cargo ", "corpora/"] {
+        if md.contains(internal) {
+            return Err(format!("the report refers to {internal:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// A reproducer's exit `status` on `pin` agrees with the file's expectation there: 1 or a
+/// signal where it fails, 0 where it holds.
+fn agrees(repro: &Repro, pin: &str, status: i32) -> Result<(), String> {
     let expect = repro
         .targets
         .iter()
@@ -169,17 +196,13 @@ fn report_bug(path: &Path) -> Result<(), String> {
         Expect::Fails => status == 1 || status > 128,
         Expect::Holds => status == 0,
     };
-    if !agrees {
-        return Err(format!(
+    if agrees {
+        Ok(())
+    } else {
+        Err(format!(
             "the file expects {expect:?} on {pin}, the program exits {status}"
-        ));
+        ))
     }
-    for internal in ["kvaudit replay", "kvaudit repro ", "cargo ", "corpora/"] {
-        if md.contains(internal) {
-            return Err(format!("the report refers to {internal:?}"));
-        }
-    }
-    Ok(())
 }
 
 /// Every finding the native model explains with the refcount fault is in one group, and that

@@ -2,7 +2,8 @@
 //! against the interpreter kvaudit runs each worker with: `python3` for the reference worker,
 //! the environment kvaudit makes for mlx-lm (made here when it is not: `.ci/run` makes it
 //! first). A worker's own tests pin the protocol's edge cases that an audit does not reach
-//! (malformed requests, a hang, each fault's exact reply).
+//! (malformed requests, a hang, each fault's exact reply). Beside them, the mlx worker's hello
+//! against what the hunt's plan takes it to declare.
 
 use libtest_mimic::Trial;
 
@@ -19,7 +20,11 @@ fn unittest(python: &Path, file: &str, env: &[(&str, &Path)]) -> Result<(), Stri
         .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
     let err = String::from_utf8_lossy(&out.stderr);
     // unittest says "OK" (or "OK (skipped=N)") on its last line when every test passed.
-    let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let last = err
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
     if out.status.success() && last.starts_with("OK") {
         Ok(())
     } else {
@@ -43,6 +48,47 @@ fn mlx() -> Result<(), String> {
     )
 }
 
+/// What the hunt's plan takes the mlx worker to observe and lack
+/// (`targets::mlx::declared_observations`, `LACKS`) is what its hello declares.
+fn mlx_declared(name: &str) -> Result<(), String> {
+    use kvaudit::base::op_kind::OpKind;
+    use kvaudit::targets::mlx::{declared_observations, LACKS};
+    let spec = kvaudit::targets::registry::TargetSpec::new(name, &[]);
+    let runner = spec.factory().map_err(|e| e.to_string())?().map_err(|e| e.to_string())?;
+    let caps = runner.capabilities();
+    let planned = declared_observations(name).map_err(|e| e.to_string())?;
+    let declared = (
+        caps.before,
+        caps.whole,
+        caps.round_trip,
+        caps.logits,
+        caps.sizes,
+    );
+    let taken = (
+        planned.before,
+        planned.whole,
+        planned.round_trip,
+        planned.logits,
+        planned.sizes,
+    );
+    if declared != taken {
+        return Err(format!(
+            "{name}: the hello declares (before, whole, round_trip, logits, sizes) {declared:?}, the plan takes {taken:?}"
+        ));
+    }
+    let lacks: Vec<OpKind> = OpKind::ALL
+        .iter()
+        .copied()
+        .filter(|k| !caps.has(*k))
+        .collect();
+    if lacks != LACKS {
+        return Err(format!(
+            "{name}: the hello lacks {lacks:?}, the plan leaves out {LACKS:?}"
+        ));
+    }
+    Ok(())
+}
+
 pub fn trials() -> Vec<Trial> {
     vec![
         Trial::test("workers::python_ref_unittest", || {
@@ -50,6 +96,12 @@ pub fn trials() -> Vec<Trial> {
         }),
         Trial::test("workers::mlx_worker_unittest_0.32.2", || {
             super::outcome(mlx())
+        }),
+        Trial::test("workers::mlx_declared_observations_0.32.2", || {
+            super::outcome(mlx_declared("mlx-lm@0.32.2"))
+        }),
+        Trial::test("workers::mlx_declared_observations_0.30.7", || {
+            super::outcome(mlx_declared("mlx-lm@0.30.7"))
         }),
     ]
 }

@@ -9,16 +9,19 @@
 
 use std::time::Instant;
 
+use crate::base::cache::Observe;
 use crate::base::config::Arch;
 use crate::base::domain::{total_trials, Domain, PRESETS, PRESET_SUMMARIES};
 use crate::base::error::Error;
 use crate::base::op::{Decode, ForeignDump, Op, SeqId, Setup, Slot, Trace};
-use crate::oracles::{Reads, Registry};
+use crate::base::op_kind::OpKind;
+use crate::oracles::{Oracle, Reads, Registry};
 use crate::records::hunt::{Budget, EntryEstimate, FuzzShare, Pairing, PlanEntry, Support};
 use crate::running::judge::Judge;
 use crate::running::runner::{reconfigured_factory, RunnerFactory};
+use crate::targets::mlx::{self, HuntConfiguration};
 use crate::targets::native;
-use crate::targets::registry::TargetSpec;
+use crate::targets::registry::{TargetKind, TargetSpec};
 
 /// The configurations each memory type's base preset is paired with (`--vs-config`), beyond
 /// those every memory type gets ([`PAIRS_EVERYWHERE`]).
@@ -282,24 +285,140 @@ fn oracles_for(pairing: &Pairing, setup: &Setup) -> Registry {
     })
 }
 
+/// An engine's own plan, where its target declares one (keyed by [`TargetKind`]): its
+/// configurations and the observations its worker declares. `None`: the plan of llama.cpp's
+/// presets and memory types (llama.cpp, the native caches and `python-ref`, whose reference
+/// worker models llama.cpp's sequence algebra).
+fn engine_plan(target: &TargetSpec) -> Option<Vec<PlanEntry>> {
+    match TargetKind::parse(&target.name).ok()? {
+        TargetKind::Mlx => {
+            let gives = mlx::declared_observations(&target.name).ok()?;
+            Some(configured_plan(
+                &mlx::HUNT_CONFIGURATIONS,
+                gives,
+                &mlx::LACKS,
+            ))
+        }
+        TargetKind::Native
+        | TargetKind::NativeTensors
+        | TargetKind::Llama
+        | TargetKind::PythonRef => None,
+    }
+}
+
+/// An entry judged by the oracles of [`oracles_for`] that the target can `judge`.
+fn plan_entry(
+    id: String,
+    domain: Domain,
+    why: String,
+    pairing: Pairing,
+    judge: impl Fn(&dyn Oracle) -> bool,
+) -> PlanEntry {
+    PlanEntry {
+        id,
+        memory: domain.setup.arch.memory(),
+        why,
+        oracles: oracles_for(&pairing, &domain.setup)
+            .iter()
+            .filter(|o| judge(*o))
+            .map(|o| o.id())
+            .collect(),
+        domain,
+        pairing,
+    }
+}
+
+/// Whether a target that observes `gives` makes every observation `o` reads: an oracle whose
+/// observation the target cannot make would leave every trial "not judged". (The logits
+/// vectors come with the logits probe.)
+fn gives_all(gives: Observe, o: &dyn Oracle) -> bool {
+    let want = o.observes();
+    let has = |w: bool, g: bool| !w || g;
+    has(want.whole, gives.whole)
+        && has(want.round_trip, gives.round_trip)
+        && has(want.before, gives.before)
+        && has(want.logits, gives.logits)
+        && has(want.reload, gives.reload)
+        && has(want.sizes, gives.sizes)
+        && has(want.partial, gives.partial)
+}
+
+/// The plan of an engine's declared configurations: each on the `seed` preset, on the `state`
+/// preset, and against itself under its `versus` configuration; alone (the native model is
+/// llama.cpp's cell cache, not this engine's), each with the oracles that judge its setup from
+/// what the target observes (`gives`); without the shifts of the op kinds it `lacks`.
+fn configured_plan(
+    configurations: &[HuntConfiguration],
+    gives: Observe,
+    lacks: &[OpKind],
+) -> Vec<PlanEntry> {
+    let entry = |id: String, domain: Domain, why: String, pairing: Pairing| {
+        plan_entry(id, domain, why, pairing, |o| gives_all(gives, o))
+    };
+    let mut out = Vec::new();
+    for c in configurations {
+        let from = |name: &str, id: &str| {
+            let mut d = configured(&preset(name), id, c.config);
+            if lacks.contains(&OpKind::SeqAdd) {
+                d.deltas.clear();
+            }
+            if lacks.contains(&OpKind::SeqDiv) {
+                d.divisors.clear();
+            }
+            if c.shared {
+                // Both sequences at the same offset, so that one token goes into both as one
+                // batch from the first op on.
+                d.setup.ops.push(Op::SeqCp {
+                    src: 0,
+                    dst: 1,
+                    p0: 0,
+                    p1: -1,
+                });
+                d.decode_shared = true;
+            }
+            d
+        };
+        out.push(entry(
+            c.id.into(),
+            from("seed", c.id),
+            c.why.into(),
+            Pairing::Alone,
+        ));
+        let id = format!("{}+state", c.id);
+        out.push(entry(
+            id.clone(),
+            from("state", &id),
+            format!("{}; saved and loaded, whole and per sequence", c.why),
+            Pairing::Alone,
+        ));
+        if let Some(versus) = c.versus {
+            let id = format!("{}~{versus}", c.id);
+            out.push(entry(
+                id.clone(),
+                from("seed", &id),
+                format!("{}, against the same caches under {versus}", c.why),
+                Pairing::Config {
+                    config: versus.into(),
+                },
+            ));
+        }
+    }
+    out
+}
+
 /// The plan of a hunt on `target` (faults included): every entry, in order.
 pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
+    if let Some(own) = engine_plan(target) {
+        return own;
+    }
     // The native model beside any other target; a native target is the model itself.
     let beside = if target.name == "native" {
         Pairing::Alone
     } else {
         Pairing::Native
     };
-    let entry = |id: String, domain: Domain, why: String, pairing: Pairing| PlanEntry {
-        id,
-        memory: domain.setup.arch.memory(),
-        why,
-        oracles: oracles_for(&pairing, &domain.setup)
-            .iter()
-            .map(|o| o.id())
-            .collect(),
-        domain,
-        pairing,
+    let entry = |id: String, domain: Domain, why: String, pairing: Pairing| {
+        plan_entry(id, domain, why, pairing, |_| true)
     };
     // Where the native model lacks the memory type the entry runs alone (its other oracles
     // still judge), not as an entry the differential makes unsupported.
@@ -517,6 +636,51 @@ mod tests {
         assert!(p.iter().any(|e| e.pairing == Pairing::Native));
         let native = plan(&TargetSpec::new("native", &[]));
         assert!(native.iter().all(|e| e.pairing != Pairing::Native));
+    }
+
+    #[test]
+    fn an_engine_that_declares_its_configurations_gets_its_own_plan() {
+        let p = plan(&TargetSpec::new("mlx-lm@0.32.2", &[]));
+        let ids: Vec<&str> = p.iter().map(|e| e.id.as_str()).collect();
+        for c in mlx::HUNT_CONFIGURATIONS {
+            assert!(ids.contains(&c.id), "{}", c.id);
+            assert!(
+                ids.contains(&format!("{}+state", c.id).as_str()),
+                "{}",
+                c.id
+            );
+            if let Some(v) = c.versus {
+                assert!(ids.contains(&format!("{}~{v}", c.id).as_str()), "{}", c.id);
+            }
+        }
+        assert!(
+            !ids.contains(&"seed") && !ids.contains(&"fragmented"),
+            "{ids:?}"
+        );
+        let find = |name: &str| Registry::builtin().find(name).expect("registered").id();
+        let gives = mlx::declared_observations("mlx-lm@0.32.2").unwrap();
+        for e in &p {
+            e.domain
+                .validate()
+                .unwrap_or_else(|err| panic!("{}: {err}", e.id));
+            assert_ne!(e.pairing, Pairing::Native, "{}", e.id);
+            assert!(e
+                .domain
+                .ops()
+                .iter()
+                .all(|op| !mlx::LACKS.contains(&op.kind())));
+            for o in registry(e).iter() {
+                assert!(gives_all(gives, o), "{}: {}", e.id, o.id());
+            }
+            assert!(!e.oracles.contains(&find("conservation")), "{}", e.id);
+            for judged in ["I1", "crash", "round-trip", "cache-invisible"] {
+                assert!(e.oracles.contains(&find(judged)), "{}: {judged}", e.id);
+            }
+        }
+        // Before 0.32 the worker declares no round trip.
+        let old = plan(&TargetSpec::new("mlx-lm@0.30.7", &[]));
+        assert_eq!(old.len(), p.len());
+        assert!(old.iter().all(|e| !e.oracles.contains(&find("round-trip"))));
     }
 
     #[test]
