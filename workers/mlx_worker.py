@@ -333,13 +333,22 @@ class Config:
                 raise Unsupported("batch=true with cache %s: mlx-lm batches KVCache and "
                                   "RotatingKVCache only (no merge for this class)" % kind)
         # layers: [windowed, full] for gemma2 (mlx-lm's layer_types order), else all alike
+        # (one per model layer: `fit` sets the count once the model is known)
         self.kinds = ["rotating", "plain"] if arch == "gemma2" else [kind, kind]
+        self.kind = kind
+        self.windowed = arch == "gemma2"
         self.base = 1 if arch == "gemma2" else 0   # the layer whose positions are `cells`
         self.win = 0 if arch == "gemma2" else None  # the windowed layer (`second_cells`)
         # kvaudit's GGUF model of the architecture, when the hello gave one (quantized: heads 64
         # wide, the llama_hd64 file); else the model built in code
         gguf = MODEL_FILES.get("llama_hd64" if self.head_dim else arch) if not self.window else None
         self.model_key = ("gguf", gguf) if gguf else (self.head_dim, self.window)
+
+    def fit(self, n_layers):
+        """One cache per layer of the model the setup runs: a prompt cache has a cache for each
+        layer (make_prompt_cache), and a cache no layer writes would never be written."""
+        if not self.windowed:
+            self.kinds = [self.kind] * n_layers
 
     def make(self):
         """A fresh per-sequence prompt cache."""
@@ -546,6 +555,7 @@ def batch_merge(kind, caches):
 class Store:
     def __init__(self, cfg, faults):
         self.cfg, self.faults, self.model = cfg, faults, model_for(cfg)
+        cfg.fit(len(self.model.layers))
         self.vocab = self.model.args.vocab_size
         self.caches = [cfg.make() for _ in range(cfg.n_seq_max)]
         self.toks = [[] for _ in range(cfg.n_seq_max)]  # the token at each position, as the ops asked

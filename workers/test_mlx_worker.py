@@ -368,6 +368,20 @@ class MlxWorkerTest(unittest.TestCase):
         w.send({"hello": {"protocol": 1, "faults": [], "options": {"models": {"gemma2": gguf}}}})
         self.assertIn("error", w.recv())
 
+    def test_a_one_layer_gguf_model_gets_one_cache_a_sequence(self):
+        # a prompt cache has one cache per model layer: with a cache no layer writes, a save of
+        # it or a batch merge raised (the corpus files on concatenate and batch caches caught it)
+        gguf = os.environ.get("KVAUDIT_TEST_MLX_GGUF")
+        if not gguf:
+            self.skipTest("KVAUDIT_TEST_MLX_GGUF names no GGUF model")
+        w = Worker([], options={"models": {"llama": gguf}})
+        self.addCleanup(w.close)
+        ops = [{"op": "state_save", "slot": "a"}, rm(0, 2), {"op": "state_load", "slot": "a"}]
+        steps, end = w.trial(ops, setup=setup(5, engine={"cache": "concatenate"}))
+        self.assertEqual(end["end"]["end"], COMPLETED)
+        self.assertEqual(steps[2]["outcome"], {"outcome": "done", "returned": True})
+        self.assertEqual(by_seq(steps[2])[0]["cells"], list(range(5)))
+
     def test_fault_probe_off(self):
         w = self.worker(["probe_off"])
         steps, _ = w.trial([decode(0, 1)], setup=setup(5), observe=LOGITS)

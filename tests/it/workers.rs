@@ -41,10 +41,16 @@ fn mlx() -> Result<(), String> {
     let python = kvaudit::targets::python::python3().map_err(|e| e.to_string())?;
     let pin = kvaudit::targets::mlx::MlxPin::parse("mlx-lm@0.32.2").map_err(|e| e.to_string())?;
     let venv = pin.ensure_built().map_err(|e| e.to_string())?;
+    let gguf = kvaudit::model::tiny::try_audit_model_path().map_err(|e| e.to_string())?;
     unittest(
         &python,
         "workers/test_mlx_worker.py",
-        &[("KVAUDIT_TEST_MLX_PYTHON", venv.as_path())],
+        &[
+            ("KVAUDIT_TEST_MLX_PYTHON", venv.as_path()),
+            // kvaudit's GGUF tiny llama, the file the mlx-lm target runs (the worker's test of
+            // loading it skips without it).
+            ("KVAUDIT_TEST_MLX_GGUF", gguf.as_path()),
+        ],
     )
 }
 

@@ -20,6 +20,8 @@ pub struct PyCheckInput<'a> {
     pub expected: &'a Value,
     /// The sequences checked.
     pub seqs: &'a [i32],
+    /// The checked op (the program observed every sequence right before it, `before_op`).
+    pub op: Option<&'a crate::base::op::Op>,
 }
 
 /// Writes Python statements for a check, at the program's top level. They append one line
@@ -146,6 +148,12 @@ const CONTRACT: PyCheck = PyCheck {
             let _ = writeln!(s, "    bug.append(\"contract: the op returned %s, it promises {w}\" % returned)");
         }
         let _ = writeln!(s, "promised = {}  # the sequence after the op, as the op promises", expected_fields(input.expected));
+        if let Some(crate::base::op::Op::SeqKeep { seq }) = input.op {
+            // seq_keep promises the kept sequence as it was: what it held right before the op.
+            let _ = writeln!(s, "kept = observe(caches[{seq}])");
+            let _ = writeln!(s, "if kept != before_op[{seq}]:");
+            let _ = writeln!(s, "    bug.append(\"contract: seq_keep({seq}) changed the kept sequence: %s before, %s after\" % (before_op[{seq}], kept))");
+        }
         each_seq(s, input);
         let _ = writeln!(s, "    for key, want in promised.items():");
         let _ = writeln!(s, "        if o[key] != want:");

@@ -120,6 +120,10 @@ pub fn emit_py(input: &ReproInput) -> Result<String, Error> {
     }
     for (i, op) in t.ops.iter().take(step).enumerate() {
         let label = format!("op {}", i + 1);
+        if i + 1 == step && !check.raises {
+            // What every sequence held right before the checked op (a check compares with it).
+            let _ = writeln!(s, "before_op = [observe(caches[s]) for s in range(N_SEQ)]");
+        }
         if i + 1 < step || !check.raises {
             emit_op(&mut s, &mut replay, op, &label, "");
             continue;
@@ -148,6 +152,7 @@ pub fn emit_py(input: &ReproInput) -> Result<String, Error> {
             step,
             expected: &input.expected,
             seqs: &seqs,
+            op: t.ops.get(step.wrapping_sub(1)),
         },
     );
     let _ = writeln!(s, "for line in bug:");
