@@ -315,11 +315,21 @@ fn serve_requests(
     loop {
         let req = match first.take() {
             Some(r) => r,
-            None => match next_request(input, line, out) {
-                Ok(Some(r)) => r,
-                Ok(None) => return 0,
-                Err(code) => return code,
-            },
+            None => {
+                // Wait for the request with SIGABRT live (a hang's abort ends an idle child),
+                // then hold it while the line is read: a child aborted in the middle of a long
+                // line left the rest of it in the pipe, which the next child read as a request
+                // of its own ("bad request", seen once in llama::hang_0.1.161 under load).
+                let _ = input.fill_buf();
+                sys::hold_sigabrt();
+                let read = next_request(input, line, out);
+                sys::release_sigabrt();
+                match read {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return 0,
+                    Err(code) => return code,
+                }
+            }
         };
         let code = run_request(runner, cov, &req, &mut trace, &mut replies, out);
         if code != 0 {
