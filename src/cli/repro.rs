@@ -124,8 +124,8 @@ fn run_c(a: ReproArgs) -> Result<i32, CliError> {
 fn run_py(a: ReproArgs) -> Result<i32, CliError> {
     use kvaudit::outputs::py_repro::{emit_py, parse_input, run_program};
     let text = read_text_limited(&a.file, MAX_REPRO_BYTES).map_err(CliError::usage)?;
-    let input = parse_input(&text)
-        .map_err(|e| CliError::usage(format!("{}: {e}", a.file.display())))?;
+    let input =
+        parse_input(&text).map_err(|e| CliError::usage(format!("{}: {e}", a.file.display())))?;
     if input.trace.ops.is_empty() {
         return Err(CliError::usage(format!(
             "{}: the trace has no ops",
@@ -151,7 +151,11 @@ fn run_py(a: ReproArgs) -> Result<i32, CliError> {
                 .into_iter()
                 .find(|t| TargetKind::parse(t).ok() == Some(TargetKind::Mlx))
         })
-        .ok_or_else(|| CliError::usage("--check needs --target mlx-lm@VERSION (the file names no mlx-lm target)"))?;
+        .ok_or_else(|| {
+            CliError::usage(
+                "--check needs --target mlx-lm@VERSION (the file names no mlx-lm target)",
+            )
+        })?;
     let out = run_program(&program, &label)?;
     print!("{}", out.stdout);
     let reproduces = match out.code {

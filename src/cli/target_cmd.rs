@@ -144,7 +144,10 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
                 "{}  (the JSON-lines protocol's reference worker, Python standard library only)",
                 kvaudit::targets::python::REFERENCE
             );
-            println!("mlx-lm@VERSION: {} pins (environment made)", kvaudit::targets::mlx::PINS.len());
+            println!(
+                "mlx-lm@VERSION: {} pins (environment made)",
+                kvaudit::targets::mlx::PINS.len()
+            );
             for (v, mlx) in kvaudit::targets::mlx::PINS {
                 let pin = kvaudit::targets::mlx::MlxPin::parse(&format!("mlx-lm@{v}"))?;
                 let made = match pin.built() {

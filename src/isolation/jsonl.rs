@@ -270,14 +270,16 @@ fn death_line(status: Option<ExitStatus>) -> String {
     use std::os::unix::process::ExitStatusExt;
     match status {
         Some(s) => match (s.signal(), s.code()) {
-            (Some(sig), _) => format!("{}: the worker was killed by signal {sig}", super::signal_name(sig)),
+            (Some(sig), _) => format!(
+                "{}: the worker was killed by signal {sig}",
+                super::signal_name(sig)
+            ),
             (None, Some(code)) => format!("exit: the worker exited with status {code} mid-trial"),
             (None, None) => "exit: the worker ended mid-trial".to_string(),
         },
         None => "exit: the worker ended mid-trial (its status is unknown)".to_string(),
     }
 }
-
 
 /// A runner over one worker process at a time (see the module docs).
 pub struct JsonlRunner {
@@ -349,8 +351,14 @@ impl JsonlRunner {
                     h.protocol
                 ),
             )),
-            Ok(Reply::Error(e)) => Err(harness(cmd, format!("the worker refused its hello: {}", e.message))),
-            Ok(_) => Err(harness(cmd, format!("the worker's first line is not a hello: {}", clip(&line)))),
+            Ok(Reply::Error(e)) => Err(harness(
+                cmd,
+                format!("the worker refused its hello: {}", e.message),
+            )),
+            Ok(_) => Err(harness(
+                cmd,
+                format!("the worker's first line is not a hello: {}", clip(&line)),
+            )),
             Err(e) => Err(harness(
                 cmd,
                 format!("the worker's hello does not read ({e}): {}", clip(&line)),
@@ -380,7 +388,8 @@ impl JsonlRunner {
     fn run_one(&mut self, trace: &Trace) -> Result<TrialRun, HarnessError> {
         let fresh = self.worker.is_none();
         let (run, replied) = self.run_once(trace)?;
-        let died = matches!(&run.end, TrialEnd::Crashed { message, .. } if !message.starts_with("hang:"));
+        let died =
+            matches!(&run.end, TrialEnd::Crashed { message, .. } if !message.starts_with("hang:"));
         if died && !replied && !fresh {
             return self.run_once(trace).map(|(run, _)| run);
         }
@@ -415,7 +424,11 @@ impl JsonlRunner {
         let sent = w.send(&line).is_ok();
         let mut replied = false;
         loop {
-            let next = if sent { w.next_line(deadline) } else { Ok(None) };
+            let next = if sent {
+                w.next_line(deadline)
+            } else {
+                Ok(None)
+            };
             let text = match next {
                 Ok(Some(t)) => {
                     replied = true;
@@ -445,7 +458,10 @@ impl JsonlRunner {
                 }
             };
             let reply: Reply = serde_json::from_str(&text).map_err(|e| {
-                harness(&cmd, format!("trial {id}: a reply does not read ({e}): {}", clip(&text)))
+                harness(
+                    &cmd,
+                    format!("trial {id}: a reply does not read ({e}): {}", clip(&text)),
+                )
             })?;
             match reply {
                 Reply::Step(s) => {
@@ -459,7 +475,10 @@ impl JsonlRunner {
                 }
                 Reply::End(e) => {
                     if e.id != id {
-                        return Err(harness(&cmd, format!("trial {id}: an end for trial {}", e.id)));
+                        return Err(harness(
+                            &cmd,
+                            format!("trial {id}: an end for trial {}", e.id),
+                        ));
                     }
                     return check_end(e.end, &steps, trace)
                         .map(|end| (TrialRun::new(steps, end), true))
@@ -521,20 +540,22 @@ fn check_step(
 }
 
 /// The trial's end, checked against the steps answered.
-fn check_end(end: TrialEnd, steps: &[Arc<StepObservation>], trace: &Trace) -> Result<TrialEnd, String> {
+fn check_end(
+    end: TrialEnd,
+    steps: &[Arc<StepObservation>],
+    trace: &Trace,
+) -> Result<TrialEnd, String> {
     let n = steps.len();
     match &end {
-        TrialEnd::Completed if n != trace.ops.len() => Err(format!(
-            "completed after {n} of {} steps",
-            trace.ops.len()
-        )),
+        TrialEnd::Completed if n != trace.ops.len() => {
+            Err(format!("completed after {n} of {} steps", trace.ops.len()))
+        }
         TrialEnd::Unsupported { step, .. } if *step != 0 && *step != n + 1 => {
             Err(format!("unsupported at step {step} after {n} steps"))
         }
-        TrialEnd::Crashed { step, .. } if *step > trace.ops.len() => Err(format!(
-            "crashed at step {step} of {}",
-            trace.ops.len()
-        )),
+        TrialEnd::Crashed { step, .. } if *step > trace.ops.len() => {
+            Err(format!("crashed at step {step} of {}", trace.ops.len()))
+        }
         _ => Ok(end),
     }
 }

@@ -160,8 +160,9 @@ impl Oracle for CrossLogits {
 
     fn holds(&self, seen: &Seen<'_>) -> bool {
         match seen {
-            Seen::Pair { a, b, .. } => pairs(a, b)
-                .all(|(x, y, tol)| logits_distance(&x.logits, &y.logits) <= tol),
+            Seen::Pair { a, b, .. } => {
+                pairs(a, b).all(|(x, y, tol)| logits_distance(&x.logits, &y.logits) <= tol)
+            }
             _ => true,
         }
     }
@@ -212,7 +213,10 @@ mod tests {
         let far = step(CacheType::F32, &[0.5, 1.2]);
         assert!(!CrossLogits.holds(&seen(&far)));
         let v = CrossLogits.check(&seen(&far)).unwrap();
-        assert_eq!((v.kind.as_str(), v.seq), ("next-token logits differ", Some(0)));
+        assert_eq!(
+            (v.kind.as_str(), v.seq),
+            ("next-token logits differ", Some(0))
+        );
         assert_eq!(v.observed["argmax"], json!([1, 1]));
         let mut none = far.clone();
         none.next_logits = None;

@@ -153,7 +153,11 @@ pub fn bug_report(repro: &Repro, program: &str, checked: Option<&CheckedProgram>
         );
     }
     let _ = writeln!(s, "## Expected vs observed\n");
-    let _ = writeln!(s, "- expected, in mlx-lm's words: {}", in_mlx_words(repro.oracle, op));
+    let _ = writeln!(
+        s,
+        "- expected, in mlx-lm's words: {}",
+        in_mlx_words(repro.oracle, op)
+    );
     let _ = writeln!(
         s,
         "- observed: {}",
@@ -171,7 +175,11 @@ pub fn bug_report(repro: &Repro, program: &str, checked: Option<&CheckedProgram>
         let _ = writeln!(calls, "setup: {}", op.to_json());
     }
     for (i, op) in repro.trace.ops.iter().enumerate() {
-        let mark = if i + 1 == repro.step { "   <- here" } else { "" };
+        let mark = if i + 1 == repro.step {
+            "   <- here"
+        } else {
+            ""
+        };
         let _ = writeln!(calls, "{:>2}. {}{mark}", i + 1, op.to_json());
     }
     s.push_str(&fenced("text", &calls));
@@ -192,7 +200,9 @@ pub fn bug_report(repro: &Repro, program: &str, checked: Option<&CheckedProgram>
     } else {
         let _ = writeln!(s, "| mlx-lm | mlx | shows it |\n|---|---|---|");
         for (p, e) in &seen {
-            let mlx = MlxPin::parse(p).map(|pin| pin.mlx).unwrap_or_else(|_| "?".into());
+            let mlx = MlxPin::parse(p)
+                .map(|pin| pin.mlx)
+                .unwrap_or_else(|_| "?".into());
             let _ = writeln!(
                 s,
                 "| {} | {} | {} |",
@@ -227,7 +237,9 @@ pub fn program_and_status(report: &str) -> Option<(String, Option<i32>)> {
         .and_then(|n| n.trim_end_matches('.').parse().ok());
     let mut lines = after.lines();
     let fence = lines
-        .find(|l| l.ends_with("python") && l.len() > 8 && l[..l.len() - 6].bytes().all(|b| b == b'`'))?
+        .find(|l| {
+            l.ends_with("python") && l.len() > 8 && l[..l.len() - 6].bytes().all(|b| b == b'`')
+        })?
         .trim_end_matches("python")
         .to_string();
     let mut body = String::new();

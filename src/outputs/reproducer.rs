@@ -70,9 +70,18 @@ mod tests {
     fn the_first_target_picks_the_renderer() {
         let repro = json!({"targets": [{"target": "mlx-lm@0.32.2", "expect": "fails"}, {"target": "native"}]});
         assert_eq!(Language::of_input(&repro), Language::Python);
-        assert_eq!(Language::of_input(&json!({"target": "llama.cpp@0.1.156"})), Language::C);
-        assert_eq!(Language::of_input(&json!({"target": {"name": "mlx-lm@0.30.7"}})), Language::Python);
-        assert_eq!(Language::of_input(&json!({"target": "native[refcount]"})), Language::C);
+        assert_eq!(
+            Language::of_input(&json!({"target": "llama.cpp@0.1.156"})),
+            Language::C
+        );
+        assert_eq!(
+            Language::of_input(&json!({"target": {"name": "mlx-lm@0.30.7"}})),
+            Language::Python
+        );
+        assert_eq!(
+            Language::of_input(&json!({"target": "native[refcount]"})),
+            Language::C
+        );
         assert_eq!(Language::of_input(&json!({})), Language::C);
     }
 }

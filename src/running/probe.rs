@@ -34,7 +34,6 @@ use crate::base::cache::{
 use crate::base::op::{Decode, Op, Pos, SeqId, Setup, Slot};
 use crate::base::tokens::{Token, TokenModel, PROBE_TOKEN};
 
-
 fn probe_decode(seq: SeqId, pos: Pos) -> Op {
     Op::Decode(Decode {
         seqs: vec![seq],

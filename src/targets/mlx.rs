@@ -13,8 +13,8 @@ use std::process::Command;
 use sha2::{Digest, Sha256};
 
 use crate::base::cache::Observe;
-use crate::base::op::Arch;
 use crate::base::error::Error;
+use crate::base::op::Arch;
 use crate::base::op_kind::OpKind;
 use crate::isolation::jsonl::WorkerCommand;
 use crate::targets::python::{python3, python_command, worker_file};
@@ -27,7 +27,11 @@ const WORKER_SOURCE: &str = include_str!("../../workers/mlx_worker.py");
 
 /// Each mlx-lm version kvaudit runs, with the `mlx[cpu]` version it is installed with (each pair
 /// installed and imported on this machine kind: docs/mlx-lm.md). The first is the default.
-pub const PINS: [(&str, &str); 3] = [("0.32.2", "0.32.4"), ("0.30.7", "0.30.6"), ("0.28.4", "0.29.4")];
+pub const PINS: [(&str, &str); 3] = [
+    ("0.32.2", "0.32.4"),
+    ("0.30.7", "0.30.6"),
+    ("0.28.4", "0.29.4"),
+];
 
 /// An mlx-lm version and the mlx it runs with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +46,9 @@ impl MlxPin {
     /// The pin a target name names (`mlx-lm@0.32.2`).
     pub fn parse(name: &str) -> Result<MlxPin, Error> {
         let version = name.strip_prefix(PREFIX).ok_or_else(|| {
-            Error::input(format!("'{name}' is not an mlx-lm target ({PREFIX}VERSION)"))
+            Error::input(format!(
+                "'{name}' is not an mlx-lm target ({PREFIX}VERSION)"
+            ))
         })?;
         PINS.iter()
             .find(|(v, _)| *v == version)
@@ -66,7 +72,10 @@ impl MlxPin {
 
     /// The packages the environment installs, as pip takes them.
     fn requirements(&self) -> [String; 2] {
-        [format!("mlx[cpu]=={}", self.mlx), format!("mlx-lm=={}", self.mlx_lm)]
+        [
+            format!("mlx[cpu]=={}", self.mlx),
+            format!("mlx-lm=={}", self.mlx_lm),
+        ]
     }
 
     /// The environment's folder for the interpreter `python` (its version is part of the key).
@@ -78,7 +87,10 @@ impl MlxPin {
             h.update(b"\n");
         }
         h.update(version.trim().as_bytes());
-        let hash: String = h.finalize()[..6].iter().map(|b| format!("{b:02x}")).collect();
+        let hash: String = h.finalize()[..6]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         Ok(crate::model::tiny::cache_dir()
             .join("mlx-lm")
             .join(format!("{}-{hash}", self.mlx_lm)))
@@ -120,7 +132,13 @@ impl MlxPin {
         run_text(Command::new(&python).arg("-m").arg("venv").arg(&building))?;
         run_text(
             Command::new(building.join("bin").join("python"))
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
                 .args(self.requirements()),
         )
         .map_err(|e| Error::harness(format!("installing {}: {}", self.label(), e.message)))?;
@@ -267,15 +285,21 @@ fn run_text(cmd: &mut Command) -> Result<String, Error> {
             .rev()
             .collect::<Vec<_>>()
             .join("\n");
-        return Err(Error::harness(format!("{cmd:?} failed ({}): {tail}", out.status)));
+        return Err(Error::harness(format!(
+            "{cmd:?} failed ({}): {tail}",
+            out.status
+        )));
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr))
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
 }
 
 /// The command that runs the worker of target `name` with `faults`, observing `observe`, its
 /// environment made first when it is not.
-pub fn worker_command(name: &str, faults: &[String], observe: Observe) -> Result<WorkerCommand, Error> {
+pub fn worker_command(
+    name: &str,
+    faults: &[String],
+    observe: Observe,
+) -> Result<WorkerCommand, Error> {
     let pin = MlxPin::parse(name)?;
     let python = pin.ensure_built()?;
     let script = worker_file("mlx_worker.py", WORKER_SOURCE)?;
@@ -286,7 +310,10 @@ pub fn worker_command(name: &str, faults: &[String], observe: Observe) -> Result
     for arch in [Arch::Llama, Arch::LlamaHd64] {
         let path = crate::model::tiny::try_arch_model_path(arch)
             .map_err(|e| Error::harness(format!("the tiny {} model: {e}", arch.name())))?;
-        models.insert(arch.name().into(), path.to_string_lossy().into_owned().into());
+        models.insert(
+            arch.name().into(),
+            path.to_string_lossy().into_owned().into(),
+        );
     }
     cmd.options = serde_json::json!({ "models": models });
     // One thread: trials run one per worker, workers one per core (as llama.cpp's).

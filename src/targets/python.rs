@@ -71,7 +71,13 @@ pub fn worker_file(name: &str, source: &str) -> Result<PathBuf, Error> {
 /// The command that runs the reference worker with `faults`, observing `observe`.
 pub fn reference_command(faults: &[String], observe: Observe) -> Result<WorkerCommand, Error> {
     let script = worker_file("python_ref.py", REFERENCE_SOURCE)?;
-    Ok(python_command(REFERENCE, &python3()?, &script, faults, observe))
+    Ok(python_command(
+        REFERENCE,
+        &python3()?,
+        &script,
+        faults,
+        observe,
+    ))
 }
 
 /// A worker command running `script` with `python`.

@@ -136,7 +136,8 @@ impl TargetSpec {
                 jsonl_factory(cmd)
             }
             TargetKind::Mlx => {
-                let cmd = crate::targets::mlx::worker_command(&self.name, &self.faults, self.observe)?;
+                let cmd =
+                    crate::targets::mlx::worker_command(&self.name, &self.faults, self.observe)?;
                 jsonl_factory(cmd)
             }
             TargetKind::Native => {

@@ -28,7 +28,10 @@ fn traces(kv: &str) -> Vec<(&'static str, Trace)> {
     };
     let d = |seq: i32, n: u32| serde_json::json!({"op": "decode", "seq": seq, "n": n});
     vec![
-        ("prefill 8", t(serde_json::json!([]), serde_json::json!([d(0, 8)]))),
+        (
+            "prefill 8",
+            t(serde_json::json!([]), serde_json::json!([d(0, 8)])),
+        ),
         (
             "prefill 4, 4 decodes",
             t(
@@ -77,7 +80,11 @@ fn measure() -> Result<(), String> {
     let mut compared = 0;
     let mut problems = Vec::new();
     for kv in ["f16", "f32"] {
-        let cache = if kv == "f16" { CacheType::F16 } else { CacheType::F32 };
+        let cache = if kv == "f16" {
+            CacheType::F16
+        } else {
+            CacheType::F32
+        };
         let tol = tolerance(kvaudit::base::config::MemoryType::Kv, cache)
             .ok_or("no cross-logits tolerance for a plain cache")?;
         let list = traces(kv);
@@ -88,7 +95,10 @@ fn measure() -> Result<(), String> {
         );
         for (((what, _), x), y) in list.iter().zip(&runs_a).zip(&runs_b) {
             let last = |r: &kvaudit::running::runner::TrialRun| {
-                r.steps.last().and_then(|s| s.next_logits.clone()).unwrap_or_default()
+                r.steps
+                    .last()
+                    .and_then(|s| s.next_logits.clone())
+                    .unwrap_or_default()
             };
             let (la, lb) = (last(x), last(y));
             for v in &la {
@@ -99,7 +109,10 @@ fn measure() -> Result<(), String> {
                 if std::env::var_os("KVAUDIT_CROSS_DUMP").is_some() {
                     println!("A {what} {kv} {:?}\nB {what} {kv} {:?}", v.logits, w.logits);
                 }
-                println!("cross-logits {kv} {what}: seq {}: max |Δ| {d:.3e} (tolerance {tol:e})", v.seq);
+                println!(
+                    "cross-logits {kv} {what}: seq {}: max |Δ| {d:.3e} (tolerance {tol:e})",
+                    v.seq
+                );
                 compared += 1;
                 if d > tol {
                     problems.push(format!("{kv} {what}: seq {}: {d:e} > {tol:e}", v.seq));
@@ -118,7 +131,8 @@ fn measure() -> Result<(), String> {
 }
 
 pub fn trials() -> Vec<Trial> {
-    vec![Trial::test("cross::llama_cpp_vs_mlx_lm_next_token_logits", || {
-        super::outcome(measure())
-    })]
+    vec![Trial::test(
+        "cross::llama_cpp_vs_mlx_lm_next_token_logits",
+        || super::outcome(measure()),
+    )]
 }

@@ -318,7 +318,10 @@ fn python_hostile_strings() -> Vec<(&'static str, String)> {
     v.push(("py_newline_code", "x\nimport os; os.system('id')\n".into()));
     v.push(("py_cr_code", "x\rprint('pwned'); sys.exit(0)".into()));
     v.push(("py_string_close", "\"); sys.exit(0); (\"".into()));
-    v.push(("py_triple_quote", "'''\"\"\"\nsys.exit(0)\n\"\"\"'''".into()));
+    v.push((
+        "py_triple_quote",
+        "'''\"\"\"\nsys.exit(0)\n\"\"\"'''".into(),
+    ));
     v
 }
 
@@ -328,7 +331,10 @@ fn python_ast(program: &str) -> Result<String, String> {
     use std::io::Write as _;
     let python = kvaudit::targets::python::python3().map_err(|e| e.to_string())?;
     let mut child = Command::new(python)
-        .args(["-c", "import ast, sys; print(ast.dump(ast.parse(sys.stdin.buffer.read())))"])
+        .args([
+            "-c",
+            "import ast, sys; print(ast.dump(ast.parse(sys.stdin.buffer.read())))",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -342,7 +348,10 @@ fn python_ast(program: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
     if !out.status.success() {
-        return Err(format!("does not parse: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "does not parse: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -379,8 +388,14 @@ fn python_reproducer_is_the_same_program() -> Result<(), String> {
         fields.push(("repro, postmortem, expected", v));
         for (field, v) in fields {
             let program = emit(&v)?;
-            if let Some(c) = program.chars().find(|c| *c != '\n' && !(' '..='~').contains(c)) {
-                failures.push(format!("{name} in {field}: U+{:04X} in the source", c as u32));
+            if let Some(c) = program
+                .chars()
+                .find(|c| *c != '\n' && !(' '..='~').contains(c))
+            {
+                failures.push(format!(
+                    "{name} in {field}: U+{:04X} in the source",
+                    c as u32
+                ));
             }
             match python_ast(&program) {
                 Ok(t) if t == clean => {}

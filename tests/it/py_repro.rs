@@ -34,10 +34,23 @@ fn check(path: &Path) -> Result<(), String> {
     let input = read_input(path).map_err(|e| e.to_string())?;
     let program = emit_py(&input).map_err(|e| e.to_string())?;
     // Standalone: the standard library, mlx and mlx_lm, never kvaudit's worker.
-    for line in program.lines().filter(|l| l.starts_with("import ") || l.starts_with("from ")) {
+    for line in program
+        .lines()
+        .filter(|l| l.starts_with("import ") || l.starts_with("from "))
+    {
         let module = line.split_whitespace().nth(1).unwrap_or_default();
         let root = module.split('.').next().unwrap_or_default();
-        if !["copy", "os", "sys", "tempfile", "traceback", "mlx", "mlx_lm"].contains(&root) {
+        if ![
+            "copy",
+            "os",
+            "sys",
+            "tempfile",
+            "traceback",
+            "mlx",
+            "mlx_lm",
+        ]
+        .contains(&root)
+        {
             return Err(format!("the program imports {module}"));
         }
     }
@@ -59,7 +72,11 @@ fn check(path: &Path) -> Result<(), String> {
         }
         let says_bug = run.stdout.lines().any(|l| l.starts_with("BUG: "));
         if says_bug != (want == 1) {
-            return Err(format!("on {}: BUG lines do not match the exit code\n{}", t.target, shown(&run)));
+            return Err(format!(
+                "on {}: BUG lines do not match the exit code\n{}",
+                t.target,
+                shown(&run)
+            ));
         }
         // The report: the program as it was run, its exit code, mlx-lm's words only.
         let checked = kvaudit::outputs::bug_report::CheckedProgram {
@@ -68,10 +85,15 @@ fn check(path: &Path) -> Result<(), String> {
         };
         let md = bug_report(&repro, &program, Some(&checked));
         if program_and_status(&md) != Some((program.clone(), Some(want))) {
-            return Err(format!("the report does not carry the program and its exit code:\n{md}"));
+            return Err(format!(
+                "the report does not carry the program and its exit code:\n{md}"
+            ));
         }
         let prose = md.replace(&program, "");
-        if let Some(line) = prose.lines().find(|l| l.contains("llama.h") || l.contains("llama.cpp")) {
+        if let Some(line) = prose
+            .lines()
+            .find(|l| l.contains("llama.h") || l.contains("llama.cpp"))
+        {
             return Err(format!("the report names llama.cpp: {line}"));
         }
         ran += 1;

@@ -40,7 +40,15 @@ use libtest_mimic::Trial;
 
 /// The layers, lowest first: a module may import from its own layer and the ones before it.
 pub const LAYERS: [&str; 9] = [
-    "base", "model", "oracles", "records", "running", "isolation", "targets", "engines", "outputs",
+    "base",
+    "model",
+    "oracles",
+    "records",
+    "running",
+    "isolation",
+    "targets",
+    "engines",
+    "outputs",
 ];
 
 /// Modules allowed to hold `unsafe` code.

@@ -80,17 +80,24 @@ fn each_seq(s: &mut String, input: &PyCheckInput<'_>) {
 /// pos_min lies between its first and the windowed layer's first (as `oracles/memory.rs`
 /// allows an iSWA memory).
 const I1: PyCheck = PyCheck {
-    in_words: "the accessors (offset, size()) name the first and last positions the cache's state holds",
+    in_words:
+        "the accessors (offset, size()) name the first and last positions the cache's state holds",
     raises: false,
     after: |s, input| {
         each_seq(s, input);
-        let _ = writeln!(s, "    tmin, tmax = (cells[0], cells[-1]) if cells else (-1, -1)");
+        let _ = writeln!(
+            s,
+            "    tmin, tmax = (cells[0], cells[-1]) if cells else (-1, -1)"
+        );
         let _ = writeln!(s, "    mn, mx_ = o[\"pos_min\"], o[\"pos_max\"]");
         let _ = writeln!(s, "    if WIN is None:");
         let _ = writeln!(s, "        wrong = (mn, mx_) != (tmin, tmax)");
         let _ = writeln!(s, "    else:");
         let _ = writeln!(s, "        win = o[\"second_cells\"]");
-        let _ = writeln!(s, "        wmin = min(max(win[0] if win else tmax, tmin), tmax)");
+        let _ = writeln!(
+            s,
+            "        wmin = min(max(win[0] if win else tmax, tmin), tmax)"
+        );
         let _ = writeln!(s, "        wrong = (mn, mx_) != (-1, -1) if tmax < 0 else (mx_ != tmax or mn < tmin or mn > wmin)");
         let _ = writeln!(s, "    if wrong:");
         let _ = writeln!(s, "        bug.append(\"I1: seq %d: offset and size() say positions [%d, %d], its .state holds [%d, %d]\" % (s, mn, mx_, tmin, tmax))");

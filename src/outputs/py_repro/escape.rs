@@ -54,7 +54,10 @@ mod tests {
 
     #[test]
     fn literals_and_comments_hold_no_raw_control_or_quote() {
-        assert_eq!(py_string_literal("a\"b\\c\n\0é🦀"), r#""a\"b\\c\x0a\x00\xe9\U0001f980""#);
+        assert_eq!(
+            py_string_literal("a\"b\\c\n\0é🦀"),
+            r#""a\"b\\c\x0a\x00\xe9\U0001f980""#
+        );
         assert_eq!(py_comment("x\ny\u{202e}\\"), "x\\u{a}y\\u{202e}\\u{5c}");
     }
 }

@@ -78,9 +78,15 @@ pub fn emit_py(input: &ReproInput) -> Result<String, Error> {
     let t = &input.trace;
     let setup = MlxSetup::of(&t.setup)?;
     let check = py_check_of(input.oracle).ok_or_else(|| {
-        Error::input(format!("oracle {} has no check in Python reproducers", input.oracle))
+        Error::input(format!(
+            "oracle {} has no check in Python reproducers",
+            input.oracle
+        ))
     })?;
-    let step = input.step.unwrap_or(t.ops.len()).clamp(1, t.ops.len().max(1));
+    let step = input
+        .step
+        .unwrap_or(t.ops.len())
+        .clamp(1, t.ops.len().max(1));
     let seqs: Vec<i32> = match input.seq {
         Some(s) if s >= 0 => vec![s],
         _ => (0..setup.n_seq_max as i32).collect(),
@@ -131,7 +137,10 @@ pub fn emit_py(input: &ReproInput) -> Result<String, Error> {
         let _ = writeln!(s, "\n# -- the check: {} --", check.in_words);
         let _ = writeln!(s, "try:");
         emit_op(&mut s, &mut replay, op, &label, "    ");
-        let _ = writeln!(s, "    for s in range(N_SEQ):  # and every sequence's state read after it");
+        let _ = writeln!(
+            s,
+            "    for s in range(N_SEQ):  # and every sequence's state read after it"
+        );
         let _ = writeln!(s, "        observe(caches[s])");
         let _ = writeln!(s, "except Exception as e:");
         let _ = writeln!(s, "    traceback.print_exc()");
@@ -199,7 +208,12 @@ mod tests {
     #[test]
     fn an_oracle_without_a_python_check_is_refused_in_one_line() {
         let e = parse_input(&FINDING.replace("I1", "swa-window")).unwrap_err();
-        assert!(e.message.starts_with("oracle swa-window has no check in Python reproducers (they check I1, I2, crash"), "{e}");
+        assert!(
+            e.message.starts_with(
+                "oracle swa-window has no check in Python reproducers (they check I1, I2, crash"
+            ),
+            "{e}"
+        );
         assert!(!e.message.contains('\n'));
     }
 

@@ -53,7 +53,12 @@ impl<'a> Replay<'a> {
 
 /// Appends the statements of `op` (headed `# LABEL: {op json}`) at `indent`.
 pub fn emit_op(s: &mut String, r: &mut Replay<'_>, op: &Op, label: &str, indent: &str) {
-    let _ = writeln!(s, "{indent}# {}: {}", py_comment(label), py_comment(&op.to_json()));
+    let _ = writeln!(
+        s,
+        "{indent}# {}: {}",
+        py_comment(label),
+        py_comment(&op.to_json())
+    );
     let mut lines = Vec::new();
     op_lines(&mut lines, r, op, label);
     if lines.is_empty() {
@@ -109,7 +114,9 @@ fn op_lines(out: &mut Vec<String>, r: &mut Replay<'_>, op: &Op, label: &str) {
                 return;
             }
             if *p0 > 0 {
-                out.push(format!("unsupported(\"seq_cp from position {p0}: mlx-lm copies a whole cache\")"));
+                out.push(format!(
+                    "unsupported(\"seq_cp from position {p0}: mlx-lm copies a whole cache\")"
+                ));
                 return;
             }
             if *p1 >= 0 {
@@ -129,8 +136,13 @@ fn op_lines(out: &mut Vec<String>, r: &mut Replay<'_>, op: &Op, label: &str) {
             r.forget_batch(out);
             if r.setup.batch {
                 out.push("ids = written()".into());
-                out.push(format!("if {seq} in ids:  # through the batch: merge, filter, extract"));
-                out.push("    batch = [merge(l, [caches[s][l] for s in ids]) for l in range(N_LAYERS)]".into());
+                out.push(format!(
+                    "if {seq} in ids:  # through the batch: merge, filter, extract"
+                ));
+                out.push(
+                    "    batch = [merge(l, [caches[s][l] for s in ids]) for l in range(N_LAYERS)]"
+                        .into(),
+                );
                 out.push("    for b in batch:".into());
                 out.push(format!("        b.filter([ids.index({seq})])"));
                 out.push(format!("    caches[{seq}] = [b.extract(0) for b in batch]"));
@@ -149,7 +161,10 @@ fn op_lines(out: &mut Vec<String>, r: &mut Replay<'_>, op: &Op, label: &str) {
             out.push("unsupported(\"mlx-lm caches have no position shift\")".into());
         }
         Op::StateSave { slot } => {
-            out.push(format!("slots[{}] = save_whole()  # save_prompt_cache", py_string_literal(slot.as_str())));
+            out.push(format!(
+                "slots[{}] = save_whole()  # save_prompt_cache",
+                py_string_literal(slot.as_str())
+            ));
             out.push("returned = True".into());
             r.saved.insert(slot.clone());
         }
@@ -160,18 +175,33 @@ fn op_lines(out: &mut Vec<String>, r: &mut Replay<'_>, op: &Op, label: &str) {
             if !r.valid(*seq) {
                 return refused(out, label, *seq, r);
             }
-            out.push(format!("slots[{}] = save_seq({seq})  # save_prompt_cache", py_string_literal(slot.as_str())));
+            out.push(format!(
+                "slots[{}] = save_seq({seq})  # save_prompt_cache",
+                py_string_literal(slot.as_str())
+            ));
             out.push("returned = True".into());
             r.saved.insert(slot.clone());
         }
-        Op::StateLoad { slot, truncate, flip } => {
+        Op::StateLoad {
+            slot,
+            truncate,
+            flip,
+        } => {
             if !r.saved.contains(slot) {
-                out.push(say(label, "the slot holds nothing (no save into it before): kvaudit refuses the load"));
+                out.push(say(
+                    label,
+                    "the slot holds nothing (no save into it before): kvaudit refuses the load",
+                ));
                 return;
             }
             damaged(out, slot, *truncate, *flip);
-            out.push("returned = load_whole(data, intact=data == saved)  # load_prompt_cache".into());
-            out.push(format!("print({} % returned)", py_string_literal(&format!("{label}: the load returned %s"))));
+            out.push(
+                "returned = load_whole(data, intact=data == saved)  # load_prompt_cache".into(),
+            );
+            out.push(format!(
+                "print({} % returned)",
+                py_string_literal(&format!("{label}: the load returned %s"))
+            ));
         }
         Op::StateSeqLoad {
             seq,
@@ -188,12 +218,20 @@ fn op_lines(out: &mut Vec<String>, r: &mut Replay<'_>, op: &Op, label: &str) {
             }
             r.forget_batch(out);
             if !r.saved.contains(slot) {
-                out.push(say(label, "the slot holds nothing (no save into it before): kvaudit refuses the load"));
+                out.push(say(
+                    label,
+                    "the slot holds nothing (no save into it before): kvaudit refuses the load",
+                ));
                 return;
             }
             damaged(out, slot, *truncate, *flip);
-            out.push(format!("returned = load_seq({seq}, data, intact=data == saved)  # load_prompt_cache"));
-            out.push(format!("print({} % returned)", py_string_literal(&format!("{label}: the load returned %s"))));
+            out.push(format!(
+                "returned = load_seq({seq}, data, intact=data == saved)  # load_prompt_cache"
+            ));
+            out.push(format!(
+                "print({} % returned)",
+                py_string_literal(&format!("{label}: the load returned %s"))
+            ));
         }
     }
 }
@@ -201,7 +239,10 @@ fn op_lines(out: &mut Vec<String>, r: &mut Replay<'_>, op: &Op, label: &str) {
 /// `saved` and `data`: a slot's bytes, and the bytes the load sees (damaged as the op says).
 fn damaged(out: &mut Vec<String>, slot: &Slot, truncate: Option<u32>, flip: Option<u32>) {
     let opt = |v: Option<u32>| v.map_or("None".to_string(), |v| v.to_string());
-    out.push(format!("saved = slots[{}]", py_string_literal(slot.as_str())));
+    out.push(format!(
+        "saved = slots[{}]",
+        py_string_literal(slot.as_str())
+    ));
     if truncate.is_none() && flip.is_none() {
         out.push("data = saved".into());
     } else {
@@ -221,7 +262,13 @@ fn decode(out: &mut Vec<String>, r: &mut Replay<'_>, d: &Decode, label: &str) {
         }
     }
     if let Some(bad) = seqs.iter().find(|s| !r.valid(**s)) {
-        out.push(say(label, &format!("sequence id {bad} outside [0, {}): the decode returns -1, nothing is called", r.setup.n_seq_max)));
+        out.push(say(
+            label,
+            &format!(
+                "sequence id {bad} outside [0, {}): the decode returns -1, nothing is called",
+                r.setup.n_seq_max
+            ),
+        ));
         return;
     }
     let toks: Vec<i32> = match &d.tokens {
@@ -232,29 +279,48 @@ fn decode(out: &mut Vec<String>, r: &mut Replay<'_>, d: &Decode, label: &str) {
         out.push(say(label, &format!("a token outside the vocabulary [0, {VOCAB}): the decode returns -1, nothing is called")));
         return;
     }
-    let list = toks.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
+    let list = toks
+        .iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
     let first = seqs[0];
     let mut body = Vec::new();
     if seqs.len() > 1 {
-        let offs = seqs.iter().map(|s| format!("offset({s})")).collect::<Vec<_>>().join(", ");
+        let offs = seqs
+            .iter()
+            .map(|s| format!("offset({s})"))
+            .collect::<Vec<_>>()
+            .join(", ");
         body.push(format!("if len({{{offs}}}) > 1:"));
         body.push("    unsupported(\"a decode into sequences at different offsets: mlx-lm places each token at its own cache's offset\")".into());
     }
-    body.push(format!("start = offset({first})  # mlx-lm puts the tokens at the cache's offset"));
+    body.push(format!(
+        "start = offset({first})  # mlx-lm puts the tokens at the cache's offset"
+    ));
     if let Some(pos) = d.pos {
         body.push(format!("if start != {pos}:"));
         body.push(format!("    unsupported(\"a decode at position {pos}: mlx-lm places a token at its cache's offset\")"));
     }
     let mut call = Vec::new();
     if seqs.len() > 1 && r.setup.batch {
-        let ids = seqs.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
+        let ids = seqs
+            .iter()
+            .map(i32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
         call.push(format!("ids = [{ids}]"));
         call.push("if live is not None and live[0] == ids:  # the batch of the last decode, still in step".into());
         call.push("    batch = live[1]".into());
         call.push("else:".into());
-        call.push("    batch = [merge(l, [caches[s][l] for s in ids]) for l in range(N_LAYERS)]".into());
+        call.push(
+            "    batch = [merge(l, [caches[s][l] for s in ids]) for l in range(N_LAYERS)]".into(),
+        );
         call.push("live = None".into());
-        call.push(format!("model(mx.array([[{list}]] * {}), cache=batch)", seqs.len()));
+        call.push(format!(
+            "model(mx.array([[{list}]] * {}), cache=batch)",
+            seqs.len()
+        ));
         call.push("evaluate(batch)".into());
         call.push("for i, s in enumerate(ids):".into());
         call.push("    caches[s] = [b.extract(i) for b in batch]".into());
@@ -275,7 +341,10 @@ fn decode(out: &mut Vec<String>, r: &mut Replay<'_>, d: &Decode, label: &str) {
         body.push(format!("if start + {} > N_CTX:", d.n));
         body.push(format!(
             "    print({})",
-            py_string_literal(&format!("{label}: no room for {} tokens in n_ctx: the decode returns 1", d.n))
+            py_string_literal(&format!(
+                "{label}: no room for {} tokens in n_ctx: the decode returns 1",
+                d.n
+            ))
         ));
         body.push("else:".into());
         body.extend(call.into_iter().map(|l| format!("    {l}")));
@@ -298,7 +367,9 @@ fn seq_rm(out: &mut Vec<String>, r: &Replay<'_>, seq: i32, p0: i32, p1: i32, lab
     } else {
         ("", seq.to_string())
     };
-    let mut body = vec![format!("if offset({sq}) > {lo}:  # something resident from position {lo} on")];
+    let mut body = vec![format!(
+        "if offset({sq}) > {lo}:  # something resident from position {lo} on"
+    )];
     if p1 >= 0 {
         body.push(format!("    if offset({sq}) > {p1}:"));
         body.push(format!("        unsupported(\"seq_rm [{p0}, {p1}) inside a sequence: mlx-lm removes only a tail\")"));
@@ -308,17 +379,23 @@ fn seq_rm(out: &mut Vec<String>, r: &Replay<'_>, seq: i32, p0: i32, p1: i32, lab
         format!("trimmed = C.trim_prompt_cache(caches[{sq}], n)"),
         format!(
             "print({} % ({sq}, n, trimmed))",
-            py_string_literal(&format!("{label}: trim_prompt_cache(seq %d, %d) returned %d"))
+            py_string_literal(&format!(
+                "{label}: trim_prompt_cache(seq %d, %d) returned %d"
+            ))
         ),
         format!("evaluate(caches[{sq}])"),
         format!("tokens[{sq}] = tokens[{sq}][:{lo}]"),
     ];
     if r.setup.may_refuse_trim() {
-        body.push(format!("    if not C.can_trim_prompt_cache(caches[{sq}]):  # a RotatingKVCache that wrapped"));
+        body.push(format!(
+            "    if not C.can_trim_prompt_cache(caches[{sq}]):  # a RotatingKVCache that wrapped"
+        ));
         if lo > 0 {
             body.push(format!(
                 "        print({} % {sq})",
-                py_string_literal(&format!("{label}: seq %d: can_trim_prompt_cache is false: the op is refused"))
+                py_string_literal(&format!(
+                    "{label}: seq %d: can_trim_prompt_cache is false: the op is refused"
+                ))
             ));
         } else {
             body.push(format!("        caches[{sq}], tokens[{sq}] = make_cache(), []  # the whole sequence: a fresh cache"));

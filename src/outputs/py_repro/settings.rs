@@ -160,7 +160,10 @@ impl MlxSetup {
             (None, k) => k.unwrap_or(CacheKind::Plain),
         };
         if gemma2 && kind != CacheKind::Plain {
-            return Err(unsupported(format!("arch gemma2 with cache {}", kind.name())));
+            return Err(unsupported(format!(
+                "arch gemma2 with cache {}",
+                kind.name()
+            )));
         }
         let num = |key: &str, default: u32, lo: u32, hi: u32| -> Result<u32, Error> {
             match engine.get(key) {
@@ -178,7 +181,11 @@ impl MlxSetup {
             Some(other) => return Err(unsupported(format!("engine batch={other:?}"))),
         };
         let rotating = kind == CacheKind::Rotating;
-        let window = if gemma2 { Some(num("window", 8, 1, 4096)?) } else { None };
+        let window = if gemma2 {
+            Some(num("window", 8, 1, 4096)?)
+        } else {
+            None
+        };
         let max_size = if rotating {
             Some(num("max_size", 8, 1, 4096)?)
         } else {
@@ -214,7 +221,10 @@ impl MlxSetup {
             return Err(unsupported("QuantizedKVCache bits or group size".into()));
         }
         if batch && !matches!(kind, CacheKind::Plain | CacheKind::Rotating) {
-            return Err(unsupported(format!("batch=true with cache {}", kind.name())));
+            return Err(unsupported(format!(
+                "batch=true with cache {}",
+                kind.name()
+            )));
         }
         // Every other engine key must belong to the cache kind (the worker's ENGINE_KEYS).
         for k in engine.keys() {
@@ -265,11 +275,9 @@ impl MlxSetup {
         let n = |v: Option<u32>| v.unwrap_or_default();
         match kind {
             CacheKind::Plain => "C.KVCache()".into(),
-            CacheKind::Rotating => format!(
-                "C.RotatingKVCache({}, {})",
-                n(self.max_size),
-                self.keep
-            ),
+            CacheKind::Rotating => {
+                format!("C.RotatingKVCache({}, {})", n(self.max_size), self.keep)
+            }
             CacheKind::Chunked => format!("C.ChunkedKVCache({})", n(self.chunk_size)),
             CacheKind::Concatenate => "C.ConcatenateKVCache()".into(),
             CacheKind::Quantized => format!(
@@ -284,9 +292,17 @@ impl MlxSetup {
     pub fn emit(&self, s: &mut String) {
         let opt = |v: Option<u32>| v.map_or("None".to_string(), |v| v.to_string());
         let _ = writeln!(s, "N_SEQ = {}", self.n_seq_max);
-        let _ = writeln!(s, "N_CTX = {}  # kvaudit's limit: a decode beyond it returns 1 (no room)", self.n_ctx);
+        let _ = writeln!(
+            s,
+            "N_CTX = {}  # kvaudit's limit: a decode beyond it returns 1 (no room)",
+            self.n_ctx
+        );
         let _ = writeln!(s, "N_LAYERS = 2");
-        let kinds: Vec<String> = self.kinds.iter().map(|k| format!("\"{}\"", k.name())).collect();
+        let kinds: Vec<String> = self
+            .kinds
+            .iter()
+            .map(|k| format!("\"{}\"", k.name()))
+            .collect();
         let _ = writeln!(s, "KINDS = [{}]", kinds.join(", "));
         let _ = writeln!(
             s,
@@ -300,11 +316,7 @@ impl MlxSetup {
         );
         let _ = writeln!(s, "WINDOW = {}", opt(self.window));
         let _ = writeln!(s, "HEAD_DIM = {}", opt(self.head_dim));
-        let _ = writeln!(
-            s,
-            "BATCH = {}",
-            if self.batch { "True" } else { "False" }
-        );
+        let _ = writeln!(s, "BATCH = {}", if self.batch { "True" } else { "False" });
         let _ = writeln!(s, "\n\ndef make_cache():");
         let _ = writeln!(s, "    \"\"\"A fresh prompt cache of one sequence.\"\"\"");
         let layers: Vec<String> = self.kinds.iter().map(|&k| self.constructor(k)).collect();
@@ -325,13 +337,18 @@ impl MlxSetup {
                 self.keep
             ));
         } else {
-            words.push(format!("{} on both layers", self.constructor(self.kinds[0]).trim_start_matches("C.")));
+            words.push(format!(
+                "{} on both layers",
+                self.constructor(self.kinds[0]).trim_start_matches("C.")
+            ));
         }
         if let Some(h) = self.head_dim {
             words.push(format!("head_dim {h}"));
         }
         if self.batch {
-            words.push("several sequences decode as one batch (BatchKVCache.merge / extract)".into());
+            words.push(
+                "several sequences decode as one batch (BatchKVCache.merge / extract)".into(),
+            );
         }
         words.join(", ")
     }

@@ -123,7 +123,6 @@ fn strip_dirs(s: &str) -> String {
         .join(" ")
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
