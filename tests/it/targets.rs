@@ -1,12 +1,16 @@
 //! Every target kind through the registry (`targets/registry.rs`): its name pattern parses back
 //! to it, a spec of one of its targets that runs here makes a factory and a runner, and the
 //! runner declares the capabilities the kind is documented to have (docs/usage.md: mlx-lm
-//! lacks `seq_add` and `seq_div`, the reference worker `seq_div`). A new kind fails to compile
-//! here until it says which of its targets runs in the tests and what it lacks.
+//! lacks `seq_add` and `seq_div`, the reference worker `seq_div`), and its engine's renderer writes
+//! a reproducer of a finding seen on it in the engine's language (C over llama.h, Python over
+//! mlx-lm). A new kind fails to compile here until it says which of its targets runs in the tests,
+//! what it lacks and what its reproducers start with.
 
 use libtest_mimic::Trial;
 
 use kvaudit::base::op_kind::OpKind;
+use kvaudit::outputs::reproducer::Language;
+use kvaudit::outputs::{c_repro, py_repro};
 use kvaudit::targets::registry::{TargetKind, TargetSpec};
 
 /// A target of `kind` that runs on this machine: the pins the tests build or make.
@@ -26,6 +30,41 @@ fn lacks(kind: TargetKind) -> &'static [OpKind] {
         TargetKind::Native | TargetKind::NativeTensors | TargetKind::Llama => &[],
         TargetKind::PythonRef => &[OpKind::SeqDiv],
         TargetKind::Mlx => &[OpKind::SeqAdd, OpKind::SeqDiv],
+    }
+}
+
+/// What a reproducer of a finding seen on a target of `kind` must say: its engine's API.
+fn renders_with(kind: TargetKind) -> &'static str {
+    match kind {
+        TargetKind::Native
+        | TargetKind::NativeTensors
+        | TargetKind::Llama
+        | TargetKind::PythonRef => "#include \"llama.h\"",
+        TargetKind::Mlx => "from mlx_lm.models import cache as C",
+    }
+}
+
+/// A finding seen on `name` (I1 after a tail `seq_rm`), rendered by the renderer its kind picks.
+fn rendered(name: &str) -> Result<String, String> {
+    let finding = serde_json::json!({
+        "oracle": "I1",
+        "kind": "pos_max disagree with the cells",
+        "step": 1,
+        "seq": 0,
+        "targets": [{"target": name, "expect": "fails"}],
+        "trace": {
+            "setup": {"n_ctx": 256, "n_seq_max": 2, "ops": [{"op": "decode", "seq": 0, "n": 7}]},
+            "ops": [{"op": "seq_rm", "seq": 0, "p0": 4, "p1": -1}]
+        }
+    });
+    let text = finding.to_string();
+    match Language::of_input(&finding) {
+        Language::C => c_repro::parse_input(&text)
+            .map(|input| c_repro::emit_c(&input))
+            .map_err(|e| format!("C renderer: {e}")),
+        Language::Python => py_repro::parse_input(&text)
+            .and_then(|input| py_repro::emit_py(&input))
+            .map_err(|e| format!("Python renderer: {e}")),
     }
 }
 
@@ -66,6 +105,13 @@ fn through_the_registry(kind: TargetKind) -> Result<(), String> {
         if left.reason.is_empty() || left.reason == "not declared by the target" {
             return Err(format!("{name} lacks {} without a reason", left.op));
         }
+    }
+    let program = rendered(name)?;
+    if !program.contains(renders_with(kind)) {
+        return Err(format!(
+            "the reproducer of a finding on {name} does not say '{}'",
+            renders_with(kind)
+        ));
     }
     Ok(())
 }
