@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 use super::*;
 use crate::base::op::{Decode, Op};
 use crate::engines::hunt::plan::plan;
+use crate::records::text::{markdown_text, terminal_text};
 
 fn native() -> TargetSpec {
     TargetSpec::new("native", &[])
@@ -53,6 +54,14 @@ fn an_impossible_setup_is_an_unsupported_entry_and_the_hunt_goes_on() {
     );
     let ran: Vec<&str> = summary.entries.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ran, [entries[1].id.as_str()]);
+    // The summary lists it with its reason: a line of its own in the terminal, a table row in
+    // the Markdown.
+    let terminal = summary.to_terminal();
+    let line = format!("unsupported: {id}: {}", terminal_text(reason));
+    assert!(terminal.lines().any(|l| l == line), "{terminal}");
+    let markdown = summary.to_markdown();
+    let row = format!("| {} | {} |", markdown_text(id), markdown_text(reason));
+    assert!(markdown.contains("## Unsupported entries") && markdown.lines().any(|l| l == row));
 }
 
 #[test]
