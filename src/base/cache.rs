@@ -669,10 +669,12 @@ pub fn probe_cache(setup: &Setup) -> CacheType {
     }
 }
 
-/// Whether a logits probe of `setup` sums V rows in F16: flash attention over an F16 V cache on
-/// a memory with attention ([`LogitsProbe::v_summed_in_f16`]).
+/// Whether a logits probe of `setup` sums V rows in F16: flash attention over an F16 or F32 V
+/// cache on a memory with attention ([`LogitsProbe::v_summed_in_f16`]). An F32 K or V is cast
+/// to F16 before `ggml_flash_attn_ext` (src/llama-graph.cpp:2727-2733 in 0.1.161), so an F32
+/// cache is summed as an F16 one there; a quantized V keeps its own path.
 pub fn v_summed_in_f16(setup: &Setup) -> bool {
     setup.flash_attn
-        && setup.type_v == CacheType::F16
+        && matches!(setup.type_v, CacheType::F16 | CacheType::F32)
         && setup.arch.memory() != MemoryType::Recurrent
 }

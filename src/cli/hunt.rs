@@ -20,7 +20,7 @@ use kvaudit::base::exit;
 use kvaudit::base::files::{check_writable_folder, read_text_limited, write_or_aside};
 use kvaudit::engines::hunt::run::ENTRY_PART;
 use kvaudit::engines::hunt::{
-    allocate, merge_shards, plan, probe, run_hunt, shard_entries, HuntConfig, HuntEvent,
+    allocate, merge_shards, plan, probe_or_refusal, run_hunt, shard_entries, HuntConfig, HuntEvent,
 };
 use kvaudit::outputs::c_repro::check::check_compilers;
 use kvaudit::outputs::corpus::Corpus;
@@ -168,7 +168,7 @@ fn print_plan(
         Budget::Trials(n) => n as f64 / entries.len().max(1) as f64,
     };
     for (_, e) in entries {
-        let (support, per_trial) = probe(target, e).map_err(CliError::from)?;
+        let (support, per_trial) = probe_or_refusal(target, e).map_err(CliError::from)?;
         let est = allocate(e, support, per_trial, budget, share);
         let cost = match (&est.support, est.fuzz) {
             (Support::Unsupported { reason }, _) => format!("UNSUPPORTED: {reason}"),

@@ -18,6 +18,7 @@
 
 use serde_json::json;
 
+use super::cache_invisible::unmeasured_f16_sum;
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{logits_distance, LogitsProbe, NextLogits, Observe, StepObservation};
 use crate::base::op::{CacheType, MemoryType, Setup};
@@ -51,7 +52,7 @@ const F16_TOLERANCE: f32 = 5e-3;
 /// Whether `probe` (A's logits probe of the sequence, which says how the setup caches) is of a
 /// kind this oracle judges, and its tolerance.
 fn judged_tolerance(probe: &LogitsProbe) -> Option<f32> {
-    if probe.v_summed_in_f16 || probe.shifted {
+    if unmeasured_f16_sum(probe.v_summed_in_f16, probe.memory) || probe.shifted {
         return None;
     }
     tolerance(probe.memory, probe.cache)
@@ -141,8 +142,9 @@ impl Oracle for CrossLogits {
     }
 
     fn judges_setup(&self, setup: &Setup) -> bool {
-        !crate::base::cache::v_summed_in_f16(setup)
-            && tolerance(setup.arch.memory(), crate::base::cache::probe_cache(setup)).is_some()
+        let memory = setup.arch.memory();
+        !unmeasured_f16_sum(crate::base::cache::v_summed_in_f16(setup), memory)
+            && tolerance(memory, crate::base::cache::probe_cache(setup)).is_some()
     }
 
     fn costly(&self) -> bool {

@@ -19,6 +19,7 @@
 
 use serde_json::json;
 
+use super::cache_invisible::unmeasured_f16_sum;
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{
     probe_cache, v_summed_in_f16, Observe, Reload, ReloadProbe, StepObservation,
@@ -78,12 +79,15 @@ pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
 /// Whether a reload probe of a trace from `setup` can be judged: its memory and cache types
 /// have a tolerance (both reload oracles).
 pub(super) fn judges_setup_reloads(setup: &Setup) -> bool {
-    !v_summed_in_f16(setup) && tolerance(setup.arch.memory(), probe_cache(setup)).is_some()
+    let memory = setup.arch.memory();
+    !unmeasured_f16_sum(v_summed_in_f16(setup), memory)
+        && tolerance(memory, probe_cache(setup)).is_some()
 }
 
 /// The probes of `after` of the loads `which` takes that can be judged: loaded (a failed load
 /// is judged by what reads load failures), with a tolerance, V rows not summed in F16 (flash
-/// attention over an F16 V cache: measured with flash attention off; `v_summed_in_f16`).
+/// attention over an F16 or F32 V cache: measured with flash attention off; `v_summed_in_f16`,
+/// MSA aside: `unmeasured_f16_sum`).
 pub(super) fn judged(
     after: &StepObservation,
     which: fn(Reload) -> bool,
@@ -92,7 +96,8 @@ pub(super) fn judged(
         .reload_probe
         .iter()
         .flatten()
-        .filter(move |p| which(p.load) && p.loaded && !p.v_summed_in_f16)
+        .filter(move |p| which(p.load) && p.loaded)
+        .filter(|p| !unmeasured_f16_sum(p.v_summed_in_f16, p.memory))
         .filter_map(|p| tolerance(p.memory, p.cache).map(|t| (p, t)))
 }
 

@@ -508,12 +508,15 @@ impl HuntSummary {
         }
         for x in &self.fixed {
             s.push_str(&terminal_text(&format!(
-                "fixed: {} ({}) in entry {}: {}\n",
+                "fixed: {} ({}) in entry {}: {}",
                 x.file, x.oracle, x.entry, x.detail
             )));
+            s.push('\n');
         }
+        // The line's end outside the escaping: a reason's own newlines are escaped, its end not.
         for (id, why) in &self.unsupported {
-            s.push_str(&terminal_text(&format!("unsupported: {id}: {why}\n")));
+            s.push_str(&terminal_text(&format!("unsupported: {id}: {why}")));
+            s.push('\n');
         }
         s
     }
@@ -567,8 +570,16 @@ impl HuntSummary {
                 e.elapsed_s
             ));
         }
-        for (id, why) in &self.unsupported {
-            s.push_str(&markdown_text(&format!("\nUnsupported: {id}: {why}\n")));
+        // One table of the entries the target cannot run, each with its reason.
+        if !self.unsupported.is_empty() {
+            s.push_str("\n## Unsupported entries\n\n| entry | why |\n|---|---|\n");
+            for (id, why) in &self.unsupported {
+                s.push_str(&format!(
+                    "| {} | {} |\n",
+                    markdown_text(id),
+                    markdown_text(why)
+                ));
+            }
         }
         for e in &self.entries {
             for n in &e.not_reproduced {

@@ -121,9 +121,11 @@ pub struct LogitsProbe {
     /// oracle judges this probe, cache-invisible the others.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rolled_back: bool,
-    /// Flash attention on over an F16 V cache: ggml-cpu's flash attention accumulates the
+    /// Flash attention on over an F16 or F32 V cache (an F32 one is cast to F16 first,
+    /// src/llama-graph.cpp:2727-2733 in 0.1.161): ggml-cpu's flash attention accumulates the
     /// weighted V rows in F16 (`VKQ16`, ggml-cpu/ops.cpp:8940-9035 in 0.1.161), so the order
-    /// of the cells changes the sum's rounding at F16 precision; no tolerance is measured.
+    /// of the cells changes the sum's rounding at F16 precision; no tolerance is measured for
+    /// it but MSA's (the oracles' `unmeasured_f16_sum`).
     #[serde(default)]
     pub v_summed_in_f16: bool,
 }

@@ -9,4 +9,6 @@ pub mod plan;
 pub mod run;
 
 pub use plan::{allocate, plan, probe};
-pub use run::{merge_shards, regroup, run_hunt, shard_entries, HuntConfig, HuntEvent};
+pub use run::{
+    merge_shards, probe_or_refusal, regroup, run_hunt, shard_entries, HuntConfig, HuntEvent,
+};

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::plan::{allocate, factories, probe, registry};
 use crate::base::domain::Domain;
 use crate::base::error::Error;
+use crate::base::op::{Setup, Trace};
 use crate::engines::explore::{ExhaustiveConfig, Explorer, RunControl};
 use crate::engines::fuzz::{run_fuzz_until, FuzzConfig, GenConfig, Generator};
 use crate::engines::root_cause::group_findings;
@@ -26,6 +27,7 @@ use crate::records::hunt::{
 use crate::records::report::{Event, Report, Shard};
 use crate::running::judge::Judge;
 use crate::running::runner::RunnerFactory;
+use crate::running::trial::TrialEnd;
 use crate::targets::registry::TargetSpec;
 
 /// The part of a time budget the entries share; the rest is for grouping, classifying and
@@ -314,7 +316,7 @@ pub fn run_hunt(
                 .extend(todo[k..].iter().map(|(_, e)| e.id.clone()));
             break;
         }
-        let (support, per_trial) = match probe(&cfg.target, entry) {
+        let (support, per_trial) = match probe_or_refusal(&cfg.target, entry) {
             Ok(p) => p,
             Err(e) => {
                 stopped_by(&mut summary, &e, entry);
@@ -418,6 +420,69 @@ pub fn run_hunt(
     summary.elapsed_s = hunt_s();
     regroup(&mut summary);
     Ok(summary)
+}
+
+/// [`probe`], where a probe that breaks on the entry's setup is the entry's answer: the setup's
+/// ops run again as a trial's ops ([`setup_refusal`]), and one the target does not take makes
+/// the entry unsupported, with the op and its outcome as the reason (an old pin without room
+/// for the iSWA preset's 250-token decode runs the rest of the plan). A probe that breaks on a
+/// setup the target makes is the harness's failure, as before. The check runs only after a
+/// failed probe: an entry the target runs pays nothing for it.
+pub fn probe_or_refusal(
+    target: &TargetSpec,
+    entry: &PlanEntry,
+) -> Result<(Support, Option<f64>), Error> {
+    let broken = match probe(target, entry) {
+        Ok(p) => return Ok(p),
+        Err(e) => e,
+    };
+    match setup_refusal(target, entry)? {
+        Some(reason) => Ok((Support::Unsupported { reason }, None)),
+        None => Err(broken),
+    }
+}
+
+/// Why the target (or the entry's partner) cannot make the entry's setup, if it cannot. A
+/// runner's reset fails on a setup op that does not take effect, with its outcome in a string
+/// (a worker's error crosses its pipe as text); run as the ops of a trial from the setup's
+/// configuration alone, the same ops give their outcomes as data, a crash included.
+pub fn setup_refusal(target: &TargetSpec, e: &PlanEntry) -> Result<Option<String>, Error> {
+    let trace = Trace {
+        setup: Setup {
+            ops: Vec::new(),
+            ..e.domain.setup.clone()
+        },
+        ops: e.domain.setup.ops.clone(),
+    };
+    let (a, b) = factories(target, e)?;
+    let sides = std::iter::once(("", a)).chain(b.map(|b| ("its partner: ", b)));
+    for (side, factory) in sides {
+        let mut runner = factory().map_err(harness)?;
+        let run = runner
+            .run_batch(std::slice::from_ref(&trace))
+            .map_err(harness)?
+            .pop()
+            .ok_or_else(|| Error::harness("a runner returned no run for the setup check"))?;
+        let op = |step: usize| match step.checked_sub(1).and_then(|i| trace.ops.get(i)) {
+            Some(op) => format!("setup op {step} of {}, {op}", trace.ops.len()),
+            None => "the setup's configuration".to_string(),
+        };
+        let refused = run
+            .steps
+            .iter()
+            .position(|s| !s.outcome.took_effect())
+            .map(|i| (i + 1, format!("{:?}", run.steps[i].outcome)));
+        let why = match (refused, run.end) {
+            (Some((step, outcome)), _) => format!("{}: {outcome}", op(step)),
+            (None, TrialEnd::Unsupported { step, reason }) => format!("{}: {reason}", op(step)),
+            (None, TrialEnd::Crashed { step, message }) => {
+                format!("{} crashes the target: {message}", op(step))
+            }
+            (None, TrialEnd::Completed) => continue,
+        };
+        return Ok(Some(format!("{side}cannot make the setup: {why}")));
+    }
+    Ok(None)
 }
 
 /// Marks `summary` as stopped by the harness failure `e` in `entry`: the entries before it and
@@ -665,3 +730,6 @@ pub fn merge_shards(mut parts: Vec<HuntSummary>) -> Result<HuntSummary, Error> {
     regroup(&mut whole);
     Ok(whole)
 }
+
+#[cfg(test)]
+mod tests;
