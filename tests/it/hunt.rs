@@ -59,6 +59,14 @@ struct HuntCase {
     /// group's files are written (a group the corpus holds gets none).
     #[serde(default)]
     without_corpus: bool,
+    /// Classify against this folder of repro files (from the repository's root) instead of
+    /// `corpora/`.
+    #[serde(default)]
+    corpus: Option<String>,
+    /// `--plan`: no entry is unsupported (a plan from what the target declares plans only
+    /// what it runs).
+    #[serde(default)]
+    plan_all_supported: bool,
     /// Oracles whose new groups' repro files must replay as recorded (`kvaudit replay FILE`
     /// exits 0): the file holds the trace, the setup and the targets that fail it.
     #[serde(default)]
@@ -311,10 +319,10 @@ fn refused(c: &HuntCase, dir: &std::path::Path, why: &str) -> Result<(), String>
 fn check(c: &HuntCase) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let empty = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let corpus = if c.without_corpus {
-        empty.path().to_path_buf()
-    } else {
-        super::root().join("corpora")
+    let corpus = match (c.without_corpus, &c.corpus) {
+        (true, _) => empty.path().to_path_buf(),
+        (false, Some(dir)) => super::root().join(dir),
+        (false, None) => super::root().join("corpora"),
     };
     if let Some(why) = &c.refused {
         return refused(c, dir.path(), why);
@@ -417,7 +425,15 @@ fn check(c: &HuntCase) -> Result<(), String> {
             ));
         }
     }
-    if c.plan_lists_everything || !c.plan_leaves_out.is_empty() {
+    if c.plan_all_supported {
+        if let Some(line) = stdout.lines().find(|l| l.contains("UNSUPPORTED")) {
+            return Err(format!("--plan has an unsupported entry: {line}\n{stdout}"));
+        }
+        if !stdout.lines().any(|l| l.contains("exhaustive depth")) {
+            return Err(format!("--plan lists no entry that runs:\n{stdout}"));
+        }
+    }
+    if c.plan_lists_everything || !c.plan_leaves_out.is_empty() || c.plan_all_supported {
         return Ok(());
     }
     let s = read_summary(dir.path())?;
