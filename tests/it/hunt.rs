@@ -55,6 +55,15 @@ struct HuntCase {
     /// parses (a configuration pair's too).
     #[serde(default)]
     new_groups_have_files: bool,
+    /// The extensions of the files each new group's program and drafts are written in (its
+    /// repro file's `.json` and the notes in parentheses aside): every written file is of one,
+    /// and some group has all of them (the engine's renderer: `.py` and `.md` on mlx-lm).
+    #[serde(default)]
+    new_group_files: Vec<String>,
+    /// Notes every new group's files hold on what was not written, with why (their start:
+    /// `(no picture:`).
+    #[serde(default)]
+    new_group_notes: Vec<String>,
     /// Classify against an empty corpus instead of `corpora/`: every group is new, so every
     /// group's files are written (a group the corpus holds gets none).
     #[serde(default)]
@@ -286,6 +295,49 @@ fn broken_mid_run(
     if s.groups.is_empty() || s.entries.is_empty() {
         return Err(format!(
             "the partial summary lost what was found:\n{}",
+            s.to_terminal()
+        ));
+    }
+    Ok(())
+}
+
+/// Every new group's files are of the case's extensions and hold its notes, the files are
+/// there, and some group has a file of every extension.
+fn new_group_files(c: &HuntCase, s: &HuntSummary, dir: &std::path::Path) -> Result<(), String> {
+    let mut complete = false;
+    for g in s.groups.iter().filter(|g| g.class == GroupClass::New) {
+        let (notes, written): (Vec<&String>, Vec<&String>) =
+            g.files.iter().partition(|f| f.starts_with('('));
+        let mut extensions = Vec::new();
+        for f in written.iter().filter(|f| !f.ends_with(".json")) {
+            let ext = f.rsplit_once('.').map_or("", |(_, e)| e);
+            if !c.new_group_files.iter().any(|e| e == ext) || !dir.join(f).is_file() {
+                return Err(format!(
+                    "new group file {f}: not one of {:?} written",
+                    c.new_group_files
+                ));
+            }
+            extensions.push(ext);
+        }
+        complete |= c
+            .new_group_files
+            .iter()
+            .all(|e| extensions.contains(&e.as_str()));
+        if let Some(want) = c
+            .new_group_notes
+            .iter()
+            .find(|w| !notes.iter().any(|n| n.starts_with(w.as_str())))
+        {
+            return Err(format!(
+                "a new group's files lack the note {want:?}: {:?}",
+                g.files
+            ));
+        }
+    }
+    if !complete {
+        return Err(format!(
+            "no new group has a file of every one of {:?}:\n{}",
+            c.new_group_files,
             s.to_terminal()
         ));
     }
@@ -550,6 +602,9 @@ fn check(c: &HuntCase) -> Result<(), String> {
                 None => return Err(format!("new group without its repro file: {:?}", g.files)),
             }
         }
+    }
+    if !c.new_group_files.is_empty() || !c.new_group_notes.is_empty() {
+        new_group_files(c, &s, dir.path())?;
     }
     let replayed = s
         .groups
