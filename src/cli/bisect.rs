@@ -1,5 +1,7 @@
-//! `kvaudit bisect FILE --good V1 --bad V2`: the version where a finding appears or disappears;
-//! `kvaudit bisect FILE --run [--tree DIR]`: one step of `git bisect run` on a source tree.
+//! `kvaudit bisect FILE --good V1 --bad V2`: the version where a finding appears or disappears,
+//! among llama.cpp's pins (`0.1.112`, `llama.cpp@0.1.112`) or another engine's versions
+//! (`mlx-lm@0.28.4`); `kvaudit bisect FILE --run [--tree DIR]`: one step of `git bisect run` on
+//! a llama.cpp source tree.
 
 use std::path::PathBuf;
 
@@ -9,7 +11,7 @@ use super::CliError;
 use kvaudit::base::exit;
 use kvaudit::outputs::repro::Repro;
 use kvaudit::outputs::versions::bisect::{bisect, BisectAnswer, GitVerdict};
-use kvaudit::outputs::versions::{build, outcome_on, Outcome};
+use kvaudit::outputs::versions::{build, outcome_on, prepare, versions_of, Outcome};
 use kvaudit::targets::llama::pins::{known_versions, Pin, Variant};
 use kvaudit::targets::registry::TargetKind;
 
@@ -18,7 +20,8 @@ use kvaudit::targets::registry::TargetKind;
 pub struct BisectArgs {
     /// The repro file whose finding to bisect.
     file: PathBuf,
-    /// A version where the finding is absent.
+    /// A version where the finding is absent (a llama.cpp version, or a target name with one:
+    /// `mlx-lm@0.30.7`).
     #[arg(long, required_unless_present = "run", conflicts_with = "run")]
     good: Option<String>,
     /// A version where the finding is present (fails or crashes).
@@ -52,25 +55,63 @@ pub fn run(a: BisectArgs) -> Result<i32, CliError> {
     if a.run {
         return Ok(git_step(&repro, &a, &suffix).exit_code());
     }
-    let versions = known_versions().map_err(|e| CliError::harness(format!("{e:#}")))?;
-    // A version given as a pin's name (`llama.cpp@0.1.112`) is that pin's version.
+    let variant = if a.assert {
+        Variant::ASSERT
+    } else {
+        Variant::RELEASE
+    };
+    // A bare version is llama.cpp's; a name (`llama.cpp@0.1.112`, `mlx-lm@0.30.7`) says whose.
+    let kind_of = |v: &str| TargetKind::parse(v.trim()).unwrap_or(TargetKind::Llama);
+    let (good, bad) = (
+        a.good.as_deref().unwrap_or_default(),
+        a.bad.as_deref().unwrap_or_default(),
+    );
+    let kind = kind_of(good);
+    if kind_of(bad) != kind {
+        return Err(CliError::usage(format!(
+            "--good {good} and --bad {bad} are versions of two engines"
+        )));
+    }
+    // Every candidate as (version, target name): llama.cpp's pins as `variant`, or the kind's
+    // versions (an error for a kind without versions, or mlx-lm with --assert).
+    let candidates: Vec<(String, String)> = match kind {
+        TargetKind::Llama => known_versions()
+            .map_err(|e| CliError::harness(format!("{e:#}")))?
+            .into_iter()
+            .map(|version| {
+                let label = Pin {
+                    version: version.clone(),
+                    variant,
+                    tree: None,
+                }
+                .label();
+                (version, label)
+            })
+            .collect(),
+        TargetKind::Native
+        | TargetKind::NativeTensors
+        | TargetKind::PythonRef
+        | TargetKind::Mlx => versions_of(kind, variant)
+            .map_err(CliError::from)?
+            .into_iter()
+            .map(|label| {
+                let version = TargetKind::version_of(&label).unwrap_or(&label).to_string();
+                (version, label)
+            })
+            .collect(),
+    };
     let bare = |v: &str| {
         let v = v.trim();
-        match TargetKind::parse(v) {
-            Ok(TargetKind::Llama) => TargetKind::version_of(v).unwrap_or(v).to_string(),
-            Ok(
-                TargetKind::Native
-                | TargetKind::NativeTensors
-                | TargetKind::PythonRef
-                | TargetKind::Mlx,
-            )
-            | Err(_) => v.to_string(),
-        }
+        TargetKind::version_of(v).unwrap_or(v).to_string()
     };
-    let (good, bad) = (
-        bare(a.good.as_deref().unwrap_or_default()),
-        bare(a.bad.as_deref().unwrap_or_default()),
-    );
+    let (good, bad) = (bare(good), bare(bad));
+    let label_of = |v: &str| {
+        candidates
+            .iter()
+            .find(|(version, _)| version == v)
+            .map_or_else(|| v.to_string(), |(_, label)| label.clone())
+    };
+    let versions: Vec<String> = candidates.iter().map(|(v, _)| v.clone()).collect();
     println!(
         "bisecting {} ({}) between good {good} and bad {bad}",
         a.file.display(),
@@ -82,25 +123,17 @@ pub fn run(a: BisectArgs) -> Result<i32, CliError> {
         &good,
         &bad,
         &mut |v| {
-            let pin = Pin {
-                version: v.to_string(),
-                variant: if a.assert {
-                    Variant::ASSERT
-                } else {
-                    Variant::RELEASE
-                },
-                tree: None,
-            };
-            match build(&pin) {
-                Ok(()) => outcome_on(&repro, &pin.label()),
+            let label = label_of(v);
+            match prepare(&label) {
+                Ok(()) => outcome_on(&repro, &label),
                 Err(e) => Outcome::Unavailable { reason: e.message },
             }
         },
         &mut |step| {
             n += 1;
             println!(
-                "step {n}: llama.cpp@{}{suffix}: {} ({})",
-                step.version,
+                "step {n}: {}: {} ({})",
+                label_of(&step.version),
                 step.outcome.word(),
                 step.outcome.detail()
             );

@@ -1,5 +1,5 @@
-//! `kvaudit matrix [--targets A..B | V1,V2,...] FILE|DIR...`: every repro file on every
-//! version, as a table for the terminal, Markdown and JSON.
+//! `kvaudit matrix [--targets A..B | V1,V2,... | mlx-lm@all] FILE|DIR...`: every repro file on
+//! every version of its engine, as a table for the terminal, Markdown and JSON.
 
 use std::path::PathBuf;
 
@@ -10,7 +10,8 @@ use kvaudit::base::exit;
 use kvaudit::base::files::write_or_aside;
 use kvaudit::outputs::repro::{repro_files, Repro};
 use kvaudit::outputs::versions::matrix::run_matrix;
-use kvaudit::targets::llama::pins::{select, Variant};
+use kvaudit::outputs::versions::{is_built, select_versions, Outcome};
+use kvaudit::targets::llama::pins::Variant;
 
 /// Arguments of `kvaudit matrix`.
 #[derive(Debug, Args)]
@@ -18,13 +19,15 @@ pub struct MatrixArgs {
     /// Repro files, or folders of them (`*.json`).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// The versions: `A..B` (every known version from A to B), `V1,V2,...`, or `all`.
+    /// The versions, comma-separated: llama.cpp's as `A..B` (every known version from A to B),
+    /// `V1,V2,...` or `all`; another engine's by name (`mlx-lm@0.32.2`) or all of them
+    /// (`mlx-lm@all`). A file runs on its own engine's versions only.
     #[arg(long, default_value = "all")]
     targets: String,
-    /// The `+assert` builds of those versions.
+    /// The `+assert` builds of those versions (llama.cpp only).
     #[arg(long)]
     assert: bool,
-    /// Only the versions the cache already holds a build of (builds nothing).
+    /// Only the versions the cache already holds (builds nothing).
     #[arg(long)]
     built_only: bool,
     /// Write the Markdown table here.
@@ -42,13 +45,16 @@ pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
     } else {
         Variant::RELEASE
     };
-    let pins = select(&a.targets, variant).map_err(|e| CliError::usage(format!("{e:#}")))?;
+    let versions = select_versions(&a.targets, variant).map_err(|e| CliError::usage(e.message))?;
     // With --built-only the versions the cache lacks stay in the table as unavailable columns:
     // a first failing or first fixed version is then a bound, and the table shows the gap.
-    let built = if a.built_only {
-        let built = kvaudit::targets::llama::build::cached_labels(None)
-            .map_err(|e| CliError::harness(format!("{e:#}")))?;
-        if !pins.iter().any(|p| built.contains_key(&p.label())) {
+    let built: Option<Vec<bool>> = if a.built_only {
+        let built = versions
+            .iter()
+            .map(|v| is_built(v))
+            .collect::<Result<Vec<bool>, _>>()
+            .map_err(CliError::from)?;
+        if !built.contains(&true) {
             return Err(CliError::usage(format!(
                 "--targets {} --built-only: none of those versions is built",
                 a.targets
@@ -58,9 +64,12 @@ pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
     } else {
         None
     };
-    let skip = |p: &kvaudit::targets::llama::pins::Pin| match &built {
-        Some(b) if !b.contains_key(&p.label()) => Some("not built (--built-only)".to_string()),
-        _ => None,
+    let skip = |label: &str| {
+        let at = versions.iter().position(|v| v == label)?;
+        match &built {
+            Some(b) if !b[at] => Some("not built (--built-only)".to_string()),
+            _ => None,
+        }
     };
     // Where the end writes, checked before the first version runs.
     super::args::writable_out("--markdown", a.markdown.as_deref())?;
@@ -73,10 +82,10 @@ pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
             repros.push((file, repro));
         }
     }
-    let n = pins.len();
-    let matrix = run_matrix(&repros, &pins, &skip, &mut |i, pin, file, outcome| {
+    let n = versions.len();
+    let matrix = run_matrix(&repros, &versions, &skip, &mut |i, label, file, outcome| {
         eprintln!(
-            "[{}/{n}] {pin}: {}: {}",
+            "[{}/{n}] {label}: {}: {}",
             i + 1,
             file.display(),
             outcome.detail()
@@ -93,7 +102,7 @@ pub fn run(a: MatrixArgs) -> Result<i32, CliError> {
         .rows
         .iter()
         .flat_map(|r| &r.outcomes)
-        .any(|o| matches!(o, kvaudit::outputs::versions::Outcome::Unavailable { .. }));
+        .any(|o| matches!(o, Outcome::Unavailable { .. }));
     Ok(if unavailable {
         exit::HARNESS
     } else {

@@ -1,5 +1,8 @@
 //! A hunt's groups against the corpus, and the files of its new ones.
 //!
+//! Only the corpus files of the hunt target's engine ([`TargetKind::engine`]: a file is of the
+//! engines its targets are of) are compared: a llama.cpp file says nothing of an mlx-lm group
+//! whose oracle, kind and failing op happen to be the same, and the reverse.
 //! Each corpus file's finding gets its root cause the way the hunt's findings get theirs
 //! (`engines::root_cause::cause_of`, on the label of the file's expectation for the hunt's target,
 //! else its first failing one). A group can be a corpus file's only when one of its findings is
@@ -12,8 +15,11 @@
 //! that the finding holds on this target, else *known*. A corpus file that expects a failure on
 //! this target, whose setup and oracle an entry judged, and that no group matched, is replayed:
 //! if it now holds it is *fixed*. Every other group is *new*: its representative is written to
-//! `new/` as a repro file with its C program and its bug report draft, and, on a llama.cpp pin
-//! while the budget lasts, the program checked and the picture drawn (both run the target).
+//! `new/` as a repro file with the program and bug report draft of its engine's renderer
+//! (`reproducer.rs`: C over llama.h, Python over mlx-lm) and, while the budget lasts, the
+//! program run on the target where it is a real engine's (a llama.cpp pin, an mlx-lm version)
+//! and the picture drawn where `explain` applies (llama.cpp's engine); a file not written is
+//! named in the group's files with why (`(no picture: ...)`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -26,15 +32,15 @@ use crate::oracles::{Reads, Registry};
 use crate::records::finding::Finding;
 use crate::records::group::Cause;
 use crate::records::hunt::{FixedFinding, GroupClass, HuntSummary, Pairing, PlanEntry};
-use crate::targets::registry::TargetSpec;
+use crate::targets::registry::{TargetKind, TargetSpec};
 
-use super::bug_report::{bug_report, CheckedProgram};
+use super::bug_report::CheckedProgram;
 use super::c_repro::check::compile_and_run;
-use super::c_repro::{emit_c, parse_input};
 use super::corpus::Corpus;
 use super::explain::{explain_repro, to_svg};
 use super::repro::{check, Status};
 use super::repro::{safe_file_name, write_output, Expect, Repro, TargetExpectation};
+use super::reproducer::{engines_of, no_picture, Language};
 
 /// A corpus file, with the root cause of its finding.
 pub struct CorpusEntry {
@@ -104,14 +110,20 @@ fn same_class(f: &Finding, repro: &Repro) -> bool {
         && (memory != MemoryType::Iswa || a.swa_full == b.swa_full)
 }
 
-/// Classifies every group of `s` against `corpus`, and finds the corpus findings that the
-/// plan reached and that no longer fail (replayed on the target, until `replay_until`).
+/// Classifies every group of `s` against the files of `corpus` of its target's engine, and
+/// finds the corpus findings that the plan reached and that no longer fail (replayed on the
+/// target, until `replay_until`).
 pub fn classify(
     s: &mut HuntSummary,
     corpus: &[CorpusEntry],
     plan: &[PlanEntry],
     replay_until: Option<Instant>,
 ) {
+    let engine = TargetKind::of_label(&s.target).map(TargetKind::engine);
+    let corpus: Vec<&CorpusEntry> = corpus
+        .iter()
+        .filter(|c| engine.is_some_and(|e| engines_of(&c.repro).contains(&e)))
+        .collect();
     let mut matched: BTreeSet<String> = BTreeSet::new();
     let holds_here: Vec<bool> = corpus
         .iter()
@@ -211,13 +223,52 @@ pub fn classify(
 /// Whether a new group's C program is compiled and run on `target` ([`write_new_groups`]): on
 /// a llama.cpp target, which a job then needs a C compiler for.
 pub fn checks_programs(target: &TargetSpec) -> bool {
-    target.name.starts_with("llama.cpp@")
+    TargetKind::of_label(&target.name) == Some(TargetKind::Llama)
 }
 
-/// Writes each new group's files into `dir/new/` (a repro file, its C program, its picture and
-/// its bug report draft) and records their names in the group. The C program is compiled and
-/// run on a llama.cpp target until `check_until`; after it, written unchecked. `date` is the
-/// repro files' `since`.
+/// Runs a new group's `program` (in `language`) on `runs_on` where it is a real engine's: a C
+/// program compiled against a llama.cpp pin with the tiny model of the setup's architecture,
+/// a Python program with an mlx-lm version's environment; `None` on the models of a cache
+/// (no engine to run it on) or when it cannot be run.
+fn check_program(
+    language: Language,
+    program: &str,
+    runs_on: &TargetSpec,
+    arch: crate::base::config::Arch,
+) -> Result<Option<CheckedProgram>, Error> {
+    let checked = |status: i32| CheckedProgram {
+        pin: runs_on.name.clone(),
+        status,
+    };
+    Ok(match (language, runs_on.kind()?) {
+        (Language::C, TargetKind::Llama) => {
+            let model = crate::model::tiny::try_arch_model_path(arch)
+                .map_err(|e| Error::harness(format!("tiny model: {e:#}")))?;
+            compile_and_run(program, &runs_on.name, &model)
+                .ok()
+                .map(|run| checked(run.shell_status()))
+        }
+        (Language::Python, TargetKind::Mlx) => {
+            crate::outputs::py_repro::run_program(program, &runs_on.name)
+                .ok()
+                .map(|run| checked(run.code.unwrap_or(128 + run.signal.unwrap_or(0))))
+        }
+        (
+            Language::C | Language::Python,
+            TargetKind::Native
+            | TargetKind::NativeTensors
+            | TargetKind::PythonRef
+            | TargetKind::Llama
+            | TargetKind::Mlx,
+        ) => None,
+    })
+}
+
+/// Writes each new group's files into `dir/new/` (a repro file, its program and bug report
+/// draft in its engine's language, its picture where `explain` applies) and records their
+/// names in the group, and what was not written with why. The program is run on a real
+/// engine's target until `check_until`; after it, written unchecked. `date` is the repro
+/// files' `since`.
 pub fn write_new_groups(
     s: &mut HuntSummary,
     plan: &[PlanEntry],
@@ -288,38 +339,39 @@ pub fn write_new_groups(
         let (json, name) = path("json");
         write_output(&json, &repro.to_text())?;
         g.files.push(name);
-        let program = parse_input(&repro.to_text()).map(|i| emit_c(&i));
-        // On llama.cpp the check compiles and runs a program and the picture runs the trace in
-        // a worker: both only while the budget lasts.
-        let on_llama = checks_programs(&runs_on);
+        let engine = runs_on.kind()?.engine();
+        let language = Language::of_engine(engine);
+        // The program's check and the picture run the target: both only while the budget
+        // lasts.
         let in_time = check_until.map_or(true, |t| Instant::now() < t);
-        let checked = match &program {
-            Ok(p) if on_llama && in_time => {
-                let model = crate::model::tiny::try_arch_model_path(f.trace.setup.arch)
-                    .map_err(|e| Error::harness(format!("tiny model: {e:#}")))?;
-                compile_and_run(p, &runs_on.name, &model)
-                    .ok()
-                    .map(|run| CheckedProgram {
-                        pin: runs_on.name.clone(),
-                        status: run.shell_status(),
-                    })
+        match language.program(&repro) {
+            Err(e) => g
+                .files
+                .push(format!("(no {} program: {})", language.name(), e.message)),
+            Ok(p) => {
+                let checked = if in_time {
+                    check_program(language, &p, &runs_on, f.trace.setup.arch)?
+                } else {
+                    None
+                };
+                let (program, name) = path(language.extension());
+                write_output(&program, &p)?;
+                g.files.push(name);
+                let (md, name) = path("md");
+                write_output(&md, &language.bug_report(&repro, &p, checked.as_ref()))?;
+                g.files.push(name);
             }
-            _ => None,
+        }
+        // Off llama.cpp the picture runs a model of its cache: drawn whatever the clock says.
+        let picture = match no_picture(engine) {
+            Some(why) => {
+                g.files.push(format!("(no picture: {why})"));
+                None
+            }
+            None => (in_time || !checks_programs(&runs_on))
+                .then(|| explain_repro(&repro, &runs_on).ok())
+                .flatten(),
         };
-        if let Err(e) = &program {
-            g.files.push(format!("(no C program: {})", e.message));
-        }
-        if let Ok(p) = &program {
-            let (c, name) = path("c");
-            write_output(&c, p)?;
-            g.files.push(name);
-            let (md, name) = path("md");
-            write_output(&md, &bug_report(&repro, p, checked.as_ref()))?;
-            g.files.push(name);
-        }
-        let picture = (in_time || !on_llama)
-            .then(|| explain_repro(&repro, &runs_on).ok())
-            .flatten();
         if let Some(picture) = picture {
             let (svg, name) = path("svg");
             write_output(&svg, &to_svg(&picture))?;
@@ -398,6 +450,38 @@ mod tests {
             corpus: None,
             failed: None,
         }
+    }
+
+    #[test]
+    fn a_corpus_file_of_another_engine_makes_no_group_known() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
+        let file = "contract_streams_seq_keep_leaves_other_streams.json";
+        let repro = Repro::load(&dir.join(file)).unwrap();
+        let corpus_of = |repro: Repro| {
+            vec![CorpusEntry {
+                file: file.into(),
+                repro,
+                cause: Cause::NativeModel {
+                    shape: "the file's trace".into(),
+                },
+            }]
+        };
+        // The same file recorded on mlx-lm: its oracle, kind, trace and cause, another engine.
+        let mut on_mlx = repro.clone();
+        for t in &mut on_mlx.targets {
+            t.target = "mlx-lm@0.32.2".into();
+            t.vs = None;
+        }
+        let mut s = summary_of(&repro, "");
+        classify(&mut s, &corpus_of(on_mlx.clone()), &[], None);
+        assert_eq!(s.groups[0].class, GroupClass::New);
+        // An mlx-lm hunt's group against the llama.cpp file, and against the mlx-lm one.
+        let mut s = summary_of(&repro, "");
+        s.target = "mlx-lm@0.32.2".into();
+        classify(&mut s, &corpus_of(repro.clone()), &[], None);
+        assert_eq!(s.groups[0].class, GroupClass::New);
+        classify(&mut s, &corpus_of(on_mlx), &[], None);
+        assert_eq!(s.groups[0].class, GroupClass::Known { file: file.into() });
     }
 
     #[test]

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::base::cache::Observe;
 use crate::base::error::Error;
+use crate::base::op_kind::OpKind;
 use crate::isolation::jsonl::WorkerCommand;
 
 /// The reference worker's target name.
@@ -67,6 +68,38 @@ pub fn worker_file(name: &str, source: &str) -> Result<PathBuf, Error> {
     }
     Ok(path)
 }
+
+/// What the reference worker observes beyond the sequences, as its `hello` declares it
+/// (`CAPABILITIES` in `workers/python_ref.py`): the sequences before each op, the whole dump's
+/// cells and the round trip; no logits, dump sizes or reload probe.
+/// `workers::python_ref_declared_observations` checks it against the hello.
+pub const REFERENCE_OBSERVES: Observe = Observe {
+    before: true,
+    whole: true,
+    round_trip: true,
+    ..Observe::BASIC
+};
+
+/// The op kinds the reference worker declares it lacks (its hello's `lacks`).
+pub const REFERENCE_LACKS: [OpKind; 1] = [OpKind::SeqDiv];
+
+/// The entries of llama.cpp's hunt plan (`engines::hunt::plan`) the reference worker's hunt
+/// runs: its cache is one unified attention cache of `n_ctx` cells (`parse_setup` in
+/// `workers/python_ref.py` refuses every other architecture, one stream per sequence, a
+/// windowed cache, recurrent states, embedding inputs and foreign dumps) that ignores cache
+/// types, flash attention and batch sizes, so the entries and pairs that change only those
+/// (`flash`, `quant`, `state+flash`, `long-ubatch`, `seed~flash_attn=on`, ...) would run `seed`
+/// again, and `flags` adds only saves it refuses (ON_DEVICE). Each runs beside the native
+/// model, which models the same cache.
+pub const REFERENCE_HUNT_ENTRIES: [&str; 7] = [
+    "seed",
+    "wide",
+    "state",
+    "batch",
+    "full",
+    "seqids",
+    "fragmented",
+];
 
 /// The command that runs the reference worker with `faults`, observing `observe`.
 pub fn reference_command(faults: &[String], observe: Observe) -> Result<WorkerCommand, Error> {

@@ -261,6 +261,19 @@ impl TargetKind {
         }
     }
 
+    /// The engine whose cache a target of this kind is, or models: the native models and the
+    /// reference worker follow llama.h and llama.cpp's cell cache, so their findings are
+    /// llama.cpp's to compare with.
+    pub fn engine(self) -> Engine {
+        match self {
+            TargetKind::Native
+            | TargetKind::NativeTensors
+            | TargetKind::Llama
+            | TargetKind::PythonRef => Engine::LlamaCpp,
+            TargetKind::Mlx => Engine::MlxLm,
+        }
+    }
+
     /// How a name of this kind is written.
     pub fn pattern(self) -> &'static str {
         match self {
@@ -269,6 +282,27 @@ impl TargetKind {
             TargetKind::Llama => "llama.cpp@VERSION[+assert], llama.cpp@src:PATH",
             TargetKind::PythonRef => crate::targets::python::REFERENCE,
             TargetKind::Mlx => "mlx-lm@VERSION",
+        }
+    }
+}
+
+/// An engine whose KV cache kvaudit audits (ARCHITECTURE.md's glossary): what a finding is of.
+/// Outputs compare and render findings per engine: a corpus file of one engine says nothing of
+/// a hunt group of another, and a version matrix runs a file on its own engine's versions only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Engine {
+    /// llama.cpp (and the models of its cache: `native`, `native+tensors`, `python-ref`).
+    LlamaCpp,
+    /// mlx-lm.
+    MlxLm,
+}
+
+impl Engine {
+    /// Its name, for messages and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::LlamaCpp => "llama.cpp",
+            Engine::MlxLm => "mlx-lm",
         }
     }
 }

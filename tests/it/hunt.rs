@@ -55,10 +55,27 @@ struct HuntCase {
     /// parses (a configuration pair's too).
     #[serde(default)]
     new_groups_have_files: bool,
+    /// The extensions of the files each new group's program and drafts are written in (its
+    /// repro file's `.json` and the notes in parentheses aside): every written file is of one,
+    /// and some group has all of them (the engine's renderer: `.py` and `.md` on mlx-lm).
+    #[serde(default)]
+    new_group_files: Vec<String>,
+    /// Notes every new group's files hold on what was not written, with why (their start:
+    /// `(no picture:`).
+    #[serde(default)]
+    new_group_notes: Vec<String>,
     /// Classify against an empty corpus instead of `corpora/`: every group is new, so every
     /// group's files are written (a group the corpus holds gets none).
     #[serde(default)]
     without_corpus: bool,
+    /// Classify against this folder of repro files (from the repository's root) instead of
+    /// `corpora/`.
+    #[serde(default)]
+    corpus: Option<String>,
+    /// `--plan`: no entry is unsupported (a plan from what the target declares plans only
+    /// what it runs).
+    #[serde(default)]
+    plan_all_supported: bool,
     /// Oracles whose new groups' repro files must replay as recorded (`kvaudit replay FILE`
     /// exits 0): the file holds the trace, the setup and the targets that fail it.
     #[serde(default)]
@@ -284,6 +301,49 @@ fn broken_mid_run(
     Ok(())
 }
 
+/// Every new group's files are of the case's extensions and hold its notes, the files are
+/// there, and some group has a file of every extension.
+fn new_group_files(c: &HuntCase, s: &HuntSummary, dir: &std::path::Path) -> Result<(), String> {
+    let mut complete = false;
+    for g in s.groups.iter().filter(|g| g.class == GroupClass::New) {
+        let (notes, written): (Vec<&String>, Vec<&String>) =
+            g.files.iter().partition(|f| f.starts_with('('));
+        let mut extensions = Vec::new();
+        for f in written.iter().filter(|f| !f.ends_with(".json")) {
+            let ext = f.rsplit_once('.').map_or("", |(_, e)| e);
+            if !c.new_group_files.iter().any(|e| e == ext) || !dir.join(f).is_file() {
+                return Err(format!(
+                    "new group file {f}: not one of {:?} written",
+                    c.new_group_files
+                ));
+            }
+            extensions.push(ext);
+        }
+        complete |= c
+            .new_group_files
+            .iter()
+            .all(|e| extensions.contains(&e.as_str()));
+        if let Some(want) = c
+            .new_group_notes
+            .iter()
+            .find(|w| !notes.iter().any(|n| n.starts_with(w.as_str())))
+        {
+            return Err(format!(
+                "a new group's files lack the note {want:?}: {:?}",
+                g.files
+            ));
+        }
+    }
+    if !complete {
+        return Err(format!(
+            "no new group has a file of every one of {:?}:\n{}",
+            c.new_group_files,
+            s.to_terminal()
+        ));
+    }
+    Ok(())
+}
+
 /// The hunt must stop before its first entry: exit 2, one line on stderr containing `why`,
 /// and no summary.
 fn refused(c: &HuntCase, dir: &std::path::Path, why: &str) -> Result<(), String> {
@@ -311,10 +371,10 @@ fn refused(c: &HuntCase, dir: &std::path::Path, why: &str) -> Result<(), String>
 fn check(c: &HuntCase) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let empty = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let corpus = if c.without_corpus {
-        empty.path().to_path_buf()
-    } else {
-        super::root().join("corpora")
+    let corpus = match (c.without_corpus, &c.corpus) {
+        (true, _) => empty.path().to_path_buf(),
+        (false, Some(dir)) => super::root().join(dir),
+        (false, None) => super::root().join("corpora"),
     };
     if let Some(why) = &c.refused {
         return refused(c, dir.path(), why);
@@ -417,7 +477,15 @@ fn check(c: &HuntCase) -> Result<(), String> {
             ));
         }
     }
-    if c.plan_lists_everything || !c.plan_leaves_out.is_empty() {
+    if c.plan_all_supported {
+        if let Some(line) = stdout.lines().find(|l| l.contains("UNSUPPORTED")) {
+            return Err(format!("--plan has an unsupported entry: {line}\n{stdout}"));
+        }
+        if !stdout.lines().any(|l| l.contains("exhaustive depth")) {
+            return Err(format!("--plan lists no entry that runs:\n{stdout}"));
+        }
+    }
+    if c.plan_lists_everything || !c.plan_leaves_out.is_empty() || c.plan_all_supported {
         return Ok(());
     }
     let s = read_summary(dir.path())?;
@@ -534,6 +602,9 @@ fn check(c: &HuntCase) -> Result<(), String> {
                 None => return Err(format!("new group without its repro file: {:?}", g.files)),
             }
         }
+    }
+    if !c.new_group_files.is_empty() || !c.new_group_notes.is_empty() {
+        new_group_files(c, &s, dir.path())?;
     }
     let replayed = s
         .groups

@@ -42,6 +42,7 @@ mod hunt;
 mod llama;
 mod llama_build;
 mod llama_config;
+mod matrix;
 mod measure;
 mod ops;
 mod oracles;
@@ -109,6 +110,7 @@ fn main() {
     trials.extend(hunt::trials());
     trials.extend(llama::trials());
     trials.extend(llama_config::trials());
+    trials.extend(matrix::trials());
     trials.extend(resume::trials());
     let run = |f: fn() -> anyhow::Result<()>| {
         move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))

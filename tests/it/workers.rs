@@ -2,8 +2,8 @@
 //! against the interpreter kvaudit runs each worker with: `python3` for the reference worker,
 //! the environment kvaudit makes for mlx-lm (made here when it is not: `.ci/run` makes it
 //! first). A worker's own tests pin the protocol's edge cases that an audit does not reach
-//! (malformed requests, a hang, each fault's exact reply). Beside them, the mlx worker's hello
-//! against what the hunt's plan takes it to declare.
+//! (malformed requests, a hang, each fault's exact reply). Beside them, the mlx and reference
+//! workers' hellos against what the hunt's plans take them to declare.
 
 use libtest_mimic::Trial;
 
@@ -54,15 +54,18 @@ fn mlx() -> Result<(), String> {
     )
 }
 
-/// What the hunt's plan takes the mlx worker to observe and lack
-/// (`targets::mlx::declared_observations`, `LACKS`) is what its hello declares.
-fn mlx_declared(name: &str) -> Result<(), String> {
+/// What the hunt's plan takes the worker of target `name` to observe (`planned`) and lack
+/// (`lacks`) is what its hello declares: mlx-lm's (`targets::mlx::declared_observations`,
+/// `LACKS`), the reference worker's (`targets::python::REFERENCE_OBSERVES`, `REFERENCE_LACKS`).
+fn declared(
+    name: &str,
+    planned: kvaudit::base::cache::Observe,
+    lacks: &[kvaudit::base::op_kind::OpKind],
+) -> Result<(), String> {
     use kvaudit::base::op_kind::OpKind;
-    use kvaudit::targets::mlx::{declared_observations, LACKS};
     let spec = kvaudit::targets::registry::TargetSpec::new(name, &[]);
     let runner = spec.factory().map_err(|e| e.to_string())?().map_err(|e| e.to_string())?;
     let caps = runner.capabilities();
-    let planned = declared_observations(name).map_err(|e| e.to_string())?;
     let declared = (
         caps.before,
         caps.whole,
@@ -82,17 +85,26 @@ fn mlx_declared(name: &str) -> Result<(), String> {
             "{name}: the hello declares (before, whole, round_trip, logits, sizes) {declared:?}, the plan takes {taken:?}"
         ));
     }
-    let lacks: Vec<OpKind> = OpKind::ALL
+    let lacking: Vec<OpKind> = OpKind::ALL
         .iter()
         .copied()
         .filter(|k| !caps.has(*k))
         .collect();
-    if lacks != LACKS {
+    if lacking != lacks {
         return Err(format!(
-            "{name}: the hello lacks {lacks:?}, the plan leaves out {LACKS:?}"
+            "{name}: the hello lacks {lacking:?}, the plan leaves out {lacks:?}"
         ));
     }
     Ok(())
+}
+
+fn mlx_declared(name: &str) -> Result<(), String> {
+    use kvaudit::targets::mlx::{declared_observations, LACKS};
+    declared(
+        name,
+        declared_observations(name).map_err(|e| e.to_string())?,
+        &LACKS,
+    )
 }
 
 pub fn trials() -> Vec<Trial> {
@@ -108,6 +120,10 @@ pub fn trials() -> Vec<Trial> {
         }),
         Trial::test("workers::mlx_declared_observations_0.30.7", || {
             super::outcome(mlx_declared("mlx-lm@0.30.7"))
+        }),
+        Trial::test("workers::python_ref_declared_observations", || {
+            use kvaudit::targets::python::{REFERENCE, REFERENCE_LACKS, REFERENCE_OBSERVES};
+            super::outcome(declared(REFERENCE, REFERENCE_OBSERVES, &REFERENCE_LACKS))
         }),
     ]
 }

@@ -6,6 +6,11 @@
 //! than the native model, the differential against `native` (which models every memory type,
 //! `targets/native-kv/src/memory.rs`). The target's refusals are probed, not assumed: an entry
 //! whose setup it refuses stays in the plan as unsupported.
+//!
+//! A target that declares its own entries gets its own plan ([`engine_plan`]): mlx-lm its cache
+//! classes (`targets::mlx::HUNT_CONFIGURATIONS`), the reference worker the entries above its
+//! cache runs (`targets::python::REFERENCE_HUNT_ENTRIES`); each entry with the oracles whose
+//! observations the target declares, and without the op kinds it lacks.
 
 use std::time::Instant;
 
@@ -20,8 +25,8 @@ use crate::records::hunt::{Budget, EntryEstimate, FuzzShare, Pairing, PlanEntry,
 use crate::running::judge::Judge;
 use crate::running::runner::{reconfigured_factory, RunnerFactory};
 use crate::targets::mlx::{self, HuntConfiguration};
-use crate::targets::native;
 use crate::targets::registry::{TargetKind, TargetSpec};
+use crate::targets::{native, python};
 
 /// The configurations each memory type's base preset is paired with (`--vs-config`), beyond
 /// those every memory type gets ([`PAIRS_EVERYWHERE`]).
@@ -285,10 +290,10 @@ fn oracles_for(pairing: &Pairing, setup: &Setup) -> Registry {
     })
 }
 
-/// An engine's own plan, where its target declares one (keyed by [`TargetKind`]): its
-/// configurations and the observations its worker declares. `None`: the plan of llama.cpp's
-/// presets and memory types (llama.cpp, the native caches and `python-ref`, whose reference
-/// worker models llama.cpp's sequence algebra).
+/// A target's own plan, where it declares one (keyed by [`TargetKind`]): mlx-lm's
+/// configurations, the reference worker's entries, each with the observations its worker
+/// declares. `None`: the plan of llama.cpp's presets and memory types (llama.cpp and the
+/// native caches).
 fn engine_plan(target: &TargetSpec) -> Option<Vec<PlanEntry>> {
     match TargetKind::parse(&target.name).ok()? {
         TargetKind::Mlx => {
@@ -299,11 +304,61 @@ fn engine_plan(target: &TargetSpec) -> Option<Vec<PlanEntry>> {
                 &mlx::LACKS,
             ))
         }
-        TargetKind::Native
-        | TargetKind::NativeTensors
-        | TargetKind::Llama
-        | TargetKind::PythonRef => None,
+        TargetKind::PythonRef => Some(listed_plan(
+            &python::REFERENCE_HUNT_ENTRIES,
+            python::REFERENCE_OBSERVES,
+            &python::REFERENCE_LACKS,
+        )),
+        TargetKind::Native | TargetKind::NativeTensors | TargetKind::Llama => None,
     }
+}
+
+/// `d` without the ops of the kinds a target `lacks` (only shifts have an axis of their own to
+/// clear; every other kind a target has).
+fn without_lacking(mut d: Domain, lacks: &[OpKind]) -> Domain {
+    if lacks.contains(&OpKind::SeqAdd) {
+        d.deltas.clear();
+    }
+    if lacks.contains(&OpKind::SeqDiv) {
+        d.divisors.clear();
+    }
+    d
+}
+
+/// The presets and the caches users run into ([`user_caches`]): (id, domain, why).
+fn caches() -> Vec<(String, Domain, String)> {
+    PRESETS
+        .iter()
+        .zip(PRESET_SUMMARIES)
+        .map(|(name, summary)| {
+            debug_assert_eq!(*name, summary.0);
+            (
+                name.to_string(),
+                preset(name),
+                format!("preset: {}", summary.1),
+            )
+        })
+        .chain(user_caches())
+        .collect()
+}
+
+/// The plan of a target that runs the entries `ids` of [`caches`], each beside the native
+/// model (a model of the same cache), with the oracles that judge from what it observes
+/// (`gives`), without the op kinds it `lacks`.
+fn listed_plan(ids: &[&str], gives: Observe, lacks: &[OpKind]) -> Vec<PlanEntry> {
+    let caches = caches();
+    ids.iter()
+        .filter_map(|id| caches.iter().find(|(c, _, _)| c == id))
+        .map(|(id, domain, why)| {
+            plan_entry(
+                id.clone(),
+                without_lacking(domain.clone(), lacks),
+                why.clone(),
+                Pairing::Native,
+                |o| gives_all(gives, o),
+            )
+        })
+        .collect()
 }
 
 /// An entry judged by the oracles of [`oracles_for`] that the target can `judge`.
@@ -358,13 +413,7 @@ fn configured_plan(
     let mut out = Vec::new();
     for c in configurations {
         let from = |name: &str, id: &str| {
-            let mut d = configured(&preset(name), id, c.config);
-            if lacks.contains(&OpKind::SeqAdd) {
-                d.deltas.clear();
-            }
-            if lacks.contains(&OpKind::SeqDiv) {
-                d.divisors.clear();
-            }
+            let mut d = without_lacking(configured(&preset(name), id, c.config), lacks);
             if c.shared {
                 // Both sequences at the same offset, so that one token goes into both as one
                 // batch from the first op on.
@@ -412,10 +461,12 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
         return own;
     }
     // The native model beside any other target; a native target is the model itself.
-    let beside = if target.name == "native" {
-        Pairing::Alone
-    } else {
-        Pairing::Native
+    let beside = match target.kind() {
+        Ok(TargetKind::Native) => Pairing::Alone,
+        Ok(
+            TargetKind::NativeTensors | TargetKind::Llama | TargetKind::PythonRef | TargetKind::Mlx,
+        )
+        | Err(_) => Pairing::Native,
     };
     let entry = |id: String, domain: Domain, why: String, pairing: Pairing| {
         plan_entry(id, domain, why, pairing, |_| true)
@@ -429,18 +480,7 @@ pub fn plan(target: &TargetSpec) -> Vec<PlanEntry> {
         _ => beside.clone(),
     };
     let mut out = Vec::new();
-    for (name, summary) in PRESETS.iter().zip(PRESET_SUMMARIES) {
-        debug_assert_eq!(*name, summary.0);
-        let domain = preset(name);
-        let pairing = beside_for(&domain);
-        out.push(entry(
-            name.to_string(),
-            domain,
-            format!("preset: {}", summary.1),
-            pairing,
-        ));
-    }
-    for (id, d, why) in user_caches() {
+    for (id, d, why) in caches() {
         let pairing = beside_for(&d);
         out.push(entry(id, d, why, pairing));
     }
@@ -681,6 +721,34 @@ mod tests {
         let old = plan(&TargetSpec::new("mlx-lm@0.30.7", &[]));
         assert_eq!(old.len(), p.len());
         assert!(old.iter().all(|e| !e.oracles.contains(&find("round-trip"))));
+    }
+
+    #[test]
+    fn the_reference_worker_runs_its_listed_entries_beside_the_native_model() {
+        let p = plan(&TargetSpec::new(python::REFERENCE, &[]));
+        let ids: Vec<&str> = p.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            python::REFERENCE_HUNT_ENTRIES,
+            "every listed entry is planned"
+        );
+        let find = |name: &str| Registry::builtin().find(name).expect("registered").id();
+        for e in &p {
+            assert_eq!(e.pairing, Pairing::Native, "{}", e.id);
+            assert!(e.domain.divisors.is_empty(), "{}: seq_div is lacking", e.id);
+            for o in registry(e).iter() {
+                assert!(
+                    gives_all(python::REFERENCE_OBSERVES, o),
+                    "{}: {}",
+                    e.id,
+                    o.id()
+                );
+            }
+            for judged in ["I1", "crash", "round-trip", "differential"] {
+                assert!(e.oracles.contains(&find(judged)), "{}: {judged}", e.id);
+            }
+            assert!(!e.oracles.contains(&find("cache-invisible")), "{}", e.id);
+        }
     }
 
     #[test]

@@ -81,7 +81,7 @@ fn run_on(repro: &Repro, entry: &TargetExpectation) -> Result<(RunJudgement, u64
 }
 
 /// The second side of a replay.
-enum Second<'a> {
+pub enum Second<'a> {
     /// One target alone.
     None,
     /// Another target (`vs`).
@@ -111,15 +111,14 @@ fn run_specs(repro: &Repro, a: &TargetSpec, b: Second<'_>) -> Result<(RunJudgeme
     Ok((j, judge.executions()))
 }
 
-/// Runs the repro's trace on `target` (and `vs`, for a pair oracle), observing what the specs
-/// say, and judges every step, with no expectation to compare: what a version matrix or a
-/// bisection classifies. `Err`: the target could not be built or driven.
+/// Runs the repro's trace on `target` (and the `second` side, for a pair oracle), observing
+/// what the specs say, and judges every step, with no expectation to compare: what a version
+/// matrix or a bisection classifies. `Err`: the target could not be built or driven.
 pub fn judge_on(
     repro: &Repro,
     target: &TargetSpec,
-    vs: Option<&TargetSpec>,
+    second: Second<'_>,
 ) -> Result<RunJudgement, Error> {
-    let second = vs.map_or(Second::None, Second::Target);
     run_specs(repro, target, second)
         .map(|(j, _)| j)
         .map_err(Error::harness)

@@ -1,5 +1,7 @@
-//! The version matrix: every finding (repro file) on every version, with the first version where
-//! each fails and the first where it is fixed, rendered for the terminal, Markdown and JSON.
+//! The version matrix: every finding (repro file) on every version of one or more engines,
+//! with the first version where each fails and the first where it is fixed, rendered for the
+//! terminal, Markdown and JSON. A file runs on its own engine's versions only: its cells on
+//! another engine's are not applicable (`-`), and a version no file applies to is not built.
 //!
 //! Versions run one after another, oldest first: a build uses both cores of the machines this
 //! runs on, and one version's build, then its replays, keeps one worker alive at a time.
@@ -8,10 +10,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{build, outcome_on, Outcome};
+use super::{not_applicable, outcome_on, prepare, Outcome};
 use crate::outputs::repro::Repro;
 use crate::records::report::terminal_text;
-use crate::targets::llama::pins::Pin;
+use crate::targets::registry::TargetKind;
 
 /// One finding's row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,33 +61,38 @@ pub fn first_failing_and_fixed(
     )
 }
 
-/// Runs every repro on every pin, oldest pin first, building what the cache lacks where
-/// `skip` says nothing; a pin that `skip` names a reason for is not run, and its column says
-/// why (unavailable), so a table over some of the versions still shows the versions it left out.
-/// `progress` hears each cell as it is known.
+/// Runs every repro on every version (`versions`: target names, each engine's oldest first),
+/// making each ready first (a pin built, an environment made) where `skip` says nothing and a
+/// file applies to it; a version that `skip` names a reason for is not run, and its column says
+/// why (unavailable), so a table over some of the versions still shows the versions it left
+/// out. `progress` hears each cell as it is known.
 pub fn run_matrix(
     repros: &[(PathBuf, Repro)],
-    pins: &[Pin],
-    skip: &dyn Fn(&Pin) -> Option<String>,
-    progress: &mut dyn FnMut(usize, &Pin, &std::path::Path, &Outcome),
+    versions: &[String],
+    skip: &dyn Fn(&str) -> Option<String>,
+    progress: &mut dyn FnMut(usize, &str, &std::path::Path, &Outcome),
 ) -> Matrix {
-    let versions: Vec<String> = pins.iter().map(Pin::label).collect();
     let mut columns: Vec<Vec<Outcome>> = Vec::new();
-    for (i, pin) in pins.iter().enumerate() {
-        let built = match skip(pin) {
+    for (i, label) in versions.iter().enumerate() {
+        let applies = repros
+            .iter()
+            .any(|(_, r)| not_applicable(r, label).is_none());
+        let ready = match skip(label) {
             Some(reason) => Err(crate::base::error::Error::harness(reason)),
-            None => build(pin),
+            None if applies => prepare(label),
+            None => Ok(()),
         };
         let column = repros
             .iter()
             .map(|(path, repro)| {
-                let outcome = match &built {
-                    Ok(()) => outcome_on(repro, &pin.label()),
-                    Err(why) => Outcome::Unavailable {
+                let outcome = match (&ready, not_applicable(repro, label)) {
+                    (_, Some(reason)) => Outcome::NotApplicable { reason },
+                    (Ok(()), None) => outcome_on(repro, label),
+                    (Err(why), None) => Outcome::Unavailable {
                         reason: why.message.clone(),
                     },
                 };
-                progress(i, pin, path, &outcome);
+                progress(i, label, path, &outcome);
                 outcome
             })
             .collect();
@@ -96,7 +103,7 @@ pub fn run_matrix(
         .enumerate()
         .map(|(r, (path, repro))| {
             let outcomes: Vec<Outcome> = columns.iter().map(|c| c[r].clone()).collect();
-            let (first_failing, first_fixed) = first_failing_and_fixed(&versions, &outcomes);
+            let (first_failing, first_fixed) = first_failing_and_fixed(versions, &outcomes);
             MatrixRow {
                 file: path.clone(),
                 oracle: repro.oracle.to_string(),
@@ -107,7 +114,10 @@ pub fn run_matrix(
             }
         })
         .collect();
-    Matrix { versions, rows }
+    Matrix {
+        versions: versions.to_vec(),
+        rows,
+    }
 }
 
 impl MatrixRow {
@@ -120,15 +130,38 @@ impl MatrixRow {
     }
 }
 
-/// A version label without the target's name (`0.1.156`, `0.1.156+assert`).
-fn short(label: &str) -> &str {
-    crate::targets::registry::TargetKind::version_of(label).unwrap_or(label)
-}
-
 const LEGEND: &str =
-    ". holds, F fails, C crash, u unsupported, ? unavailable (not built or not driven)";
+    ". holds, F fails, C crash, u unsupported, ? unavailable (not built or not driven), \
+     - not applicable (a file of another engine)";
 
 impl Matrix {
+    /// The engines of its versions, each once, in order (`llama.cpp`, `mlx-lm`).
+    fn engines(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = Vec::new();
+        for v in &self.versions {
+            let name = TargetKind::of_label(v).map_or("?", |k| k.engine().name());
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
+    /// A row's first failing and first fixed version as tables name them (`-`: none).
+    fn bounds<'a>(&self, r: &'a MatrixRow) -> (&'a str, &'a str) {
+        let name = |v: &'a Option<String>| v.as_deref().map_or("-", |v| self.short(v));
+        (name(&r.first_failing), name(&r.first_fixed))
+    }
+
+    /// How tables name a version: without the target's name (`0.1.156`, `0.1.156+assert`)
+    /// when every version is one engine's, else its whole name.
+    fn short<'a>(&self, label: &'a str) -> &'a str {
+        match self.engines().len() {
+            0 | 1 => TargetKind::version_of(label).unwrap_or(label),
+            _ => label,
+        }
+    }
+
     /// The terminal table: one line per version, one column per finding (numbered), then each
     /// finding's first failing and first fixed version.
     pub fn terminal(&self) -> String {
@@ -136,7 +169,7 @@ impl Matrix {
         let width = self
             .versions
             .iter()
-            .map(|v| short(v).len())
+            .map(|v| self.short(v).len())
             .max()
             .unwrap_or(7);
         let header: String = (1..=self.rows.len()).map(|i| format!("{:>3}", i)).collect();
@@ -147,17 +180,16 @@ impl Matrix {
                 .iter()
                 .map(|r| format!("{:>3}", r.outcomes[c].mark()))
                 .collect();
-            out.push_str(&format!("{:width$} {cells}\n", short(v)));
+            out.push_str(&format!("{:width$} {cells}\n", self.short(v)));
         }
         out.push_str(&format!("({LEGEND})\n\n"));
         for (i, r) in self.rows.iter().enumerate() {
+            let (failing, fixed) = self.bounds(r);
             out.push_str(&format!(
-                "{:>3} {} ({}): first failing {}, first fixed {}\n",
+                "{:>3} {} ({}): first failing {failing}, first fixed {fixed}\n",
                 i + 1,
                 terminal_text(&r.name()),
                 r.oracle,
-                r.first_failing.as_deref().map(short).unwrap_or("-"),
-                r.first_fixed.as_deref().map(short).unwrap_or("-"),
             ));
         }
         out
@@ -166,28 +198,36 @@ impl Matrix {
     /// The Markdown report: the summary per finding, then the table (versions as rows).
     pub fn markdown(&self) -> String {
         use crate::records::report::{markdown_code, markdown_text};
-        let mut out = String::from("# Findings across llama.cpp versions\n\n");
+        let mut out = format!(
+            "# Findings across {} versions\n\n",
+            self.engines().join(" and ")
+        );
         out.push_str(&format!(
-            "{} finding(s) on {} version(s), `{}` to `{}`. Regenerate with `scripts/matrix.sh`.\n\n",
+            "{} finding(s) on {} version(s), `{}` to `{}`. Regenerated by its script, `scripts/matrix*.sh`.\n\n",
             self.rows.len(),
             self.versions.len(),
-            self.versions.first().map(|v| short(v)).unwrap_or("-"),
-            self.versions.last().map(|v| short(v)).unwrap_or("-"),
+            self.versions.first().map(|v| self.short(v)).unwrap_or("-"),
+            self.versions.last().map(|v| self.short(v)).unwrap_or("-"),
         ));
         let not_run: Vec<&str> = self
             .versions
             .iter()
             .enumerate()
             .filter(|(c, _)| {
-                self.rows
-                    .iter()
-                    .all(|r| matches!(r.outcomes[*c], Outcome::Unavailable { .. }))
+                let cells = || self.rows.iter().map(|r| &r.outcomes[*c]);
+                cells().any(|o| matches!(o, Outcome::Unavailable { .. }))
+                    && cells().all(|o| {
+                        matches!(
+                            o,
+                            Outcome::Unavailable { .. } | Outcome::NotApplicable { .. }
+                        )
+                    })
             })
-            .map(|(_, v)| short(v))
+            .map(|(_, v)| self.short(v))
             .collect();
         if !self.rows.is_empty() && !not_run.is_empty() {
             out.push_str(&format!(
-                "{} version(s) were not run (`?` in every column: not built or not driven): {}. \
+                "{} version(s) were not run (`?` in every column a file applies to: not built or not driven): {}. \
                  A first failing or first fixed version is the first *run* version that fails or \
                  holds: the change lies between it and the version run before it.\n\n",
                 not_run.len(),
@@ -198,14 +238,13 @@ impl Matrix {
             "| # | finding | oracle | first failing | first fixed |\n|---:|---|---|---|---|\n",
         );
         for (i, r) in self.rows.iter().enumerate() {
+            let (failing, fixed) = self.bounds(r);
             out.push_str(&format!(
-                "| {} | {}: {} | {} | {} | {} |\n",
+                "| {} | {}: {} | {} | {failing} | {fixed} |\n",
                 i + 1,
                 markdown_code(&r.name()),
                 markdown_text(&r.repro),
                 markdown_text(&r.oracle),
-                r.first_failing.as_deref().map(short).unwrap_or("-"),
-                r.first_fixed.as_deref().map(short).unwrap_or("-"),
             ));
         }
         out.push_str(&format!("\n{LEGEND}.\n\n| version |"));
@@ -216,7 +255,7 @@ impl Matrix {
         out.push_str(&":-:|".repeat(self.rows.len()));
         out.push('\n');
         for (c, v) in self.versions.iter().enumerate() {
-            out.push_str(&format!("| {} |", short(v)));
+            out.push_str(&format!("| {} |", self.short(v)));
             for r in &self.rows {
                 out.push_str(&format!(" {} |", r.outcomes[c].mark()));
             }

@@ -1,12 +1,15 @@
-//! A finding across llama.cpp versions: what a repro file's trace does on one version
-//! ([`Outcome`]: holds, fails, crash, unsupported, or unavailable when the version cannot be
-//! built or driven), the table of every finding on every version (`matrix`), and the binary
-//! search for the version where a finding appears or disappears (`bisect`, with the exit-code
-//! contract of `git bisect run` for a source tree).
+//! A finding across an engine's versions (llama.cpp's pins, mlx-lm's versions): what a repro
+//! file's trace does on one version ([`Outcome`]: holds, fails, crash, unsupported, unavailable
+//! when the version cannot be built or driven, not applicable when the file is another
+//! engine's), the table of every finding on every version (`matrix`), and the binary search
+//! for the version where a finding appears or disappears (`bisect`, with the exit-code
+//! contract of `git bisect run` for a llama.cpp source tree).
 //!
-//! Each version is run through the replay's own path ([`crate::outputs::repro::judge_on`]: the
-//! target registry, a crash-isolated worker, every oracle on every step); this module only
-//! classifies the judgement, so a matrix cell and a replay never disagree on what happened.
+//! Versions are target names of any kind with versions, through the registry
+//! ([`TargetKind::version_of`], [`select_versions`]). Each is run through the replay's own path
+//! ([`crate::outputs::repro::judge_on`]: the target registry, a crash-isolated worker, every
+//! oracle on every step); this module only classifies the judgement, so a matrix cell and a
+//! replay never disagree on what happened.
 
 pub mod bisect;
 pub mod matrix;
@@ -16,10 +19,12 @@ use serde::{Deserialize, Serialize};
 use crate::base::cache::Observe;
 use crate::base::error::Error;
 use crate::oracles::{OracleId, Registry};
-use crate::outputs::repro::{judge_on, Repro};
+use crate::outputs::repro::{judge_on, Repro, Second};
+use crate::outputs::reproducer::engines_of;
 use crate::running::judge::RunJudgement;
 use crate::targets::llama::build::{ensure_built, BuildSpec};
-use crate::targets::llama::pins::Pin;
+use crate::targets::llama::pins::{select, version_key, Pin, Variant};
+use crate::targets::mlx::{MlxPin, PINS as MLX_PINS};
 use crate::targets::registry::{TargetKind, TargetSpec};
 
 /// What a finding's trace does on one version.
@@ -54,10 +59,17 @@ pub enum Outcome {
         /// Why.
         reason: String,
     },
+    /// The file is of another engine than the version (a llama.cpp repro file on an mlx-lm
+    /// version): not run, neither a failure nor a pass.
+    #[serde(rename = "not-applicable")]
+    NotApplicable {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Outcome {
-    /// A word for tables: `holds`, `FAILS`, `CRASH`, `unsupported`, `unavailable`.
+    /// A word for tables: `holds`, `FAILS`, `CRASH`, `unsupported`, `unavailable`, `n/a`.
     pub fn word(&self) -> &'static str {
         match self {
             Outcome::Holds => "holds",
@@ -65,11 +77,12 @@ impl Outcome {
             Outcome::Crash { .. } => "CRASH",
             Outcome::Unsupported { .. } => "unsupported",
             Outcome::Unavailable { .. } => "unavailable",
+            Outcome::NotApplicable { .. } => "n/a",
         }
     }
 
     /// One character for a dense table: `.` holds, `F` fails, `C` crash, `u` unsupported, `?`
-    /// unavailable.
+    /// unavailable, `-` not applicable.
     pub fn mark(&self) -> char {
         match self {
             Outcome::Holds => '.',
@@ -77,6 +90,7 @@ impl Outcome {
             Outcome::Crash { .. } => 'C',
             Outcome::Unsupported { .. } => 'u',
             Outcome::Unavailable { .. } => '?',
+            Outcome::NotApplicable { .. } => '-',
         }
     }
 
@@ -85,7 +99,9 @@ impl Outcome {
         match self {
             Outcome::Holds => Some(false),
             Outcome::Fails { .. } | Outcome::Crash { .. } => Some(true),
-            Outcome::Unsupported { .. } | Outcome::Unavailable { .. } => None,
+            Outcome::Unsupported { .. }
+            | Outcome::Unavailable { .. }
+            | Outcome::NotApplicable { .. } => None,
         }
     }
 
@@ -97,6 +113,7 @@ impl Outcome {
             Outcome::Crash { step, kind } => format!("crashes at step {step} ({kind})"),
             Outcome::Unsupported { reason } => format!("unsupported: {reason}"),
             Outcome::Unavailable { reason } => format!("unavailable: {reason}"),
+            Outcome::NotApplicable { reason } => format!("not applicable: {reason}"),
         }
     }
 }
@@ -127,14 +144,45 @@ pub fn classify(repro: &Repro, j: &RunJudgement) -> Outcome {
     }
 }
 
-/// The second target of a pair oracle's repro: the `vs` of the file's first llama.cpp
-/// expectation that has one.
-fn pair_target(repro: &Repro) -> Option<TargetSpec> {
+/// Why `repro` does not apply to the version `label`, if it does not: the file is of another
+/// engine (running a llama.cpp trace on mlx-lm says nothing of either).
+pub fn not_applicable(repro: &Repro, label: &str) -> Option<String> {
+    let engine = TargetKind::of_label(label)?.engine();
+    let engines = engines_of(repro);
+    (!engines.contains(&engine)).then(|| {
+        let names: Vec<&str> = engines.iter().map(|e| e.name()).collect();
+        format!(
+            "a repro file of {} (its targets), not of {}",
+            if names.is_empty() {
+                "no engine".to_string()
+            } else {
+                names.join(" and ")
+            },
+            engine.name()
+        )
+    })
+}
+
+/// The second side of a pair oracle's repro on a version of kind `kind`: the `vs` or the
+/// `vs_config` of the file's first expectation on a target of that kind that has one.
+fn pair_of(repro: &Repro, kind: Option<TargetKind>) -> Option<PairSide> {
     repro
         .targets
         .iter()
-        .find(|e| TargetKind::is_llama(&e.target) && e.vs.is_some())
-        .and_then(|e| e.specs().1)
+        .filter(|e| TargetKind::of_label(&e.target) == kind)
+        .find_map(|e| match (&e.vs_config, e.specs().1) {
+            (Some(config), _) => Some(PairSide::Config(config.clone())),
+            (None, Some(vs)) => Some(PairSide::Target(vs)),
+            (None, None) => None,
+        })
+}
+
+/// The second side a version runs a pair oracle's trace beside.
+enum PairSide {
+    /// Another target (`vs`).
+    Target(TargetSpec),
+    /// The version itself under another configuration (`vs_config`).
+    Config(String),
 }
 
 /// What a version is observed for on `repro`'s trace: what the file's oracle reads, no more.
@@ -153,14 +201,27 @@ fn observe_for(repro: &Repro) -> Observe {
         .unwrap_or(Observe::ALL_WITH_PROBE)
 }
 
-/// Runs `repro`'s trace on the target `label` (a pin, or `llama.cpp@src:PATH`), observing what
-/// the file's oracle reads, and classifies it. Building is the caller's (see [`build`]); a
-/// target that cannot be driven is [`Outcome::Unavailable`].
+/// Runs `repro`'s trace on the target `label` (a version of any engine, or
+/// `llama.cpp@src:PATH`), observing what the file's oracle reads, and classifies it; a file of
+/// another engine is not run ([`Outcome::NotApplicable`]). Building is the caller's (see
+/// [`prepare`]); a target that cannot be driven is [`Outcome::Unavailable`].
 pub fn outcome_on(repro: &Repro, label: &str) -> Outcome {
+    if let Some(reason) = not_applicable(repro, label) {
+        return Outcome::NotApplicable { reason };
+    }
     let observe = observe_for(repro);
     let target = TargetSpec::new(label, &[]).with_observe(observe);
-    let vs = pair_target(repro).map(|v| v.with_observe(observe));
-    match judge_on(repro, &target, vs.as_ref()) {
+    let pair = pair_of(repro, TargetKind::of_label(label));
+    let vs = match &pair {
+        Some(PairSide::Target(vs)) => Some(vs.clone().with_observe(observe)),
+        Some(PairSide::Config(_)) | None => None,
+    };
+    let second = match (&pair, &vs) {
+        (Some(PairSide::Config(config)), _) => Second::Config(config),
+        (_, Some(vs)) => Second::Target(vs),
+        _ => Second::None,
+    };
+    match judge_on(repro, &target, second) {
         Ok(j) => classify(repro, &j),
         Err(e) => Outcome::Unavailable { reason: e.message },
     }
@@ -171,6 +232,102 @@ pub fn build(pin: &Pin) -> Result<(), Error> {
     ensure_built(&BuildSpec::new(pin.clone()), true)
         .map(drop)
         .map_err(|e| Error::harness(format!("cannot build {pin}: {e:#}")))
+}
+
+/// Makes the version `label` ready to run, if the cache lacks it (progress on stderr): a
+/// llama.cpp pin built, an mlx-lm environment made. `Err` is why it cannot be.
+pub fn prepare(label: &str) -> Result<(), Error> {
+    match TargetKind::parse(label)? {
+        TargetKind::Llama => build(&Pin::parse(label).map_err(|e| Error::input(format!("{e:#}")))?),
+        TargetKind::Mlx => MlxPin::parse(label)?
+            .ensure_built()
+            .map(drop)
+            .map_err(|e| Error::harness(format!("cannot make {label}: {}", e.message))),
+        TargetKind::Native | TargetKind::NativeTensors | TargetKind::PythonRef => Ok(()),
+    }
+}
+
+/// Whether the version `label` is ready to run without building anything (`--built-only`).
+pub fn is_built(label: &str) -> Result<bool, Error> {
+    match TargetKind::parse(label)? {
+        TargetKind::Llama => {
+            let built = crate::targets::llama::build::cached_labels(None)
+                .map_err(|e| Error::harness(format!("{e:#}")))?;
+            Ok(built.contains_key(label))
+        }
+        TargetKind::Mlx => Ok(MlxPin::parse(label)?.built()?.is_some()),
+        TargetKind::Native | TargetKind::NativeTensors | TargetKind::PythonRef => Ok(true),
+    }
+}
+
+/// Every version of `kind`, oldest first, as target names: llama.cpp's pins (as `variant`),
+/// mlx-lm's versions; `Err` (bad input) for a kind without versions.
+pub fn versions_of(kind: TargetKind, variant: Variant) -> Result<Vec<String>, Error> {
+    match kind {
+        TargetKind::Llama => Ok(select("all", variant)
+            .map_err(|e| Error::input(format!("{e:#}")))?
+            .iter()
+            .map(Pin::label)
+            .collect()),
+        TargetKind::Mlx if variant != Variant::RELEASE => Err(Error::input(format!(
+            "mlx-lm has no {} builds: its versions are installed, not built",
+            variant.suffix()
+        ))),
+        TargetKind::Mlx => {
+            let mut pins: Vec<MlxPin> = MLX_PINS
+                .iter()
+                .map(|(v, m)| MlxPin {
+                    mlx_lm: v.to_string(),
+                    mlx: m.to_string(),
+                })
+                .collect();
+            pins.sort_by_key(|p| version_key(&p.mlx_lm));
+            Ok(pins.iter().map(MlxPin::label).collect())
+        }
+        TargetKind::Native | TargetKind::NativeTensors | TargetKind::PythonRef => {
+            Err(Error::input(format!("{} has no versions", kind.pattern())))
+        }
+    }
+}
+
+/// The versions a `--targets` argument names, as target names: llama.cpp's forms (`A..B`,
+/// `V1,V2,...`, `all`; a version bare or as `llama.cpp@V`) as [`select`] reads them, with
+/// `variant`; and, in the same list, versions of other engines by name (`mlx-lm@0.32.2`) or
+/// all of one engine's (`mlx-lm@all`). Each engine's versions oldest first, llama.cpp's first.
+pub fn select_versions(spec: &str, variant: Variant) -> Result<Vec<String>, Error> {
+    let mut llama: Vec<&str> = Vec::new();
+    let mut others: Vec<String> = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        match TargetKind::parse(item) {
+            Ok(TargetKind::Llama) | Err(_) => llama.push(item),
+            Ok(kind) => {
+                let known = versions_of(kind, variant)?;
+                if TargetKind::version_of(item) == Some("all") {
+                    others.extend(known);
+                } else if known.iter().any(|k| k == item) {
+                    others.push(item.to_string());
+                } else {
+                    return Err(Error::input(format!(
+                        "--targets {spec:?}: `{item}` is not a known version (known: {}, or all)",
+                        known.join(", ")
+                    )));
+                }
+            }
+        }
+    }
+    let mut out: Vec<String> = if llama.is_empty() {
+        Vec::new()
+    } else {
+        select(&llama.join(","), variant)
+            .map_err(|e| Error::input(format!("{e:#}")))?
+            .iter()
+            .map(Pin::label)
+            .collect()
+    };
+    others.sort_by_key(|l| version_key(TargetKind::version_of(l).unwrap_or(l)));
+    others.dedup();
+    out.extend(others);
+    Ok(out)
 }
 
 #[cfg(test)]
