@@ -351,6 +351,37 @@ mod tests {
     }
 
     #[test]
+    fn versions_are_target_names_and_a_file_runs_on_its_own_engines_only() {
+        let mlx = versions_of(TargetKind::Mlx, Variant::RELEASE).unwrap();
+        assert!(mlx.len() >= 3, "{mlx:?}");
+        let mut both = vec!["llama.cpp@0.1.160".to_string()];
+        both.extend(mlx.iter().cloned());
+        assert_eq!(
+            select_versions("0.1.160,mlx-lm@all", Variant::RELEASE).unwrap(),
+            both
+        );
+        // Named in any order, oldest first.
+        let (newest, oldest) = (&mlx[mlx.len() - 1], &mlx[0]);
+        assert_eq!(
+            select_versions(&format!("{newest},{oldest}"), Variant::RELEASE).unwrap(),
+            [oldest.clone(), newest.clone()]
+        );
+        for bad in ["mlx-lm@9.9.9", "native", "python-ref"] {
+            assert!(select_versions(bad, Variant::RELEASE).is_err(), "{bad}");
+        }
+        assert!(select_versions("mlx-lm@all", Variant::ASSERT).is_err());
+        let load = |name: &str| {
+            Repro::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name)).unwrap()
+        };
+        let llama = load("corpora/i1_seq_cp_twice_stale_max.json");
+        let on_mlx = load("corpora/i1_mlx_concatenate_trim_keeps_the_rows.json");
+        assert_eq!(not_applicable(&llama, "llama.cpp@0.1.161"), None);
+        assert_eq!(not_applicable(&on_mlx, newest), None);
+        assert!(not_applicable(&llama, newest).is_some());
+        assert!(not_applicable(&on_mlx, "llama.cpp@0.1.161").is_some());
+    }
+
+    #[test]
     fn a_judgement_is_classified_by_what_happened_first() {
         let repro = Repro::load(std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
