@@ -135,6 +135,10 @@ pub struct TargetExpectation {
     pub vs_config: Option<String>,
     /// What the trace does there.
     pub expect: Expect,
+    /// Where another oracle than the file's decides on this target: an older version that
+    /// crashes on the trace (a bug of its own) before the file's oracle can judge it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleId>,
     /// Where this target fails at another step than the file's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<usize>,
@@ -159,6 +163,7 @@ impl TargetExpectation {
             vs_faults: vs.map(|v| v.faults.clone()).unwrap_or_default(),
             vs_config: None,
             expect,
+            oracle: None,
             step: None,
             kind: None,
             seq: None,

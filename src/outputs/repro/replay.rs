@@ -147,8 +147,29 @@ pub fn check(repro: &Repro, entry: &TargetExpectation) -> EntryResult {
 
 /// Compares what the oracles said about the repro's trace with `entry`'s expectation.
 pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &RunJudgement) -> Status {
-    let oracle = repro.oracle;
+    let oracle = entry.oracle.unwrap_or(repro.oracle);
     let first = j.first(oracle);
+    // A crash ends the trace: the oracle judged nothing from the crashing step on, so neither
+    // "holds on every step" nor a later first failure can be confirmed.
+    if let Some(crash) = j
+        .first(OracleId::CRASH)
+        .filter(|_| oracle != OracleId::CRASH)
+    {
+        if !matches!(first, Some(v) if v.step < crash.step) {
+            return Status::Changed(format!(
+                "recorded: {oracle} {}; now the target crashes at step {} ({}): {oracle} \
+                 cannot be judged past step {} (record \"oracle\": \"crash\" for this target \
+                 if that is what it does)",
+                match entry.expect {
+                    Expect::Holds => "holds on every step".to_string(),
+                    Expect::Fails => format!("fails at step {}", entry.step.unwrap_or(repro.step)),
+                },
+                crash.step,
+                crash.violation.kind,
+                crash.step.saturating_sub(1)
+            ));
+        }
+    }
     if let Some((step, reason)) = &j.unsupported {
         if !matches!(first, Some(v) if v.step < *step) {
             return Status::Unavailable(format!(
@@ -159,8 +180,18 @@ pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &RunJudgem
     }
     let want_step = entry.step.unwrap_or(repro.step);
     let want_kind = entry.kind.as_deref().unwrap_or(&repro.kind);
-    let want_seq = entry.seq.or(repro.seq);
-    let want_observed = entry.observed.as_ref().unwrap_or(&repro.observed);
+    // An entry under another oracle than the file's says its own sequence and observation.
+    let overridden = entry.oracle.is_some();
+    let want_seq = if overridden {
+        entry.seq
+    } else {
+        entry.seq.or(repro.seq)
+    };
+    let want_observed = match &entry.observed {
+        Some(observed) => observed,
+        None if overridden => &Value::Null,
+        None => &repro.observed,
+    };
     let want = describe(want_step, want_kind, want_seq, want_observed);
     let n = repro.trace.ops.len();
     match (entry.expect, first) {
@@ -248,7 +279,21 @@ fn measure_setup(
     if let Status::Unavailable(why) = judge_expectation(repro, &entry, &j) {
         return Err(Error::harness(why));
     }
-    if let Some(v) = j.first(repro.oracle) {
+    // A crash before the file's oracle fails decides here (see judge_expectation).
+    let crash = j
+        .first(OracleId::CRASH)
+        .filter(|c| !matches!(j.first(repro.oracle), Some(v) if v.step < c.step));
+    if crash.is_some() && repro.oracle != OracleId::CRASH {
+        entry.oracle = Some(OracleId::CRASH);
+    }
+    if let (Some(v), Some(_)) = (crash, entry.oracle) {
+        // The crash's own step, kind and sequence; its message (a trace with this machine's
+        // paths) is not evidence (`observed_is_evidence`), so it is not recorded.
+        entry.expect = Expect::Fails;
+        entry.step = Some(v.step);
+        entry.kind = Some(v.violation.kind.clone());
+        entry.seq = v.violation.seq;
+    } else if let Some(v) = crash.or_else(|| j.first(repro.oracle)) {
         entry.expect = Expect::Fails;
         if v.step != repro.step {
             entry.step = Some(v.step);
@@ -382,9 +427,13 @@ pub fn replay(repro: &Repro, filter: &ReplayFilter) -> Vec<EntryResult> {
                 repro.oracle
             ),
             Expect::Fails => format!(
-                "no expectation recorded; {} fails first at step {}",
-                repro.oracle,
-                m.step.unwrap_or(repro.step)
+                "no expectation recorded; {} fails first at step {}{}",
+                m.oracle.unwrap_or(repro.oracle),
+                m.step.unwrap_or(repro.step),
+                match &m.kind {
+                    Some(kind) if m.oracle.is_some() => format!(" ({kind})"),
+                    _ => String::new(),
+                }
             ),
         }),
         Err(e) => Status::Unavailable(format!("not available: {e}")),
@@ -424,4 +473,94 @@ pub fn repro_files(path: &Path) -> Result<Vec<PathBuf>, Error> {
         .collect();
     v.sort();
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oracles::Violation;
+    use crate::running::judge::StepViolation;
+
+    fn violation(oracle: OracleId, step: usize, kind: &str) -> StepViolation {
+        StepViolation {
+            step,
+            violation: Violation {
+                oracle,
+                kind: kind.to_string(),
+                seq: None,
+                observed: Value::Null,
+                expected: Value::Null,
+            },
+            on_vs: false,
+        }
+    }
+
+    fn contract_file() -> Repro {
+        Repro::parse(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/corpora/contract_mlx_batch_rotating_seq_keep_drops_the_kept_positions.json"
+            ))
+            .unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_crash_before_the_oracle_judges_is_not_a_hold() {
+        let repro = contract_file();
+        let entry =
+            TargetExpectation::new(&TargetSpec::new("mlx-lm@0.30.7", &[]), None, Expect::Holds);
+        let crashed = RunJudgement {
+            violations: vec![violation(OracleId::CRASH, 2, "exception: ValueError")],
+            steps: 1,
+            ..RunJudgement::default()
+        };
+        assert!(matches!(
+            judge_expectation(&repro, &entry, &crashed),
+            Status::Changed(_)
+        ));
+        assert!(matches!(
+            judge_expectation(
+                &repro,
+                &entry,
+                &RunJudgement {
+                    steps: 2,
+                    ..RunJudgement::default()
+                }
+            ),
+            Status::Confirmed(_)
+        ));
+        // Recorded under the crash oracle, the same run is confirmed; a run that does not
+        // crash there is not.
+        let mut under_crash = entry.clone();
+        under_crash.expect = Expect::Fails;
+        under_crash.oracle = Some(OracleId::CRASH);
+        under_crash.kind = Some("exception: ValueError".to_string());
+        assert!(matches!(
+            judge_expectation(&repro, &under_crash, &crashed),
+            Status::Confirmed(_)
+        ));
+        let held = RunJudgement {
+            steps: 2,
+            ..RunJudgement::default()
+        };
+        assert!(matches!(
+            judge_expectation(&repro, &under_crash, &held),
+            Status::Fixed(_)
+        ));
+        // A failure of the file's oracle before the crash still decides.
+        let failed_first = RunJudgement {
+            violations: vec![
+                violation(repro.oracle, 1, "seq_keep: other sequence kept"),
+                violation(OracleId::CRASH, 2, "exception: ValueError"),
+            ],
+            steps: 1,
+            ..RunJudgement::default()
+        };
+        assert!(matches!(
+            judge_expectation(&repro, &entry, &failed_first),
+            Status::Regressed(_)
+        ));
+    }
 }
