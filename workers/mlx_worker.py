@@ -89,9 +89,20 @@ ARCHES = {"llama", "llama_hd64", "gemma2", "mamba", "jamba", "lfm2", "lfm2_swa",
 CACHE_TYPES = {"f16", "f32", "q8_0", "q4_0"}
 CACHE_KINDS = ("plain", "rotating", "chunked", "concatenate", "quantized")
 # engine keys: which cache kinds (or arch "gemma2") each one applies to
-ENGINE_KEYS = {"cache": None, "batch": None, "max_size": {"rotating"}, "keep": {"rotating", "gemma2"},
-               "chunk_size": {"chunked"}, "bits": {"quantized"}, "group_size": {"quantized"},
-               "window": {"gemma2"}}
+ENGINE_KEYS = {"cache": None, "batch": None, "model": None, "max_size": {"rotating"},
+               "keep": {"rotating", "gemma2"}, "chunk_size": {"chunked", "llama4"},
+               "bits": {"quantized"}, "group_size": {"quantized"}, "window": {"gemma2"}}
+MODEL_KINDS = ("llama", "llama4")
+# llama4's text model as the worker builds it (mlx_lm/models/llama4.py): 4 layers, so layers
+# 0-2 attend by chunks (ChunkedKVCache, `maybe_trim_front` before each forward) and layer 3 is
+# the global one (KVCache, no RoPE); one expert per MoE layer is never used: interleave step 5
+LLAMA4_LAYERS = 4
+LLAMA4_TEXT = dict(attention_bias=False, head_dim=16, hidden_size=64, interleave_moe_layer_step=5,
+                   intermediate_size=128, intermediate_size_mlp=128, max_position_embeddings=4096,
+                   model_type="llama4_text", num_attention_heads=4, num_experts_per_tok=1,
+                   num_hidden_layers=LLAMA4_LAYERS, num_key_value_heads=2, num_local_experts=1,
+                   rms_norm_eps=1e-5, rope_scaling=None, rope_theta=10000.0, use_qk_norm=False,
+                   vocab_size=VOCAB)
 
 
 def version_tuple(text):
@@ -273,25 +284,37 @@ class Config:
             if k not in ENGINE_KEYS:
                 raise Unsupported("engine key %r is unknown to the mlx-lm worker (known: %s)"
                                   % (k, ", ".join(sorted(ENGINE_KEYS))))
+        # engine model=llama4: mlx-lm's llama4 text model and its own make_cache (chunked layers
+        # beside a global one). kvaudit judges it by arch gemma2's shape, a full cache beside a
+        # windowed one: the chunked layers hold the last chunk_size positions (and the chunk
+        # a token attends lies inside them), the global layer every position.
+        self.llama4 = engine.get("model", "llama") == "llama4"
+        if engine.get("model", "llama") not in MODEL_KINDS:
+            raise Unsupported("engine model %r: one of %s" % (engine["model"],
+                                                             ", ".join(MODEL_KINDS)))
+        if self.llama4 and (arch != "gemma2" or "cache" in engine
+                           or engine.get("batch", "false") != "false"):
+            raise Unsupported("engine model=llama4 runs with arch gemma2 (a full cache beside "
+                              "windowed ones), its own caches and no batch")
         kind = engine.get("cache")
         if kind is not None and kind not in CACHE_KINDS:
             raise Unsupported("engine cache %r: one of %s" % (kind, ", ".join(CACHE_KINDS)))
         quant = {"q8_0": 8, "q4_0": 4}.get(self.cache_type)
         if quant is not None:
-            if kind not in (None, "quantized"):
+            if kind not in (None, "quantized") or self.llama4:
                 raise Unsupported("type %s with engine cache=%s: a quantized type is mlx-lm's "
                                   "QuantizedKVCache" % (self.cache_type, kind))
             kind = "quantized"
-        kind = kind or "plain"
-        if arch == "gemma2" and kind != "plain":
+        kind = kind or ("llama4" if self.llama4 else "plain")
+        if arch == "gemma2" and kind not in ("plain", "llama4"):
             raise Unsupported("arch gemma2 with cache %s: the windowed model takes "
                               "RotatingKVCache and KVCache layers only" % kind)
         self.kind = kind
-        owner = "gemma2" if arch == "gemma2" else kind
+        owner = "gemma2" if arch == "gemma2" and not self.llama4 else kind
         for k in sorted(engine):
             if ENGINE_KEYS[k] is not None and owner not in ENGINE_KEYS[k]:
                 raise Unsupported("engine key %r does not apply to %s" % (
-                    k, "arch gemma2" if arch == "gemma2" else "cache=" + kind))
+                    k, "arch gemma2" if owner == "gemma2" else "cache=" + kind))
 
         def num(key, default, lo, hi):
             text = engine.get(key)
@@ -308,12 +331,13 @@ class Config:
         self.batch = {"true": True, "false": False}.get(engine.get("batch", "false"))
         if self.batch is None:
             raise Unsupported("engine batch=%r: true or false" % engine["batch"])
-        self.window = num("window", 8, 1, 4096) if arch == "gemma2" else None
+        self.window = num("window", 8, 1, 4096) if owner == "gemma2" else None
         self.max_size = num("max_size", 8, 1, 4096) if kind == "rotating" else self.window
-        self.keep = num("keep", 0, 0, 4095) if (kind == "rotating" or arch == "gemma2") else 0
+        self.keep = num("keep", 0, 0, 4095) if kind == "rotating" or owner == "gemma2" else 0
         if self.max_size is not None and self.keep >= self.max_size:
             raise Unsupported("keep %d >= max_size %d" % (self.keep, self.max_size))
-        self.chunk_size = num("chunk_size", 4, 1, 1 << 20) if kind == "chunked" else None
+        self.chunk_size = (num("chunk_size", 4, 1, 1 << 20) if kind in ("chunked", "llama4")
+                           else None)
         self.bits = num("bits", quant or 8, 2, 8) if kind == "quantized" else None
         self.group_size = num("group_size", 32, 32, 128) if kind == "quantized" else None
         if quant is not None and self.bits != quant:
@@ -336,22 +360,35 @@ class Config:
         # (one per model layer: `fit` sets the count once the model is known)
         self.kinds = ["rotating", "plain"] if arch == "gemma2" else [kind, kind]
         self.kind = kind
-        self.windowed = arch == "gemma2"
-        self.base = 1 if arch == "gemma2" else 0   # the layer whose positions are `cells`
-        self.win = 0 if arch == "gemma2" else None  # the windowed layer (`second_cells`)
+        self.windowed = arch == "gemma2" and not self.llama4
+        # the layer whose positions are `cells`, the windowed one (`second_cells`): llama4's
+        # global layer is its last, layer 0 the first chunked one (whose offset and
+        # start_position the model's chunk mask reads)
+        self.base = (LLAMA4_LAYERS - 1 if self.llama4 else 1) if arch == "gemma2" else 0
+        self.win = 0 if arch == "gemma2" else None
         # kvaudit's GGUF model of the architecture, when the hello gave one (quantized: heads 64
         # wide, the llama_hd64 file); else the model built in code
-        gguf = MODEL_FILES.get("llama_hd64" if self.head_dim else arch) if not self.window else None
-        self.model_key = ("gguf", gguf) if gguf else (self.head_dim, self.window)
+        gguf = (MODEL_FILES.get("llama_hd64" if self.head_dim else arch)
+                if not self.window and not self.llama4 else None)
+        self.model_key = (("gguf", gguf) if gguf else ("llama4", self.chunk_size) if self.llama4
+                          else (self.head_dim, self.window))
+        self.cache_model = None  # llama4: the model whose make_cache makes the caches
 
-    def fit(self, n_layers):
+    def fit(self, model):
         """One cache per layer of the model the setup runs: a prompt cache has a cache for each
-        layer (make_prompt_cache), and a cache no layer writes would never be written."""
-        if not self.windowed:
-            self.kinds = [self.kind] * n_layers
+        layer (make_prompt_cache), and a cache no layer writes would never be written. llama4:
+        the model's own make_cache."""
+        if self.llama4:
+            self.cache_model = model
+            self.kinds = ["chunked" if type(c).__name__ == "ChunkedKVCache" else "plain"
+                          for c in model.make_cache()]
+        elif not self.windowed:
+            self.kinds = [self.kind] * len(model.layers)
 
     def make(self):
-        """A fresh per-sequence prompt cache."""
+        """A fresh per-sequence prompt cache (llama4: `make_prompt_cache`, the model's own)."""
+        if self.cache_model is not None:
+            return C.make_prompt_cache(self.cache_model)
         out = []
         for k in self.kinds:
             if k == "plain":
@@ -418,10 +455,28 @@ def gguf_model(path):
     return m
 
 
+def llama4_model(chunk_size):
+    """mlx-lm's llama4 (text) model, tiny, random weights from mx.random.seed(0), float32; the
+    arguments this mlx-lm's TextArgs knows (the same in 0.28.4-0.32.2)."""
+    from mlx_lm.models import llama4
+    import dataclasses
+    known = {f.name for f in dataclasses.fields(llama4.TextArgs)}
+    text = {k: v for k, v in dict(LLAMA4_TEXT, attention_chunk_size=chunk_size).items()
+            if k in known}
+    mx.random.seed(0)
+    m = llama4.Model(llama4.ModelArgs(model_type="llama4", text_config=text))
+    mx.eval(m.parameters())
+    if len(m.layers) != LLAMA4_LAYERS or not hasattr(m, "make_cache"):
+        raise RuntimeError("mlx-lm %s: llama4 is not 4 layers with make_cache" % Api.version)
+    return m
+
+
 def model_for(cfg):
     m = MODELS.get(cfg.model_key)
     if m is None and cfg.model_key[0] == "gguf":
         m = MODELS[cfg.model_key] = gguf_model(cfg.model_key[1])
+    if m is None and cfg.model_key[0] == "llama4":
+        m = MODELS[cfg.model_key] = llama4_model(cfg.model_key[1])
     if m is None:
         head_dim, window = cfg.model_key
         kw = {}
@@ -523,6 +578,9 @@ def accessors(c):
         return -1, -1
     if type(c).__name__ == "RotatingKVCache":
         return (0 if c.keep > 0 else off - cache_size(c)), off - 1
+    if type(c).__name__ == "ChunkedKVCache":
+        # the positions before start_position were trimmed off its front
+        return int(c.start_position), off - 1
     return 0, off - 1
 
 
@@ -555,8 +613,9 @@ def batch_merge(kind, caches):
 class Store:
     def __init__(self, cfg, faults):
         self.cfg, self.faults, self.model = cfg, faults, model_for(cfg)
-        cfg.fit(len(self.model.layers))
-        self.vocab = self.model.args.vocab_size
+        cfg.fit(self.model)
+        args = self.model.args
+        self.vocab = getattr(args, "text_config", args).vocab_size  # llama4: its text config
         self.caches = [cfg.make() for _ in range(cfg.n_seq_max)]
         self.toks = [[] for _ in range(cfg.n_seq_max)]  # the token at each position, as the ops asked
         self.live = None   # (seq ids, batch caches): the batch of the last multi-sequence decode
@@ -647,7 +706,7 @@ class Store:
     def seq_rm(self, seq, p0, p1):
         targets = list(range(self.cfg.n_seq_max)) if seq == -1 else [seq]
         lo, hi = max(p0, 0), (p1 if p1 >= 0 else I32_MAX + 1)
-        plan = []
+        plan, trimmed_all = [], True
         for s in targets:
             off = self.offset(s)
             if lo >= hi or lo >= off:
@@ -662,7 +721,10 @@ class Store:
             plan.append((s, off, trimmable))
         for s, off, trimmable in plan:
             if trimmable:
-                self.trim(s, off - lo)
+                # trim_prompt_cache "will trim the cache if possible ... and return the number
+                # of tokens that were trimmed": fewer than asked is a removal that did not
+                # happen (llama.h's false), whatever the layers did
+                trimmed_all &= self.trim(s, off - lo) == off - lo
             else:  # the whole sequence of a ring that cannot trim: a fresh cache
                 self.caches[s] = self.cfg.make()
             self.eval(self.caches[s])
@@ -671,7 +733,7 @@ class Store:
                 self.stale[s] = off - 1
             else:
                 self.stale.pop(s, None)
-        return True
+        return trimmed_all
 
     def seq_cp(self, src, dst, p0, p1):
         if src == dst:
