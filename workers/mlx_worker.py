@@ -6,16 +6,21 @@ docs/worker-protocol.md: `hello`, then `trial`s answered by one `step` per op an
 It imports the standard library, mlx and mlx_lm only, and runs on mlx-lm 0.32.x, 0.30.x and
 0.28.x (the API differences are feature-detected at import; see `Api`).
 
-The model: the hello's option `models` maps an architecture (`llama`, `llama_hd64`) to a GGUF
-file, kvaudit's tiny model of it (the very file its llama.cpp targets load), read with mx.load
-and renamed to mlx-lm's llama names (see `gguf_model`: dims, rms eps, RoPE base and vocabulary
-from the file's metadata; llama.cpp's llama rotates adjacent pairs, mlx's rope_traditional=True;
-tied embeddings when the file has no output.weight; the dtype as stored). A setup of arch llama
-with a quantized cache runs the `llama_hd64` file (mx.quantize needs heads 64 wide). Without a
-file for the setup's architecture (a worker started alone, arch gemma2): a tiny llama built in
-code (hidden 64, 2 layers, 4 heads, 2 KV heads, intermediate 128, vocabulary 97, rms_norm_eps
-1e-5), random weights from mx.random.seed(0), float32, sliding-window layers for gemma2. Each
-model is built once per distinct configuration and kept for the worker's life.
+The models (mlx_models.py, beside this file): the hello's option `models` maps an architecture
+(`llama`, `llama_hd64`) to a GGUF file, kvaudit's tiny model of it (the very file its llama.cpp
+targets load), read with mx.load and renamed to mlx-lm's llama names. A setup of arch llama with
+a quantized cache runs the `llama_hd64` file (mx.quantize needs heads 64 wide). Without a file
+for the setup's architecture (a worker started alone, arch gemma2): a tiny llama built in code,
+random weights from mx.random.seed(0), float32, sliding-window layers for gemma2. Each model is
+built once per distinct configuration and kept for the worker's life.
+
+engine model=llama4 (with arch gemma2): mlx-lm's own llama4 text model (mlx_lm/models/llama4.py,
+`llama4_model`), tiny and built in code (4 layers, random weights from mx.random.seed(0),
+float32, attention_chunk_size = engine chunk_size, 4 by default) with its own make_cache:
+ChunkedKVCache on layers 0-2, which the model front-trims (`maybe_trim_front`) before each
+forward, and a KVCache on the global layer 3. kvaudit judges it by arch gemma2's shape: `cells`
+are the global layer's, `second_cells` layer 0's, the accessors layer 0's (`start_position`,
+`offset - 1`: what the model's chunk mask reads).
 
 Mapping of kvaudit's ops onto mlx-lm (one kvaudit sequence = one prompt cache: a list of
 per-layer caches of batch 1):
@@ -29,7 +34,10 @@ per-layer caches of batch 1):
                              different offsets: unsupported (kvaudit puts the tokens at the same
                              positions in every sequence)
     seq_rm tail [p0, end)    trim_prompt_cache(cache, offset - p0) when can_trim_prompt_cache,
-                             else refused (a wrapped RotatingKVCache); p0 <= 0 on a cache that
+                             returning whether it returned that count ("return the number of
+                             tokens that were trimmed", its docstring: fewer is a removal that
+                             did not happen, llama.h's false), else refused (a wrapped
+                             RotatingKVCache); p0 <= 0 on a cache that
                              cannot trim: the sequence gets a fresh cache (make_prompt_cache);
                              a range inside the sequence: unsupported
     seq_cp whole → empty     copy.deepcopy of the source's cache (what mlx-lm's LRUPromptCache
@@ -67,7 +75,8 @@ import traceback
 import mlx.core as mx
 import mlx_lm
 from mlx_lm.models import cache as C
-from mlx_lm.models import llama
+
+from mlx_models import LLAMA4_LAYERS, MODEL_FILES, MODEL_KINDS, ROPE, model_for
 
 PROTOCOL = 1
 ENGINE = "mlx-lm"
@@ -80,8 +89,9 @@ F32_MAX = 3.4028234663852886e38
 SLOT_RE = re.compile(r"^[a-z0-9_]{1,16}$")
 I32_MIN, I32_MAX, U32_MAX = -(1 << 31), (1 << 31) - 1, (1 << 32) - 1
 STATE_SEQ_FLAGS_PARTIAL_ONLY = 1  # mlx-lm keeps no device-side state apart: ignored
+# faults of the worker's own mapping and reading; then MLX_FAULTS, which patch mlx-lm itself
 FAULTS = {"stale_offset", "trim_one_more", "load_drops_row", "probe_off",
-          "raise_in_trim", "abort_in_trim", "rope_halves"}
+          "raise_in_trim", "abort_in_trim", "rope_halves", "load_trims_first"}
 # the architectures a GGUF file may be given for (hello option `models`)
 GGUF_ARCHES = {"llama", "llama_hd64"}
 ARCHES = {"llama", "llama_hd64", "gemma2", "mamba", "jamba", "lfm2", "lfm2_swa", "minimax-m3",
@@ -89,9 +99,76 @@ ARCHES = {"llama", "llama_hd64", "gemma2", "mamba", "jamba", "lfm2", "lfm2_swa",
 CACHE_TYPES = {"f16", "f32", "q8_0", "q4_0"}
 CACHE_KINDS = ("plain", "rotating", "chunked", "concatenate", "quantized")
 # engine keys: which cache kinds (or arch "gemma2") each one applies to
-ENGINE_KEYS = {"cache": None, "batch": None, "max_size": {"rotating"}, "keep": {"rotating", "gemma2"},
-               "chunk_size": {"chunked"}, "bits": {"quantized"}, "group_size": {"quantized"},
-               "window": {"gemma2"}}
+ENGINE_KEYS = {"cache": None, "batch": None, "model": None, "max_size": {"rotating"},
+               "keep": {"rotating", "gemma2"}, "chunk_size": {"chunked", "llama4"},
+               "bits": {"quantized"}, "group_size": {"quantized"}, "window": {"gemma2"}}
+def _patch(cls, name, wrap):
+    """Replaces cls.name by wrap(the original)."""
+    setattr(cls, name, wrap(getattr(cls, name)))
+
+
+def _ring_two_short(update):
+    def update_and_fetch(self, keys, values):
+        self.max_size -= 2
+        try:
+            return update(self, keys, values)
+        finally:
+            self.max_size += 2
+    return update_and_fetch
+
+
+def _trim_returns_less(trim):
+    def trimmed(self, n):
+        m = trim(self, n)
+        return m - 1 if m > 0 else m
+    return trimmed
+
+
+def _trim_keeps_last(trim):
+    def trimmed(self, n):
+        trim(self, max(n - 1, 0))
+        return n
+    return trimmed
+
+
+def _extract_drops_last(extract):
+    def extracted(self, idx):
+        c = extract(self, idx)
+        if c.offset > 0:
+            c.trim(1)
+        return c
+    return extracted
+
+
+def _front_trims_two_more(maybe_trim_front):
+    def front_trimmed(self):
+        start = self.start_position
+        maybe_trim_front(self)
+        if self.start_position != start and self.offset - self.start_position > 2:
+            self.start_position += 2
+            self.keys, self.values = self.keys[..., 2:, :], self.values[..., 2:, :]
+    return front_trimmed
+
+
+# Faults that perturb mlx-lm itself, for positive controls that fire through the real engine:
+# each patches one method of mlx-lm's cache classes in this worker's process at hello.
+#   ring_two_short        RotatingKVCache updates as if max_size were 2 smaller: the ring evicts
+#                         two positions early (I2 on a ring with keep, swa-window on gemma2)
+#   trim_returns_less     KVCache.trim trims n, returns n - 1 (contract?: a seq_rm that reports
+#                         failure changed the cache)
+#   trim_keeps_last       KVCache.trim trims n - 1, returns n (differential against llama.cpp)
+#   extract_drops_last    BatchKVCache.extract returns the row one token short
+#                         (config-differential: batch=true against batch=false)
+#   front_trims_two_more  ChunkedKVCache.maybe_trim_front drops two more valid rows than its
+#                         chunk leaves (cache-invisible on llama4)
+MLX_FAULTS = {
+    "ring_two_short": (C.RotatingKVCache, "update_and_fetch", _ring_two_short),
+    "trim_returns_less": (C.KVCache, "trim", _trim_returns_less),
+    "trim_keeps_last": (C.KVCache, "trim", _trim_keeps_last),
+    "extract_drops_last": (getattr(C, "BatchKVCache", None), "extract", _extract_drops_last),
+    "front_trims_two_more": (C.ChunkedKVCache, "maybe_trim_front", _front_trims_two_more),
+}
+FAULTS |= set(MLX_FAULTS)
 
 
 def version_tuple(text):
@@ -273,25 +350,37 @@ class Config:
             if k not in ENGINE_KEYS:
                 raise Unsupported("engine key %r is unknown to the mlx-lm worker (known: %s)"
                                   % (k, ", ".join(sorted(ENGINE_KEYS))))
+        # engine model=llama4: mlx-lm's llama4 text model and its own make_cache (chunked layers
+        # beside a global one). kvaudit judges it by arch gemma2's shape, a full cache beside a
+        # windowed one: the chunked layers hold the last chunk_size positions (and the chunk
+        # a token attends lies inside them), the global layer every position.
+        self.llama4 = engine.get("model", "llama") == "llama4"
+        if engine.get("model", "llama") not in MODEL_KINDS:
+            raise Unsupported("engine model %r: one of %s" % (engine["model"],
+                                                             ", ".join(MODEL_KINDS)))
+        if self.llama4 and (arch != "gemma2" or "cache" in engine
+                           or engine.get("batch", "false") != "false"):
+            raise Unsupported("engine model=llama4 runs with arch gemma2 (a full cache beside "
+                              "windowed ones), its own caches and no batch")
         kind = engine.get("cache")
         if kind is not None and kind not in CACHE_KINDS:
             raise Unsupported("engine cache %r: one of %s" % (kind, ", ".join(CACHE_KINDS)))
         quant = {"q8_0": 8, "q4_0": 4}.get(self.cache_type)
         if quant is not None:
-            if kind not in (None, "quantized"):
+            if kind not in (None, "quantized") or self.llama4:
                 raise Unsupported("type %s with engine cache=%s: a quantized type is mlx-lm's "
                                   "QuantizedKVCache" % (self.cache_type, kind))
             kind = "quantized"
-        kind = kind or "plain"
-        if arch == "gemma2" and kind != "plain":
+        kind = kind or ("llama4" if self.llama4 else "plain")
+        if arch == "gemma2" and kind not in ("plain", "llama4"):
             raise Unsupported("arch gemma2 with cache %s: the windowed model takes "
                               "RotatingKVCache and KVCache layers only" % kind)
         self.kind = kind
-        owner = "gemma2" if arch == "gemma2" else kind
+        owner = "gemma2" if arch == "gemma2" and not self.llama4 else kind
         for k in sorted(engine):
             if ENGINE_KEYS[k] is not None and owner not in ENGINE_KEYS[k]:
                 raise Unsupported("engine key %r does not apply to %s" % (
-                    k, "arch gemma2" if arch == "gemma2" else "cache=" + kind))
+                    k, "arch gemma2" if owner == "gemma2" else "cache=" + kind))
 
         def num(key, default, lo, hi):
             text = engine.get(key)
@@ -308,12 +397,13 @@ class Config:
         self.batch = {"true": True, "false": False}.get(engine.get("batch", "false"))
         if self.batch is None:
             raise Unsupported("engine batch=%r: true or false" % engine["batch"])
-        self.window = num("window", 8, 1, 4096) if arch == "gemma2" else None
+        self.window = num("window", 8, 1, 4096) if owner == "gemma2" else None
         self.max_size = num("max_size", 8, 1, 4096) if kind == "rotating" else self.window
-        self.keep = num("keep", 0, 0, 4095) if (kind == "rotating" or arch == "gemma2") else 0
+        self.keep = num("keep", 0, 0, 4095) if kind == "rotating" or owner == "gemma2" else 0
         if self.max_size is not None and self.keep >= self.max_size:
             raise Unsupported("keep %d >= max_size %d" % (self.keep, self.max_size))
-        self.chunk_size = num("chunk_size", 4, 1, 1 << 20) if kind == "chunked" else None
+        self.chunk_size = (num("chunk_size", 4, 1, 1 << 20) if kind in ("chunked", "llama4")
+                           else None)
         self.bits = num("bits", quant or 8, 2, 8) if kind == "quantized" else None
         self.group_size = num("group_size", 32, 32, 128) if kind == "quantized" else None
         if quant is not None and self.bits != quant:
@@ -336,22 +426,35 @@ class Config:
         # (one per model layer: `fit` sets the count once the model is known)
         self.kinds = ["rotating", "plain"] if arch == "gemma2" else [kind, kind]
         self.kind = kind
-        self.windowed = arch == "gemma2"
-        self.base = 1 if arch == "gemma2" else 0   # the layer whose positions are `cells`
-        self.win = 0 if arch == "gemma2" else None  # the windowed layer (`second_cells`)
+        self.windowed = arch == "gemma2" and not self.llama4
+        # the layer whose positions are `cells`, the windowed one (`second_cells`): llama4's
+        # global layer is its last, layer 0 the first chunked one (whose offset and
+        # start_position the model's chunk mask reads)
+        self.base = (LLAMA4_LAYERS - 1 if self.llama4 else 1) if arch == "gemma2" else 0
+        self.win = 0 if arch == "gemma2" else None
         # kvaudit's GGUF model of the architecture, when the hello gave one (quantized: heads 64
         # wide, the llama_hd64 file); else the model built in code
-        gguf = MODEL_FILES.get("llama_hd64" if self.head_dim else arch) if not self.window else None
-        self.model_key = ("gguf", gguf) if gguf else (self.head_dim, self.window)
+        gguf = (MODEL_FILES.get("llama_hd64" if self.head_dim else arch)
+                if not self.window and not self.llama4 else None)
+        self.model_key = (("gguf", gguf) if gguf else ("llama4", self.chunk_size) if self.llama4
+                          else (self.head_dim, self.window))
+        self.cache_model = None  # llama4: the model whose make_cache makes the caches
 
-    def fit(self, n_layers):
+    def fit(self, model):
         """One cache per layer of the model the setup runs: a prompt cache has a cache for each
-        layer (make_prompt_cache), and a cache no layer writes would never be written."""
-        if not self.windowed:
-            self.kinds = [self.kind] * n_layers
+        layer (make_prompt_cache), and a cache no layer writes would never be written. llama4:
+        the model's own make_cache."""
+        if self.llama4:
+            self.cache_model = model
+            self.kinds = ["chunked" if type(c).__name__ == "ChunkedKVCache" else "plain"
+                          for c in model.make_cache()]
+        elif not self.windowed:
+            self.kinds = [self.kind] * len(model.layers)
 
     def make(self):
-        """A fresh per-sequence prompt cache."""
+        """A fresh per-sequence prompt cache (llama4: `make_prompt_cache`, the model's own)."""
+        if self.cache_model is not None:
+            return C.make_prompt_cache(self.cache_model)
         out = []
         for k in self.kinds:
             if k == "plain":
@@ -365,78 +468,6 @@ class Config:
             else:
                 out.append(C.QuantizedKVCache(group_size=self.group_size, bits=self.bits))
         return out
-
-
-MODELS = {}
-MODEL_FILES = {}  # architecture -> GGUF path (hello option `models`)
-ROPE_TRADITIONAL = True  # llama.cpp's llama rotates adjacent pairs; fault rope_halves: False
-
-# kvaudit's GGUF tensor names (src/model/tiny/mod.rs) -> mlx-lm's llama names
-GGUF_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-GGUF_BLOCK_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-                    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-                    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-                    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
-                    "ffn_norm": "post_attention_layernorm"}
-
-
-def mlx_name(gguf_name):
-    """mlx-lm's llama name of a GGUF tensor (`blk.0.attn_q.weight` -> 
-    `model.layers.0.self_attn.q_proj.weight`)."""
-    parts = gguf_name.split(".")
-    if len(parts) == 2 and parts[0] in GGUF_NAMES:
-        return GGUF_NAMES[parts[0]] + "." + parts[1]
-    if len(parts) == 4 and parts[0] == "blk" and parts[2] in GGUF_BLOCK_NAMES:
-        return "model.layers.%s.%s.%s" % (parts[1], GGUF_BLOCK_NAMES[parts[2]], parts[3])
-    raise ValueError("GGUF tensor %r has no mlx-lm llama name" % gguf_name)
-
-
-def gguf_model(path):
-    """mlx-lm's llama with the weights and hyper-parameters of kvaudit's GGUF file `path`
-    (GGUF stores a matrix as [in, out] with the first dimension fastest, which mx.load gives as
-    [out, in]: nn.Linear's layout, so no transpose)."""
-    arrays, meta = mx.load(path, return_metadata=True)
-    if meta.get("general.architecture") != "llama":
-        raise ValueError("%s: architecture %r, not llama" % (path, meta.get("general.architecture")))
-
-    def num(key):
-        return meta["llama." + key].item()
-
-    args = llama.ModelArgs(
-        model_type="llama", hidden_size=int(num("embedding_length")),
-        num_hidden_layers=int(num("block_count")),
-        intermediate_size=int(num("feed_forward_length")),
-        num_attention_heads=int(num("attention.head_count")),
-        num_key_value_heads=int(num("attention.head_count_kv")),
-        rms_norm_eps=float(num("attention.layer_norm_rms_epsilon")),
-        vocab_size=int(num("vocab_size")), rope_theta=float(num("rope.freq_base")),
-        rope_traditional=ROPE_TRADITIONAL, max_position_embeddings=int(num("context_length")),
-        tie_word_embeddings="output.weight" not in arrays)
-    m = llama.Model(args)
-    m.load_weights([(mlx_name(k), v) for k, v in arrays.items()], strict=True)
-    mx.eval(m.parameters())
-    return m
-
-
-def model_for(cfg):
-    m = MODELS.get(cfg.model_key)
-    if m is None and cfg.model_key[0] == "gguf":
-        m = MODELS[cfg.model_key] = gguf_model(cfg.model_key[1])
-    if m is None:
-        head_dim, window = cfg.model_key
-        kw = {}
-        if window:
-            kw.update(layer_types=["sliding_attention", "full_attention"], sliding_window=window)
-        if head_dim:
-            kw["head_dim"] = head_dim
-        args = llama.ModelArgs(model_type="llama", hidden_size=64, num_hidden_layers=2,
-                               intermediate_size=128, num_attention_heads=4,
-                               num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=VOCAB, **kw)
-        mx.random.seed(0)
-        m = llama.Model(args)
-        mx.eval(m.parameters())
-        MODELS[cfg.model_key] = m
-    return m
 
 
 # -- reading a cache: positions from its state, bounds from its accessors -------------------------
@@ -523,6 +554,9 @@ def accessors(c):
         return -1, -1
     if type(c).__name__ == "RotatingKVCache":
         return (0 if c.keep > 0 else off - cache_size(c)), off - 1
+    if type(c).__name__ == "ChunkedKVCache":
+        # the positions before start_position were trimmed off its front
+        return int(c.start_position), off - 1
     return 0, off - 1
 
 
@@ -555,8 +589,9 @@ def batch_merge(kind, caches):
 class Store:
     def __init__(self, cfg, faults):
         self.cfg, self.faults, self.model = cfg, faults, model_for(cfg)
-        cfg.fit(len(self.model.layers))
-        self.vocab = self.model.args.vocab_size
+        cfg.fit(self.model)
+        args = self.model.args
+        self.vocab = getattr(args, "text_config", args).vocab_size  # llama4: its text config
         self.caches = [cfg.make() for _ in range(cfg.n_seq_max)]
         self.toks = [[] for _ in range(cfg.n_seq_max)]  # the token at each position, as the ops asked
         self.live = None   # (seq ids, batch caches): the batch of the last multi-sequence decode
@@ -633,7 +668,8 @@ class Store:
         return 0
 
     def trim(self, s, n):
-        """trim_prompt_cache of one sequence (the faults hook in here)."""
+        """trim_prompt_cache of one sequence (the faults hook in here): whether it trimmed the
+        count it was asked for."""
         if "raise_in_trim" in self.faults:
             raise RuntimeError("injected fault raise_in_trim: trim raised")
         if "abort_in_trim" in self.faults:
@@ -642,12 +678,12 @@ class Store:
             os.abort()
         if "trim_one_more" in self.faults:
             n += 1
-        return C.trim_prompt_cache(self.caches[s], n)
+        return C.trim_prompt_cache(self.caches[s], n) == n
 
     def seq_rm(self, seq, p0, p1):
         targets = list(range(self.cfg.n_seq_max)) if seq == -1 else [seq]
         lo, hi = max(p0, 0), (p1 if p1 >= 0 else I32_MAX + 1)
-        plan = []
+        plan, trimmed_all = [], True
         for s in targets:
             off = self.offset(s)
             if lo >= hi or lo >= off:
@@ -662,7 +698,10 @@ class Store:
             plan.append((s, off, trimmable))
         for s, off, trimmable in plan:
             if trimmable:
-                self.trim(s, off - lo)
+                # trim_prompt_cache "will trim the cache if possible ... and return the number
+                # of tokens that were trimmed": fewer than asked is a removal that did not
+                # happen (llama.h's false), whatever the layers did
+                trimmed_all &= self.trim(s, off - lo)
             else:  # the whole sequence of a ring that cannot trim: a fresh cache
                 self.caches[s] = self.cfg.make()
             self.eval(self.caches[s])
@@ -671,7 +710,7 @@ class Store:
                 self.stale[s] = off - 1
             else:
                 self.stale.pop(s, None)
-        return True
+        return trimmed_all
 
     def seq_cp(self, src, dst, p0, p1):
         if src == dst:
@@ -883,6 +922,14 @@ class Store:
                 raise Refused("slot '%s' holds nothing: no save into it in this trial" % op["slot"])
             raw = self.slots[op["slot"]]
             data = damaged(raw, op.get("truncate"), op.get("flip"))
+            if "load_trims_first" in self.faults:
+                # the destination's last token trimmed before the bytes are read, so a failed
+                # load leaves it neither as it was nor empty (load_prompt_cache itself returns
+                # new caches and cannot change a destination: a fault of the worker's mapping)
+                for s in (range(self.cfg.n_seq_max) if kind == "state_load" else [seq]):
+                    if self.offset(s) > 0 and C.can_trim_prompt_cache(self.caches[s]):
+                        C.trim_prompt_cache(self.caches[s], 1)
+                        self.toks[s] = self.toks[s][:-1]
             try:
                 if kind == "state_load":
                     done["returned"] = self.load_whole(data, intact=data == raw)
@@ -1000,10 +1047,14 @@ class Worker:
                 for a, f in models.items()):
             raise Malformed("option models: an object of %s to GGUF files, got %s"
                             % (" or ".join(sorted(GGUF_ARCHES)), json.dumps(models)))
-        global ROPE_TRADITIONAL
         MODEL_FILES.clear()
         MODEL_FILES.update(models)
-        ROPE_TRADITIONAL = "rope_halves" not in faults
+        ROPE["traditional"] = "rope_halves" not in faults
+        for f in sorted(set(faults) & set(MLX_FAULTS)):
+            cls, name, wrap = MLX_FAULTS[f]
+            if cls is None:
+                raise Malformed("fault %s: mlx-lm %s has no batch caches" % (f, Api.version))
+            _patch(cls, name, wrap)
         self.faults = frozenset(faults)
         self.send({"hello": {"protocol": PROTOCOL, "engine": ENGINE,
                              "version": "%s (mlx %s)" % (Api.version, Api.mlx_version),

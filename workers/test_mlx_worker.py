@@ -292,6 +292,39 @@ class MlxWorkerTest(unittest.TestCase):
         self.assertEqual((o["pos_min"], o["pos_max"]), (7, 12))
         self.assertLess(steps[-1]["logits_probe"][0]["max_abs_diff"], 2e-6)
 
+    def test_llama4_runs_its_own_chunked_and_global_caches(self):
+        # mlx-lm's llama4: ChunkedKVCache(4) on layers 0-2 (front trimmed before each forward),
+        # KVCache on layer 3; cells are the global layer's, second_cells layer 0's
+        s = setup(7, arch="gemma2", engine={"model": "llama4", "chunk_size": "4"})
+        steps, end = self.run_trial([decode(0, 1), rm(0, 2)], setup=s, seqs=(0,), observe=LOGITS)
+        self.assertEqual(end, COMPLETED)
+        slid, trimmed = by_seq(steps[0])[0], by_seq(steps[1])[0]
+        self.assertEqual(slid["cells"], list(range(8)))
+        version = tuple(int(x) for x in self.shared.hello["hello"]["version"].split()[0].split("."))
+        if version >= (0, 32):
+            # #1673 fixed: the front trim keeps the last 4 valid positions
+            self.assertEqual(slid["second_cells"], [3, 4, 5, 6, 7])
+            self.assertEqual((slid["pos_min"], slid["pos_max"]), (3, 7))
+            # #1494 A/C: trim 6 trims 5 on the chunked layers (layer 0's count is returned),
+            # 6 on the global one: the worker's seq_rm returns false, the layers disagree
+            self.assertEqual(steps[1]["outcome"], {"outcome": "done", "returned": False})
+            self.assertEqual((trimmed["cells"], trimmed["second_cells"]), ([0, 1], []))
+            self.assertEqual(trimmed["pos_max"], 2)
+            self.assertGreater(steps[1]["logits_probe"][0]["max_abs_diff"], 0.1)
+        else:
+            # #1673: the front trim by the 256-row buffer's width: start_position 252
+            self.assertEqual(slid["second_cells"], [252, 253, 254, 255])
+            self.assertEqual(slid["pos_min"], 252)
+        steps, end = self.run_trial([rm(0, 3)], setup=s, seqs=(0,), observe=LOGITS)
+        self.assertEqual(steps[0]["outcome"], {"outcome": "done", "returned": True})
+        self.assertEqual(by_seq(steps[0])[0]["second_cells"], [0, 1, 2])
+        self.assertEqual(steps[0]["logits_probe"][0]["max_abs_diff"], 0.0)
+        for bad in ({"model": "llama4"}, {"model": "llama4", "cache": "plain"}):
+            _, end = self.shared.trial([decode(0, 1)], setup=setup(arch="llama" if len(bad) == 1
+                                                                   else "gemma2", engine=bad), tid=9)
+            self.assertEqual(end["end"]["end"]["end"], "unsupported")
+            self.assertIn("llama4", end["end"]["end"]["reason"])
+
     def test_batch_decode_of_two_sequences(self):
         for engine in ({}, {"batch": "true"}):
             s = setup(0, engine=engine, ops=[decode(0, 5), decode(1, 5, tokens=[3, 4, 5, 6, 7])])
@@ -333,6 +366,27 @@ class MlxWorkerTest(unittest.TestCase):
         # the op promises [0, 3) stay: the contract sees [0, 2)
         self.assertEqual(by_seq(steps[0]["before"])[0]["cells"], list(range(7)))
         self.assertEqual(by_seq(steps[0])[0]["cells"], [0, 1])
+
+    def test_faults_that_patch_mlx_lm(self):
+        # each patches one method of mlx-lm's classes in the worker's process
+        w = self.worker(["trim_returns_less"])
+        steps, _ = w.trial([rm(0, 3)], setup=setup(7))
+        self.assertEqual(steps[0]["outcome"], {"outcome": "done", "returned": False})
+        self.assertEqual(by_seq(steps[0])[0]["cells"], [0, 1, 2])
+        w = self.worker(["trim_keeps_last"])
+        steps, _ = w.trial([rm(0, 3)], setup=setup(7))
+        self.assertEqual(steps[0]["outcome"], {"outcome": "done", "returned": True})
+        self.assertEqual(by_seq(steps[0])[0]["cells"], [0, 1, 2, 3])
+        w = self.worker(["ring_two_short"])
+        s = setup(7, engine={"cache": "rotating", "max_size": "8", "keep": "2"})
+        steps, _ = w.trial([decode(0, 1)], setup=s)
+        self.assertEqual(by_seq(steps[0])[0]["cells"], [0, 1, 4, 5, 6, 7])  # 2 and 3 evicted
+        w = self.worker(["load_trims_first"])
+        steps, _ = w.trial([{"op": "state_seq_save", "seq": 0, "slot": "a"},
+                            {"op": "state_seq_load", "seq": 0, "slot": "a", "truncate": 12}],
+                           setup=setup(7))
+        self.assertEqual(steps[1]["outcome"], {"outcome": "done", "returned": False})
+        self.assertEqual(by_seq(steps[1])[0]["cells"], list(range(6)))
 
     def test_fault_load_drops_row(self):
         w = self.worker(["load_drops_row"])

@@ -203,7 +203,9 @@ impl Oracle for CacheInvisible {
                 seed_depth: None,
                 evidence: "oracles/cache_invisible_save_drops_rows_msa.json",
             },
-        ]
+PositiveControl { fault: "probe_off", target: "mlx-lm@0.32.2[probe_off]", seed_depth: None, evidence: "audits/mlx_probe_off_d1.json" },
+PositiveControl { fault: "front_trims_two_more", target: "mlx-lm@0.32.2[front_trims_two_more] (llama4)", seed_depth: None, evidence: "audits/mlx_llama4_front_trims_two_more_d1.json" },
+]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -176,6 +176,12 @@ impl Oracle for ConfigDifferential {
                 seed_depth: None,
                 evidence: "oracles/config_differential_streams_rm_whole_dsv4.json",
             },
+            PositiveControl {
+                fault: "extract_drops_last",
+                target: "mlx-lm@0.32.2[extract_drops_last] vs engine.batch=false",
+                seed_depth: None,
+                evidence: "audits/mlx_extract_drops_last_d1.json",
+            },
         ]
     }
 

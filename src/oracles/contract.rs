@@ -712,6 +712,12 @@ impl Oracle for Contract {
                 seed_depth: None,
                 evidence: "oracles/contract_keep_noop_dsv4.json",
             },
+            PositiveControl {
+                fault: "trim_one_more",
+                target: "mlx-lm@0.32.2[trim_one_more]",
+                seed_depth: None,
+                evidence: "audits/mlx_trim_one_more_d1.json",
+            },
         ]
     }
     fn holds(&self, seen: &Seen<'_>) -> bool {
@@ -794,6 +800,12 @@ impl Oracle for ContractQuestion {
                 target: "llama.cpp@0.1.161 (arch=deepseek4)",
                 seed_depth: None,
                 evidence: "oracles/contract_question_dsv4.json",
+            },
+            PositiveControl {
+                fault: "trim_returns_less",
+                target: "mlx-lm@0.32.2[trim_returns_less]",
+                seed_depth: None,
+                evidence: "audits/mlx_trim_returns_less_d1.json",
             },
         ]
     }

@@ -319,7 +319,8 @@ impl Oracle for Crash {
                 seed_depth: None,
                 evidence: "oracles/crash_hybrid_iswa_k_shift_of_a_base_cache_without_layers.json",
             },
-        ]
+PositiveControl { fault: "raise_in_trim", target: "mlx-lm@0.32.2[raise_in_trim]", seed_depth: None, evidence: "audits/mlx_raise_in_trim_d1.json" },
+]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

@@ -154,6 +154,12 @@ impl Oracle for Differential {
                 seed_depth: None,
                 evidence: "oracles/differential_dsv4_0156_vs_0161.json",
             },
+            PositiveControl {
+                fault: "trim_keeps_last",
+                target: "llama.cpp@0.1.161 vs mlx-lm@0.32.2[trim_keeps_last]",
+                seed_depth: None,
+                evidence: "audits/cross_trim_keeps_last_d1.json",
+            },
         ]
     }
 

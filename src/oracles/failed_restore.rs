@@ -199,7 +199,8 @@ impl Oracle for FailedRestore {
                 seed_depth: None,
                 evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
             },
-        ]
+PositiveControl { fault: "load_trims_first", target: "mlx-lm@0.32.2[load_trims_first]", seed_depth: None, evidence: "audits/mlx_load_trims_first_d2.json" },
+]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

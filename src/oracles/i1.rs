@@ -164,7 +164,9 @@ impl Oracle for I1 {
                 seed_depth: None,
                 evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
             },
-        ]
+PositiveControl { fault: "stale_offset", target: "mlx-lm@0.32.2[stale_offset]", seed_depth: None, evidence: "audits/mlx_stale_offset_d1.json" },
+PositiveControl { fault: "stale_offset", target: "mlx-lm@0.32.2[stale_offset] (llama4)", seed_depth: None, evidence: "audits/mlx_llama4_stale_offset_d1.json" },
+]
     }
 
     fn holds(&self, seen: &Seen<'_>) -> bool {

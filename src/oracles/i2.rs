@@ -143,6 +143,12 @@ impl Oracle for I2 {
                 seed_depth: None,
                 evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid.json",
             },
+            PositiveControl {
+                fault: "ring_two_short",
+                target: "mlx-lm@0.32.2[ring_two_short]",
+                seed_depth: None,
+                evidence: "audits/mlx_ring_two_short_d1.json",
+            },
         ]
     }
 

@@ -210,6 +210,12 @@ impl Oracle for RoundTripOracle {
                 seed_depth: None,
                 evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
             },
+            PositiveControl {
+                fault: "load_drops_row",
+                target: "mlx-lm@0.32.2[load_drops_row]",
+                seed_depth: None,
+                evidence: "audits/mlx_load_drops_row_d1.json",
+            },
         ]
     }
 

@@ -175,6 +175,12 @@ impl Oracle for SwaWindow {
                 seed_depth: None,
                 evidence: "oracles/swa_window_off_by_one_dsa_iswa.json",
             },
+            PositiveControl {
+                fault: "ring_two_short",
+                target: "mlx-lm@0.32.2[ring_two_short] (gemma2)",
+                seed_depth: None,
+                evidence: "audits/mlx_ring_two_short_swa_d1.json",
+            },
         ]
     }
 

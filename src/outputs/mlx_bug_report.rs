@@ -184,7 +184,7 @@ pub fn bug_report(repro: &Repro, program: &str, checked: Option<&CheckedProgram>
     }
     s.push_str(&fenced("text", &calls));
     let _ = writeln!(s, "\n## Reproducer (Python, mlx and mlx-lm only)\n");
-    let _ = writeln!(s, "Run with mlx-lm installed (`pip install mlx-lm`; on Linux `mlx[cpu]` too): `python3 repro.py`. It builds a tiny llama in code (random weights from `mx.random.seed(0)`, no download). Exit code 1: the bug reproduces (it prints `BUG: ...`); 0: it does not; 2: the calls could not be replayed.\n");
+    let _ = writeln!(s, "Run with mlx-lm installed (`pip install mlx-lm`; on Linux `mlx[cpu]` too): `python3 repro.py`. It builds its tiny model in code, no download and no file: the llama of kvaudit's GGUF file with its weights made again from their seed, or a model from `mx.random.seed(0)`. Exit code 1: the bug reproduces (it prints `BUG: ...`); 0: it does not; 2: the calls could not be replayed.\n");
     match checked {
         Some(c) => {
             let _ = writeln!(s, "{}\n", exit_code_line(c));

@@ -25,6 +25,9 @@ pub const PREFIX: &str = "mlx-lm@";
 /// The worker's source.
 const WORKER_SOURCE: &str = include_str!("../../workers/mlx_worker.py");
 
+/// The module of the models the worker runs (`import mlx_models`).
+const MODELS_SOURCE: &str = include_str!("../../workers/mlx_models.py");
+
 /// Each mlx-lm version kvaudit runs, with the `mlx[cpu]` version it is installed with (each pair
 /// installed and imported on this machine kind: docs/mlx-lm.md). The first is the default.
 pub const PINS: [(&str, &str); 3] = [
@@ -170,8 +173,9 @@ pub struct HuntConfiguration {
 /// mlx-lm's cache classes as a hunt runs them, one per class and setting the worker accepts
 /// (`workers/mlx_worker.py`, `ENGINE_KEYS`). The rings are 8 rows: the setup's 7 tokens leave
 /// one free, so a trim applies and the next decodes wrap. The windowed model's window is
-/// kvaudit's gemma2 window (4, `Arch::swa_window`), which swa-window judges by.
-pub const HUNT_CONFIGURATIONS: [HuntConfiguration; 10] = [
+/// kvaudit's gemma2 window (4, `Arch::swa_window`), which swa-window judges by; so is llama4's
+/// chunk, whose chunked layers kvaudit judges as gemma2's windowed one.
+pub const HUNT_CONFIGURATIONS: [HuntConfiguration; 11] = [
     HuntConfiguration {
         id: "kvcache",
         config: "engine.cache=plain",
@@ -242,6 +246,13 @@ pub const HUNT_CONFIGURATIONS: [HuntConfiguration; 10] = [
         shared: false,
         versus: None,
     },
+    HuntConfiguration {
+        id: "llama4",
+        config: "arch=gemma2,engine.model=llama4,engine.chunk_size=4",
+        why: "mlx-lm's llama4 and its own make_cache: ChunkedKVCache(4) layers front-trimmed before each forward beside a global KVCache",
+        shared: false,
+        versus: None,
+    },
 ];
 
 /// The op kinds the worker declares it lacks (`LACKS` in `workers/mlx_worker.py`: no position
@@ -303,7 +314,13 @@ pub fn worker_command(
     let pin = MlxPin::parse(name)?;
     let python = pin.ensure_built()?;
     let script = worker_file("mlx_worker.py", WORKER_SOURCE)?;
+    // The models' module in a folder of its own content's hash, on the worker's import path.
+    let models = worker_file("mlx_models.py", MODELS_SOURCE)?;
     let mut cmd = python_command(&pin.label(), &python, &script, faults, observe);
+    if let Some(dir) = models.parent() {
+        cmd.env
+            .push(("PYTHONPATH".into(), dir.as_os_str().to_owned()));
+    }
     // One model for both engines: the GGUF files kvaudit's llama.cpp targets load, for the
     // architectures the worker runs from a file (docs/worker-protocol.md, option `models`).
     let mut models = serde_json::Map::new();

@@ -29,6 +29,15 @@ fn shown(run: &ProgramRun) -> String {
     format!("stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr)
 }
 
+/// The logit differences a program printed ("... to a fresh prefill 0.309481, tolerance ...").
+fn printed_differences(stdout: &str) -> Vec<f64> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split("to a fresh prefill ").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.trim().parse().ok())
+        .collect()
+}
+
 fn check(path: &Path) -> Result<(), String> {
     let repro = Repro::load(path).map_err(|e| e.to_string())?;
     let input = read_input(path).map_err(|e| e.to_string())?;
@@ -42,6 +51,7 @@ fn check(path: &Path) -> Result<(), String> {
         let root = module.split('.').next().unwrap_or_default();
         if ![
             "copy",
+            "dataclasses",
             "os",
             "sys",
             "tempfile",
@@ -69,6 +79,24 @@ fn check(path: &Path) -> Result<(), String> {
                 t.expect,
                 shown(&run)
             ));
+        }
+        // The same model as the worker's: where the finding measured the logits, the program
+        // prints the same difference on the target the finding was made on (and on each where
+        // the file records it fails, for the same cause).
+        if let Some(want) = repro.observed.get("max_abs_diff").and_then(|v| v.as_f64()) {
+            if t.expect == Expect::Fails {
+                let printed = printed_differences(&run.stdout);
+                if !printed
+                    .iter()
+                    .any(|d| (d - want).abs() <= 1e-5 * want.abs().max(1.0))
+                {
+                    return Err(format!(
+                        "on {}: the finding measured max |delta| {want}, the program printed {printed:?}\n{}",
+                        t.target,
+                        shown(&run)
+                    ));
+                }
+            }
         }
         let says_bug = run.stdout.lines().any(|l| l.starts_with("BUG: "));
         if says_bug != (want == 1) {

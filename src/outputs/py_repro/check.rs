@@ -212,7 +212,7 @@ const CACHE_INVISIBLE: PyCheck = PyCheck {
             .filter(|t| t.is_finite())
             .unwrap_or(0.0);
         let _ = writeln!(s, "TOLERANCE = {tol:e}  # the largest max |logit difference| kvaudit lets hold");
-        let _ = writeln!(s, "probe = mx.array([[1]])  # kvaudit's probe token");
+        let _ = writeln!(s, "probe = mx.array([[5]])  # kvaudit's probe token (the worker's PROBE_TOKEN)");
         each_seq(s, input);
         let _ = writeln!(s, "    if not cells and not o.get(\"second_cells\"):");
         let _ = writeln!(s, "        continue");

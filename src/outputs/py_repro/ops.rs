@@ -11,9 +11,6 @@ use super::escape::{py_comment, py_string_literal};
 use super::settings::MlxSetup;
 use crate::base::op::{default_token, Decode, Op, Slot};
 
-/// The mlx worker's vocabulary: a token outside it makes a decode return -1.
-const VOCAB: i32 = 97;
-
 /// What rendering an op needs to know about the ops before it.
 pub struct Replay<'a> {
     /// The setup as the worker runs it.
@@ -275,8 +272,9 @@ fn decode(out: &mut Vec<String>, r: &mut Replay<'_>, d: &Decode, label: &str) {
         Some(t) => t.clone(),
         None => (0..d.n).map(default_token).collect(),
     };
-    if toks.iter().any(|t| !(0..VOCAB).contains(t)) {
-        out.push(say(label, &format!("a token outside the vocabulary [0, {VOCAB}): the decode returns -1, nothing is called")));
+    let vocab = r.setup.vocab();
+    if toks.iter().any(|t| !(0..vocab).contains(t)) {
+        out.push(say(label, &format!("a token outside the vocabulary [0, {vocab}): the decode returns -1, nothing is called")));
         return;
     }
     let list = toks
@@ -361,6 +359,8 @@ fn seq_rm(out: &mut Vec<String>, r: &Replay<'_>, seq: i32, p0: i32, p1: i32, lab
         out.push("returned = True".into());
         return;
     }
+    // the worker's seq_rm returns whether every trim_prompt_cache trimmed what was asked
+    out.push("returned = True".into());
     let (indent, sq) = if seq == -1 {
         out.push("for s in range(N_SEQ):  # seq -1: every sequence".into());
         ("    ", "s".to_string())
@@ -383,6 +383,7 @@ fn seq_rm(out: &mut Vec<String>, r: &Replay<'_>, seq: i32, p0: i32, p1: i32, lab
                 "{label}: trim_prompt_cache(seq %d, %d) returned %d"
             ))
         ),
+        format!("returned = returned and trimmed == n  # \"return the number of tokens that were trimmed\""),
         format!("evaluate(caches[{sq}])"),
         format!("tokens[{sq}] = tokens[{sq}][:{lo}]"),
     ];
@@ -406,5 +407,4 @@ fn seq_rm(out: &mut Vec<String>, r: &Replay<'_>, seq: i32, p0: i32, p1: i32, lab
         body.extend(trim.into_iter().map(|l| format!("    {l}")));
     }
     out.extend(body.into_iter().map(|l| format!("{indent}{l}")));
-    out.push("returned = True".into());
 }

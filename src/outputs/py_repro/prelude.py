@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 import os
 import sys
 import tempfile
@@ -35,18 +36,97 @@ META_STATE = hasattr(C._BaseCache, "meta_state")
 SIZE = hasattr(C.KVCache, "size")  # 0.28: __len__ instead
 
 
-def build_model():
-    """The tiny llama kvaudit's worker builds: random weights from mx.random.seed(0), float32."""
-    kw = {}
-    if WINDOW:
-        kw.update(layer_types=["sliding_attention", "full_attention"], sliding_window=WINDOW)
-    if HEAD_DIM:
-        kw["head_dim"] = HEAD_DIM
-    args = llama.ModelArgs(model_type="llama", hidden_size=64, num_hidden_layers=2,
-                           intermediate_size=128, num_attention_heads=4,
-                           num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=97, **kw)
-    mx.random.seed(0)
+M64 = (1 << 64) - 1
+
+
+def splitmix64(state):
+    """One step of splitmix64: (the next state, its output), as kvaudit's model/tiny has it."""
+    state = (state + 0x9E3779B97F4A7C15) & M64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return state, z ^ (z >> 31)
+
+
+def gguf_tensor(name, rows_out, rows_in, fan_in):
+    """A weight of kvaudit's tiny GGUF llama, bit for bit: uniform in [-a, a), a = sqrt(3 /
+    fan_in), from a splitmix64 stream seeded by the model's seed and the FNV-1a of the name;
+    GGUF's [in, out] with the first dimension fastest is mlx's [out, in]."""
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & M64
+    _, state = splitmix64(GGUF["seed"] ^ h)
+    bits = []
+    for _ in range(rows_out * rows_in):
+        state, z = splitmix64(state)
+        bits.append(z >> 40)
+    unit = mx.array(bits, dtype=mx.float32) * (2.0 / 16777216.0) - 1.0
+    a = mx.sqrt(mx.array(3.0, dtype=mx.float32) / mx.array(float(fan_in), dtype=mx.float32))
+    return (unit * a).reshape(rows_out, rows_in)
+
+
+def gguf_llama():
+    """The model kvaudit's mlx-lm worker runs (`gguf_model`): mlx-lm's llama with the weights of
+    kvaudit's tiny GGUF llama (the file its llama.cpp targets load), RoPE on adjacent pairs
+    (rope_traditional=True, llama.cpp's llama layout), no download and no file."""
+    g = GGUF
+    embd, hd = g["n_embd"], g["n_embd"] // g["n_head"]
+    q, kv, ff, vocab = g["n_head"] * hd, g["n_head_kv"] * hd, g["n_ff"], g["n_vocab"]
+    args = llama.ModelArgs(
+        model_type="llama", hidden_size=embd, num_hidden_layers=g["n_layer"],
+        intermediate_size=ff, num_attention_heads=g["n_head"], num_key_value_heads=g["n_head_kv"],
+        rms_norm_eps=g["rms_eps"], vocab_size=vocab, rope_theta=g["rope_freq_base"],
+        rope_traditional=True, max_position_embeddings=g["n_ctx_train"],
+        tie_word_embeddings=False)
+    w = [("model.embed_tokens.weight", gguf_tensor("token_embd.weight", vocab, embd, 1)),
+         ("model.norm.weight", mx.ones((embd,))),
+         ("lm_head.weight", gguf_tensor("output.weight", vocab, embd, embd))]
+    for l in range(g["n_layer"]):
+        for gname, mname, rows_in, rows_out in (
+                ("attn_q", "self_attn.q_proj", embd, q), ("attn_k", "self_attn.k_proj", embd, kv),
+                ("attn_v", "self_attn.v_proj", embd, kv), ("attn_output", "self_attn.o_proj", q, embd),
+                ("ffn_gate", "mlp.gate_proj", embd, ff), ("ffn_up", "mlp.up_proj", embd, ff),
+                ("ffn_down", "mlp.down_proj", ff, embd)):
+            w.append(("model.layers.%d.%s.weight" % (l, mname),
+                      gguf_tensor("blk.%d.%s.weight" % (l, gname), rows_out, rows_in, rows_in)))
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            w.append(("model.layers.%d.%s.weight" % (l, norm), mx.ones((embd,))))
     m = llama.Model(args)
+    m.load_weights(w, strict=True)
+    mx.eval(m.parameters())
+    return m
+
+
+# mlx-lm's llama4 text model as kvaudit's worker builds it (`LLAMA4_TEXT`): 4 layers, layer 3
+# global; no MoE layer (interleave step 5)
+LLAMA4_TEXT = dict(attention_bias=False, head_dim=16, hidden_size=64, interleave_moe_layer_step=5,
+                   intermediate_size=128, intermediate_size_mlp=128, max_position_embeddings=4096,
+                   model_type="llama4_text", num_attention_heads=4, num_experts_per_tok=1,
+                   num_hidden_layers=4, num_key_value_heads=2, num_local_experts=1,
+                   rms_norm_eps=1e-5, rope_scaling=None, rope_theta=10000.0, use_qk_norm=False,
+                   vocab_size=97)
+
+
+def build_model():
+    """The model kvaudit's worker runs the setup on: random weights where it builds one in code
+    (mx.random.seed(0), float32), kvaudit's GGUF llama's weights otherwise."""
+    if MODEL == "gguf":
+        return gguf_llama()
+    mx.random.seed(0)
+    if MODEL == "llama4":
+        from mlx_lm.models import llama4
+        known = {f.name for f in dataclasses.fields(llama4.TextArgs)}
+        text = {k: v for k, v in dict(LLAMA4_TEXT, attention_chunk_size=CHUNK_SIZE).items()
+                if k in known}
+        m = llama4.Model(llama4.ModelArgs(model_type="llama4", text_config=text))
+    else:
+        kw = dict(layer_types=["sliding_attention", "full_attention"], sliding_window=WINDOW)
+        if HEAD_DIM:
+            kw["head_dim"] = HEAD_DIM
+        args = llama.ModelArgs(model_type="llama", hidden_size=64, num_hidden_layers=2,
+                               intermediate_size=128, num_attention_heads=4,
+                               num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=97, **kw)
+        m = llama.Model(args)
     mx.eval(m.parameters())
     return m
 
@@ -139,6 +219,8 @@ def accessors(c):
     if type(c).__name__ == "RotatingKVCache":
         size = c.size() if SIZE else len(c)
         return (0 if c.keep > 0 else off - size), off - 1
+    if type(c).__name__ == "ChunkedKVCache":
+        return int(c.start_position), off - 1  # the positions before it were trimmed off
     return 0, off - 1
 
 

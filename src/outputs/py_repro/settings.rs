@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use crate::base::config::CacheType;
 use crate::base::error::Error;
 use crate::base::op::{Arch, Setup};
+use crate::model::tiny::TinyModelSpec;
 
 /// mlx-lm's cache classes, as the worker's `engine.cache` names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,15 +57,31 @@ impl CacheKind {
     }
 }
 
+/// The model the worker runs a setup on (`model_for` in `workers/mlx_worker.py`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum MlxModel {
+    /// kvaudit's tiny GGUF llama of this spec, the file the worker loads (`gguf_model`): the
+    /// program makes its weights again from the spec's seed (splitmix64, as `model/tiny`).
+    Gguf(TinyModelSpec),
+    /// The windowed llama the worker builds in code (hidden 64, 2 layers, vocabulary 97).
+    Windowed,
+    /// mlx-lm's llama4 text model the worker builds in code (`llama4_model`), with its own
+    /// `make_cache`.
+    Llama4,
+}
+
 /// The setup as the mlx-lm worker runs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MlxSetup {
     /// Tokens a sequence may hold (kvaudit's limit: a decode beyond it returns 1).
     pub n_ctx: u32,
     /// Sequences (one prompt cache each).
     pub n_seq_max: u32,
-    /// The cache class of each layer (gemma2: the windowed layer first, as mlx-lm orders them).
-    pub kinds: [CacheKind; 2],
+    /// The cache class of each layer (gemma2: the windowed layer first, as mlx-lm orders them;
+    /// llama4: three chunked layers, then the global one).
+    pub kinds: Vec<CacheKind>,
+    /// The model.
+    pub model: MlxModel,
     /// `engine.batch=true`: several sequences decode as one batch cache.
     pub batch: bool,
     /// gemma2's sliding window.
@@ -84,6 +101,11 @@ pub struct MlxSetup {
     /// Whether the model has a windowed layer (arch gemma2).
     pub windowed: bool,
 }
+
+/// The layers of the worker's llama4 (`LLAMA4_LAYERS`): layer 3 is its global layer.
+const LLAMA4_LAYERS: usize = 4;
+/// The vocabulary of the models the worker builds in code (`VOCAB`).
+const IN_CODE_VOCAB: i32 = 97;
 
 /// The most tokens and sequences the worker takes.
 const MAX_CTX: u32 = 1 << 16;
@@ -131,6 +153,7 @@ impl MlxSetup {
         };
         let engine = &s.engine;
         let known = [
+            "model",
             "cache",
             "batch",
             "max_size",
@@ -152,14 +175,30 @@ impl MlxSetup {
                     .ok_or_else(|| unsupported(format!("engine cache {v:?}")))?,
             ),
         };
+        let llama4 = match engine.get("model").map(String::as_str) {
+            None | Some("llama") => false,
+            Some("llama4") => true,
+            Some(other) => return Err(unsupported(format!("engine model {other:?}"))),
+        };
+        if llama4
+            && (!gemma2
+                || named.is_some()
+                || quant.is_some()
+                || engine.get("batch").is_some_and(|b| b != "false"))
+        {
+            return Err(unsupported(
+                "engine model=llama4 runs with arch gemma2, its own caches and no batch".into(),
+            ));
+        }
         let kind = match (quant, named) {
+            _ if llama4 => CacheKind::Chunked,
             (Some(_), None | Some(CacheKind::Quantized)) => CacheKind::Quantized,
             (Some(_), Some(_)) => {
                 return Err(unsupported("a quantized type with another cache".into()))
             }
             (None, k) => k.unwrap_or(CacheKind::Plain),
         };
-        if gemma2 && kind != CacheKind::Plain {
+        if gemma2 && !llama4 && kind != CacheKind::Plain {
             return Err(unsupported(format!(
                 "arch gemma2 with cache {}",
                 kind.name()
@@ -181,6 +220,8 @@ impl MlxSetup {
             Some(other) => return Err(unsupported(format!("engine batch={other:?}"))),
         };
         let rotating = kind == CacheKind::Rotating;
+        // gemma2's window and keep belong to the windowed llama, not to llama4
+        let gemma2 = gemma2 && !llama4;
         let window = if gemma2 {
             Some(num("window", 8, 1, 4096)?)
         } else {
@@ -200,7 +241,7 @@ impl MlxSetup {
             return Err(unsupported(format!("keep {keep} >= max_size")));
         }
         let quantized = kind == CacheKind::Quantized;
-        let chunk_size = if kind == CacheKind::Chunked {
+        let chunk_size = if kind == CacheKind::Chunked || llama4 {
             Some(num("chunk_size", 4, 1, 1 << 20)?)
         } else {
             None
@@ -233,6 +274,7 @@ impl MlxSetup {
                 "max_size" => rotating,
                 "keep" => rotating || gemma2,
                 "chunk_size" => kind == CacheKind::Chunked,
+                "model" => true,
                 "bits" | "group_size" => quantized,
                 _ => gemma2, // "window"
             };
@@ -240,14 +282,33 @@ impl MlxSetup {
                 return Err(unsupported(format!("engine key {k:?} does not apply here")));
             }
         }
+        let head_dim = (s.arch == Arch::LlamaHd64 || quantized).then_some(64);
+        let model = if llama4 {
+            MlxModel::Llama4
+        } else if gemma2 {
+            MlxModel::Windowed
+        } else {
+            // the worker's `models` option: the llama_hd64 file where heads must be 64 wide
+            MlxModel::Gguf(TinyModelSpec::for_arch(if head_dim.is_some() {
+                Arch::LlamaHd64
+            } else {
+                Arch::Llama
+            }))
+        };
+        let kinds = match &model {
+            MlxModel::Llama4 => {
+                let mut k = vec![CacheKind::Chunked; LLAMA4_LAYERS - 1];
+                k.push(CacheKind::Plain);
+                k
+            }
+            MlxModel::Windowed => vec![CacheKind::Rotating, CacheKind::Plain],
+            MlxModel::Gguf(spec) => vec![kind; spec.n_layer as usize],
+        };
         Ok(MlxSetup {
             n_ctx: s.n_ctx,
             n_seq_max: s.n_seq_max,
-            kinds: if gemma2 {
-                [CacheKind::Rotating, CacheKind::Plain]
-            } else {
-                [kind, kind]
-            },
+            kinds,
+            model,
             batch,
             window,
             max_size,
@@ -255,14 +316,39 @@ impl MlxSetup {
             chunk_size,
             bits,
             group_size,
-            head_dim: (s.arch == Arch::LlamaHd64 || quantized).then_some(64),
-            windowed: gemma2,
+            head_dim,
+            windowed: gemma2 || llama4,
         })
     }
 
-    /// The layer whose positions are a sequence's cells (gemma2: the full-attention layer).
+    /// The layer whose positions are a sequence's cells (gemma2: the full-attention layer;
+    /// llama4: the global one, its last).
     pub fn base(&self) -> usize {
-        usize::from(self.windowed)
+        match self.model {
+            MlxModel::Llama4 => LLAMA4_LAYERS - 1,
+            MlxModel::Windowed => 1,
+            MlxModel::Gguf(_) => 0,
+        }
+    }
+
+    /// The model in words, for the program's header.
+    pub fn model_in_words(&self) -> String {
+        match &self.model {
+            MlxModel::Gguf(spec) => format!(
+                "kvaudit's tiny GGUF llama ({} layer(s), n_embd {}, {} heads, {} KV heads, vocabulary {}), the file its mlx-lm worker and llama.cpp targets load (`kvaudit model`), its weights made again here from seed {:#x}",
+                spec.n_layer, spec.n_embd, spec.n_head, spec.n_head_kv, spec.n_vocab, spec.seed
+            ),
+            MlxModel::Windowed => "a tiny llama with a sliding-window layer built in code (hidden 64, 2 layers, 4 heads, 2 KV heads, vocabulary 97), random weights from mx.random.seed(0)".into(),
+            MlxModel::Llama4 => "mlx-lm's llama4 text model built in code (4 layers, hidden 64, 4 heads, 2 KV heads, vocabulary 97), random weights from mx.random.seed(0)".into(),
+        }
+    }
+
+    /// The model's vocabulary: a token outside it makes a decode return -1.
+    pub fn vocab(&self) -> i32 {
+        match &self.model {
+            MlxModel::Gguf(spec) => spec.n_vocab as i32,
+            MlxModel::Windowed | MlxModel::Llama4 => IN_CODE_VOCAB,
+        }
     }
 
     /// Whether a sequence's cache may refuse a trim (a `RotatingKVCache` that wrapped).
@@ -297,7 +383,7 @@ impl MlxSetup {
             "N_CTX = {}  # kvaudit's limit: a decode beyond it returns 1 (no room)",
             self.n_ctx
         );
-        let _ = writeln!(s, "N_LAYERS = 2");
+        let _ = writeln!(s, "N_LAYERS = {}", self.kinds.len());
         let kinds: Vec<String> = self
             .kinds
             .iter()
@@ -317,8 +403,41 @@ impl MlxSetup {
         let _ = writeln!(s, "WINDOW = {}", opt(self.window));
         let _ = writeln!(s, "HEAD_DIM = {}", opt(self.head_dim));
         let _ = writeln!(s, "BATCH = {}", if self.batch { "True" } else { "False" });
+        let _ = writeln!(s, "CHUNK_SIZE = {}", opt(self.chunk_size));
+        match &self.model {
+            MlxModel::Gguf(spec) => {
+                let _ = writeln!(s, "MODEL = \"gguf\"");
+                let _ = writeln!(s, "# kvaudit's tiny GGUF llama (`kvaudit model` writes it), its weights made again here");
+                let _ = writeln!(
+                    s,
+                    "GGUF = dict(n_layer={}, n_embd={}, n_head={}, n_head_kv={}, n_ff={}, n_vocab={}, n_ctx_train={},",
+                    spec.n_layer, spec.n_embd, spec.n_head, spec.n_head_kv, spec.n_ff, spec.n_vocab, spec.n_ctx_train
+                );
+                let _ = writeln!(
+                    s,
+                    "            rope_freq_base={:?}, rms_eps={:?}, seed={:#x})",
+                    f64::from(spec.rope_freq_base),
+                    f64::from(spec.rms_eps),
+                    spec.seed
+                );
+            }
+            MlxModel::Windowed => {
+                let _ = writeln!(s, "MODEL = \"windowed\"");
+            }
+            MlxModel::Llama4 => {
+                let _ = writeln!(s, "MODEL = \"llama4\"");
+            }
+        }
         let _ = writeln!(s, "\n\ndef make_cache():");
-        let _ = writeln!(s, "    \"\"\"A fresh prompt cache of one sequence.\"\"\"");
+        if self.model == MlxModel::Llama4 {
+            let _ = writeln!(s, "    \"\"\"A fresh prompt cache of one sequence: the model's own (llama4's make_cache).\"\"\"");
+            let _ = writeln!(s, "    return C.make_prompt_cache(model)\n");
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "    \"\"\"A fresh prompt cache of one sequence: one cache per layer.\"\"\""
+        );
         let layers: Vec<String> = self.kinds.iter().map(|&k| self.constructor(k)).collect();
         let _ = writeln!(s, "    return [{}]\n", layers.join(", "));
     }
@@ -329,7 +448,13 @@ impl MlxSetup {
             "{} sequences (one prompt cache each), n_ctx {}",
             self.n_seq_max, self.n_ctx
         )];
-        if self.windowed {
+        if self.model == MlxModel::Llama4 {
+            words.push(format!(
+                "mlx-lm's llama4 text model (4 layers, attention_chunk_size {}) with its own make_cache: ChunkedKVCache({}) on layers 0-2, KVCache on the global layer 3",
+                self.chunk_size.unwrap_or_default(),
+                self.chunk_size.unwrap_or_default()
+            ));
+        } else if self.windowed {
             words.push(format!(
                 "a windowed layer (sliding_window {}) with RotatingKVCache({}, {}) and a full-attention layer with KVCache",
                 self.window.unwrap_or_default(),
@@ -338,8 +463,9 @@ impl MlxSetup {
             ));
         } else {
             words.push(format!(
-                "{} on both layers",
-                self.constructor(self.kinds[0]).trim_start_matches("C.")
+                "{} on each of the model's {} layer(s): kvaudit's tiny GGUF llama",
+                self.constructor(self.kinds[0]).trim_start_matches("C."),
+                self.kinds.len()
             ));
         }
         if let Some(h) = self.head_dim {
