@@ -149,35 +149,6 @@ pub fn check(repro: &Repro, entry: &TargetExpectation) -> EntryResult {
 pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &RunJudgement) -> Status {
     let oracle = entry.oracle.unwrap_or(repro.oracle);
     let first = j.first(oracle);
-    // A crash ends the trace: the oracle judged nothing from the crashing step on, so neither
-    // "holds on every step" nor a later first failure can be confirmed.
-    if let Some(crash) = j
-        .first(OracleId::CRASH)
-        .filter(|_| oracle != OracleId::CRASH)
-    {
-        if !matches!(first, Some(v) if v.step < crash.step) {
-            return Status::Changed(format!(
-                "recorded: {oracle} {}; now the target crashes at step {} ({}): {oracle} \
-                 cannot be judged past step {} (record \"oracle\": \"crash\" for this target \
-                 if that is what it does)",
-                match entry.expect {
-                    Expect::Holds => "holds on every step".to_string(),
-                    Expect::Fails => format!("fails at step {}", entry.step.unwrap_or(repro.step)),
-                },
-                crash.step,
-                crash.violation.kind,
-                crash.step.saturating_sub(1)
-            ));
-        }
-    }
-    if let Some((step, reason)) = &j.unsupported {
-        if !matches!(first, Some(v) if v.step < *step) {
-            return Status::Unavailable(format!(
-                "step {step} is unsupported by the target ({reason}): {oracle} cannot be judged past step {}",
-                step.saturating_sub(1)
-            ));
-        }
-    }
     let want_step = entry.step.unwrap_or(repro.step);
     let want_kind = entry.kind.as_deref().unwrap_or(&repro.kind);
     // An entry under another oracle than the file's says its own sequence and observation.
@@ -192,8 +163,29 @@ pub fn judge_expectation(repro: &Repro, entry: &TargetExpectation, j: &RunJudgem
         None if overridden => &Value::Null,
         None => &repro.observed,
     };
-    let want = describe(want_step, want_kind, want_seq, want_observed);
     let n = repro.trace.ops.len();
+    // A crash that ends the run leaves the steps after it unjudged: neither "holds on every
+    // step" nor a first failure past the last judged step can be confirmed there. (A crash in
+    // an observation, e.g. of a twin, does not end the run: its steps are judged.)
+    if first.is_none() && oracle != OracleId::CRASH && j.steps < n {
+        if let Some(crash) = j.first(OracleId::CRASH) {
+            if entry.expect == Expect::Holds || want_step > j.steps {
+                return Status::Changed(format!(
+                    "recorded: {oracle} {}; now the target crashes at step {} ({}) and {oracle} \
+                     was judged on steps 1..={} only (record \"oracle\": \"crash\" for this \
+                     target if that is what it does)",
+                    match entry.expect {
+                        Expect::Holds => "holds on every step".to_string(),
+                        Expect::Fails => format!("fails at step {want_step}"),
+                    },
+                    crash.step,
+                    crash.violation.kind,
+                    j.steps
+                ));
+            }
+        }
+    }
+    let want = describe(want_step, want_kind, want_seq, want_observed);
     match (entry.expect, first) {
         (Expect::Fails, None) => Status::Fixed(format!(
             "recorded: {oracle} fails first {want}; now {oracle} holds on all {n} steps: \
@@ -282,7 +274,7 @@ fn measure_setup(
     // A crash before the file's oracle fails decides here (see judge_expectation).
     let crash = j
         .first(OracleId::CRASH)
-        .filter(|c| !matches!(j.first(repro.oracle), Some(v) if v.step < c.step));
+        .filter(|_| j.first(repro.oracle).is_none() && j.steps < repro.trace.ops.len());
     if crash.is_some() && repro.oracle != OracleId::CRASH {
         entry.oracle = Some(OracleId::CRASH);
     }
