@@ -90,6 +90,7 @@ pub fn run(a: BisectArgs) -> Result<i32, CliError> {
                     Variant::RELEASE
                 },
                 tree: None,
+                fixes: Vec::new(),
             };
             match build(&pin) {
                 Ok(()) => outcome_on(&repro, &pin.label()),
