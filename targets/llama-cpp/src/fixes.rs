@@ -75,7 +75,7 @@ pub struct Hunk {
 /// Parses a unified diff (`diff -ru a/ b/` or `git diff` output): every `--- a/PATH`,
 /// `+++ b/PATH` pair and its hunks; anything between files (`diff ...`, `index ...`) is
 /// skipped. `Err` says which line is malformed.
-pub fn parse_patch(text: &str) -> Result<Vec<FilePatch>, String> {
+pub(crate) fn parse_patch(text: &str) -> Result<Vec<FilePatch>, String> {
     let lines = text_lines(text).0;
     let mut files = Vec::new();
     let mut i = 0;
@@ -167,7 +167,7 @@ fn hunk_header(line: &str) -> Option<(usize, usize, usize)> {
 
 /// `text` with `patch`'s hunks applied, each exactly where it says (no fuzz, no offset search).
 /// `Err` names the hunk and the first line that differs.
-pub fn apply_patch(text: &str, patch: &FilePatch) -> Result<String, String> {
+pub(crate) fn apply_patch(text: &str, patch: &FilePatch) -> Result<String, String> {
     let (old, ends_with_newline) = text_lines(text);
     let mut out: Vec<&str> = Vec::with_capacity(old.len() + 8);
     let mut next = 0; // the first old line not yet copied, 0-based
