@@ -343,8 +343,8 @@ pub struct Reclaimed {
 
 /// `kvaudit target gc`: keeps, for each pin and source tree, the newest cache entry, removes
 /// the older ones (each edit of a tree makes an entry), the builds of source trees that no longer
-/// exist, the patched trees of fixes no remaining entry was built from, and every cached object
-/// that no remaining entry was linked from. With `dry_run`, says what it would remove and removes
+/// exist, the builds with a fix whose patch changed or is gone, the patched trees no remaining
+/// entry was built from, and every cached object that no remaining entry was linked from. With `dry_run`, says what it would remove and removes
 /// nothing. Holds the build lock, so no build runs meanwhile.
 pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclaimed, LlamaError> {
     let cache = match cache_dir {
@@ -372,8 +372,11 @@ pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclai
     let mut keep = std::collections::BTreeSet::new();
     let mut seen = std::collections::BTreeSet::new();
     for (dir, m) in &entries {
-        // A source tree's build whose tree is gone can never be asked for again.
-        let orphaned = m.version == super::pins::SRC_VERSION && !m.source_dir.exists();
+        // A source tree's build whose tree is gone can never be asked for again, nor a build
+        // with a fix this kvaudit no longer has or has other patch bytes of (its label names
+        // another build now).
+        let orphaned =
+            (m.version == super::pins::SRC_VERSION && !m.source_dir.exists()) || stale_fixes(m);
         if !orphaned && seen.insert((m.pin.clone(), m.source_dir.clone())) {
             keep.extend(m.objects.iter().map(|o| objects.path_of(o)));
         } else {
@@ -403,6 +406,13 @@ pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclai
     out.objects = n;
     out.bytes += bytes;
     Ok(out)
+}
+
+/// Whether the entry of `m` was built with a fix that is gone or whose patch changed since.
+fn stale_fixes(m: &BuildManifest) -> bool {
+    m.fixes
+        .iter()
+        .any(|(name, sha)| super::fixes::find(name).map_or(true, |f| &f.patch_sha256() != sha))
 }
 
 fn dir_size(dir: &Path) -> u64 {
@@ -604,6 +614,39 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn gc_removes_builds_of_changed_patches_and_the_trees_only_they_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        prepare_cache_root(&cache).unwrap();
+        let fix = crate::fixes::FIXES[0];
+        let entry = |name: &str, sha: String| {
+            let tree = patch::patched_root(&cache).join(name);
+            fs::create_dir_all(&tree).unwrap();
+            let entry = cache.join("llama.cpp").join(name);
+            fs::create_dir_all(&entry).unwrap();
+            let manifest = serde_json::json!({
+                "pin": format!("llama.cpp@0.1.161+fix:{}", fix.name), "version": "0.1.161",
+                "variant": "release", "key": name, "recipe_version": 0, "shim_abi": 0,
+                "source_dir": tree, "llama_version": "", "ggml_version": "",
+                "compiler_version": "", "units": [], "link_command": [],
+                "unknown_cmake_defines": [], "started_unix": 1, "finished_unix": 2,
+                "build_seconds": 1.0, "so_sha256": "", "static_lib_sha256": "",
+                "fixes": [[fix.name, sha]],
+            });
+            fs::write(entry.join(MANIFEST_NAME), manifest.to_string()).unwrap();
+            (entry, tree)
+        };
+        let (current, current_tree) = entry("current", fix.patch_sha256());
+        let (stale, stale_tree) = entry("stale", "0".repeat(64));
+        let unused_tree = patch::patched_root(&cache).join("unused");
+        fs::create_dir_all(&unused_tree).unwrap();
+        let reclaimed = collect_garbage(Some(&cache), false).unwrap();
+        assert!(current.exists() && current_tree.exists());
+        assert!(!stale.exists() && !stale_tree.exists() && !unused_tree.exists());
+        assert_eq!(reclaimed.entries.len(), 3, "{reclaimed:?}");
     }
 
     #[test]
