@@ -83,6 +83,7 @@ pub fn run(a: BisectArgs) -> Result<i32, CliError> {
                     version: version.clone(),
                     variant,
                     tree: None,
+                    fixes: Vec::new(),
                 }
                 .label();
                 (version, label)

@@ -9,6 +9,7 @@ mod bisect;
 mod coverage;
 mod domain;
 mod explain;
+mod fixes;
 mod fuzz;
 mod hunt;
 mod matrix;
@@ -82,6 +83,9 @@ pub enum Command {
     Coverage(coverage::CoverageArgs),
     /// Build and inspect targets (`kvaudit target build llama.cpp@0.1.156`).
     Target(target_cmd::TargetCmd),
+    /// The fixes of known root causes (`corpora/fixes/`), and their check: a pin built with
+    /// each (`llama.cpp@0.1.161+fix:NAME`), the corpus run on it and on the pin without it.
+    Fixes(fixes::FixesCmd),
     /// Internal: serve a llama.cpp target to a parent kvaudit over stdin/stdout.
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -137,6 +141,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Domain(d) => domain::run(d),
         Command::Merge(m) => merge::run(m),
         Command::Coverage(c) => coverage::run(c),
+        Command::Fixes(f) => fixes::run(f),
         Command::Oracles(o) => oracles::run(o),
         Command::Fuzz(f) => fuzz::run(f),
         Command::Shrink(s) => shrink::run(s),

@@ -120,6 +120,7 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
                         version: info.version.clone(),
                         variant,
                         tree: None,
+                        fixes: Vec::new(),
                     }
                     .label();
                     if built.contains_key(&label) {
@@ -140,6 +141,9 @@ pub fn run(t: TargetCmd) -> Result<i32, CliError> {
                 );
             }
             println!("llama.cpp@src:PATH[+assert]  (a llama.cpp source tree)");
+            println!(
+                "llama.cpp@VERSION+fix:NAME  (a pin with a fix of corpora/fixes/ applied; `kvaudit fixes list`)"
+            );
             println!(
                 "{}  (the JSON-lines protocol's reference worker, Python standard library only)",
                 kvaudit::targets::python::REFERENCE

@@ -1,7 +1,9 @@
 //! A bug report for the engine's tracker, in Markdown: a one-line summary, the llama.h contract
 //! the finding breaks (quoted), the minimal trace as llama.h calls, observed against expected,
 //! the standalone C program (with the exit code it had on a pin, when checked), the versions
-//! that show it and those that do not, the build settings and the context's configuration.
+//! that show it and those that do not, the build settings and the context's configuration;
+//! and for a corpus file whose root cause has a fix (`corpora/fixes/`), the patch and what its
+//! check found.
 //!
 //! The reader has llama.cpp, not kvaudit: nothing in the report needs kvaudit to be installed
 //! (the C program needs llama.h and a GGUF model only). Text from the repro file (its summary,
@@ -259,6 +261,7 @@ pub fn bug_report(repro: &Repro, program: &str, checked: Option<&CheckedProgram>
         }
     }
     s.push_str(&fenced("c", program));
+    s.push_str(&fix_section(repro));
     let _ = writeln!(s, "\n## Versions\n");
     if pins.is_empty() {
         let _ = writeln!(s, "No llama.cpp version was checked.\n");
@@ -287,6 +290,49 @@ pub fn bug_report(repro: &Repro, program: &str, checked: Option<&CheckedProgram>
     }
     let _ = writeln!(s, "## Context configuration\n");
     s.push_str(&configuration(&repro.trace.setup));
+    s
+}
+
+/// "A fix": the patches of the fixes whose files include `repro` (found by its contents among
+/// the corpus built in), each with its check's result; empty for a file no fix is for.
+fn fix_section(repro: &Repro) -> String {
+    let Ok(corpus) = crate::outputs::corpus::Corpus::built_in() else {
+        return String::new();
+    };
+    let Some((file, _)) = corpus.files.iter().find(|(_, r)| r == repro) else {
+        return String::new();
+    };
+    let Ok(fixes) = crate::outputs::fixes::Fix::of_file(file) else {
+        return String::new();
+    };
+    let mut s = String::new();
+    for (fix, embedded) in fixes {
+        let _ = writeln!(s, "\n## A fix\n");
+        let _ = writeln!(
+            s,
+            "Cause ({}, {}): {}. The patch below applies to llama.cpp as vendored by `llama-cpp-sys-2` {} (`patch -p1` in its `llama.cpp/`).\n",
+            markdown_text(&fix.name),
+            markdown_code(&fix.source),
+            markdown_text(&fix.cause),
+            markdown_text(&fix.applies_to.join(", "))
+        );
+        match fix.current_check(embedded) {
+            Some(c) => {
+                let _ = writeln!(
+                    s,
+                    "Checked on {}: {} built and this trace, with every other trace of kvaudit's regression corpus, run on it and on {}: {}.\n",
+                    markdown_text(&c.date),
+                    markdown_code(&c.target),
+                    markdown_code(&c.against),
+                    markdown_text(&c.result)
+                );
+            }
+            None => {
+                let _ = writeln!(s, "Not checked with this patch yet.\n");
+            }
+        }
+        s.push_str(&fenced("diff", embedded.patch));
+    }
     s
 }
 
@@ -328,4 +374,45 @@ pub fn program_and_status(report: &str) -> Option<(String, Option<i32>)> {
         body.push('\n');
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outputs::corpus::Corpus;
+    use crate::outputs::fixes::Fix;
+
+    #[test]
+    fn a_report_of_a_file_a_fix_is_for_carries_the_patch_and_its_check() {
+        let corpus = Corpus::built_in().unwrap();
+        for (fix, embedded) in Fix::all().unwrap() {
+            let repro = &corpus
+                .files
+                .iter()
+                .find(|(n, _)| n == &fix.files[0])
+                .unwrap()
+                .1;
+            let md = bug_report(repro, "int main(void) { return 0; }\n", None);
+            let section = &md[md.find("\n## A fix\n").expect("a fix section")..];
+            assert!(
+                section.contains(&fenced("diff", embedded.patch)),
+                "{}",
+                fix.name
+            );
+            let checked = fix.current_check(embedded).expect("checked");
+            assert!(
+                section.contains(&markdown_text(&checked.result)),
+                "{}",
+                fix.name
+            );
+        }
+        // A file no fix is for has no such section.
+        let (name, repro) = corpus
+            .files
+            .iter()
+            .find(|(n, _)| Fix::of_file(n).unwrap().is_empty())
+            .unwrap();
+        let md = bug_report(repro, "", None);
+        assert!(!md.contains("## A fix"), "{name}");
+    }
 }

@@ -6,6 +6,7 @@ pub mod c_repro;
 pub mod corpus;
 pub mod coverage;
 pub mod explain;
+pub mod fixes;
 pub mod hunt;
 pub mod mlx_bug_report;
 pub mod py_repro;

@@ -32,6 +32,7 @@ pub fn build_and_load_both_pins() -> Result<Vec<(BuiltShim, LlamaShim)>> {
             version: version.to_string(),
             variant: Variant::RELEASE,
             tree: None,
+            fixes: Vec::new(),
         };
         let built = ensure_built(&BuildSpec::new(pin.clone()), false)
             .with_context(|| format!("building {pin}"))?;
@@ -250,6 +251,7 @@ fn first_release_pin() -> Result<(Pin, &'static kvaudit::targets::llama::pins::P
         version: version.to_string(),
         variant: Variant::RELEASE,
         tree: None,
+        fixes: Vec::new(),
     };
     Ok((pin, info))
 }
@@ -356,6 +358,7 @@ pub fn a_source_tree_replays_the_corpus_and_catches_a_reintroduced_bug() -> Resu
         version: version.clone(),
         variant: Variant::RELEASE,
         tree: None,
+        fixes: Vec::new(),
     };
     ensure_built(&BuildSpec::new(pin.clone()), false)?;
     let cache = kvaudit::targets::llama::build::cache_root()?;
@@ -411,6 +414,7 @@ pub fn git_bisect_run_names_the_commit_that_reintroduced_a_bug() -> Result<()> {
         version: version.to_string(),
         variant: Variant::RELEASE,
         tree: None,
+        fixes: Vec::new(),
     };
     ensure_built(&BuildSpec::new(pin), false)?;
     let cache = kvaudit::targets::llama::build::cache_root()?;

@@ -20,6 +20,8 @@
 //!   resumed give the report of a run that was not stopped.
 //! - `tests/data/py_repro/*.json`: Python reproducers and bug reports of findings on mlx-lm,
 //!   run with mlx-lm.
+//! - `fixes.rs`: a fix of `corpora/fixes/` built into its pin and checked against the whole
+//!   corpus (its file holds, nothing else moves), as `scripts/fixes-check.sh` checks them all.
 //! - `ops.rs`: every op kind through every renderer, generator, shrinker move and domain axis.
 //! - `workers.rs`: the JSON-lines workers' own unittests (`workers/test_*.py`).
 //! - `cross.rs`: llama.cpp and mlx-lm on one model: next-token logits agree (issue 44).
@@ -35,6 +37,7 @@ mod corpus;
 mod cross;
 mod docs;
 mod findings;
+mod fixes;
 mod fuzz_guided;
 mod fuzz_seeds;
 mod hostile;
@@ -104,6 +107,7 @@ fn main() {
     trials.extend(corpus::trials());
     trials.extend(docs::trials());
     trials.extend(findings::trials());
+    trials.extend(fixes::trials());
     trials.extend(fuzz_guided::trials());
     trials.extend(fuzz_seeds::trials());
     trials.extend(hostile::trials());

@@ -538,8 +538,8 @@ mod replay;
 pub use dates::{check_date, today_utc};
 pub use junit::junit_xml;
 pub use replay::{
-    check, judge_expectation, judge_on, measure, parse_label, replay, replay_file, repro_files,
-    EntryResult, FileResult, ReplayFilter, Second, Status,
+    check, judge_entry, judge_expectation, judge_on, measure, parse_label, replay, replay_file,
+    repro_files, EntryResult, FileResult, ReplayFilter, Second, Status,
 };
 
 #[cfg(test)]

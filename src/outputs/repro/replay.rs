@@ -124,6 +124,13 @@ pub fn judge_on(
         .map_err(Error::harness)
 }
 
+/// Runs the repro's trace as `entry` names it (target, second target or configuration) and
+/// judges every step, with no expectation to compare: what a fix's check compares between a
+/// pin and the same pin with the fix. `Err`: the target could not be built or driven.
+pub fn judge_entry(repro: &Repro, entry: &TargetExpectation) -> Result<RunJudgement, Error> {
+    run_on(repro, entry).map(|(j, _)| j).map_err(Error::harness)
+}
+
 /// Replays one expectation of `repro`.
 pub fn check(repro: &Repro, entry: &TargetExpectation) -> EntryResult {
     let label = entry.label();

@@ -2,7 +2,7 @@
 //! pins, tree facts, the C shim, the build, the FFI and libc; llama.h's vocabulary, nothing of
 //! kvaudit's), adapted here to kvaudit's types.
 //!
-//! - The crate's modules, re-exported so that kvaudit names them in one place: [`pins`],
+//! - The crate's modules, re-exported so that kvaudit names them in one place: [`pins`], [`fixes`],
 //!   [`tree`], [`shim`], [`build`], [`ffi`], [`sys`], [`error`], [`startup`].
 //! - [`context_params`]: a setup's settings (`base/setting.rs`) as the shim's (key, value)
 //!   pairs; [`state_format`]: a pin's state format as `base/state/` reads it.
@@ -13,7 +13,7 @@
 //!   trial loop runs kvaudit's `LocalRunner` over a [`target::LlamaTarget`], so it stays here,
 //!   over the crate's process plumbing ([`sys`]: fork, signals, waitpid).
 
-pub use llama_cpp_target::{build, error, ffi, pins, shim, startup, sys, tree};
+pub use llama_cpp_target::{build, error, ffi, fixes, pins, shim, startup, sys, tree};
 
 pub mod faults;
 pub mod memory_log;

@@ -108,6 +108,15 @@ pub enum LlamaError {
         /// sha256 of the file now.
         actual: String,
     },
+    /// A fix (`+fix:NAME`) that is not known, does not parse, or does not apply to a pin's
+    /// sources exactly.
+    #[error("fix `{name}`: {message}")]
+    Fix {
+        /// The fix's name.
+        name: String,
+        /// What is wrong: for a patch that does not apply, the file and hunk.
+        message: String,
+    },
     /// A build failed; what failed is inside.
     #[error("building {pin}: {error}")]
     Building {

@@ -5,6 +5,8 @@
 //!
 //! - [`pins`]: the pins recorded in `pins.toml` and the labels that name them
 //!   (`llama.cpp@0.1.156`, `llama.cpp@0.1.156+assert`, `llama.cpp@src:PATH` for a tree).
+//! - [`fixes`]: patches to a pin's sources (`corpora/fixes/`, built in), applied exactly by a
+//!   build whose label names them (`llama.cpp@0.1.161+fix:NAME`).
 //! - [`shim`]: the C shim as both the build and the loader know it (its sources under `shim/`,
 //!   its ABI number, and what a finished build is); below both, so neither imports the other.
 //! - [`build`]: fetches a pin's sources through cargo (the crates.io crate `llama-cpp-sys-2`
@@ -32,6 +34,7 @@ pub mod build;
 pub mod error;
 pub mod ffi;
 pub mod files;
+pub mod fixes;
 pub mod pins;
 pub mod shim;
 pub mod startup;

@@ -5,7 +5,9 @@
 //! and a build variant: `llama.cpp@0.1.156` is the release build (`-DNDEBUG`, as shipped),
 //! `llama.cpp@0.1.156+assert` the same sources with llama.cpp's `assert`s compiled in, and
 //! `+asan`, `+ubsan` the same under a sanitizer; flags combine (`+assert+asan`), written in
-//! one canonical order ([`Flag::ALL`]). `llama.cpp@src:PATH[+FLAG...]` names a llama.cpp source tree instead (a developer's own
+//! one canonical order ([`Flag::ALL`]). `+fix:NAME` (after the flags, several in name order)
+//! builds the pin's sources with the fix `corpora/fixes/NAME.patch` applied ([`super::fixes`]):
+//! `llama.cpp@0.1.161+asan+fix:pos-div-shift-sign`. `llama.cpp@src:PATH[+FLAG...]` names a llama.cpp source tree instead (a developer's own
 //! checkout): its facts are read from the tree, and it is held to a known pin's expectations
 //! ([`Pin::baseline`]).
 
@@ -266,6 +268,39 @@ pub struct Pin {
     pub variant: Variant,
     /// A llama.cpp source tree (canonical, its root) instead of a pin's crate.
     pub tree: Option<PathBuf>,
+    /// The fixes applied to the pin's sources (`+fix:NAME`), names of [`super::fixes::FIXES`],
+    /// sorted and distinct; empty for the pin as released.
+    pub fixes: Vec<String>,
+}
+
+/// What a label writes before a fix's name: `+fix:NAME`.
+pub const FIX_PREFIX: &str = "fix:";
+
+/// The `+FLAG` and `+fix:NAME` parts of a label's suffix, apart: the flags' suffix and the
+/// fixes' names, sorted; `Err` names an unknown or repeated fix.
+fn split_fixes(suffix: &str) -> Result<(String, Vec<String>), String> {
+    if suffix.is_empty() {
+        return Ok((String::new(), Vec::new()));
+    }
+    let Some(rest) = suffix.strip_prefix('+') else {
+        return Err(format!("a variant starts with `+`, not {suffix:?}"));
+    };
+    let mut flags = String::new();
+    let mut fixes = Vec::new();
+    for part in rest.split('+') {
+        match part.strip_prefix(FIX_PREFIX) {
+            Some(name) => {
+                super::fixes::find(name).map_err(|e| e.to_string())?;
+                if fixes.iter().any(|f| f == name) {
+                    return Err(format!("`+{FIX_PREFIX}{name}` is given twice"));
+                }
+                fixes.push(name.to_string());
+            }
+            None => flags.push_str(&format!("+{part}")),
+        }
+    }
+    fixes.sort();
+    Ok((flags, fixes))
 }
 
 /// The `version` of a [`Pin`] that is a source tree (and the label's prefix before its path).
@@ -289,8 +324,9 @@ impl Pin {
             None => (rest, ""),
             Some(i) => (&rest[..i], &rest[i..]),
         };
-        let variant = Variant::from_suffix(suffix)
-            .map_err(|e| pin_error(format!("pin label `{label}`: {e}")))?;
+        let bad = |e: String| pin_error(format!("pin label `{label}`: {e}"));
+        let (flags, fixes) = split_fixes(suffix).map_err(bad)?;
+        let variant = Variant::from_suffix(&flags).map_err(bad)?;
         if version.is_empty() {
             return Err(pin_error(format!("pin label `{label}`: empty version")));
         }
@@ -304,6 +340,7 @@ impl Pin {
             version: version.to_string(),
             variant,
             tree: None,
+            fixes,
         })
     }
 
@@ -318,6 +355,15 @@ impl Pin {
                 Some(flag) if !variant.has(flag) => {
                     variant = variant.with(flag);
                     path = head;
+                }
+                // A fix is made for a pin's sources: a tree of one's own may already differ
+                // where the patch looks (and would need patching in place to stay one's own).
+                _ if name.starts_with(FIX_PREFIX) => {
+                    return Err(pin_error(format!(
+                        "target `{label}`: `+{name}` applies to a known pin's sources, not to a \
+                         source tree: apply corpora/fixes/{}.patch to the tree (`patch -p1`)",
+                        &name[FIX_PREFIX.len()..]
+                    )))
                 }
                 _ => break,
             }
@@ -341,6 +387,7 @@ impl Pin {
             version: SRC_VERSION.to_string(),
             variant,
             tree: Some(root),
+            fixes: Vec::new(),
         })
     }
 
@@ -350,7 +397,27 @@ impl Pin {
             Some(t) => format!("{SRC_VERSION}:{}", t.display()),
             None => self.version.clone(),
         };
-        format!("{TARGET}@{what}{}", self.variant.suffix())
+        format!(
+            "{TARGET}@{what}{}{}",
+            self.variant.suffix(),
+            self.fix_suffix()
+        )
+    }
+
+    /// The label's fixes: empty, or `+fix:A+fix:B` in name order.
+    pub fn fix_suffix(&self) -> String {
+        self.fixes
+            .iter()
+            .map(|f| format!("+{FIX_PREFIX}{f}"))
+            .collect()
+    }
+
+    /// The same pin and variant without fixes: the build the fixes are checked against.
+    pub fn without_fixes(&self) -> Pin {
+        Pin {
+            fixes: Vec::new(),
+            ..self.clone()
+        }
     }
 
     /// What pins.toml records about this pin; for a source tree, the same facts read from the
@@ -403,10 +470,11 @@ impl Pin {
 
     /// The pin whose recorded expectations a source tree is held to: the known pin of the
     /// same crate version, else of the same llama.cpp version, else the newest; a pin is its
-    /// own baseline. Same variant.
+    /// own baseline, and a pin with fixes is held to the pin without them (a fixed file then
+    /// replays as fixed). Same variant.
     pub fn baseline(&self) -> Result<Pin, LlamaError> {
         if self.tree.is_none() {
-            return Ok(self.clone());
+            return Ok(self.without_fixes());
         }
         let info = self.info()?;
         let pins = known_pins()?;
@@ -425,6 +493,7 @@ impl Pin {
             version: chosen,
             variant: self.variant,
             tree: None,
+            fixes: Vec::new(),
         })
     }
 }
@@ -549,6 +618,7 @@ pub fn select(spec: &str, variant: Variant) -> Result<Vec<Pin>, LlamaError> {
             version,
             variant,
             tree: None,
+            fixes: Vec::new(),
         })
         .collect())
 }
@@ -589,6 +659,7 @@ mod tests {
                 version: "0.1.156".into(),
                 variant: Variant::RELEASE,
                 tree: None,
+                fixes: Vec::new(),
             }
         );
         let p: Pin = "llama.cpp@0.1.161+assert".parse().unwrap();
@@ -622,6 +693,24 @@ mod tests {
         let err = |l: &str| format!("{:#}", Pin::parse(l).unwrap_err());
         assert!(err("llama.cpp@0.1.161+asan+asan").contains("given twice"));
         assert!(err("llama.cpp@0.1.161+asan+msan").contains("unknown variant `+msan`"));
+    }
+
+    #[test]
+    fn fixes_follow_the_flags_in_name_order() {
+        let name = crate::fixes::FIXES[0].name;
+        let label = format!("llama.cpp@0.1.161+fix:{name}+asan");
+        let p = Pin::parse(&label).unwrap();
+        assert_eq!(p.fixes, [name]);
+        assert_eq!(p.variant, Variant::RELEASE.with(Flag::Asan));
+        assert_eq!(p.label(), format!("llama.cpp@0.1.161+asan+fix:{name}"));
+        assert_eq!(Pin::parse(&p.label()).unwrap(), p);
+        assert_eq!(p.without_fixes().label(), "llama.cpp@0.1.161+asan");
+        assert_eq!(p.baseline().unwrap(), p.without_fixes());
+        // A pin without fixes keeps the label (and so the cache key) it always had.
+        assert_eq!(Pin::parse("llama.cpp@0.1.161").unwrap().fix_suffix(), "");
+        let err = |l: &str| format!("{:#}", Pin::parse(l).unwrap_err());
+        assert!(err(&format!("{label}+fix:{name}")).contains("given twice"));
+        assert!(err("llama.cpp@0.1.161+fix:no-such-fix").contains("not a known fix"));
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub struct BuildManifest {
     /// How many sources this build compiled; the other objects came from the object cache.
     #[serde(default)]
     pub compiled: usize,
+    /// The fixes applied to the sources (`+fix:NAME`): (name, sha256 of the patch). Absent
+    /// from the manifests of builds without fixes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fixes: Vec<(String, String)>,
 }
 
 /// One compile unit as recorded in the manifest.

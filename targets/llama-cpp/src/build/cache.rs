@@ -157,6 +157,9 @@ pub(super) fn cache_key(
         #[serde(skip_serializing_if = "str::is_empty")]
         cov_source: &'a str,
         link_flags: Vec<String>,
+        // Only builds with fixes have it, so every other key is what it was before fixes.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        fixes: Vec<(String, String)>,
     }
     let input = KeyInput {
         recipe_version: RECIPE_VERSION,
@@ -173,6 +176,9 @@ pub(super) fn cache_key(
             ""
         },
         link_flags: link_flags(pin.variant, Path::new("$SHIM/exports.map"), "$SONAME"),
+        // The patched tree's fingerprint already differs where a patch changed a file; the
+        // patch bytes say which patch made it so.
+        fixes: fix_records(pin)?,
     };
     let bytes = serde_json::to_vec(&input).map_err(|e| LlamaError::Compile {
         what: "hashing the cache key".into(),
@@ -186,11 +192,24 @@ pub fn file_sha256(path: &Path) -> Result<String, LlamaError> {
     crate::files::file_sha256(path).context_io(|| format!("reading {}", path.display()))
 }
 
-/// The directory of the entry for `pin` and `key` under the cache root `cache`.
+/// The fixes of `pin` as its key and manifest record them: (name, sha256 of the patch).
+pub(super) fn fix_records(pin: &Pin) -> Result<Vec<(String, String)>, LlamaError> {
+    Ok(super::patch::pin_fixes(pin)?
+        .iter()
+        .map(|f| (f.name.to_string(), f.patch_sha256()))
+        .collect())
+}
+
+/// The directory of the entry for `pin` and `key` under the cache root `cache`:
+/// `VERSION-VARIANT-KEY16`, with `+fix-NAME` after the variant for each fix.
 pub(super) fn entry_dir(cache: &Path, pin: &Pin, key: &str) -> PathBuf {
-    cache
-        .join("llama.cpp")
-        .join(format!("{}-{}-{}", pin.version, pin.variant, &key[..16]))
+    let fixes: String = pin.fixes.iter().map(|f| format!("+fix-{f}")).collect();
+    cache.join("llama.cpp").join(format!(
+        "{}-{}{fixes}-{}",
+        pin.version,
+        pin.variant,
+        &key[..16]
+    ))
 }
 
 /// The verified entry at `entry` for `key` and `pin`: `Ok(None)` when there is none; `Err` when
@@ -361,16 +380,7 @@ pub(super) fn install_entry(
     })?;
     fs::create_dir_all(parent).context_io(|| format!("creating {}", parent.display()))?;
     remove_abandoned_builds(parent);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .subsec_nanos();
-    let tmp = parent.join(format!(
-        ".tmp-{}-{}-{}",
-        entry.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id(),
-        nanos
-    ));
+    let (tmp, nanos) = temporary_sibling(entry);
     let manifest = match build(&tmp) {
         Ok(m) => m,
         Err(e) => {
@@ -406,6 +416,21 @@ pub(super) fn install_entry(
         ));
     }
     Ok(built_shim(entry, pin, manifest, true))
+}
+
+/// Where `dir` is made before it is renamed into place: `.tmp-NAME-PID-NANOS` beside it (a
+/// name [`remove_abandoned_builds`] knows), and the nanoseconds in it.
+pub(super) fn temporary_sibling(dir: &Path) -> (PathBuf, u32) {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    let name = format!(
+        ".tmp-{}-{}-{nanos}",
+        dir.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    );
+    (dir.with_file_name(name), nanos)
 }
 
 /// Removes the temporary directories of builds whose process is gone (killed mid-build):
@@ -498,6 +523,7 @@ mod tests {
             static_lib_sha256: file_sha256(&entry.join(STATIC_LIB_NAME)).unwrap(),
             objects: vec![],
             compiled: 0,
+            fixes: vec![],
         };
         fs::write(
             entry.join(MANIFEST_NAME),
@@ -514,6 +540,7 @@ mod tests {
             version: "0.1.156".into(),
             variant: Variant::RELEASE,
             tree: None,
+            fixes: Vec::new(),
         };
         let key = "ab".repeat(32);
         let entry = fake_entry(dir.path(), &pin, &key);

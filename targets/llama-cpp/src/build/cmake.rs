@@ -262,6 +262,7 @@ my_add_compile_definitions(NOT_A_CALL)
                 version: info.version.clone(),
                 variant: Variant::RELEASE,
                 tree: None,
+                fixes: Vec::new(),
             };
             let recipe = Recipe::for_tree(&tree, &pin).unwrap();
             assert_eq!(recipe.llama_version_base, info.llama_version);

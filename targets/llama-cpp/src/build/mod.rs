@@ -14,6 +14,7 @@
 //! - `toolchain`: the host check and the compilers `cc` picks;
 //! - `compile` and `link`: running the compilers, the archiver and the linker;
 //! - `objects`: the object cache, keyed by contents (an edit recompiles what it reaches);
+//! - `patch`: the patched copy of a pin's sources that a build with fixes compiles;
 //! - `progress`: the progress display;
 //! - `cache`: the cache root (private to the user), its lock, the key, and verified entries;
 //! - `stamps`: what the last lookup read (file hashes, the toolchain), used again while the
@@ -32,6 +33,7 @@ pub mod cov;
 mod fetch;
 mod link;
 mod objects;
+mod patch;
 mod progress;
 mod recipe;
 mod stamps;
@@ -146,6 +148,20 @@ pub fn ensure_built(spec: &BuildSpec, progress: bool) -> Result<BuiltShim, Llama
     let src = match &spec.llama_src {
         Some(dir) => normalize_tree(dir)?,
         None => locate_or_fetch(info, &cache, progress)?,
+    };
+    let src = if spec.pin.fixes.is_empty() {
+        src
+    } else if let Some(dir) = &spec.llama_src {
+        return Err(LlamaError::Pin {
+            message: format!(
+                "{}: fixes are made for a pin's own sources, not for {}: apply the patches \
+                 under corpora/fixes/ to that tree (`patch -p1`) and build it without `+fix:`",
+                spec.pin,
+                dir.display()
+            ),
+        });
+    } else {
+        patch::patched_tree(&src, &spec.pin, &cache, progress)?
     };
     mark("build lookup: sources found");
     let recipe = Recipe::for_tree(&src, &spec.pin)?;
@@ -316,7 +332,8 @@ pub fn cached_labels(
 /// What `kvaudit target gc` removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reclaimed {
-    /// Entries removed (older builds of the same pin and tree).
+    /// Entries removed (older builds of the same pin and tree), and patched trees of fixes no
+    /// remaining entry was built from.
     pub entries: Vec<PathBuf>,
     /// Objects removed from the object cache (no remaining entry links them).
     pub objects: usize,
@@ -326,7 +343,8 @@ pub struct Reclaimed {
 
 /// `kvaudit target gc`: keeps, for each pin and source tree, the newest cache entry, removes
 /// the older ones (each edit of a tree makes an entry), the builds of source trees that no longer
-/// exist, and every cached object that no remaining entry was linked from. With `dry_run`, says what it would remove and removes
+/// exist, the builds with a fix whose patch changed or is gone, the patched trees no remaining
+/// entry was built from, and every cached object that no remaining entry was linked from. With `dry_run`, says what it would remove and removes
 /// nothing. Holds the build lock, so no build runs meanwhile.
 pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclaimed, LlamaError> {
     let cache = match cache_dir {
@@ -354,8 +372,11 @@ pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclai
     let mut keep = std::collections::BTreeSet::new();
     let mut seen = std::collections::BTreeSet::new();
     for (dir, m) in &entries {
-        // A source tree's build whose tree is gone can never be asked for again.
-        let orphaned = m.version == super::pins::SRC_VERSION && !m.source_dir.exists();
+        // A source tree's build whose tree is gone can never be asked for again, nor a build
+        // with a fix this kvaudit no longer has or has other patch bytes of (its label names
+        // another build now).
+        let orphaned =
+            (m.version == super::pins::SRC_VERSION && !m.source_dir.exists()) || stale_fixes(m);
         if !orphaned && seen.insert((m.pin.clone(), m.source_dir.clone())) {
             keep.extend(m.objects.iter().map(|o| objects.path_of(o)));
         } else {
@@ -368,10 +389,30 @@ pub fn collect_garbage(cache_dir: Option<&Path>, dry_run: bool) -> Result<Reclai
             fs::remove_dir_all(dir).context_io(|| format!("removing {}", dir.display()))?;
         }
     }
+    // A patched tree stays while an entry that stays was built from it.
+    let used: Vec<PathBuf> = entries
+        .iter()
+        .filter(|(dir, _)| !out.entries.contains(dir))
+        .map(|(_, m)| m.source_dir.clone())
+        .collect();
+    for tree in patch::unused_trees(&cache, &used) {
+        out.bytes += dir_size(&tree);
+        if !dry_run {
+            fs::remove_dir_all(&tree).context_io(|| format!("removing {}", tree.display()))?;
+        }
+        out.entries.push(tree);
+    }
     let (n, bytes) = objects::collect_garbage(&objects, &keep, dry_run)?;
     out.objects = n;
     out.bytes += bytes;
     Ok(out)
+}
+
+/// Whether the entry of `m` was built with a fix that is gone or whose patch changed since.
+fn stale_fixes(m: &BuildManifest) -> bool {
+    m.fixes
+        .iter()
+        .any(|(name, sha)| super::fixes::find(name).map_or(true, |f| &f.patch_sha256() != sha))
 }
 
 fn dir_size(dir: &Path) -> u64 {
@@ -531,6 +572,7 @@ impl EntryBuild<'_> {
                 .map(|o| objects.name_of(o))
                 .collect(),
             compiled: compilation.n_to_compile(),
+            fixes: cache::fix_records(self.pin)?,
         };
         // Written last: an entry without a manifest is never used.
         let manifest_path = tmp.join(MANIFEST_NAME);
@@ -559,6 +601,7 @@ mod tests {
                 version: "0.1.156".into(),
                 variant: Variant::RELEASE,
                 tree: None,
+                fixes: Vec::new(),
             },
             llama_src: Some(looped.clone()),
             force: false,
@@ -571,6 +614,39 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn gc_removes_builds_of_changed_patches_and_the_trees_only_they_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        prepare_cache_root(&cache).unwrap();
+        let fix = crate::fixes::FIXES[0];
+        let entry = |name: &str, sha: String| {
+            let tree = patch::patched_root(&cache).join(name);
+            fs::create_dir_all(&tree).unwrap();
+            let entry = cache.join("llama.cpp").join(name);
+            fs::create_dir_all(&entry).unwrap();
+            let manifest = serde_json::json!({
+                "pin": format!("llama.cpp@0.1.161+fix:{}", fix.name), "version": "0.1.161",
+                "variant": "release", "key": name, "recipe_version": 0, "shim_abi": 0,
+                "source_dir": tree, "llama_version": "", "ggml_version": "",
+                "compiler_version": "", "units": [], "link_command": [],
+                "unknown_cmake_defines": [], "started_unix": 1, "finished_unix": 2,
+                "build_seconds": 1.0, "so_sha256": "", "static_lib_sha256": "",
+                "fixes": [[fix.name, sha]],
+            });
+            fs::write(entry.join(MANIFEST_NAME), manifest.to_string()).unwrap();
+            (entry, tree)
+        };
+        let (current, current_tree) = entry("current", fix.patch_sha256());
+        let (stale, stale_tree) = entry("stale", "0".repeat(64));
+        let unused_tree = patch::patched_root(&cache).join("unused");
+        fs::create_dir_all(&unused_tree).unwrap();
+        let reclaimed = collect_garbage(Some(&cache), false).unwrap();
+        assert!(current.exists() && current_tree.exists());
+        assert!(!stale.exists() && !stale_tree.exists() && !unused_tree.exists());
+        assert_eq!(reclaimed.entries.len(), 3, "{reclaimed:?}");
     }
 
     #[test]
