@@ -38,6 +38,24 @@ pub struct StepViolation {
     pub on_vs: bool,
 }
 
+impl StepViolation {
+    /// A violation of `oracle` at `step` with only its kind (no sequence, nothing observed or
+    /// expected): what tests of the judging of runs need.
+    pub fn of_kind(oracle: OracleId, step: usize, kind: &str) -> StepViolation {
+        StepViolation {
+            step,
+            violation: Violation {
+                oracle,
+                kind: kind.to_string(),
+                seq: None,
+                observed: serde_json::Value::Null,
+                expected: serde_json::Value::Null,
+            },
+            on_vs: false,
+        }
+    }
+}
+
 /// What the oracles say about one run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RunJudgement {

@@ -477,21 +477,10 @@ pub fn repro_files(path: &Path) -> Result<Vec<PathBuf>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oracles::Violation;
     use crate::running::judge::StepViolation;
 
     fn violation(oracle: OracleId, step: usize, kind: &str) -> StepViolation {
-        StepViolation {
-            step,
-            violation: Violation {
-                oracle,
-                kind: kind.to_string(),
-                seq: None,
-                observed: Value::Null,
-                expected: Value::Null,
-            },
-            on_vs: false,
-        }
+        StepViolation::of_kind(oracle, step, kind)
     }
 
     fn contract_file() -> Repro {

@@ -333,21 +333,10 @@ pub fn select_versions(spec: &str, variant: Variant) -> Result<Vec<String>, Erro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oracles::Violation;
     use crate::running::judge::StepViolation;
 
     fn violation(oracle: OracleId, step: usize, kind: &str) -> StepViolation {
-        StepViolation {
-            step,
-            violation: Violation {
-                oracle,
-                kind: kind.into(),
-                seq: None,
-                observed: serde_json::Value::Null,
-                expected: serde_json::Value::Null,
-            },
-            on_vs: false,
-        }
+        StepViolation::of_kind(oracle, step, kind)
     }
 
     #[test]
