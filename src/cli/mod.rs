@@ -24,7 +24,6 @@ mod repro;
 mod shrink;
 mod sizes;
 mod target_cmd;
-mod worker;
 
 use clap::{Parser, Subcommand};
 
@@ -86,9 +85,6 @@ pub enum Command {
     /// The fixes of known root causes (`corpora/fixes/`), and their check: a pin built with
     /// each (`llama.cpp@0.1.161+fix:NAME`), the corpus run on it and on the pin without it.
     Fixes(fixes::FixesCmd),
-    /// Internal: serve a llama.cpp target to a parent kvaudit over stdin/stdout.
-    #[command(hide = true)]
-    Worker(worker::WorkerArgs),
 }
 
 /// A failure with the exit code it maps to.
@@ -155,6 +151,5 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Measure(m) => measure::run(m),
         Command::Matrix(m) => matrix::run(m),
         Command::Bisect(b) => bisect::run(b),
-        Command::Worker(w) => worker::run(w),
     }
 }

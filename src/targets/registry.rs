@@ -353,8 +353,15 @@ pub fn llama_worker_spec(
     mark("kvaudit: model written");
     let exe = std::env::current_exe()
         .map_err(|e| Error::harness(format!("cannot find the kvaudit executable: {e}")))?;
+    let exe = worker_exe(exe);
+    if !exe.is_file() {
+        return Err(Error::harness(format!(
+            "the llama.cpp worker program {} is missing: it is built beside kvaudit (`cargo build --release` builds both; `cargo install` installs both)",
+            exe.display()
+        )));
+    }
     Ok(crate::targets::llama::worker::WorkerSpec {
-        exe: worker_exe(exe),
+        exe,
         shim: built.so_path.clone(),
         model,
         label: pin.label(),
@@ -407,22 +414,23 @@ fn llama_factory(
     ))
 }
 
-/// The binary that serves `kvaudit worker`: this one, unless this is a test or bench binary, in
-/// which case the `kvaudit` binary next to it (cargo builds it for integration tests), or the one
-/// named by `KVAUDIT_EXE`.
+/// The worker binary ([`WORKER_BINARY`]) beside `current`, the running executable: `kvaudit`
+/// installed or built has it in the same folder (cargo builds both, and builds them for
+/// integration tests and benches, whose executables sit one folder down, in `deps/`).
+/// `KVAUDIT_LLAMA_WORKER` names another.
+///
+/// [`WORKER_BINARY`]: crate::targets::llama::worker::entry::WORKER_BINARY
 fn worker_exe(current: PathBuf) -> PathBuf {
-    if let Some(p) = std::env::var_os("KVAUDIT_EXE") {
+    use crate::targets::llama::worker::entry::WORKER_BINARY;
+    if let Some(p) = std::env::var_os("KVAUDIT_LLAMA_WORKER") {
         return PathBuf::from(p);
     }
-    if current.file_stem().is_some_and(|s| s == "kvaudit") {
-        return current;
-    }
-    // target/<profile>/deps/it-HASH -> target/<profile>/kvaudit
+    // target/<profile>/deps/it-HASH -> target/<profile>/kvaudit-llama-worker
     let mut dir = current.parent().map(PathBuf::from).unwrap_or_default();
-    if dir.ends_with("deps") {
+    if dir.ends_with("deps") && !dir.join(WORKER_BINARY).exists() {
         dir.pop();
     }
-    dir.join("kvaudit")
+    dir.join(WORKER_BINARY)
 }
 
 #[cfg(test)]

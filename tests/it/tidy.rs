@@ -129,12 +129,15 @@ impl Source {
     }
 }
 
-/// Every `.rs` file of the library under `src/` (not the binary: `main.rs` and `cli/`).
+/// Every `.rs` file of the library under `src/` (not the binaries: `main.rs` and `cli/`, and the
+/// worker programs of `bin/`).
 pub fn library_sources() -> Vec<Source> {
     let src = super::root().join("src");
     let mut out = Vec::new();
     walk(&src, &src, "src", &mut out);
-    out.retain(|s| s.path != "main.rs" && !s.path.starts_with("cli/"));
+    out.retain(|s| {
+        s.path != "main.rs" && !s.path.starts_with("cli/") && !s.path.starts_with("bin/")
+    });
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
 }

@@ -1,6 +1,6 @@
 //! Crash isolation: llama.cpp runs in a worker process, so an abort is a finding, not the end.
 //!
-//! The parent ([`WorkerRunner`], a [`TrialRunner`]) starts `kvaudit worker` with the shim and the
+//! The parent ([`WorkerRunner`], a [`TrialRunner`]) starts `kvaudit-llama-worker` with the shim and the
 //! model, sends batches of traces as JSON lines on its stdin (in a compact form, see [`wire`])
 //! and reads one [`TrialRun`] per trace back, flushed in groups. The worker ([`worker_main`]) is
 //! a fork server: it loads everything once, warms a context up, and forks a child that runs the
@@ -31,6 +31,7 @@
 //! that the signal report names the trial and step and the parent reads the report as the
 //! crash ([`crate::oracles::crash::sanitizer_report`]).
 
+pub mod entry;
 mod last_words;
 mod parent;
 mod process;

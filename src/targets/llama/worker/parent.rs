@@ -1,5 +1,5 @@
 //! The parent side of crash isolation: [`WorkerRunner`], a [`TrialRunner`] whose target lives in
-//! a `kvaudit worker` process. It sends each batch as one request line, reads the replies the
+//! a `kvaudit-llama-worker` process. It sends each batch as one request line, reads the replies the
 //! process's reader thread decoded (`process.rs`, bounded, see [`super::wire`]), turns a death into
 //! [`TrialEnd::Crashed`] with the signal, the step and llama.cpp's last words, and remembers
 //! crashing prefixes. A trial that may corrupt the child's memory (`may_corrupt_memory`: a
@@ -96,8 +96,7 @@ impl WorkerRunner {
 
     fn start(&mut self) -> Result<(), HarnessError> {
         let mut cmd = Command::new(&self.spec.exe);
-        cmd.arg("worker")
-            .arg("--shim")
+        cmd.arg("--shim")
             .arg(&self.spec.shim)
             .arg("--model")
             .arg(&self.spec.model)

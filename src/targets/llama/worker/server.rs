@@ -1,4 +1,4 @@
-//! The worker side of crash isolation: `kvaudit worker`, a fork server over a [`LlamaTarget`].
+//! The worker side of crash isolation: `kvaudit-llama-worker`, a fork server over a [`LlamaTarget`].
 //!
 //! The process (as AFL's fork server) loads the shim and the model once, reads the first request,
 //! opens the context and builds that request's setup (a warm-up trial with no ops), then forks a
@@ -120,7 +120,7 @@ impl CacheUnderTest for Stepped {
     }
 }
 
-/// The worker process: `kvaudit worker --shim SO --model GGUF --label L [--rot-fields]
+/// The worker process: `kvaudit-llama-worker --shim SO --model GGUF --label L [--rot-fields]
 /// [--rebuild-resets] [--observe WHAT] [--crash-observing OBSERVATION] [--inject FAULT...]`; it
 /// observes what `observe` says after every op (`crash_observing`: a test hook, that
 /// observation dies of SIGSEGV every time; `faults`: the target's test hooks, [`LlamaFaults`]).
