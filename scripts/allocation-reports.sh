@@ -9,7 +9,8 @@
 # Exit code 1 (findings) is expected.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# KVAUDIT=PATH runs a copy of the binary (so that a rebuild meanwhile cannot swap it).
+# KVAUDIT=PATH runs a copy of the binary, kvaudit-llama-worker beside it (so that a rebuild meanwhile
+# cannot swap them).
 if [ -z "${KVAUDIT:-}" ]; then cargo build --release; fi
 k=${KVAUDIT:-./target/release/kvaudit}
 out=reports/allocation

@@ -12,7 +12,8 @@
 # Exit code: 0 when every fix checked passed, 1 when one failed, 3 when a build or run broke.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# KVAUDIT=PATH runs a copy of the binary (so that a rebuild meanwhile cannot swap it).
+# KVAUDIT=PATH runs a copy of the binary, kvaudit-llama-worker beside it (so that a rebuild meanwhile
+# cannot swap them).
 if [ -z "${KVAUDIT:-}" ]; then cargo build --release || exit 3; fi
 k=${KVAUDIT:-./target/release/kvaudit}
 out=reports/fixes

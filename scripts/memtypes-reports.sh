@@ -28,7 +28,8 @@ for g in "$@"; do
 done
 # want GROUP: whether GROUP runs (every group when none is named).
 want() { [ -z "${groups// /}" ] || [[ "$groups" == *" $1 "* ]]; }
-# KVAUDIT=PATH runs a copy of the binary (so that a rebuild meanwhile cannot swap it).
+# KVAUDIT=PATH runs a copy of the binary, kvaudit-llama-worker beside it (so that a rebuild meanwhile
+# cannot swap them).
 if [ -z "${KVAUDIT:-}" ]; then cargo build --release; fi
 k=${KVAUDIT:-./target/release/kvaudit}
 out=reports/memtypes

@@ -21,7 +21,7 @@ work=$(mktemp -d)
 host=$(hostname -s)
 cores=$(nproc)
 mkdir -p "$work"/{spool,state,log,bin,shards} /run/munge
-cp target/release/kvaudit "$work/bin/kvaudit"
+cp target/release/kvaudit target/release/kvaudit-llama-worker "$work/bin/"
 cat >"$work/slurm.conf" <<EOF
 ClusterName=kvaudit
 SlurmctldHost=$host
