@@ -27,11 +27,8 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use super::c_check::{nothing, CCheck, CheckInput};
-use super::{LlamaHClause, Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{AllocatedPart, Allocation, Observe, PartHolds, StepObservation};
-
-/// The oracle.
-pub struct AllocationOracle;
 
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(20, "allocation");
@@ -102,115 +99,82 @@ fn allocated(after: &StepObservation) -> Option<&Allocation> {
     after.sizes.as_ref().and_then(|s| s.allocated.as_ref())
 }
 
-impl Oracle for AllocationOracle {
-    fn id(&self) -> OracleId {
-        ID
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static ALLOCATION: Oracle = Oracle {
+    id: ID,
+    summary: "the memory allocates what its configuration implies: n_ctx cells for the context's positions whatever n_seq_max, one recurrent state per sequence",
+    reads: Reads::Step,
+    kinds: &[CONTEXT_CELLS, OVER_CONTEXT, STATES],
+    positive_controls: &[
+        PositiveControl {
+            fault: "attn_sized_by_n_ctx",
+            target: "native[attn_sized_by_n_ctx] (domain streams)",
+            seed_depth: None,
+            evidence: "oracles/allocation_attn_sized_by_n_ctx.json",
+        },
+        PositiveControl {
+            fault: "attn_sized_by_n_ctx",
+            target: "native[attn_sized_by_n_ctx] (arch=jamba, kv_unified=false)",
+            seed_depth: None,
+            evidence: "oracles/allocation_attn_sized_by_n_ctx_hybrid.json",
+        },
+        PositiveControl {
+            fault: "attn_sized_by_n_ctx",
+            target: "native[attn_sized_by_n_ctx] (domain hybrid_iswa, kv_unified=false)",
+            seed_depth: None,
+            evidence: "oracles/allocation_attn_sized_by_n_ctx_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "attn_sized_by_n_ctx",
+            target: "native[attn_sized_by_n_ctx] (domain msa)",
+            seed_depth: None,
+            evidence: "oracles/allocation_attn_sized_by_n_ctx_msa.json",
+        },
+        PositiveControl {
+            fault: "attn_sized_by_n_ctx",
+            target: "native[attn_sized_by_n_ctx] (domain hybrid_idx, kv_unified=false)",
+            seed_depth: None,
+            evidence: "oracles/allocation_attn_sized_by_n_ctx_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "attn_sized_by_n_ctx",
+            target: "native[attn_sized_by_n_ctx] (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "oracles/allocation_attn_sized_by_n_ctx_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "attn_sized_by_n_ctx",
+            target: "native[attn_sized_by_n_ctx] (domain dsa)",
+            seed_depth: None,
+            evidence: "oracles/allocation_attn_sized_by_n_ctx_dsa.json",
+        },
+        PositiveControl {
+            fault: "attn_sized_by_n_ctx: the llama.cpp target's test hook",
+            target: "llama.cpp@0.1.161[attn_sized_by_n_ctx] (domain dsv4)",
+            seed_depth: None,
+            evidence: "oracles/allocation_attn_sized_by_n_ctx_dsv4.json",
+        },
+    ],
+    observes: Observe {
+        sizes: true,
+        ..Observe::BASIC
+    },
+    check: violation_on,
+    judges: Some(judges_on),
+    ..Oracle::DEFAULTS
+};
 
-    fn summary(&self) -> &'static str {
-        "the memory allocates what its configuration implies: n_ctx cells for the context's positions whatever n_seq_max, one recurrent state per sequence"
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, .. } => allocated(after).and_then(check_allocation),
+        _ => None,
     }
+}
 
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[CONTEXT_CELLS, OVER_CONTEXT, STATES]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "attn_sized_by_n_ctx",
-                target: "native[attn_sized_by_n_ctx] (domain streams)",
-                seed_depth: None,
-                evidence: "oracles/allocation_attn_sized_by_n_ctx.json",
-            },
-            PositiveControl {
-                fault: "attn_sized_by_n_ctx",
-                target: "native[attn_sized_by_n_ctx] (arch=jamba, kv_unified=false)",
-                seed_depth: None,
-                evidence: "oracles/allocation_attn_sized_by_n_ctx_hybrid.json",
-            },
-            PositiveControl {
-                fault: "attn_sized_by_n_ctx",
-                target: "native[attn_sized_by_n_ctx] (domain hybrid_iswa, kv_unified=false)",
-                seed_depth: None,
-                evidence: "oracles/allocation_attn_sized_by_n_ctx_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "attn_sized_by_n_ctx",
-                target: "native[attn_sized_by_n_ctx] (domain msa)",
-                seed_depth: None,
-                evidence: "oracles/allocation_attn_sized_by_n_ctx_msa.json",
-            },
-            PositiveControl {
-                fault: "attn_sized_by_n_ctx",
-                target: "native[attn_sized_by_n_ctx] (domain hybrid_idx, kv_unified=false)",
-                seed_depth: None,
-                evidence: "oracles/allocation_attn_sized_by_n_ctx_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "attn_sized_by_n_ctx",
-                target: "native[attn_sized_by_n_ctx] (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "oracles/allocation_attn_sized_by_n_ctx_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "attn_sized_by_n_ctx",
-                target: "native[attn_sized_by_n_ctx] (domain dsa)",
-                seed_depth: None,
-                evidence: "oracles/allocation_attn_sized_by_n_ctx_dsa.json",
-            },
-            PositiveControl {
-                fault: "attn_sized_by_n_ctx: the llama.cpp target's test hook",
-                target: "llama.cpp@0.1.161[attn_sized_by_n_ctx] (domain dsv4)",
-                seed_depth: None,
-                evidence: "oracles/allocation_attn_sized_by_n_ctx_dsv4.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        self.check(seen).is_none()
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, .. } => allocated(after).and_then(check_allocation),
-            _ => None,
-        }
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => allocated(after).is_some(),
-            _ => false,
-        }
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            sizes: true,
-            ..Observe::BASIC
-        }
-    }
-
-    fn llama_h_clause(&self, _op: &str, _kind: &str) -> LlamaHClause {
-        LlamaHClause::documented(&[
-            "llama_context_params::n_ctx: \"text context, 0 = from model\"",
-            "llama_context_params::n_seq_max: \"max number of sequences (i.e. distinct states for recurrent models)\"",
-            "llama_context_params::kv_unified: \"use a unified buffer across the input sequences when computing the attention\"",
-        ])
-    }
-
-    fn check_in_words(&self) -> &'static str {
-        "a context of n_ctx (llama_n_ctx) allocates n_ctx cells for its positions, one stream of n_ctx when unified or n_seq_max streams of n_ctx / n_seq_max, no windowed or compressed stream beyond that share, and one recurrent state per sequence"
-    }
-
-    fn c_check(&self) -> Option<CCheck> {
-        Some(C_CHECK)
+fn judges_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => allocated(after).is_some(),
+        _ => false,
     }
 }
 

@@ -1,8 +1,8 @@
 //! The oracles' checks in C, as data for the C reproducer (`outputs/c_repro`): what a standalone
 //! program over llama.h states at a finding's step, from the context's own serialized state.
 //! An oracle with a C check returns one of the [`CCheck`]s here (swa-window's and state-size's
-//! are in their own files, beside the rules they restate) from [`super::Oracle::c_check`];
-//! the reproducer iterates the registry and never names an oracle.
+//! are in their own files, beside the rules they restate), named by the llama.cpp outputs'
+//! words for the oracle (`outputs::llama_h`); the reproducer iterates the registry.
 //!
 //! A check adds code in up to four places: right before the trace's last op, before the loop
 //! over the checked sequences (whole-context dumps), inside it (one sequence: locals `sq`,

@@ -18,9 +18,6 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{probe_cache, v_summed_in_f16, LogitsProbe, Observe, StepObservation};
 use crate::base::op::{CacheType, MemoryType, Setup};
 
-/// The oracle.
-pub struct CacheInvisible;
-
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(12, "cache-invisible");
 
@@ -132,121 +129,103 @@ pub(super) fn probe_violation(
     })
 }
 
-impl Oracle for CacheInvisible {
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::CACHE_INVISIBLE)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static CACHE_INVISIBLE: Oracle = Oracle {
+    id: ID,
+    summary: "each sequence's next-token logits equal a fresh decode of its resident tokens (within a measured tolerance)",
+    reads: Reads::Step,
+    kinds: &["logits differ from a fresh decode"],
+    positive_controls: &[
+        PositiveControl {
+            fault: "stream_copy_wrong_rows",
+            target: "native+tensors[stream_copy_wrong_rows] (kv_unified=false)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_stream_copy_wrong_rows.json",
+        },
+        PositiveControl {
+            fault: "batch_mixes_states",
+            target: "native[batch_mixes_states] (arch=mamba)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_batch_mixes_states.json",
+        },
+        PositiveControl {
+            fault: "refused_rm_resets_state",
+            target: "native[refused_rm_resets_state] (arch=mamba)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_refused_rm_resets_state.json",
+        },
+        PositiveControl {
+            fault: "refused_rm_resets_state",
+            target: "native[refused_rm_resets_state] (arch=jamba)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid.json",
+        },
+        PositiveControl {
+            fault: "refused_rm_resets_state",
+            target: "native[refused_rm_resets_state] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "refused_rm_resets_state",
+            target: "native[refused_rm_resets_state] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "llama.cpp's own: a pending seq_cp of the compressed parts copies zeros after seq_rm of the source",
+            target: "llama.cpp@0.1.161 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_dsv4_seq_cp_then_seq_rm.json",
+        },
+        PositiveControl {
+            fault: "save_drops_rows: the llama.cpp target's test hook (per-sequence dumps with their V rows zeroed)",
+            target: "llama.cpp@0.1.161[save_drops_rows] (domain msa)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_save_drops_rows_msa.json",
+        },
+    PositiveControl { fault: "probe_off", target: "mlx-lm@0.32.2[probe_off]", seed_depth: None, evidence: "audits/mlx_probe_off_d1.json" },
+    PositiveControl { fault: "front_trims_two_more", target: "mlx-lm@0.32.2[front_trims_two_more] (llama4)", seed_depth: None, evidence: "audits/mlx_llama4_front_trims_two_more_d1.json" },
+    ],
+    observes: Observe {
+        logits: true,
+        ..Observe::BASIC
+    },
+    costly: true,
+    holds: Some(holds_on),
+    check: violation_on,
+    judges: Some(judges_on),
+    judges_setup: judges_setup_of,
+    ..Oracle::DEFAULTS
+};
 
-    fn id(&self) -> OracleId {
-        ID
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => judged(after, false).all(|(p, tol)| p.max_abs_diff <= tol),
+        _ => true,
     }
+}
 
-    fn summary(&self) -> &'static str {
-        "each sequence's next-token logits equal a fresh decode of its resident tokens (within a measured tolerance)"
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, .. } => check_probes(after),
+        _ => None,
     }
+}
 
-    fn reads(&self) -> Reads {
-        Reads::Step
+fn judges_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => judged(after, false).next().is_some(),
+        _ => false,
     }
+}
 
-    fn kinds(&self) -> &'static [&'static str] {
-        &["logits differ from a fresh decode"]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "stream_copy_wrong_rows",
-                target: "native+tensors[stream_copy_wrong_rows] (kv_unified=false)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_stream_copy_wrong_rows.json",
-            },
-            PositiveControl {
-                fault: "batch_mixes_states",
-                target: "native[batch_mixes_states] (arch=mamba)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_batch_mixes_states.json",
-            },
-            PositiveControl {
-                fault: "refused_rm_resets_state",
-                target: "native[refused_rm_resets_state] (arch=mamba)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_refused_rm_resets_state.json",
-            },
-            PositiveControl {
-                fault: "refused_rm_resets_state",
-                target: "native[refused_rm_resets_state] (arch=jamba)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid.json",
-            },
-            PositiveControl {
-                fault: "refused_rm_resets_state",
-                target: "native[refused_rm_resets_state] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "refused_rm_resets_state",
-                target: "native[refused_rm_resets_state] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_refused_rm_resets_state_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "llama.cpp's own: a pending seq_cp of the compressed parts copies zeros after seq_rm of the source",
-                target: "llama.cpp@0.1.161 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_dsv4_seq_cp_then_seq_rm.json",
-            },
-            PositiveControl {
-                fault: "save_drops_rows: the llama.cpp target's test hook (per-sequence dumps with their V rows zeroed)",
-                target: "llama.cpp@0.1.161[save_drops_rows] (domain msa)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_save_drops_rows_msa.json",
-            },
-PositiveControl { fault: "probe_off", target: "mlx-lm@0.32.2[probe_off]", seed_depth: None, evidence: "audits/mlx_probe_off_d1.json" },
-PositiveControl { fault: "front_trims_two_more", target: "mlx-lm@0.32.2[front_trims_two_more] (llama4)", seed_depth: None, evidence: "audits/mlx_llama4_front_trims_two_more_d1.json" },
-]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => judged(after, false).all(|(p, tol)| p.max_abs_diff <= tol),
-            _ => true,
-        }
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, .. } => check_probes(after),
-            _ => None,
-        }
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            logits: true,
-            ..Observe::BASIC
-        }
-    }
-
-    fn costly(&self) -> bool {
-        true
-    }
-
-    fn judges_setup(&self, setup: &Setup) -> bool {
-        let (memory, cache) = (setup.arch.memory(), probe_cache(setup));
-        !unmeasured_f16_sum(v_summed_in_f16(setup), memory)
-            && [false, true]
-                .into_iter()
-                .any(|moved| tolerance(memory, cache, moved).is_some())
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => judged(after, false).next().is_some(),
-            _ => false,
-        }
-    }
+fn judges_setup_of(setup: &Setup) -> bool {
+    let (memory, cache) = (setup.arch.memory(), probe_cache(setup));
+    !unmeasured_f16_sum(v_summed_in_f16(setup), memory)
+        && [false, true]
+            .into_iter()
+            .any(|moved| tolerance(memory, cache, moved).is_some())
 }
 
 #[cfg(test)]
@@ -297,15 +276,15 @@ mod tests {
     #[test]
     fn probes_within_the_tolerance_hold() {
         let s = step(&[(0.0, CacheType::F16), (5e-7, CacheType::F32)]);
-        assert!(CacheInvisible.judges(&seen(&s)));
-        assert!(CacheInvisible.holds(&seen(&s)));
+        assert!(CACHE_INVISIBLE.judges(&seen(&s)));
+        assert!(CACHE_INVISIBLE.holds(&seen(&s)));
         assert!(check_probes(&s).is_none());
     }
 
     #[test]
     fn a_forced_mismatch_is_caught() {
         let s = step(&[(0.0, CacheType::F16), (0.25, CacheType::F16)]);
-        assert!(!CacheInvisible.holds(&seen(&s)));
+        assert!(!CACHE_INVISIBLE.holds(&seen(&s)));
         let v = check_probes(&s).unwrap();
         assert_eq!(v.kind, "logits differ from a fresh decode");
         assert_eq!(v.seq, Some(1));
@@ -342,11 +321,11 @@ mod tests {
     #[test]
     fn nothing_to_judge_is_not_judged() {
         let none = StepObservation::basic(OpOutcome::Done { returned: None }, vec![]);
-        assert!(!CacheInvisible.judges(&seen(&none)));
-        assert!(!CacheInvisible.judges(&seen(&step(&[]))));
+        assert!(!CACHE_INVISIBLE.judges(&seen(&none)));
+        assert!(!CACHE_INVISIBLE.judges(&seen(&step(&[]))));
         // No tolerance is measured for quantized caches: not judged, not passed.
         let q = step(&[(9.0, CacheType::Q8_0)]);
-        assert!(!CacheInvisible.judges(&seen(&q)));
+        assert!(!CACHE_INVISIBLE.judges(&seen(&q)));
         assert!(check_probes(&q).is_none());
     }
 
@@ -358,23 +337,23 @@ mod tests {
         for p in s.logits_probe.iter_mut().flatten() {
             p.v_summed_in_f16 = true;
         }
-        assert!(!CacheInvisible.judges(&seen(&s)));
+        assert!(!CACHE_INVISIBLE.judges(&seen(&s)));
         assert!(check_probes(&s).is_none());
         let setup = |config: &str| {
             crate::base::op::Setup::default()
                 .with_config(config)
                 .unwrap()
         };
-        assert!(!CacheInvisible.judges_setup(&setup("flash_attn=on")));
+        assert!(!CACHE_INVISIBLE.judges_setup(&setup("flash_attn=on")));
         // An F32 K/V is cast to F16 before flash attention (llama-graph.cpp:2727-2733 in
         // 0.1.161): summed as an F16 one, so not judged either.
-        assert!(!CacheInvisible.judges_setup(&setup("flash_attn=on,type_k=f32,type_v=f32")));
-        assert!(!CacheInvisible.judges_setup(&setup("flash_attn=on,type_v=f32")));
-        assert!(CacheInvisible.judges_setup(&setup("type_k=f32,type_v=f32")));
-        assert!(CacheInvisible.judges_setup(&setup("")));
+        assert!(!CACHE_INVISIBLE.judges_setup(&setup("flash_attn=on,type_k=f32,type_v=f32")));
+        assert!(!CACHE_INVISIBLE.judges_setup(&setup("flash_attn=on,type_v=f32")));
+        assert!(CACHE_INVISIBLE.judges_setup(&setup("type_k=f32,type_v=f32")));
+        assert!(CACHE_INVISIBLE.judges_setup(&setup("")));
         // MSA runs only with flash attention on: its F32 tolerance is of the F16 sum.
         let msa = "arch=minimax-m3,flash_attn=on,kv_unified=false,type_k=f32,type_v=f32";
-        assert!(CacheInvisible.judges_setup(&setup(msa)));
+        assert!(CACHE_INVISIBLE.judges_setup(&setup(msa)));
         assert!(crate::oracles::round_trip_logits::judges_setup_reloads(
             &setup(msa)
         ));

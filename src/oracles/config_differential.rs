@@ -14,9 +14,6 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, OpOutcome, StepObservation};
 use crate::base::op::Op;
 
-/// The oracle.
-pub struct ConfigDifferential;
-
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(11, "config-differential");
 
@@ -107,107 +104,86 @@ pub fn check_config_differential(
     })
 }
 
-impl Oracle for ConfigDifferential {
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::CONFIG_DIFFERENTIAL)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static CONFIG_DIFFERENTIAL: Oracle = Oracle {
+    id: ID,
+    summary: "one target under two configurations (--vs-config): from the same cells, the same op gives the same answers, except documented differences",
+    reads: Reads::Pair,
+    kinds: &[
+        "op outcome differs",
+        "resident positions differ",
+        "accessors differ",
+    ],
+    positive_controls: &[
+        PositiveControl {
+            fault: "streams_rm_whole",
+            target: "native[streams_rm_whole] vs native[streams_rm_whole] (kv_unified=false)",
+            seed_depth: None,
+            evidence: "oracles/config_differential_streams_rm_whole.json",
+        },
+        PositiveControl {
+            fault: "streams_rm_whole",
+            target: "native[streams_rm_whole] vs kv_unified=false (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/config_differential_streams_rm_whole_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "streams_rm_whole",
+            target: "native[streams_rm_whole] vs kv_unified=false (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/config_differential_streams_rm_whole_msa.json",
+        },
+        PositiveControl {
+            fault: "streams_rm_whole",
+            target: "native[streams_rm_whole] vs kv_unified=false (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/config_differential_streams_rm_whole_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "streams_rm_whole",
+            target: "native[streams_rm_whole] vs kv_unified=false (arch=dots3note)",
+            seed_depth: None,
+            evidence: "oracles/config_differential_streams_rm_whole_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "streams_rm_whole",
+            target: "native[streams_rm_whole] vs kv_unified=false (arch=glm-dsa)",
+            seed_depth: None,
+            evidence: "oracles/config_differential_streams_rm_whole_dsa.json",
+        },
+        PositiveControl {
+            fault: "streams_rm_whole: the llama.cpp target's test hook",
+            target: "llama.cpp@0.1.161[streams_rm_whole] vs kv_unified=true (domain dsv4)",
+            seed_depth: None,
+            evidence: "oracles/config_differential_streams_rm_whole_dsv4.json",
+        },
+        PositiveControl {
+            fault: "extract_drops_last",
+            target: "mlx-lm@0.32.2[extract_drops_last] vs engine.batch=false",
+            seed_depth: None,
+            evidence: "audits/mlx_extract_drops_last_d1.json",
+        },
+    ],
+    observes: Observe {
+        before: true,
+        ..Observe::BASIC
+    },
+    holds: Some(holds_on),
+    check: violation_on,
+    ..Oracle::DEFAULTS
+};
 
-    fn id(&self) -> OracleId {
-        ID
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Pair { op, a, b, .. } => check_config_differential(op, a, b).is_none(),
+        _ => true,
     }
+}
 
-    fn summary(&self) -> &'static str {
-        "one target under two configurations (--vs-config): from the same cells, the same op gives the same answers, except documented differences"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Pair
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[
-            "op outcome differs",
-            "resident positions differ",
-            "accessors differ",
-        ]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "streams_rm_whole",
-                target: "native[streams_rm_whole] vs native[streams_rm_whole] (kv_unified=false)",
-                seed_depth: None,
-                evidence: "oracles/config_differential_streams_rm_whole.json",
-            },
-            PositiveControl {
-                fault: "streams_rm_whole",
-                target: "native[streams_rm_whole] vs kv_unified=false (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/config_differential_streams_rm_whole_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "streams_rm_whole",
-                target: "native[streams_rm_whole] vs kv_unified=false (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/config_differential_streams_rm_whole_msa.json",
-            },
-            PositiveControl {
-                fault: "streams_rm_whole",
-                target: "native[streams_rm_whole] vs kv_unified=false (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/config_differential_streams_rm_whole_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "streams_rm_whole",
-                target: "native[streams_rm_whole] vs kv_unified=false (arch=dots3note)",
-                seed_depth: None,
-                evidence: "oracles/config_differential_streams_rm_whole_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "streams_rm_whole",
-                target: "native[streams_rm_whole] vs kv_unified=false (arch=glm-dsa)",
-                seed_depth: None,
-                evidence: "oracles/config_differential_streams_rm_whole_dsa.json",
-            },
-            PositiveControl {
-                fault: "streams_rm_whole: the llama.cpp target's test hook",
-                target: "llama.cpp@0.1.161[streams_rm_whole] vs kv_unified=true (domain dsv4)",
-                seed_depth: None,
-                evidence: "oracles/config_differential_streams_rm_whole_dsv4.json",
-            },
-            PositiveControl {
-                fault: "extract_drops_last",
-                target: "mlx-lm@0.32.2[extract_drops_last] vs engine.batch=false",
-                seed_depth: None,
-                evidence: "audits/mlx_extract_drops_last_d1.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Pair { op, a, b, .. } => check_config_differential(op, a, b).is_none(),
-            _ => true,
-        }
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Pair { op, a, b, .. } => check_config_differential(op, a, b),
-            _ => None,
-        }
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        super::seen_has(seen, self.observes())
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            before: true,
-            ..Observe::BASIC
-        }
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Pair { op, a, b, .. } => check_config_differential(op, a, b),
+        _ => None,
     }
 }
 

@@ -13,9 +13,6 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, StepObservation};
 use crate::base::op::{Pos, SeqId};
 
-/// The oracle.
-pub struct Conservation;
-
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(7, "conservation");
 
@@ -59,109 +56,80 @@ pub fn check_conservation(after: &StepObservation) -> Option<Violation> {
     None
 }
 
-impl Oracle for Conservation {
-    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
-        super::LlamaHClause::documented(&super::round_trip::LLAMA_H)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static CONSERVATION: Oracle = Oracle {
+    id: ID,
+    summary: "the whole-context dump's used cells are exactly the union of the sequences' cells",
+    reads: Reads::Step,
+    kinds: &[
+        "cell without a sequence",
+        "sequence cell missing from the whole dump",
+        "whole dump cell missing from the sequence dump",
+    ],
+    positive_controls: &[
+        PositiveControl {
+            fault: "orphan_cell",
+            target: "native[orphan_cell]",
+            seed_depth: Some(1),
+            evidence: "oracles/conservation_orphan_cell.json",
+        },
+        PositiveControl {
+            fault: "orphan_cell",
+            target: "native[orphan_cell] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/conservation_orphan_cell_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "orphan_cell",
+            target: "native[orphan_cell] (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/conservation_orphan_cell_msa.json",
+        },
+        PositiveControl {
+            fault: "orphan_cell",
+            target: "native[orphan_cell] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/conservation_orphan_cell_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "orphan_cell",
+            target: "native[orphan_cell] (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "oracles/conservation_orphan_cell_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "orphan_cell",
+            target: "native[orphan_cell] (arch=glm-dsa)",
+            seed_depth: None,
+            evidence: "oracles/conservation_orphan_cell_dsa.json",
+        },
+        PositiveControl {
+            fault: "llama.cpp's own: a whole load cut inside a cell's sequence ids leaves a cell of no sequence",
+            target: "llama.cpp@0.1.161 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
+        },
+    ],
+    observes: Observe {
+        whole: true,
+        ..Observe::BASIC
+    },
+    holds: Some(holds_on),
+    check: violation_on,
+    ..Oracle::DEFAULTS
+};
 
-    fn check_in_words(&self) -> &'static str {
-        "the cells of llama_state_get_data are exactly the union of the sequences' cells in llama_state_seq_get_data"
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => check_conservation(after).is_none(),
+        _ => true,
     }
+}
 
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::CONSERVATION)
-    }
-
-    fn id(&self) -> OracleId {
-        ID
-    }
-
-    fn summary(&self) -> &'static str {
-        "the whole-context dump's used cells are exactly the union of the sequences' cells"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[
-            "cell without a sequence",
-            "sequence cell missing from the whole dump",
-            "whole dump cell missing from the sequence dump",
-        ]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "orphan_cell",
-                target: "native[orphan_cell]",
-                seed_depth: Some(1),
-                evidence: "oracles/conservation_orphan_cell.json",
-            },
-            PositiveControl {
-                fault: "orphan_cell",
-                target: "native[orphan_cell] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/conservation_orphan_cell_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "orphan_cell",
-                target: "native[orphan_cell] (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/conservation_orphan_cell_msa.json",
-            },
-            PositiveControl {
-                fault: "orphan_cell",
-                target: "native[orphan_cell] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/conservation_orphan_cell_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "orphan_cell",
-                target: "native[orphan_cell] (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "oracles/conservation_orphan_cell_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "orphan_cell",
-                target: "native[orphan_cell] (arch=glm-dsa)",
-                seed_depth: None,
-                evidence: "oracles/conservation_orphan_cell_dsa.json",
-            },
-            PositiveControl {
-                fault: "llama.cpp's own: a whole load cut inside a cell's sequence ids leaves a cell of no sequence",
-                target: "llama.cpp@0.1.161 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => check_conservation(after).is_none(),
-            _ => true,
-        }
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, .. } => check_conservation(after),
-            _ => None,
-        }
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        super::seen_has(seen, self.observes())
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            whole: true,
-            ..Observe::BASIC
-        }
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, .. } => check_conservation(after),
+        _ => None,
     }
 }
 

@@ -16,11 +16,6 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, OpOutcome, SeqObservation, StepObservation};
 use crate::base::op::{MemoryType, Op, Pos, SeqId};
 
-/// The `contract` oracle: documented promises.
-pub struct Contract;
-/// The `contract?` oracle: where llama.h is silent and the reference behaviour differs.
-pub struct ContractQuestion;
-
 /// `contract`'s id.
 pub const ID: OracleId = OracleId::builtin(9, "contract");
 /// `contract?`'s id.
@@ -171,21 +166,6 @@ pub fn documented_clauses(op: &str) -> Vec<String> {
         .filter(|c| c.op == op && c.documented)
         .map(|c| c.promise.to_string())
         .collect()
-}
-
-/// The clause a contract finding of `kind` breaks, quoted; the op's documented clauses when no
-/// clause has that kind (a finding from another version of the table).
-fn clause_of_kind(op: &str, kind: &str) -> super::LlamaHClause {
-    match CLAUSES.iter().find(|c| c.kind == kind) {
-        Some(c) => super::LlamaHClause {
-            lines: vec![c.promise.to_string()],
-            documented: c.documented,
-        },
-        None => super::LlamaHClause {
-            lines: documented_clauses(op),
-            documented: true,
-        },
-    }
 }
 
 type Cells = BTreeMap<SeqId, Vec<Pos>>;
@@ -615,19 +595,32 @@ fn merge(mut expected: serde_json::Value, promise: &str) -> serde_json::Value {
     expected
 }
 
-/// The violation kinds of the clauses with `documented`.
-fn kinds_of(documented: bool) -> &'static [&'static str] {
-    static DOC: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    static UNDOC: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    let cell = if documented { &DOC } else { &UNDOC };
-    cell.get_or_init(|| {
-        CLAUSES
-            .iter()
-            .filter(|c| c.documented == documented)
-            .map(|c| c.kind)
-            .collect()
-    })
-}
+/// The violation kinds of the documented clauses, in [`CLAUSES`] order (a test keeps the two
+/// lists equal to the table's).
+static DOCUMENTED_KINDS: [&str; 13] = [
+    SEQ_RM_WHOLE_SEQUENCE_REMOVAL_FAILED.kind,
+    SEQ_RM_RANGE_NOT_REMOVED.kind,
+    SEQ_CP_COPY_DIFFERS_FROM_THE_SOURCE_RANGE.kind,
+    SEQ_KEEP_OTHER_SEQUENCE_KEPT.kind,
+    SEQ_ADD_POSITIONS_NOT_SHIFTED.kind,
+    SEQ_DIV_POSITIONS_NOT_DIVIDED.kind,
+    CLEAR_CELLS_LEFT.kind,
+    DECODE_TOKENS_NOT_ADDED.kind,
+    DECODE_FAILED_DECODE_CHANGED_THE_CACHE.kind,
+    DECODE_RECURRENT_STATE_NOT_AT_THE_LAST_TOKEN.kind,
+    SEQ_CP_RECURRENT_STATE_NOT_COPIED.kind,
+    STATE_SAVE_CACHE_CHANGED.kind,
+    STATE_SEQ_LOAD_OTHER_SEQUENCE_CHANGED.kind,
+];
+
+/// The violation kinds of the clauses llama.h is silent on, in [`CLAUSES`] order.
+static QUESTION_KINDS: [&str; 5] = [
+    SEQ_RM_FAILED_REMOVAL_CHANGED_THE_CACHE.kind,
+    SEQ_CP_INTO_A_NON_EMPTY_DESTINATION.kind,
+    SEQ_ADD_SHARED_CELLS_MOVED_ANOTHER_SEQUENCE.kind,
+    SEQ_DIV_SHARED_CELLS_MOVED_ANOTHER_SEQUENCE.kind,
+    STATE_LOAD_FAILED_CACHE_CHANGED.kind,
+];
 
 fn judge(seen: &Seen<'_>, documented: bool) -> Option<Violation> {
     match seen {
@@ -641,186 +634,142 @@ const OBSERVES: Observe = Observe {
     ..Observe::BASIC
 };
 
-impl Oracle for Contract {
-    fn llama_h_clause(&self, op: &str, kind: &str) -> super::LlamaHClause {
-        clause_of_kind(op, kind)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static CONTRACT: Oracle = Oracle {
+    id: ID,
+    summary: "each op does to the sequences' cells what llama.h says it does (table: oracles::contract::CLAUSES)",
+    reads: Reads::Step,
+    kinds: &DOCUMENTED_KINDS,
+    positive_controls: &[
+        PositiveControl {
+            fault: "keep_noop",
+            target: "native[keep_noop]",
+            seed_depth: Some(1),
+            evidence: "oracles/contract_keep_noop.json",
+        },
+        PositiveControl {
+            fault: "msa_idx_skips_seq_cp",
+            target: "native[msa_idx_skips_seq_cp] (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/contract_msa_idx_skips_seq_cp.json",
+        },
+        PositiveControl {
+            fault: "dsa_lid_skips_seq_cp",
+            target: "native[dsa_lid_skips_seq_cp] (domain dsa)",
+            seed_depth: None,
+            evidence: "oracles/contract_dsa_lid_skips_seq_cp.json",
+        },
+        PositiveControl {
+            fault: "dsa_lid_skips_seq_cp",
+            target: "native[dsa_lid_skips_seq_cp] (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "oracles/contract_dsa_lid_skips_seq_cp_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "keep_noop",
+            target: "native[keep_noop] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/contract_keep_noop_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "hybrid_idx_skips_seq_cp",
+            target: "native[hybrid_idx_skips_seq_cp] (domain hybrid_idx)",
+            seed_depth: None,
+            evidence: "oracles/contract_hybrid_idx_skips_seq_cp.json",
+        },
+        PositiveControl {
+            fault: "hybrid_idx_state_drops_indexer",
+            target: "native[hybrid_idx_state_drops_indexer] (domain hybrid_idx)",
+            seed_depth: None,
+            evidence: "oracles/contract_hybrid_idx_state_drops_indexer.json",
+        },
+        PositiveControl {
+            fault: "keep_noop: the llama.cpp target's test hook (seq_keep not sent)",
+            target: "llama.cpp@0.1.161[keep_noop] (domain dsv4)",
+            seed_depth: None,
+            evidence: "oracles/contract_keep_noop_dsv4.json",
+        },
+        PositiveControl {
+            fault: "trim_one_more",
+            target: "mlx-lm@0.32.2[trim_one_more]",
+            seed_depth: None,
+            evidence: "audits/mlx_trim_one_more_d1.json",
+        },
+    ],
+    observes: OBSERVES,
+    check: violation_on_contract,
+    ..Oracle::DEFAULTS
+};
 
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::CONTRACT)
-    }
-
-    fn id(&self) -> OracleId {
-        ID
-    }
-    fn summary(&self) -> &'static str {
-        "each op does to the sequences' cells what llama.h says it does (table: oracles::contract::CLAUSES)"
-    }
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-    fn kinds(&self) -> &'static [&'static str] {
-        kinds_of(true)
-    }
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "keep_noop",
-                target: "native[keep_noop]",
-                seed_depth: Some(1),
-                evidence: "oracles/contract_keep_noop.json",
-            },
-            PositiveControl {
-                fault: "msa_idx_skips_seq_cp",
-                target: "native[msa_idx_skips_seq_cp] (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/contract_msa_idx_skips_seq_cp.json",
-            },
-            PositiveControl {
-                fault: "dsa_lid_skips_seq_cp",
-                target: "native[dsa_lid_skips_seq_cp] (domain dsa)",
-                seed_depth: None,
-                evidence: "oracles/contract_dsa_lid_skips_seq_cp.json",
-            },
-            PositiveControl {
-                fault: "dsa_lid_skips_seq_cp",
-                target: "native[dsa_lid_skips_seq_cp] (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "oracles/contract_dsa_lid_skips_seq_cp_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "keep_noop",
-                target: "native[keep_noop] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/contract_keep_noop_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "hybrid_idx_skips_seq_cp",
-                target: "native[hybrid_idx_skips_seq_cp] (domain hybrid_idx)",
-                seed_depth: None,
-                evidence: "oracles/contract_hybrid_idx_skips_seq_cp.json",
-            },
-            PositiveControl {
-                fault: "hybrid_idx_state_drops_indexer",
-                target: "native[hybrid_idx_state_drops_indexer] (domain hybrid_idx)",
-                seed_depth: None,
-                evidence: "oracles/contract_hybrid_idx_state_drops_indexer.json",
-            },
-            PositiveControl {
-                fault: "keep_noop: the llama.cpp target's test hook (seq_keep not sent)",
-                target: "llama.cpp@0.1.161[keep_noop] (domain dsv4)",
-                seed_depth: None,
-                evidence: "oracles/contract_keep_noop_dsv4.json",
-            },
-            PositiveControl {
-                fault: "trim_one_more",
-                target: "mlx-lm@0.32.2[trim_one_more]",
-                seed_depth: None,
-                evidence: "audits/mlx_trim_one_more_d1.json",
-            },
-        ]
-    }
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        judge(seen, true).is_none()
-    }
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        judge(seen, true)
-    }
-    fn observes(&self) -> Observe {
-        OBSERVES
-    }
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        super::seen_has(seen, OBSERVES)
-    }
+fn violation_on_contract(seen: &Seen<'_>) -> Option<Violation> {
+    judge(seen, true)
 }
 
-impl Oracle for ContractQuestion {
-    fn llama_h_clause(&self, op: &str, kind: &str) -> super::LlamaHClause {
-        clause_of_kind(op, kind)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static CONTRACT_QUESTION: Oracle = Oracle {
+    id: QUESTION_ID,
+    summary: "advisory: where llama.h is silent, each op does what llama.cpp's unified single-stream cache does",
+    reads: Reads::Step,
+    kinds: &QUESTION_KINDS,
+    // llama.cpp's own shared-cell seq_add is the control: a copied prefix shifted in one
+    // sequence moves in the other (reachable in the seed domain at depth 2).
+    positive_controls: &[
+        PositiveControl {
+            fault: "none: seq_add of a copied prefix",
+            target: "native",
+            seed_depth: Some(2),
+            evidence: "oracles/contract_question_shared_shift.json",
+        },
+        PositiveControl {
+            fault: "recurrent_rm_false_changes",
+            target: "native[recurrent_rm_false_changes] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/contract_question_recurrent_rm_false_changes_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "none: seq_cp into a non-empty destination",
+            target: "native (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/contract_question_seq_cp_into_non_empty_msa.json",
+        },
+        PositiveControl {
+            fault: "recurrent_rm_false_changes",
+            target: "native[recurrent_rm_false_changes] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/contract_question_recurrent_rm_false_changes_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "none: llama.cpp's unspecified behaviours",
+            target: "native (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "oracles/contract_question_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "none: seq_add of a cell shared by a copy",
+            target: "native (arch=glm-dsa)",
+            seed_depth: None,
+            evidence: "oracles/contract_question_shared_shift_dsa.json",
+        },
+        PositiveControl {
+            fault: "none: a whole seq_cp into a non-empty destination replaces it",
+            target: "llama.cpp@0.1.161 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/contract_question_dsv4.json",
+        },
+        PositiveControl {
+            fault: "trim_returns_less",
+            target: "mlx-lm@0.32.2[trim_returns_less]",
+            seed_depth: None,
+            evidence: "audits/mlx_trim_returns_less_d1.json",
+        },
+    ],
+    observes: OBSERVES,
+    check: violation_on_contract_question,
+    ..Oracle::DEFAULTS
+};
 
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::CONTRACT)
-    }
-
-    fn id(&self) -> OracleId {
-        QUESTION_ID
-    }
-    fn summary(&self) -> &'static str {
-        "advisory: where llama.h is silent, each op does what llama.cpp's unified single-stream cache does"
-    }
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-    fn kinds(&self) -> &'static [&'static str] {
-        kinds_of(false)
-    }
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        // llama.cpp's own shared-cell seq_add is the control: a copied prefix shifted in one
-        // sequence moves in the other (reachable in the seed domain at depth 2).
-        &[
-            PositiveControl {
-                fault: "none: seq_add of a copied prefix",
-                target: "native",
-                seed_depth: Some(2),
-                evidence: "oracles/contract_question_shared_shift.json",
-            },
-            PositiveControl {
-                fault: "recurrent_rm_false_changes",
-                target: "native[recurrent_rm_false_changes] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/contract_question_recurrent_rm_false_changes_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "none: seq_cp into a non-empty destination",
-                target: "native (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/contract_question_seq_cp_into_non_empty_msa.json",
-            },
-            PositiveControl {
-                fault: "recurrent_rm_false_changes",
-                target: "native[recurrent_rm_false_changes] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/contract_question_recurrent_rm_false_changes_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "none: llama.cpp's unspecified behaviours",
-                target: "native (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "oracles/contract_question_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "none: seq_add of a cell shared by a copy",
-                target: "native (arch=glm-dsa)",
-                seed_depth: None,
-                evidence: "oracles/contract_question_shared_shift_dsa.json",
-            },
-            PositiveControl {
-                fault: "none: a whole seq_cp into a non-empty destination replaces it",
-                target: "llama.cpp@0.1.161 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/contract_question_dsv4.json",
-            },
-            PositiveControl {
-                fault: "trim_returns_less",
-                target: "mlx-lm@0.32.2[trim_returns_less]",
-                seed_depth: None,
-                evidence: "audits/mlx_trim_returns_less_d1.json",
-            },
-        ]
-    }
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        judge(seen, false).is_none()
-    }
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        judge(seen, false)
-    }
-    fn observes(&self) -> Observe {
-        OBSERVES
-    }
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        super::seen_has(seen, OBSERVES)
-    }
+fn violation_on_contract_question(seen: &Seen<'_>) -> Option<Violation> {
+    judge(seen, false)
 }
 
 #[cfg(test)]

@@ -17,9 +17,6 @@ use serde_json::json;
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::Observation;
 
-/// The oracle.
-pub struct Crash;
-
 /// What glibc's allocator prints when it finds its heap corrupted and aborts. Which of them a
 /// given corruption trips depends on the heap's layout (another build of the same sources, a
 /// longer string elsewhere), so they are one class.
@@ -205,143 +202,122 @@ pub fn crash_violation(message: &str, observation: Option<Observation>) -> Viola
     }
 }
 
-impl Oracle for Crash {
-    fn check_in_words(&self) -> &'static str {
-        "the call returns"
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static CRASH: Oracle = Oracle {
+    id: OracleId::CRASH,
+    summary: "every op returns: no abort, no fatal signal, no hang",
+    reads: Reads::Crash,
+    kinds: &[
+        "the first line of the crash message*",
+        "observation crash (what was observed): the first line of the crash message*",
+    ],
+    positive_controls: &[
+        PositiveControl {
+            fault: "+assert: llama.cpp's asserts compiled in",
+            target: "llama.cpp@0.1.156+assert",
+            seed_depth: Some(2),
+            evidence: "llama/assert_build_repeated_seq_cp_0.1.156.json",
+        },
+        PositiveControl {
+            fault: "+asan: the shim's test hook writes one byte past a heap block at each decode (KVAUDIT_TEST_SHIM_OVERFLOW)",
+            target: "llama.cpp@0.1.161+asan",
+            seed_depth: None,
+            evidence: "llama/sanitizer_control_asan_0.1.161.json",
+        },
+        PositiveControl {
+            fault: "a zero hang timeout",
+            target: "llama.cpp@0.1.161",
+            seed_depth: None,
+            evidence: "llama/hang_0.1.161.json",
+        },
+        PositiveControl {
+            fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+            target: "llama.cpp@0.1.161",
+            seed_depth: None,
+            evidence: "llama/observation_crash_whole_0.1.161.json",
+        },
+        PositiveControl {
+            fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+            target: "llama.cpp@0.1.161 (domain dsa)",
+            seed_depth: None,
+            evidence: "llama/observation_crash_whole_dsa_0.1.161.json",
+        },
+        PositiveControl {
+            fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+            target: "llama.cpp@0.1.161 (domain dsv4)",
+            seed_depth: None,
+            evidence: "llama/observation_crash_whole_dsv4_0.1.161.json",
+        },
+        PositiveControl {
+            fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+            target: "llama.cpp@0.1.161 (domain hybrid_idx)",
+            seed_depth: None,
+            evidence: "llama/observation_crash_whole_hybrid_idx_0.1.161.json",
+        },
+        PositiveControl {
+            fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+            target: "llama.cpp@0.1.161 (domain hybrid_iswa)",
+            seed_depth: None,
+            evidence: "llama/observation_crash_whole_hybrid_iswa_0.1.161.json",
+        },
+        PositiveControl {
+            fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+            target: "llama.cpp@0.1.161 (domain msa)",
+            seed_depth: None,
+            evidence: "llama/observation_crash_whole_msa_0.1.161.json",
+        },
+        PositiveControl {
+            fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
+            target: "llama.cpp@0.1.161 (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "llama/observation_crash_whole_dsa_iswa_0.1.161.json",
+        },
+        PositiveControl {
+            fault: "llama.cpp's own abort: a partial seq_cp across streams (llama-kv-cache.cpp:524)",
+            target: "llama.cpp@0.1.161 (domain msa)",
+            seed_depth: None,
+            evidence: "oracles/crash_msa_partial_cross_stream_seq_cp.json",
+        },
+        PositiveControl {
+            fault: "llama.cpp's own abort: the K-shift after a seq_add (ggml-backend.cpp:345)",
+            target: "llama.cpp@0.1.161 (domain dsv4)",
+            seed_depth: None,
+            evidence: "oracles/crash_dsv4_seq_add_aborts_in_the_k_shift.json",
+        },
+        PositiveControl {
+            fault: "llama.cpp's own abort: a seq_add of an M-RoPE cache (llama-kv-cache.cpp:595)",
+            target: "llama.cpp@0.1.161 (domain hybrid_idx)",
+            seed_depth: None,
+            evidence: "oracles/crash_hybrid_idx_seq_add_aborts_on_imrope.json",
+        },
+        PositiveControl {
+            fault: "llama.cpp's own abort: the K-shift of a base cache without layers (ggml-backend.cpp:345)",
+            target: "llama.cpp@0.1.161 (domain hybrid_iswa)",
+            seed_depth: None,
+            evidence: "oracles/crash_hybrid_iswa_k_shift_of_a_base_cache_without_layers.json",
+        },
+    PositiveControl { fault: "raise_in_trim", target: "mlx-lm@0.32.2[raise_in_trim]", seed_depth: None, evidence: "audits/mlx_raise_in_trim_d1.json" },
+    ],
+    // The message of a heap-corruption abort varies with the heap's layout: its class (the
+    // kind) and the step are what a replay compares.
+    observed_is_evidence: false,
+    holds: Some(holds_on),
+    check: violation_on,
+    ..Oracle::DEFAULTS
+};
 
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::CRASH)
-    }
+fn holds_on(seen: &Seen<'_>) -> bool {
+    !matches!(seen, Seen::Crash { .. })
+}
 
-    fn id(&self) -> OracleId {
-        OracleId::CRASH
-    }
-
-    fn summary(&self) -> &'static str {
-        "every op returns: no abort, no fatal signal, no hang"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Crash
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[
-            "the first line of the crash message*",
-            "observation crash (what was observed): the first line of the crash message*",
-        ]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "+assert: llama.cpp's asserts compiled in",
-                target: "llama.cpp@0.1.156+assert",
-                seed_depth: Some(2),
-                evidence: "llama/assert_build_repeated_seq_cp_0.1.156.json",
-            },
-            PositiveControl {
-                fault: "+asan: the shim's test hook writes one byte past a heap block at each decode (KVAUDIT_TEST_SHIM_OVERFLOW)",
-                target: "llama.cpp@0.1.161+asan",
-                seed_depth: None,
-                evidence: "llama/sanitizer_control_asan_0.1.161.json",
-            },
-            PositiveControl {
-                fault: "a zero hang timeout",
-                target: "llama.cpp@0.1.161",
-                seed_depth: None,
-                evidence: "llama/hang_0.1.161.json",
-            },
-            PositiveControl {
-                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
-                target: "llama.cpp@0.1.161",
-                seed_depth: None,
-                evidence: "llama/observation_crash_whole_0.1.161.json",
-            },
-            PositiveControl {
-                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
-                target: "llama.cpp@0.1.161 (domain dsa)",
-                seed_depth: None,
-                evidence: "llama/observation_crash_whole_dsa_0.1.161.json",
-            },
-            PositiveControl {
-                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
-                target: "llama.cpp@0.1.161 (domain dsv4)",
-                seed_depth: None,
-                evidence: "llama/observation_crash_whole_dsv4_0.1.161.json",
-            },
-            PositiveControl {
-                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
-                target: "llama.cpp@0.1.161 (domain hybrid_idx)",
-                seed_depth: None,
-                evidence: "llama/observation_crash_whole_hybrid_idx_0.1.161.json",
-            },
-            PositiveControl {
-                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
-                target: "llama.cpp@0.1.161 (domain hybrid_iswa)",
-                seed_depth: None,
-                evidence: "llama/observation_crash_whole_hybrid_iswa_0.1.161.json",
-            },
-            PositiveControl {
-                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
-                target: "llama.cpp@0.1.161 (domain msa)",
-                seed_depth: None,
-                evidence: "llama/observation_crash_whole_msa_0.1.161.json",
-            },
-            PositiveControl {
-                fault: "a worker hook: every whole dump dies of SIGSEGV (KVAUDIT_TEST_CRASH_OBSERVING=whole)",
-                target: "llama.cpp@0.1.161 (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "llama/observation_crash_whole_dsa_iswa_0.1.161.json",
-            },
-            PositiveControl {
-                fault: "llama.cpp's own abort: a partial seq_cp across streams (llama-kv-cache.cpp:524)",
-                target: "llama.cpp@0.1.161 (domain msa)",
-                seed_depth: None,
-                evidence: "oracles/crash_msa_partial_cross_stream_seq_cp.json",
-            },
-            PositiveControl {
-                fault: "llama.cpp's own abort: the K-shift after a seq_add (ggml-backend.cpp:345)",
-                target: "llama.cpp@0.1.161 (domain dsv4)",
-                seed_depth: None,
-                evidence: "oracles/crash_dsv4_seq_add_aborts_in_the_k_shift.json",
-            },
-            PositiveControl {
-                fault: "llama.cpp's own abort: a seq_add of an M-RoPE cache (llama-kv-cache.cpp:595)",
-                target: "llama.cpp@0.1.161 (domain hybrid_idx)",
-                seed_depth: None,
-                evidence: "oracles/crash_hybrid_idx_seq_add_aborts_on_imrope.json",
-            },
-            PositiveControl {
-                fault: "llama.cpp's own abort: the K-shift of a base cache without layers (ggml-backend.cpp:345)",
-                target: "llama.cpp@0.1.161 (domain hybrid_iswa)",
-                seed_depth: None,
-                evidence: "oracles/crash_hybrid_iswa_k_shift_of_a_base_cache_without_layers.json",
-            },
-PositiveControl { fault: "raise_in_trim", target: "mlx-lm@0.32.2[raise_in_trim]", seed_depth: None, evidence: "audits/mlx_raise_in_trim_d1.json" },
-]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        !matches!(seen, Seen::Crash { .. })
-    }
-
-    fn observed_is_evidence(&self) -> bool {
-        // The message of a heap-corruption abort varies with the heap's layout: its class (the
-        // kind) and the step are what a replay compares.
-        false
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Crash {
-                message,
-                observation,
-                ..
-            } => Some(crash_violation(message, *observation)),
-            _ => None,
-        }
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Crash {
+            message,
+            observation,
+            ..
+        } => Some(crash_violation(message, *observation)),
+        _ => None,
     }
 }
 

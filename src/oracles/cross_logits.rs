@@ -23,9 +23,6 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{logits_distance, LogitsProbe, NextLogits, Observe, StepObservation};
 use crate::base::op::{CacheType, MemoryType, Setup};
 
-/// The oracle.
-pub struct CrossLogits;
-
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(21, "cross-logits");
 
@@ -100,81 +97,59 @@ pub fn check_pair(a: &StepObservation, b: &StepObservation) -> Option<Violation>
     })
 }
 
-impl Oracle for CrossLogits {
-    fn id(&self) -> OracleId {
-        ID
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static CROSS_LOGITS: Oracle = Oracle {
+    id: ID,
+    summary: "two engines running one model give each sequence the same next-token logits after a trace (within a measured tolerance)",
+    reads: Reads::Pair,
+    kinds: &["next-token logits differ"],
+    positive_controls: &[PositiveControl {
+        fault: "rope_halves",
+        target: "llama.cpp@0.1.161 vs mlx-lm@0.32.2[rope_halves]",
+        seed_depth: None,
+        evidence: "audits/cross_rope_halves_d1.json",
+    }],
+    observes: Observe {
+        logits: true,
+        next_logits: true,
+        ..Observe::BASIC
+    },
+    costly: true,
+    observed_is_evidence: false,
+    holds: Some(holds_on),
+    check: violation_on,
+    judges: Some(judges_on),
+    judges_setup: judges_setup_of,
+    ..Oracle::DEFAULTS
+};
 
-    fn summary(&self) -> &'static str {
-        "two engines running one model give each sequence the same next-token logits after a trace (within a measured tolerance)"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Pair
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &["next-token logits differ"]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[PositiveControl {
-            fault: "rope_halves",
-            target: "llama.cpp@0.1.161 vs mlx-lm@0.32.2[rope_halves]",
-            seed_depth: None,
-            evidence: "audits/cross_rope_halves_d1.json",
-        }]
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            logits: true,
-            next_logits: true,
-            ..Observe::BASIC
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Pair { a, b, .. } => {
+            pairs(a, b).all(|(x, y, tol)| logits_distance(&x.logits, &y.logits) <= tol)
         }
+        _ => true,
     }
+}
 
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Pair { a, b, .. } => pairs(a, b).next().is_some(),
-            _ => false,
-        }
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Pair { a, b, .. } => check_pair(a, b),
+        _ => None,
     }
+}
 
-    fn judges_setup(&self, setup: &Setup) -> bool {
-        let memory = setup.arch.memory();
-        !unmeasured_f16_sum(crate::base::cache::v_summed_in_f16(setup), memory)
-            && tolerance(memory, crate::base::cache::probe_cache(setup)).is_some()
+fn judges_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Pair { a, b, .. } => pairs(a, b).next().is_some(),
+        _ => false,
     }
+}
 
-    fn costly(&self) -> bool {
-        true
-    }
-
-    /// The figure varies with the machine's float paths; the kind carries the class.
-    fn observed_is_evidence(&self) -> bool {
-        false
-    }
-
-    fn check_in_words(&self) -> &'static str {
-        "two engines running the same model on the same calls give the same next-token logits"
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Pair { a, b, .. } => {
-                pairs(a, b).all(|(x, y, tol)| logits_distance(&x.logits, &y.logits) <= tol)
-            }
-            _ => true,
-        }
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Pair { a, b, .. } => check_pair(a, b),
-            _ => None,
-        }
-    }
+fn judges_setup_of(setup: &Setup) -> bool {
+    let memory = setup.arch.memory();
+    !unmeasured_f16_sum(crate::base::cache::v_summed_in_f16(setup), memory)
+        && tolerance(memory, crate::base::cache::probe_cache(setup)).is_some()
 }
 
 #[cfg(test)]
@@ -211,10 +186,10 @@ mod tests {
             damaged_apart: false,
         };
         let near = step(CacheType::F32, &[0.5, 1.0 + F32_TOLERANCE / 2.0]);
-        assert!(CrossLogits.judges(&seen(&near)) && CrossLogits.holds(&seen(&near)));
+        assert!(CROSS_LOGITS.judges(&seen(&near)) && CROSS_LOGITS.holds(&seen(&near)));
         let far = step(CacheType::F32, &[0.5, 1.2]);
-        assert!(!CrossLogits.holds(&seen(&far)));
-        let v = CrossLogits.check(&seen(&far)).unwrap();
+        assert!(!CROSS_LOGITS.holds(&seen(&far)));
+        let v = CROSS_LOGITS.check(&seen(&far)).unwrap();
         assert_eq!(
             (v.kind.as_str(), v.seq),
             ("next-token logits differ", Some(0))
@@ -222,7 +197,7 @@ mod tests {
         assert_eq!(v.observed["argmax"], json!([1, 1]));
         let mut none = far.clone();
         none.next_logits = None;
-        assert!(!CrossLogits.judges(&seen(&none)) && CrossLogits.holds(&seen(&none)));
+        assert!(!CROSS_LOGITS.judges(&seen(&none)) && CROSS_LOGITS.holds(&seen(&none)));
         let quantized = step(CacheType::Q8_0, &[0.5, 1.0]);
         let q_seen = Seen::Pair {
             op: &crate::base::op::Op::Clear,
@@ -230,6 +205,6 @@ mod tests {
             b: &far,
             damaged_apart: false,
         };
-        assert!(!CrossLogits.judges(&q_seen) && CrossLogits.holds(&q_seen));
+        assert!(!CROSS_LOGITS.judges(&q_seen) && CROSS_LOGITS.holds(&q_seen));
     }
 }

@@ -8,9 +8,6 @@ use serde_json::{json, Value};
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{OpOutcome, SeqObservation, StepObservation};
 
-/// The oracle.
-pub struct Differential;
-
 /// The differential oracle holds on one step.
 pub fn differential_holds(a: &StepObservation, b: &StepObservation) -> bool {
     same_outcome(&a.outcome, &b.outcome)
@@ -75,120 +72,100 @@ pub fn check_differential(a: &StepObservation, b: &StepObservation) -> Option<Vi
     None
 }
 
-impl Oracle for Differential {
-    fn check_in_words(&self) -> &'static str {
-        "the same calls give the same seq_pos_min, seq_pos_max and cells as the reference behaviour"
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static DIFFERENTIAL: Oracle = Oracle {
+    id: OracleId::DIFFERENTIAL,
+    summary: "two targets given the same trace agree after every op: outcome, accessors, resident positions",
+    reads: Reads::Pair,
+    kinds: &[
+        "op outcome differs",
+        "resident positions differ",
+        "accessors differ",
+    ],
+    positive_controls: &[
+        PositiveControl {
+            fault: "seq_rm_off_by_one",
+            target: "native vs native[seq_rm_off_by_one]",
+            seed_depth: Some(1),
+            evidence: "audits/native_vs_off_by_one_d1.json",
+        },
+        PositiveControl {
+            fault: "refcount",
+            target: "native vs native[refcount]",
+            seed_depth: Some(3),
+            evidence: "audits/native_vs_refcount_d3.json",
+        },
+        PositiveControl {
+            fault: "seq_rm_off_by_one",
+            target: "native vs native[seq_rm_off_by_one] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/differential_seq_rm_off_by_one_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "seq_rm_off_by_one",
+            target: "native vs native[seq_rm_off_by_one] (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/differential_seq_rm_off_by_one_msa.json",
+        },
+        PositiveControl {
+            fault: "seq_rm_off_by_one",
+            target: "native vs native[seq_rm_off_by_one] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/differential_seq_rm_off_by_one_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "seq_rm_off_by_one",
+            target: "native vs native[seq_rm_off_by_one] (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "oracles/differential_seq_rm_off_by_one_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "seq_rm_off_by_one",
+            target: "native vs native[seq_rm_off_by_one] (arch=glm-dsa)",
+            seed_depth: None,
+            evidence: "oracles/differential_seq_rm_off_by_one_dsa.json",
+        },
+        PositiveControl {
+            fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
+            target: "llama.cpp@0.1.156 vs llama.cpp@0.1.161 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/differential_dsv4_0156_vs_0161.json",
+        },
+        PositiveControl {
+            fault: "trim_keeps_last",
+            target: "llama.cpp@0.1.161 vs mlx-lm@0.32.2[trim_keeps_last]",
+            seed_depth: None,
+            evidence: "audits/cross_trim_keeps_last_d1.json",
+        },
+    ],
+    holds: Some(holds_on),
+    check: violation_on,
+    judges: Some(judges_on),
+    ..Oracle::DEFAULTS
+};
 
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::DIFFERENTIAL)
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Pair { a, b, .. } => differential_holds(a, b),
+        _ => true,
     }
+}
 
-    fn id(&self) -> OracleId {
-        OracleId::DIFFERENTIAL
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Pair { a, b, .. } => check_differential(a, b),
+        _ => None,
     }
+}
 
-    fn summary(&self) -> &'static str {
-        "two targets given the same trace agree after every op: outcome, accessors, resident positions"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Pair
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[
-            "op outcome differs",
-            "resident positions differ",
-            "accessors differ",
-        ]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "seq_rm_off_by_one",
-                target: "native vs native[seq_rm_off_by_one]",
-                seed_depth: Some(1),
-                evidence: "audits/native_vs_off_by_one_d1.json",
-            },
-            PositiveControl {
-                fault: "refcount",
-                target: "native vs native[refcount]",
-                seed_depth: Some(3),
-                evidence: "audits/native_vs_refcount_d3.json",
-            },
-            PositiveControl {
-                fault: "seq_rm_off_by_one",
-                target: "native vs native[seq_rm_off_by_one] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/differential_seq_rm_off_by_one_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "seq_rm_off_by_one",
-                target: "native vs native[seq_rm_off_by_one] (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/differential_seq_rm_off_by_one_msa.json",
-            },
-            PositiveControl {
-                fault: "seq_rm_off_by_one",
-                target: "native vs native[seq_rm_off_by_one] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/differential_seq_rm_off_by_one_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "seq_rm_off_by_one",
-                target: "native vs native[seq_rm_off_by_one] (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "oracles/differential_seq_rm_off_by_one_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "seq_rm_off_by_one",
-                target: "native vs native[seq_rm_off_by_one] (arch=glm-dsa)",
-                seed_depth: None,
-                evidence: "oracles/differential_seq_rm_off_by_one_dsa.json",
-            },
-            PositiveControl {
-                fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
-                target: "llama.cpp@0.1.156 vs llama.cpp@0.1.161 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/differential_dsv4_0156_vs_0161.json",
-            },
-            PositiveControl {
-                fault: "trim_keeps_last",
-                target: "llama.cpp@0.1.161 vs mlx-lm@0.32.2[trim_keeps_last]",
-                seed_depth: None,
-                evidence: "audits/cross_trim_keeps_last_d1.json",
-            },
-        ]
-    }
-
-    /// Not after a damaged load of two targets that lay their states out differently: the
-    /// two loads read different bytes, so their cells may differ with both targets right
-    /// (conservation and round-trip judge such a load on each target alone).
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        !matches!(
-            seen,
-            Seen::Pair {
-                damaged_apart: true,
-                ..
-            }
-        )
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Pair { a, b, .. } => differential_holds(a, b),
-            _ => true,
+fn judges_on(seen: &Seen<'_>) -> bool {
+    !matches!(
+        seen,
+        Seen::Pair {
+            damaged_apart: true,
+            ..
         }
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Pair { a, b, .. } => check_differential(a, b),
-            _ => None,
-        }
-    }
+    )
 }
 
 #[cfg(test)]

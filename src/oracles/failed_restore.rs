@@ -25,12 +25,9 @@
 
 use serde_json::json;
 
-use super::{LlamaHClause, Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, OpOutcome, SeqObservation, StepObservation};
 use crate::base::op::{Op, SeqId};
-
-/// The oracle.
-pub struct FailedRestore;
 
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(18, "failed-restore");
@@ -114,115 +111,69 @@ pub fn check_failed_restore(op: &Op, after: &StepObservation) -> Option<Violatio
     None
 }
 
-impl Oracle for FailedRestore {
-    fn llama_h_clause(&self, op: &str, _kind: &str) -> LlamaHClause {
-        let mut lines = vec![
-            "llama_state_seq_set_data: \"Copy the sequence data ... into the specified sequence. Returns: Positive: Ok, Zero: Failed to load\"".to_string(),
-            "llama_state_set_data: \"Set the state reading from the specified address. Returns the number of bytes read\"".to_string(),
-        ];
-        lines.push(if op == "state_load" {
-            "(read as: a whole load that failed loaded nothing: the memory is as it was, or empty since the load empties it first; never part of the bytes)".into()
-        } else {
-            "(read as: a load that failed loaded nothing: no other sequence changed, and the destination is as it was, or empty since the load removes its cells first)".into()
-        });
-        LlamaHClause {
-            lines,
-            documented: false,
-        }
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static FAILED_RESTORE: Oracle = Oracle {
+    id: ID,
+    summary: "a state load that returns 0 leaves the other sequences as they were and the destination as it was or empty",
+    reads: Reads::Step,
+    kinds: &[OTHER_CHANGED, DEST_LEFT_BEHIND, WHOLE_LEFT_BEHIND],
+    positive_controls: &[
+        PositiveControl {
+            fault: "failed_seq_load_clears_all",
+            target: "native[failed_seq_load_clears_all] (domain state)",
+            seed_depth: None,
+            evidence: "oracles/failed_restore_clears_all.json",
+        },
+        PositiveControl {
+            fault: "dsa_failed_read_keeps_mla",
+            target: "native[dsa_failed_read_keeps_mla] (domain dsa)",
+            seed_depth: None,
+            evidence: "oracles/failed_restore_dsa_failed_read_keeps_mla.json",
+        },
+        PositiveControl {
+            fault: "failed_seq_load_clears_all",
+            target: "native[failed_seq_load_clears_all] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/failed_restore_clears_all_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "failed_seq_load_clears_all",
+            target: "native[failed_seq_load_clears_all] (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/failed_restore_clears_all_msa.json",
+        },
+        PositiveControl {
+            fault: "failed_seq_load_clears_all",
+            target: "native[failed_seq_load_clears_all] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/failed_restore_clears_all_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "none: the windowed part fails after the DSA part loaded",
+            target: "native (domain dsa_iswa, loads cut at 200)",
+            seed_depth: None,
+            evidence: "oracles/failed_restore_dsa_iswa_windowed_part_keeps_the_dsa_part.json",
+        },
+        PositiveControl {
+            fault: "llama.cpp's own: a load cut inside the raw pair's base cache keeps the windowed cache",
+            target: "llama.cpp@0.1.161 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
+        },
+    PositiveControl { fault: "load_trims_first", target: "mlx-lm@0.32.2[load_trims_first]", seed_depth: None, evidence: "audits/mlx_load_trims_first_d2.json" },
+    ],
+    observes: Observe {
+        before: true,
+        ..Observe::BASIC
+    },
+    check: violation_on,
+    ..Oracle::DEFAULTS
+};
 
-    fn check_in_words(&self) -> &'static str {
-        "after a state load that returns 0, no sequence but the destination changed and the destination is as it was or empty (a whole load: every sequence as it was, or every one empty)"
-    }
-
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::FAILED_RESTORE)
-    }
-
-    fn id(&self) -> OracleId {
-        ID
-    }
-
-    fn summary(&self) -> &'static str {
-        "a state load that returns 0 leaves the other sequences as they were and the destination as it was or empty"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[OTHER_CHANGED, DEST_LEFT_BEHIND, WHOLE_LEFT_BEHIND]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "failed_seq_load_clears_all",
-                target: "native[failed_seq_load_clears_all] (domain state)",
-                seed_depth: None,
-                evidence: "oracles/failed_restore_clears_all.json",
-            },
-            PositiveControl {
-                fault: "dsa_failed_read_keeps_mla",
-                target: "native[dsa_failed_read_keeps_mla] (domain dsa)",
-                seed_depth: None,
-                evidence: "oracles/failed_restore_dsa_failed_read_keeps_mla.json",
-            },
-            PositiveControl {
-                fault: "failed_seq_load_clears_all",
-                target: "native[failed_seq_load_clears_all] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/failed_restore_clears_all_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "failed_seq_load_clears_all",
-                target: "native[failed_seq_load_clears_all] (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/failed_restore_clears_all_msa.json",
-            },
-            PositiveControl {
-                fault: "failed_seq_load_clears_all",
-                target: "native[failed_seq_load_clears_all] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/failed_restore_clears_all_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "none: the windowed part fails after the DSA part loaded",
-                target: "native (domain dsa_iswa, loads cut at 200)",
-                seed_depth: None,
-                evidence: "oracles/failed_restore_dsa_iswa_windowed_part_keeps_the_dsa_part.json",
-            },
-            PositiveControl {
-                fault: "llama.cpp's own: a load cut inside the raw pair's base cache keeps the windowed cache",
-                target: "llama.cpp@0.1.161 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
-            },
-PositiveControl { fault: "load_trims_first", target: "mlx-lm@0.32.2[load_trims_first]", seed_depth: None, evidence: "audits/mlx_load_trims_first_d2.json" },
-]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        self.check(seen).is_none()
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { op, after, .. } => check_failed_restore(op, after),
-            _ => None,
-        }
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        super::seen_has(seen, self.observes())
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            before: true,
-            ..Observe::BASIC
-        }
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { op, after, .. } => check_failed_restore(op, after),
+        _ => None,
     }
 }
 

@@ -21,9 +21,6 @@ pub const LLAMA_H: [&str; 4] = [
     "(llama.h, comments of llama_memory_seq_pos_min and llama_memory_seq_pos_max)",
 ];
 
-/// The oracle.
-pub struct I1;
-
 /// Every kind I1 reports, one table that [`check_i1`] picks from: which accessors are wrong
 /// (pos_min, pos_max, both), on an empty sequence, then on one with cells.
 const KINDS: [&str; 6] = [
@@ -79,110 +76,88 @@ pub fn check_i1(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
     })
 }
 
-impl Oracle for I1 {
-    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
-        super::LlamaHClause::documented(&LLAMA_H)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static I1: Oracle = Oracle {
+    id: OracleId::I1,
+    summary: "seq_pos_min/seq_pos_max equal the extremes of the sequence's cells in its serialized state (-1 when empty)",
+    reads: Reads::Step,
+    kinds: &KINDS,
+    positive_controls: &[
+        PositiveControl {
+            fault: "refcount",
+            target: "native[refcount]",
+            seed_depth: Some(3),
+            evidence: "audits/native_refcount_d3.json",
+        },
+        PositiveControl {
+            fault: "hybrid_rm_one_side",
+            target: "native[hybrid_rm_one_side]",
+            seed_depth: None,
+            evidence: "oracles/i1_hybrid_rm_one_side.json",
+        },
+        PositiveControl {
+            fault: "seq_add_stale_index",
+            target: "native[seq_add_stale_index]",
+            seed_depth: Some(1),
+            evidence: "audits/native_seq_add_stale_index_d2.json",
+        },
+        PositiveControl {
+            fault: "hybrid_rm_one_side",
+            target: "native[hybrid_rm_one_side] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/i1_hybrid_rm_one_side_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "seq_add_stale_index",
+            target: "native[seq_add_stale_index] (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/i1_seq_add_stale_index_msa.json",
+        },
+        PositiveControl {
+            fault: "hybrid_rm_one_side",
+            target: "native[hybrid_rm_one_side] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/i1_hybrid_rm_one_side_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "seq_add_stale_index",
+            target: "native[seq_add_stale_index] (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "oracles/i1_seq_add_stale_index_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "seq_add_stale_index",
+            target: "native[seq_add_stale_index] (arch=glm-dsa)",
+            seed_depth: None,
+            evidence: "oracles/i1_seq_add_stale_index_dsa.json",
+        },
+        PositiveControl {
+            fault: "llama.cpp's own: a load cut inside the raw pair's base cache keeps the windowed cache",
+            target: "llama.cpp@0.1.161 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
+        },
+    PositiveControl { fault: "stale_offset", target: "mlx-lm@0.32.2[stale_offset]", seed_depth: None, evidence: "audits/mlx_stale_offset_d1.json" },
+    PositiveControl { fault: "stale_offset", target: "mlx-lm@0.32.2[stale_offset] (llama4)", seed_depth: None, evidence: "audits/mlx_llama4_stale_offset_d1.json" },
+    ],
+    holds: Some(holds_on),
+    check: violation_on,
+    ..Oracle::DEFAULTS
+};
 
-    fn check_in_words(&self) -> &'static str {
-        "seq_pos_min/seq_pos_max equal the smallest/largest position among the sequence's cells in llama_state_seq_get_data (-1 when it has none)"
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, arch, .. } => after.seqs.iter().all(|s| i1_holds(arch.memory(), s)),
+        _ => true,
     }
+}
 
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::I1)
-    }
-
-    fn id(&self) -> OracleId {
-        OracleId::I1
-    }
-
-    fn summary(&self) -> &'static str {
-        "seq_pos_min/seq_pos_max equal the extremes of the sequence's cells in its serialized state (-1 when empty)"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &KINDS
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "refcount",
-                target: "native[refcount]",
-                seed_depth: Some(3),
-                evidence: "audits/native_refcount_d3.json",
-            },
-            PositiveControl {
-                fault: "hybrid_rm_one_side",
-                target: "native[hybrid_rm_one_side]",
-                seed_depth: None,
-                evidence: "oracles/i1_hybrid_rm_one_side.json",
-            },
-            PositiveControl {
-                fault: "seq_add_stale_index",
-                target: "native[seq_add_stale_index]",
-                seed_depth: Some(1),
-                evidence: "audits/native_seq_add_stale_index_d2.json",
-            },
-            PositiveControl {
-                fault: "hybrid_rm_one_side",
-                target: "native[hybrid_rm_one_side] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/i1_hybrid_rm_one_side_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "seq_add_stale_index",
-                target: "native[seq_add_stale_index] (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/i1_seq_add_stale_index_msa.json",
-            },
-            PositiveControl {
-                fault: "hybrid_rm_one_side",
-                target: "native[hybrid_rm_one_side] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/i1_hybrid_rm_one_side_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "seq_add_stale_index",
-                target: "native[seq_add_stale_index] (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "oracles/i1_seq_add_stale_index_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "seq_add_stale_index",
-                target: "native[seq_add_stale_index] (arch=glm-dsa)",
-                seed_depth: None,
-                evidence: "oracles/i1_seq_add_stale_index_dsa.json",
-            },
-            PositiveControl {
-                fault: "llama.cpp's own: a load cut inside the raw pair's base cache keeps the windowed cache",
-                target: "llama.cpp@0.1.161 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/failed_restore_dsv4_cut_load_keeps_the_windowed_cache.json",
-            },
-PositiveControl { fault: "stale_offset", target: "mlx-lm@0.32.2[stale_offset]", seed_depth: None, evidence: "audits/mlx_stale_offset_d1.json" },
-PositiveControl { fault: "stale_offset", target: "mlx-lm@0.32.2[stale_offset] (llama4)", seed_depth: None, evidence: "audits/mlx_llama4_stale_offset_d1.json" },
-]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, arch, .. } => after.seqs.iter().all(|s| i1_holds(arch.memory(), s)),
-            _ => true,
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, arch, .. } => {
+            after.seqs.iter().find_map(|s| check_i1(arch.memory(), s))
         }
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, arch, .. } => {
-                after.seqs.iter().find_map(|s| check_i1(arch.memory(), s))
-            }
-            _ => None,
-        }
+        _ => None,
     }
 }
 

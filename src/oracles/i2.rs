@@ -18,9 +18,6 @@ pub const LLAMA_H: [&str; 2] = [
     "(llama.h, comments of llama_memory_seq_pos_min and llama_memory_seq_pos_max)",
 ];
 
-/// The oracle.
-pub struct I2;
-
 /// I2 holds on one sequence of a `memory`: its sorted present positions never skip one.
 pub fn i2_holds(memory: MemoryType, s: &SeqObservation) -> bool {
     let mut prev: Option<Pos> = None;
@@ -59,113 +56,91 @@ pub fn check_i2(memory: MemoryType, s: &SeqObservation) -> Option<Violation> {
     })
 }
 
-impl Oracle for I2 {
-    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
-        super::LlamaHClause::documented(&LLAMA_H)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static I2: Oracle = Oracle {
+    id: OracleId::I2,
+    summary: "every position in [pos_min, pos_max] of a sequence's serialized cells is resident",
+    reads: Reads::Step,
+    kinds: &["hole in [pos_min, pos_max]"],
+    // No fault is needed: an interior `seq_rm` leaves a hole in every cache that honours
+    // it, llama.cpp's and the native one alike (a documented difference with llama.h).
+    positive_controls: &[
+        PositiveControl {
+            fault: "none: interior seq_rm",
+            target: "native",
+            seed_depth: Some(1),
+            evidence: "audits/native_seed_d3.json",
+        },
+        PositiveControl {
+            fault: "none: interior seq_rm",
+            target: "native (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/i2_interior_seq_rm_msa.json",
+        },
+        PositiveControl {
+            fault: "none: interior seq_rm",
+            target: "native (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "oracles/i2_interior_seq_rm_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "none: interior seq_rm",
+            target: "native (arch=glm-dsa)",
+            seed_depth: None,
+            evidence: "oracles/i2_interior_seq_rm_dsa.json",
+        },
+        PositiveControl {
+            fault: "none: seq_add on the memory that cannot shift still moves the raw cells",
+            target: "llama.cpp@0.1.161 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/i2_dsv4_seq_add_hole.json",
+        },
+        // A hybrid's present positions are its attention cells within the states' range,
+        // one position while a sequence is in one state cell: a hole needs a sequence in
+        // two (`recurrent_seq_cp_keeps_old_state`).
+        PositiveControl {
+            fault: "recurrent_seq_cp_keeps_old_state",
+            target: "native[recurrent_seq_cp_keeps_old_state] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "recurrent_seq_cp_keeps_old_state",
+            target: "native[recurrent_seq_cp_keeps_old_state] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "recurrent_seq_cp_keeps_old_state",
+            target: "native[recurrent_seq_cp_keeps_old_state] (arch=jamba)",
+            seed_depth: None,
+            evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid.json",
+        },
+        PositiveControl {
+            fault: "ring_two_short",
+            target: "mlx-lm@0.32.2[ring_two_short]",
+            seed_depth: None,
+            evidence: "audits/mlx_ring_two_short_d1.json",
+        },
+    ],
+    holds: Some(holds_on),
+    check: violation_on,
+    ..Oracle::DEFAULTS
+};
 
-    fn check_in_words(&self) -> &'static str {
-        "every position between the smallest and the largest of the sequence's cells in llama_state_seq_get_data is present"
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, arch, .. } => after.seqs.iter().all(|s| i2_holds(arch.memory(), s)),
+        _ => true,
     }
+}
 
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::I2)
-    }
-
-    fn id(&self) -> OracleId {
-        OracleId::I2
-    }
-
-    fn summary(&self) -> &'static str {
-        "every position in [pos_min, pos_max] of a sequence's serialized cells is resident"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &["hole in [pos_min, pos_max]"]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        // No fault is needed: an interior `seq_rm` leaves a hole in every cache that honours
-        // it, llama.cpp's and the native one alike (a documented difference with llama.h).
-        &[
-            PositiveControl {
-                fault: "none: interior seq_rm",
-                target: "native",
-                seed_depth: Some(1),
-                evidence: "audits/native_seed_d3.json",
-            },
-            PositiveControl {
-                fault: "none: interior seq_rm",
-                target: "native (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/i2_interior_seq_rm_msa.json",
-            },
-            PositiveControl {
-                fault: "none: interior seq_rm",
-                target: "native (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "oracles/i2_interior_seq_rm_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "none: interior seq_rm",
-                target: "native (arch=glm-dsa)",
-                seed_depth: None,
-                evidence: "oracles/i2_interior_seq_rm_dsa.json",
-            },
-            PositiveControl {
-                fault: "none: seq_add on the memory that cannot shift still moves the raw cells",
-                target: "llama.cpp@0.1.161 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/i2_dsv4_seq_add_hole.json",
-            },
-            // A hybrid's present positions are its attention cells within the states' range,
-            // one position while a sequence is in one state cell: a hole needs a sequence in
-            // two (`recurrent_seq_cp_keeps_old_state`).
-            PositiveControl {
-                fault: "recurrent_seq_cp_keeps_old_state",
-                target: "native[recurrent_seq_cp_keeps_old_state] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "recurrent_seq_cp_keeps_old_state",
-                target: "native[recurrent_seq_cp_keeps_old_state] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "recurrent_seq_cp_keeps_old_state",
-                target: "native[recurrent_seq_cp_keeps_old_state] (arch=jamba)",
-                seed_depth: None,
-                evidence: "oracles/i2_recurrent_seq_cp_keeps_old_state_hybrid.json",
-            },
-            PositiveControl {
-                fault: "ring_two_short",
-                target: "mlx-lm@0.32.2[ring_two_short]",
-                seed_depth: None,
-                evidence: "audits/mlx_ring_two_short_d1.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, arch, .. } => after.seqs.iter().all(|s| i2_holds(arch.memory(), s)),
-            _ => true,
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, arch, .. } => {
+            after.seqs.iter().find_map(|s| check_i2(arch.memory(), s))
         }
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, arch, .. } => {
-                after.seqs.iter().find_map(|s| check_i2(arch.memory(), s))
-            }
-            _ => None,
-        }
+        _ => None,
     }
 }
 

@@ -4,32 +4,15 @@
 //! `engines::theorem_check` instead of observations; [`Oracle::holds`] and [`Oracle::check`] see
 //! nothing here.
 
-use super::theorems::Theorem;
-use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-
-/// One theorem, as an oracle.
-pub struct TheoremOracle {
-    id: OracleId,
-    theorem: Theorem,
-    summary: &'static str,
-    kinds: &'static [&'static str],
-    controls: &'static [PositiveControl],
-}
-
-impl TheoremOracle {
-    /// The theorem this oracle checks.
-    pub fn theorem(&self) -> Theorem {
-        self.theorem
-    }
-}
+use super::{Oracle, OracleId, PositiveControl, Reads};
 
 /// T1, placement and read-back.
-pub static T1: TheoremOracle = TheoremOracle {
+pub static T1: Oracle = Oracle {
     id: OracleId::builtin(4, "T1"),
-    theorem: Theorem::T1,
+    reads: Reads::Runs,
     summary: "K/V rows land in and read back from the right (layer, position, KV head) slot; a state round trip is exact",
     kinds: &["placement*", "round trip*"],
-    controls: &[
+    positive_controls: &[
         PositiveControl {
             fault: "kv_head_swap",
             target: "native+tensors[kv_head_swap]",
@@ -43,63 +26,36 @@ pub static T1: TheoremOracle = TheoremOracle {
             evidence: "theorems/t1_fault_kv_layer_swap.json",
         },
     ],
+    ..Oracle::DEFAULTS
 };
 
 /// T2, evicting a span == never having seen it.
-pub static T2: TheoremOracle = TheoremOracle {
+pub static T2: Oracle = Oracle {
     id: OracleId::builtin(5, "T2"),
-    theorem: Theorem::T2,
+    reads: Reads::Runs,
     summary:
         "evicting a span and shifting the survivors equals a fresh cache that never saw the span",
     kinds: &["reposition*", "never saw*"],
-    controls: &[PositiveControl {
+    positive_controls: &[PositiveControl {
         fault: "seq_add_delta_rotation",
         target: "native+tensors[seq_add_delta_rotation]",
         seed_depth: None,
         evidence: "theorems/t2_fault_delta_rotation.json",
     }],
+    ..Oracle::DEFAULTS
 };
 
 /// T3, the sliding window keyed off absolute positions; prefix reuse == recompute.
-pub static T3: TheoremOracle = TheoremOracle {
+pub static T3: Oracle = Oracle {
     id: OracleId::builtin(6, "T3"),
-    theorem: Theorem::T3,
+    reads: Reads::Runs,
     summary: "the sliding-window mask is keyed off absolute positions; a copied prefix plus a suffix prefill equals full recompute",
     kinds: &["window bound*", "prefix*", "out of window*"],
-    controls: &[PositiveControl {
+    positive_controls: &[PositiveControl {
         fault: "window_index_keyed",
         target: "native+tensors[window_index_keyed]",
         seed_depth: None,
         evidence: "theorems/t3_fault_window_index_keyed.json",
     }],
+    ..Oracle::DEFAULTS
 };
-
-impl Oracle for TheoremOracle {
-    fn id(&self) -> OracleId {
-        self.id
-    }
-
-    fn summary(&self) -> &'static str {
-        self.summary
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Runs
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        self.kinds
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        self.controls
-    }
-
-    fn holds(&self, _: &Seen<'_>) -> bool {
-        true
-    }
-
-    fn check(&self, _: &Seen<'_>) -> Option<Violation> {
-        None
-    }
-}

@@ -2,7 +2,7 @@
 //! its id, what it reads ([`Reads`]), its check, the kinds of violation it reports and its
 //! positive controls (faults it is known to catch). Engines, the judge, reports, PREREG and the
 //! command line iterate the registry; none of them names an oracle, so adding one is one file
-//! (an [`Oracle`] impl) and one line in [`BUILTIN`].
+//! (an [`Oracle`] value) and one line in [`BUILTIN`].
 //!
 //! The observation oracles ([`i1`], [`i2`], [`differential`], [`crash`]) never drive a target:
 //! they read observations only. The theorems T1-T3 ([`theorems`]) are registered as oracles that
@@ -287,96 +287,129 @@ pub struct PositiveControl {
     pub evidence: &'static str,
 }
 
-/// An oracle: one file implements it, one line of [`BUILTIN`] registers it.
-pub trait Oracle: Send + Sync {
+/// An oracle as a value, as stateright's `Property` is: what it is called and checks, what it
+/// reads and observes, the kinds of violation it reports, its positive controls, and its check
+/// as functions of what it is shown. One file defines one (a `static`), one line of [`BUILTIN`]
+/// registers it; nothing of an engine's language is here (llama.h's words for an oracle, its C
+/// check, are the llama.cpp outputs': `outputs::llama_h`).
+pub struct Oracle {
     /// Its name.
-    fn id(&self) -> OracleId;
+    pub id: OracleId,
     /// One line: what it checks.
-    fn summary(&self) -> &'static str;
+    pub summary: &'static str,
     /// What it reads.
-    fn reads(&self) -> Reads;
+    pub reads: Reads,
     /// The kinds of violation it reports (the `kind` of its [`Violation`]s; `*` ends a prefix).
-    fn kinds(&self) -> &'static [&'static str];
+    pub kinds: &'static [&'static str],
     /// Faults it is known to catch.
-    fn positive_controls(&self) -> &'static [PositiveControl];
-    /// Whether the property holds on what is seen. Cheap and allocation-free: the exhaustive
-    /// explorer asks it on every trial. `true` for what the oracle does not read.
-    fn holds(&self, seen: &Seen<'_>) -> bool;
-    /// The violation, when [`Oracle::holds`] is false; `None` when it holds.
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation>;
-    /// What the runner must observe beyond accessors and per-sequence dumps for this oracle to
-    /// judge (a target that cannot give it leaves the oracle with nothing to judge: it holds).
-    fn observes(&self) -> Observe {
-        Observe::BASIC
-    }
-    /// Whether `seen` holds what this oracle needs to judge (what [`Oracle::observes`] asks
-    /// for; a target that cannot give it gives nothing). A step it cannot judge is not counted
-    /// as checked, so an oracle a target cannot take shows as unjudged, never as passing.
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        let _ = seen;
-        true
-    }
-    /// Whether any step of a trace from `setup` can be judged: false where the oracle has no
-    /// reading or no measured tolerance for the setup's memory type or cache types, so that
-    /// every trial from it would be "not judged" (a hunt's plan leaves such oracles out of
-    /// the entry, `engines::hunt::plan`).
-    fn judges_setup(&self, setup: &Setup) -> bool {
-        let _ = setup;
-        true
-    }
+    pub positive_controls: &'static [PositiveControl],
+    /// What the runner must observe beyond accessors and per-sequence dumps for it to judge (a
+    /// target that cannot give it leaves the oracle with nothing to judge: it holds).
+    pub observes: Observe,
     /// Whether what it observes costs more than a trial (decodes per sequence): an exhaustive
     /// audit asks such an oracle only when `--oracles` names it; fuzz runs ask it by default.
-    fn costly(&self) -> bool {
-        false
-    }
+    pub costly: bool,
     /// Whether a violation's `observed` is part of what a repro file expects (a replay compares
     /// it); false where it varies between equally failing runs and the kind carries the class.
-    fn observed_is_evidence(&self) -> bool {
-        true
-    }
-    /// The llama.h words a violation of `kind` after the op `op` (its JSON name) breaks, for bug
-    /// reports. By default the op's documented clauses ([`contract::documented_clauses`]) and
-    /// that llama.h documents no abort for it.
-    fn llama_h_clause(&self, op: &str, kind: &str) -> LlamaHClause {
-        let _ = kind;
-        let mut lines = contract::documented_clauses(op);
-        lines.push(format!(
-            "(llama.h documents no abort for llama_memory_{op} or the calls before it)"
-        ));
-        LlamaHClause {
-            lines,
-            documented: true,
-        }
-    }
-    /// The check in plain words, for a bug report's "expected" (the reader has llama.h, not
-    /// kvaudit).
-    fn check_in_words(&self) -> &'static str {
-        "the call does what llama.h says"
-    }
-    /// Its check in C, for standalone reproducers (`outputs/c_repro`); `None`: a C reproducer
-    /// cannot state it (the reproducer refuses such a finding).
-    fn c_check(&self) -> Option<c_check::CCheck> {
-        None
-    }
+    pub observed_is_evidence: bool,
+    /// Whether the property holds on what is seen. Cheap and allocation-free: the exhaustive
+    /// explorer asks it on every trial. `true` for what the oracle does not read. `None`: where
+    /// `check` finds no violation (an oracle whose check is as cheap as a yes or no).
+    pub holds: Option<fn(&Seen<'_>) -> bool>,
+    /// The violation, when `holds` is false; `None` when it holds.
+    pub check: fn(&Seen<'_>) -> Option<Violation>,
+    /// Whether `seen` holds what it needs to judge (a target that cannot give it gives nothing).
+    /// A step it cannot judge is not counted as checked, so an oracle a target cannot take shows
+    /// as unjudged, never as passing. `None`: where `seen` holds all that `observes` asks for
+    /// ([`seen_has`]).
+    pub judges: Option<fn(&Seen<'_>) -> bool>,
+    /// Whether any step of a trace from a setup can be judged: false where the oracle has no
+    /// reading or no measured tolerance for the setup's memory type or cache types, so that
+    /// every trial from it would be "not judged" (a hunt's plan leaves such oracles out of the
+    /// entry, `engines::hunt::plan`).
+    pub judges_setup: fn(&Setup) -> bool,
 }
 
-/// The llama.h words a finding breaks ([`Oracle::llama_h_clause`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LlamaHClause {
-    /// Quoted lines.
-    pub lines: Vec<String>,
-    /// Whether llama.h states them (`false`: llama.h is silent and the lines say what the
-    /// reference behaviour is).
-    pub documented: bool,
-}
+impl Oracle {
+    /// The defaults of the optional parts, for `..Oracle::DEFAULTS` after an oracle's own: it
+    /// observes the basic observation only, is cheap, its `observed` is evidence, and it judges
+    /// every step that holds what it observes and every setup. Its id, summary, kinds and controls are placeholders that
+    /// every oracle gives (`tests::every_builtin_oracle_has_a_distinct_id_kinds_and_a_positive_control`
+    /// fails on a registered one that keeps them), as are `holds` and `check`.
+    pub const DEFAULTS: Oracle = Oracle {
+        id: OracleId::new("(no id)"),
+        summary: "",
+        reads: Reads::Step,
+        kinds: &[],
+        positive_controls: &[],
+        observes: Observe::BASIC,
+        costly: false,
+        observed_is_evidence: true,
+        holds: None,
+        check: |_| None,
+        judges: None,
+        judges_setup: |_| true,
+    };
 
-impl LlamaHClause {
-    /// Lines llama.h states.
-    pub fn documented(lines: &[&str]) -> LlamaHClause {
-        LlamaHClause {
-            lines: lines.iter().map(|l| l.to_string()).collect(),
-            documented: true,
+    /// Its name.
+    #[inline]
+    pub fn id(&self) -> OracleId {
+        self.id
+    }
+    /// One line: what it checks.
+    pub fn summary(&self) -> &'static str {
+        self.summary
+    }
+    /// What it reads.
+    #[inline]
+    pub fn reads(&self) -> Reads {
+        self.reads
+    }
+    /// The kinds of violation it reports.
+    pub fn kinds(&self) -> &'static [&'static str] {
+        self.kinds
+    }
+    /// Faults it is known to catch.
+    pub fn positive_controls(&self) -> &'static [PositiveControl] {
+        self.positive_controls
+    }
+    /// Whether the property holds on `seen` (the field `holds`).
+    #[inline]
+    pub fn holds(&self, seen: &Seen<'_>) -> bool {
+        match self.holds {
+            Some(holds) => holds(seen),
+            None => (self.check)(seen).is_none(),
         }
+    }
+    /// The violation on `seen`, if any (the field `check`).
+    #[inline]
+    pub fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
+        (self.check)(seen)
+    }
+    /// What it observes beyond the basic observation.
+    #[inline]
+    pub fn observes(&self) -> Observe {
+        self.observes
+    }
+    /// Whether it can judge `seen` (the field `judges`).
+    #[inline]
+    pub fn judges(&self, seen: &Seen<'_>) -> bool {
+        match self.judges {
+            Some(judges) => judges(seen),
+            None => seen_has(seen, self.observes),
+        }
+    }
+    /// Whether it can judge any step from `setup` (the field `judges_setup`).
+    pub fn judges_setup(&self, setup: &Setup) -> bool {
+        (self.judges_setup)(setup)
+    }
+    /// Whether what it observes costs more than a trial.
+    pub fn costly(&self) -> bool {
+        self.costly
+    }
+    /// Whether a violation's `observed` is part of what a repro file expects.
+    pub fn observed_is_evidence(&self) -> bool {
+        self.observed_is_evidence
     }
 }
 
@@ -399,35 +432,35 @@ pub fn seen_has(seen: &Seen<'_>, what: Observe) -> bool {
 }
 
 /// Every oracle kvaudit ships, in report order. Adding an oracle: one file, one line here.
-pub static BUILTIN: [&dyn Oracle; 22] = [
+pub static BUILTIN: [&Oracle; 22] = [
     &i1::I1,
     &i2::I2,
-    &differential::Differential,
-    &crash::Crash,
+    &differential::DIFFERENTIAL,
+    &crash::CRASH,
     &metamorphic::T1,
     &metamorphic::T2,
     &metamorphic::T3,
-    &conservation::Conservation,
-    &round_trip::RoundTripOracle,
-    &contract::Contract,
-    &contract::ContractQuestion,
-    &config_differential::ConfigDifferential,
-    &cache_invisible::CacheInvisible,
-    &swa_window::SwaWindow,
-    &round_trip_logits::RoundTripLogits,
-    &save_load_invisible::SaveLoadInvisible,
-    &rollback::Rollback,
-    &state_size::StateSize,
-    &failed_restore::FailedRestore,
-    &partial_restore::PartialRestore,
-    &allocation::AllocationOracle,
-    &cross_logits::CrossLogits,
+    &conservation::CONSERVATION,
+    &round_trip::ROUND_TRIP,
+    &contract::CONTRACT,
+    &contract::CONTRACT_QUESTION,
+    &config_differential::CONFIG_DIFFERENTIAL,
+    &cache_invisible::CACHE_INVISIBLE,
+    &swa_window::SWA_WINDOW,
+    &round_trip_logits::ROUND_TRIP_LOGITS,
+    &save_load_invisible::SAVE_LOAD_INVISIBLE,
+    &rollback::ROLLBACK,
+    &state_size::STATE_SIZE,
+    &failed_restore::FAILED_RESTORE,
+    &partial_restore::PARTIAL_RESTORE,
+    &allocation::ALLOCATION,
+    &cross_logits::CROSS_LOGITS,
 ];
 
 /// The oracles a run asks, in report order: the built-in ones, plus any a caller registers.
 #[derive(Clone)]
 pub struct Registry {
-    oracles: Vec<&'static dyn Oracle>,
+    oracles: Vec<&'static Oracle>,
 }
 
 impl Default for Registry {
@@ -468,7 +501,7 @@ impl Registry {
 
     /// This registry plus `oracle` (after the others). Panics on a duplicate id: two oracles
     /// of one name would make reports ambiguous.
-    pub fn with(mut self, oracle: &'static dyn Oracle) -> Registry {
+    pub fn with(mut self, oracle: &'static Oracle) -> Registry {
         assert!(
             self.get(oracle.id()).is_none(),
             "oracle {} is registered twice",
@@ -483,30 +516,30 @@ impl Registry {
     }
 
     /// Only the oracles that `keep` accepts.
-    pub fn only(mut self, keep: impl Fn(&dyn Oracle) -> bool) -> Registry {
+    pub fn only(mut self, keep: impl Fn(&Oracle) -> bool) -> Registry {
         self.oracles.retain(|o| keep(*o));
         self
     }
 
     /// Every oracle, in report order.
-    pub fn iter(&self) -> impl Iterator<Item = &'static dyn Oracle> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = &'static Oracle> + '_ {
         self.oracles.iter().copied()
     }
 
     /// The oracle called `id`.
-    pub fn get(&self, id: OracleId) -> Option<&'static dyn Oracle> {
+    pub fn get(&self, id: OracleId) -> Option<&'static Oracle> {
         self.iter().find(|o| o.id() == id)
     }
 
     /// The oracle of this name (any case).
-    pub fn find(&self, name: &str) -> Option<&'static dyn Oracle> {
+    pub fn find(&self, name: &str) -> Option<&'static Oracle> {
         self.iter()
             .find(|o| o.id().name().eq_ignore_ascii_case(name))
     }
 
     /// The oracles that judge observations of a run with or without a second target, in
     /// report order.
-    pub fn observing(&self, with_vs: bool) -> impl Iterator<Item = &'static dyn Oracle> + '_ {
+    pub fn observing(&self, with_vs: bool) -> impl Iterator<Item = &'static Oracle> + '_ {
         self.iter().filter(move |o| o.reads().observed(with_vs))
     }
 
@@ -563,6 +596,13 @@ mod tests {
         assert_eq!(distinct.len(), names.len());
         for o in BUILTIN {
             assert!(!o.kinds().is_empty(), "{} lists no violation kind", o.id());
+            // The placeholders of `Oracle::DEFAULTS` are not an oracle's own.
+            assert_ne!(
+                o.id(),
+                Oracle::DEFAULTS.id,
+                "an oracle keeps the default id"
+            );
+            assert!(!o.summary().is_empty(), "{} has no summary", o.id());
             assert!(
                 !o.positive_controls().is_empty(),
                 "{} has no positive control",

@@ -31,12 +31,9 @@
 use serde_json::json;
 
 use super::round_trip_logits::{judged, judges_setup_reloads};
-use super::{LlamaHClause, Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
+use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, Reload, StepObservation};
 use crate::base::op::{MemoryType, Setup};
-
-/// The oracle.
-pub struct PartialRestore;
 
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(19, "partial-restore");
@@ -88,86 +85,54 @@ pub fn check_partial(after: &StepObservation) -> Option<Violation> {
     })
 }
 
-impl Oracle for PartialRestore {
-    fn llama_h_clause(&self, _op: &str, _kind: &str) -> LlamaHClause {
-        let mut lines: Vec<String> = LLAMA_H.iter().map(|l| l.to_string()).collect();
-        lines.push("(read as: the partial bytes put back the part seq_rm cannot roll back as it was when they were saved, every time they are loaded)".into());
-        LlamaHClause {
-            lines,
-            documented: false,
-        }
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static PARTIAL_RESTORE: Oracle = Oracle {
+    id: ID,
+    summary: "a PARTIAL_ONLY sequence state loaded back after more decodes, once and twice, gives the logits a decode saw when it was saved",
+    reads: Reads::Step,
+    kinds: &[CHANGES, AGAIN_CHANGES],
+    positive_controls: &[
+        PositiveControl {
+            fault: "partial_load_keeps_states",
+            target: "native[partial_load_keeps_states] (arch=jamba)",
+            seed_depth: None,
+            evidence: "oracles/partial_restore_keeps_states.json",
+        },
+        PositiveControl {
+            fault: "partial_load_keeps_states",
+            target: "native[partial_load_keeps_states] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/partial_restore_keeps_states_hybrid_iswa.json",
+        },
+    ],
+    observes: Observe {
+        reload: true,
+        partial: true,
+        ..Observe::BASIC
+    },
+    costly: true,
+    check: violation_on,
+    judges: Some(judges_on),
+    judges_setup: judges_setup_of,
+    ..Oracle::DEFAULTS
+};
 
-    fn check_in_words(&self) -> &'static str {
-        "a sequence's PARTIAL_ONLY state loaded back after one more decode (that decode's cell removed) gives the probe token the logits it had when the state was saved, and so does a second load of the same bytes"
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, .. } => check_partial(after),
+        _ => None,
     }
+}
 
-    fn id(&self) -> OracleId {
-        ID
+fn judges_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => judged(after, partial).any(|(p, _)| applies(p.memory)),
+        _ => false,
     }
+}
 
-    fn summary(&self) -> &'static str {
-        "a PARTIAL_ONLY sequence state loaded back after more decodes, once and twice, gives the logits a decode saw when it was saved"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[CHANGES, AGAIN_CHANGES]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "partial_load_keeps_states",
-                target: "native[partial_load_keeps_states] (arch=jamba)",
-                seed_depth: None,
-                evidence: "oracles/partial_restore_keeps_states.json",
-            },
-            PositiveControl {
-                fault: "partial_load_keeps_states",
-                target: "native[partial_load_keeps_states] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/partial_restore_keeps_states_hybrid_iswa.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        self.check(seen).is_none()
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, .. } => check_partial(after),
-            _ => None,
-        }
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            reload: true,
-            partial: true,
-            ..Observe::BASIC
-        }
-    }
-
-    fn costly(&self) -> bool {
-        true
-    }
-
-    fn judges_setup(&self, setup: &Setup) -> bool {
-        applies(setup.arch.memory()) && judges_setup_reloads(setup)
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => judged(after, partial).any(|(p, _)| applies(p.memory)),
-            _ => false,
-        }
-    }
+fn judges_setup_of(setup: &Setup) -> bool {
+    applies(setup.arch.memory()) && judges_setup_reloads(setup)
 }
 
 #[cfg(test)]
@@ -192,8 +157,8 @@ mod tests {
             ]),
             MemoryType::Hybrid,
         );
-        assert!(PartialRestore.judges(&seen(&s)));
-        assert!(PartialRestore.holds(&seen(&s)));
+        assert!(PARTIAL_RESTORE.judges(&seen(&s)));
+        assert!(PARTIAL_RESTORE.holds(&seen(&s)));
         let s = with_memory(
             step(&[
                 (Reload::SeqPartialInPlace, true, 0.0),
@@ -201,11 +166,14 @@ mod tests {
             ]),
             MemoryType::Iswa,
         );
-        assert_eq!(PartialRestore.check(&seen(&s)).unwrap().kind, AGAIN_CHANGES);
+        assert_eq!(
+            PARTIAL_RESTORE.check(&seen(&s)).unwrap().kind,
+            AGAIN_CHANGES
+        );
         // A plain KV cache ignores the flag: not judged here.
         let kv = step(&[(Reload::SeqPartialInPlace, true, 0.5)]);
-        assert!(!PartialRestore.judges(&seen(&kv)));
-        assert!(PartialRestore.holds(&seen(&kv)));
+        assert!(!PARTIAL_RESTORE.judges(&seen(&kv)));
+        assert!(PARTIAL_RESTORE.holds(&seen(&kv)));
     }
 
     #[test]
@@ -214,6 +182,6 @@ mod tests {
             step(&[(Reload::SeqPartialInPlace, false, 0.0)]),
             MemoryType::Hybrid,
         );
-        assert!(!PartialRestore.judges(&seen(&s)));
+        assert!(!PARTIAL_RESTORE.judges(&seen(&s)));
     }
 }

@@ -22,90 +22,69 @@ use super::cache_invisible::{judged, probe_violation};
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::Observe;
 
-/// The oracle.
-pub struct Rollback;
-
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(16, "rollback");
 
 /// Its one kind of violation.
 const KIND: &str = "logits after a rollback differ from a fresh decode of the kept tokens";
 
-impl Oracle for Rollback {
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::ROLLBACK)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static ROLLBACK: Oracle = Oracle {
+    id: ID,
+    summary: "after an accepted recurrent rollback, the next-token logits equal a fresh decode of the kept tokens",
+    reads: Reads::Step,
+    kinds: &[KIND],
+    positive_controls: &[
+        PositiveControl {
+            fault: "rollback_reads_stale_plane",
+            target: "native[rollback_reads_stale_plane] (arch=lfm2, n_rs_seq=3)",
+            seed_depth: None,
+            evidence: "oracles/rollback_reads_stale_plane.json",
+        },
+        PositiveControl {
+            fault: "rollback_reads_stale_plane",
+            target: "native[rollback_reads_stale_plane] (arch=lfm2_swa, n_rs_seq=3)",
+            seed_depth: None,
+            evidence: "oracles/rollback_reads_stale_plane_hybrid_iswa.json",
+        },
+    ],
+    observes: Observe {
+        logits: true,
+        ..Observe::BASIC
+    },
+    costly: true,
+    holds: Some(holds_on),
+    check: violation_on,
+    judges: Some(judges_on),
+    judges_setup: judges_setup_of,
+    ..Oracle::DEFAULTS
+};
 
-    fn id(&self) -> OracleId {
-        ID
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => judged(after, true).all(|(p, tol)| p.max_abs_diff <= tol),
+        _ => true,
     }
+}
 
-    fn summary(&self) -> &'static str {
-        "after an accepted recurrent rollback, the next-token logits equal a fresh decode of the kept tokens"
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, .. } => probe_violation(after, true, ID, KIND),
+        _ => None,
     }
+}
 
-    fn reads(&self) -> Reads {
-        Reads::Step
+fn judges_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => judged(after, true).next().is_some(),
+        _ => false,
     }
+}
 
-    fn kinds(&self) -> &'static [&'static str] {
-        &[KIND]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "rollback_reads_stale_plane",
-                target: "native[rollback_reads_stale_plane] (arch=lfm2, n_rs_seq=3)",
-                seed_depth: None,
-                evidence: "oracles/rollback_reads_stale_plane.json",
-            },
-            PositiveControl {
-                fault: "rollback_reads_stale_plane",
-                target: "native[rollback_reads_stale_plane] (arch=lfm2_swa, n_rs_seq=3)",
-                seed_depth: None,
-                evidence: "oracles/rollback_reads_stale_plane_hybrid_iswa.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => judged(after, true).all(|(p, tol)| p.max_abs_diff <= tol),
-            _ => true,
-        }
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, .. } => probe_violation(after, true, ID, KIND),
-            _ => None,
-        }
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            logits: true,
-            ..Observe::BASIC
-        }
-    }
-
-    fn costly(&self) -> bool {
-        true
-    }
-
-    fn judges_setup(&self, setup: &crate::base::op::Setup) -> bool {
-        // Only a memory with recurrent states keeps rollback snapshots, and only with n_rs_seq
-        // > 0 (llama.h:370); its probes are cache-invisible's, with that oracle's tolerances.
-        setup.n_rs_seq > 0
-            && setup.arch.memory().has_states()
-            && super::cache_invisible::CacheInvisible.judges_setup(setup)
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => judged(after, true).next().is_some(),
-            _ => false,
-        }
-    }
+fn judges_setup_of(setup: &crate::base::op::Setup) -> bool {
+    // Only a memory with recurrent states keeps rollback snapshots, and only with n_rs_seq
+    // > 0 (llama.h:370); its probes are cache-invisible's, with that oracle's tolerances.
+    setup.n_rs_seq > 0
+        && setup.arch.memory().has_states()
+        && super::cache_invisible::CACHE_INVISIBLE.judges_setup(setup)
 }

@@ -22,9 +22,6 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, SeqObservation, StepObservation};
 use crate::base::op::MemoryType;
 
-/// The oracle.
-pub struct RoundTripOracle;
-
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(8, "round-trip");
 
@@ -130,118 +127,89 @@ pub fn check_round_trip(after: &StepObservation, memory: MemoryType) -> Option<V
     None
 }
 
-impl Oracle for RoundTripOracle {
-    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
-        super::LlamaHClause::documented(&LLAMA_H)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static ROUND_TRIP: Oracle = Oracle {
+    id: ID,
+    summary: "whole and per-sequence state saved after any op loads into a fresh twin and reads back the same",
+    reads: Reads::Step,
+    kinds: &[
+        "whole load failed",
+        "whole load differs",
+        "seq load failed",
+        "seq load differs",
+        "whole redump differs",
+        "seq redump differs",
+    ],
+    positive_controls: &[
+        PositiveControl {
+            fault: "restore_drops_last_cell",
+            target: "native[restore_drops_last_cell]",
+            seed_depth: Some(1),
+            evidence: "oracles/round_trip_restore_drops_last_cell.json",
+        },
+        PositiveControl {
+            fault: "restore_drops_last_cell",
+            target: "native[restore_drops_last_cell] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_restore_drops_last_cell_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "restore_drops_last_cell",
+            target: "native[restore_drops_last_cell] (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_restore_drops_last_cell_msa.json",
+        },
+        PositiveControl {
+            fault: "restore_drops_last_cell",
+            target: "native[restore_drops_last_cell] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_restore_drops_last_cell_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "restore_drops_last_cell",
+            target: "native[restore_drops_last_cell] (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_restore_drops_last_cell_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "restore_drops_last_cell",
+            target: "native[restore_drops_last_cell] (arch=glm-dsa)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_restore_drops_last_cell_dsa.json",
+        },
+        PositiveControl {
+            fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
+            target: "llama.cpp@0.1.156 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
+        },
+        PositiveControl {
+            fault: "load_drops_row",
+            target: "mlx-lm@0.32.2[load_drops_row]",
+            seed_depth: None,
+            evidence: "audits/mlx_load_drops_row_d1.json",
+        },
+    ],
+    observes: Observe {
+        round_trip: true,
+        ..Observe::BASIC
+    },
+    holds: Some(holds_on),
+    check: violation_on,
+    ..Oracle::DEFAULTS
+};
 
-    fn check_in_words(&self) -> &'static str {
-        "state saved with llama_state_get_data / llama_state_seq_get_data loads into a fresh context of the same configuration and reads back the same"
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, arch, .. } => check_round_trip(after, arch.memory()).is_none(),
+        _ => true,
     }
+}
 
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::ROUND_TRIP)
-    }
-
-    fn id(&self) -> OracleId {
-        ID
-    }
-
-    fn summary(&self) -> &'static str {
-        "whole and per-sequence state saved after any op loads into a fresh twin and reads back the same"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[
-            "whole load failed",
-            "whole load differs",
-            "seq load failed",
-            "seq load differs",
-            "whole redump differs",
-            "seq redump differs",
-        ]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "restore_drops_last_cell",
-                target: "native[restore_drops_last_cell]",
-                seed_depth: Some(1),
-                evidence: "oracles/round_trip_restore_drops_last_cell.json",
-            },
-            PositiveControl {
-                fault: "restore_drops_last_cell",
-                target: "native[restore_drops_last_cell] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_restore_drops_last_cell_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "restore_drops_last_cell",
-                target: "native[restore_drops_last_cell] (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_restore_drops_last_cell_msa.json",
-            },
-            PositiveControl {
-                fault: "restore_drops_last_cell",
-                target: "native[restore_drops_last_cell] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_restore_drops_last_cell_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "restore_drops_last_cell",
-                target: "native[restore_drops_last_cell] (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_restore_drops_last_cell_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "restore_drops_last_cell",
-                target: "native[restore_drops_last_cell] (arch=glm-dsa)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_restore_drops_last_cell_dsa.json",
-            },
-            PositiveControl {
-                fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
-                target: "llama.cpp@0.1.156 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
-            },
-            PositiveControl {
-                fault: "load_drops_row",
-                target: "mlx-lm@0.32.2[load_drops_row]",
-                seed_depth: None,
-                evidence: "audits/mlx_load_drops_row_d1.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, arch, .. } => check_round_trip(after, arch.memory()).is_none(),
-            _ => true,
-        }
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, arch, .. } => check_round_trip(after, arch.memory()),
-            _ => None,
-        }
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        super::seen_has(seen, self.observes())
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            round_trip: true,
-            ..Observe::BASIC
-        }
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, arch, .. } => check_round_trip(after, arch.memory()),
+        _ => None,
     }
 }
 

@@ -26,9 +26,6 @@ use crate::base::cache::{
 };
 use crate::base::op::{CacheType, MemoryType, Setup};
 
-/// The oracle.
-pub struct RoundTripLogits;
-
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(14, "round-trip-logits");
 
@@ -137,104 +134,78 @@ pub(super) fn check_reloads(
     })
 }
 
-impl Oracle for RoundTripLogits {
-    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
-        super::LlamaHClause::documented(&super::round_trip::LLAMA_H)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static ROUND_TRIP_LOGITS: Oracle = Oracle {
+    id: ID,
+    summary: "state saved after any op (whole, per sequence) and loaded into the twin gives each sequence the original's next-token logits",
+    reads: Reads::Step,
+    kinds: &["whole load changes logits", "seq load changes logits"],
+    positive_controls: &[
+        PositiveControl {
+            fault: "save_drops_state",
+            target: "native[save_drops_state] (arch=mamba)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_logits_save_drops_state.json",
+        },
+        PositiveControl {
+            fault: "save_drops_state",
+            target: "native[save_drops_state] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_logits_save_drops_state_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "save_drops_state",
+            target: "native[save_drops_state] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_logits_save_drops_state_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
+            target: "llama.cpp@0.1.156 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
+        },
+        PositiveControl {
+            fault: "save_drops_rows: the llama.cpp target's test hook (per-sequence dumps with their V rows zeroed)",
+            target: "llama.cpp@0.1.161[save_drops_rows] (domain msa)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_save_drops_rows_msa.json",
+        },
+    ],
+    observes: OBSERVES,
+    costly: true,
+    holds: Some(holds_on),
+    check: violation_on,
+    judges: Some(judges_on),
+    judges_setup: judges_setup_of,
+    ..Oracle::DEFAULTS
+};
 
-    fn check_in_words(&self) -> &'static str {
-        "state saved with llama_state_get_data / llama_state_seq_get_data and loaded into a fresh context of the same configuration gives each sequence the same next-token logits as the context it was saved from"
-    }
-
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::ROUND_TRIP_LOGITS)
-    }
-
-    fn id(&self) -> OracleId {
-        ID
-    }
-
-    fn summary(&self) -> &'static str {
-        "state saved after any op (whole, per sequence) and loaded into the twin gives each sequence the original's next-token logits"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &["whole load changes logits", "seq load changes logits"]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "save_drops_state",
-                target: "native[save_drops_state] (arch=mamba)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_logits_save_drops_state.json",
-            },
-            PositiveControl {
-                fault: "save_drops_state",
-                target: "native[save_drops_state] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_logits_save_drops_state_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "save_drops_state",
-                target: "native[save_drops_state] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_logits_save_drops_state_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
-                target: "llama.cpp@0.1.156 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
-            },
-            PositiveControl {
-                fault: "save_drops_rows: the llama.cpp target's test hook (per-sequence dumps with their V rows zeroed)",
-                target: "llama.cpp@0.1.161[save_drops_rows] (domain msa)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_save_drops_rows_msa.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => {
-                judged(after, Reload::into_twin).all(|(p, tol)| p.max_abs_diff <= tol)
-            }
-            _ => true,
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => {
+            judged(after, Reload::into_twin).all(|(p, tol)| p.max_abs_diff <= tol)
         }
+        _ => true,
     }
+}
 
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, .. } => check_reloads(ID, after, Reload::into_twin),
-            _ => None,
-        }
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, .. } => check_reloads(ID, after, Reload::into_twin),
+        _ => None,
     }
+}
 
-    fn observes(&self) -> Observe {
-        OBSERVES
+fn judges_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => judged(after, Reload::into_twin).next().is_some(),
+        _ => false,
     }
+}
 
-    fn costly(&self) -> bool {
-        true
-    }
-
-    fn judges_setup(&self, setup: &Setup) -> bool {
-        judges_setup_reloads(setup)
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => judged(after, Reload::into_twin).next().is_some(),
-            _ => false,
-        }
-    }
+fn judges_setup_of(setup: &Setup) -> bool {
+    judges_setup_reloads(setup)
 }
 
 #[cfg(test)]
@@ -284,15 +255,15 @@ pub(super) mod tests {
     #[test]
     fn flash_attention_over_an_f16_v_cache_is_not_judged() {
         let mut s = step(&[(Reload::WholeTwin, true, 2e-3)]);
-        assert!(RoundTripLogits.check(&seen(&s)).is_some());
+        assert!(ROUND_TRIP_LOGITS.check(&seen(&s)).is_some());
         for p in s.reload_probe.iter_mut().flatten() {
             p.v_summed_in_f16 = true;
         }
-        assert!(!RoundTripLogits.judges(&seen(&s)));
-        assert!(RoundTripLogits.check(&seen(&s)).is_none());
+        assert!(!ROUND_TRIP_LOGITS.judges(&seen(&s)));
+        assert!(ROUND_TRIP_LOGITS.check(&seen(&s)).is_none());
         let flash = Setup::default().with_config("flash_attn=on").unwrap();
-        assert!(!RoundTripLogits.judges_setup(&flash));
-        assert!(RoundTripLogits.judges_setup(&Setup::default()));
+        assert!(!ROUND_TRIP_LOGITS.judges_setup(&flash));
+        assert!(ROUND_TRIP_LOGITS.judges_setup(&Setup::default()));
     }
 
     #[test]
@@ -302,9 +273,9 @@ pub(super) mod tests {
         // lost update of the re-measurement (a pending shift of one token, 4.8e-3) does not
         // (PREREG.md, "the reload tolerance on attention caches re-measured").
         let flip = step(&[(Reload::SeqTwin, true, 1.41e-4)]);
-        assert!(RoundTripLogits.check(&seen(&flip)).is_none());
+        assert!(ROUND_TRIP_LOGITS.check(&seen(&flip)).is_none());
         let lost = step(&[(Reload::WholeTwin, true, 4.8e-3)]);
-        assert!(RoundTripLogits.check(&seen(&lost)).is_some());
+        assert!(ROUND_TRIP_LOGITS.check(&seen(&lost)).is_some());
         assert_eq!(tolerance(MemoryType::Kv, CacheType::F16), Some(1e-3));
         assert_eq!(tolerance(MemoryType::Kv, CacheType::F32), Some(1e-4));
     }
@@ -315,11 +286,11 @@ pub(super) mod tests {
             (Reload::WholeTwin, true, 0.0),
             (Reload::SeqTwin, true, 1e-6),
         ]);
-        assert!(RoundTripLogits.judges(&seen(&s)));
-        assert!(RoundTripLogits.check(&seen(&s)).is_none());
+        assert!(ROUND_TRIP_LOGITS.judges(&seen(&s)));
+        assert!(ROUND_TRIP_LOGITS.check(&seen(&s)).is_none());
         let s = step(&[(Reload::WholeTwin, true, 0.0), (Reload::SeqTwin, true, 0.5)]);
-        assert!(!RoundTripLogits.holds(&seen(&s)));
-        let v = RoundTripLogits.check(&seen(&s)).unwrap();
+        assert!(!ROUND_TRIP_LOGITS.holds(&seen(&s)));
+        let v = ROUND_TRIP_LOGITS.check(&seen(&s)).unwrap();
         assert_eq!(v.kind, "seq load changes logits");
         assert_eq!(v.seq, Some(0));
     }
@@ -330,10 +301,10 @@ pub(super) mod tests {
             (Reload::WholeInPlace, true, 9.0),
             (Reload::WholeTwin, false, 0.0),
         ]);
-        assert!(!RoundTripLogits.judges(&seen(&s)));
-        assert!(RoundTripLogits.holds(&seen(&s)));
+        assert!(!ROUND_TRIP_LOGITS.judges(&seen(&s)));
+        assert!(ROUND_TRIP_LOGITS.holds(&seen(&s)));
         let none = StepObservation::basic(OpOutcome::Done { returned: None }, vec![]);
-        assert!(!RoundTripLogits.judges(&seen(&none)));
+        assert!(!ROUND_TRIP_LOGITS.judges(&seen(&none)));
         assert_eq!(tolerance(MemoryType::Kv, CacheType::Q8_0), None);
     }
 }

@@ -18,11 +18,8 @@ use serde_json::json;
 
 use super::round_trip_logits::{check_reloads, judged, OBSERVES};
 use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
-use crate::base::cache::{Observe, Reload, StepObservation};
+use crate::base::cache::{Reload, StepObservation};
 use crate::base::op::Setup;
-
-/// The oracle.
-pub struct SaveLoadInvisible;
 
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(15, "save-load-invisible");
@@ -51,113 +48,87 @@ pub fn check_in_place(after: &StepObservation) -> Option<Violation> {
     check_reloads(ID, after, in_place)
 }
 
-impl Oracle for SaveLoadInvisible {
-    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
-        super::LlamaHClause::documented(&super::round_trip::LLAMA_H)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static SAVE_LOAD_INVISIBLE: Oracle = Oracle {
+    id: ID,
+    summary: "a save and load in place (whole, per sequence) leaves each sequence's next-token logits as they were",
+    reads: Reads::Step,
+    kinds: &[
+        "whole load failed",
+        "whole load changes logits",
+        "seq load changes logits",
+    ],
+    positive_controls: &[
+        PositiveControl {
+            fault: "save_drops_state",
+            target: "native[save_drops_state] (arch=jamba)",
+            seed_depth: None,
+            evidence: "oracles/save_load_invisible_save_drops_state.json",
+        },
+        PositiveControl {
+            fault: "save_drops_state",
+            target: "native[save_drops_state] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/save_load_invisible_save_drops_state_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "save_drops_state",
+            target: "native[save_drops_state] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/save_load_invisible_save_drops_state_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
+            target: "llama.cpp@0.1.156 (arch=deepseek4)",
+            seed_depth: None,
+            evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
+        },
+        PositiveControl {
+            fault: "save_drops_rows: the llama.cpp target's test hook (per-sequence dumps with their V rows zeroed)",
+            target: "llama.cpp@0.1.161[save_drops_rows] (domain msa)",
+            seed_depth: None,
+            evidence: "oracles/cache_invisible_save_drops_rows_msa.json",
+        },
+    ],
+    observes: OBSERVES,
+    costly: true,
+    holds: Some(holds_on),
+    check: violation_on,
+    judges: Some(judges_on),
+    judges_setup: judges_setup_of,
+    ..Oracle::DEFAULTS
+};
 
-    fn check_in_words(&self) -> &'static str {
-        "state saved with llama_state_get_data / llama_state_seq_get_data and loaded back into the same context changes none of the next-token logits a later decode sees"
+fn holds_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => check_in_place(after).is_none(),
+        _ => true,
     }
+}
 
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(super::c_check::SAVE_LOAD_INVISIBLE)
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, .. } => check_in_place(after),
+        _ => None,
     }
+}
 
-    fn id(&self) -> OracleId {
-        ID
-    }
-
-    fn summary(&self) -> &'static str {
-        "a save and load in place (whole, per sequence) leaves each sequence's next-token logits as they were"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[
-            "whole load failed",
-            "whole load changes logits",
-            "seq load changes logits",
-        ]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "save_drops_state",
-                target: "native[save_drops_state] (arch=jamba)",
-                seed_depth: None,
-                evidence: "oracles/save_load_invisible_save_drops_state.json",
-            },
-            PositiveControl {
-                fault: "save_drops_state",
-                target: "native[save_drops_state] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/save_load_invisible_save_drops_state_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "save_drops_state",
-                target: "native[save_drops_state] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/save_load_invisible_save_drops_state_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "0.1.156's whole load loses sequence 0 (its own bug, fixed by 0.1.157)",
-                target: "llama.cpp@0.1.156 (arch=deepseek4)",
-                seed_depth: None,
-                evidence: "oracles/round_trip_dsv4_whole_load_loses_seq_0.json",
-            },
-            PositiveControl {
-                fault: "save_drops_rows: the llama.cpp target's test hook (per-sequence dumps with their V rows zeroed)",
-                target: "llama.cpp@0.1.161[save_drops_rows] (domain msa)",
-                seed_depth: None,
-                evidence: "oracles/cache_invisible_save_drops_rows_msa.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => check_in_place(after).is_none(),
-            _ => true,
+fn judges_on(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => {
+            judged(after, in_place).next().is_some()
+                || after
+                    .reload_probe
+                    .iter()
+                    .flatten()
+                    .any(|p| p.load == Reload::WholeInPlace)
         }
+        _ => false,
     }
+}
 
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, .. } => check_in_place(after),
-            _ => None,
-        }
-    }
-
-    fn observes(&self) -> Observe {
-        OBSERVES
-    }
-
-    fn costly(&self) -> bool {
-        true
-    }
-
-    fn judges_setup(&self, setup: &Setup) -> bool {
-        super::round_trip_logits::judges_setup_reloads(setup)
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => {
-                judged(after, in_place).next().is_some()
-                    || after
-                        .reload_probe
-                        .iter()
-                        .flatten()
-                        .any(|p| p.load == Reload::WholeInPlace)
-            }
-            _ => false,
-        }
-    }
+fn judges_setup_of(setup: &Setup) -> bool {
+    super::round_trip_logits::judges_setup_reloads(setup)
 }
 
 #[cfg(test)]
@@ -171,26 +142,26 @@ mod tests {
             (Reload::WholeInPlace, true, 0.0),
             (Reload::SeqTwin, true, 3.0),
         ]);
-        assert!(SaveLoadInvisible.judges(&seen(&s)));
-        assert!(SaveLoadInvisible.holds(&seen(&s)));
+        assert!(SAVE_LOAD_INVISIBLE.judges(&seen(&s)));
+        assert!(SAVE_LOAD_INVISIBLE.holds(&seen(&s)));
         let s = step(&[
             (Reload::WholeInPlace, true, 0.0),
             (Reload::SeqInPlace, true, 3.0),
         ]);
-        let v = SaveLoadInvisible.check(&seen(&s)).unwrap();
+        let v = SAVE_LOAD_INVISIBLE.check(&seen(&s)).unwrap();
         assert_eq!(v.kind, "seq load changes logits");
     }
 
     #[test]
     fn a_failed_whole_load_is_caught_and_a_failed_seq_load_not_judged() {
         let s = step(&[(Reload::WholeInPlace, false, 0.0)]);
-        assert!(SaveLoadInvisible.judges(&seen(&s)));
+        assert!(SAVE_LOAD_INVISIBLE.judges(&seen(&s)));
         assert_eq!(
-            SaveLoadInvisible.check(&seen(&s)).unwrap().kind,
+            SAVE_LOAD_INVISIBLE.check(&seen(&s)).unwrap().kind,
             "whole load failed"
         );
         let s = step(&[(Reload::SeqInPlace, false, 0.0)]);
-        assert!(!SaveLoadInvisible.judges(&seen(&s)));
-        assert!(SaveLoadInvisible.holds(&seen(&s)));
+        assert!(!SAVE_LOAD_INVISIBLE.judges(&seen(&s)));
+        assert!(SAVE_LOAD_INVISIBLE.holds(&seen(&s)));
     }
 }

@@ -27,9 +27,6 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{DumpSize, Observe, SeqObservation, StepObservation};
 use crate::base::op::MemoryType;
 
-/// The oracle.
-pub struct StateSize;
-
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(17, "state-size");
 
@@ -156,110 +153,73 @@ pub fn check_sizes(memory: MemoryType, after: &StepObservation) -> Option<Violat
     None
 }
 
-impl Oracle for StateSize {
-    fn llama_h_clause(&self, _op: &str, _kind: &str) -> super::LlamaHClause {
-        super::LlamaHClause::documented(&[
-            "llama_state_get_size: \"Returns the *actual* size in bytes of the state (logits, embedding and memory)\"",
-            "llama_state_seq_get_size: \"Get the exact size needed to copy the state of a single sequence\"",
-        ])
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static STATE_SIZE: Oracle = Oracle {
+    id: ID,
+    summary: "each state size call reports the bytes its dump writes, and a sequence's size depends on its own cells only",
+    reads: Reads::Step,
+    kinds: &[
+        WHOLE_MISREPORTED,
+        SEQ_MISREPORTED,
+        PARTIAL_MISREPORTED,
+        SIZE_NOT_OWN,
+    ],
+    positive_controls: &[
+        PositiveControl {
+            fault: "seq_size_scales_with_n_seq_max",
+            target: "native[seq_size_scales_with_n_seq_max]",
+            seed_depth: Some(1),
+            evidence: "oracles/state_size_scales_with_n_seq_max.json",
+        },
+        PositiveControl {
+            fault: "seq_size_scales_with_n_seq_max",
+            target: "native[seq_size_scales_with_n_seq_max] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/state_size_scales_with_n_seq_max_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "seq_size_scales_with_n_seq_max",
+            target: "native[seq_size_scales_with_n_seq_max] (arch=minimax-m3)",
+            seed_depth: None,
+            evidence: "oracles/state_size_scales_with_n_seq_max_msa.json",
+        },
+        PositiveControl {
+            fault: "seq_size_scales_with_n_seq_max",
+            target: "native[seq_size_scales_with_n_seq_max] (arch=qwen4exp)",
+            seed_depth: None,
+            evidence: "oracles/state_size_scales_with_n_seq_max_hybrid_idx.json",
+        },
+        PositiveControl {
+            fault: "seq_size_scales_with_n_seq_max",
+            target: "native[seq_size_scales_with_n_seq_max] (domain dsa_iswa)",
+            seed_depth: None,
+            evidence: "oracles/state_size_scales_with_n_seq_max_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "seq_size_scales_with_n_seq_max",
+            target: "native[seq_size_scales_with_n_seq_max] (arch=glm-dsa)",
+            seed_depth: None,
+            evidence: "oracles/state_size_scales_with_n_seq_max_dsa.json",
+        },
+        PositiveControl {
+            fault: "seq_size_scales_with_n_seq_max: the llama.cpp target's test hook",
+            target: "llama.cpp@0.1.161[seq_size_scales_with_n_seq_max] (domain dsv4)",
+            seed_depth: None,
+            evidence: "oracles/state_size_scales_with_n_seq_max_dsv4.json",
+        },
+    ],
+    observes: Observe {
+        sizes: true,
+        ..Observe::BASIC
+    },
+    check: violation_on,
+    ..Oracle::DEFAULTS
+};
 
-    fn check_in_words(&self) -> &'static str {
-        "llama_state_get_size and llama_state_seq_get_size(_ext) report exactly the bytes llama_state_get_data and llama_state_seq_get_data(_ext) write, and a sequence's size depends on its own cells only"
-    }
-
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(C_CHECK)
-    }
-
-    fn id(&self) -> OracleId {
-        ID
-    }
-
-    fn summary(&self) -> &'static str {
-        "each state size call reports the bytes its dump writes, and a sequence's size depends on its own cells only"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[
-            WHOLE_MISREPORTED,
-            SEQ_MISREPORTED,
-            PARTIAL_MISREPORTED,
-            SIZE_NOT_OWN,
-        ]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "seq_size_scales_with_n_seq_max",
-                target: "native[seq_size_scales_with_n_seq_max]",
-                seed_depth: Some(1),
-                evidence: "oracles/state_size_scales_with_n_seq_max.json",
-            },
-            PositiveControl {
-                fault: "seq_size_scales_with_n_seq_max",
-                target: "native[seq_size_scales_with_n_seq_max] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/state_size_scales_with_n_seq_max_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "seq_size_scales_with_n_seq_max",
-                target: "native[seq_size_scales_with_n_seq_max] (arch=minimax-m3)",
-                seed_depth: None,
-                evidence: "oracles/state_size_scales_with_n_seq_max_msa.json",
-            },
-            PositiveControl {
-                fault: "seq_size_scales_with_n_seq_max",
-                target: "native[seq_size_scales_with_n_seq_max] (arch=qwen4exp)",
-                seed_depth: None,
-                evidence: "oracles/state_size_scales_with_n_seq_max_hybrid_idx.json",
-            },
-            PositiveControl {
-                fault: "seq_size_scales_with_n_seq_max",
-                target: "native[seq_size_scales_with_n_seq_max] (domain dsa_iswa)",
-                seed_depth: None,
-                evidence: "oracles/state_size_scales_with_n_seq_max_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "seq_size_scales_with_n_seq_max",
-                target: "native[seq_size_scales_with_n_seq_max] (arch=glm-dsa)",
-                seed_depth: None,
-                evidence: "oracles/state_size_scales_with_n_seq_max_dsa.json",
-            },
-            PositiveControl {
-                fault: "seq_size_scales_with_n_seq_max: the llama.cpp target's test hook",
-                target: "llama.cpp@0.1.161[seq_size_scales_with_n_seq_max] (domain dsv4)",
-                seed_depth: None,
-                evidence: "oracles/state_size_scales_with_n_seq_max_dsv4.json",
-            },
-        ]
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        self.check(seen).is_none()
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { after, arch, .. } => check_sizes(arch.memory(), after),
-            _ => None,
-        }
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        super::seen_has(seen, self.observes())
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            sizes: true,
-            ..Observe::BASIC
-        }
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { after, arch, .. } => check_sizes(arch.memory(), after),
+        _ => None,
     }
 }
 

@@ -37,9 +37,6 @@ use super::{Oracle, OracleId, PositiveControl, Reads, Seen, Violation};
 use crate::base::cache::{Observe, SeqObservation, StepObservation};
 use crate::base::op::{Arch, Op, Pos, Setup};
 
-/// The oracle.
-pub struct SwaWindow;
-
 /// Its id.
 pub const ID: OracleId = OracleId::builtin(13, "swa-window");
 
@@ -134,85 +131,71 @@ fn window(arch: Arch) -> Option<u32> {
         .flatten()
 }
 
-impl Oracle for SwaWindow {
-    fn c_check(&self) -> Option<super::c_check::CCheck> {
-        Some(C_CHECK)
-    }
+/// The oracle, as a value ([`Oracle`]).
+pub static SWA_WINDOW: Oracle = Oracle {
+    id: ID,
+    summary: "iSWA: the windowed cache holds only base positions inside the window, and loses none of them but by a position-keyed eviction",
+    reads: Reads::Step,
+    kinds: &[OUTSIDE_BASE, OUTSIDE_WINDOW, EVICTED],
+    positive_controls: &[
+        PositiveControl {
+            fault: "swa_window_off_by_one",
+            target: "native[swa_window_off_by_one]",
+            seed_depth: None,
+            evidence: "oracles/swa_window_off_by_one.json",
+        },
+        PositiveControl {
+            fault: "swa_window_off_by_one",
+            target: "native[swa_window_off_by_one] (arch=lfm2_swa)",
+            seed_depth: None,
+            evidence: "oracles/swa_window_off_by_one_hybrid_iswa.json",
+        },
+        PositiveControl {
+            fault: "swa_window_off_by_one",
+            target: "native[swa_window_off_by_one] (arch=dots3note)",
+            seed_depth: None,
+            evidence: "oracles/swa_window_off_by_one_dsa_iswa.json",
+        },
+        PositiveControl {
+            fault: "ring_two_short",
+            target: "mlx-lm@0.32.2[ring_two_short] (gemma2)",
+            seed_depth: None,
+            evidence: "audits/mlx_ring_two_short_swa_d1.json",
+        },
+    ],
+    observes: Observe {
+        before: true,
+        ..Observe::BASIC
+    },
+    check: violation_on,
+    judges: Some(judges_on),
+    judges_setup: judges_setup_of,
+    ..Oracle::DEFAULTS
+};
 
-    fn id(&self) -> OracleId {
-        ID
-    }
-
-    fn summary(&self) -> &'static str {
-        "iSWA: the windowed cache holds only base positions inside the window, and loses none of them but by a position-keyed eviction"
-    }
-
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-
-    fn kinds(&self) -> &'static [&'static str] {
-        &[OUTSIDE_BASE, OUTSIDE_WINDOW, EVICTED]
-    }
-
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[
-            PositiveControl {
-                fault: "swa_window_off_by_one",
-                target: "native[swa_window_off_by_one]",
-                seed_depth: None,
-                evidence: "oracles/swa_window_off_by_one.json",
-            },
-            PositiveControl {
-                fault: "swa_window_off_by_one",
-                target: "native[swa_window_off_by_one] (arch=lfm2_swa)",
-                seed_depth: None,
-                evidence: "oracles/swa_window_off_by_one_hybrid_iswa.json",
-            },
-            PositiveControl {
-                fault: "swa_window_off_by_one",
-                target: "native[swa_window_off_by_one] (arch=dots3note)",
-                seed_depth: None,
-                evidence: "oracles/swa_window_off_by_one_dsa_iswa.json",
-            },
-            PositiveControl {
-                fault: "ring_two_short",
-                target: "mlx-lm@0.32.2[ring_two_short] (gemma2)",
-                seed_depth: None,
-                evidence: "audits/mlx_ring_two_short_swa_d1.json",
-            },
-        ]
-    }
-
-    fn observes(&self) -> Observe {
-        Observe {
-            before: true,
-            ..Observe::BASIC
-        }
-    }
-
-    fn judges_setup(&self, setup: &Setup) -> bool {
-        window(setup.arch).is_some()
-    }
-
-    fn judges(&self, seen: &Seen<'_>) -> bool {
-        matches!(seen, Seen::Step { arch, .. } if window(*arch).is_some())
-            && super::seen_has(seen, self.observes())
-    }
-
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        self.check(seen).is_none()
-    }
-
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        match seen {
-            Seen::Step { op, after, arch } => check_swa_window(op, after, window(*arch)?),
-            _ => None,
-        }
+fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
+    match seen {
+        Seen::Step { op, after, arch } => check_swa_window(op, after, window(*arch)?),
+        _ => None,
     }
 }
 
-// ---- the check in C, for reproducers (`Oracle::c_check`; `super::c_check` has the others) ----
+fn judges_on(seen: &Seen<'_>) -> bool {
+    matches!(seen, Seen::Step { arch, .. } if window(*arch).is_some())
+        && super::seen_has(
+            seen,
+            Observe {
+                before: true,
+                ..Observe::BASIC
+            },
+        )
+}
+
+fn judges_setup_of(setup: &Setup) -> bool {
+    window(setup.arch).is_some()
+}
+
+// ---- the check in C, for reproducers (`outputs::llama_h` names it; `super::c_check` has the others) ----
 
 use super::c_check::{nothing, CCheck};
 use std::fmt::Write as _;
@@ -387,6 +370,6 @@ mod tests {
             delta: 1,
         };
         assert!(check_swa_window(&add, &s, 4).is_none());
-        assert!(SwaWindow.kinds().contains(&v.kind.as_str()));
+        assert!(SWA_WINDOW.kinds().contains(&v.kind.as_str()));
     }
 }

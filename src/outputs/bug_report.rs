@@ -12,8 +12,9 @@
 
 use std::fmt::Write as _;
 
+use super::llama_h::LlamaHClause;
 use crate::base::op::{Op, Setup};
-use crate::oracles::{LlamaHClause, OracleId, Registry};
+use crate::oracles::{OracleId, Registry};
 use crate::outputs::c_repro::{default_model_file, model_command};
 use crate::outputs::repro::{Expect, Repro};
 use crate::records::report::{markdown_code, markdown_text};
@@ -29,8 +30,8 @@ pub struct CheckedProgram {
 }
 
 /// The llama.h words the finding breaks: quoted lines, and whether llama.h states them (`false`:
-/// llama.h is silent and the line says what the reference behaviour is). The oracle's own
-/// ([`crate::oracles::Oracle::llama_h_clause`]).
+/// llama.h is silent and the line says what the reference behaviour is): the oracle's
+/// ([`super::llama_h::words`]).
 pub fn contract_quote(repro: &Repro) -> (Vec<String>, bool) {
     let op = repro
         .trace
@@ -39,7 +40,7 @@ pub fn contract_quote(repro: &Repro) -> (Vec<String>, bool) {
         .map(Op::name)
         .unwrap_or_default();
     let clause = match Registry::builtin().get(repro.oracle) {
-        Some(o) => o.llama_h_clause(op, &repro.kind),
+        Some(o) => (super::llama_h::words(o.id).clause)(op, &repro.kind),
         None => LlamaHClause {
             lines: Vec::new(),
             documented: false,
@@ -50,9 +51,7 @@ pub fn contract_quote(repro: &Repro) -> (Vec<String>, bool) {
 
 /// The oracle's check in plain words, for "expected".
 fn what_is_checked(oracle: OracleId) -> &'static str {
-    Registry::builtin()
-        .get(oracle)
-        .map_or("the call does what llama.h says", |o| o.check_in_words())
+    super::llama_h::words(oracle).in_words
 }
 
 /// The context configuration as a bullet list: every setting of the setup, as the C program

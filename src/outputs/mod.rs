@@ -8,6 +8,7 @@ pub mod coverage;
 pub mod explain;
 pub mod fixes;
 pub mod hunt;
+pub mod llama_h;
 pub mod mlx_bug_report;
 pub mod py_repro;
 pub mod repro;

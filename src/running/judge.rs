@@ -620,7 +620,7 @@ impl VerdictMemo {
 /// trial alone, in its own thread or in the worker that observed the step
 /// ([`TrialRun::judged`]): both sides call this, so both judge alike.
 pub fn step_verdicts(
-    oracles: &[&'static dyn Oracle],
+    oracles: &[&'static Oracle],
     op: &Op,
     after: &StepObservation,
     arch: Arch,

@@ -1,4 +1,4 @@
-//! The oracle registry, from the outside: adding an oracle is one `Oracle` impl and one
+//! The oracle registry, from the outside: adding an oracle is one `Oracle` value and one
 //! `Registry::with` (here, a dummy oracle registered in the test, judged by the exhaustive
 //! explorer, the judge and the report like a built-in one), and every positive control the
 //! registry lists is real: its evidence file is a test case naming the oracle, and the controls
@@ -23,51 +23,42 @@ use kvaudit::running::runner::RunnerFactory;
 
 /// A made-up oracle: "no sequence reaches position 8" (the seed domain decodes 7 tokens into
 /// seq 0, so one more decode or a `seq_add` past it violates it).
-struct BelowEight;
-
 const BELOW_EIGHT: OracleId = OracleId::new("below-eight");
 
-impl Oracle for BelowEight {
-    fn id(&self) -> OracleId {
-        BELOW_EIGHT
-    }
-    fn summary(&self) -> &'static str {
-        "no resident position reaches 8 (a test oracle)"
-    }
-    fn reads(&self) -> Reads {
-        Reads::Step
-    }
-    fn kinds(&self) -> &'static [&'static str] {
-        &["position 8 or more"]
-    }
-    fn positive_controls(&self) -> &'static [PositiveControl] {
-        &[]
-    }
-    fn holds(&self, seen: &Seen<'_>) -> bool {
-        match seen {
-            Seen::Step { after, .. } => after.seqs.iter().all(|s| s.cells.iter().all(|&p| p < 8)),
-            _ => true,
-        }
-    }
-    fn check(&self, seen: &Seen<'_>) -> Option<Violation> {
-        let Seen::Step { after, .. } = seen else {
-            return None;
-        };
-        let s = after
-            .seqs
-            .iter()
-            .find(|s| s.cells.iter().any(|&p| p >= 8))?;
-        Some(Violation {
-            oracle: BELOW_EIGHT,
-            kind: "position 8 or more".into(),
-            seq: Some(s.seq),
-            observed: serde_json::json!({ "cells": s.cells }),
-            expected: serde_json::json!("positions below 8"),
-        })
+static BELOW_EIGHT_ORACLE: Oracle = Oracle {
+    id: BELOW_EIGHT,
+    summary: "no resident position reaches 8 (a test oracle)",
+    reads: Reads::Step,
+    kinds: &["position 8 or more"],
+    positive_controls: &[],
+    holds: Some(below_eight_holds),
+    check: below_eight_violation,
+    ..Oracle::DEFAULTS
+};
+
+fn below_eight_holds(seen: &Seen<'_>) -> bool {
+    match seen {
+        Seen::Step { after, .. } => after.seqs.iter().all(|s| s.cells.iter().all(|&p| p < 8)),
+        _ => true,
     }
 }
 
-static BELOW_EIGHT_ORACLE: BelowEight = BelowEight;
+fn below_eight_violation(seen: &Seen<'_>) -> Option<Violation> {
+    let Seen::Step { after, .. } = seen else {
+        return None;
+    };
+    let s = after
+        .seqs
+        .iter()
+        .find(|s| s.cells.iter().any(|&p| p >= 8))?;
+    Some(Violation {
+        oracle: BELOW_EIGHT,
+        kind: "position 8 or more".into(),
+        seq: Some(s.seq),
+        observed: serde_json::json!({ "cells": s.cells }),
+        expected: serde_json::json!("positions below 8"),
+    })
+}
 
 fn factory(label: &str) -> Result<Box<RunnerFactory<'static>>, String> {
     Ok(parse_label(label)?.factory()?)
@@ -129,7 +120,7 @@ fn a_registered_oracle_is_judged_everywhere() -> Result<(), String> {
     }
 }
 
-fn check_control(oracle: &'static dyn Oracle, c: &PositiveControl) -> Result<(), String> {
+fn check_control(oracle: &'static Oracle, c: &PositiveControl) -> Result<(), String> {
     let evidence = super::root().join("tests/data").join(c.evidence);
     let text = std::fs::read_to_string(&evidence)
         .map_err(|e| format!("{}: evidence {}: {e}", oracle.id(), evidence.display()))?;
@@ -200,7 +191,7 @@ fn controls_per_memory_type(class: MemoryType, preset: &str) -> Result<(), Strin
     if setup.arch.memory() != class {
         return Err(format!("preset {preset} selects {}", setup.arch.memory()));
     }
-    let judging: Vec<&dyn Oracle> = BUILTIN
+    let judging: Vec<&Oracle> = BUILTIN
         .iter()
         .copied()
         .filter(|o| o.reads() != Reads::Runs && o.judges_setup(&setup))

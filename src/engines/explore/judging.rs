@@ -17,9 +17,9 @@ pub type OracleBits = u64;
 /// *tracked*: whether they failed at an earlier step of a trial is known from its prefix.
 pub struct RunOracles {
     /// Tracked oracles (step oracles on A, then pair oracles), at most 64.
-    tracked: Vec<&'static dyn Oracle>,
+    tracked: Vec<&'static Oracle>,
     /// Crash oracles.
-    crash: Vec<&'static dyn Oracle>,
+    crash: Vec<&'static Oracle>,
 }
 
 impl RunOracles {

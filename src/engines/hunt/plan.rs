@@ -367,7 +367,7 @@ fn plan_entry(
     domain: Domain,
     why: String,
     pairing: Pairing,
-    judge: impl Fn(&dyn Oracle) -> bool,
+    judge: impl Fn(&Oracle) -> bool,
 ) -> PlanEntry {
     PlanEntry {
         id,
@@ -386,7 +386,7 @@ fn plan_entry(
 /// Whether a target that observes `gives` makes every observation `o` reads: an oracle whose
 /// observation the target cannot make would leave every trial "not judged". (The logits
 /// vectors come with the logits probe.)
-fn gives_all(gives: Observe, o: &dyn Oracle) -> bool {
+fn gives_all(gives: Observe, o: &Oracle) -> bool {
     let want = o.observes();
     let has = |w: bool, g: bool| !w || g;
     has(want.whole, gives.whole)

@@ -163,3 +163,15 @@ fn no_before_means_nothing_to_judge() {
     let s = StepObservation::basic(DONE, seqs(&[(0, &[0])]));
     assert!(check_contract(&Op::Clear, &s, true, MemoryType::Kv).is_none());
 }
+
+#[test]
+fn the_kind_lists_are_the_clause_tables() {
+    for (documented, kinds) in [(true, &DOCUMENTED_KINDS[..]), (false, &QUESTION_KINDS[..])] {
+        let of_table: Vec<&str> = CLAUSES
+            .iter()
+            .filter(|c| c.documented == documented)
+            .map(|c| c.kind)
+            .collect();
+        assert_eq!(kinds, &of_table[..], "documented: {documented}");
+    }
+}

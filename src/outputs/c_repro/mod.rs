@@ -105,7 +105,7 @@ pub fn parse_input(text: &str) -> Result<ReproInput, Error> {
     if c_check_of(input.oracle).is_none() {
         let checked: Vec<&str> = Registry::builtin()
             .iter()
-            .filter(|o| o.c_check().is_some())
+            .filter(|o| c_check_of(o.id).is_some())
             .map(|o| o.id().name())
             .collect();
         return Err(Error::input(format!(
@@ -117,9 +117,9 @@ pub fn parse_input(text: &str) -> Result<ReproInput, Error> {
     Ok(input)
 }
 
-/// The C check of the oracle `id` ([`crate::oracles::Oracle::c_check`]), if it has one.
+/// The C check of the oracle `id` ([`super::llama_h::words`]), if it has one.
 pub fn c_check_of(id: OracleId) -> Option<CCheck> {
-    Registry::builtin().get(id).and_then(|o| o.c_check())
+    super::llama_h::words(id).c_check
 }
 
 /// The C program for `input`. It opens the model `argv[1]` names, else

@@ -347,7 +347,7 @@ fn serve_requests(
 /// step, or any other run (unsupported, crashed, an observation crash), goes whole to the
 /// parent, which judges it and records what it shows.
 fn judged_here(
-    judges: &[&'static dyn Oracle],
+    judges: &[&'static Oracle],
     last_only: bool,
     trace: &Trace,
     prior: u64,

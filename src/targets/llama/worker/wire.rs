@@ -249,7 +249,7 @@ impl Request {
 
     /// The oracles that judge the trials' last steps in the worker ([`Request::judge`]); a
     /// name that is not a built-in oracle is [`WireError::Invalid`].
-    pub(super) fn judges(&self) -> Result<Vec<&'static dyn Oracle>, WireError> {
+    pub(super) fn judges(&self) -> Result<Vec<&'static Oracle>, WireError> {
         let builtin = Registry::builtin();
         self.judge
             .iter()
