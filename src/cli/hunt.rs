@@ -24,7 +24,9 @@ use kvaudit::engines::hunt::{
 };
 use kvaudit::outputs::c_repro::check::check_compilers;
 use kvaudit::outputs::corpus::Corpus;
-use kvaudit::outputs::hunt::{checks_programs, classify, corpus_entries, write_new_groups};
+use kvaudit::outputs::hunt::{
+    checks_programs, classify, corpus_entries, decision_entries, write_new_groups,
+};
 use kvaudit::outputs::repro::{check_date, today_utc};
 use kvaudit::records::hunt::{
     Budget, FuzzShare, HuntSummary, PlanEntry, Support, MAX_SUMMARY_BYTES,
@@ -213,7 +215,7 @@ fn finish(
 ) -> Result<(), Error> {
     let entries = corpus_entries(corpus, s);
     s.corpus = Some(corpus.used());
-    classify(s, &entries, plan, check_until);
+    classify(s, &entries, &decision_entries(corpus), plan, check_until);
     write_new_groups(s, plan, out, date, check_until)
 }
 

@@ -6,6 +6,7 @@
 mod args;
 mod audit;
 mod bisect;
+mod corpus;
 mod coverage;
 mod domain;
 mod explain;
@@ -85,6 +86,9 @@ pub enum Command {
     /// The fixes of known root causes (`corpora/fixes/`), and their check: a pin built with
     /// each (`llama.cpp@0.1.161+fix:NAME`), the corpus run on it and on the pin without it.
     Fixes(fixes::FixesCmd),
+    /// What the regression corpus holds beside its repro files: `decisions` prints the
+    /// decision tables (a row per root cause) that docs/results.md holds.
+    Corpus(corpus::CorpusCmd),
 }
 
 /// A failure with the exit code it maps to.
@@ -138,6 +142,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Merge(m) => merge::run(m),
         Command::Coverage(c) => coverage::run(c),
         Command::Fixes(f) => fixes::run(f),
+        Command::Corpus(c) => corpus::run(c),
         Command::Oracles(o) => oracles::run(o),
         Command::Fuzz(f) => fuzz::run(f),
         Command::Shrink(s) => shrink::run(s),

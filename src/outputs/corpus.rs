@@ -1,24 +1,46 @@
-//! The regression corpus a command classifies against: the `corpora/*.json` files built into
-//! kvaudit (`build.rs` lists them at compile time), or the repro files of a folder given with
-//! `--corpus DIR`, which replaces them. Read whole before a job's first trial, so a corpus that
-//! is missing or malformed stops the job before its work rather than after it.
+//! The regression corpus a command classifies against: the `corpora/*.json` files and the
+//! decisions of `corpora/decisions/*.json` built into kvaudit (`build.rs` lists them at compile
+//! time), or the repro files of a folder given with `--corpus DIR` and the decisions of its
+//! `decisions/` folder, which replace them. Read whole before a job's first trial, so a corpus
+//! that is missing or malformed (a decision with an unknown word among them) stops the job
+//! before its work rather than after it; an error names the file.
 
 use std::path::{Path, PathBuf};
 
 use crate::base::error::Error;
+use crate::base::files::read_text_limited;
 use crate::records::hunt::CorpusUsed;
 
-use super::repro::{repro_files, Repro};
+use super::repro::decision::Decision;
+use super::repro::{repro_files, Repro, MAX_REPRO_BYTES};
 
 /// The corpus built into kvaudit: (file name, its text), in name order.
 const BUILT_IN: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/corpus.rs"));
 
+/// The decisions built into kvaudit (`corpora/decisions/`): (file name, its text), in name order.
+const BUILT_IN_DECISIONS: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/decisions.rs"));
+
+/// The folder of a corpus that holds its decisions of classes with no reproducer.
+pub const DECISIONS_FOLDER: &str = "decisions";
+
+/// A decision file's text parsed; an error names the file (`decisions/NAME.json`).
+fn parse_decision(name: &str, text: &str) -> Result<(String, Decision), Error> {
+    let shown = format!("{DECISIONS_FOLDER}/{name}");
+    Decision::parse(text)
+        .map(|d| (shown.clone(), d))
+        .map_err(|e| Error::harness(format!("{shown}: {e}")))
+}
+
 /// A corpus, read and parsed.
+#[derive(Debug)]
 pub struct Corpus {
     /// Where it came from: `None` for the one built into kvaudit.
     pub folder: Option<PathBuf>,
     /// Its repro files: (file name, repro), in name order.
     pub files: Vec<(String, Repro)>,
+    /// Its decisions of classes with no reproducer: (`decisions/NAME.json`, decision), in
+    /// name order.
+    pub decisions: Vec<(String, Decision)>,
 }
 
 impl Corpus {
@@ -32,13 +54,22 @@ impl Corpus {
                     .map_err(|e| Error::harness(format!("built-in corpus file {name}: {e}")))
             })
             .collect::<Result<_, _>>()?;
+        let decisions = BUILT_IN_DECISIONS
+            .iter()
+            .map(|(name, text)| {
+                parse_decision(name, text)
+                    .map_err(|e| Error::harness(format!("built-in corpus {}", e.message)))
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Corpus {
             folder: None,
             files,
+            decisions,
         })
     }
 
-    /// The repro files of the folder `dir` (or the one file `dir` names).
+    /// The repro files of the folder `dir` (or the one file `dir` names) and the decisions of
+    /// its `decisions/` folder, if it has one.
     pub fn read(dir: &Path) -> Result<Corpus, Error> {
         let files = repro_files(dir)?
             .into_iter()
@@ -49,9 +80,25 @@ impl Corpus {
                 Repro::load(&path).map(|r| (name, r))
             })
             .collect::<Result<_, _>>()?;
+        let decisions_dir = dir.join(DECISIONS_FOLDER);
+        let decisions = if decisions_dir.is_dir() {
+            repro_files(&decisions_dir)?
+                .into_iter()
+                .map(|path| {
+                    let name = path
+                        .file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                    let text = read_text_limited(&path, MAX_REPRO_BYTES)?;
+                    parse_decision(&name, &text).map_err(|e| e.context(dir.display()))
+                })
+                .collect::<Result<_, _>>()?
+        } else {
+            Vec::new()
+        };
         Ok(Corpus {
             folder: Some(dir.to_path_buf()),
             files,
+            decisions,
         })
     }
 
@@ -69,6 +116,7 @@ impl Corpus {
     pub fn used(&self) -> CorpusUsed {
         CorpusUsed {
             files: self.files.len(),
+            decisions: self.decisions.len(),
             folder: self.folder.as_ref().map(|d| d.display().to_string()),
         }
     }
@@ -85,9 +133,41 @@ mod tests {
         let read = Corpus::read(&dir).unwrap();
         assert!(!built_in.files.is_empty());
         assert_eq!(built_in.files, read.files);
+        assert!(!built_in.decisions.is_empty());
+        assert_eq!(built_in.decisions, read.decisions);
         assert_eq!(
             built_in.used().describe(),
-            format!("{} files, built into kvaudit", read.files.len())
+            format!(
+                "{} files and {} decisions, built into kvaudit",
+                read.files.len(),
+                read.decisions.len()
+            )
         );
+    }
+
+    #[test]
+    fn a_decision_with_an_unknown_word_is_an_error_that_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpora = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
+        let file = "i1_recurrent_seq_add_below_zero.json";
+        std::fs::copy(corpora.join(file), dir.path().join(file)).unwrap();
+        std::fs::create_dir(dir.path().join(DECISIONS_FOLDER)).unwrap();
+        let (name, d) = &Corpus::built_in().unwrap().decisions[0];
+        let name = name.trim_start_matches("decisions/");
+        let text = serde_json::to_string(d).unwrap();
+        let path = dir.path().join(DECISIONS_FOLDER).join(name);
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(Corpus::read(dir.path()).unwrap().decisions.len(), 1);
+        let word = format!("\"{}\"", d.decision.word());
+        std::fs::write(&path, text.replacen(&word, "\"wontfix\"", 1)).unwrap();
+        let e = Corpus::read(dir.path()).unwrap_err().message;
+        assert!(e.contains(name) && e.contains("wontfix"), "{e}");
+        // In a repro file too: the file named.
+        let repro = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        let wrong = repro.replacen("\"decision\":\"question\"", "\"decision\":\"wontfix\"", 1);
+        assert_ne!(wrong, repro, "the file's decision is a question");
+        std::fs::write(dir.path().join(file), wrong).unwrap();
+        let e = Corpus::read(dir.path()).unwrap_err().message;
+        assert!(e.contains(file) && e.contains("wontfix"), "{e}");
     }
 }

@@ -31,13 +31,14 @@ use crate::engines::root_cause::cause_of;
 use crate::oracles::{Reads, Registry};
 use crate::records::finding::Finding;
 use crate::records::group::Cause;
-use crate::records::hunt::{FixedFinding, GroupClass, HuntSummary, Pairing, PlanEntry};
-use crate::targets::registry::{TargetKind, TargetSpec};
+use crate::records::hunt::{FixedFinding, GroupClass, HuntGroup, HuntSummary, Pairing, PlanEntry};
+use crate::targets::registry::{Engine, TargetKind, TargetSpec};
 
 use super::bug_report::CheckedProgram;
 use super::c_repro::check::compile_and_run;
 use super::corpus::Corpus;
 use super::explain::{explain_repro, to_svg};
+use super::repro::decision::{without_numbers, Decision};
 use super::repro::{check, Status};
 use super::repro::{safe_file_name, write_output, Expect, Repro, TargetExpectation};
 use super::reproducer::{engines_of, no_picture, Language};
@@ -90,11 +91,30 @@ pub fn corpus_entries(corpus: &Corpus, s: &HuntSummary) -> Vec<CorpusEntry> {
         .collect()
 }
 
-/// A kind without its digits: a crash's kind names its source line, which moves between
-/// versions while the assertion stays (`llama-kv-cache.cpp:502` on 0.1.156 is `:524` on
-/// 0.1.161).
-fn without_numbers(kind: &str) -> String {
-    kind.chars().filter(|c| !c.is_ascii_digit()).collect()
+/// A decision a group can be matched with: one with a `match` block, from a corpus file or a
+/// file of `decisions/`.
+pub struct DecisionEntry {
+    /// Where it is: `decisions/NAME.json`, or the corpus file that carries it.
+    pub evidence: String,
+    /// The decision.
+    pub decision: Decision,
+}
+
+/// The decisions of `corpus` that have a class to match: the corpus files' (in name order),
+/// then those of `decisions/` (in name order); the first that matches a group decides it.
+pub fn decision_entries(corpus: &Corpus) -> Vec<DecisionEntry> {
+    let of_files = corpus
+        .files
+        .iter()
+        .filter_map(|(file, r)| r.decision.as_ref().map(|d| (file, d)));
+    of_files
+        .chain(corpus.decisions.iter().map(|(name, d)| (name, d)))
+        .filter(|(_, d)| d.class.is_some())
+        .map(|(evidence, d)| DecisionEntry {
+            evidence: evidence.clone(),
+            decision: d.clone(),
+        })
+        .collect()
 }
 
 /// Whether `f` is of the class `repro` files: the same oracle, kind (line numbers aside),
@@ -110,12 +130,38 @@ fn same_class(f: &Finding, repro: &Repro) -> bool {
         && (memory != MemoryType::Iswa || a.swa_full == b.swa_full)
 }
 
-/// Classifies every group of `s` against the files of `corpus` of its target's engine, and
-/// finds the corpus findings that the plan reached and that no longer fail (replayed on the
-/// target, until `replay_until`).
+/// Decides a group that no corpus file holds by the first of `decisions` whose class one of
+/// its findings (`members`) is of, on the hunt's `engine`: the group becomes that decision.
+fn decide_by_decision(
+    g: &mut HuntGroup,
+    members: &[&Finding],
+    decisions: &[DecisionEntry],
+    engine: Engine,
+) {
+    let hit = decisions.iter().find(|d| {
+        d.decision
+            .class
+            .as_ref()
+            .is_some_and(|m| members.iter().any(|f| m.matches(f, engine)))
+    });
+    if let Some(d) = hit {
+        g.class = GroupClass::Decided {
+            decision: d.decision.decision,
+            root_cause: d.decision.root_cause.clone(),
+            evidence: d.evidence.clone(),
+        };
+        g.matched_by = "decision".into();
+        g.decision = Some(d.decision.note());
+    }
+}
+
+/// Classifies every group of `s` against the files of `corpus` of its target's engine, then
+/// the groups no file holds against `decisions`, and finds the corpus findings that the plan
+/// reached and that no longer fail (replayed on the target, until `replay_until`).
 pub fn classify(
     s: &mut HuntSummary,
     corpus: &[CorpusEntry],
+    decisions: &[DecisionEntry],
     plan: &[PlanEntry],
     replay_until: Option<Instant>,
 ) {
@@ -172,9 +218,13 @@ pub fn classify(
             (None, None) => (by_signature(), "signature"),
         };
         let Some(c) = hit else {
+            if let Some(engine) = engine {
+                decide_by_decision(g, &members, decisions, engine);
+            }
             continue;
         };
         matched.insert(c.file.clone());
+        g.decision = c.repro.decision.as_ref().map(Decision::note);
         g.matched_by = how.into();
         let at = corpus.iter().position(|x| x.file == c.file).unwrap_or(0);
         g.class = if holds_here[at] {
@@ -439,6 +489,7 @@ mod tests {
                 class: GroupClass::New,
                 matched_by: String::new(),
                 first_violation_s: 0.0,
+                decision: None,
                 files: Vec::new(),
             }],
             fixed: Vec::new(),
@@ -473,14 +524,14 @@ mod tests {
             t.vs = None;
         }
         let mut s = summary_of(&repro, "");
-        classify(&mut s, &corpus_of(on_mlx.clone()), &[], None);
+        classify(&mut s, &corpus_of(on_mlx.clone()), &[], &[], None);
         assert_eq!(s.groups[0].class, GroupClass::New);
         // An mlx-lm hunt's group against the llama.cpp file, and against the mlx-lm one.
         let mut s = summary_of(&repro, "");
         s.target = "mlx-lm@0.32.2".into();
-        classify(&mut s, &corpus_of(repro.clone()), &[], None);
+        classify(&mut s, &corpus_of(repro.clone()), &[], &[], None);
         assert_eq!(s.groups[0].class, GroupClass::New);
-        classify(&mut s, &corpus_of(on_mlx), &[], None);
+        classify(&mut s, &corpus_of(on_mlx), &[], &[], None);
         assert_eq!(s.groups[0].class, GroupClass::Known { file: file.into() });
     }
 
@@ -498,7 +549,7 @@ mod tests {
         }];
         // The file's own class (one stream per sequence, kv memory): known by design.
         let mut same = summary_of(&repro, "");
-        classify(&mut same, &corpus, &[], None);
+        classify(&mut same, &corpus, &[], &[], None);
         assert_eq!(
             same.groups[0].class,
             GroupClass::Known { file: file.into() }
@@ -507,7 +558,7 @@ mod tests {
         // The same oracle and kind in a unified cache, or on iSWA memory: not the file's.
         for other in ["kv_unified=true", "arch=gemma2"] {
             let mut s = summary_of(&repro, other);
-            classify(&mut s, &corpus, &[], None);
+            classify(&mut s, &corpus, &[], &[], None);
             assert_eq!(s.groups[0].class, GroupClass::New, "{other}");
         }
     }

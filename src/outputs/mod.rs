@@ -5,6 +5,7 @@ pub mod bug_report;
 pub mod c_repro;
 pub mod corpus;
 pub mod coverage;
+pub mod decisions;
 pub mod explain;
 pub mod fixes;
 pub mod hunt;

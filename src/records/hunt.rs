@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::records::code::{CodeSet, FileCoverage};
+use crate::records::decision::{root_cause_order, DecisionKind, DecisionNote};
 use serde::{Deserialize, Serialize};
 
 use crate::base::config::MemoryType;
@@ -200,15 +201,27 @@ pub enum GroupClass {
     },
     /// No corpus file holds it.
     New,
+    /// No corpus file holds it, and a decision's class covers it (its `match` block): a class
+    /// people decided (a root cause reached in another memory type or configuration, a
+    /// contract question, by design, a guard, an artifact, a tolerance).
+    Decided {
+        /// What the decision says it is.
+        decision: DecisionKind,
+        /// The decision's root cause.
+        root_cause: String,
+        /// Where the decision is: a file of `decisions/`, or the corpus file that carries it.
+        evidence: String,
+    },
 }
 
 impl GroupClass {
-    /// `known`, `regressed`, `new`.
+    /// `known`, `regressed`, `new`, `decided`.
     pub fn word(&self) -> &'static str {
         match self {
             GroupClass::Known { .. } => "known",
             GroupClass::Regressed { .. } => "regressed",
             GroupClass::New => "new",
+            GroupClass::Decided { .. } => "decided",
         }
     }
 }
@@ -230,6 +243,10 @@ pub struct HuntGroup {
     pub matched_by: String,
     /// Seconds into the hunt of its first violation.
     pub first_violation_s: f64,
+    /// The decision that covers it: its corpus file's (known, regressed) or the decision that
+    /// matched it (decided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionNote>,
     /// Files written for a new group (`new/NAME.json`, `.c`, `.svg`, `.md`), relative to the
     /// hunt's folder.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -314,17 +331,22 @@ pub struct HuntSummary {
 pub struct CorpusUsed {
     /// Its repro files.
     pub files: usize,
+    /// Its decisions of classes with no reproducer (`decisions/`).
+    #[serde(default)]
+    pub decisions: usize,
     /// The folder it was read from (`--corpus DIR`); none: the corpus built into kvaudit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub folder: Option<String>,
 }
 
 impl CorpusUsed {
-    /// "62 files, built into kvaudit", "3 files from DIR" (free text: escape it).
+    /// "62 files and 12 decisions, built into kvaudit", "3 files and 0 decisions from DIR"
+    /// (free text: escape it).
     pub fn describe(&self) -> String {
+        let what = format!("{} files and {} decisions", self.files, self.decisions);
         match &self.folder {
-            None => format!("{} files, built into kvaudit", self.files),
-            Some(dir) => format!("{} files from {dir}", self.files),
+            None => format!("{what}, built into kvaudit"),
+            Some(dir) => format!("{what} from {dir}"),
         }
     }
 }
@@ -362,11 +384,12 @@ impl HuntSummary {
         )
     }
 
-    /// Non-advisory groups that are new or regressed: what fails a hunt.
+    /// Non-advisory groups that are new or regressed: what fails a hunt (a decided group is
+    /// what people decided it is).
     pub fn failing_groups(&self) -> usize {
         self.groups
             .iter()
-            .filter(|g| !matches!(g.class, GroupClass::Known { .. }))
+            .filter(|g| matches!(g.class, GroupClass::New | GroupClass::Regressed { .. }))
             .filter(|g| g.group.oracles.iter().any(|o| !o.advisory()))
             .count()
     }
@@ -398,6 +421,7 @@ impl HuntSummary {
                     GroupClass::New => r.new += 1,
                     GroupClass::Known { .. } => r.known += 1,
                     GroupClass::Regressed { .. } => r.regressed += 1,
+                    GroupClass::Decided { .. } => r.decided += 1,
                 }
             }
         }
@@ -427,6 +451,11 @@ impl HuntSummary {
                 format!("{} ({file}, by {})", g.class.word(), g.matched_by)
             }
             GroupClass::New => "new".into(),
+            GroupClass::Decided {
+                decision,
+                root_cause,
+                evidence,
+            } => format!("decided ({} {root_cause}, by {evidence})", decision.word()),
         };
         text(&format!(
             "{i}. {class}: {} {} on {}, {} finding(s), first violation at {:.1} s; {}; entries {}",
@@ -438,6 +467,94 @@ impl HuntSummary {
             g.group.cause.describe(),
             g.entries.join(", ")
         ))
+    }
+
+    /// What is broken, one line per root cause (free text inside: escape it for where it
+    /// goes): each new group (no decision covers it), each regressed group, then the root
+    /// causes of the groups a decision covers, defects first (with their fix), then contract
+    /// questions, by design, guards, artifacts and tolerances; then known groups whose file
+    /// carries no decision. Each with the hunt's second of its first violation.
+    pub fn what_is_broken(&self) -> Vec<String> {
+        let describe = |i: usize, g: &HuntGroup| {
+            let rep = &self.findings[g.group.representative - 1].finding;
+            let oracles: Vec<&str> = g.group.oracles.iter().map(|o| o.name()).collect();
+            let memory: Vec<&str> = g.memory.iter().map(|m| m.name()).collect();
+            format!(
+                "group {i}: {} {} on {}",
+                oracles.join("+"),
+                rep.kind,
+                memory.join(",")
+            )
+        };
+        let at = |t: f64| format!("first violation at {t:.1} s");
+        let mut lines = Vec::new();
+        for (i, g) in self.groups.iter().enumerate() {
+            match &g.class {
+                GroupClass::New => lines.push(format!(
+                    "new: {}; {}",
+                    describe(i + 1, g),
+                    at(g.first_violation_s)
+                )),
+                GroupClass::Regressed { file } => lines.push(format!(
+                    "regressed ({file}): {}; {}",
+                    describe(i + 1, g),
+                    at(g.first_violation_s)
+                )),
+                GroupClass::Known { .. } | GroupClass::Decided { .. } => {}
+            }
+        }
+        // The groups a decision covers, by root cause: (groups, earliest violation).
+        type Cause<'a> = (&'a DecisionNote, Vec<String>, f64);
+        let mut causes: Vec<Cause> = Vec::new();
+        let mut undecided: BTreeMap<&str, (Vec<String>, f64)> = BTreeMap::new();
+        for (i, g) in self.groups.iter().enumerate() {
+            let how = match (&g.class, &g.decision) {
+                (GroupClass::Known { .. }, Some(_)) => "known",
+                (GroupClass::Decided { .. }, Some(_)) => "decided",
+                (GroupClass::Known { file }, None) => {
+                    let e = undecided.entry(file).or_insert((Vec::new(), f64::MAX));
+                    e.0.push((i + 1).to_string());
+                    e.1 = e.1.min(g.first_violation_s);
+                    continue;
+                }
+                _ => continue,
+            };
+            let note = g.decision.as_ref().expect("matched above");
+            let group = format!("{} ({how})", i + 1);
+            match causes
+                .iter_mut()
+                .find(|c| c.0.root_cause == note.root_cause)
+            {
+                Some(c) => {
+                    c.1.push(group);
+                    c.2 = c.2.min(g.first_violation_s);
+                }
+                None => causes.push((note, vec![group], g.first_violation_s)),
+            }
+        }
+        causes.sort_by_key(|(n, _, _)| (n.decision, root_cause_order(&n.root_cause)));
+        for (note, groups, first) in causes {
+            let fix = note
+                .fix
+                .as_ref()
+                .map_or(String::new(), |f| format!(", fix {f}"));
+            lines.push(format!(
+                "{} {}{fix}: {}; groups {}; {}",
+                note.decision.word(),
+                note.root_cause,
+                note.summary,
+                groups.join(", "),
+                at(first)
+            ));
+        }
+        for (file, (groups, first)) in undecided {
+            lines.push(format!(
+                "known ({file}, no decision recorded): groups {}; {}",
+                groups.join(", "),
+                at(first)
+            ));
+        }
+        lines
     }
 
     /// The opening sentence (free text inside: escape it for where it goes).
@@ -483,7 +600,10 @@ impl HuntSummary {
     pub fn to_terminal(&self) -> String {
         let mut s = terminal_text(&self.headline()) + "\n";
         s.push_str(&(terminal_text(&self.corpus_line()) + "\n"));
-        let widths = [-10, -20, 10, 10, 4, 6, 10, 6];
+        for line in self.what_is_broken() {
+            s.push_str(&(terminal_text(&line) + "\n"));
+        }
+        let widths = [-10, -20, 10, 10, 4, 6, 10, 8, 6];
         let line = |cells: &[String]| -> String {
             let padded: Vec<String> = cells
                 .iter()
@@ -528,8 +648,17 @@ impl HuntSummary {
             markdown_text(&self.headline()),
             markdown_text(&self.corpus_line())
         );
+        s.push_str("## What is broken\n\n");
+        let broken = self.what_is_broken();
+        if broken.is_empty() {
+            s.push_str("Nothing: no findings.\n");
+        }
+        for line in broken {
+            s.push_str(&format!("- {}\n", markdown_text(&line)));
+        }
+        s.push_str("\n## By memory type and oracle\n\n");
         s.push_str(&format!(
-            "| {} |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+            "| {} |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
             COLUMNS.join(" | ")
         ));
         for r in self.table() {
@@ -614,13 +743,15 @@ pub struct TableRow {
     pub known: u64,
     /// Regressed groups.
     pub regressed: u64,
+    /// Groups a decision covers.
+    pub decided: u64,
     /// Corpus findings fixed.
     pub fixed: u64,
     counted: Vec<usize>,
 }
 
 /// The columns of the memory type x oracle table.
-const COLUMNS: [&str; 8] = [
+const COLUMNS: [&str; 9] = [
     "memory",
     "oracle",
     "judged",
@@ -628,12 +759,13 @@ const COLUMNS: [&str; 8] = [
     "new",
     "known",
     "regressed",
+    "decided",
     "fixed",
 ];
 
 impl TableRow {
     /// The row's cells, in [`COLUMNS`] order.
-    fn cells(&self) -> [String; 8] {
+    fn cells(&self) -> [String; 9] {
         [
             self.memory.name().to_string(),
             self.oracle.name().to_string(),
@@ -642,6 +774,7 @@ impl TableRow {
             self.new.to_string(),
             self.known.to_string(),
             self.regressed.to_string(),
+            self.decided.to_string(),
             self.fixed.to_string(),
         ]
     }
@@ -655,6 +788,7 @@ impl TableRow {
             new: 0,
             known: 0,
             regressed: 0,
+            decided: 0,
             fixed: 0,
             counted: Vec::new(),
         }

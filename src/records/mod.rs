@@ -3,6 +3,7 @@
 //! Records import the base and the oracles only: they never run anything.
 
 pub mod code;
+pub mod decision;
 pub mod finding;
 pub mod fuzz;
 pub mod group;

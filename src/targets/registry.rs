@@ -289,11 +289,16 @@ impl TargetKind {
 /// An engine whose KV cache kvaudit audits (ARCHITECTURE.md's glossary): what a finding is of.
 /// Outputs compare and render findings per engine: a corpus file of one engine says nothing of
 /// a hunt group of another, and a version matrix runs a file on its own engine's versions only.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// In a file (a decision's match block) by its name.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Engine {
     /// llama.cpp (and the models of its cache: `native`, `native+tensors`, `python-ref`).
+    #[serde(rename = "llama.cpp")]
     LlamaCpp,
     /// mlx-lm.
+    #[serde(rename = "mlx-lm")]
     MlxLm,
 }
 

@@ -1,6 +1,7 @@
 //! Keeps the README honest: a short page that opens with the two commands a newcomer needs, the
 //! test command being the one CI runs, and no relative link in README.md or docs/*.md pointing at
-//! a file or heading that does not exist. The manual lives in docs/ (nextest's README is a few lines and a
+//! a file or heading that does not exist. Keeps docs/results.md's decision tables the corpus's:
+//! the text between its markers is what `kvaudit corpus decisions --format markdown` prints. The manual lives in docs/ (nextest's README is a few lines and a
 //! link); a README that grows back into a manual fails here.
 
 use std::collections::HashSet;
@@ -29,7 +30,39 @@ pub fn trials() -> Vec<Trial> {
         Trial::test("docs::relative_links_resolve", || {
             outcome(relative_links_resolve())
         }),
+        Trial::test("docs::results_decision_tables_are_the_corpus", || {
+            outcome(results_decision_tables_are_the_corpus())
+        }),
     ]
+}
+
+/// docs/results.md's decision tables, between their markers, are those `kvaudit corpus
+/// decisions --format markdown` prints from the corpus built in.
+fn results_decision_tables_are_the_corpus() -> Result<(), String> {
+    use kvaudit::outputs::decisions::{committed_tables, BEGIN_MARKER, END_MARKER};
+    let results = read(&root().join("docs/results.md"))?;
+    let committed = committed_tables(&results).ok_or(format!(
+        "docs/results.md: no {BEGIN_MARKER} ... {END_MARKER}"
+    ))?;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvaudit"))
+        .args(["corpus", "decisions", "--format", "markdown"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let (generated, _) = crate::exited(&out, 0)?;
+    if committed.trim() != generated.trim() {
+        let differs = committed
+            .lines()
+            .zip(generated.lines())
+            .find(|(a, b)| a != b)
+            .map_or("one is longer".into(), |(a, b)| {
+                format!("committed:\n{a}\ngenerated:\n{b}")
+            });
+        return Err(format!(
+            "docs/results.md's decision tables are not the corpus's (regenerate them with \
+             `kvaudit corpus decisions --format markdown`): {differs}"
+        ));
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<String, String> {

@@ -121,11 +121,16 @@ enum Break {
 struct GroupExpect {
     /// The native faults its evidence names.
     faults: Vec<String>,
-    /// `known`, `regressed` or `new`.
+    /// `known`, `regressed`, `new` or `decided`.
     class: String,
-    /// For a known or regressed group: the corpus files it may be matched to.
+    /// For a known or regressed group: the corpus files it may be matched to; for a decided
+    /// one, where the decision may be (`decisions/NAME.json`, or a corpus file).
     #[serde(default)]
     files: Vec<String>,
+    /// For a decided group: the decision's root cause, which the summary's "What is broken"
+    /// must name.
+    #[serde(default)]
+    root_cause: Option<String>,
 }
 
 pub fn trials() -> Vec<Trial> {
@@ -501,7 +506,8 @@ fn check(c: &HuntCase) -> Result<(), String> {
     }
     if c.from_another_folder {
         let shipped = super::data_files(&super::root().join("corpora"), "json").len();
-        let said = format!("corpus: {shipped} files, built into kvaudit");
+        let decisions = super::data_files(&super::root().join("corpora/decisions"), "json").len();
+        let said = format!("corpus: {shipped} files and {decisions} decisions, built into kvaudit");
         let markdown =
             std::fs::read_to_string(dir.path().join("summary.md")).map_err(|e| e.to_string())?;
         if !markdown.contains(&said) {
@@ -549,11 +555,32 @@ fn check(c: &HuntCase) -> Result<(), String> {
                 why()
             ));
         }
-        if let GroupClass::Known { file } | GroupClass::Regressed { file } = &h.class {
-            if !g.files.is_empty() && !g.files.contains(file) {
+        let file = match &h.class {
+            GroupClass::Known { file } | GroupClass::Regressed { file } => Some(file),
+            GroupClass::Decided { evidence, .. } => Some(evidence),
+            GroupClass::New => None,
+        };
+        if let Some(file) = file.filter(|f| !g.files.is_empty() && !g.files.contains(f)) {
+            return Err(format!(
+                "the {:?} group is matched to {file}, expected one of {:?}",
+                g.faults, g.files
+            ));
+        }
+        if let Some(want) = &g.root_cause {
+            let named =
+                matches!(&h.class, GroupClass::Decided { root_cause, .. } if root_cause == want);
+            let markdown = std::fs::read_to_string(dir.path().join("summary.md"))
+                .map_err(|e| e.to_string())?;
+            let broken = markdown
+                .split("## What is broken")
+                .nth(1)
+                .and_then(|rest| rest.split("\n## ").next())
+                .unwrap_or("");
+            let line = broken.lines().find(|l| l.contains(want.as_str()));
+            if !named || line.is_none() {
                 return Err(format!(
-                    "the {:?} group is matched to {file}, expected one of {:?}",
-                    g.faults, g.files
+                    "the {:?} group is {:?}; summary.md's What is broken does not name {want}:\n{markdown}",
+                    g.faults, h.class
                 ));
             }
         }

@@ -658,6 +658,7 @@ pub fn regroup(summary: &mut HuntSummary) {
                 class: GroupClass::New,
                 matched_by: String::new(),
                 first_violation_s,
+                decision: None,
                 files: Vec::new(),
             }
         })

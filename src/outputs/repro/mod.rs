@@ -36,6 +36,7 @@ use crate::oracles::{OracleId, Reads, Registry};
 use crate::records::report::{terminal_text, Finding};
 use crate::running::judge::{Judge, RunJudgement};
 use crate::targets::registry::TargetSpec;
+use decision::Decision;
 
 /// The largest repro or trace file kvaudit reads (64 MiB): far above any shrunk repro (a few KB)
 /// or fuzz trace, small enough that parsing one cannot exhaust memory.
@@ -272,6 +273,10 @@ pub struct Repro {
     /// findings of the run it stands for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<ReproGroup>,
+    /// What people decided the file's class is ([`decision`]); optional, so files from before
+    /// decisions were data parse as they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
 }
 
 /// The root-cause group a repro file represents.
@@ -341,6 +346,7 @@ impl Repro {
             targets,
             found,
             group: None,
+            decision: None,
         }
     }
 
@@ -400,6 +406,9 @@ impl Repro {
         if let Some(group) = &self.group {
             let _ = write!(s, ",\n  \"group\": {}", compact(group));
         }
+        if let Some(decision) = &self.decision {
+            let _ = write!(s, ",\n  \"decision\": {}", compact(decision));
+        }
         s.push_str("\n}\n");
         s
     }
@@ -432,6 +441,9 @@ impl Repro {
             }
         };
         in_trace(self.step, "\"step\"")?;
+        if let Some(d) = &self.decision {
+            d.validate()?;
+        }
         check_trace_limits(&self.trace).map_err(|e| format!("\"trace\": {e}"))?;
         check_one_line("repro", &self.repro)?;
         check_one_line("postmortem", &self.postmortem)?;
@@ -532,6 +544,7 @@ pub fn load_trace_or_repro(path: &Path) -> Result<(Trace, Option<Repro>), Error>
 }
 
 mod dates;
+pub mod decision;
 mod junit;
 mod replay;
 
@@ -584,6 +597,7 @@ mod tests {
             ],
             found: None,
             group: None,
+            decision: None,
         }
     }
 
