@@ -372,7 +372,7 @@ pub fn write_new_groups(
         repro.postmortem = format!(
             "Found by kvaudit hunt (entry {}); root cause: {}.",
             hf.entry,
-            g.group.cause.describe()
+            g.group.cause.describe_with(&hf.finding.trace)
         );
         let base = safe_file_name(&repro.file_name());
         let stem0 = base.trim_end_matches(".json").to_string();
@@ -474,6 +474,7 @@ mod tests {
                 finding,
                 entry: "seed".into(),
                 found_at_s: 0.0,
+                shrink_stopped_after: None,
             }],
             groups: vec![HuntGroup {
                 group: FindingGroup {

@@ -17,8 +17,8 @@ use crate::oracles::theorems::{Derivation, Theorem, Verdict};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GenConfig {
-    /// Where every trace starts (kept fixed by the shrinker). Its `n_seq_max` is the number of
-    /// sequences the ops name.
+    /// Where every trace starts (the shrinker keeps its settings and shrinks its ops with the
+    /// rest). Its `n_seq_max` is the number of sequences the ops name.
     pub setup: Setup,
     /// Shortest trace.
     pub min_len: usize,

@@ -59,6 +59,20 @@ impl Cause {
             Cause::MinimalTrace { shape } => format!("minimal trace {shape}"),
         }
     }
+
+    /// [`Cause::describe`] with `trace` (the group's representative) written out where the
+    /// evidence is a canonical shape: the shape names positions and sequences by rank (`p0`,
+    /// `s1`), which groups findings but cannot be run; the representative's own values can.
+    pub fn describe_with(&self, trace: &Trace) -> String {
+        match self {
+            Cause::NativeFault { .. } | Cause::CrashSite { .. } => self.describe(),
+            Cause::NativeModel { .. } => format!(
+                "the native model without faults shows it too; minimal trace {}",
+                trace_text(trace, |_| {})
+            ),
+            Cause::MinimalTrace { .. } => format!("minimal trace {}", trace_text(trace, |_| {})),
+        }
+    }
 }
 
 /// Findings that are one bug.
@@ -142,13 +156,7 @@ pub fn crash_site(observed: &Value) -> String {
 /// rank among the trace's non-negative positions. Two traces with the same canonical form are
 /// the same steps on other arguments.
 pub fn canonical_trace(trace: &Trace) -> String {
-    let ops: Vec<Value> = trace
-        .setup
-        .ops
-        .iter()
-        .chain(&trace.ops)
-        .map(|op| serde_json::from_str(&op.to_json()).expect("op JSON parses"))
-        .collect();
+    let ops = op_values(trace);
     let mut positions: Vec<i64> = Vec::new();
     for op in &ops {
         for key in ["p0", "p1", "pos"] {
@@ -169,47 +177,69 @@ pub fn canonical_trace(trace: &Trace) -> String {
         });
         Value::from(format!("s{i}"))
     };
-    let mut out = Vec::new();
-    for (n, mut op) in ops.into_iter().enumerate() {
-        if let Some(map) = op.as_object_mut() {
-            for (key, v) in map.iter_mut() {
-                match key.as_str() {
-                    "seq" | "src" | "dst" => *v = rename_seq(v),
-                    "seqs" => {
-                        if let Some(a) = v.as_array_mut() {
-                            for s in a.iter_mut() {
-                                *s = rename_seq(s);
-                            }
+    trace_text(trace, |op| {
+        let Some(map) = op.as_object_mut() else {
+            return;
+        };
+        for (key, v) in map.iter_mut() {
+            match key.as_str() {
+                "seq" | "src" | "dst" => *v = rename_seq(v),
+                "seqs" => {
+                    if let Some(a) = v.as_array_mut() {
+                        for s in a.iter_mut() {
+                            *s = rename_seq(s);
                         }
                     }
-                    "slot" => {
-                        let name = v.as_str().unwrap_or_default().to_string();
-                        let i = slots.iter().position(|x| *x == name).unwrap_or_else(|| {
-                            slots.push(name);
-                            slots.len() - 1
-                        });
-                        *v = Value::from(format!("slot{i}"));
-                    }
-                    "p0" | "p1" | "pos" => {
-                        if let Some(i) = v
-                            .as_i64()
-                            .and_then(|p| positions.iter().position(|x| *x == p))
-                        {
-                            *v = Value::from(format!("p{i}"));
-                        }
-                    }
-                    _ => {}
                 }
+                "slot" => {
+                    let name = v.as_str().unwrap_or_default().to_string();
+                    let i = slots.iter().position(|x| *x == name).unwrap_or_else(|| {
+                        slots.push(name);
+                        slots.len() - 1
+                    });
+                    *v = Value::from(format!("slot{i}"));
+                }
+                "p0" | "p1" | "pos" => {
+                    if let Some(i) = v
+                        .as_i64()
+                        .and_then(|p| positions.iter().position(|x| *x == p))
+                    {
+                        *v = Value::from(format!("p{i}"));
+                    }
+                }
+                _ => {}
             }
         }
-        let text = op.to_string();
-        out.push(if n < trace.setup.ops.len() {
-            format!("setup {text}")
-        } else {
-            text
-        });
-    }
+    })
+}
+
+/// `trace`'s ops (the setup's marked `setup`) as JSON objects in a list, each edited by `edit`
+/// first.
+fn trace_text(trace: &Trace, mut edit: impl FnMut(&mut Value)) -> String {
+    let out: Vec<String> = op_values(trace)
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut op)| {
+            edit(&mut op);
+            if n < trace.setup.ops.len() {
+                format!("setup {op}")
+            } else {
+                op.to_string()
+            }
+        })
+        .collect();
     format!("[{}]", out.join(", "))
+}
+
+/// `trace`'s ops as JSON values, the setup's first.
+fn op_values(trace: &Trace) -> Vec<Value> {
+    trace
+        .setup
+        .ops
+        .iter()
+        .chain(&trace.ops)
+        .map(|op| serde_json::from_str(&op.to_json()).expect("op JSON parses"))
+        .collect()
 }
 
 #[cfg(test)]

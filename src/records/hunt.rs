@@ -183,6 +183,12 @@ pub struct HuntFinding {
     pub memory: MemoryType,
     /// Seconds into the hunt when its first violation was judged.
     pub found_at_s: f64,
+    /// Where the hunt's shrink budget stopped its shrink before the fixed point: the target
+    /// executions spent. Unset: minimal (no op, setup op, token or argument can go without losing
+    /// the failure; `engines::shrink`). A group whose representative has it is not minimal, and
+    /// its summary line says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shrink_stopped_after: Option<u64>,
 }
 
 /// A group's class against the corpus.
@@ -443,7 +449,8 @@ impl HuntSummary {
     }
 
     fn group_line(&self, g: &HuntGroup, i: usize, text: &dyn Fn(&str) -> String) -> String {
-        let rep = &self.findings[g.group.representative - 1].finding;
+        let rep_record = &self.findings[g.group.representative - 1];
+        let rep = &rep_record.finding;
         let oracles: Vec<&str> = g.group.oracles.iter().map(|o| o.name()).collect();
         let memory: Vec<&str> = g.memory.iter().map(|m| m.name()).collect();
         let class = match &g.class {
@@ -457,14 +464,17 @@ impl HuntSummary {
                 evidence,
             } => format!("decided ({} {root_cause}, by {evidence})", decision.word()),
         };
+        let not_minimal = rep_record.shrink_stopped_after.map_or(String::new(), |n| {
+            format!("; not minimal: shrink stopped by the budget after {n} executions")
+        });
         text(&format!(
-            "{i}. {class}: {} {} on {}, {} finding(s), first violation at {:.1} s; {}; entries {}",
+            "{i}. {class}: {} {} on {}, {} finding(s), first violation at {:.1} s; {}{not_minimal}; entries {}",
             oracles.join("+"),
             rep.kind,
             memory.join(","),
             g.group.count(),
             g.first_violation_s,
-            g.group.cause.describe(),
+            g.group.cause.describe_with(&rep.trace),
             g.entries.join(", ")
         ))
     }
@@ -806,5 +816,41 @@ mod tests {
         assert_eq!(Budget::parse("400trials").unwrap(), Budget::Trials(400));
         assert!(Budget::parse("0trials").is_err());
         assert!(Budget::parse("5 parsecs").is_err());
+    }
+
+    /// A summary of one group whose representative's shrink stopped after `stopped` executions.
+    fn one_group(stopped: Option<u64>) -> HuntSummary {
+        let stopped = stopped.map_or(String::new(), |n| {
+            format!(r#", "shrink_stopped_after": {n}"#)
+        });
+        HuntSummary::parse(&format!(
+            r#"{{"kvaudit": "", "target": "native", "budget": {{"trials": 1}}, "seed": 1,
+            "shard": {{"index": 0, "count": 1}}, "plan": ["seed"], "unsupported": [], "entries": [],
+            "findings": [{{"finding": {{"oracle": "I1", "kind": "k", "target": "native", "depth": 1,
+              "trial_index": 0, "step": 1, "seq": 0, "trace": {{"setup": {{"n_ctx": 256,
+              "n_seq_max": 2, "ops": [{{"op": "decode", "seq": 0, "n": 7}}]}},
+              "ops": [{{"op": "seq_rm", "seq": 0, "p0": 1, "p1": 7}}]}}, "observed": null,
+              "expected": null}}, "entry": "seed", "memory": "kv", "found_at_s": 1.0{stopped}}}],
+            "groups": [{{"group": {{"cause": {{"by": "minimal_trace", "shape": "[shape]"}},
+              "oracles": ["I1"], "representative": 1, "findings": [1]}}, "memory": ["kv"],
+              "entries": ["seed"], "class": {{"class": "new"}}, "first_violation_s": 1.0}}],
+            "fixed": [], "elapsed_s": 1.0}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_group_line_writes_the_trace_with_its_values_and_says_when_it_is_not_minimal() {
+        let minimal = one_group(None).to_markdown();
+        assert!(
+            minimal.contains(r#"{"op":"seq\_rm","p0":1,"p1":7,"seq":0}"#),
+            "{minimal}"
+        );
+        assert!(!minimal.contains("[shape]") && !minimal.contains("not minimal"));
+        let stopped = one_group(Some(40)).to_terminal();
+        assert!(
+            stopped.contains("; not minimal: shrink stopped by the budget after 40 executions"),
+            "{stopped}"
+        );
     }
 }

@@ -274,7 +274,7 @@ impl Report {
                     group.count(),
                     if group.count() == 1 { "" } else { "s" },
                     text(&oracles.join(", ")),
-                    text(&group.cause.describe()),
+                    text(&group.cause.describe_with(&rep.trace)),
                     group.representative,
                     rep.trace.ops.len(),
                     if group.count() > 1 {

@@ -8,6 +8,8 @@
 //! - `tests/data/hunt/*.json`: `kvaudit hunt` runs (native with and without an injected fault, a
 //!   short hunt and the plan of a llama.cpp pin): exit codes, groups and their classes.
 //! - `tests/it/hostile.rs`: hostile strings in every free-text field, through every emitter.
+//! - `tests/data/minimal/*.json`: hunt groups whose traces are local minima: committed hunt
+//!   reports and fresh hunts, each group's representative shrunk again and given back.
 //! - `tests/data/fuzz/*.json`: the guided fuzzer: findings, determinism, `--corpus` round trips.
 //! - `fuzz/seeds/<target>/`: each fuzz target's body over its seeds and their mutations.
 //! - `tests/data/theorems/*.json`: the numerical oracles T1-T3 on `native+tensors`: seed witnesses,
@@ -47,6 +49,7 @@ mod llama_build;
 mod llama_config;
 mod matrix;
 mod measure;
+mod minimal;
 mod ops;
 mod oracles;
 mod py_repro;
@@ -115,6 +118,7 @@ fn main() {
     trials.extend(llama::trials());
     trials.extend(llama_config::trials());
     trials.extend(matrix::trials());
+    trials.extend(minimal::trials());
     trials.extend(resume::trials());
     let run = |f: fn() -> anyhow::Result<()>| {
         move || f().map_err(|e| libtest_mimic::Failed::from(format!("{e:#}")))

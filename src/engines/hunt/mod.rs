@@ -3,8 +3,10 @@
 //! configurations, oracles of the registry, pairings); [`run`] spends the budget over it
 //! (exhaustive to the depth each entry's share allows, then fuzzing), shrinks every new
 //! violation and groups the hunt's findings by root cause. Classifying the groups against the
-//! corpus and writing the new ones' files is `outputs::hunt`'s.
+//! corpus and writing the new ones' files is `outputs::hunt`'s. [`again`] shrinks a summary's
+//! representatives again: a local minimum comes back unchanged.
 
+pub mod again;
 pub mod plan;
 pub mod run;
 

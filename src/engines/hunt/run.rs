@@ -152,17 +152,23 @@ fn shrink_config(est: &EntryEstimate) -> ShrinkConfig {
     }
 }
 
-/// `f` shrunk by `judge` (as it is if the shrink does not reproduce it).
-fn shrunk(f: Finding, judge: &mut Judge, cfg: &ShrinkConfig) -> Result<Finding, Error> {
+/// `f` shrunk by `judge` (as it is if the shrink does not reproduce it), and the executions
+/// after which the budget stopped the shrink short of its fixed point, if it did.
+fn shrunk(
+    f: Finding,
+    judge: &mut Judge,
+    cfg: &ShrinkConfig,
+) -> Result<(Finding, Option<u64>), Error> {
     let mode = FailureMode {
         oracle: f.oracle,
         kind: f.kind.clone(),
     };
     let Some(s) = shrink(&f.trace, &mode, judge, cfg).map_err(harness)? else {
-        return Ok(f);
+        return Ok((f, None));
     };
+    let stopped = (!s.minimal).then_some(s.executions);
     let v = s.failure.violation;
-    Ok(Finding {
+    let f = Finding {
         oracle: v.oracle,
         kind: v.kind,
         target: f.target,
@@ -173,7 +179,8 @@ fn shrunk(f: Finding, judge: &mut Judge, cfg: &ShrinkConfig) -> Result<Finding, 
         trace: s.trace,
         observed: v.observed,
         expected: v.expected,
-    })
+    };
+    Ok((f, stopped))
 }
 
 /// `f` with its setup's ops moved into its trace, when its violation happened in the setup: a
@@ -397,12 +404,13 @@ pub fn run_hunt(
                 .join(&code);
         }
         trials_left = trials_left.saturating_sub(outcome.trials + outcome.fuzz_cases);
-        for (f, at) in found {
+        for f in found {
             summary.findings.push(HuntFinding {
-                finding: f,
+                finding: f.finding,
                 entry: entry.id.clone(),
                 memory: entry.memory,
-                found_at_s: at,
+                found_at_s: f.found_at_s,
+                shrink_stopped_after: f.shrink_stopped_after,
             });
         }
         if cfg.stop.load(Ordering::Relaxed) {
@@ -492,9 +500,16 @@ fn stopped_by(summary: &mut HuntSummary, e: &Error, entry: &PlanEntry) {
     summary.failed = Some(format!("entry {}: {}", entry.id, e.message));
 }
 
-/// The new findings of one entry (repeats of the hunt's earlier ones dropped), shrunk, each
-/// with the hunt's second of its first violation.
-type EntryFindings = Vec<(Finding, f64)>;
+/// A new finding of an entry, shrunk: the hunt's second of its first violation, and where the
+/// shrink budget stopped its shrink short (as [`HuntFinding::shrink_stopped_after`]).
+struct EntryFinding {
+    finding: Finding,
+    found_at_s: f64,
+    shrink_stopped_after: Option<u64>,
+}
+
+/// The new findings of one entry (repeats of the hunt's earlier ones dropped).
+type EntryFindings = Vec<EntryFinding>;
 
 fn run_entry(
     cfg: &HuntConfig<'_>,
@@ -563,8 +578,12 @@ fn run_entry(
                 .map_or_else(hunt_s, |(_, t)| *t);
             judge_of(&mut judge)?;
             let judge = judge.as_mut().expect("started");
-            let f = shrunk(f, judge, &shrink_config(est))?;
-            found.push((setup_lifted(f, judge)?, at));
+            let (f, shrink_stopped_after) = shrunk(f, judge, &shrink_config(est))?;
+            found.push(EntryFinding {
+                finding: setup_lifted(f, judge)?,
+                found_at_s: at,
+                shrink_stopped_after,
+            });
         }
     }
     let fuzz_time = match (est.fuzz, deadline) {
@@ -619,7 +638,11 @@ fn run_entry(
             } else {
                 f
             };
-            found.push((f, fuzz_started + rec.found_at_s));
+            found.push(EntryFinding {
+                finding: f,
+                found_at_s: fuzz_started + rec.found_at_s,
+                shrink_stopped_after: (!rec.minimal).then_some(rec.executions),
+            });
         }
     }
     outcome.elapsed_s = started.elapsed().as_secs_f64();

@@ -1,46 +1,53 @@
 //! Shrinking a failing trace to a minimal one that still fails the same way.
 //!
 //! "The same way" is a [`FailureMode`]: the same oracle with the same kind of violation. Every
-//! candidate is run from the trace's (fixed) setup and judged on every step; a candidate that
-//! fails that way, at any step, is accepted and cut after that step, so the violation is always
-//! at the last step of the shrunk trace.
+//! candidate is run from a reset and judged on every step; a candidate that fails that way, at
+//! any step, is accepted and cut after that step, so the violation is always at the last step of
+//! the shrunk trace. The setup's settings (context size, memory type, layout) are never changed:
+//! they are the cache the failure is in. The setup's ops are shrunk with the rest.
 //!
 //! Stages, in order:
 //! 1. proptest's own shrinking of the generator's value tree, when the trace came from one
 //!    ([`shrink_tree`]);
 //! 2. delta debugging over the op list: remove chunks of half, a quarter, ... and finally single
-//!    ops;
-//! 3. simplification of each op's arguments ([`simplifications`]): smaller sequence ids,
-//!    positions, deltas and divisors, open range ends made closed, decodes into fewer sequences
-//!    with fewer tokens at "next" positions; and, across ops, two sequence ids swapped
-//!    everywhere when that makes the trace smaller.
+//!    ops; then each of the setup's ops alone;
+//! 3. simplification of arguments, the setup's ops included: each integer argument bisected down
+//!    (a decode's tokens and position, range ends, damaged-load offsets), then each op's
+//!    arguments one move at a time ([`simplifications`]: smaller sequence ids, positions,
+//!    deltas, divisors and offsets, one less than each, open range ends made closed, decodes
+//!    into fewer sequences at "next" positions); and, across ops, every explicit position moved
+//!    down together ([`shift_positions`]) and the sequence ids renumbered in order of first use
+//!    (else two swapped everywhere where that is smaller).
 //!
-//! Stages 2 and 3 repeat until neither changes anything. At that fixed point no single op can be
-//! dropped, no argument simplified and no pair of sequences swapped without losing the
-//! failure: the result is *minimal* with respect to those moves. Every candidate of stage 3 is
-//! strictly smaller in [`op_size`] (summed over the trace), and stage 2 only shortens, so the
-//! loop ends. A budget of target executions bounds it anyway;
-//! a result that ran out of budget says so (`minimal: false`).
+//! Stages 2 and 3 repeat, pass after pass, until a whole round changes nothing (the fixed-point
+//! loop of proptest, Hypothesis and C-Reduce). At that fixed point no op (the setup's included)
+//! can be dropped, no decode shortened by a token, no argument simplified, no position shift or
+//! renumbering kept without losing the failure: the result is *minimal* with respect to those
+//! moves, and shrinking it again gives it back. Every move is strictly smaller in one order
+//! (fewer ops, then smaller arguments, then sequence ids in order of appearance: `trace_rank`),
+//! so the loop ends. A budget of target executions bounds it anyway; a result that ran out of
+//! budget says so (`minimal: false`).
 //!
 //! The moves do not depend on the oracle: [`Predicate`] says whether a candidate still fails and
 //! how. The observation oracles' predicate is a [`FailureMode`] judged by a [`Judge`]
 //! ([`shrink`], [`shrink_tree`]); the theorem oracles of `kvaudit fuzz --oracles T1,T2,T3` pass
 //! theirs ([`crate::engines::theorem_check::StillViolated`]) to [`shrink_by`] and [`shrink_tree_by`].
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use proptest::strategy::ValueTree;
 use serde::{Deserialize, Serialize};
 
 use crate::base::cache::HarnessError;
-use crate::base::op::{Op, SeqId, Setup, Trace};
+use crate::base::op::{Op, SeqId, Trace};
 use crate::oracles::{OracleId, Violation};
 use crate::running::judge::{Judge, RunJudgement, StepViolation};
 
 mod simplify;
 
-use simplify::trace_size;
-pub use simplify::{op_size, simplifications, swap_seqs};
+use simplify::{lowest_position, numbers, trace_rank, with_number, Number};
+pub use simplify::{map_seqs, op_size, shift_positions, simplifications, swap_seqs};
 
 /// How a trace fails: the oracle, and the kind of violation. Shrinking keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -151,45 +158,137 @@ pub fn shape(mode: &FailureMode, trace: &Trace) -> String {
     format!("{}|{}|{}", mode.oracle, mode.kind, names.join(","))
 }
 
+/// Where an op of a candidate is: among its setup's ops, or among its ops under test.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    Setup(usize),
+    Ops(usize),
+}
+
+/// Every place of `trace`, the setup's ops first.
+fn places(trace: &Trace) -> Vec<Place> {
+    (0..trace.setup.ops.len())
+        .map(Place::Setup)
+        .chain((0..trace.ops.len()).map(Place::Ops))
+        .collect()
+}
+
+fn op_at(trace: &Trace, place: Place) -> Option<&Op> {
+    match place {
+        Place::Setup(i) => trace.setup.ops.get(i),
+        Place::Ops(i) => trace.ops.get(i),
+    }
+}
+
+/// `trace` with the op at `place` replaced by `op`.
+fn with_op(trace: &Trace, place: Place, op: Op) -> Trace {
+    let mut t = trace.clone();
+    match place {
+        Place::Setup(i) => t.setup.ops[i] = op,
+        Place::Ops(i) => t.ops[i] = op,
+    }
+    t
+}
+
+/// `trace` with `f` applied to each of its ops: the setup's, a foreign dump's and the ops under
+/// test. `None` if `f` refuses one.
+fn map_ops(trace: &Trace, mut f: impl FnMut(&Op) -> Option<Op>) -> Option<Trace> {
+    let mut t = trace.clone();
+    let ops = t.setup.ops.iter_mut().chain(
+        t.setup
+            .foreign
+            .iter_mut()
+            .flat_map(|d| d.ops.iter_mut())
+            .chain(t.ops.iter_mut()),
+    );
+    for op in ops {
+        *op = f(op)?;
+    }
+    Some(t)
+}
+
+/// `trace` with its sequence ids mapped by `f` everywhere: ops, and the sequence a foreign dump
+/// saves.
+fn map_trace_seqs(trace: &Trace, f: impl Fn(SeqId) -> SeqId) -> Trace {
+    let mut t = map_ops(trace, |op| Some(map_seqs(op, &f))).expect("a renaming refuses no op");
+    for d in &mut t.setup.foreign {
+        d.seq = d.seq.map(&f);
+    }
+    t
+}
+
+/// The ids of the context's sequences (0 to `n_seqs - 1`) that `trace` names, in order of first
+/// use (the setup's ops first); -1 and ids past the context's are left out, since renaming them
+/// would change what they mean.
+fn first_use(trace: &Trace, n_seqs: SeqId) -> Vec<SeqId> {
+    let mut order = Vec::new();
+    for op in trace.setup.ops.iter().chain(&trace.ops) {
+        op.for_each_seq(|s| {
+            if s < n_seqs && !order.contains(&s) {
+                order.push(s);
+            }
+        });
+    }
+    order
+}
+
 struct Shrinker<P: Predicate> {
     pred: P,
-    setup: Setup,
     budget_end: u64,
     exhausted: bool,
-    best: Vec<Op>,
+    best: Trace,
     failure: P::Failure,
+    /// Arguments of ops that a bisection has already brought to where it stops: searched again,
+    /// each would only spend its steps to find the same value.
+    searched: HashSet<(Op, Number)>,
 }
 
 impl<P: Predicate> Shrinker<P> {
-    /// Runs `ops`; if they fail the same way, keeps them (cut after the failing step) when they
-    /// are no larger than the best so far.
-    fn attempt(&mut self, ops: Vec<Op>) -> Result<bool, HarnessError> {
+    fn n_seqs(&self) -> SeqId {
+        self.best.setup.n_seq_max as SeqId
+    }
+
+    /// Runs `candidate`; if it fails the same way, keeps it (cut after the failing step) when it
+    /// is no larger than the best so far.
+    fn attempt(&mut self, mut candidate: Trace) -> Result<bool, HarnessError> {
         if self.pred.executions() >= self.budget_end {
             self.exhausted = true;
             return Ok(false);
         }
-        let mut trace = Trace {
-            setup: self.setup.clone(),
-            ops,
-        };
-        let Some((keep, failure)) = self.pred.test(&trace)? else {
+        let Some((keep, failure)) = self.pred.test(&candidate)? else {
             return Ok(false);
         };
-        trace.ops.truncate(keep);
-        if trace_size(&trace.ops) > trace_size(&self.best) {
+        candidate.ops.truncate(keep);
+        if trace_rank(&candidate) > trace_rank(&self.best) {
             return Ok(false);
         }
         self.failure = failure;
-        self.best = trace.ops;
+        self.best = candidate;
         Ok(true)
+    }
+
+    /// [`Self::attempt`] for a move of stages 2 and 3: a candidate no smaller than the best is
+    /// not run, so every kept move makes progress and the fixed-point loop ends.
+    fn attempt_smaller(&mut self, candidate: Trace) -> Result<bool, HarnessError> {
+        if self.exhausted || trace_rank(&candidate) >= trace_rank(&self.best) {
+            return Ok(false);
+        }
+        self.attempt(candidate)
+    }
+
+    fn with_ops(&self, ops: Vec<Op>) -> Trace {
+        Trace {
+            setup: self.best.setup.clone(),
+            ops,
+        }
     }
 
     /// Stage 2: delta debugging, chunks then single ops. True if anything was removed.
     fn remove_chunks(&mut self) -> Result<bool, HarnessError> {
         let mut changed = false;
         let mut n = 2usize;
-        while !self.best.is_empty() && !self.exhausted {
-            let len = self.best.len();
+        while !self.best.ops.is_empty() && !self.exhausted {
+            let len = self.best.ops.len();
             n = n.min(len);
             let chunk = len.div_ceil(n);
             let mut removed = false;
@@ -200,9 +299,9 @@ impl<P: Predicate> Shrinker<P> {
                     continue;
                 }
                 let end = (start + chunk).min(len);
-                let mut ops = self.best[..start].to_vec();
-                ops.extend_from_slice(&self.best[end..]);
-                if self.attempt(ops)? {
+                let mut ops = self.best.ops[..start].to_vec();
+                ops.extend_from_slice(&self.best.ops[end..]);
+                if self.attempt_smaller(self.with_ops(ops))? {
                     removed = true;
                     break;
                 }
@@ -220,46 +319,139 @@ impl<P: Predicate> Shrinker<P> {
         Ok(changed)
     }
 
-    /// Stage 3: simplify each op's arguments, simplest candidate first. True if any changed.
-    fn simplify_args(&mut self) -> Result<bool, HarnessError> {
-        let n_seqs = self.setup.n_seq_max as SeqId;
+    /// Stage 2 on the setup: each of its ops removed alone, the last first (a setup holds a
+    /// few ops, each a decode that may cost more than the whole trace after it). True if any was.
+    fn remove_setup_ops(&mut self) -> Result<bool, HarnessError> {
         let mut changed = false;
-        let mut i = 0;
-        while i < self.best.len() && !self.exhausted {
+        for i in (0..self.best.setup.ops.len()).rev() {
+            let mut candidate = self.best.clone();
+            candidate.setup.ops.remove(i);
+            changed |= self.attempt_smaller(candidate)?;
+        }
+        Ok(changed)
+    }
+
+    /// Stage 3 for integer arguments (a decode's tokens and position, a range's ends, a damaged
+    /// load's offsets), the setup's included: the least value that still fails, by bisection
+    /// between the argument's floor and its value (as if failing were monotone in it; the
+    /// one-less candidate of [`simplifications`] then checks the end point). A setup's
+    /// 250-token decode costs 8 runs here, not 250, and a range end at 264 not a crawl down
+    /// from it. True if any argument went down.
+    fn bisect_numbers(&mut self) -> Result<bool, HarnessError> {
+        let mut changed = false;
+        for place in places(&self.best) {
+            let Some(op) = op_at(&self.best, place).cloned() else {
+                continue;
+            };
+            for (which, value, least) in numbers(&op) {
+                let Some(op) = op_at(&self.best, place).cloned() else {
+                    break;
+                };
+                if value - least < 3 || self.searched.contains(&(op.clone(), which)) {
+                    continue;
+                }
+                let (mut holds, mut fails) = (least - 1, value);
+                while fails - holds > 1 && !self.exhausted {
+                    let v = holds + (fails - holds) / 2;
+                    if self.attempt_smaller(with_op(
+                        &self.best,
+                        place,
+                        with_number(&op, which, v),
+                    ))? {
+                        (fails, changed) = (v, true);
+                    } else {
+                        holds = v;
+                    }
+                    if op_at(&self.best, place).is_none() {
+                        break;
+                    }
+                }
+                if let Some(op) = op_at(&self.best, place) {
+                    self.searched.insert((op.clone(), which));
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Stage 3: simplify each op's arguments, the setup's included, simplest candidate first.
+    /// True if any changed.
+    fn simplify_args(&mut self) -> Result<bool, HarnessError> {
+        let n_seqs = self.n_seqs();
+        let mut changed = false;
+        let mut k = 0;
+        while let Some(&place) = places(&self.best).get(k) {
             let mut progress = true;
-            while progress && i < self.best.len() {
+            while progress && !self.exhausted {
                 progress = false;
-                for candidate in simplifications(&self.best[i], n_seqs) {
-                    let mut ops = self.best.clone();
-                    ops[i] = candidate;
-                    if self.attempt(ops)? {
+                let Some(op) = op_at(&self.best, place).cloned() else {
+                    break;
+                };
+                for candidate in simplifications(&op, n_seqs) {
+                    if self.attempt_smaller(with_op(&self.best, place, candidate))? {
                         changed = true;
                         progress = true;
                         break;
                     }
                 }
             }
-            i += 1;
+            k += 1;
         }
         Ok(changed)
     }
 
-    /// Stage 3, across ops: swap two sequence ids everywhere in the ops when that makes the
-    /// trace smaller (a decode into seq 2 and copies from 2 to 3 become seq 0 and 1, after which
-    /// stage 2 can often drop the decode). True if any swap was kept.
-    fn relabel_seqs(&mut self) -> Result<bool, HarnessError> {
-        let n_seqs = self.setup.n_seq_max as SeqId;
+    /// Stage 3, across ops: every explicit position moved down together (by the lowest one,
+    /// half of it, or one), the lowest first; what a trace does at positions 40 to 48 it often
+    /// does at 0 to 8, where a reader follows it more easily. True if any shift was kept.
+    fn shift_positions(&mut self) -> Result<bool, HarnessError> {
         let mut changed = false;
+        loop {
+            let all = self.best.setup.ops.iter().chain(&self.best.ops);
+            let Some(lowest) = all.filter_map(lowest_position).min().filter(|p| *p > 0) else {
+                break;
+            };
+            let mut shifts = vec![lowest, lowest / 2, 1];
+            shifts.dedup();
+            let mut progress = false;
+            for by in shifts.into_iter().filter(|by| *by > 0) {
+                let Some(shifted) = map_ops(&self.best, |op| shift_positions(op, by)) else {
+                    continue;
+                };
+                if self.attempt_smaller(shifted)? {
+                    progress = true;
+                    break;
+                }
+            }
+            changed |= progress;
+            if !progress || self.exhausted {
+                break;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Stage 3, across ops: the sequence ids renumbered in order of first use (the setup's ops
+    /// first), else two ids swapped everywhere when that makes the trace smaller (a decode into
+    /// seq 2 and copies from 2 to 3 become seq 0 and 1, after which stage 2 can often drop the
+    /// decode). True if any renaming was kept.
+    fn relabel_seqs(&mut self) -> Result<bool, HarnessError> {
+        let n_seqs = self.n_seqs();
+        let order = first_use(&self.best, n_seqs);
+        let renumbered = map_trace_seqs(&self.best, |s| {
+            order.iter().position(|&x| x == s).map_or(s, |i| i as SeqId)
+        });
+        let mut changed = self.attempt_smaller(renumbered)?;
         let mut progress = true;
         while progress && !self.exhausted {
             progress = false;
             'pairs: for hi in 1..n_seqs {
                 for lo in 0..hi {
-                    let ops: Vec<Op> = self.best.iter().map(|op| swap_seqs(op, lo, hi)).collect();
-                    if trace_size(&ops) >= trace_size(&self.best) {
-                        continue;
-                    }
-                    if self.attempt(ops)? {
+                    let swapped = map_trace_seqs(&self.best, |s| match s {
+                        s if s == lo => hi,
+                        s if s == hi => lo,
+                        s => s,
+                    });
+                    if self.attempt_smaller(swapped)? {
                         changed = true;
                         progress = true;
                         break 'pairs;
@@ -270,12 +462,19 @@ impl<P: Predicate> Shrinker<P> {
         Ok(changed)
     }
 
+    /// Every pass in turn, again and again until a whole round changes nothing (or the budget
+    /// runs out): the fixed point is a local minimum under every move at once.
     fn fixed_point(&mut self) -> Result<(), HarnessError> {
         loop {
             let removed = self.remove_chunks()?;
+            let setup_removed = self.remove_setup_ops()?;
+            let bisected = self.bisect_numbers()?;
             let simplified = self.simplify_args()?;
+            let shifted = self.shift_positions()?;
             let relabelled = self.relabel_seqs()?;
-            if self.exhausted || !(removed || simplified || relabelled) {
+            let progress =
+                removed || setup_removed || bisected || simplified || shifted || relabelled;
+            if self.exhausted || !progress {
                 return Ok(());
             }
         }
@@ -291,13 +490,15 @@ fn start<P: Predicate>(
     let Some((keep, failure)) = pred.test(trace)? else {
         return Ok(None);
     };
+    let mut best = trace.clone();
+    best.ops.truncate(keep);
     Ok(Some(Shrinker {
         pred,
-        setup: trace.setup.clone(),
         budget_end,
         exhausted: false,
-        best: trace.ops[..keep.min(trace.ops.len())].to_vec(),
+        best,
         failure,
+        searched: HashSet::new(),
     }))
 }
 
@@ -308,10 +509,7 @@ fn finish<P: Predicate>(
 ) -> ShrunkBy<P::Failure> {
     ShrunkBy {
         executions: s.pred.executions() - executions_before,
-        trace: Trace {
-            setup: s.setup,
-            ops: s.best,
-        },
+        trace: s.best,
         failure: s.failure,
         elapsed: started.elapsed(),
         minimal: !s.exhausted,
@@ -379,8 +577,7 @@ pub fn shrink_tree_by<T: ValueTree<Value = Trace>, P: Predicate>(
     if tree.simplify() {
         while iters < cfg.tree_iters && !s.exhausted {
             iters += 1;
-            let ops = tree.current().ops;
-            let more = if s.attempt(ops)? {
+            let more = if s.attempt(tree.current())? {
                 tree.simplify()
             } else {
                 tree.complicate()
@@ -397,7 +594,7 @@ pub fn shrink_tree_by<T: ValueTree<Value = Trace>, P: Predicate>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::base::op::Decode;
+    use crate::base::op::{Decode, Setup};
     use crate::running::judge::native_judge as judge;
 
     fn fuzz_setup() -> Setup {
@@ -478,6 +675,11 @@ mod tests {
             .unwrap()
             .expect("it fails that way");
         let names: Vec<&str> = s.trace.ops.iter().map(Op::name).collect();
+        eprintln!(
+            "{} in {} executions",
+            serde_json::to_string(&s.trace).unwrap(),
+            s.executions
+        );
         assert_eq!(names, ["seq_cp", "seq_cp", "seq_keep"], "{}", s.trace);
         assert!(s.minimal);
         assert_eq!(s.failure.step, 3);
@@ -510,7 +712,11 @@ mod tests {
         for hi in 1..4 {
             for lo in 0..hi {
                 let ops: Vec<Op> = s.trace.ops.iter().map(|op| swap_seqs(op, lo, hi)).collect();
-                if trace_size(&ops) < trace_size(&s.trace.ops) {
+                if simplify::trace_rank(&Trace {
+                    ops: ops.clone(),
+                    ..s.trace.clone()
+                }) < trace_rank(&s.trace)
+                {
                     let t = Trace {
                         ops,
                         ..s.trace.clone()
@@ -532,6 +738,118 @@ mod tests {
         assert!(shrink(&trace, &mode, &mut j, &ShrinkConfig::default())
             .unwrap()
             .is_none());
+    }
+
+    /// `trace` shrunk while it breaks I1 on the native model with the refcount fault.
+    fn shrunk_on_refcount(trace: &Trace) -> Shrunk {
+        let mut j = judge(&["refcount"]);
+        let v = j.run(trace).unwrap();
+        let v = v.first(OracleId::I1).expect("the trace breaks I1");
+        let mode = FailureMode::of(&v.violation);
+        shrink(trace, &mode, &mut j, &ShrinkConfig::default())
+            .unwrap()
+            .expect("it fails that way")
+    }
+
+    /// The seed's double copy and keep, on sequences 2 and 3, at positions 100 to 103 of a
+    /// 250-token decode, after a setup decode into a sequence the failure does not need.
+    fn far_from_the_core() -> Trace {
+        let cp = Op::SeqCp {
+            src: 2,
+            dst: 3,
+            p0: 100,
+            p1: 104,
+        };
+        Trace {
+            setup: Setup {
+                ops: vec![
+                    Op::Decode(Decode::next(1, 5)),
+                    Op::Decode(Decode::next(2, 250)),
+                ],
+                ..fuzz_setup()
+            },
+            ops: vec![cp.clone(), cp, Op::SeqKeep { seq: 2 }],
+        }
+    }
+
+    #[test]
+    fn setup_ops_decodes_positions_and_ids_shrink_to_the_core() {
+        let s = shrunk_on_refcount(&far_from_the_core());
+        let core = Trace {
+            setup: Setup {
+                ops: vec![Op::Decode(Decode::next(0, 1))],
+                ..fuzz_setup()
+            },
+            ops: vec![
+                Op::SeqCp {
+                    src: 0,
+                    dst: 1,
+                    p0: 0,
+                    p1: 1,
+                },
+                Op::SeqCp {
+                    src: 0,
+                    dst: 1,
+                    p0: 0,
+                    p1: 1,
+                },
+                Op::SeqKeep { seq: 0 },
+            ],
+        };
+        assert_eq!(
+            s.trace,
+            core,
+            "{}",
+            serde_json::to_string(&s.trace).unwrap()
+        );
+        assert!(s.minimal);
+    }
+
+    #[test]
+    fn a_minimal_trace_comes_back_unchanged() {
+        let first = shrunk_on_refcount(&noisy_refcount_trace());
+        let again = shrunk_on_refcount(&first.trace);
+        assert_eq!(again.trace, first.trace);
+        assert!(again.minimal);
+        // It was tried: every op dropped, every argument simplified, and none kept.
+        assert!(again.executions > first.trace.ops.len() as u64);
+    }
+
+    #[test]
+    fn each_excess_over_the_core_is_shrunk_away() {
+        let core = shrunk_on_refcount(&noisy_refcount_trace()).trace;
+        let renamed = map_trace_seqs(&core, |s| 3 - s);
+        let mut longer = core.clone();
+        longer.setup.ops[0] = Op::Decode(Decode::next(0, 200));
+        // Positions 40 and up, which the longer decode fills.
+        let shifted = map_ops(&longer, |op| shift_positions(op, -40)).unwrap();
+        let mut extra_setup = core.clone();
+        extra_setup.setup.ops.push(Op::Decode(Decode::next(2, 3)));
+        for (what, t) in [
+            ("renamed", renamed),
+            ("shifted", shifted),
+            ("a longer setup decode", longer),
+            ("a setup op more", extra_setup),
+        ] {
+            assert_ne!(t, core, "{what}");
+            assert!(trace_rank(&t) > trace_rank(&core), "{what}");
+            let s = shrunk_on_refcount(&t);
+            assert_eq!(
+                s.trace,
+                core,
+                "{what}: {}",
+                serde_json::to_string(&s.trace).unwrap()
+            );
+            let settings = |t: &Trace| Setup {
+                ops: Vec::new(),
+                ..t.setup.clone()
+            };
+            assert_eq!(
+                settings(&s.trace),
+                settings(&t),
+                "{what}: settings are kept"
+            );
+        }
     }
 
     #[test]
