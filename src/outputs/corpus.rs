@@ -2,12 +2,19 @@
 //! kvaudit (`build.rs` lists them at compile time), or the repro files of a folder given with
 //! `--corpus DIR`, which replaces them. Read whole before a job's first trial, so a corpus that
 //! is missing or malformed stops the job before its work rather than after it.
+//!
+//! A corpus has its fixes too (the remedies identity by fix replays, `hunt::by_fix`): the
+//! built-in one every fix built into kvaudit (`corpora/fixes/`), a folder the fixes its
+//! `fixes/NAME.json` files name, each of which must be one built into kvaudit (a label applies
+//! the built-in patch by name). A folder without `fixes/` has none: a copy of `corpora/` with
+//! one root cause's files and fix removed is a corpus that does not know that root cause.
 
 use std::path::{Path, PathBuf};
 
 use crate::base::error::Error;
 use crate::records::hunt::CorpusUsed;
 
+use super::fixes::Fix;
 use super::repro::{repro_files, Repro};
 
 /// The corpus built into kvaudit: (file name, its text), in name order.
@@ -19,6 +26,8 @@ pub struct Corpus {
     pub folder: Option<PathBuf>,
     /// Its repro files: (file name, repro), in name order.
     pub files: Vec<(String, Repro)>,
+    /// Its fixes, in name order.
+    pub fixes: Vec<Fix>,
 }
 
 impl Corpus {
@@ -35,6 +44,7 @@ impl Corpus {
         Ok(Corpus {
             folder: None,
             files,
+            fixes: Fix::all()?.into_iter().map(|(f, _)| f).collect(),
         })
     }
 
@@ -52,6 +62,7 @@ impl Corpus {
         Ok(Corpus {
             folder: Some(dir.to_path_buf()),
             files,
+            fixes: fixes_of_folder(&dir.join("fixes"))?,
         })
     }
 
@@ -74,6 +85,34 @@ impl Corpus {
     }
 }
 
+/// The fixes built into kvaudit that the folder `dir` names by a `NAME.json` (none when there
+/// is no such folder); `Err` names a file that names no fix kvaudit has.
+fn fixes_of_folder(dir: &Path) -> Result<Vec<Fix>, Error> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let built_in = Fix::all()?;
+    repro_files(dir)?
+        .into_iter()
+        .map(|path| {
+            let stem = path
+                .file_stem()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            built_in
+                .iter()
+                .find(|(f, _)| f.name == stem)
+                .map(|(f, _)| f.clone())
+                .ok_or_else(|| {
+                    Error::input(format!(
+                        "{}: no fix `{stem}` is built into kvaudit (a fix's patch is applied by \
+                         name; `kvaudit fixes list` lists them)",
+                        path.display()
+                    ))
+                })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +124,9 @@ mod tests {
         let read = Corpus::read(&dir).unwrap();
         assert!(!built_in.files.is_empty());
         assert_eq!(built_in.files, read.files);
+        // And its fixes: the folder's `fixes/` names every fix built in.
+        assert_eq!(built_in.fixes, read.fixes);
+        assert!(!built_in.fixes.is_empty());
         assert_eq!(
             built_in.used().describe(),
             format!("{} files, built into kvaudit", read.files.len())

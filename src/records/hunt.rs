@@ -198,18 +198,180 @@ pub enum GroupClass {
         /// The corpus file.
         file: String,
     },
+    /// No corpus file of its class holds it, but its trace holds once a remedy whose root
+    /// cause the corpus holds is applied (a fix's patch, a fault removed): that root cause,
+    /// reached another way ([`HuntGroup::by_fix`] has the replays).
+    KnownByFix {
+        /// The remedies that make it hold (`fix seq-keep-all-streams`, `fault refcount
+        /// removed`), each of a root cause the corpus holds.
+        remedies: Vec<String>,
+    },
     /// No corpus file holds it.
     New,
 }
 
 impl GroupClass {
-    /// `known`, `regressed`, `new`.
+    /// `known`, `regressed`, `new` (a group known by fix is `known`).
     pub fn word(&self) -> &'static str {
         match self {
-            GroupClass::Known { .. } => "known",
+            GroupClass::Known { .. } | GroupClass::KnownByFix { .. } => "known",
             GroupClass::Regressed { .. } => "regressed",
             GroupClass::New => "new",
         }
+    }
+
+    /// Known, by a corpus file of its class or by a fix: not what fails a hunt.
+    pub fn is_known(&self) -> bool {
+        matches!(
+            self,
+            GroupClass::Known { .. } | GroupClass::KnownByFix { .. }
+        )
+    }
+}
+
+/// One remedy that makes a group's trace hold: the trace fails on the hunt's target and holds
+/// on the target with the remedy applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixEvidence {
+    /// The remedy: `fix seq-keep-all-streams` (a patch of `corpora/fixes/`), `fault refcount
+    /// removed` (an injected fault taken out).
+    pub remedy: String,
+    /// The root cause the remedy is for (`R8`), when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_cause: Option<String>,
+    /// The target the trace was replayed on (`llama.cpp@0.1.161+fix:seq-keep-all-streams`,
+    /// `native[keep_noop]`).
+    pub replayed_on: String,
+    /// The step at which the group's oracle fails first on the hunt's target, replayed.
+    pub fails_at: usize,
+    /// The corpus files of the remedy's root cause that the corpus used holds; none: the root
+    /// cause is not the corpus's, and the group is new.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+}
+
+impl FixEvidence {
+    /// `by fix seq-keep-all-streams: replayed on llama.cpp@0.1.161+fix:seq-keep-all-streams,
+    /// fails at step 3 -> holds` (free text inside: escape it for where it goes).
+    pub fn describe(&self) -> String {
+        format!(
+            "by {}: replayed on {}, fails at step {} -> holds",
+            self.remedy, self.replayed_on, self.fails_at
+        )
+    }
+}
+
+/// What replaying a group with each remedy found (identity by fix, `outputs::hunt::by_fix`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByFix {
+    /// Every remedy whose replay holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub explained: Vec<FixEvidence>,
+    /// The remedies replayed on it.
+    pub replayed: usize,
+    /// Why it was not replayed with every remedy, each a sentence: `cannot tell by fix: ...`,
+    /// `cut short at the hunt's deadline after 3 of 18 remedies`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_told: Vec<String>,
+    /// Other groups merged into this one, explained by the same remedies (one root cause).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub merged: usize,
+}
+
+impl ByFix {
+    /// What follows the group's class in the summary: ` R8 by fix NAME: replayed on ..., fails
+    /// at step 3 -> holds` for a known one, ` (made to hold by ...; no corpus file of its root
+    /// cause)` or ` (no remedy makes it hold: 18 replayed)` for a new one, with what was not
+    /// told (free text inside: escape it for where it goes).
+    pub fn describe(&self) -> String {
+        let known: Vec<String> = self
+            .explained
+            .iter()
+            .filter(|e| !e.files.is_empty())
+            .map(|e| match &e.root_cause {
+                Some(r) => format!("{r} {}", e.describe()),
+                None => e.describe(),
+            })
+            .collect();
+        let unknown: Vec<String> = self
+            .explained
+            .iter()
+            .filter(|e| e.files.is_empty())
+            .map(|e| match &e.root_cause {
+                Some(r) => format!("{} (of {r})", e.describe()),
+                None => e.describe(),
+            })
+            .collect();
+        let mut s = String::new();
+        if !known.is_empty() {
+            s.push_str(&format!(" {}", known.join("; and ")));
+        }
+        let mut notes: Vec<String> = Vec::new();
+        if !unknown.is_empty() {
+            notes.push(format!(
+                "made to hold {}; no corpus file of its root cause",
+                unknown.join("; and ")
+            ));
+        }
+        if self.explained.is_empty() && self.replayed > 0 {
+            notes.push(format!(
+                "no remedy makes it hold: {} replayed",
+                self.replayed
+            ));
+        }
+        notes.extend(self.not_told.iter().cloned());
+        if self.merged > 0 {
+            notes.push(format!(
+                "{} more group(s) merged into it by the same remedies",
+                self.merged
+            ));
+        }
+        if !notes.is_empty() {
+            s.push_str(&format!(" ({})", notes.join("; ")));
+        }
+        s
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The hunt's identity-by-fix pass as a whole: what it could replay and what it could not.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixReplays {
+    /// The remedies it had for the target, each `fix NAME` or `fault NAME removed`.
+    pub remedies: Vec<String>,
+    /// Groups no corpus file matched, replayed with them.
+    pub groups: usize,
+    /// Trace replays run (on the target itself and with each remedy).
+    pub replays: usize,
+    /// Why other remedies could not be tried here, each a sentence (a fix not built, a source
+    /// tree), free text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<String>,
+    /// Stopped at the hunt's deadline before every group was replayed with every remedy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
+}
+
+impl FixReplays {
+    /// `identity by fix: 4 group(s) replayed with 18 remedies (76 replays)...` (free text
+    /// inside: escape it for where it goes).
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "identity by fix: {} group(s) no corpus file matched, replayed with {} remedies ({} replays)",
+            self.groups,
+            self.remedies.len(),
+            self.replays
+        );
+        if self.cut_short {
+            s.push_str("; CUT SHORT at the hunt's deadline (the groups say which were not replayed with every remedy)");
+        }
+        for why in &self.unavailable {
+            s.push_str(&format!("; {why}"));
+        }
+        s
     }
 }
 
@@ -230,6 +392,9 @@ pub struct HuntGroup {
     pub matched_by: String,
     /// Seconds into the hunt of its first violation.
     pub first_violation_s: f64,
+    /// Its replays with remedies (identity by fix), when no corpus file matched it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_fix: Option<ByFix>,
     /// Files written for a new group (`new/NAME.json`, `.c`, `.svg`, `.md`), relative to the
     /// hunt's folder.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -285,6 +450,9 @@ pub struct HuntSummary {
     pub groups: Vec<HuntGroup>,
     /// Corpus findings reached that no longer fail.
     pub fixed: Vec<FixedFinding>,
+    /// The identity-by-fix pass over the groups no corpus file matched, once it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix_replays: Option<FixReplays>,
     /// Wall time, seconds (summed over resumed parts).
     pub elapsed_s: f64,
     /// Stopped before every entry of its share ran (Ctrl-C, SIGTERM).
@@ -366,7 +534,7 @@ impl HuntSummary {
     pub fn failing_groups(&self) -> usize {
         self.groups
             .iter()
-            .filter(|g| !matches!(g.class, GroupClass::Known { .. }))
+            .filter(|g| !g.class.is_known())
             .filter(|g| g.group.oracles.iter().any(|o| !o.advisory()))
             .count()
     }
@@ -396,7 +564,7 @@ impl HuntSummary {
                 r.counted.push(g.group.representative);
                 match g.class {
                     GroupClass::New => r.new += 1,
-                    GroupClass::Known { .. } => r.known += 1,
+                    GroupClass::Known { .. } | GroupClass::KnownByFix { .. } => r.known += 1,
                     GroupClass::Regressed { .. } => r.regressed += 1,
                 }
             }
@@ -426,7 +594,10 @@ impl HuntSummary {
             GroupClass::Known { file } | GroupClass::Regressed { file } => {
                 format!("{} ({file}, by {})", g.class.word(), g.matched_by)
             }
-            GroupClass::New => "new".into(),
+            GroupClass::KnownByFix { .. } | GroupClass::New => {
+                let evidence = g.by_fix.as_ref().map_or(String::new(), ByFix::describe);
+                format!("{}{evidence}", g.class.word())
+            }
         };
         text(&format!(
             "{i}. {class}: {} {} on {}, {} finding(s), first violation at {:.1} s; {}; entries {}",
@@ -471,11 +642,16 @@ impl HuntSummary {
         })
     }
 
-    /// The line under the headline: the corpus the groups were classified against.
+    /// The line under the headline: the corpus the groups were classified against, and what
+    /// identity by fix could replay.
     fn corpus_line(&self) -> String {
-        match &self.corpus {
+        let corpus = match &self.corpus {
             Some(c) => format!("corpus: {}", c.describe()),
             None => "corpus: none yet (the groups are not classified)".into(),
+        };
+        match &self.fix_replays {
+            Some(r) => format!("{corpus}; {}", r.describe()),
+            None => corpus,
         }
     }
 

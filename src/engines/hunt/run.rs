@@ -260,6 +260,7 @@ pub fn run_hunt(
             findings: Vec::new(),
             groups: Vec::new(),
             fixed: Vec::new(),
+            fix_replays: None,
             elapsed_s: 0.0,
             incomplete: false,
             code: None,
@@ -658,6 +659,7 @@ pub fn regroup(summary: &mut HuntSummary) {
                 class: GroupClass::New,
                 matched_by: String::new(),
                 first_violation_s,
+                by_fix: None,
                 files: Vec::new(),
             }
         })
@@ -704,6 +706,7 @@ pub fn merge_shards(mut parts: Vec<HuntSummary>) -> Result<HuntSummary, Error> {
     // Classified again: a shard's failure in its classification is not the merge's.
     whole.failed = None;
     whole.corpus = None;
+    whole.fix_replays = None;
     for p in parts.into_iter().skip(1) {
         whole.entries.extend(p.entries);
         whole.unsupported.extend(p.unsupported);
