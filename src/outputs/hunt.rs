@@ -1,5 +1,8 @@
 //! A hunt's groups against the corpus, and the files of its new ones.
 //!
+//! Groups no file matches are then told by fix ([`by_fix`]: replayed with each fix of the corpus
+//! and each injected fault removed), a separate step after [`classify`].
+//!
 //! Only the corpus files of the hunt target's engine ([`TargetKind::engine`]: a file is of the
 //! engines its targets are of) are compared: a llama.cpp file says nothing of an mlx-lm group
 //! whose oracle, kind and failing op happen to be the same, and the reverse.

@@ -1,5 +1,6 @@
 //! A hunt (`kvaudit hunt`): its plan, what each entry of the plan judged, the findings of the
-//! whole hunt grouped by root cause, and each group's class against the corpus. Plain data and
+//! whole hunt grouped by root cause, and each group's class against the corpus (by a file of its
+//! class, or by the fix whose replay makes it hold: [`ByFix`]). Plain data and
 //! its renderings (terminal, Markdown, JSON); `engines::hunt` fills it, `outputs::hunt`
 //! classifies its groups.
 
@@ -251,12 +252,18 @@ pub struct FixEvidence {
 }
 
 impl FixEvidence {
-    /// `by fix seq-keep-all-streams: replayed on llama.cpp@0.1.161+fix:seq-keep-all-streams,
-    /// fails at step 3 -> holds` (free text inside: escape it for where it goes).
+    /// `R8 by fix seq-keep-all-streams: replayed on llama.cpp@0.1.161+fix:seq-keep-all-streams,
+    /// fails at step 3 -> holds` for a root cause the corpus holds, `by fix NAME (R8): ...`
+    /// for one it lacks (free text inside: escape it for where it goes).
     pub fn describe(&self) -> String {
+        let by = match (&self.root_cause, self.files.is_empty()) {
+            (Some(r), false) => format!("{r} by {}", self.remedy),
+            (Some(r), true) => format!("by {} ({r})", self.remedy),
+            (None, _) => format!("by {}", self.remedy),
+        };
         format!(
-            "by {}: replayed on {}, fails at step {} -> holds",
-            self.remedy, self.replayed_on, self.fails_at
+            "{by}: replayed on {}, fails at step {} -> holds",
+            self.replayed_on, self.fails_at
         )
     }
 }
@@ -288,19 +295,13 @@ impl ByFix {
             .explained
             .iter()
             .filter(|e| !e.files.is_empty())
-            .map(|e| match &e.root_cause {
-                Some(r) => format!("{r} {}", e.describe()),
-                None => e.describe(),
-            })
+            .map(FixEvidence::describe)
             .collect();
         let unknown: Vec<String> = self
             .explained
             .iter()
             .filter(|e| e.files.is_empty())
-            .map(|e| match &e.root_cause {
-                Some(r) => format!("{} (of {r})", e.describe()),
-                None => e.describe(),
-            })
+            .map(FixEvidence::describe)
             .collect();
         let mut s = String::new();
         if !known.is_empty() {
@@ -840,6 +841,40 @@ impl TableRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fix_is_named_with_its_root_cause_and_its_replay() {
+        let mut e = FixEvidence {
+            remedy: "fix seq-keep-all-streams".into(),
+            root_cause: Some("R8".into()),
+            replayed_on: "llama.cpp@0.1.161+fix:seq-keep-all-streams".into(),
+            fails_at: 3,
+            files: vec!["contract_streams_seq_keep_leaves_other_streams.json".into()],
+        };
+        let by_fix = ByFix {
+            explained: vec![e.clone()],
+            replayed: 18,
+            ..ByFix::default()
+        };
+        assert_eq!(
+            format!("known{}", by_fix.describe()),
+            "known R8 by fix seq-keep-all-streams: replayed on \
+             llama.cpp@0.1.161+fix:seq-keep-all-streams, fails at step 3 -> holds"
+        );
+        // A root cause the corpus does not hold: the group stays new, with the evidence.
+        e.files.clear();
+        let by_fix = ByFix {
+            explained: vec![e],
+            replayed: 18,
+            ..ByFix::default()
+        };
+        assert_eq!(
+            by_fix.describe(),
+            " (made to hold by fix seq-keep-all-streams (R8): replayed on \
+             llama.cpp@0.1.161+fix:seq-keep-all-streams, fails at step 3 -> holds; no corpus \
+             file of its root cause)"
+        );
+    }
 
     #[test]
     fn budgets() {

@@ -512,6 +512,24 @@ mod tests {
     }
 
     #[test]
+    fn replays_stop_at_the_deadline_and_say_so() {
+        let mut s = refcount_hunt(&["refcount"]);
+        let corpus = corpus_of(&["i2_interior_seq_rm_hole.json"], &s);
+        explain_by_fix(&mut s, &corpus, &[], &[], Some(Instant::now()));
+        let g = &s.groups[0];
+        assert_eq!(g.class, GroupClass::New);
+        let by_fix = g.by_fix.as_ref().unwrap();
+        assert_eq!(by_fix.replayed, 0);
+        assert_eq!(
+            by_fix.not_told,
+            vec!["not replayed: the hunt's deadline had passed".to_string()]
+        );
+        let replays = s.fix_replays.as_ref().unwrap();
+        assert!(replays.cut_short);
+        assert!(s.to_terminal().contains("CUT SHORT at the hunt's deadline"));
+    }
+
+    #[test]
     fn a_target_without_remedies_is_not_replayed() {
         // No fault to remove and no fix: nothing is said, the group stays as classified.
         let mut s = refcount_hunt(&[]);
