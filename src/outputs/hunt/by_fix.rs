@@ -571,6 +571,33 @@ mod tests {
     }
 
     #[test]
+    fn a_source_tree_cannot_be_told_by_fix_and_says_so() {
+        // The newest pin's own sources as a developer's tree (found or fetched, not built:
+        // nothing here runs it).
+        let pins = crate::targets::llama::pins::known_pins().unwrap();
+        let info = &pins["0.1.161"];
+        let cache = crate::targets::llama::build::cache_root().unwrap();
+        let tree = crate::targets::llama::build::locate_or_fetch(info, &cache, false).unwrap();
+        let target = TargetSpec::new(&format!("llama.cpp@src:{}", tree.display()), &[]);
+        let fixes: Vec<Fix> = Fix::all().unwrap().into_iter().map(|(f, _)| f).collect();
+        let (remedies, unavailable) = remedies_for(&target, &fixes, &[]);
+        assert!(remedies.is_empty());
+        assert_eq!(unavailable.len(), 1);
+        assert!(
+            unavailable[0].starts_with("cannot tell by fix: fixes apply to a pin's sources"),
+            "{unavailable:?}"
+        );
+        // A new group of such a hunt says it, unreplayed.
+        let (_, repro) = corpus_file("contract_streams_seq_keep_leaves_other_streams.json");
+        let mut s = summary_of(&repro, "");
+        s.target = target.name.clone();
+        explain_by_fix(&mut s, &[], &fixes, &[], None);
+        assert_eq!(s.groups[0].class, GroupClass::New);
+        assert_eq!(s.groups[0].by_fix.as_ref().unwrap().not_told, unavailable);
+        assert_eq!(s.fix_replays.as_ref().unwrap().replays, 0);
+    }
+
+    #[test]
     fn fixes_not_made_for_a_pin_are_said_not_tried() {
         let fixes: Vec<Fix> = Fix::all().unwrap().into_iter().map(|(f, _)| f).collect();
         let old = fixes
