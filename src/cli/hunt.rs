@@ -24,6 +24,7 @@ use kvaudit::engines::hunt::{
 };
 use kvaudit::outputs::c_repro::check::check_compilers;
 use kvaudit::outputs::corpus::Corpus;
+use kvaudit::outputs::hunt::by_fix::explain_by_fix;
 use kvaudit::outputs::hunt::{
     checks_programs, classify, corpus_entries, decision_entries, write_new_groups,
 };
@@ -204,8 +205,9 @@ fn print_plan(
     Ok(())
 }
 
-/// Classifies the summary's groups against `corpus` and writes the new ones' files into
-/// `out` (the summary is the caller's to write, whatever this returns).
+/// Classifies the summary's groups against `corpus` (its files, then its fixes and the
+/// target's faults for the groups no file matched) and writes the new ones' files into `out`
+/// (the summary is the caller's to write, whatever this returns).
 fn finish(
     s: &mut HuntSummary,
     plan: &[PlanEntry],
@@ -216,6 +218,7 @@ fn finish(
     let entries = corpus_entries(corpus, s);
     s.corpus = Some(corpus.used());
     classify(s, &entries, &decision_entries(corpus), plan, check_until);
+    explain_by_fix(s, &entries, &corpus.fixes, plan, check_until);
     write_new_groups(s, plan, out, date, check_until)
 }
 

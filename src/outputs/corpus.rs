@@ -4,6 +4,12 @@
 //! `decisions/` folder, which replace them. Read whole before a job's first trial, so a corpus
 //! that is missing or malformed (a decision with an unknown word among them) stops the job
 //! before its work rather than after it; an error names the file.
+//!
+//! A corpus has its fixes too (the remedies identity by fix replays, `hunt::by_fix`): the
+//! built-in one every fix built into kvaudit (`corpora/fixes/`), a folder the fixes its
+//! `fixes/NAME.json` files name, each of which must be one built into kvaudit (a label applies
+//! the built-in patch by name). A folder without `fixes/` has none: a copy of `corpora/` with
+//! one root cause's files and fix removed is a corpus that does not know that root cause.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +17,7 @@ use crate::base::error::Error;
 use crate::base::files::read_text_limited;
 use crate::records::hunt::CorpusUsed;
 
+use super::fixes::Fix;
 use super::repro::decision::Decision;
 use super::repro::{repro_files, Repro, MAX_REPRO_BYTES};
 
@@ -41,6 +48,8 @@ pub struct Corpus {
     /// Its decisions of classes with no reproducer: (`decisions/NAME.json`, decision), in
     /// name order.
     pub decisions: Vec<(String, Decision)>,
+    /// Its fixes, in name order.
+    pub fixes: Vec<Fix>,
 }
 
 impl Corpus {
@@ -65,6 +74,7 @@ impl Corpus {
             folder: None,
             files,
             decisions,
+            fixes: Fix::all()?.into_iter().map(|(f, _)| f).collect(),
         })
     }
 
@@ -99,6 +109,7 @@ impl Corpus {
             folder: Some(dir.to_path_buf()),
             files,
             decisions,
+            fixes: fixes_of_folder(&dir.join("fixes"))?,
         })
     }
 
@@ -122,6 +133,34 @@ impl Corpus {
     }
 }
 
+/// The fixes built into kvaudit that the folder `dir` names by a `NAME.json` (none when there
+/// is no such folder); `Err` names a file that names no fix kvaudit has.
+fn fixes_of_folder(dir: &Path) -> Result<Vec<Fix>, Error> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let built_in = Fix::all()?;
+    repro_files(dir)?
+        .into_iter()
+        .map(|path| {
+            let stem = path
+                .file_stem()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            built_in
+                .iter()
+                .find(|(f, _)| f.name == stem)
+                .map(|(f, _)| f.clone())
+                .ok_or_else(|| {
+                    Error::input(format!(
+                        "{}: no fix `{stem}` is built into kvaudit (a fix's patch is applied by \
+                         name; `kvaudit fixes list` lists them)",
+                        path.display()
+                    ))
+                })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +174,9 @@ mod tests {
         assert_eq!(built_in.files, read.files);
         assert!(!built_in.decisions.is_empty());
         assert_eq!(built_in.decisions, read.decisions);
+        // And its fixes: the folder's `fixes/` names every fix built in.
+        assert_eq!(built_in.fixes, read.fixes);
+        assert!(!built_in.fixes.is_empty());
         assert_eq!(
             built_in.used().describe(),
             format!(

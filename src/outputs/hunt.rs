@@ -1,5 +1,8 @@
 //! A hunt's groups against the corpus, and the files of its new ones.
 //!
+//! Groups no file matches are then told by fix ([`by_fix`]: replayed with each fix of the corpus
+//! and each injected fault removed), a separate step after [`classify`].
+//!
 //! Only the corpus files of the hunt target's engine ([`TargetKind::engine`]: a file is of the
 //! engines its targets are of) are compared: a llama.cpp file says nothing of an mlx-lm group
 //! whose oracle, kind and failing op happen to be the same, and the reverse.
@@ -20,6 +23,8 @@
 //! program run on the target where it is a real engine's (a llama.cpp pin, an mlx-lm version)
 //! and the picture drawn where `explain` applies (llama.cpp's engine); a file not written is
 //! named in the group's files with why (`(no picture: ...)`).
+
+pub mod by_fix;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -51,6 +56,25 @@ pub struct CorpusEntry {
     pub repro: Repro,
     /// Its finding's root cause.
     pub cause: Cause,
+}
+
+/// The files of `corpus` of the engine of the target `target` names (a file is of the engines
+/// its targets are of).
+fn engine_files<'c>(corpus: &'c [CorpusEntry], target: &str) -> Vec<&'c CorpusEntry> {
+    let engine = TargetKind::of_label(target).map(TargetKind::engine);
+    corpus
+        .iter()
+        .filter(|c| engine.is_some_and(|e| engines_of(&c.repro).contains(&e)))
+        .collect()
+}
+
+/// The findings of the group `g`, of the hunt's `findings`.
+fn members_of<'f>(findings: &'f [HuntFinding], g: &HuntGroup) -> Vec<&'f Finding> {
+    g.group
+        .findings
+        .iter()
+        .map(|&n| &findings[n - 1].finding)
+        .collect()
 }
 
 /// The expectation `repro` records for the hunt's target (faults included), if any.
@@ -165,23 +189,14 @@ pub fn classify(
     plan: &[PlanEntry],
     replay_until: Option<Instant>,
 ) {
-    let engine = TargetKind::of_label(&s.target).map(TargetKind::engine);
-    let corpus: Vec<&CorpusEntry> = corpus
-        .iter()
-        .filter(|c| engine.is_some_and(|e| engines_of(&c.repro).contains(&e)))
-        .collect();
+    let corpus = engine_files(corpus, &s.target);
     let mut matched: BTreeSet<String> = BTreeSet::new();
     let holds_here: Vec<bool> = corpus
         .iter()
         .map(|c| expectation_for(&c.repro, s).is_some_and(|t| t.expect == Expect::Holds))
         .collect();
     for g in &mut s.groups {
-        let members: Vec<&Finding> = g
-            .group
-            .findings
-            .iter()
-            .map(|&n| &s.findings[n - 1].finding)
-            .collect();
+        let members = members_of(&s.findings, g);
         // Every match needs a finding of the group of the file's class: its oracle, kind (line
         // numbers aside), memory type and stream layout; a cause or a design shared alone
         // says too little (one fault or one model design shows in many oracles and setups).
@@ -314,6 +329,63 @@ fn check_program(
     })
 }
 
+/// A group's representative as a repro file, and the target it runs on: the side it fails on
+/// (under a configuration pair, the target with the entry's configuration for that side's own
+/// crash; beside the native model, the model for its own crash), expected to fail there, the
+/// native model as the second side of a pair oracle judged against it. `findings` are the
+/// hunt's, `target` the hunt's target; `date` is the file's `since`.
+pub(crate) fn representative_repro(
+    findings: &[HuntFinding],
+    plan: &[PlanEntry],
+    target: &TargetSpec,
+    g: &HuntGroup,
+    date: &str,
+) -> Result<(Repro, TargetSpec), Error> {
+    let hf = &findings[g.group.representative - 1];
+    let f = &hf.finding;
+    let pairing = plan
+        .iter()
+        .find(|e| e.id == hf.entry)
+        .map_or(Pairing::Alone, |e| e.pairing.clone());
+    let is_pair = Registry::builtin()
+        .get(f.oracle)
+        .is_some_and(|o| o.reads() == Reads::Pair);
+    let vs = match (&pairing, is_pair) {
+        (Pairing::Native, true) => Some(TargetSpec::new("native", &[])),
+        _ => None,
+    };
+    // A step oracle's violation on the second side (its own crash, `Judge::label_of`) is
+    // that side's alone: under a configuration pair, the target with the entry's
+    // configuration (the repro's setup carries it, as `n_ubatch=1` of
+    // `rollback~n_ubatch=1`); against the native model, the model.
+    let on_second =
+        !is_pair && f.target != TargetExpectation::new(target, None, Expect::Holds).label();
+    let mut f = f.clone();
+    let runs_on = match (&pairing, on_second) {
+        (Pairing::Config { config }, true) => {
+            f.trace.setup = f
+                .trace
+                .setup
+                .with_config(config)
+                .map_err(|e| Error::harness(format!("entry {}: {e}", hf.entry)))?;
+            target.clone()
+        }
+        (Pairing::Native, true) => TargetSpec::new("native", &[]),
+        _ => target.clone(),
+    };
+    let mut expectation = TargetExpectation::new(&runs_on, vs.as_ref(), Expect::Fails);
+    if let (Pairing::Config { config }, true) = (&pairing, is_pair) {
+        expectation.vs_config = Some(config.clone());
+    }
+    let mut repro = Repro::from_finding(&f, date, vec![expectation], None);
+    repro.postmortem = format!(
+        "Found by kvaudit hunt (entry {}); root cause: {}.",
+        hf.entry,
+        g.group.cause.describe_with(&hf.finding.trace)
+    );
+    Ok((repro, runs_on))
+}
+
 /// Writes each new group's files into `dir/new/` (a repro file, its program and bug report
 /// draft in its engine's language, its picture where `explain` applies) and records their
 /// names in the group, and what was not written with why. The program is run on a real
@@ -331,49 +403,8 @@ pub fn write_new_groups(
     let mut used: BTreeSet<String> = BTreeSet::new();
     let findings = s.findings.clone();
     for g in s.groups.iter_mut().filter(|g| g.class == GroupClass::New) {
-        let hf = &findings[g.group.representative - 1];
-        let f = &hf.finding;
-        let pairing = plan
-            .iter()
-            .find(|e| e.id == hf.entry)
-            .map_or(Pairing::Alone, |e| e.pairing.clone());
-        let is_pair = Registry::builtin()
-            .get(f.oracle)
-            .is_some_and(|o| o.reads() == Reads::Pair);
-        let vs = match (&pairing, is_pair) {
-            (Pairing::Native, true) => Some(TargetSpec::new("native", &[])),
-            _ => None,
-        };
-        // A step oracle's violation on the second side (its own crash, `Judge::label_of`) is
-        // that side's alone: under a configuration pair, the target with the entry's
-        // configuration (the repro's setup carries it, as `n_ubatch=1` of
-        // `rollback~n_ubatch=1`); against the native model, the model.
-        let on_second =
-            !is_pair && f.target != TargetExpectation::new(&target, None, Expect::Holds).label();
-        let mut f = f.clone();
-        let runs_on = match (&pairing, on_second) {
-            (Pairing::Config { config }, true) => {
-                f.trace.setup = f
-                    .trace
-                    .setup
-                    .with_config(config)
-                    .map_err(|e| Error::harness(format!("entry {}: {e}", hf.entry)))?;
-                target.clone()
-            }
-            (Pairing::Native, true) => TargetSpec::new("native", &[]),
-            _ => target.clone(),
-        };
-        let f = &f;
-        let mut expectation = TargetExpectation::new(&runs_on, vs.as_ref(), Expect::Fails);
-        if let (Pairing::Config { config }, true) = (&pairing, is_pair) {
-            expectation.vs_config = Some(config.clone());
-        }
-        let mut repro = Repro::from_finding(f, date, vec![expectation], None);
-        repro.postmortem = format!(
-            "Found by kvaudit hunt (entry {}); root cause: {}.",
-            hf.entry,
-            g.group.cause.describe_with(&hf.finding.trace)
-        );
+        let (repro, runs_on) = representative_repro(&findings, plan, &target, g, date)?;
+        let f = &findings[g.group.representative - 1].finding;
         let base = safe_file_name(&repro.file_name());
         let stem0 = base.trim_end_matches(".json").to_string();
         let mut stem = stem0.clone();
@@ -433,7 +464,7 @@ pub fn write_new_groups(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::records::finding::Finding;
     use crate::records::group::FindingGroup;
@@ -442,7 +473,7 @@ mod tests {
 
     /// A summary of one group of one finding: `file`'s finding with its setup changed by
     /// `config`, caused by the native model's design.
-    fn summary_of(repro: &Repro, config: &str) -> HuntSummary {
+    pub(crate) fn summary_of(repro: &Repro, config: &str) -> HuntSummary {
         let mut trace = repro.trace.clone();
         trace.setup = trace.setup.with_config(config).unwrap();
         let finding = Finding {
@@ -491,9 +522,11 @@ mod tests {
                 matched_by: String::new(),
                 first_violation_s: 0.0,
                 decision: None,
+                by_fix: None,
                 files: Vec::new(),
             }],
             fixed: Vec::new(),
+            fix_replays: None,
             elapsed_s: 0.0,
             incomplete: false,
             code: None,

@@ -1,5 +1,6 @@
 //! A hunt (`kvaudit hunt`): its plan, what each entry of the plan judged, the findings of the
-//! whole hunt grouped by root cause, and each group's class against the corpus. Plain data and
+//! whole hunt grouped by root cause, and each group's class against the corpus (by a file of its
+//! class, or by the fix whose replay makes it hold: [`ByFix`]). Plain data and
 //! its renderings (terminal, Markdown, JSON); `engines::hunt` fills it, `outputs::hunt`
 //! classifies its groups.
 
@@ -205,6 +206,14 @@ pub enum GroupClass {
         /// The corpus file.
         file: String,
     },
+    /// No corpus file of its class holds it, but its trace holds once a remedy whose root
+    /// cause the corpus holds is applied (a fix's patch, a fault removed): that root cause,
+    /// reached another way ([`HuntGroup::by_fix`] has the replays).
+    KnownByFix {
+        /// The remedies that make it hold (`fix seq-keep-all-streams`, `fault refcount
+        /// removed`), each of a root cause the corpus holds.
+        remedies: Vec<String>,
+    },
     /// No corpus file holds it.
     New,
     /// No corpus file holds it, and a decision's class covers it (its `match` block): a class
@@ -221,14 +230,168 @@ pub enum GroupClass {
 }
 
 impl GroupClass {
-    /// `known`, `regressed`, `new`, `decided`.
+    /// `known`, `regressed`, `new`, `decided` (a group known by fix is `known`).
     pub fn word(&self) -> &'static str {
         match self {
-            GroupClass::Known { .. } => "known",
+            GroupClass::Known { .. } | GroupClass::KnownByFix { .. } => "known",
             GroupClass::Regressed { .. } => "regressed",
             GroupClass::New => "new",
             GroupClass::Decided { .. } => "decided",
         }
+    }
+
+    /// Known, by a corpus file of its class or by a fix: not what fails a hunt.
+    pub fn is_known(&self) -> bool {
+        matches!(
+            self,
+            GroupClass::Known { .. } | GroupClass::KnownByFix { .. }
+        )
+    }
+}
+
+/// One remedy that makes a group's trace hold: the trace fails on the hunt's target and holds
+/// on the target with the remedy applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixEvidence {
+    /// The remedy: `fix seq-keep-all-streams` (a patch of `corpora/fixes/`), `fault refcount
+    /// removed` (an injected fault taken out).
+    pub remedy: String,
+    /// The root cause the remedy is for (`R8`), when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_cause: Option<String>,
+    /// The target the trace was replayed on (`llama.cpp@0.1.161+fix:seq-keep-all-streams`,
+    /// `native[keep_noop]`).
+    pub replayed_on: String,
+    /// The step at which the group's oracle fails first on the hunt's target, replayed.
+    pub fails_at: usize,
+    /// The corpus files of the remedy's root cause that the corpus used holds; none: the root
+    /// cause is not the corpus's, and the group is new.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
+}
+
+impl FixEvidence {
+    /// `R8 by fix seq-keep-all-streams: replayed on llama.cpp@0.1.161+fix:seq-keep-all-streams,
+    /// fails at step 3 -> holds` for a root cause the corpus holds, `by fix NAME (R8): ...`
+    /// for one it lacks (free text inside: escape it for where it goes).
+    pub fn describe(&self) -> String {
+        let by = match (&self.root_cause, self.files.is_empty()) {
+            (Some(r), false) => format!("{r} by {}", self.remedy),
+            (Some(r), true) => format!("by {} ({r})", self.remedy),
+            (None, _) => format!("by {}", self.remedy),
+        };
+        format!(
+            "{by}: replayed on {}, fails at step {} -> holds",
+            self.replayed_on, self.fails_at
+        )
+    }
+}
+
+/// What replaying a group with each remedy found (identity by fix, `outputs::hunt::by_fix`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByFix {
+    /// Every remedy whose replay holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub explained: Vec<FixEvidence>,
+    /// The remedies replayed on it.
+    pub replayed: usize,
+    /// Why it was not replayed with every remedy, each a sentence: `cannot tell by fix: ...`,
+    /// `cut short at the hunt's deadline after 3 of 18 remedies`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_told: Vec<String>,
+    /// Other groups merged into this one, explained by the same remedies (one root cause).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub merged: usize,
+}
+
+impl ByFix {
+    /// What follows the group's class in the summary: ` R8 by fix NAME: replayed on ..., fails
+    /// at step 3 -> holds` for a known one, ` (made to hold by ...; no corpus file of its root
+    /// cause)` or ` (no remedy makes it hold: 18 replayed)` for a new one, with what was not
+    /// told (free text inside: escape it for where it goes).
+    pub fn describe(&self) -> String {
+        let known: Vec<String> = self
+            .explained
+            .iter()
+            .filter(|e| !e.files.is_empty())
+            .map(FixEvidence::describe)
+            .collect();
+        let unknown: Vec<String> = self
+            .explained
+            .iter()
+            .filter(|e| e.files.is_empty())
+            .map(FixEvidence::describe)
+            .collect();
+        let mut s = String::new();
+        if !known.is_empty() {
+            s.push_str(&format!(" {}", known.join("; and ")));
+        }
+        let mut notes: Vec<String> = Vec::new();
+        if !unknown.is_empty() {
+            notes.push(format!(
+                "made to hold {}; no corpus file of its root cause",
+                unknown.join("; and ")
+            ));
+        }
+        if self.explained.is_empty() && self.replayed > 0 {
+            notes.push(format!(
+                "no remedy makes it hold: {} replayed",
+                self.replayed
+            ));
+        }
+        notes.extend(self.not_told.iter().cloned());
+        if self.merged > 0 {
+            notes.push(format!(
+                "{} more group(s) merged into it by the same remedies",
+                self.merged
+            ));
+        }
+        if !notes.is_empty() {
+            s.push_str(&format!(" ({})", notes.join("; ")));
+        }
+        s
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The hunt's identity-by-fix pass as a whole: what it could replay and what it could not.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixReplays {
+    /// The remedies it had for the target, each `fix NAME` or `fault NAME removed`.
+    pub remedies: Vec<String>,
+    /// Groups no corpus file matched, replayed with them.
+    pub groups: usize,
+    /// Trace replays run (on the target itself and with each remedy).
+    pub replays: usize,
+    /// Why other remedies could not be tried here, each a sentence (a fix not built, a source
+    /// tree), free text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<String>,
+    /// Stopped at the hunt's deadline before every group was replayed with every remedy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
+}
+
+impl FixReplays {
+    /// `identity by fix: 4 group(s) replayed with 18 remedies (76 replays)...` (free text
+    /// inside: escape it for where it goes).
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "identity by fix: {} group(s) no corpus file matched, replayed with {} remedies ({} replays)",
+            self.groups,
+            self.remedies.len(),
+            self.replays
+        );
+        if self.cut_short {
+            s.push_str("; CUT SHORT at the hunt's deadline (the groups say which were not replayed with every remedy)");
+        }
+        for why in &self.unavailable {
+            s.push_str(&format!("; {why}"));
+        }
+        s
     }
 }
 
@@ -253,6 +416,9 @@ pub struct HuntGroup {
     /// matched it (decided).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<DecisionNote>,
+    /// Its replays with remedies (identity by fix), when no corpus file matched it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_fix: Option<ByFix>,
     /// Files written for a new group (`new/NAME.json`, `.c`, `.svg`, `.md`), relative to the
     /// hunt's folder.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -308,6 +474,9 @@ pub struct HuntSummary {
     pub groups: Vec<HuntGroup>,
     /// Corpus findings reached that no longer fail.
     pub fixed: Vec<FixedFinding>,
+    /// The identity-by-fix pass over the groups no corpus file matched, once it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix_replays: Option<FixReplays>,
     /// Wall time, seconds (summed over resumed parts).
     pub elapsed_s: f64,
     /// Stopped before every entry of its share ran (Ctrl-C, SIGTERM).
@@ -425,7 +594,7 @@ impl HuntSummary {
                 r.counted.push(g.group.representative);
                 match g.class {
                     GroupClass::New => r.new += 1,
-                    GroupClass::Known { .. } => r.known += 1,
+                    GroupClass::Known { .. } | GroupClass::KnownByFix { .. } => r.known += 1,
                     GroupClass::Regressed { .. } => r.regressed += 1,
                     GroupClass::Decided { .. } => r.decided += 1,
                 }
@@ -457,12 +626,15 @@ impl HuntSummary {
             GroupClass::Known { file } | GroupClass::Regressed { file } => {
                 format!("{} ({file}, by {})", g.class.word(), g.matched_by)
             }
-            GroupClass::New => "new".into(),
             GroupClass::Decided {
                 decision,
                 root_cause,
                 evidence,
             } => format!("decided ({} {root_cause}, by {evidence})", decision.word()),
+            GroupClass::KnownByFix { .. } | GroupClass::New => {
+                let evidence = g.by_fix.as_ref().map_or(String::new(), ByFix::describe);
+                format!("{}{evidence}", g.class.word())
+            }
         };
         let not_minimal = rep_record.shrink_stopped_after.map_or(String::new(), |n| {
             format!("; not minimal: shrink stopped by the budget after {n} executions")
@@ -510,7 +682,9 @@ impl HuntSummary {
                     describe(i + 1, g),
                     at(g.first_violation_s)
                 )),
-                GroupClass::Known { .. } | GroupClass::Decided { .. } => {}
+                GroupClass::Known { .. }
+                | GroupClass::KnownByFix { .. }
+                | GroupClass::Decided { .. } => {}
             }
         }
         // The groups a decision covers, by root cause: (groups, earliest violation).
@@ -520,6 +694,7 @@ impl HuntSummary {
         for (i, g) in self.groups.iter().enumerate() {
             let how = match (&g.class, &g.decision) {
                 (GroupClass::Known { .. }, Some(_)) => "known",
+                (GroupClass::KnownByFix { .. }, Some(_)) => "known by fix",
                 (GroupClass::Decided { .. }, Some(_)) => "decided",
                 (GroupClass::Known { file }, None) => {
                     let e = undecided.entry(file).or_insert((Vec::new(), f64::MAX));
@@ -598,11 +773,16 @@ impl HuntSummary {
         })
     }
 
-    /// The line under the headline: the corpus the groups were classified against.
+    /// The line under the headline: the corpus the groups were classified against, and what
+    /// identity by fix could replay.
     fn corpus_line(&self) -> String {
-        match &self.corpus {
+        let corpus = match &self.corpus {
             Some(c) => format!("corpus: {}", c.describe()),
             None => "corpus: none yet (the groups are not classified)".into(),
+        };
+        match &self.fix_replays {
+            Some(r) => format!("{corpus}; {}", r.describe()),
+            None => corpus,
         }
     }
 
@@ -808,6 +988,40 @@ impl TableRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fix_is_named_with_its_root_cause_and_its_replay() {
+        let mut e = FixEvidence {
+            remedy: "fix seq-keep-all-streams".into(),
+            root_cause: Some("R8".into()),
+            replayed_on: "llama.cpp@0.1.161+fix:seq-keep-all-streams".into(),
+            fails_at: 3,
+            files: vec!["contract_streams_seq_keep_leaves_other_streams.json".into()],
+        };
+        let by_fix = ByFix {
+            explained: vec![e.clone()],
+            replayed: 18,
+            ..ByFix::default()
+        };
+        assert_eq!(
+            format!("known{}", by_fix.describe()),
+            "known R8 by fix seq-keep-all-streams: replayed on \
+             llama.cpp@0.1.161+fix:seq-keep-all-streams, fails at step 3 -> holds"
+        );
+        // A root cause the corpus does not hold: the group stays new, with the evidence.
+        e.files.clear();
+        let by_fix = ByFix {
+            explained: vec![e],
+            replayed: 18,
+            ..ByFix::default()
+        };
+        assert_eq!(
+            by_fix.describe(),
+            " (made to hold by fix seq-keep-all-streams (R8): replayed on \
+             llama.cpp@0.1.161+fix:seq-keep-all-streams, fails at step 3 -> holds; no corpus \
+             file of its root cause)"
+        );
+    }
 
     #[test]
     fn budgets() {

@@ -134,7 +134,7 @@ struct GroupExpect {
 }
 
 pub fn trials() -> Vec<Trial> {
-    super::data_files(&super::root().join("tests/data/hunt"), "json")
+    let mut trials: Vec<Trial> = super::data_files(&super::root().join("tests/data/hunt"), "json")
         .into_iter()
         .map(|(stem, path)| {
             Trial::test(format!("hunt::{stem}"), move || {
@@ -144,7 +144,145 @@ pub fn trials() -> Vec<Trial> {
                 super::outcome(check(&case))
             })
         })
-        .collect()
+        .collect();
+    trials.extend(leave_one_out_trials());
+    trials
+}
+
+/// A leave-one-out case (`tests/data/hunt/leave_one_out/NAME.json`): a hunt with several
+/// faults injected, whose corpus (the folder `NAME/` beside it) knows every group it finds.
+/// `hunt::leave_one_out::NAME::all` hunts with the whole corpus: nothing is new.
+/// `hunt::leave_one_out::NAME::without_FAULT` leaves that fault's files out of a copy of it:
+/// the hunt reports exactly one new group, the one the fault's removal makes hold (identity by
+/// fix, `outputs::hunt::by_fix`), and every other group known. The folder is the `new/` files
+/// of the same hunt against an empty corpus; `leave_out` names each fault's files among them
+/// (the groups `by_fix` explains by that fault).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaveOneOut {
+    #[allow(dead_code)]
+    about: String,
+    /// The command line after `hunt` (without `--corpus` and `--out`), `--inject` among it.
+    args: Vec<String>,
+    /// Per injected fault, its root cause's files in the corpus folder.
+    leave_out: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+fn leave_one_out_trials() -> Vec<Trial> {
+    let dir = super::root().join("tests/data/hunt/leave_one_out");
+    let mut trials = Vec::new();
+    for (stem, path) in super::data_files(&dir, "json") {
+        let case = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<LeaveOneOut>(&t).map_err(|e| e.to_string()))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let case = std::sync::Arc::new(case);
+        let corpus = dir.join(&stem);
+        let left: Vec<Option<String>> = std::iter::once(None)
+            .chain(case.leave_out.keys().cloned().map(Some))
+            .collect();
+        for fault in left {
+            let name = match &fault {
+                None => format!("hunt::leave_one_out::{stem}::all"),
+                Some(f) => format!("hunt::leave_one_out::{stem}::without_{f}"),
+            };
+            let (case, corpus) = (case.clone(), corpus.clone());
+            trials.push(Trial::test(name, move || {
+                super::outcome(left_out(&case, &corpus, fault.as_deref()))
+            }));
+        }
+    }
+    trials
+}
+
+/// One trial of a leave-one-out case: the hunt against `corpus` without `fault`'s files.
+fn left_out(
+    case: &LeaveOneOut,
+    corpus: &std::path::Path,
+    fault: Option<&str>,
+) -> Result<(), String> {
+    let injected: Vec<&str> = case
+        .args
+        .iter()
+        .skip_while(|a| *a != "--inject")
+        .nth(1)
+        .map_or(Vec::new(), |f| f.split(',').collect());
+    let copy = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let out = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let left: &[String] = fault.map_or(&[], |f| &case.leave_out[f]);
+    if let Some(f) = fault.filter(|f| !injected.contains(f)) {
+        return Err(format!("{f} is not injected: {:?}", case.args));
+    }
+    let mut copied = 0;
+    for (name, path) in super::data_files(corpus, "json") {
+        let file = format!("{name}.json");
+        if !left.contains(&file) {
+            std::fs::copy(&path, copy.path().join(&file)).map_err(|e| e.to_string())?;
+            copied += 1;
+        }
+    }
+    // Every file named is left out: a name that is not there would leave nothing out.
+    let all = super::data_files(corpus, "json").len();
+    if all - copied != left.len() {
+        return Err(format!(
+            "{} of {:?} are not in {}",
+            left.len() - (all - copied),
+            left,
+            corpus.display()
+        ));
+    }
+    let o = hunt(
+        &case.args,
+        Some(copy.path()),
+        &["--out".as_ref(), out.path().as_os_str()],
+        false,
+    )
+    .output()
+    .map_err(|e| e.to_string())?;
+    // Exit 1 when the new group's oracle is not advisory (`contract?` alone fails nothing).
+    let code = o.status.code().ok_or("killed by a signal")?;
+    super::exited(&o, if matches!(code, 0 | 1) { code } else { 1 })?;
+    let s = read_summary(out.path())?;
+    if code != i32::from(s.failing_groups() > 0) {
+        return Err(format!(
+            "exit {code}, but the summary has {} new or regressed groups",
+            s.failing_groups()
+        ));
+    }
+    let new: Vec<&kvaudit::records::hunt::HuntGroup> =
+        s.groups.iter().filter(|g| !g.class.is_known()).collect();
+    let why = || s.to_terminal();
+    let Some(fault) = fault else {
+        return match new.len() {
+            0 => Ok(()),
+            n => Err(format!(
+                "{n} group(s) not known with the whole corpus:\n{}",
+                why()
+            )),
+        };
+    };
+    let [g] = new.as_slice() else {
+        return Err(format!(
+            "{} groups not known without {fault}'s files, expected 1:\n{}",
+            new.len(),
+            why()
+        ));
+    };
+    let remedies: Vec<&str> = g
+        .by_fix
+        .iter()
+        .flat_map(|b| b.explained.iter().map(|e| e.remedy.as_str()))
+        .collect();
+    let wanted = format!("fault {fault} removed");
+    if g.class != GroupClass::New || remedies != [wanted.as_str()] {
+        return Err(format!(
+            "the group not known is {:?}, explained by {remedies:?}, expected new and \
+             explained by {wanted} alone:\n{}",
+            g.class,
+            why()
+        ));
+    }
+    Ok(())
 }
 
 /// `kvaudit hunt ARGS EXTRA --corpus CORPUS` (quiet unless `progress`; no `--corpus` when

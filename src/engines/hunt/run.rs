@@ -267,6 +267,7 @@ pub fn run_hunt(
             findings: Vec::new(),
             groups: Vec::new(),
             fixed: Vec::new(),
+            fix_replays: None,
             elapsed_s: 0.0,
             incomplete: false,
             code: None,
@@ -682,6 +683,7 @@ pub fn regroup(summary: &mut HuntSummary) {
                 matched_by: String::new(),
                 first_violation_s,
                 decision: None,
+                by_fix: None,
                 files: Vec::new(),
             }
         })
@@ -728,6 +730,7 @@ pub fn merge_shards(mut parts: Vec<HuntSummary>) -> Result<HuntSummary, Error> {
     // Classified again: a shard's failure in its classification is not the merge's.
     whole.failed = None;
     whole.corpus = None;
+    whole.fix_replays = None;
     for p in parts.into_iter().skip(1) {
         whole.entries.extend(p.entries);
         whole.unsupported.extend(p.unsupported);

@@ -1,0 +1,623 @@
+//! Identity by fix: a hunt group no corpus file matched is the root cause whose remedy makes its
+//! trace hold.
+//!
+//! A *remedy* is a change of the hunt's target that takes one root cause out: a fix of the
+//! corpus (`corpora/fixes/NAME.patch`, the pin rebuilt as `llama.cpp@PIN+fix:NAME`) or, on a
+//! target with injected faults (`native[a][b]`), one fault removed (`native[b]`). A group is
+//! explained by a remedy when its representative's trace, replayed as the hunt found it (the
+//! repro file `write_new_groups` would write, `representative_repro`), fails on the target and
+//! holds with the remedy: the replay machinery's "fixed" (`repro::judge_expectation`), so a
+//! crash group only when the remedied build does not crash, and another oracle's group not when
+//! the remedied build crashes before that oracle's step. Every remedy is replayed, the likely
+//! ones first (those whose corpus files share the group's memory type, oracle and failing op),
+//! so a group two remedies explain names both.
+//!
+//! The class that follows: explained by a remedy whose root cause has files in the corpus
+//! (a fix's `files` and `also_fixes`; for a fault, the files whose native cause is that fault,
+//! or that record a failure under that fault alone) is *known by fix*; explained only by
+//! remedies of root causes the corpus does not hold, *new*, with the evidence. Groups that end
+//! with the same remedies explaining them are one group (one root cause reached through several
+//! classes or shapes): merged into the largest, whose representative and evidence stay.
+//!
+//! What cannot be told is said, per group and in the summary: a source tree (fixes apply to a
+//! pin's sources), a fix whose build is not in the cache (a hunt never builds one: minutes), a
+//! fix not made for the pin, the hunt's deadline reached (replays are milliseconds, but a hunt
+//! of 45 new groups and 19 fixes runs about 900). Groups a corpus file matched stay as they are:
+//! class and native cause are the cheaper evidence.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use crate::oracles::OracleId;
+use crate::outputs::fixes::Fix;
+use crate::outputs::repro::decision::Decision;
+use crate::outputs::repro::TargetExpectation;
+use crate::outputs::repro::{judge_entry, judge_expectation, Expect, Repro, Status};
+use crate::outputs::versions::is_built;
+use crate::records::finding::Finding;
+use crate::records::group::Cause;
+use crate::records::hunt::{
+    ByFix, FixEvidence, FixReplays, GroupClass, HuntGroup, HuntSummary, PlanEntry,
+};
+use crate::targets::llama::pins::Pin;
+use crate::targets::registry::{TargetKind, TargetSpec};
+
+use super::{engine_files, members_of, representative_repro, CorpusEntry};
+
+/// One change of the hunt's target that takes one root cause out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Remedy {
+    /// `fix NAME` or `fault NAME removed`.
+    pub name: String,
+    /// The root cause it is for (a fix's `R8`); none for a fault.
+    pub root_cause: Option<String>,
+    /// The remedied target's name (`llama.cpp@0.1.161+fix:NAME`, `native`).
+    pub target: String,
+    /// The remedied target's faults.
+    pub faults: Vec<String>,
+    /// The corpus files of its root cause in the corpus used: known when not empty.
+    pub files: Vec<String>,
+}
+
+impl Remedy {
+    /// The remedied target's label, as replays name it (`native[b]`).
+    fn label(&self) -> String {
+        TargetExpectation::new(
+            &TargetSpec::new(&self.target, &self.faults),
+            None,
+            Expect::Holds,
+        )
+        .label()
+    }
+
+    /// `expectation` moved onto the remedied target, if it is on the hunt's `target` (a
+    /// failure on the second side, the native model's own crash, is not the target's to fix).
+    fn applied(
+        &self,
+        expectation: &TargetExpectation,
+        target: &TargetSpec,
+    ) -> Option<TargetExpectation> {
+        (expectation.target == target.name && expectation.faults == target.faults).then(|| {
+            TargetExpectation {
+                target: self.target.clone(),
+                faults: self.faults.clone(),
+                ..expectation.clone()
+            }
+        })
+    }
+}
+
+/// The remedies of `target`: the fixes of `fixes` made for its pin and built, then each of its
+/// faults removed; with a sentence for each kind of remedy that cannot be tried there.
+/// `corpus` is the engine's files, whose names tell which root causes the corpus holds.
+pub fn remedies_for(
+    target: &TargetSpec,
+    fixes: &[Fix],
+    corpus: &[&CorpusEntry],
+) -> (Vec<Remedy>, Vec<String>) {
+    let mut remedies = Vec::new();
+    let mut unavailable = Vec::new();
+    let in_corpus = |file: &String| corpus.iter().any(|c| &c.file == file);
+    if TargetKind::of_label(&target.name) == Some(TargetKind::Llama) && !fixes.is_empty() {
+        match Pin::parse(&target.name) {
+            Err(e) => unavailable.push(format!("cannot tell by fix: {e}")),
+            Ok(pin) if pin.tree.is_some() => unavailable.push(format!(
+                "cannot tell by fix: fixes apply to a pin's sources, not to the source tree of {} \
+                 (apply a fix's patch to the tree and hunt again)",
+                target.name
+            )),
+            Ok(pin) => {
+                let (mut not_made, mut not_built) = (Vec::new(), Vec::new());
+                for fix in fixes.iter().filter(|f| !pin.fixes.contains(&f.name)) {
+                    if !fix.applies_to.contains(&pin.version) {
+                        not_made.push(fix.name.clone());
+                        continue;
+                    }
+                    let mut fixed = pin.clone();
+                    fixed.fixes.push(fix.name.clone());
+                    fixed.fixes.sort();
+                    let label = fixed.label();
+                    if !is_built(&label).unwrap_or(false) {
+                        not_built.push(label);
+                        continue;
+                    }
+                    let declared = fix.also_fixes.iter().map(|c| &c.file);
+                    remedies.push(Remedy {
+                        name: format!("fix {}", fix.name),
+                        root_cause: Some(fix.root_cause.clone()),
+                        target: label,
+                        faults: target.faults.clone(),
+                        files: fix
+                            .files
+                            .iter()
+                            .chain(declared)
+                            .filter(|f| in_corpus(f))
+                            .cloned()
+                            .collect(),
+                    });
+                }
+                if !not_made.is_empty() {
+                    unavailable.push(format!(
+                        "{} fix(es) not made for {} (their patches apply to other pins): {}",
+                        not_made.len(),
+                        pin.version,
+                        not_made.join(", ")
+                    ));
+                }
+                if !not_built.is_empty() {
+                    unavailable.push(format!(
+                        "{} fix build(s) not in the cache, not tried (`kvaudit target build LABEL` \
+                         makes one): {}",
+                        not_built.len(),
+                        not_built.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    for fault in &target.faults {
+        let files = corpus
+            .iter()
+            .filter(|c| {
+                let by_cause =
+                    matches!(&c.cause, Cause::NativeFault { faults } if faults.contains(fault));
+                let recorded = c.repro.targets.iter().any(|t| {
+                    t.target == target.name
+                        && t.faults == std::slice::from_ref(fault)
+                        && t.expect == Expect::Fails
+                });
+                by_cause || recorded
+            })
+            .map(|c| c.file.clone())
+            .collect();
+        remedies.push(Remedy {
+            name: format!("fault {fault} removed"),
+            root_cause: None,
+            target: target.name.clone(),
+            faults: target
+                .faults
+                .iter()
+                .filter(|f| *f != fault)
+                .cloned()
+                .collect(),
+            files,
+        });
+    }
+    (remedies, unavailable)
+}
+
+/// How near `remedy`'s corpus files come to the group's `members`: one point each for the
+/// same memory type, oracle and failing op, the best file's; what orders the replays.
+fn nearness(remedy: &Remedy, corpus: &[&CorpusEntry], members: &[&Finding]) -> usize {
+    corpus
+        .iter()
+        .filter(|c| remedy.files.contains(&c.file))
+        .flat_map(|c| {
+            let r = &c.repro;
+            let op = r
+                .trace
+                .ops
+                .get(r.step.max(1) - 1)
+                .map_or("setup", |o| o.name());
+            members.iter().map(move |f| {
+                usize::from(f.trace.setup.arch.memory() == r.trace.setup.arch.memory())
+                    + usize::from(f.oracle == r.oracle)
+                    + usize::from(f.failing_op() == op)
+            })
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The step a run of `repro`'s trace fails at: its oracle's first violation, or a crash that
+/// ended the run before it.
+fn failing_step(repro: &Repro, j: &crate::running::judge::RunJudgement) -> Option<usize> {
+    j.first(repro.oracle)
+        .or_else(|| j.first(OracleId::CRASH))
+        .map(|v| v.step)
+}
+
+/// What replaying one group found, and whether the deadline stopped it.
+struct Replayed {
+    by_fix: ByFix,
+    cut_short: bool,
+}
+
+/// Replays the group `g` with each remedy (likely ones first) until `until`; `replays` counts
+/// the runs.
+fn replay_group(
+    s: &HuntSummary,
+    plan: &[PlanEntry],
+    g: &HuntGroup,
+    (remedies, corpus): (&[Remedy], &[&CorpusEntry]),
+    until: Option<Instant>,
+    replays: &mut usize,
+) -> Replayed {
+    let target = TargetSpec::new(&s.target, &s.faults);
+    let late = || until.is_some_and(|t| Instant::now() >= t);
+    let said = |why: String, cut_short: bool| Replayed {
+        by_fix: ByFix {
+            not_told: vec![why],
+            ..ByFix::default()
+        },
+        cut_short,
+    };
+    let cannot_tell = |why: String| said(format!("cannot tell by fix: {why}"), false);
+    if late() {
+        return said("not replayed: the hunt's deadline had passed".into(), true);
+    }
+    // The date is the file's `since`, which a replay does not read.
+    let (repro, _) = match representative_repro(&s.findings, plan, &target, g, "2000-01-01") {
+        Ok(r) => r,
+        Err(e) => return cannot_tell(e.message),
+    };
+    let expectation = &repro.targets[0];
+    if remedies
+        .iter()
+        .all(|r| r.applied(expectation, &target).is_none())
+    {
+        return cannot_tell(format!(
+            "it fails on {}, which no remedy changes",
+            expectation.label()
+        ));
+    }
+    *replays += 1;
+    let fails_at = judge_entry(&repro, expectation)
+        .ok()
+        .and_then(|j| failing_step(&repro, &j));
+    let Some(fails_at) = fails_at else {
+        return cannot_tell(format!(
+            "its trace does not fail again on {}",
+            expectation.label()
+        ));
+    };
+    let members = members_of(&s.findings, g);
+    let mut order: Vec<&Remedy> = remedies.iter().collect();
+    order.sort_by_key(|r| std::cmp::Reverse(nearness(r, corpus, &members)));
+    let mut by_fix = ByFix::default();
+    let mut cut_short = false;
+    for (k, remedy) in order.iter().enumerate() {
+        if late() {
+            by_fix.not_told.push(format!(
+                "cut short at the hunt's deadline after {k} of {} remedies",
+                order.len()
+            ));
+            cut_short = true;
+            break;
+        }
+        let Some(on) = remedy.applied(expectation, &target) else {
+            continue;
+        };
+        *replays += 1;
+        by_fix.replayed += 1;
+        let held = judge_entry(&repro, &on)
+            .is_ok_and(|j| matches!(judge_expectation(&repro, &on, &j), Status::Fixed(_)));
+        if held {
+            by_fix.explained.push(FixEvidence {
+                remedy: remedy.name.clone(),
+                root_cause: remedy.root_cause.clone(),
+                replayed_on: remedy.label(),
+                fails_at,
+                files: remedy.files.clone(),
+            });
+        }
+    }
+    Replayed { by_fix, cut_short }
+}
+
+/// The class evidence `by_fix` gives: known by the remedies of root causes the corpus holds,
+/// else new.
+fn class_of(by_fix: &ByFix) -> GroupClass {
+    let known: Vec<String> = by_fix
+        .explained
+        .iter()
+        .filter(|e| !e.files.is_empty())
+        .map(|e| e.remedy.clone())
+        .collect();
+    if known.is_empty() {
+        GroupClass::New
+    } else {
+        GroupClass::KnownByFix { remedies: known }
+    }
+}
+
+/// Merges the groups the same remedies explain into the first of them (the largest: groups are
+/// ordered by size): its representative and evidence stay, the findings, oracles, memory
+/// types and entries join, the first violation is the earliest.
+fn merge_by_remedies(groups: &mut Vec<HuntGroup>) {
+    let key = |g: &HuntGroup| -> BTreeSet<String> {
+        g.by_fix
+            .iter()
+            .flat_map(|b| b.explained.iter().map(|e| e.remedy.clone()))
+            .collect()
+    };
+    let mut merged: Vec<HuntGroup> = Vec::with_capacity(groups.len());
+    for g in groups.drain(..) {
+        let k = key(&g);
+        let into = merged
+            .iter_mut()
+            .find(|m| !k.is_empty() && m.by_fix.is_some() && key(m) == k);
+        let Some(m) = into else {
+            merged.push(g);
+            continue;
+        };
+        m.group.findings.extend(g.group.findings);
+        m.group.findings.sort_unstable();
+        for o in g.group.oracles {
+            if !m.group.oracles.contains(&o) {
+                m.group.oracles.push(o);
+            }
+        }
+        m.group.oracles.sort();
+        for t in g.memory {
+            if !m.memory.contains(&t) {
+                m.memory.push(t);
+            }
+        }
+        m.memory.sort();
+        for e in g.entries {
+            if !m.entries.contains(&e) {
+                m.entries.push(e);
+            }
+        }
+        m.first_violation_s = m.first_violation_s.min(g.first_violation_s);
+        if let Some(b) = m.by_fix.as_mut() {
+            b.merged += 1 + g.by_fix.map_or(0, |x| x.merged);
+        }
+    }
+    *groups = merged;
+}
+
+/// Identity by fix over the groups of `s` still new after the corpus match (`classify`):
+/// each replayed with the remedies of its target (the `fixes` of the corpus, its faults)
+/// until `replay_until`, classified by what holds, and those the same remedies explain merged.
+/// Records what it could not try in `s.fix_replays`.
+pub fn explain_by_fix(
+    s: &mut HuntSummary,
+    corpus: &[CorpusEntry],
+    fixes: &[Fix],
+    plan: &[PlanEntry],
+    replay_until: Option<Instant>,
+) {
+    let corpus = engine_files(corpus, &s.target);
+    let target = TargetSpec::new(&s.target, &s.faults);
+    let (remedies, unavailable) = remedies_for(&target, fixes, &corpus);
+    if remedies.is_empty() && unavailable.is_empty() {
+        s.fix_replays = None;
+        return;
+    }
+    let (mut replays, mut groups, mut cut_short) = (0, 0, false);
+    let mut by_group: Vec<Option<ByFix>> = Vec::with_capacity(s.groups.len());
+    for g in &s.groups {
+        if g.class != GroupClass::New {
+            by_group.push(None);
+            continue;
+        }
+        groups += 1;
+        if remedies.is_empty() {
+            // Nothing to replay with: the group says why (a source tree, no fix built).
+            by_group.push(Some(ByFix {
+                not_told: unavailable.clone(),
+                ..ByFix::default()
+            }));
+            continue;
+        }
+        let r = replay_group(s, plan, g, (&remedies, &corpus), replay_until, &mut replays);
+        cut_short |= r.cut_short;
+        by_group.push(Some(r.by_fix));
+    }
+    for (g, by_fix) in s.groups.iter_mut().zip(by_group) {
+        if let Some(by_fix) = by_fix {
+            g.class = class_of(&by_fix);
+            // A group known by fix is of the root cause its remedy's files are: their decision
+            // (the summary's "what is broken" lists it under that root cause).
+            g.decision = by_fix
+                .explained
+                .iter()
+                .flat_map(|e| &e.files)
+                .find_map(|f| corpus.iter().find(|c| &c.file == f))
+                .and_then(|c| c.repro.decision.as_ref().map(Decision::note));
+            g.by_fix = Some(by_fix);
+        }
+    }
+    merge_by_remedies(&mut s.groups);
+    s.fix_replays = Some(FixReplays {
+        remedies: remedies.iter().map(|r| r.name.clone()).collect(),
+        groups,
+        replays,
+        unavailable,
+        cut_short,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outputs::corpus::Corpus;
+    use crate::outputs::hunt::tests::summary_of;
+    use crate::outputs::hunt::{classify, corpus_entries};
+
+    fn corpus_file(name: &str) -> (String, Repro) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
+        (name.to_string(), Repro::load(&dir.join(name)).unwrap())
+    }
+
+    /// The corpus of `files` (and no fix) as the hunt `s` reads it.
+    fn corpus_of(files: &[&str], s: &HuntSummary) -> Vec<CorpusEntry> {
+        let corpus = Corpus {
+            folder: None,
+            files: files.iter().map(|f| corpus_file(f)).collect(),
+            fixes: Vec::new(),
+        };
+        corpus_entries(&corpus, s)
+    }
+
+    /// A hunt of `native` with `faults` that found the refcount fault's I1 finding of
+    /// `i1_seq_cp_twice_stale_max.json` (stale positions after two copies, at step 3), in a
+    /// group of its own.
+    fn refcount_hunt(faults: &[&str]) -> HuntSummary {
+        let (_, repro) = corpus_file("i1_seq_cp_twice_stale_max.json");
+        let mut s = summary_of(&repro, "");
+        s.target = "native".into();
+        s.faults = faults.iter().map(|f| f.to_string()).collect();
+        let label =
+            TargetExpectation::new(&TargetSpec::new("native", &s.faults), None, Expect::Fails)
+                .label();
+        s.findings[0].finding.target = label;
+        s
+    }
+
+    #[test]
+    fn a_group_no_file_matches_is_known_by_the_fault_whose_removal_makes_it_hold() {
+        let mut s = refcount_hunt(&["refcount", "swa_window_off_by_one"]);
+        // The refcount fault's I2 file: of another class (oracle), so no file matches.
+        let corpus = corpus_of(&["i2_interior_seq_rm_hole.json"], &s);
+        classify(&mut s, &corpus, &[], &[], None);
+        assert_eq!(s.groups[0].class, GroupClass::New);
+        explain_by_fix(&mut s, &corpus, &[], &[], None);
+        let g = &s.groups[0];
+        assert_eq!(
+            g.class,
+            GroupClass::KnownByFix {
+                remedies: vec!["fault refcount removed".into()]
+            },
+            "{:?} {:?}",
+            g.by_fix,
+            s.fix_replays
+        );
+        // The window fault's removal leaves it failing: only refcount's explains it.
+        let by_fix = g.by_fix.as_ref().unwrap();
+        assert_eq!(by_fix.replayed, 2);
+        assert_eq!(by_fix.explained.len(), 1);
+        let e = &by_fix.explained[0];
+        assert_eq!(
+            (e.fails_at, e.replayed_on.as_str()),
+            (3, "native[swa_window_off_by_one]")
+        );
+        assert_eq!(e.files, vec!["i2_interior_seq_rm_hole.json".to_string()]);
+        assert!(s.to_markdown().contains(
+            "known by fault refcount removed: replayed on native\\[swa\\_window\\_off\\_by\\_one\\], fails at step 3 -&gt; holds"
+        ));
+        let replays = s.fix_replays.as_ref().unwrap();
+        assert_eq!(
+            (replays.groups, replays.replays, replays.cut_short),
+            (1, 3, false)
+        );
+    }
+
+    #[test]
+    fn a_remedy_of_a_root_cause_the_corpus_lacks_leaves_the_group_new_with_its_evidence() {
+        let mut s = refcount_hunt(&["refcount"]);
+        let corpus = corpus_of(&[], &s);
+        classify(&mut s, &corpus, &[], &[], None);
+        explain_by_fix(&mut s, &corpus, &[], &[], None);
+        let g = &s.groups[0];
+        assert_eq!(g.class, GroupClass::New);
+        let by_fix = g.by_fix.as_ref().unwrap();
+        assert_eq!(by_fix.explained[0].remedy, "fault refcount removed");
+        assert!(by_fix
+            .describe()
+            .contains("no corpus file of its root cause"));
+    }
+
+    #[test]
+    fn replays_stop_at_the_deadline_and_say_so() {
+        let mut s = refcount_hunt(&["refcount"]);
+        let corpus = corpus_of(&["i2_interior_seq_rm_hole.json"], &s);
+        explain_by_fix(&mut s, &corpus, &[], &[], Some(Instant::now()));
+        let g = &s.groups[0];
+        assert_eq!(g.class, GroupClass::New);
+        let by_fix = g.by_fix.as_ref().unwrap();
+        assert_eq!(by_fix.replayed, 0);
+        assert_eq!(
+            by_fix.not_told,
+            vec!["not replayed: the hunt's deadline had passed".to_string()]
+        );
+        let replays = s.fix_replays.as_ref().unwrap();
+        assert!(replays.cut_short);
+        assert!(s.to_terminal().contains("CUT SHORT at the hunt's deadline"));
+    }
+
+    #[test]
+    fn a_target_without_remedies_is_not_replayed() {
+        // No fault to remove and no fix: nothing is said, the group stays as classified.
+        let mut s = refcount_hunt(&[]);
+        let corpus = corpus_of(&["i2_interior_seq_rm_hole.json"], &s);
+        explain_by_fix(&mut s, &corpus, &[], &[], None);
+        assert_eq!(
+            (s.groups[0].class.clone(), &s.fix_replays),
+            (GroupClass::New, &None)
+        );
+        assert_eq!(s.groups[0].by_fix, None);
+    }
+
+    #[test]
+    fn groups_the_same_remedy_explains_are_one() {
+        let mut s = refcount_hunt(&["refcount"]);
+        // A second finding of the same fault, another trace, in a group of its own.
+        let (_, other) = corpus_file("i1_seq_cp_twice_seq_rm_stale_max.json");
+        let mut f = s.findings[0].clone();
+        f.finding.trace = other.trace.clone();
+        f.finding.step = other.step;
+        f.finding.seq = other.seq;
+        f.finding.observed = other.observed.clone();
+        f.finding.expected = other.expected.clone();
+        f.found_at_s = 0.5;
+        s.findings.push(f);
+        s.groups[0].entries = vec!["seed".into()];
+        let mut g = s.groups[0].clone();
+        g.group.representative = 2;
+        g.group.findings = vec![2];
+        g.entries = vec!["state".into()];
+        s.groups.push(g);
+        let corpus = corpus_of(&[], &s);
+        explain_by_fix(&mut s, &corpus, &[], &[], None);
+        assert_eq!(s.groups.len(), 1, "{}", s.to_terminal());
+        let g = &s.groups[0];
+        assert_eq!(g.group.findings, vec![1, 2]);
+        assert_eq!(g.by_fix.as_ref().unwrap().merged, 1);
+        assert_eq!(g.entries, vec!["seed".to_string(), "state".into()]);
+    }
+
+    #[test]
+    fn a_source_tree_cannot_be_told_by_fix_and_says_so() {
+        // The newest pin's own sources as a developer's tree (found or fetched, not built:
+        // nothing here runs it).
+        let pins = crate::targets::llama::pins::known_pins().unwrap();
+        let info = &pins["0.1.161"];
+        let cache = crate::targets::llama::build::cache_root().unwrap();
+        let tree = crate::targets::llama::build::locate_or_fetch(info, &cache, false).unwrap();
+        let target = TargetSpec::new(&format!("llama.cpp@src:{}", tree.display()), &[]);
+        let fixes: Vec<Fix> = Fix::all().unwrap().into_iter().map(|(f, _)| f).collect();
+        let (remedies, unavailable) = remedies_for(&target, &fixes, &[]);
+        assert!(remedies.is_empty());
+        assert_eq!(unavailable.len(), 1);
+        assert!(
+            unavailable[0].starts_with("cannot tell by fix: fixes apply to a pin's sources"),
+            "{unavailable:?}"
+        );
+        // A new group of such a hunt says it, unreplayed.
+        let (_, repro) = corpus_file("contract_streams_seq_keep_leaves_other_streams.json");
+        let mut s = summary_of(&repro, "");
+        s.target = target.name.clone();
+        explain_by_fix(&mut s, &[], &fixes, &[], None);
+        assert_eq!(s.groups[0].class, GroupClass::New);
+        assert_eq!(s.groups[0].by_fix.as_ref().unwrap().not_told, unavailable);
+        assert_eq!(s.fix_replays.as_ref().unwrap().replays, 0);
+    }
+
+    #[test]
+    fn fixes_not_made_for_a_pin_are_said_not_tried() {
+        let fixes: Vec<Fix> = Fix::all().unwrap().into_iter().map(|(f, _)| f).collect();
+        let old = fixes
+            .iter()
+            .filter(|f| !f.applies_to.contains(&"0.1.156".to_string()));
+        let (remedies, unavailable) =
+            remedies_for(&TargetSpec::new("llama.cpp@0.1.156", &[]), &fixes, &[]);
+        assert!(remedies.is_empty());
+        assert!(
+            unavailable[0].starts_with(&format!("{} fix(es) not made for 0.1.156", old.count())),
+            "{unavailable:?}"
+        );
+    }
+}
