@@ -15,7 +15,11 @@
 //! when that finding fails at the file's op (`signature`: the shrinker may stop at another
 //! minimal trace than the file's, and a crash's line moves between versions). Then its class
 //! is *regressed* if the file records
-//! that the finding holds on this target, else *known*. A corpus file that expects a failure on
+//! that the finding holds on this target, else *known*; the group records the file's decision
+//! (`decision`), which the summary's "What is broken" prints. A group that no file holds is
+//! *decided* when a decision's class covers one of its findings (`decide_by_decision`, after the
+//! file match: the corpus files' decisions with a `match` block in name order, then those of
+//! `decisions/`; `repro::decision`). A corpus file that expects a failure on
 //! this target, whose setup and oracle an entry judged, and that no group matched, is replayed:
 //! if it now holds it is *fixed*. Every other group is *new*: its representative is written to
 //! `new/` as a repro file with the program and bug report draft of its engine's renderer
@@ -466,6 +470,7 @@ pub fn write_new_groups(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::records::decision::DecisionKind;
     use crate::records::finding::Finding;
     use crate::records::group::FindingGroup;
     use crate::records::hunt::{Budget, HuntFinding, HuntGroup};
@@ -567,6 +572,55 @@ pub(crate) mod tests {
         assert_eq!(s.groups[0].class, GroupClass::New);
         classify(&mut s, &corpus_of(on_mlx), &[], &[], None);
         assert_eq!(s.groups[0].class, GroupClass::Known { file: file.into() });
+    }
+
+    #[test]
+    fn a_decision_decides_only_what_no_file_holds_and_the_summary_says_what_is_broken() {
+        let corpus = Corpus::built_in().unwrap();
+        let file = "i1_recurrent_seq_add_below_zero.json";
+        let (_, repro) = corpus.files.iter().find(|(f, _)| f == file).unwrap();
+        let entry = |repro: &Repro| CorpusEntry {
+            file: file.into(),
+            repro: repro.clone(),
+            cause: Cause::NativeModel {
+                shape: "the file's trace".into(),
+            },
+        };
+        let decisions = decision_entries(&corpus);
+        // The file's own class: known by the file, with its decision (a question) noted.
+        let mut s = summary_of(repro, "");
+        classify(&mut s, &[entry(repro)], &decisions, &[], None);
+        assert_eq!(s.groups[0].class, GroupClass::Known { file: file.into() });
+        assert_eq!(s.groups[0].decision.as_ref().unwrap().root_cause, "Q4");
+        // On hybrid memory no file is of its class: its decision's class decides it, and
+        // without the decisions it is new.
+        let mut s = summary_of(repro, "arch=jamba");
+        classify(&mut s, &[entry(repro)], &[], &[], None);
+        assert_eq!(s.groups[0].class, GroupClass::New);
+        classify(&mut s, &[entry(repro)], &decisions, &[], None);
+        assert_eq!(
+            s.groups[0].class,
+            GroupClass::Decided {
+                decision: DecisionKind::Question,
+                root_cause: "Q4".into(),
+                evidence: file.into(),
+            }
+        );
+        assert_eq!(s.failing_groups(), 0, "a decided group fails no hunt");
+        // What is broken: a new group first, then the decided question.
+        let mut new = s.groups[0].clone();
+        new.class = GroupClass::New;
+        new.decision = None;
+        new.first_violation_s = 2.5;
+        s.groups.push(new);
+        let lines = s.what_is_broken();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].starts_with("new: group 2: I1 "), "{lines:?}");
+        assert!(lines[0].ends_with("first violation at 2.5 s"), "{lines:?}");
+        assert!(lines[1].starts_with("question Q4: "), "{lines:?}");
+        assert!(s
+            .to_markdown()
+            .contains("## What is broken\n\n- new: group 2"));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! A hunt (`kvaudit hunt`): its plan, what each entry of the plan judged, the findings of the
-//! whole hunt grouped by root cause, and each group's class against the corpus (by a file of its
-//! class, or by the fix whose replay makes it hold: [`ByFix`]). Plain data and
-//! its renderings (terminal, Markdown, JSON); `engines::hunt` fills it, `outputs::hunt`
+//! whole hunt grouped by root cause, and each group's class against the corpus (known by a file
+//! of its class or by the fix whose replay makes it hold, [`ByFix`]; regressed; decided by a
+//! decision of the corpus; new) with the decision that covers it. Plain data and its renderings
+//! (terminal, Markdown, JSON), which open with what is broken, one line per root cause
+//! ([`HuntSummary::what_is_broken`]); `engines::hunt` fills it, `outputs::hunt`
 //! classifies its groups.
 
 use std::collections::BTreeMap;

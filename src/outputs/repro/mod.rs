@@ -15,6 +15,10 @@
 //! [`check`] replays one expectation; a bug that went away is news too ([`Status::Fixed`]). A target that cannot be built or driven is
 //! [`Status::Unavailable`], never a pass.
 //!
+//! A file may carry what people decided its class is (`decision`, [`decision`]: real, a contract
+//! question, by design, a guard, an artifact, a tolerance, with its root cause); a file without
+//! one parses as before, a decision word kvaudit does not know is an error.
+//!
 //! Repro files travel (bug reports, CI), so a file is hostile until parsed: it is read up to
 //! [`MAX_REPRO_BYTES`], its trace must stay inside [`check_trace_limits`] (shared with reports, in `base::domain`), and its free-text
 //! fields may hold no control characters. Files written from repros get names made by
