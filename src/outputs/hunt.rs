@@ -40,7 +40,9 @@ use crate::engines::root_cause::cause_of;
 use crate::oracles::{Reads, Registry};
 use crate::records::finding::Finding;
 use crate::records::group::Cause;
-use crate::records::hunt::{FixedFinding, GroupClass, HuntGroup, HuntSummary, Pairing, PlanEntry};
+use crate::records::hunt::{
+    FixedFinding, GroupClass, HuntFinding, HuntGroup, HuntSummary, Pairing, PlanEntry,
+};
 use crate::targets::registry::{Engine, TargetKind, TargetSpec};
 
 use super::bug_report::CheckedProgram;
@@ -193,6 +195,7 @@ pub fn classify(
     plan: &[PlanEntry],
     replay_until: Option<Instant>,
 ) {
+    let engine = TargetKind::of_label(&s.target).map(TargetKind::engine);
     let corpus = engine_files(corpus, &s.target);
     let mut matched: BTreeSet<String> = BTreeSet::new();
     let holds_here: Vec<bool> = corpus

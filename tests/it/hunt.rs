@@ -696,7 +696,8 @@ fn check(c: &HuntCase) -> Result<(), String> {
         let file = match &h.class {
             GroupClass::Known { file } | GroupClass::Regressed { file } => Some(file),
             GroupClass::Decided { evidence, .. } => Some(evidence),
-            GroupClass::New => None,
+            // Known by fix: the remedy's files are the evidence (`by_fix`), not one file.
+            GroupClass::KnownByFix { .. } | GroupClass::New => None,
         };
         if let Some(file) = file.filter(|f| !g.files.is_empty() && !g.files.contains(f)) {
             return Err(format!(

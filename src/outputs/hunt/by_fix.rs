@@ -447,6 +447,7 @@ mod tests {
         let corpus = Corpus {
             folder: None,
             files: files.iter().map(|f| corpus_file(f)).collect(),
+            decisions: Vec::new(),
             fixes: Vec::new(),
         };
         corpus_entries(&corpus, s)
