@@ -525,7 +525,10 @@ pub fn run_fuzz_until(
                 expected: f.expected,
             };
             sink(&Event::Finding(finding.clone()));
-            if guided {
+            // The queue's traces all start from the run's setup (`--corpus` holds them so), and
+            // the shrinker may shorten the setup's ops: a minimal trace from another setup stays
+            // out of the queue.
+            if guided && finding.trace.setup == trace.setup {
                 // The minimal trace, and the prefix before its failing op: the state the failure
                 // needs, where the failures next to it are (another op, another range).
                 let t = &finding.trace;

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
@@ -96,7 +97,12 @@ impl WorkerRunner {
 
     fn start(&mut self) -> Result<(), HarnessError> {
         let mut cmd = Command::new(&self.spec.exe);
-        cmd.arg("--shim")
+        // The worker runs as `kvaudit` (argv[0]): an `assert` in llama.cpp prints the program's
+        // name first, and a crash's kind quotes it ("SIGABRT: kvaudit: llama-kv-cells.h:351:
+        // ..."), as corpus files and committed reports record it from before the worker had a
+        // program of its own.
+        cmd.arg0("kvaudit")
+            .arg("--shim")
             .arg(&self.spec.shim)
             .arg("--model")
             .arg(&self.spec.model)
