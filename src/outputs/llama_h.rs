@@ -90,7 +90,7 @@ static WORDS: [(&Oracle, LlamaWords); 19] = [
     (
         &oracles::conservation::CONSERVATION,
         LlamaWords {
-            clause: conservation_clause,
+            clause: state_round_trip_clause,
             in_words: "the cells of llama_state_get_data are exactly the union of the sequences' cells in llama_state_seq_get_data",
             c_check: Some(c_check::CONSERVATION),
             ..LlamaWords::DEFAULT
@@ -99,7 +99,7 @@ static WORDS: [(&Oracle, LlamaWords); 19] = [
     (
         &oracles::contract::CONTRACT_QUESTION,
         LlamaWords {
-            clause: contract_question_clause,
+            clause: clause_of_kind,
             c_check: Some(c_check::CONTRACT),
             ..LlamaWords::DEFAULT
         },
@@ -107,7 +107,7 @@ static WORDS: [(&Oracle, LlamaWords); 19] = [
     (
         &oracles::contract::CONTRACT,
         LlamaWords {
-            clause: contract_clause,
+            clause: clause_of_kind,
             c_check: Some(c_check::CONTRACT),
             ..LlamaWords::DEFAULT
         },
@@ -180,7 +180,7 @@ static WORDS: [(&Oracle, LlamaWords); 19] = [
     (
         &oracles::round_trip::ROUND_TRIP,
         LlamaWords {
-            clause: round_trip_clause,
+            clause: state_round_trip_clause,
             in_words: "state saved with llama_state_get_data / llama_state_seq_get_data loads into a fresh context of the same configuration and reads back the same",
             c_check: Some(c_check::ROUND_TRIP),
             ..LlamaWords::DEFAULT
@@ -189,7 +189,7 @@ static WORDS: [(&Oracle, LlamaWords); 19] = [
     (
         &oracles::round_trip_logits::ROUND_TRIP_LOGITS,
         LlamaWords {
-            clause: round_trip_logits_clause,
+            clause: state_round_trip_clause,
             in_words: "state saved with llama_state_get_data / llama_state_seq_get_data and loaded into a fresh context of the same configuration gives each sequence the same next-token logits as the context it was saved from",
             c_check: Some(c_check::ROUND_TRIP_LOGITS),
             ..LlamaWords::DEFAULT
@@ -198,7 +198,7 @@ static WORDS: [(&Oracle, LlamaWords); 19] = [
     (
         &oracles::save_load_invisible::SAVE_LOAD_INVISIBLE,
         LlamaWords {
-            clause: save_load_invisible_clause,
+            clause: state_round_trip_clause,
             in_words: "state saved with llama_state_get_data / llama_state_seq_get_data and loaded back into the same context changes none of the next-token logits a later decode sees",
             c_check: Some(c_check::SAVE_LOAD_INVISIBLE),
             ..LlamaWords::DEFAULT
@@ -238,16 +238,10 @@ fn allocation_clause(_op: &str, _kind: &str) -> LlamaHClause {
     ])
 }
 
-fn conservation_clause(_op: &str, _kind: &str) -> LlamaHClause {
+/// llama.h's words on a state saved and loaded back (`oracles::round_trip::LLAMA_H`): the
+/// clause of every oracle that judges the state's bytes or what a decode does with them.
+fn state_round_trip_clause(_op: &str, _kind: &str) -> LlamaHClause {
     LlamaHClause::documented(&oracles::round_trip::LLAMA_H)
-}
-
-fn contract_question_clause(op: &str, kind: &str) -> LlamaHClause {
-    clause_of_kind(op, kind)
-}
-
-fn contract_clause(op: &str, kind: &str) -> LlamaHClause {
-    clause_of_kind(op, kind)
 }
 
 fn failed_restore_clause(op: &str, _kind: &str) -> LlamaHClause {
@@ -284,18 +278,6 @@ fn partial_restore_clause(_op: &str, _kind: &str) -> LlamaHClause {
         lines,
         documented: false,
     }
-}
-
-fn round_trip_clause(_op: &str, _kind: &str) -> LlamaHClause {
-    LlamaHClause::documented(&oracles::round_trip::LLAMA_H)
-}
-
-fn round_trip_logits_clause(_op: &str, _kind: &str) -> LlamaHClause {
-    LlamaHClause::documented(&oracles::round_trip::LLAMA_H)
-}
-
-fn save_load_invisible_clause(_op: &str, _kind: &str) -> LlamaHClause {
-    LlamaHClause::documented(&oracles::round_trip::LLAMA_H)
 }
 
 fn state_size_clause(_op: &str, _kind: &str) -> LlamaHClause {
