@@ -1,7 +1,10 @@
 //! `CacheUnderTest`: what every cache under audit implements, and what an observation holds.
 //!
 //! The trait is small and shaped like the domain (stateright's `Model`, proptest's `Strategy`):
-//! reset to a setup, apply one op, and answer the accessors and the serialized state. An op a
+//! reset to a setup, apply one op, observe a sequence (its cells, read where the target says,
+//! and its accessors), and hand out its serialized state for the state ops and the round trip;
+//! no llama.h call is a method (llama.cpp's dump parsing is its adapters', `targets::dump_cells`).
+//! The rest is optional, each with a default that says "cannot" (a twin, logits, sizes). An op a
 //! target cannot perform is [`OpOutcome::Unsupported`]: neither a pass nor a failure. `Err` means
 //! the harness itself broke (a library failed to load, a worker died without a trace to blame).
 //!
@@ -59,6 +62,12 @@ impl TargetInfo {
     /// implementation (`llama.cpp`, `native`, `native+tensors`: llama.cpp's whole state has its
     /// output header and both llama.cpp's and `native+tensors`' dumps hold K/V rows, plain
     /// `native`'s neither) and the same [`StateFormat`] variant.
+    ///
+    /// A runner under another configuration is named `NAME (CONFIG)` (`--vs-config`): two
+    /// configurations lay their dumps out alike only when they differ in no more than how a
+    /// batch is split ([`LAYOUT_NEUTRAL_SETTINGS`]); one stream or one per sequence, the cache
+    /// types, flash attention (V transposed or not), the context's size and the window all
+    /// change where a byte of the dump lands.
     pub fn same_state_layout(&self, other: &TargetInfo) -> bool {
         let implementation = |t: &TargetInfo| {
             t.name
@@ -67,8 +76,39 @@ impl TargetInfo {
                 .unwrap_or_default()
                 .to_string()
         };
-        self.state_format == other.state_format && implementation(self) == implementation(other)
+        self.state_format == other.state_format
+            && implementation(self) == implementation(other)
+            && configurations_alike(&self.name, &other.name)
     }
+}
+
+/// Settings a configuration pair may differ in and still lay its dumps out alike: how a batch
+/// is split into ubatches.
+pub const LAYOUT_NEUTRAL_SETTINGS: [&str; 2] = ["n_ubatch", "n_batch"];
+
+/// Whether the configurations two runners' names carry (`NAME (a=1,b=2)`) differ only in
+/// [`LAYOUT_NEUTRAL_SETTINGS`].
+fn configurations_alike(a: &str, b: &str) -> bool {
+    let settings = |name: &str| -> Vec<String> {
+        let config = name
+            .rsplit_once(" (")
+            .map_or("", |(_, c)| c.trim_end_matches(')'));
+        let mut v: Vec<String> = config
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        v.sort();
+        v
+    };
+    let (a, b) = (settings(a), settings(b));
+    a.iter()
+        .filter(|s| !b.contains(s))
+        .chain(b.iter().filter(|s| !a.contains(s)))
+        .all(|s| {
+            let key = s.split('=').next().unwrap_or_default().trim();
+            LAYOUT_NEUTRAL_SETTINGS.contains(&key)
+        })
 }
 
 /// The harness broke: not a finding.
@@ -206,6 +246,25 @@ pub struct SeqObservation {
 }
 
 impl SeqObservation {
+    /// An observation of `seq` before a target fills it (no cells, accessors -1).
+    pub fn empty(seq: SeqId) -> Self {
+        SeqObservation {
+            seq,
+            pos_min: -1,
+            pos_max: -1,
+            cells: Vec::new(),
+            second_cells: None,
+            third_cells: None,
+        }
+    }
+
+    /// `target`'s observation of `seq` now.
+    pub fn of(target: &mut dyn CacheUnderTest, seq: SeqId) -> Result<Self, HarnessError> {
+        let mut out = SeqObservation::empty(seq);
+        target.observe_seq(seq, &mut out)?;
+        Ok(out)
+    }
+
     /// The windowed cache's cells (iswa, hybrid_iswa), when the dump has them.
     pub fn windowed_cells(&self, memory: MemoryType) -> Option<&[Pos]> {
         if memory.has_window() {
@@ -551,13 +610,19 @@ pub trait CacheUnderTest {
     /// Applies one op.
     fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError>;
 
-    /// `seq_pos_min(seq)` as the target answers it.
-    fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError>;
+    /// Observes sequence `seq` into `out`, every field written (its buffers reused): the
+    /// positions of the sequence's cells, read where the target's capabilities say
+    /// ([`crate::base::capabilities::CellSource`]: its own serialized state by default), and its
+    /// accessors' answers (`pos_min`, `pos_max`). llama.cpp and the native model read their
+    /// cells from their own per-sequence dump (`targets::dump_cells`).
+    fn observe_seq(&mut self, seq: SeqId, out: &mut SeqObservation) -> Result<(), HarnessError>;
 
-    /// `seq_pos_max(seq)` as the target answers it.
-    fn seq_pos_max(&mut self, seq: SeqId) -> Result<Pos, HarnessError>;
+    /// Where a decode at "the next position" of `seq` starts on this target (on llama.cpp its
+    /// `seq_pos_max + 1`, which a token model must follow even when it is stale).
+    fn next_pos(&mut self, seq: SeqId) -> Result<Pos, HarnessError>;
 
-    /// The bytes of `llama_state_seq_get_data(seq)` (see [`crate::base::state`]).
+    /// The target's serialized state of one sequence (llama.cpp:
+    /// `llama_state_seq_get_data(seq)`, laid out as [`crate::base::state`] reads it).
     fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError>;
 
     /// [`CacheUnderTest::seq_state`] into `into` (its bytes replaced): a target that can write
@@ -592,9 +657,17 @@ pub trait CacheUnderTest {
         })
     }
 
-    /// The bytes of `llama_state_get_data`: the whole context, laid out as
-    /// [`crate::base::state::parse_whole_state`] reads it. `None`: the target has no such dump.
+    /// The target's serialized state of the whole context (llama.cpp: `llama_state_get_data`).
+    /// `None`: the target has no such dump.
     fn state_get(&mut self) -> Result<Option<Vec<u8>>, HarnessError> {
+        Ok(None)
+    }
+
+    /// The cells of `whole`, a dump [`Self::state_get`] wrote, read in the target's own layout
+    /// (llama.cpp's and the native model's: [`crate::base::state::parse_whole_state`]).
+    /// `None`: the target cannot read its whole dump's cells.
+    fn whole_cells(&mut self, whole: &[u8]) -> Result<Option<Vec<WholeCell>>, HarnessError> {
+        let _ = whole;
         Ok(None)
     }
 

@@ -8,7 +8,7 @@
 //! partial, in `DIR` or, if `DIR` cannot be written any more, in a folder aside.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Args;
 
@@ -18,10 +18,12 @@ use super::CliError;
 use kvaudit::base::error::Error;
 use kvaudit::base::exit;
 use kvaudit::base::files::{check_writable_folder, read_text_limited, write_or_aside};
-use kvaudit::engines::hunt::run::ENTRY_PART;
+use kvaudit::engines::hunt::again::finish_stopped_shrinks;
+use kvaudit::engines::hunt::budget::{plan_share, BudgetClock};
 use kvaudit::engines::hunt::{
     allocate, merge_shards, plan, probe_or_refusal, run_hunt, shard_entries, HuntConfig, HuntEvent,
 };
+use kvaudit::engines::shrink::ShrinkConfig;
 use kvaudit::outputs::c_repro::check::check_compilers;
 use kvaudit::outputs::corpus::Corpus;
 use kvaudit::outputs::hunt::by_fix::explain_by_fix;
@@ -166,10 +168,7 @@ fn print_plan(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let share = match budget {
-        Budget::Seconds(s) => s * ENTRY_PART / entries.len().max(1) as f64,
-        Budget::Trials(n) => n as f64 / entries.len().max(1) as f64,
-    };
+    let share = plan_share(budget, entries.len());
     for (_, e) in entries {
         let (support, per_trial) = probe_or_refusal(target, e).map_err(CliError::from)?;
         let est = allocate(e, support, per_trial, budget, share);
@@ -217,8 +216,9 @@ fn finish(
 ) -> Result<(), Error> {
     let entries = corpus_entries(corpus, s);
     s.corpus = Some(corpus.used());
-    classify(s, &entries, &decision_entries(corpus), plan, check_until);
-    explain_by_fix(s, &entries, &corpus.fixes, plan, check_until);
+    let decisions = decision_entries(corpus);
+    classify(s, &entries, &decisions, plan, check_until);
+    explain_by_fix(s, (&entries, &decisions), &corpus.fixes, plan, check_until);
     write_new_groups(s, plan, out, date, check_until)
 }
 
@@ -256,6 +256,7 @@ pub fn merge_shards_into(
     out: &Path,
     corpus: Option<&Path>,
     date: Option<&str>,
+    shrink_again: Option<u64>,
 ) -> Result<i32, CliError> {
     let date = match date {
         Some(d) => check_date(d).map_err(|e| CliError::usage(format!("--date: {e}")))?,
@@ -274,7 +275,21 @@ pub fn merge_shards_into(
     let mut whole = merge_shards(summaries).map_err(usage)?;
     let target = TargetSpec::new(&whole.target, &whole.faults);
     let corpus = preconditions(corpus, out, &target)?;
-    if let Err(e) = finish(&mut whole, &plan(&target), (&corpus, out), &date, None) {
+    let plan = plan(&target);
+    if let Some(executions) = shrink_again {
+        let cfg = ShrinkConfig {
+            max_executions: executions,
+            ..ShrinkConfig::default()
+        };
+        let done = finish_stopped_shrinks(&mut whole, &target, &plan, &cfg)?;
+        eprintln!(
+            "kvaudit merge: {} finding(s) shrunk again (stopped shrinks, groups' representatives): \
+             {} to a fixed point, {} stopped again at {executions} executions, {} not failing \
+             again, {} of an entry not in the plan",
+            done.stopped, done.finished, done.still_stopped, done.not_reproduced, done.no_entry
+        );
+    }
+    if let Err(e) = finish(&mut whole, &plan, (&corpus, out), &date, None) {
         return Err(write_partial(out, &mut whole, &e));
     }
     write_summary(out, &whole)?;
@@ -438,11 +453,9 @@ pub fn run(mut a: HuntArgs) -> Result<i32, CliError> {
         );
         return Ok(exit::INCOMPLETE);
     }
-    // New groups. C programs are checked while the budget lasts (its 10% covers the last one).
-    let check_until = match budget {
-        Budget::Seconds(b) => Some(started + Duration::from_secs_f64((b - spent_before).max(0.0))),
-        Budget::Trials(_) => None,
-    };
+    // New groups. C programs are checked while the budget lasts (the part the entries leave,
+    // `engines::hunt::budget`).
+    let check_until = BudgetClock::start(budget, started, spent_before, 0).hunt_end();
     let finished = finish(&mut summary, &plan, (&corpus, &a.out), &date, check_until);
     summary.code_lines = super::coverage::total_lines(summary.code.as_ref());
     summary.elapsed_s = spent_before + started.elapsed().as_secs_f64();

@@ -26,6 +26,11 @@ pub struct MergeArgs {
     /// Hunt shards: the new repro files' `since` date, YYYY-MM-DD (default: today, UTC).
     #[arg(long, env = "KVAUDIT_DATE")]
     date: Option<String>,
+    /// Hunt shards: shrink again, with at most this many executions each, every finding whose
+    /// shrink the hunt's budget stopped short and every group's representative, before grouping
+    /// and classifying (a committed report then holds local minima; it runs the target).
+    #[arg(long, value_name = "EXECUTIONS")]
+    shrink_again: Option<u64>,
 }
 
 /// Reads, checks and merges.
@@ -51,7 +56,13 @@ pub fn run(m: MergeArgs) -> Result<i32, CliError> {
             out,
             m.corpus.as_deref(),
             m.date.as_deref(),
+            m.shrink_again,
         );
+    }
+    if m.shrink_again.is_some() {
+        return Err(CliError::usage(
+            "merge: --shrink-again is for a hunt's folders, not audit reports",
+        ));
     }
     let mut reports = Vec::new();
     for p in &m.reports {

@@ -170,6 +170,9 @@ pub static CONFIG_DIFFERENTIAL: Oracle = Oracle {
     },
     holds: Some(holds_on),
     check: violation_on,
+    // Two configurations whose dumps are laid out otherwise (one stream or one per sequence)
+    // made two different loads of a cut buffer: not compared.
+    judges: Some(super::differential::judges_unless_damaged_apart),
     ..Oracle::DEFAULTS
 };
 
@@ -235,5 +238,32 @@ mod tests {
         let a = step(OpOutcome::Decoded { rc: 0 }, &[0], &[0, 1]);
         let b = step(OpOutcome::Decoded { rc: 0 }, &[0, 1], &[0, 1, 2]);
         assert!(check_config_differential(&op, &a, &b).is_none());
+    }
+
+    #[test]
+    fn a_cut_load_of_two_layouts_is_not_judged() {
+        // The regenerated hunt's group 89 (2026-12-07): a whole state cut at byte 818 and
+        // loaded, unified against one stream per sequence; each configuration failed its
+        // load at another field.
+        let op = Op::StateLoad {
+            slot: crate::base::op::Slot::new("s").unwrap(),
+            truncate: Some(818),
+            flip: None,
+        };
+        let done = OpOutcome::Done {
+            returned: Some(false),
+        };
+        let a = step(done.clone(), &[0, 1, 2], &[]);
+        let b = step(done, &[0, 1, 2], &[0, 1, 2]);
+        let pair = |damaged_apart| Seen::Pair {
+            op: &op,
+            a: &a,
+            b: &b,
+            damaged_apart,
+        };
+        let judges = CONFIG_DIFFERENTIAL.judges.expect("a judges function");
+        assert!(!judges(&pair(true)));
+        assert!(judges(&pair(false)));
+        assert!(!holds_on(&pair(false)));
     }
 }

@@ -140,7 +140,7 @@ pub static DIFFERENTIAL: Oracle = Oracle {
     ],
     holds: Some(holds_on),
     check: violation_on,
-    judges: Some(judges_on),
+    judges: Some(judges_unless_damaged_apart),
     ..Oracle::DEFAULTS
 };
 
@@ -158,7 +158,9 @@ fn violation_on(seen: &Seen<'_>) -> Option<Violation> {
     }
 }
 
-fn judges_on(seen: &Seen<'_>) -> bool {
+/// Judges every pair but those after a damaged load of two layouts (`Seen::Pair`'s
+/// `damaged_apart`: two different loads, nothing to compare); the config-differential's too.
+pub(super) fn judges_unless_damaged_apart(seen: &Seen<'_>) -> bool {
     !matches!(
         seen,
         Seen::Pair {

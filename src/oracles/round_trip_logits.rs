@@ -68,7 +68,12 @@ pub fn tolerance(memory: MemoryType, cache: CacheType) -> Option<f32> {
         (MemoryType::Dsa, _) => None,
         // DSA-iSWA (dots3note): not measured yet, so not judged (PREREG issue-24 dsa_iswa batch).
         (MemoryType::DsaIswa, _) => None,
-        (Kv | Iswa | Hybrid | HybridIswa | HybridIdx, F16) => Some(1e-3),
+        // iSWA, F16: 2e-3. The regenerated 0.1.156 hunt (2026-12-07) loaded a sequence of
+        // two partial copies (45 cells of 214, `iswa+ubatch`) into other cells at 1.12e-3 on
+        // 0.1.156 and 0.1.161, and within 1e-4 with F32 K/V on both: the F16 rounding of a
+        // longer sum, not a lost update (the smallest measured, 4.8e-3, stays above).
+        (Iswa, F16) => Some(2e-3),
+        (Kv | Hybrid | HybridIswa | HybridIdx, F16) => Some(1e-3),
         (_, Q8_0 | Q4_0) => None,
     }
 }
@@ -278,6 +283,9 @@ pub(super) mod tests {
         assert!(ROUND_TRIP_LOGITS.check(&seen(&lost)).is_some());
         assert_eq!(tolerance(MemoryType::Kv, CacheType::F16), Some(1e-3));
         assert_eq!(tolerance(MemoryType::Kv, CacheType::F32), Some(1e-4));
+        // iSWA's longer F16 sums (1.12e-3 measured) hold; a lost update does not.
+        let iswa = tolerance(MemoryType::Iswa, CacheType::F16).unwrap();
+        assert!(1.12e-3 < iswa && iswa < 4.8e-3);
     }
 
     #[test]

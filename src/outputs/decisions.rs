@@ -97,6 +97,24 @@ fn class_in_words(m: &MatchBlock) -> String {
     if let Some(c) = &m.config {
         parts.push(c.clone());
     }
+    if m.seq_at_or_above_n_seq_max {
+        parts.push("a sequence id at or above n_seq_max".into());
+    }
+    if let Some(c) = &m.vs_config {
+        parts.push(format!("paired with {c}"));
+    }
+    if !m.pins.is_empty() {
+        parts.push(format!("on {}", m.pins.join(", ")));
+    }
+    if let Some(x) = m.max_abs_diff_below {
+        parts.push(format!("max |Δ| below {x:e}"));
+    }
+    if let Some(x) = m.max_abs_diff_at_least {
+        parts.push(format!("max |Δ| at least {x:e}"));
+    }
+    if m.damaged_load {
+        parts.push("after a load of a damaged buffer".into());
+    }
     parts.join("; ")
 }
 
@@ -132,7 +150,8 @@ pub fn markdown(corpus: &Corpus) -> String {
                 .collect();
             covers.extend(r.decision_files.iter().map(|f| markdown_code(f)));
             if let Some(m) = &d.class {
-                covers.push(format!("class: {}", markdown_text(&class_in_words(m))));
+                let blocks: Vec<String> = m.0.iter().map(class_in_words).collect();
+                covers.push(format!("class: {}", markdown_text(&blocks.join("; or "))));
             }
             covers.extend(d.upstream.iter().map(|u| markdown_text(u)));
             s.push_str(&format!(

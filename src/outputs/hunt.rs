@@ -49,7 +49,7 @@ use super::bug_report::CheckedProgram;
 use super::c_repro::check::compile_and_run;
 use super::corpus::Corpus;
 use super::explain::{explain_repro, to_svg};
-use super::repro::decision::{without_numbers, Decision};
+use super::repro::decision::{without_numbers, Decision, Seen};
 use super::repro::{check, Status};
 use super::repro::{safe_file_name, write_output, Expect, Repro, TargetExpectation};
 use super::reproducer::{engines_of, no_picture, Language};
@@ -80,6 +80,32 @@ fn members_of<'f>(findings: &'f [HuntFinding], g: &HuntGroup) -> Vec<&'f Finding
         .findings
         .iter()
         .map(|&n| &findings[n - 1].finding)
+        .collect()
+}
+
+/// The findings of group `g`, each with the configuration its entry of `plan` paired it with.
+pub(crate) fn seen_of<'f>(
+    findings: &'f [HuntFinding],
+    plan: &'f [PlanEntry],
+    g: &HuntGroup,
+) -> Vec<Seen<'f>> {
+    g.group
+        .findings
+        .iter()
+        .map(|&n| {
+            let hf = &findings[n - 1];
+            let vs_config = plan
+                .iter()
+                .find(|e| e.id == hf.entry)
+                .and_then(|e| match &e.pairing {
+                    Pairing::Config { config } => Some(config.as_str()),
+                    Pairing::Alone | Pairing::Native => None,
+                });
+            Seen {
+                finding: &hf.finding,
+                vs_config,
+            }
+        })
         .collect()
 }
 
@@ -164,7 +190,7 @@ fn same_class(f: &Finding, repro: &Repro) -> bool {
 /// its findings (`members`) is of, on the hunt's `engine`: the group becomes that decision.
 fn decide_by_decision(
     g: &mut HuntGroup,
-    members: &[&Finding],
+    members: &[Seen<'_>],
     decisions: &[DecisionEntry],
     engine: Engine,
 ) {
@@ -172,17 +198,22 @@ fn decide_by_decision(
         d.decision
             .class
             .as_ref()
-            .is_some_and(|m| members.iter().any(|f| m.matches(f, engine)))
+            .is_some_and(|m| members.iter().any(|&f| m.matches(f, engine)))
     });
     if let Some(d) = hit {
-        g.class = GroupClass::Decided {
-            decision: d.decision.decision,
-            root_cause: d.decision.root_cause.clone(),
-            evidence: d.evidence.clone(),
-        };
-        g.matched_by = "decision".into();
-        g.decision = Some(d.decision.note());
+        decided_by(g, d);
     }
+}
+
+/// `g` becomes the decision `d`.
+pub(crate) fn decided_by(g: &mut HuntGroup, d: &DecisionEntry) {
+    g.class = GroupClass::Decided {
+        decision: d.decision.decision,
+        root_cause: d.decision.root_cause.clone(),
+        evidence: d.evidence.clone(),
+    };
+    g.matched_by = "decision".into();
+    g.decision = Some(d.decision.note());
 }
 
 /// Classifies every group of `s` against the files of `corpus` of its target's engine, then
@@ -241,7 +272,8 @@ pub fn classify(
         };
         let Some(c) = hit else {
             if let Some(engine) = engine {
-                decide_by_decision(g, &members, decisions, engine);
+                let seen = seen_of(&s.findings, plan, g);
+                decide_by_decision(g, &seen, decisions, engine);
             }
             continue;
         };

@@ -487,13 +487,20 @@ impl HuntSummary {
         let memory: Vec<&str> = g.memory.iter().map(|m| m.name()).collect();
         let class = match &g.class {
             GroupClass::Known { file } | GroupClass::Regressed { file } => {
-                format!("{} ({file}, by {})", g.class.word(), g.matched_by)
+                let evidence = g.by_fix.as_ref().map_or(String::new(), ByFix::describe);
+                format!("{} ({file}, by {}){evidence}", g.class.word(), g.matched_by)
             }
             GroupClass::Decided {
                 decision,
                 root_cause,
                 evidence,
-            } => format!("decided ({} {root_cause}, by {evidence})", decision.word()),
+            } => {
+                let by_fix = g.by_fix.as_ref().map_or(String::new(), ByFix::describe);
+                format!(
+                    "decided ({} {root_cause}, by {evidence}){by_fix}",
+                    decision.word()
+                )
+            }
             GroupClass::KnownByFix { .. } | GroupClass::New => {
                 let evidence = g.by_fix.as_ref().map_or(String::new(), ByFix::describe);
                 format!("{}{evidence}", g.class.word())

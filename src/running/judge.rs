@@ -464,6 +464,13 @@ mod tests {
         assert!(!info("native").same_state_layout(&info("native+tensors")));
         assert!(info("native").same_state_layout(&info("native")));
         assert!(llama.same_state_layout(&info("llama.cpp@0.1.161 (n_ubatch=1)")));
+        // One stream per sequence lays a dump out otherwise (the regenerated hunt's group 89:
+        // a config-differential after a cut whole load, 2026-12-07).
+        assert!(!llama.same_state_layout(&info("llama.cpp@0.1.161 (kv_unified=false)")));
+        assert!(!info("llama.cpp@0.1.161 (n_ubatch=1)")
+            .same_state_layout(&info("llama.cpp@0.1.161 (n_ubatch=1,flash_attn=on)")));
+        assert!(info("llama.cpp@0.1.161 (n_ubatch=1)")
+            .same_state_layout(&info("llama.cpp@0.1.161 (n_batch=8,n_ubatch=1)")));
     }
 
     #[test]

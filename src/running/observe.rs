@@ -3,12 +3,11 @@
 //! ([`observe_seqs`]), and, as [`Observe`] asks, the whole-context dump's cells and the round
 //! trip into the target's twin ([`observe_with`]). Each tells the target what it observes
 //! ([`CacheUnderTest::observing`]), so a crash inside is an observation crash, not the op's.
-//! Cells come from the bytes, through `base/state/` (no target's bookkeeping is trusted). On a
-//! target that keys its complete state, [`ObservationMemo`] makes each of these once per
-//! distinct state; on any target a per-sequence dump is parsed once per distinct bytes in each
-//! thread (`ParsedDumps`).
+//! A sequence is observed by the target itself ([`CacheUnderTest::observe_seq`]: llama.cpp and
+//! the native model from their own bytes, `targets::dump_cells`); nothing here knows a dump's
+//! layout. On a target that keys its complete state, [`ObservationMemo`] makes each of these
+//! once per distinct state.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -16,27 +15,22 @@ use crate::base::cache::{
     CacheUnderTest, Dump, HarnessError, Observation, Observe, OpOutcome, RoundTrip, SeqObservation,
     SeqRoundTrip, SeqSizes, StateSizes, StepObservation, STATE_SEQ_FLAGS_PARTIAL_ONLY,
 };
-use crate::base::op::Pos;
 use crate::base::op::{Op, SeqId};
-use crate::base::state::{parse_seq_state, parse_whole_state, ParseError, StateFormat};
-use crate::base::word_hash::BuildWordHasher;
 
-/// Observes `seqs` on `target`: the accessors, and the cells from the serialized state.
+/// Observes `seqs` on `target`: each sequence's cells and accessors.
 pub fn observe(
     target: &mut dyn CacheUnderTest,
-    format: StateFormat,
     seqs: &[SeqId],
     outcome: OpOutcome,
 ) -> Result<StepObservation, HarnessError> {
     let mut seqs_observed = Vec::with_capacity(seqs.len());
-    observe_seqs_into(target, format, seqs, &mut seqs_observed)?;
+    observe_seqs_into(target, seqs, &mut seqs_observed)?;
     Ok(StepObservation::basic(outcome, seqs_observed))
 }
 
 /// The sequences `seqs` into `out`, whose buffers are filled again.
 fn observe_seqs_into(
     target: &mut dyn CacheUnderTest,
-    format: StateFormat,
     seqs: &[SeqId],
     out: &mut Vec<SeqObservation>,
 ) -> Result<(), HarnessError> {
@@ -44,9 +38,9 @@ fn observe_seqs_into(
     out.truncate(seqs.len());
     for (i, &seq) in seqs.iter().enumerate() {
         if i == out.len() {
-            out.push(unobserved(seq));
+            out.push(SeqObservation::empty(seq));
         }
-        observe_seq_into(target, format, seq, &mut out[i])?;
+        target.observe_seq(seq, &mut out[i])?;
     }
     Ok(())
 }
@@ -54,169 +48,18 @@ fn observe_seqs_into(
 /// The sequences `seqs` as they are now: what [`StepObservation::before`] holds.
 pub fn observe_seqs(
     target: &mut dyn CacheUnderTest,
-    format: StateFormat,
     seqs: &[SeqId],
 ) -> Result<Vec<SeqObservation>, HarnessError> {
     target.observing(Some(Observation::Before));
     seqs.iter()
-        .map(|&seq| observe_seq(target, format, seq))
+        .map(|&seq| SeqObservation::of(target, seq))
         .collect()
-}
-
-fn observe_seq(
-    target: &mut dyn CacheUnderTest,
-    format: StateFormat,
-    seq: SeqId,
-) -> Result<SeqObservation, HarnessError> {
-    let mut out = unobserved(seq);
-    observe_seq_into(target, format, seq, &mut out)?;
-    Ok(out)
-}
-
-/// A sequence's observation before [`observe_seq_into`] fills it.
-fn unobserved(seq: SeqId) -> SeqObservation {
-    SeqObservation {
-        seq,
-        pos_min: -1,
-        pos_max: -1,
-        cells: Vec::new(),
-        second_cells: None,
-        third_cells: None,
-    }
-}
-
-/// Observes `seq` into `out`, every field of it written (its buffers kept where large enough).
-fn observe_seq_into(
-    target: &mut dyn CacheUnderTest,
-    format: StateFormat,
-    seq: SeqId,
-    out: &mut SeqObservation,
-) -> Result<(), HarnessError> {
-    out.seq = seq;
-    out.pos_min = target.seq_pos_min(seq)?;
-    out.pos_max = target.seq_pos_max(seq)?;
-    // One buffer per thread for the dumps it observes: their bytes are looked up in the memo
-    // below, and kept there only when new.
-    let mut bytes = DUMP_BUFFER.take();
-    let read = target.seq_state_into(seq, &mut bytes);
-    let parsed = read.map(|()| {
-        PARSED_DUMPS.with(|memo| {
-            let mut memo = memo.borrow_mut();
-            let p = memo.positions(&bytes, format)?;
-            out.cells.clone_from(&p.cells);
-            out.second_cells.clone_from(&p.second);
-            out.third_cells.clone_from(&p.third);
-            Ok(())
-        })
-    });
-    DUMP_BUFFER.set(bytes);
-    parsed?.map_err(|source| HarnessError::State {
-        target: target.info().name,
-        seq,
-        source,
-    })
-}
-
-thread_local! {
-    /// This thread's memo of parsed per-sequence dumps ([`ParsedDumps`]).
-    static PARSED_DUMPS: RefCell<ParsedDumps> = RefCell::default();
-    /// The buffer this thread reads per-sequence dumps into.
-    static DUMP_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// How many bytes of dumps a [`ParsedDumps`] keeps as keys before it starts afresh.
-const PARSED_DUMPS_BYTES: usize = 32 << 20;
-
-/// The positions a per-sequence dump holds, by the dump's bytes: a dump is parsed once, and the
-/// same bytes again (another trial that ends in the same cells) are answered from here. Parsing
-/// is a function of the bytes and the format alone, so this changes no observation; it spares
-/// a llama.cpp audit, whose states cannot be keyed ([`ObservationMemo`] keys only a target's
-/// complete state), the parse and its allocations on every trial: the seed domain's depth-3
-/// trials end in far fewer distinct dumps than the 240,198 a trial per sequence makes.
-///
-/// Dumps are looked up by a hash of their head and tail only ([`dump_hash`]), and the bytes of
-/// each candidate are compared whole: hashing a whole dump (kilobytes of K/V rows) cost more
-/// than parsing it, while two dumps with the same head (header, cells, first rows) and tail
-/// that differ between them are rare and only cost a comparison more.
-#[derive(Default)]
-struct ParsedDumps {
-    /// The format of every dump held (another one empties the memo).
-    format: Option<StateFormat>,
-    /// Bytes of the dumps held.
-    held: usize,
-    /// By [`dump_hash`]: the dumps of that hash and their positions.
-    positions: HashMap<u64, Vec<(Box<[u8]>, DumpPositions)>, BuildWordHasher>,
-}
-
-/// How many bytes of a dump's head, and of its tail, [`dump_hash`] reads.
-const DUMP_HASH_HEAD: usize = 512;
-const DUMP_HASH_TAIL: usize = 64;
-
-/// A hash of a dump's length, its first [`DUMP_HASH_HEAD`] bytes (the header and the cells'
-/// positions and sequences come first) and its last [`DUMP_HASH_TAIL`].
-fn dump_hash(bytes: &[u8]) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = BuildWordHasher.build_hasher();
-    h.write_usize(bytes.len());
-    if bytes.len() <= DUMP_HASH_HEAD + DUMP_HASH_TAIL {
-        h.write(bytes);
-    } else {
-        h.write(&bytes[..DUMP_HASH_HEAD]);
-        h.write(&bytes[bytes.len() - DUMP_HASH_TAIL..]);
-    }
-    h.finish()
-}
-
-/// What a per-sequence dump says of each part of the memory (`SeqObservation`'s cells).
-#[derive(Clone)]
-struct DumpPositions {
-    cells: Vec<Pos>,
-    second: Option<Vec<Pos>>,
-    third: Option<Vec<Pos>>,
-}
-
-impl ParsedDumps {
-    /// The positions in `bytes`, a per-sequence dump in `format`, parsed now or before.
-    fn positions(
-        &mut self,
-        bytes: &[u8],
-        format: StateFormat,
-    ) -> Result<&DumpPositions, ParseError> {
-        if self.format != Some(format) {
-            self.positions.clear();
-            self.held = 0;
-            self.format = Some(format);
-        }
-        let hash = dump_hash(bytes);
-        let known = self
-            .positions
-            .get(&hash)
-            .and_then(|same_hash| same_hash.iter().position(|(b, _)| **b == *bytes));
-        if let Some(at) = known {
-            return Ok(&self.positions[&hash][at].1);
-        }
-        let parsed = parse_seq_state(bytes, format)?;
-        let positions = DumpPositions {
-            cells: parsed.resident_positions(),
-            second: parsed.second_positions(),
-            third: parsed.third_positions(),
-        };
-        if self.held + bytes.len() > PARSED_DUMPS_BYTES {
-            self.positions.clear();
-            self.held = 0;
-        }
-        self.held += bytes.len();
-        let same_hash = self.positions.entry(hash).or_default();
-        same_hash.push((bytes.into(), positions));
-        Ok(&same_hash.last().expect("pushed").1)
-    }
 }
 
 /// [`observe`], plus what `what` asks for and the target can give: the whole-context dump's
 /// cells, and the round trip into a twin.
 pub fn observe_with(
     target: &mut dyn CacheUnderTest,
-    format: StateFormat,
     seqs: &[SeqId],
     outcome: OpOutcome,
     what: Observe,
@@ -224,7 +67,7 @@ pub fn observe_with(
     // Its outcome and parts are set by `observe_with_into`.
     let placeholder = OpOutcome::Done { returned: None };
     let mut obs = StepObservation::basic(placeholder, Vec::with_capacity(seqs.len()));
-    observe_with_into(target, format, seqs, outcome, what, &mut obs)?;
+    observe_with_into(target, seqs, outcome, what, &mut obs)?;
     Ok(obs)
 }
 
@@ -233,7 +76,6 @@ pub fn observe_with(
 /// previous one's observation: nothing is allocated, moved or dropped whole per trial.)
 pub fn observe_with_into(
     target: &mut dyn CacheUnderTest,
-    format: StateFormat,
     seqs: &[SeqId],
     outcome: OpOutcome,
     what: Observe,
@@ -264,9 +106,9 @@ pub fn observe_with_into(
     if obs.sizes.is_some() {
         obs.sizes = None;
     }
-    observe_seqs_into(target, format, seqs, &mut obs.seqs)?;
+    observe_seqs_into(target, seqs, &mut obs.seqs)?;
     if what.whole || what.round_trip {
-        whole_and_round_trip(target, format, seqs, what, obs)?;
+        whole_and_round_trip(target, seqs, what, obs)?;
     }
     // Last: a dump that crashes is the whole dump's or the round trip's, as before sizes were
     // observed, where those are observed too.
@@ -280,7 +122,6 @@ pub fn observe_with_into(
 /// The whole-context dump's cells and the round trip into the twin, as `what` asks.
 fn whole_and_round_trip(
     target: &mut dyn CacheUnderTest,
-    format: StateFormat,
     seqs: &[SeqId],
     what: Observe,
     obs: &mut StepObservation,
@@ -296,16 +137,11 @@ fn whole_and_round_trip(
         return Ok(());
     };
     if what.whole {
-        let cells = parse_whole_state(&whole, format).map_err(|source| HarnessError::State {
-            target: target.info().name,
-            seq: -1,
-            source,
-        })?;
-        obs.whole = Some(cells);
+        obs.whole = target.whole_cells(&whole)?;
     }
     if what.round_trip {
         target.observing(Some(Observation::RoundTrip));
-        obs.round_trip = round_trip(target, format, seqs, &whole)?;
+        obs.round_trip = round_trip(target, seqs, &whole)?;
     }
     Ok(())
 }
@@ -343,7 +179,6 @@ fn sizes(
 /// load state at all.
 fn round_trip(
     target: &mut dyn CacheUnderTest,
-    format: StateFormat,
     seqs: &[SeqId],
     whole: &[u8],
 ) -> Result<Option<RoundTrip>, HarnessError> {
@@ -364,7 +199,7 @@ fn round_trip(
     };
     let mut whole_twin = Vec::with_capacity(seqs.len());
     for &seq in seqs {
-        whole_twin.push(observe_seq(twin, format, seq)?);
+        whole_twin.push(SeqObservation::of(twin, seq)?);
     }
     let whole_same_bytes = twin.state_get()?.as_deref() == Some(whole);
     // Each sequence goes into an emptied twin on its own: sequences that share cells in the
@@ -381,7 +216,7 @@ fn round_trip(
                 }
             }
         };
-        let obs = observe_seq(twin, format, seq)?;
+        let obs = SeqObservation::of(twin, seq)?;
         let same_bytes = twin.seq_state(seq)? == *bytes;
         per_seq.push(SeqRoundTrip {
             loaded,
@@ -494,21 +329,20 @@ impl ObservationMemo {
     pub fn observe_with(
         &mut self,
         target: &mut dyn CacheUnderTest,
-        format: StateFormat,
         seqs: &[SeqId],
         outcome: OpOutcome,
         what: Observe,
         id: Option<StateId>,
     ) -> Result<StepObservation, HarnessError> {
         let Some(index) = self.live(id).filter(|_| what == self.observe) else {
-            return observe_with(target, format, seqs, outcome, what);
+            return observe_with(target, seqs, outcome, what);
         };
         if let Some(known) = &self.states[index] {
             let mut obs = StepObservation::clone(known);
             obs.outcome = outcome;
             return Ok(obs);
         }
-        let obs = observe_with(target, format, seqs, outcome, what)?;
+        let obs = observe_with(target, seqs, outcome, what)?;
         self.states[index] = Some(Arc::new(obs.clone()));
         Ok(obs)
     }

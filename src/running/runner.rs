@@ -22,7 +22,6 @@ use crate::base::cache::{
 };
 use crate::base::capabilities::Capabilities;
 use crate::base::op::{Op, SeqId, Setup, Trace};
-use crate::base::state::StateFormat;
 use crate::base::tokens::TokenModel;
 pub use crate::running::batch::{
     enumerated_indices, BatchJudging, Enumerated, PreparedBatch, StartedBatch,
@@ -149,15 +148,6 @@ pub struct LocalRunner {
 
 /// A trial that ends before its first op because the target cannot take the setup's
 /// configuration ([`HarnessError::Unsupported`]).
-/// The state format of `info`'s target for a trial of `setup`: the target's variant of the
-/// format, with the memory type the setup's architecture gives (which parts a dump holds).
-pub fn state_format(info: &TargetInfo, setup: &Setup) -> StateFormat {
-    StateFormat {
-        memory: setup.arch.memory(),
-        ..info.state_format
-    }
-}
-
 fn unsupported_setup(e: HarnessError) -> Result<TrialRun, HarnessError> {
     match e {
         HarnessError::Unsupported { reason, .. } => Ok(TrialRun::new(
@@ -284,11 +274,7 @@ impl LocalRunner {
             let observe = self.observe_at(i + 1);
             self.target.observing(None);
             let before = if observe.before && observed {
-                Some(observe_seqs(
-                    self.target.as_mut(),
-                    state_format(&self.info, &trace.setup),
-                    seqs,
-                )?)
+                Some(observe_seqs(self.target.as_mut(), seqs)?)
             } else {
                 None
             };
@@ -325,14 +311,7 @@ impl LocalRunner {
                 ))
             });
             let obs = Arc::get_mut(&mut held).expect("a spare observation is held by no one");
-            observe_with_into(
-                self.target.as_mut(),
-                state_format(&self.info, &trace.setup),
-                seqs,
-                outcome,
-                observe,
-                obs,
-            )?;
+            observe_with_into(self.target.as_mut(), seqs, outcome, observe, obs)?;
             obs.before = before;
             let last = i + 1 == trace.ops.len();
             if let Some(tokens) = tokens.as_ref().filter(|_| last && observe.logits) {
@@ -383,11 +362,7 @@ impl LocalRunner {
             }
             let state = self.target.fork().expect("target forked before");
             self.base_obs = if self.observe.before {
-                observe_seqs(
-                    self.target.as_mut(),
-                    state_format(&self.info, &trace.setup),
-                    &seqs,
-                )?
+                observe_seqs(self.target.as_mut(), &seqs)?
             } else {
                 Vec::new()
             };
@@ -407,7 +382,6 @@ impl LocalRunner {
             .take_while(|(f, op)| f.op == **op)
             .count();
         self.stack.truncate(shared.min(trace.ops.len()));
-        let format = state_format(&self.info, &trace.setup);
         for (i, op) in trace.ops.iter().enumerate().skip(self.stack.len()) {
             let parent = match self.stack.last() {
                 Some(f) => &f.state,
@@ -453,14 +427,9 @@ impl LocalRunner {
                         None => self.base_obs.clone(),
                     });
                     let id = self.memo.id(state.as_ref());
-                    let mut obs = self.memo.observe_with(
-                        state.as_mut(),
-                        format,
-                        &seqs,
-                        outcome,
-                        observe,
-                        id,
-                    )?;
+                    let mut obs =
+                        self.memo
+                            .observe_with(state.as_mut(), &seqs, outcome, observe, id)?;
                     obs.before = before;
                     let obs = Arc::new(obs);
                     self.memo.remember(from, op, observe, id, &obs);
@@ -499,7 +468,7 @@ fn next_pos(
 ) -> Result<Option<i32>, HarnessError> {
     match op.as_decode() {
         Some(d) if d.pos.is_none() && (0..setup.n_seq_max as SeqId).contains(&d.seqs[0]) => {
-            Ok(Some(target.seq_pos_max(d.seqs[0])? + 1))
+            Ok(Some(target.next_pos(d.seqs[0])?))
         }
         _ => Ok(None),
     }
@@ -662,11 +631,21 @@ mod tests {
         fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
             self.0.apply(op)
         }
-        fn seq_pos_min(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
-            self.0.seq_pos_min(seq)
+        fn observe_seq(
+            &mut self,
+            seq: SeqId,
+            out: &mut crate::base::cache::SeqObservation,
+        ) -> Result<(), HarnessError> {
+            self.0.observe_seq(seq, out)
         }
-        fn seq_pos_max(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
-            self.0.seq_pos_max(seq)
+        fn next_pos(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
+            self.0.next_pos(seq)
+        }
+        fn whole_cells(
+            &mut self,
+            whole: &[u8],
+        ) -> Result<Option<Vec<crate::base::state::WholeCell>>, HarnessError> {
+            self.0.whole_cells(whole)
         }
         fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
             self.0.seq_state(seq)
@@ -707,11 +686,21 @@ mod tests {
         fn apply(&mut self, op: &Op) -> Result<OpOutcome, HarnessError> {
             self.0.apply(op)
         }
-        fn seq_pos_min(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
-            self.0.seq_pos_min(seq)
+        fn observe_seq(
+            &mut self,
+            seq: SeqId,
+            out: &mut crate::base::cache::SeqObservation,
+        ) -> Result<(), HarnessError> {
+            self.0.observe_seq(seq, out)
         }
-        fn seq_pos_max(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
-            self.0.seq_pos_max(seq)
+        fn next_pos(&mut self, seq: SeqId) -> Result<i32, HarnessError> {
+            self.0.next_pos(seq)
+        }
+        fn whole_cells(
+            &mut self,
+            whole: &[u8],
+        ) -> Result<Option<Vec<crate::base::state::WholeCell>>, HarnessError> {
+            self.0.whole_cells(whole)
         }
         fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
             self.0.seq_state(seq)

@@ -24,7 +24,7 @@ use crate::base::cache::{
 };
 use crate::base::op::{Op, SeqId, Setup};
 use crate::running::observe::{observe_seqs, observe_with};
-use crate::running::runner::{state_format, TrialEnd, TrialRun};
+use crate::running::runner::{TrialEnd, TrialRun};
 
 /// Which parts of a state a key covers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -126,11 +126,7 @@ impl StateRunner {
                 });
             }
         }
-        let seqs = observe_seqs(
-            target.as_mut(),
-            state_format(&self.info, setup),
-            &observed(setup),
-        )?;
+        let seqs = observe_seqs(target.as_mut(), &observed(setup))?;
         Ok(Some(State { target, seqs }))
     }
 
@@ -152,13 +148,7 @@ impl StateRunner {
                 key: None,
             });
         }
-        let mut obs = observe_with(
-            target.as_mut(),
-            state_format(&self.info, setup),
-            &observed(setup),
-            outcome,
-            self.observe,
-        )?;
+        let mut obs = observe_with(target.as_mut(), &observed(setup), outcome, self.observe)?;
         if self.observe.before {
             obs.before = Some(state.seqs.clone());
         }

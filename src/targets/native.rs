@@ -25,6 +25,7 @@ use native_kv::{
     iswa_swa_size, BatchToken, CacheConfig, Faults, Memory, MemoryConfig, MemoryKind, MemoryOps,
 };
 
+use crate::base::cache::SeqObservation;
 use crate::base::cache::{
     AllocatedPart, Allocation, CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, PartHolds,
     TargetInfo,
@@ -33,7 +34,9 @@ use crate::base::error::Error;
 use crate::base::op::{Arch, MemoryType, Op, OpKind, Pos, SeqId, Setup, Slot};
 use crate::base::slots::SlotStore;
 use crate::base::state::StateFormat;
+use crate::base::state::WholeCell;
 use crate::running::state_runner::{KeyScope, KeyedTarget};
+use crate::targets::dump_cells::{self, DumpObserved};
 
 /// `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` (llama.h): the tensor data of a sequence save stays in the
 /// context (`mem_storage[seq_id]`), the bytes carry the metadata only.
@@ -628,6 +631,48 @@ fn attention_config(
     })
 }
 
+/// The native model writes llama.cpp's layout: observed as llama.cpp is, from its own bytes.
+impl DumpObserved for NativeTarget {
+    fn dump_target_name(&self) -> String {
+        "native".into()
+    }
+
+    fn dump_format(&self) -> StateFormat {
+        StateFormat {
+            memory: memory_type(&self.config.kind),
+            ..StateFormat::default()
+        }
+    }
+
+    fn accessors(&mut self, seq: SeqId) -> Result<(Pos, Pos), HarnessError> {
+        let e = |e| harness_error("native", e);
+        Ok((
+            self.cache.seq_pos_min(seq).map_err(e)?,
+            self.cache.seq_pos_max(seq).map_err(e)?,
+        ))
+    }
+
+    fn dump_into(&mut self, seq: SeqId, into: &mut Vec<u8>) -> Result<(), HarnessError> {
+        *into = self.seq_state(seq)?;
+        Ok(())
+    }
+}
+
+/// The memory type whose dumps a native memory of `kind` writes.
+pub(crate) fn memory_type(kind: &MemoryKind) -> MemoryType {
+    match kind {
+        MemoryKind::Kv => MemoryType::Kv,
+        MemoryKind::Iswa { .. } => MemoryType::Iswa,
+        MemoryKind::Msa => MemoryType::Msa,
+        MemoryKind::Dsa => MemoryType::Dsa,
+        MemoryKind::DsaIswa { .. } => MemoryType::DsaIswa,
+        MemoryKind::Recurrent { .. } => MemoryType::Recurrent,
+        MemoryKind::HybridIswa { .. } => MemoryType::HybridIswa,
+        MemoryKind::HybridIdx { .. } => MemoryType::HybridIdx,
+        MemoryKind::Hybrid { .. } => MemoryType::Hybrid,
+    }
+}
+
 impl CacheUnderTest for NativeTarget {
     fn info(&self) -> TargetInfo {
         native_info("native", self.faults)
@@ -684,16 +729,16 @@ impl CacheUnderTest for NativeTarget {
         Ok(self.last_logits.clone())
     }
 
-    fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
-        self.cache
-            .seq_pos_min(seq)
-            .map_err(|e| harness_error("native", e))
+    fn observe_seq(&mut self, seq: SeqId, out: &mut SeqObservation) -> Result<(), HarnessError> {
+        dump_cells::observe_seq(self, seq, out)
     }
 
-    fn seq_pos_max(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
-        self.cache
-            .seq_pos_max(seq)
-            .map_err(|e| harness_error("native", e))
+    fn next_pos(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
+        Ok(self.accessors(seq)?.1 + 1)
+    }
+
+    fn whole_cells(&mut self, whole: &[u8]) -> Result<Option<Vec<WholeCell>>, HarnessError> {
+        dump_cells::whole_cells(self, whole)
     }
 
     fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {

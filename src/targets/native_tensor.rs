@@ -28,9 +28,12 @@ use std::sync::Arc;
 use native_kv::tensors::TensorShape;
 use native_kv::{CacheConfig, CellCache, Faults};
 
+use crate::base::cache::SeqObservation;
 use crate::base::cache::{CacheUnderTest, HarnessError, OpOutcome, TargetInfo};
 use crate::base::op::{Op, Pos, SeqId, Setup};
+use crate::base::state::{StateFormat, WholeCell};
 use crate::model::forward::{KvEntry, KvStore, Model};
+use crate::targets::dump_cells::{self, DumpObserved};
 use crate::targets::native::{apply_state_op, batch_of, loaded, set_seq_state, ContextState};
 
 /// The name of this target on the command line and in reports.
@@ -207,6 +210,29 @@ impl KvStore for CellKv<'_> {
     }
 }
 
+/// The tensor model writes llama.cpp's layout of a plain cache: observed from its own bytes.
+impl DumpObserved for NativeTensorTarget {
+    fn dump_target_name(&self) -> String {
+        NAME.into()
+    }
+
+    fn dump_format(&self) -> StateFormat {
+        StateFormat::default()
+    }
+
+    fn accessors(&mut self, seq: SeqId) -> Result<(Pos, Pos), HarnessError> {
+        Ok((
+            self.cache.seq_pos_min(seq).map_err(|e| self.harness(e))?,
+            self.cache.seq_pos_max(seq).map_err(|e| self.harness(e))?,
+        ))
+    }
+
+    fn dump_into(&mut self, seq: SeqId, into: &mut Vec<u8>) -> Result<(), HarnessError> {
+        *into = self.seq_state(seq)?;
+        Ok(())
+    }
+}
+
 impl CacheUnderTest for NativeTensorTarget {
     fn info(&self) -> TargetInfo {
         crate::targets::native::native_info(NAME, self.faults)
@@ -243,12 +269,16 @@ impl CacheUnderTest for NativeTensorTarget {
         })
     }
 
-    fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
-        self.cache.seq_pos_min(seq).map_err(|e| self.harness(e))
+    fn observe_seq(&mut self, seq: SeqId, out: &mut SeqObservation) -> Result<(), HarnessError> {
+        dump_cells::observe_seq(self, seq, out)
     }
 
-    fn seq_pos_max(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
-        self.cache.seq_pos_max(seq).map_err(|e| self.harness(e))
+    fn next_pos(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
+        Ok(self.accessors(seq)?.1 + 1)
+    }
+
+    fn whole_cells(&mut self, whole: &[u8]) -> Result<Option<Vec<WholeCell>>, HarnessError> {
+        dump_cells::whole_cells(self, whole)
     }
 
     fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
@@ -351,7 +381,7 @@ mod tests {
             t.apply(&decode(0, &[1, 64])).unwrap(),
             OpOutcome::Decoded { rc: -1 }
         );
-        assert_eq!(t.seq_pos_max(0).unwrap(), -1);
+        assert_eq!(SeqObservation::of(&mut t, 0).unwrap().pos_max, -1);
         t.apply(&decode(0, &PROMPT)).unwrap();
         let bytes = t.seq_state(0).unwrap();
         t.reset(&Setup::default()).unwrap();

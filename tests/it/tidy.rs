@@ -8,6 +8,7 @@
 //!   puts those edges in every folder).
 //! - `tidy::unsafe_code`: `unsafe` appears only in the modules that talk to foreign code or the
 //!   OS (the llama.cpp target crate's `ffi.rs` and `sys.rs`).
+//! - `tidy::dump_layout_in_targets`: only `base/state/` and `targets/` call the dump parsers.
 //! - `tidy::one_state_parser`: only `base/state/` decodes binary state (and `model/gguf/read.rs` its
 //!   own file format, `targets/llama/worker/wire.rs` and `wire/codec.rs` the worker's reply frames): nothing else
 //!   calls `from_le_bytes`.
@@ -640,6 +641,30 @@ pub fn check_one_state_parser(sources: &[Source]) -> Result<(), String> {
     }
 }
 
+/// llama.cpp's dump layout is read only by the targets that write it: no file of the library
+/// outside `base/state/` and `targets/` calls its parsers (the runner, oracles and engines
+/// take a sequence's cells from the target's own `observe_seq`).
+pub fn check_dump_layout_in_targets(sources: &[Source]) -> Result<(), String> {
+    let bad: Vec<String> = sources
+        .iter()
+        .filter(|s| !s.path.starts_with("base/state/") && !s.path.starts_with("targets/"))
+        .filter(|s| {
+            let code = strip_tests(&s.code());
+            code.contains("parse_seq_state(") || code.contains("parse_whole_state(")
+        })
+        .map(|s| s.location())
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "a dump parsed outside base/state/ and targets/ (a target observes its own cells, \
+             targets/dump_cells.rs): {}",
+            bad.join(", ")
+        ))
+    }
+}
+
 /// No public function of the library returns `Result<_, String>`: failures are
 /// `base::error::Error` (or a layer's own typed error), whose kind decides the exit code.
 pub fn check_error_style(sources: &[Source]) -> Result<(), String> {
@@ -1185,6 +1210,21 @@ pub fn trials() -> Vec<Trial> {
             sources.retain(|s| s.dir != NATIVE_KV);
             super::outcome(check_one_state_parser(&sources))
         }),
+        Trial::test(
+            "tidy::dump_layout_in_targets",
+            run(check_dump_layout_in_targets),
+        ),
+        Trial::test(
+            "tidy::checks_catch_a_dump_parsed_by_the_runner",
+            must_fail(
+                check_dump_layout_in_targets,
+                vec![Source::new(
+                    "running/observe.rs",
+                    "//! x\nfn f(b: &[u8]) { let _ = parse_seq_state(b, StateFormat::default()); }\n",
+                )],
+                "running/observe.rs",
+            ),
+        ),
         Trial::test("tidy::module_docs", run_all(check_module_docs)),
         Trial::test("tidy::error_style", run_all(check_error_style)),
         Trial::test("tidy::target_names_tested_in_the_registry_only", move || {

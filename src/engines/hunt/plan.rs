@@ -16,12 +16,12 @@ use std::time::Instant;
 
 use crate::base::cache::Observe;
 use crate::base::config::Arch;
-use crate::base::domain::{total_trials, Domain, PRESETS, PRESET_SUMMARIES};
+use crate::base::domain::{Domain, PRESETS, PRESET_SUMMARIES};
 use crate::base::error::Error;
 use crate::base::op::{Decode, ForeignDump, Op, SeqId, Setup, Slot, Trace};
 use crate::base::op_kind::OpKind;
 use crate::oracles::{Oracle, Reads, Registry};
-use crate::records::hunt::{Budget, EntryEstimate, FuzzShare, Pairing, PlanEntry, Support};
+use crate::records::hunt::{Pairing, PlanEntry, Support};
 use crate::running::judge::Judge;
 use crate::running::runner::{reconfigured_factory, RunnerFactory};
 use crate::targets::mlx::{self, HuntConfiguration};
@@ -596,53 +596,6 @@ pub fn probe(target: &TargetSpec, e: &PlanEntry) -> Result<(Support, Option<f64>
     Ok((Support::Runs, Some(per_trial)))
 }
 
-/// The share of the exhaustive run in an entry's budget: the rest fuzzes.
-const EXHAUSTIVE_SHARE: f64 = 0.5;
-/// The deepest exhaustive run an entry does.
-const MAX_DEPTH: u32 = 6;
-
-/// An entry's allocation: the exhaustive depth its share allows, then the fuzzing with the
-/// rest. `share` is seconds or trials, as `budget` is.
-pub fn allocate(
-    e: &PlanEntry,
-    support: Support,
-    seconds_per_trial: Option<f64>,
-    budget: Budget,
-    share: f64,
-) -> EntryEstimate {
-    let ops = e.domain.ops().len() as u64;
-    let cost = |d: u32| -> f64 {
-        let trials = total_trials(ops, d) as f64;
-        match budget {
-            Budget::Seconds(_) => trials * seconds_per_trial.unwrap_or(f64::INFINITY),
-            Budget::Trials(_) => trials,
-        }
-    };
-    let depth = (1..=MAX_DEPTH)
-        .take_while(|&d| cost(d) <= share * EXHAUSTIVE_SHARE)
-        .last()
-        .unwrap_or(0);
-    let exhaustive_trials = if depth == 0 {
-        0
-    } else {
-        total_trials(ops, depth)
-    };
-    let rest = (share - cost(depth).min(share)).max(0.0);
-    let fuzz = match budget {
-        Budget::Seconds(_) => FuzzShare::Seconds(rest),
-        Budget::Trials(_) => FuzzShare::Cases((rest as u64).max(1)),
-    };
-    EntryEstimate {
-        support,
-        ops,
-        seconds_per_trial,
-        depth,
-        exhaustive_trials,
-        fuzz,
-        share_s: matches!(budget, Budget::Seconds(_)).then_some(share),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -749,18 +702,5 @@ mod tests {
             }
             assert!(!e.oracles.contains(&find("cache-invisible")), "{}", e.id);
         }
-    }
-
-    #[test]
-    fn a_trial_budget_goes_to_the_deepest_exhaustive_run_that_fits_half_of_it() {
-        let e = &plan(&TargetSpec::new("native", &[]))[0];
-        let n = e.domain.ops().len() as u64;
-        let share = 2.0 * total_trials(n, 2) as f64 + 10.0;
-        let est = allocate(e, Support::Runs, None, Budget::Trials(1), share);
-        assert_eq!(est.depth, 2);
-        assert_eq!(
-            est.fuzz,
-            FuzzShare::Cases((share as u64) - total_trials(n, 2))
-        );
     }
 }

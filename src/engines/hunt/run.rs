@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::plan::{allocate, factories, probe, registry};
+use super::budget::{allocate, shrink_config, BudgetClock, EntryDeadlines};
+use super::plan::{factories, probe, registry};
 use crate::base::domain::Domain;
 use crate::base::error::Error;
 use crate::base::op::{Setup, Trace};
@@ -30,18 +31,8 @@ use crate::running::runner::RunnerFactory;
 use crate::running::trial::TrialEnd;
 use crate::targets::registry::TargetSpec;
 
-/// The part of a time budget the entries share; the rest is for grouping, classifying and
-/// writing the new groups' files (their C programs are compiled and run on the target).
-pub const ENTRY_PART: f64 = 0.8;
-/// Most target executions one shrink spends.
-const SHRINK_EXECUTIONS: u64 = 500;
-/// Fewest: a shrink of a few dozen executions still drops most of a fuzz case's ops.
-const MIN_SHRINK_EXECUTIONS: u64 = 32;
 /// Longest fuzz trace, in ops after the setup: short traces shrink fast.
 const FUZZ_MAX_LEN: usize = 12;
-/// The part of an entry's share after which its exhaustive run is cut (it is sized for half
-/// of it; an estimate that is off leaves the fuzzing the rest all the same).
-const EXHAUSTIVE_CUT: f64 = 0.6;
 /// How often the watchdog looks at the clock and the signal flag.
 const WATCH_EVERY: Duration = Duration::from_millis(50);
 
@@ -138,20 +129,6 @@ fn signature(f: &Finding) -> Signature {
     f.key()
 }
 
-/// The shrink limits of an entry: at most [`SHRINK_EXECUTIONS`], and on a time budget no
-/// more executions than a quarter of the entry's share pays for at the probe's rate (an iSWA
-/// setup on llama.cpp costs tens of milliseconds per execution).
-fn shrink_config(est: &EntryEstimate) -> ShrinkConfig {
-    let affordable = match (est.share_s, est.seconds_per_trial) {
-        (Some(share), Some(per)) if per > 0.0 => (share * 0.25 / per) as u64,
-        _ => SHRINK_EXECUTIONS,
-    };
-    ShrinkConfig {
-        max_executions: affordable.clamp(MIN_SHRINK_EXECUTIONS, SHRINK_EXECUTIONS),
-        ..ShrinkConfig::default()
-    }
-}
-
 /// `f` shrunk by `judge` (as it is if the shrink does not reproduce it), and the executions
 /// after which the budget stopped the shrink short of its fixed point, if it did.
 fn shrunk(
@@ -159,19 +136,29 @@ fn shrunk(
     judge: &mut Judge,
     cfg: &ShrinkConfig,
 ) -> Result<(Finding, Option<u64>), Error> {
+    Ok(shrink_finding(&f, judge, cfg)?.unwrap_or((f, None)))
+}
+
+/// `f` shrunk by `judge`, and the executions after which the budget stopped the shrink short of
+/// its fixed point, if it did; `None` when the trace does not fail that way again.
+pub(super) fn shrink_finding(
+    f: &Finding,
+    judge: &mut Judge,
+    cfg: &ShrinkConfig,
+) -> Result<Option<(Finding, Option<u64>)>, Error> {
     let mode = FailureMode {
         oracle: f.oracle,
         kind: f.kind.clone(),
     };
     let Some(s) = shrink(&f.trace, &mode, judge, cfg).map_err(harness)? else {
-        return Ok((f, None));
+        return Ok(None);
     };
     let stopped = (!s.minimal).then_some(s.executions);
     let v = s.failure.violation;
     let f = Finding {
         oracle: v.oracle,
         kind: v.kind,
-        target: f.target,
+        target: f.target.clone(),
         depth: s.trace.ops.len() as u32,
         trial_index: f.trial_index,
         step: s.failure.step,
@@ -180,7 +167,7 @@ fn shrunk(
         observed: v.observed,
         expected: v.expected,
     };
-    Ok((f, stopped))
+    Ok(Some((f, stopped)))
 }
 
 /// `f` with its setup's ops moved into its trace, when its violation happened in the setup: a
@@ -291,23 +278,12 @@ pub fn run_hunt(
         .filter(|(_, e)| !finished.contains(&e.id))
         .filter(|(_, e)| cfg.only.is_empty() || cfg.only.contains(&e.id))
         .collect();
-    let entries_end = match cfg.budget {
-        Budget::Seconds(b) => {
-            Some(started + Duration::from_secs_f64((b * ENTRY_PART - offset).max(0.0)))
-        }
-        Budget::Trials(_) => None,
-    };
-    let mut trials_left = match cfg.budget {
-        Budget::Trials(n) => {
-            let spent: u64 = summary
-                .entries
-                .iter()
-                .map(|e| e.trials + e.fuzz_cases)
-                .sum();
-            n.saturating_sub(spent)
-        }
-        Budget::Seconds(_) => 0,
-    };
+    let trials_spent: u64 = summary
+        .entries
+        .iter()
+        .map(|e| e.trials + e.fuzz_cases)
+        .sum();
+    let mut clock = BudgetClock::start(cfg.budget, started, offset, trials_spent);
     let mut seen: BTreeSet<Signature> = summary
         .findings
         .iter()
@@ -318,7 +294,7 @@ pub fn run_hunt(
             summary.incomplete = true;
             break;
         }
-        if entries_end.is_some_and(|end| Instant::now() >= end) {
+        if clock.entries_over() {
             summary
                 .skipped
                 .extend(todo[k..].iter().map(|(_, e)| e.id.clone()));
@@ -336,27 +312,19 @@ pub fn run_hunt(
             summary.unsupported.push((entry.id.clone(), reason.clone()));
             continue;
         }
-        let left = todo.len() - k;
-        let now = Instant::now();
-        let share = match (cfg.budget, entries_end) {
-            (Budget::Seconds(_), Some(end)) => {
-                end.saturating_duration_since(now).as_secs_f64() / left as f64
-            }
-            _ => trials_left as f64 / left as f64,
-        };
+        let share = clock.share(todo.len() - k);
         let estimate = allocate(entry, support, per_trial, cfg.budget, share);
         sink(&HuntEvent::EntryStart {
             index: k + 1,
             of: todo.len(),
             entry,
             estimate: &estimate,
-            left_s: entries_end.map(|end| end.saturating_duration_since(now).as_secs_f64()),
+            left_s: clock.entries_left_s(),
         });
-        let after = |part: f64| match cfg.budget {
-            Budget::Seconds(_) => Some(now + Duration::from_secs_f64(share * part)),
-            Budget::Trials(_) => None,
-        };
-        let (deadline, exhaustive_deadline) = (after(1.0), after(EXHAUSTIVE_CUT));
+        let EntryDeadlines {
+            end: deadline,
+            exhaustive_end: exhaustive_deadline,
+        } = clock.entry_deadlines(share);
         let entry_stop = AtomicBool::new(false);
         let exhaustive_stop = AtomicBool::new(false);
         let done = AtomicBool::new(false);
@@ -404,7 +372,7 @@ pub fn run_hunt(
                 .or_insert_with(|| CodeSet::new(&code.build))
                 .join(&code);
         }
-        trials_left = trials_left.saturating_sub(outcome.trials + outcome.fuzz_cases);
+        clock.spend_trials(outcome.trials + outcome.fuzz_cases);
         for f in found {
             summary.findings.push(HuntFinding {
                 finding: f.finding,

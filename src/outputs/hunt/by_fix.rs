@@ -42,7 +42,10 @@ use crate::records::hunt::{
 use crate::targets::llama::pins::Pin;
 use crate::targets::registry::{TargetKind, TargetSpec};
 
-use super::{engine_files, members_of, representative_repro, CorpusEntry};
+use super::{
+    decided_by, engine_files, members_of, representative_repro, seen_of, CorpusEntry, DecisionEntry,
+};
+use crate::targets::registry::Engine;
 
 /// One change of the hunt's target that takes one root cause out.
 #[derive(Clone, Debug, PartialEq)]
@@ -325,7 +328,11 @@ fn class_of(by_fix: &ByFix) -> GroupClass {
 /// ordered by size): its representative and evidence stay, the findings, oracles, memory
 /// types and entries join, the first violation is the earliest.
 fn merge_by_remedies(groups: &mut Vec<HuntGroup>) {
+    // Only groups whose class is by fix: a group a file or decision matched keeps its match.
     let key = |g: &HuntGroup| -> BTreeSet<String> {
+        if !matches!(g.class, GroupClass::New | GroupClass::KnownByFix { .. }) {
+            return BTreeSet::new();
+        }
         g.by_fix
             .iter()
             .flat_map(|b| b.explained.iter().map(|e| e.remedy.clone()))
@@ -374,7 +381,7 @@ fn merge_by_remedies(groups: &mut Vec<HuntGroup>) {
 /// Records what it could not try in `s.fix_replays`.
 pub fn explain_by_fix(
     s: &mut HuntSummary,
-    corpus: &[CorpusEntry],
+    (corpus, decisions): (&[CorpusEntry], &[DecisionEntry]),
     fixes: &[Fix],
     plan: &[PlanEntry],
     replay_until: Option<Instant>,
@@ -387,28 +394,92 @@ pub fn explain_by_fix(
         return;
     }
     let (mut replays, mut groups, mut cut_short) = (0, 0, false);
-    let mut by_group: Vec<Option<ByFix>> = Vec::with_capacity(s.groups.len());
+    let (mut checked, mut contradicted) = (0, 0);
+    let mut redecided: Vec<(usize, &DecisionEntry)> = Vec::new();
+    let engine = TargetKind::of_label(&s.target).map_or(Engine::LlamaCpp, TargetKind::engine);
+    let mut by_group: Vec<Option<(ByFix, bool)>> = Vec::with_capacity(s.groups.len());
     for g in &s.groups {
         if g.class != GroupClass::New {
-            by_group.push(None);
+            // A class match whose root cause has a remedy here is checked by it: the fix of
+            // the root cause a file or decision names must make the group's trace hold.
+            let Some(expected) = expected_remedy(&g.class, &remedies, &corpus) else {
+                by_group.push(None);
+                continue;
+            };
+            checked += 1;
+            let one = std::slice::from_ref(expected);
+            let r = replay_group(s, plan, g, (one, &corpus), replay_until, &mut replays);
+            cut_short |= r.cut_short;
+            if !r.by_fix.explained.is_empty() || r.by_fix.replayed == 0 {
+                // Confirmed, or it could not be told (said in its evidence).
+                by_group.push(Some((r.by_fix, false)));
+                continue;
+            }
+            contradicted += 1;
+            let r = replay_group(s, plan, g, (&remedies, &corpus), replay_until, &mut replays);
+            cut_short |= r.cut_short;
+            let mut by_fix = r.by_fix;
+            by_fix.contradicts = Some(format!(
+                "its class match is not its root cause: {} leaves its trace failing",
+                expected.name
+            ));
+            // No remedy shows its root cause: the next decided class that covers it and that
+            // no remedy here contradicts.
+            let other = (class_of(&by_fix) == GroupClass::New)
+                .then(|| {
+                    let seen = seen_of(&s.findings, plan, g);
+                    decisions.iter().find(|d| {
+                        d.decision.root_cause != expected.root_cause.clone().unwrap_or_default()
+                            && Some(&d.decision.root_cause)
+                                != root_cause_of(&g.class, &corpus).as_ref()
+                            && !remedies
+                                .iter()
+                                .any(|r| r.root_cause.as_ref() == Some(&d.decision.root_cause))
+                            && d.decision
+                                .class
+                                .as_ref()
+                                .is_some_and(|m| seen.iter().any(|&f| m.matches(f, engine)))
+                    })
+                })
+                .flatten();
+            if let Some(d) = other {
+                by_fix.contradicts = by_fix.contradicts.map(|c| {
+                    format!(
+                        "{c}; decided as {} by {} instead",
+                        d.decision.root_cause, d.evidence
+                    )
+                });
+                redecided.push((by_group.len(), d));
+            }
+            by_group.push(Some((by_fix, true)));
             continue;
         }
         groups += 1;
         if remedies.is_empty() {
             // Nothing to replay with: the group says why (a source tree, no fix built).
-            by_group.push(Some(ByFix {
+            let by_fix = ByFix {
                 not_told: unavailable.clone(),
                 ..ByFix::default()
-            }));
+            };
+            by_group.push(Some((by_fix, true)));
             continue;
         }
         let r = replay_group(s, plan, g, (&remedies, &corpus), replay_until, &mut replays);
         cut_short |= r.cut_short;
-        by_group.push(Some(r.by_fix));
+        by_group.push(Some((r.by_fix, true)));
+    }
+    for (at, d) in redecided {
+        decided_by(&mut s.groups[at], d);
     }
     for (g, by_fix) in s.groups.iter_mut().zip(by_group) {
-        if let Some(by_fix) = by_fix {
-            g.class = class_of(&by_fix);
+        let Some((by_fix, reclassify)) = by_fix else {
+            continue;
+        };
+        let class = class_of(&by_fix);
+        // A new group takes what its replays say; a contradicted class match only a root
+        // cause a remedy shows (else it stays matched, flagged).
+        if reclassify && (g.class == GroupClass::New || class != GroupClass::New) {
+            g.class = class;
             // A group known by fix is of the root cause its remedy's files are: their decision
             // (the summary's "what is broken" lists it under that root cause).
             g.decision = by_fix
@@ -417,8 +488,8 @@ pub fn explain_by_fix(
                 .flat_map(|e| &e.files)
                 .find_map(|f| corpus.iter().find(|c| &c.file == f))
                 .and_then(|c| c.repro.decision.as_ref().map(Decision::note));
-            g.by_fix = Some(by_fix);
         }
+        g.by_fix = Some(by_fix);
     }
     merge_by_remedies(&mut s.groups);
     s.fix_replays = Some(FixReplays {
@@ -427,7 +498,48 @@ pub fn explain_by_fix(
         replays,
         unavailable,
         cut_short,
+        class_matches_checked: checked,
+        class_matches_contradicted: contradicted,
     });
+}
+
+/// The root cause a class match names: its file's decision's, or the decision's.
+fn root_cause_of(class: &GroupClass, corpus: &[&CorpusEntry]) -> Option<String> {
+    match class {
+        GroupClass::Known { file } | GroupClass::Regressed { file } => corpus
+            .iter()
+            .find(|c| &c.file == file)
+            .and_then(|c| c.repro.decision.as_ref())
+            .map(|d| d.root_cause.clone()),
+        GroupClass::Decided { root_cause, .. } => Some(root_cause.clone()),
+        GroupClass::KnownByFix { .. } | GroupClass::New => None,
+    }
+}
+
+/// The remedy of the root cause a class match names: for a corpus file, the remedy whose files
+/// hold it (a fix, a fault removed); for a decision, the fix of its root cause. None when no such remedy is here.
+fn expected_remedy<'a>(
+    class: &GroupClass,
+    remedies: &'a [Remedy],
+    corpus: &[&CorpusEntry],
+) -> Option<&'a Remedy> {
+    let root_cause = match class {
+        GroupClass::Known { file } => {
+            if let Some(r) = remedies.iter().find(|r| r.files.contains(file)) {
+                return Some(r);
+            }
+            corpus
+                .iter()
+                .find(|c| &c.file == file)
+                .and_then(|c| c.repro.decision.as_ref())
+                .map(|d| d.root_cause.clone())?
+        }
+        GroupClass::Decided { root_cause, .. } => root_cause.clone(),
+        _ => return None,
+    };
+    remedies
+        .iter()
+        .find(|r| r.root_cause.as_deref() == Some(root_cause.as_str()))
 }
 
 #[cfg(test)]
@@ -475,7 +587,7 @@ mod tests {
         let corpus = corpus_of(&["i2_interior_seq_rm_hole.json"], &s);
         classify(&mut s, &corpus, &[], &[], None);
         assert_eq!(s.groups[0].class, GroupClass::New);
-        explain_by_fix(&mut s, &corpus, &[], &[], None);
+        explain_by_fix(&mut s, (&corpus, &[]), &[], &[], None);
         let g = &s.groups[0];
         assert_eq!(
             g.class,
@@ -507,11 +619,121 @@ mod tests {
     }
 
     #[test]
+    fn a_class_match_its_remedy_confirms_keeps_its_file_with_the_evidence() {
+        let mut s = refcount_hunt(&["refcount", "swa_window_off_by_one"]);
+        let corpus = corpus_of(&["i1_seq_cp_twice_stale_max.json"], &s);
+        classify(&mut s, &corpus, &[], &[], None);
+        let file = GroupClass::Known {
+            file: "i1_seq_cp_twice_stale_max.json".into(),
+        };
+        assert_eq!(s.groups[0].class, file);
+        explain_by_fix(&mut s, (&corpus, &[]), &[], &[], None);
+        let g = &s.groups[0];
+        assert_eq!(g.class, file);
+        let by_fix = g.by_fix.as_ref().unwrap();
+        // Only the file's own remedy is replayed, and it holds.
+        assert_eq!(by_fix.replayed, 1);
+        assert_eq!(by_fix.explained[0].remedy, "fault refcount removed");
+        assert_eq!(by_fix.contradicts, None);
+        let replays = s.fix_replays.as_ref().unwrap();
+        assert_eq!(
+            (
+                replays.class_matches_checked,
+                replays.class_matches_contradicted
+            ),
+            (1, 0)
+        );
+    }
+
+    #[test]
+    fn a_class_match_its_remedy_leaves_failing_is_the_root_cause_another_remedy_shows() {
+        let mut s = refcount_hunt(&["refcount", "swa_window_off_by_one"]);
+        let mut corpus = corpus_of(
+            &[
+                "i2_interior_seq_rm_hole.json",
+                "swa_window_full_windowed_cache_evicts_masked_only.json",
+            ],
+            &s,
+        );
+        // A class match to a file of the window fault (as if its class were the group's).
+        corpus[1].cause = Cause::NativeFault {
+            faults: vec!["swa_window_off_by_one".into()],
+        };
+        s.groups[0].class = GroupClass::Known {
+            file: corpus[1].file.clone(),
+        };
+        explain_by_fix(&mut s, (&corpus, &[]), &[], &[], None);
+        let g = &s.groups[0];
+        assert_eq!(
+            g.class,
+            GroupClass::KnownByFix {
+                remedies: vec!["fault refcount removed".into()]
+            }
+        );
+        let by_fix = g.by_fix.as_ref().unwrap();
+        assert!(by_fix
+            .contradicts
+            .as_ref()
+            .is_some_and(|c| c.contains("fault swa_window_off_by_one removed leaves")));
+        assert!(s
+            .to_markdown()
+            .contains("its class match is not its root cause"));
+        let replays = s.fix_replays.as_ref().unwrap();
+        assert_eq!(
+            (
+                replays.class_matches_checked,
+                replays.class_matches_contradicted
+            ),
+            (1, 1)
+        );
+        // Without a remedy that shows another root cause, the match stays, flagged.
+        let mut s = refcount_hunt(&["refcount", "swa_window_off_by_one"]);
+        let corpus = vec![corpus.remove(1)];
+        s.groups[0].class = GroupClass::Known {
+            file: corpus[0].file.clone(),
+        };
+        explain_by_fix(&mut s, (&corpus, &[]), &[], &[], None);
+        let g = &s.groups[0];
+        assert_eq!(
+            g.class,
+            GroupClass::Known {
+                file: corpus[0].file.clone()
+            }
+        );
+        assert!(g.by_fix.as_ref().unwrap().contradicts.is_some());
+        // A decided class that covers it, of a root cause no remedy here rules out, decides it.
+        let mut s = refcount_hunt(&["refcount", "swa_window_off_by_one"]);
+        s.groups[0].class = GroupClass::Known {
+            file: corpus[0].file.clone(),
+        };
+        let decision = Decision::parse(
+            r#"{"decision": "question", "root_cause": "Q9", "summary": "s",
+                "decided": {"pins": ["0.1.161"], "date": "2026-12-07", "by": "a test"},
+                "match": {"engine": "llama.cpp", "oracles": ["I1"]}}"#,
+        )
+        .unwrap();
+        let decisions = [DecisionEntry {
+            evidence: "decisions/q9.json".into(),
+            decision,
+        }];
+        explain_by_fix(&mut s, (&corpus, &decisions), &[], &[], None);
+        let g = &s.groups[0];
+        assert!(matches!(&g.class, GroupClass::Decided { root_cause, .. } if root_cause == "Q9"));
+        assert!(g
+            .by_fix
+            .as_ref()
+            .unwrap()
+            .contradicts
+            .as_ref()
+            .is_some_and(|c| c.ends_with("decided as Q9 by decisions/q9.json instead")));
+    }
+
+    #[test]
     fn a_remedy_of_a_root_cause_the_corpus_lacks_leaves_the_group_new_with_its_evidence() {
         let mut s = refcount_hunt(&["refcount"]);
         let corpus = corpus_of(&[], &s);
         classify(&mut s, &corpus, &[], &[], None);
-        explain_by_fix(&mut s, &corpus, &[], &[], None);
+        explain_by_fix(&mut s, (&corpus, &[]), &[], &[], None);
         let g = &s.groups[0];
         assert_eq!(g.class, GroupClass::New);
         let by_fix = g.by_fix.as_ref().unwrap();
@@ -525,7 +747,7 @@ mod tests {
     fn replays_stop_at_the_deadline_and_say_so() {
         let mut s = refcount_hunt(&["refcount"]);
         let corpus = corpus_of(&["i2_interior_seq_rm_hole.json"], &s);
-        explain_by_fix(&mut s, &corpus, &[], &[], Some(Instant::now()));
+        explain_by_fix(&mut s, (&corpus, &[]), &[], &[], Some(Instant::now()));
         let g = &s.groups[0];
         assert_eq!(g.class, GroupClass::New);
         let by_fix = g.by_fix.as_ref().unwrap();
@@ -544,7 +766,7 @@ mod tests {
         // No fault to remove and no fix: nothing is said, the group stays as classified.
         let mut s = refcount_hunt(&[]);
         let corpus = corpus_of(&["i2_interior_seq_rm_hole.json"], &s);
-        explain_by_fix(&mut s, &corpus, &[], &[], None);
+        explain_by_fix(&mut s, (&corpus, &[]), &[], &[], None);
         assert_eq!(
             (s.groups[0].class.clone(), &s.fix_replays),
             (GroupClass::New, &None)
@@ -572,7 +794,7 @@ mod tests {
         g.entries = vec!["state".into()];
         s.groups.push(g);
         let corpus = corpus_of(&[], &s);
-        explain_by_fix(&mut s, &corpus, &[], &[], None);
+        explain_by_fix(&mut s, (&corpus, &[]), &[], &[], None);
         assert_eq!(s.groups.len(), 1, "{}", s.to_terminal());
         let g = &s.groups[0];
         assert_eq!(g.group.findings, vec![1, 2]);
@@ -601,7 +823,7 @@ mod tests {
         let (_, repro) = corpus_file("contract_streams_seq_keep_leaves_other_streams.json");
         let mut s = summary_of(&repro, "");
         s.target = target.name.clone();
-        explain_by_fix(&mut s, &[], &fixes, &[], None);
+        explain_by_fix(&mut s, (&[], &[]), &fixes, &[], None);
         assert_eq!(s.groups[0].class, GroupClass::New);
         assert_eq!(s.groups[0].by_fix.as_ref().unwrap().not_told, unavailable);
         assert_eq!(s.fix_replays.as_ref().unwrap().replays, 0);

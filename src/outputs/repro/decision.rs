@@ -44,9 +44,10 @@ pub struct Decision {
     /// The fix under `corpora/fixes/` (its name) that makes the class hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
-    /// The class a hunt's group is compared with.
+    /// The class a hunt's group is compared with: one block, or a list of them (a root cause
+    /// reached through several memory types or oracles whose shapes differ).
     #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
-    pub class: Option<MatchBlock>,
+    pub class: Option<MatchBlocks>,
     /// The corpus files this decision covers beside its own (a file of `corpora/decisions/`
     /// names those that share it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -82,7 +83,7 @@ pub struct Decided {
 
 /// The class a decision covers, as a hunt's group shows it: every field must match one finding
 /// of the group (a list matches when it holds the finding's value; an empty list matches any).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MatchBlock {
     /// The engine of the hunt's target.
@@ -102,6 +103,124 @@ pub struct MatchBlock {
     /// finding's setup has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,
+    /// The finding's trace acts on a sequence id at or above its setup's `n_seq_max`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seq_at_or_above_n_seq_max: bool,
+    /// The finding's trace loads a damaged buffer (`truncate`, `flip`) at or before its step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub damaged_load: bool,
+    /// The configuration the finding's run was paired with (`--vs-config`, a hunt entry's
+    /// `~CONFIG`), as `--config` takes it: the same settings, in any order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_config: Option<String>,
+    /// The versions of the finding's target (`0.1.156` of `llama.cpp@0.1.156+assert`) the class
+    /// is decided on: a root cause present on some pins only decides nothing on the others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<String>,
+    /// The finding's observed `max_abs_diff` (a logits probe's) is below this: a tolerance's
+    /// class, with the figure it was measured at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_abs_diff_below: Option<f64>,
+    /// The finding's observed `max_abs_diff` is at least this (`3.4e38`: the probe's decode
+    /// gave no logits, `f32::MAX`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_abs_diff_at_least: Option<f64>,
+}
+
+/// The version of a target label (`llama.cpp@0.1.156+assert` -> `0.1.156`; `native` -> none).
+fn version_of(target: &str) -> Option<&str> {
+    let v = crate::targets::registry::TargetKind::version_of(target)?;
+    Some(v.split(['+', ' ', '[']).next().unwrap_or(v))
+}
+
+/// A finding as a class is matched against it: the finding, and the configuration its run
+/// was paired with, if any (`--vs-config`).
+#[derive(Clone, Copy, Debug)]
+pub struct Seen<'f> {
+    /// The finding.
+    pub finding: &'f Finding,
+    /// Its run's `--vs-config`.
+    pub vs_config: Option<&'f str>,
+}
+
+/// The settings of a configuration (`a=1,b=2`), sorted: two spellings of one configuration
+/// compare equal.
+fn settings(config: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = config
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// A decision's class: one [`MatchBlock`] or several, written as one object or a list; a
+/// finding is of the class when it is of one of them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatchBlocks(pub Vec<MatchBlock>);
+
+impl Serialize for MatchBlocks {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MatchBlocks {
+    /// One object or a list of them; the error of a block is its own (an unknown field named).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let v = serde_json::Value::deserialize(d)?;
+        let blocks = match v {
+            serde_json::Value::Array(items) => items
+                .into_iter()
+                .map(serde_json::from_value)
+                .collect::<Result<Vec<MatchBlock>, _>>(),
+            one => serde_json::from_value(one).map(|b| vec![b]),
+        };
+        let blocks = blocks.map_err(D::Error::custom)?;
+        if blocks.is_empty() {
+            return Err(D::Error::custom("\"match\": an empty list"));
+        }
+        Ok(MatchBlocks(blocks))
+    }
+}
+
+impl MatchBlocks {
+    /// Whether `seen`, a finding of a hunt on `engine`, is of one of the blocks.
+    pub fn matches(&self, seen: Seen<'_>, engine: Engine) -> bool {
+        self.0.iter().any(|m| m.matches(seen, engine))
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        self.0.iter().try_for_each(MatchBlock::validate)
+    }
+}
+
+/// A logits finding's observed `max_abs_diff`.
+fn max_abs_diff(f: &Finding) -> Option<f64> {
+    f.observed
+        .get("max_abs_diff")
+        .and_then(serde_json::Value::as_f64)
+}
+
+/// Whether `trace` acts on a sequence id at or above its setup's `n_seq_max` (any op's `seq`,
+/// `src`, `dst` or `seqs`; a negative id is "every sequence", not one beyond).
+fn seq_at_or_above_n_seq_max(trace: &crate::base::op::Trace) -> bool {
+    let n = i64::from(trace.setup.n_seq_max);
+    trace.setup.ops.iter().chain(&trace.ops).any(|op| {
+        let v: serde_json::Value = serde_json::from_str(&op.to_json()).unwrap_or_default();
+        let beyond = |x: &serde_json::Value| x.as_i64().is_some_and(|s| s >= n);
+        ["seq", "src", "dst"]
+            .iter()
+            .any(|k| v.get(k).is_some_and(beyond))
+            || v.get("seqs")
+                .and_then(serde_json::Value::as_array)
+                .is_some_and(|a| a.iter().any(beyond))
+    })
 }
 
 /// A kind without its digits: a crash's kind names its source line, which moves between
@@ -112,8 +231,9 @@ pub fn without_numbers(kind: &str) -> String {
 }
 
 impl MatchBlock {
-    /// Whether `f`, a finding of a hunt on `engine`, is of this class.
-    pub fn matches(&self, f: &Finding, engine: Engine) -> bool {
+    /// Whether `seen`, a finding of a hunt on `engine`, is of this class.
+    pub fn matches(&self, seen: Seen<'_>, engine: Engine) -> bool {
+        let f = seen.finding;
         let setup = &f.trace.setup;
         let kind = without_numbers(&f.kind);
         let in_trace = |name: &String| {
@@ -135,6 +255,19 @@ impl MatchBlock {
             && (self.memories.is_empty() || self.memories.contains(&setup.arch.memory()))
             && (self.ops.is_empty() || self.ops.iter().any(in_trace))
             && self.config.as_ref().map_or(true, configured)
+            && (!self.seq_at_or_above_n_seq_max || seq_at_or_above_n_seq_max(&f.trace))
+            && (!self.damaged_load || f.trace.damaged_load_by(f.step))
+            && self.vs_config.as_ref().map_or(true, |c| {
+                seen.vs_config.is_some_and(|v| settings(v) == settings(c))
+            })
+            && (self.pins.is_empty()
+                || version_of(&f.target).is_some_and(|v| self.pins.iter().any(|p| p == v)))
+            && self
+                .max_abs_diff_below
+                .map_or(true, |x| max_abs_diff(f).is_some_and(|d| d < x))
+            && self
+                .max_abs_diff_at_least
+                .map_or(true, |x| max_abs_diff(f).is_some_and(|d| d >= x))
     }
 
     /// What the schema cannot check: an oracle at least, known op kinds, a configuration
@@ -260,21 +393,25 @@ mod tests {
             observed: serde_json::Value::Null,
             expected: serde_json::Value::Null,
         };
-        assert!(m.matches(&f, Engine::LlamaCpp));
-        assert!(!m.matches(&f, Engine::MlxLm), "another engine");
+        let seen = |f| Seen {
+            finding: f,
+            vs_config: None,
+        };
+        assert!(m.matches(seen(&f), Engine::LlamaCpp));
+        assert!(!m.matches(seen(&f), Engine::MlxLm), "another engine");
         let mut other = f.clone();
         other.oracle = OracleId::I2;
-        assert!(!m.matches(&other, Engine::LlamaCpp), "another oracle");
+        assert!(!m.matches(seen(&other), Engine::LlamaCpp), "another oracle");
         let mut unified = f.clone();
         unified.trace.setup.kv_unified = true;
         assert!(
-            !m.matches(&unified, Engine::LlamaCpp),
+            !m.matches(seen(&unified), Engine::LlamaCpp),
             "another configuration"
         );
         let mut no_shift = f.clone();
         no_shift.trace.ops.clear();
         assert!(
-            !m.matches(&no_shift, Engine::LlamaCpp),
+            !m.matches(seen(&no_shift), Engine::LlamaCpp),
             "no op of the class"
         );
     }

@@ -57,6 +57,10 @@ pub struct ByFix {
     /// Other groups merged into this one, explained by the same remedies (one root cause).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub merged: usize,
+    /// For a group a corpus file or a decision matched by class: why that match is not its
+    /// root cause (the root cause's own fix leaves its trace failing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contradicts: Option<String>,
 }
 
 impl ByFix {
@@ -81,7 +85,7 @@ impl ByFix {
         if !known.is_empty() {
             s.push_str(&format!(" {}", known.join("; and ")));
         }
-        let mut notes: Vec<String> = Vec::new();
+        let mut notes: Vec<String> = self.contradicts.iter().cloned().collect();
         if !unknown.is_empty() {
             notes.push(format!(
                 "made to hold {}; no corpus file of its root cause",
@@ -128,6 +132,13 @@ pub struct FixReplays {
     /// Stopped at the hunt's deadline before every group was replayed with every remedy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cut_short: bool,
+    /// Groups a corpus file or decision matched by class whose root cause has a remedy here,
+    /// replayed with it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub class_matches_checked: usize,
+    /// Of those, the ones the remedy left failing (their evidence says which).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub class_matches_contradicted: usize,
 }
 
 impl FixReplays {
@@ -140,6 +151,12 @@ impl FixReplays {
             self.remedies.len(),
             self.replays
         );
+        if self.class_matches_checked > 0 {
+            s.push_str(&format!(
+                "; {} class match(es) checked by their root cause's fix, {} contradicted",
+                self.class_matches_checked, self.class_matches_contradicted
+            ));
+        }
         if self.cut_short {
             s.push_str("; CUT SHORT at the hunt's deadline (the groups say which were not replayed with every remedy)");
         }

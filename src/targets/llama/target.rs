@@ -23,13 +23,14 @@ use std::path::{Path, PathBuf};
 use super::faults::LlamaFaults;
 use super::ffi::{ContextParams, LlamaContext, LlamaShim, ShimError};
 use crate::base::cache::{
-    Allocation, CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, TargetInfo,
+    Allocation, CacheUnderTest, Dump, DumpSize, HarnessError, OpOutcome, SeqObservation, TargetInfo,
 };
 use crate::base::config::MemoryType;
 use crate::base::op::{Arch, CacheType, ForeignDump, Op, OpKind, Pos, SeqId, Setup};
 use crate::base::setting::{Key, Setting, Value};
 use crate::base::slots::SlotStore;
-use crate::base::state::StateFormat;
+use crate::base::state::{StateFormat, WholeCell};
+use crate::targets::dump_cells::{self, DumpObserved};
 
 /// How a [`LlamaTarget`] resets between trials.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,6 +183,12 @@ impl LlamaTarget {
         );
         t.cache_type = self.cache_type;
         t.with_faults(self.faults)
+    }
+
+    /// `llama_memory_seq_pos_max(seq)`.
+    fn pos_max(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
+        let r = self.ctx()?.seq_pos_max(seq);
+        r.map_err(|e| self.harness(format!("{e:#}")))
     }
 
     fn harness(&self, message: impl std::fmt::Display) -> HarnessError {
@@ -506,6 +513,30 @@ impl LlamaTarget {
     }
 }
 
+/// llama.cpp is observed through its own accessors and per-sequence dumps.
+impl DumpObserved for LlamaTarget {
+    fn dump_target_name(&self) -> String {
+        self.label.clone()
+    }
+
+    fn dump_format(&self) -> StateFormat {
+        StateFormat {
+            memory: self.memory,
+            ..self.format
+        }
+    }
+
+    fn accessors(&mut self, seq: SeqId) -> Result<(Pos, Pos), HarnessError> {
+        let r = self.ctx()?.seq_pos_min(seq);
+        let min = r.map_err(|e| self.harness(format!("{e:#}")))?;
+        Ok((min, self.pos_max(seq)?))
+    }
+
+    fn dump_into(&mut self, seq: SeqId, into: &mut Vec<u8>) -> Result<(), HarnessError> {
+        self.seq_state_into(seq, into)
+    }
+}
+
 impl CacheUnderTest for LlamaTarget {
     fn info(&self) -> TargetInfo {
         // A source tree's shim says its label; reports want what the tree says of itself.
@@ -576,14 +607,16 @@ impl CacheUnderTest for LlamaTarget {
         Ok(outcome)
     }
 
-    fn seq_pos_min(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
-        let r = self.ctx()?.seq_pos_min(seq);
-        r.map_err(|e| self.harness(format!("{e:#}")))
+    fn observe_seq(&mut self, seq: SeqId, out: &mut SeqObservation) -> Result<(), HarnessError> {
+        dump_cells::observe_seq(self, seq, out)
     }
 
-    fn seq_pos_max(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
-        let r = self.ctx()?.seq_pos_max(seq);
-        r.map_err(|e| self.harness(format!("{e:#}")))
+    fn next_pos(&mut self, seq: SeqId) -> Result<Pos, HarnessError> {
+        Ok(self.pos_max(seq)? + 1)
+    }
+
+    fn whole_cells(&mut self, whole: &[u8]) -> Result<Option<Vec<WholeCell>>, HarnessError> {
+        dump_cells::whole_cells(self, whole)
     }
 
     fn seq_state(&mut self, seq: SeqId) -> Result<Vec<u8>, HarnessError> {
@@ -719,7 +752,10 @@ impl CacheUnderTest for LlamaTarget {
             twin.ctx = Some((params, ctx));
             self.twin = Some(Box::new(twin));
         }
+        let memory = self.memory;
         let twin = self.twin.as_mut().expect("made above");
+        // Its dumps are laid out as this target's: the same memory type.
+        twin.memory = memory;
         twin.logits_valid = false;
         twin.slots.clear();
         let cleared = twin.ctx()?.clear(true);

@@ -106,16 +106,24 @@ fn state_ops_give_llama_h_outcomes() {
             assert_eq!(outcomes[6], FALSE, "{name}: a truncated load returns 0");
             assert_eq!(outcomes[7], TRUE, "{name}");
             // The truncated load emptied seq 1; the whole load brought it back.
-            assert_eq!(t.seq_pos_max(1).unwrap(), 1, "{name}");
             assert_eq!(
-                t.seq_pos_max(2).unwrap(),
+                SeqObservation::of(t.as_mut(), 1).unwrap().pos_max,
+                1,
+                "{name}"
+            );
+            assert_eq!(
+                SeqObservation::of(t.as_mut(), 2).unwrap().pos_max,
                 -1,
                 "{name}: replaced by the whole load"
             );
             // seq_keep(0) works on seq 0's stream: unified it removes seq 1, per stream not.
             assert_eq!(t.apply(last).unwrap(), OpOutcome::Done { returned: None });
             let kept = if unified { -1 } else { 1 };
-            assert_eq!(t.seq_pos_max(1).unwrap(), kept, "{name}");
+            assert_eq!(
+                SeqObservation::of(t.as_mut(), 1).unwrap().pos_max,
+                kept,
+                "{name}"
+            );
             // A slot never written in this trial is refused; reset forgets the slots.
             t.reset(&trace.setup).unwrap();
             assert!(matches!(
@@ -201,10 +209,10 @@ fn on_device_loads_mirror_the_context_storage() {
     // A device save's bytes have no rows: a plain load fails after the cells.
     t.apply(&decode(1, 2)).unwrap();
     assert_eq!(t.apply(&load(1, "d", 0)).unwrap(), FALSE);
-    assert_eq!(t.seq_pos_max(1).unwrap(), -1);
+    assert_eq!(SeqObservation::of(&mut t, 1).unwrap().pos_max, -1);
     // ON_DEVICE with the device copy: restores.
     assert_eq!(t.apply(&load(1, "d", 2)).unwrap(), TRUE);
-    assert_eq!(t.seq_pos_max(1).unwrap(), 2);
+    assert_eq!(SeqObservation::of(&mut t, 1).unwrap().pos_max, 2);
     // ON_DEVICE of a plain save's bytes: its rows are misread, the load fails.
     assert_eq!(t.apply(&load(2, "p", 2)).unwrap(), FALSE);
     // A device copy of another size: memory buffer mismatch, an abort.
@@ -346,7 +354,7 @@ fn every_memory_type_runs_a_trace_and_round_trips_its_dumps() {
             p1: -1,
         })
         .unwrap();
-        assert_eq!(t.seq_pos_max(1).unwrap(), 2, "{arch}");
+        assert_eq!(SeqObservation::of(&mut t, 1).unwrap().pos_max, 2, "{arch}");
         let whole = t.state_get().unwrap().unwrap();
         let seq = t.seq_state(0).unwrap();
         let twin = t.twin().unwrap().unwrap();

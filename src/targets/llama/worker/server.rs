@@ -24,10 +24,10 @@ use super::wire::{
 };
 use crate::base::cache::{
     Allocation, CacheUnderTest, CodeCoverage, Dump, DumpSize, HarnessError, Observation, Observe,
-    OpOutcome, TargetInfo,
+    OpOutcome, SeqObservation, TargetInfo,
 };
 use crate::base::op::{Op, Setup, Trace};
-use crate::base::state::StateFormat;
+use crate::base::state::{StateFormat, WholeCell};
 use crate::oracles::Oracle;
 use crate::running::judge::step_verdicts;
 use crate::running::runner::{LocalRunner, StepVerdicts, TrialEnd, TrialRun, TrialRunner as _};
@@ -84,11 +84,14 @@ impl CacheUnderTest for Stepped {
             sys::crash_with_sigsegv();
         }
     }
-    fn seq_pos_min(&mut self, seq: i32) -> Result<i32, HarnessError> {
-        self.target.seq_pos_min(seq)
+    fn observe_seq(&mut self, seq: i32, out: &mut SeqObservation) -> Result<(), HarnessError> {
+        self.target.observe_seq(seq, out)
     }
-    fn seq_pos_max(&mut self, seq: i32) -> Result<i32, HarnessError> {
-        self.target.seq_pos_max(seq)
+    fn next_pos(&mut self, seq: i32) -> Result<i32, HarnessError> {
+        self.target.next_pos(seq)
+    }
+    fn whole_cells(&mut self, whole: &[u8]) -> Result<Option<Vec<WholeCell>>, HarnessError> {
+        self.target.whole_cells(whole)
     }
     fn seq_state(&mut self, seq: i32) -> Result<Vec<u8>, HarnessError> {
         self.target.seq_state(seq)
