@@ -1,7 +1,9 @@
 #!/bin/bash
 # Regenerates reports/hunt/llama.cpp@0.1.161/ and reports/hunt/llama.cpp@0.1.156/: a
-# `kvaudit hunt` of each pin (docs/usage.md, "kvaudit hunt"), its summary (summary.md,
-# summary.json) and the new groups' files (new/).
+# `kvaudit hunt` of each pin (docs/usage.md, "kvaudit hunt"; its terminal output in
+# terminal.txt), then the shrinks its budget stopped finished and its groups classified again
+# (`kvaudit merge DIR --out DIR --shrink-again 2000`, merge.txt): the summary (summary.md,
+# summary.json) holds local minima, and the new groups' files (new/).
 #
 #   scripts/hunt-reports.sh                 # --budget 30m each (about an hour on 2 cores)
 #   BUDGET=2m scripts/hunt-reports.sh       # a short hunt, to see the script work
@@ -24,4 +26,6 @@ for pin in ${PINS:-0.1.161 0.1.156}; do
   mkdir -p "$out"
   $k hunt --target "llama.cpp@$pin" --budget "$budget" --out "$out" --seed 1 \
     > "$out/terminal.txt" || [ $? -eq 1 ]
+  rm -rf "$out/new"
+  $k merge "$out" --out "$out" --shrink-again 2000 > "$out/merge.txt" 2>&1 || [ $? -eq 1 ]
 done
