@@ -264,13 +264,18 @@ fn replay_group(
             expectation.label()
         ));
     }
-    *replays += 1;
-    let fails_at = judge_entry(&repro, expectation)
-        .ok()
-        .and_then(|j| failing_step(&repro, &j));
-    let Some(fails_at) = fails_at else {
+    // Twice on the pin, and twice with a remedy before it counts (below): a trace whose
+    // outcome varies between runs (a corrupted heap, an over-read) would otherwise be "made to
+    // hold" by whatever remedy its lucky run came with.
+    *replays += 2;
+    let fails_at = |_| {
+        judge_entry(&repro, expectation)
+            .ok()
+            .and_then(|j| failing_step(&repro, &j))
+    };
+    let (Some(fails_at), Some(_)) = (fails_at(0), fails_at(1)) else {
         return cannot_tell(format!(
-            "its trace does not fail again on {}",
+            "its trace does not fail again on {} (two replays)",
             expectation.label()
         ));
     };
@@ -291,10 +296,17 @@ fn replay_group(
         let Some(on) = remedy.applied(expectation, &target) else {
             continue;
         };
-        *replays += 1;
         by_fix.replayed += 1;
-        let held = judge_entry(&repro, &on)
-            .is_ok_and(|j| matches!(judge_expectation(&repro, &on, &j), Status::Fixed(_)));
+        let holds = || {
+            judge_entry(&repro, &on)
+                .is_ok_and(|j| matches!(judge_expectation(&repro, &on, &j), Status::Fixed(_)))
+        };
+        *replays += 1;
+        let mut held = holds();
+        if held {
+            *replays += 1;
+            held = holds();
+        }
         if held {
             by_fix.explained.push(FixEvidence {
                 remedy: remedy.name.clone(),
@@ -612,9 +624,10 @@ mod tests {
             "known by fault refcount removed: replayed on native\\[swa\\_window\\_off\\_by\\_one\\], fails at step 3 -&gt; holds"
         ));
         let replays = s.fix_replays.as_ref().unwrap();
+        // Twice on the target, twice with the remedy that holds, once with the one that fails.
         assert_eq!(
             (replays.groups, replays.replays, replays.cut_short),
-            (1, 3, false)
+            (1, 5, false)
         );
     }
 
