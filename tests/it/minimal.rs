@@ -36,8 +36,9 @@ struct MinimalCase {
     /// Groups known to shrink further (the report predates the shrinker's passes).
     #[serde(default)]
     not_minimal: Vec<usize>,
-    /// Groups known not to fail as the summary says any more (a heap corruption that does not
-    /// come back, a partner model changed since the hunt), each with why.
+    /// Groups known not to fail as the summary says any more, or not on every run (a heap
+    /// corruption that does not come back, a partner model changed since the hunt, an artifact
+    /// fixed since), each with why; one that fails again must still come back unchanged.
     #[serde(default)]
     not_reproduced: std::collections::BTreeMap<usize, String>,
     /// Most target executions one group's shrink may spend.
@@ -120,7 +121,9 @@ fn check(c: &MinimalCase) -> Result<(), String> {
     let wrong: Vec<String> = again
         .iter()
         .filter(|(g, a)| match a {
-            Again::Minimal { .. } => c.not_minimal.contains(g) || c.not_reproduced.contains_key(g),
+            // A group that does not fail every run (a corrupted heap, an over-read) may come
+            // back failing, and then must be a local minimum.
+            Again::Minimal { .. } => c.not_minimal.contains(g),
             Again::Smaller { .. } => !c.not_minimal.contains(g),
             Again::NotReproduced => !c.not_reproduced.contains_key(g),
             Again::Stopped { .. } | Again::NoEntry { .. } => true,
