@@ -535,20 +535,19 @@ fn expected_remedy<'a>(
     remedies: &'a [Remedy],
     corpus: &[&CorpusEntry],
 ) -> Option<&'a Remedy> {
-    let root_cause = match class {
+    match class {
         GroupClass::Known { file } => {
             if let Some(r) = remedies.iter().find(|r| r.files.contains(file)) {
                 return Some(r);
             }
-            corpus
-                .iter()
-                .find(|c| &c.file == file)
-                .and_then(|c| c.repro.decision.as_ref())
-                .map(|d| d.root_cause.clone())?
         }
-        GroupClass::Decided { root_cause, .. } => root_cause.clone(),
-        _ => return None,
-    };
+        GroupClass::Decided { .. } => {}
+        // A regressed group holds on the pin as its file records: nothing for a fix to show.
+        GroupClass::Regressed { .. } | GroupClass::KnownByFix { .. } | GroupClass::New => {
+            return None
+        }
+    }
+    let root_cause = root_cause_of(class, corpus)?;
     remedies
         .iter()
         .find(|r| r.root_cause.as_deref() == Some(root_cause.as_str()))
