@@ -161,6 +161,9 @@ pub enum Verdict {
     /// Another file the fix declares it makes hold too (`also_fixes`): fails on the pin,
     /// holds with the fix.
     AlsoFixed,
+    /// Another file whose violation the fix declares it changes in kind (`kind_changes`):
+    /// fails on both at the same step and sequence, with another kind.
+    KindDeclared,
     /// Another file whose outcome the fix changed.
     Changed,
     /// A build could not be driven: nothing was compared.
@@ -172,7 +175,11 @@ impl Verdict {
     pub fn passed(self) -> bool {
         matches!(
             self,
-            Verdict::Fixed | Verdict::Unchanged | Verdict::Declared | Verdict::AlsoFixed
+            Verdict::Fixed
+                | Verdict::Unchanged
+                | Verdict::Declared
+                | Verdict::AlsoFixed
+                | Verdict::KindDeclared
         )
     }
 
@@ -184,6 +191,7 @@ impl Verdict {
             Verdict::Unchanged => "unchanged",
             Verdict::Declared => "observed value changed, as declared",
             Verdict::AlsoFixed => "also fixed, as declared",
+            Verdict::KindDeclared => "kind changed, as declared",
             Verdict::Changed => "CHANGED",
             Verdict::Unavailable => "UNAVAILABLE",
         }
@@ -203,6 +211,8 @@ pub struct RunCheck {
     pub declared: Option<String>,
     /// Why the fix makes the file hold too, where it declares so.
     pub also_fixed: Option<String>,
+    /// Why the fix changes the kind of the file's violation, where it declares so.
+    pub kind_changed: Option<String>,
     /// On the pin.
     pub before: Outcome,
     /// On the pin with the fix.
@@ -236,6 +246,9 @@ impl RunCheck {
             (false, Outcome::Fails { .. }, Outcome::Holds) if self.also_fixed.is_some() => {
                 Verdict::AlsoFixed
             }
+            (false, b, a) if self.kind_changed.is_some() && same_step_and_seq(b, a) => {
+                Verdict::KindDeclared
+            }
             (false, _, _) => Verdict::Changed,
         }
     }
@@ -255,6 +268,19 @@ fn same_failure(before: &Outcome, after: &Outcome) -> bool {
                 ..
             },
         ) => step == s2 && kind == k2 && seq == q2,
+        _ => false,
+    }
+}
+
+/// Whether both fail at the same step and sequence (kind and observed aside).
+fn same_step_and_seq(before: &Outcome, after: &Outcome) -> bool {
+    match (before, after) {
+        (
+            Outcome::Fails { step, seq, .. },
+            Outcome::Fails {
+                step: s2, seq: q2, ..
+            },
+        ) => step == s2 && seq == q2,
         _ => false,
     }
 }
@@ -305,10 +331,15 @@ impl FixCheck {
             self.against,
             self.count(Verdict::Unchanged)
                 + self.count(Verdict::Declared)
-                + self.count(Verdict::AlsoFixed),
+                + self.count(Verdict::AlsoFixed)
+                + self.count(Verdict::KindDeclared),
             self.runs.iter().filter(|r| !r.own).count(),
             files(false),
-            declared_counts(self.count(Verdict::Declared), self.count(Verdict::AlsoFixed))
+            declared_counts(
+                self.count(Verdict::Declared),
+                self.count(Verdict::AlsoFixed),
+                self.count(Verdict::KindDeclared)
+            )
         );
         for (verdict, what) in [
             (Verdict::NotFixed, "not fixed"),
@@ -332,12 +363,13 @@ impl FixCheck {
         let mut runs: Vec<&RunCheck> = self.runs.iter().collect();
         runs.sort_by_key(|r| (r.verdict().passed(), !r.own));
         for r in runs {
-            let why = match (&r.declared, &r.also_fixed, r.verdict()) {
-                (Some(why), _, Verdict::Declared) | (_, Some(why), Verdict::AlsoFixed) => {
-                    format!(": {why}")
-                }
-                _ => String::new(),
+            let why = match r.verdict() {
+                Verdict::Declared => r.declared.as_ref(),
+                Verdict::AlsoFixed => r.also_fixed.as_ref(),
+                Verdict::KindDeclared => r.kind_changed.as_ref(),
+                _ => None,
             };
+            let why = why.map(|w| format!(": {w}")).unwrap_or_default();
             let _ = writeln!(
                 out,
                 "| `{}`{} | {} | {} | {} | {}{} |",
@@ -355,13 +387,16 @@ impl FixCheck {
 }
 
 /// What the unchanged count includes of the declared changes, for the result line.
-fn declared_counts(observed: usize, also_fixed: usize) -> String {
+fn declared_counts(observed: usize, also_fixed: usize, kind_changed: usize) -> String {
     let mut parts = Vec::new();
     if observed > 0 {
         parts.push(format!("{observed} with another observed value"));
     }
     if also_fixed > 0 {
         parts.push(format!("{also_fixed} fixed too"));
+    }
+    if kind_changed > 0 {
+        parts.push(format!("{kind_changed} with another kind"));
     }
     if parts.is_empty() {
         return String::new();
@@ -382,27 +417,40 @@ pub fn check_fix(
     progress: &mut dyn FnMut(&str),
 ) -> Result<FixCheck, Error> {
     let against = fix.check_on.clone();
+    let bare = fix.check_on_bare()?;
     let target = fix.target();
     let mut runs = Vec::new();
     for (file, repro) in &corpus.files {
         progress(file);
         let own = fix.files.iter().any(|f| f == file);
-        let declared = fix
-            .observed_changes
-            .iter()
-            .find(|c| &c.file == file)
-            .map(|c| c.why.clone());
-        let also_fixed = fix
-            .also_fixes
-            .iter()
-            .find(|c| &c.file == file)
-            .map(|c| c.why.clone());
+        let why_of = |changes: &[super::DeclaredChange]| {
+            changes
+                .iter()
+                .find(|c| &c.file == file)
+                .map(|c| c.why.clone())
+        };
+        let declared = why_of(&fix.observed_changes);
+        let also_fixed = why_of(&fix.also_fixes);
+        let kind_changed = why_of(&fix.kind_changes);
         let mut entries: Vec<TargetExpectation> = repro
             .targets
             .iter()
             .filter(|e| e.target == against)
             .cloned()
             .collect();
+        if entries.is_empty() && bare != against {
+            // A fix checked on the pin with another fix (`check_on` with `+fix:`): the runs the
+            // bare pin's expectations name, against the same partner or configuration.
+            entries = repro
+                .targets
+                .iter()
+                .filter(|e| e.target == bare)
+                .map(|e| TargetExpectation {
+                    target: against.clone(),
+                    ..e.clone()
+                })
+                .collect();
+        }
         if entries.is_empty() {
             // Nothing recorded for the pin: the trace on the pin alone.
             let spec = TargetSpec::new(&against, &[]);
@@ -423,13 +471,17 @@ pub fn check_fix(
                 own,
                 declared: declared.clone(),
                 also_fixed: also_fixed.clone(),
+                kind_changed: kind_changed.clone(),
                 before: outcome(&entry),
                 after: outcome(&with_fix),
             });
         }
     }
-    let declared = fix.observed_changes.iter().chain(&fix.also_fixes);
-    for file in fix.files.iter().chain(declared.map(|c| &c.file)) {
+    for file in fix
+        .files
+        .iter()
+        .chain(fix.declared_changes().map(|c| &c.file))
+    {
         if !corpus.files.iter().any(|(n, _)| n == file) {
             return Err(Error::input(format!(
                 "fix `{}`: its file {file} is not in the corpus",
@@ -456,6 +508,7 @@ mod tests {
             own,
             declared: None,
             also_fixed: None,
+            kind_changed: None,
             before,
             after,
         }
@@ -523,6 +576,33 @@ mod tests {
         assert!(Verdict::AlsoFixed.passed() && Verdict::Declared.passed());
         assert_eq!(also(fails(2), fails(3)).verdict(), Verdict::Changed);
         assert_eq!(also(Outcome::Holds, fails(3)).verdict(), Verdict::Changed);
+        // Another kind at the same step and sequence passes only where the fix declares it
+        // (one of a file's two root causes removed), and nothing else does.
+        let kind = |kind: &str, step, seq| Outcome::Fails {
+            step,
+            kind: kind.into(),
+            seq: Some(seq),
+            observed: None,
+        };
+        let kind_changed = |before, after| RunCheck {
+            kind_changed: Some("why".into()),
+            ..run(false, before, after)
+        };
+        assert_eq!(
+            run(false, kind("a", 2, 0), kind("b", 2, 0)).verdict(),
+            Verdict::Changed
+        );
+        assert_eq!(
+            kind_changed(kind("a", 2, 0), kind("b", 2, 0)).verdict(),
+            Verdict::KindDeclared
+        );
+        assert!(Verdict::KindDeclared.passed());
+        for after in [kind("b", 3, 0), kind("b", 2, 1), Outcome::Holds] {
+            assert_eq!(
+                kind_changed(kind("a", 2, 0), after).verdict(),
+                Verdict::Changed
+            );
+        }
         // An assert whose line a patch moved is the same abort; another line of another text is
         // not.
         let abort = |kind: &str| Outcome::Fails {

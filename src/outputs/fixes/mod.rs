@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::error::Error;
 use crate::targets::llama::fixes::{EmbeddedFix, FIXES};
+use crate::targets::llama::pins::Pin;
 
 /// A fix: a patch to a pin's llama.cpp sources and what it is for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -42,6 +43,12 @@ pub struct Fix {
     /// passes the check when it fails on the pin and holds with the fix.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub also_fixes: Vec<DeclaredChange>,
+    /// Other corpus files whose violation the fix changes in kind, each with why: a file that
+    /// shows two root causes at one step, of which the fix removes one. A run of one of them
+    /// passes the check when it fails on both builds at the same step and sequence with another
+    /// kind (what is left is the other root cause's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kind_changes: Vec<DeclaredChange>,
     /// How the patch differs from the first draft (`notes/issue45/patches/`), if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revised: Option<String>,
@@ -121,6 +128,37 @@ impl Fix {
             .collect())
     }
 
+    /// Every corpus file the fix declares it changes, of the three sorts.
+    pub fn declared_changes(&self) -> impl Iterator<Item = &DeclaredChange> {
+        self.observed_changes
+            .iter()
+            .chain(&self.also_fixes)
+            .chain(&self.kind_changes)
+    }
+
+    /// The fixes `check_on` builds in before this one (`kshift-without-layers` for a fix
+    /// checked on `llama.cpp@0.1.161+fix:kshift-without-layers`): what the fix needs applied
+    /// with it, in a check and as a hunt's remedy.
+    pub fn prerequisites(&self) -> Result<Vec<String>, Error> {
+        Ok(self.check_on_pin()?.fixes)
+    }
+
+    /// `check_on` without its fixes: the pin whose recorded expectations name the runs.
+    pub fn check_on_bare(&self) -> Result<String, Error> {
+        let mut pin = self.check_on_pin()?;
+        pin.fixes.clear();
+        Ok(pin.label())
+    }
+
+    fn check_on_pin(&self) -> Result<Pin, Error> {
+        Pin::parse(&self.check_on).map_err(|e| {
+            Error::input(format!(
+                "corpora/fixes/{}.json: check_on {}: {e}",
+                self.name, self.check_on
+            ))
+        })
+    }
+
     /// The label of the build with this fix: `check_on` with `+fix:NAME`.
     pub fn target(&self) -> String {
         format!("{}+fix:{}", self.check_on, self.name)
@@ -146,8 +184,7 @@ mod tests {
         assert!(!fixes.is_empty());
         for (fix, embedded) in &fixes {
             assert!(!fix.files.is_empty(), "{}: no file", fix.name);
-            let declared = fix.observed_changes.iter().chain(&fix.also_fixes);
-            let declared = declared.map(|c| &c.file);
+            let declared = fix.declared_changes().map(|c| &c.file);
             for file in fix.files.iter().chain(declared) {
                 assert!(
                     corpus.files.iter().any(|(n, _)| n == file),

@@ -31,15 +31,10 @@ use std::time::Instant;
 use crate::oracles::OracleId;
 use crate::outputs::fixes::Fix;
 use crate::outputs::repro::decision::Decision;
-use crate::outputs::repro::TargetExpectation;
-use crate::outputs::repro::{judge_entry, judge_expectation, Expect, Repro, Status};
-use crate::outputs::versions::is_built;
-use crate::records::finding::Finding;
-use crate::records::group::Cause;
+use crate::outputs::repro::{judge_entry, judge_expectation, Repro, Status};
 use crate::records::hunt::{
     ByFix, FixEvidence, FixReplays, GroupClass, HuntGroup, HuntSummary, PlanEntry,
 };
-use crate::targets::llama::pins::Pin;
 use crate::targets::registry::{TargetKind, TargetSpec};
 
 use super::{
@@ -47,170 +42,10 @@ use super::{
 };
 use crate::targets::registry::Engine;
 
-/// One change of the hunt's target that takes one root cause out.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Remedy {
-    /// `fix NAME` or `fault NAME removed`.
-    pub name: String,
-    /// The root cause it is for (a fix's `R8`); none for a fault.
-    pub root_cause: Option<String>,
-    /// The remedied target's name (`llama.cpp@0.1.161+fix:NAME`, `native`).
-    pub target: String,
-    /// The remedied target's faults.
-    pub faults: Vec<String>,
-    /// The corpus files of its root cause in the corpus used: known when not empty.
-    pub files: Vec<String>,
-}
+mod remedies;
 
-impl Remedy {
-    /// The remedied target's label, as replays name it (`native[b]`).
-    fn label(&self) -> String {
-        TargetExpectation::new(
-            &TargetSpec::new(&self.target, &self.faults),
-            None,
-            Expect::Holds,
-        )
-        .label()
-    }
-
-    /// `expectation` moved onto the remedied target, if it is on the hunt's `target` (a
-    /// failure on the second side, the native model's own crash, is not the target's to fix).
-    fn applied(
-        &self,
-        expectation: &TargetExpectation,
-        target: &TargetSpec,
-    ) -> Option<TargetExpectation> {
-        (expectation.target == target.name && expectation.faults == target.faults).then(|| {
-            TargetExpectation {
-                target: self.target.clone(),
-                faults: self.faults.clone(),
-                ..expectation.clone()
-            }
-        })
-    }
-}
-
-/// The remedies of `target`: the fixes of `fixes` made for its pin and built, then each of its
-/// faults removed; with a sentence for each kind of remedy that cannot be tried there.
-/// `corpus` is the engine's files, whose names tell which root causes the corpus holds.
-pub fn remedies_for(
-    target: &TargetSpec,
-    fixes: &[Fix],
-    corpus: &[&CorpusEntry],
-) -> (Vec<Remedy>, Vec<String>) {
-    let mut remedies = Vec::new();
-    let mut unavailable = Vec::new();
-    let in_corpus = |file: &String| corpus.iter().any(|c| &c.file == file);
-    if TargetKind::of_label(&target.name) == Some(TargetKind::Llama) && !fixes.is_empty() {
-        match Pin::parse(&target.name) {
-            Err(e) => unavailable.push(format!("cannot tell by fix: {e}")),
-            Ok(pin) if pin.tree.is_some() => unavailable.push(format!(
-                "cannot tell by fix: fixes apply to a pin's sources, not to the source tree of {} \
-                 (apply a fix's patch to the tree and hunt again)",
-                target.name
-            )),
-            Ok(pin) => {
-                let (mut not_made, mut not_built) = (Vec::new(), Vec::new());
-                for fix in fixes.iter().filter(|f| !pin.fixes.contains(&f.name)) {
-                    if !fix.applies_to.contains(&pin.version) {
-                        not_made.push(fix.name.clone());
-                        continue;
-                    }
-                    let mut fixed = pin.clone();
-                    fixed.fixes.push(fix.name.clone());
-                    fixed.fixes.sort();
-                    let label = fixed.label();
-                    if !is_built(&label).unwrap_or(false) {
-                        not_built.push(label);
-                        continue;
-                    }
-                    let declared = fix.also_fixes.iter().map(|c| &c.file);
-                    remedies.push(Remedy {
-                        name: format!("fix {}", fix.name),
-                        root_cause: Some(fix.root_cause.clone()),
-                        target: label,
-                        faults: target.faults.clone(),
-                        files: fix
-                            .files
-                            .iter()
-                            .chain(declared)
-                            .filter(|f| in_corpus(f))
-                            .cloned()
-                            .collect(),
-                    });
-                }
-                if !not_made.is_empty() {
-                    unavailable.push(format!(
-                        "{} fix(es) not made for {} (their patches apply to other pins): {}",
-                        not_made.len(),
-                        pin.version,
-                        not_made.join(", ")
-                    ));
-                }
-                if !not_built.is_empty() {
-                    unavailable.push(format!(
-                        "{} fix build(s) not in the cache, not tried (`kvaudit target build LABEL` \
-                         makes one): {}",
-                        not_built.len(),
-                        not_built.join(", ")
-                    ));
-                }
-            }
-        }
-    }
-    for fault in &target.faults {
-        let files = corpus
-            .iter()
-            .filter(|c| {
-                let by_cause =
-                    matches!(&c.cause, Cause::NativeFault { faults } if faults.contains(fault));
-                let recorded = c.repro.targets.iter().any(|t| {
-                    t.target == target.name
-                        && t.faults == std::slice::from_ref(fault)
-                        && t.expect == Expect::Fails
-                });
-                by_cause || recorded
-            })
-            .map(|c| c.file.clone())
-            .collect();
-        remedies.push(Remedy {
-            name: format!("fault {fault} removed"),
-            root_cause: None,
-            target: target.name.clone(),
-            faults: target
-                .faults
-                .iter()
-                .filter(|f| *f != fault)
-                .cloned()
-                .collect(),
-            files,
-        });
-    }
-    (remedies, unavailable)
-}
-
-/// How near `remedy`'s corpus files come to the group's `members`: one point each for the
-/// same memory type, oracle and failing op, the best file's; what orders the replays.
-fn nearness(remedy: &Remedy, corpus: &[&CorpusEntry], members: &[&Finding]) -> usize {
-    corpus
-        .iter()
-        .filter(|c| remedy.files.contains(&c.file))
-        .flat_map(|c| {
-            let r = &c.repro;
-            let op = r
-                .trace
-                .ops
-                .get(r.step.max(1) - 1)
-                .map_or("setup", |o| o.name());
-            members.iter().map(move |f| {
-                usize::from(f.trace.setup.arch.memory() == r.trace.setup.arch.memory())
-                    + usize::from(f.oracle == r.oracle)
-                    + usize::from(f.failing_op() == op)
-            })
-        })
-        .max()
-        .unwrap_or(0)
-}
+pub use remedies::{remedies_for, Remedy};
+use remedies::{drop_what_a_remedy_needs_explains, nearness};
 
 /// The step a run of `repro`'s trace fails at: its oracle's first violation, or a crash that
 /// ended the run before it.
@@ -317,6 +152,7 @@ fn replay_group(
             });
         }
     }
+    drop_what_a_remedy_needs_explains(&mut by_fix.explained, remedies);
     Replayed { by_fix, cut_short }
 }
 
@@ -556,6 +392,41 @@ fn expected_remedy<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outputs::repro::{Expect, TargetExpectation};
+    use crate::records::group::Cause;
+
+    #[test]
+    fn a_remedy_built_on_another_does_not_claim_what_the_other_explains_alone() {
+        let remedy = |name: &str, with: &[&str]| Remedy {
+            name: name.into(),
+            root_cause: None,
+            target: "llama.cpp@0.1.161".into(),
+            faults: Vec::new(),
+            files: vec!["f.json".into()],
+            with: with.iter().map(|w| w.to_string()).collect(),
+        };
+        let remedies = [
+            remedy("fix a", &[]),
+            remedy("fix b", &["fix a"]),
+            remedy("fix c", &[]),
+        ];
+        let evidence = |name: &str| FixEvidence {
+            remedy: name.into(),
+            root_cause: None,
+            replayed_on: String::new(),
+            fails_at: 1,
+            files: vec!["f.json".into()],
+        };
+        let names = |v: &[FixEvidence]| v.iter().map(|e| e.remedy.clone()).collect::<Vec<_>>();
+        // b is built on a: where a alone explains the group, the group is a's.
+        let mut both = vec![evidence("fix a"), evidence("fix b")];
+        drop_what_a_remedy_needs_explains(&mut both, &remedies);
+        assert_eq!(names(&both), ["fix a"]);
+        // Where a alone does not, b's replay is the evidence.
+        let mut b_only = vec![evidence("fix b"), evidence("fix c")];
+        drop_what_a_remedy_needs_explains(&mut b_only, &remedies);
+        assert_eq!(names(&b_only), ["fix b", "fix c"]);
+    }
     use crate::outputs::corpus::Corpus;
     use crate::outputs::hunt::tests::summary_of;
     use crate::outputs::hunt::{classify, corpus_entries};
