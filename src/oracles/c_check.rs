@@ -87,8 +87,11 @@ pub fn read_cells_of(
     nwin: &str,
 ) -> String {
     let (reader, windowed) = match memory {
-        // MSA: the first cache is the K/V cache, whose cells the accessors answer from.
-        MemoryType::Kv | MemoryType::Msa => ("resident", false),
+        MemoryType::Kv => ("resident", false),
+        // MSA: two whole caches, each with its V records, as an iSWA pair's dump: the K/V cache
+        // (whose cells the accessors answer from) into `cells`, the indexer cache into `win`
+        // (a failed load that leaves one of them shows only when both are read).
+        MemoryType::Msa => ("resident_iswa", true),
         // dsv4: the raw pair's base cache (its first cache after the header) holds every cell.
         MemoryType::Dsv4 => ("resident_dsv4", false),
         // DSA: the MLA cache (whose cells the accessors answer from) into `cells`, the indexer
@@ -585,14 +588,17 @@ fn emit_round_trip_epilogue(s: &mut String, memory: MemoryType) {
 /// does for every memory: a DSA memory's indexer key cache (its failed loads leave the two caches
 /// apart). Other memories' C checks compare the first part only, as they did before DSA.
 fn judges_second_part(memory: MemoryType) -> bool {
-    memory == MemoryType::Dsa
+    // Both read their indexer cache into `win` (`read_cells_of`), a part of the memory a failed
+    // load may leave behind on its own (R6d, R6f).
+    matches!(memory, MemoryType::Dsa | MemoryType::Msa)
 }
 
 /// failed-restore: every checked sequence is read right before the last op (a load) and after
 /// it; when the load read 0 bytes (`last_read`), a sequence load must leave every other
 /// sequence as it was and its destination as it was or empty, a whole load every sequence as
 /// it was or every one empty. The accessors and the reader's cells are compared (the memory's
-/// first part: the prelude's readers; a DSA memory's indexer cache too, `judges_second_part`).
+/// first part: the prelude's readers; a DSA or MSA memory's indexer cache too,
+/// `judges_second_part`).
 pub const FAILED_RESTORE: CCheck = CCheck {
     before_last_op: |s, input| {
         let memory = input.trace.setup.arch.memory();
