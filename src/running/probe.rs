@@ -8,8 +8,11 @@
 //! sequence alone (so a trace that decoded several sequences in one batch is compared with
 //! decoding each on its own), and read those logits. For a recurrent memory the resident tokens
 //! are those its state absorbed; the probe's own token stays in the state (a partial `seq_rm`
-//! is refused), which only that sequence sees (a decode gives a shared state a cell of its
-//! own). The probe records the largest absolute difference. It changes the cache it
+//! is refused), which that sequence's own logits do not see again (a decode gives a shared
+//! state a cell of its own) but later sequences' probes may: on hybrid-idx the token's QSA
+//! pool comes first in the pool order that `ggml_top_k` breaks ties by (D7), which is how the
+//! `hybrid_idx+ple` group of docs/results.md differs. The probe records the largest absolute
+//! difference. It changes the cache it
 //! probes, so the runner hands it a cache whose trial is over (a fork, or the target after its
 //! last observation); the twin is the one the round trip uses.
 //!

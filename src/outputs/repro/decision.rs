@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::config::MemoryType;
 use crate::base::error::Error;
-use crate::base::op::Setup;
+use crate::base::op::{Op, Setup};
 use crate::base::op_kind::OpKind;
 use crate::oracles::OracleId;
 use crate::records::decision::{DecisionKind, DecisionNote};
@@ -109,6 +109,10 @@ pub struct MatchBlock {
     /// The finding's trace loads a damaged buffer (`truncate`, `flip`) at or before its step.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub damaged_load: bool,
+    /// The finding's trace decodes into a sequence other than the finding's own (a class that
+    /// needs another sequence's cells: D7, whose pools shift hybrid-idx's top-k tie-break).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub other_sequence_decoded: bool,
     /// The configuration the finding's run was paired with (`--vs-config`, a hunt entry's
     /// `~CONFIG`), as `--config` takes it: the same settings, in any order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -223,6 +227,20 @@ fn seq_at_or_above_n_seq_max(trace: &crate::base::op::Trace) -> bool {
     })
 }
 
+/// Whether `f`'s trace (setup and ops) decodes into a sequence other than `f.seq` (none: a
+/// finding of no one sequence has no other).
+fn other_sequence_decoded(f: &Finding) -> bool {
+    f.seq.is_some_and(|own| {
+        f.trace
+            .setup
+            .ops
+            .iter()
+            .chain(&f.trace.ops)
+            .filter_map(Op::as_decode)
+            .any(|d| d.seqs.iter().any(|&s| s != own))
+    })
+}
+
 /// A kind without its digits: a crash's kind names its source line, which moves between
 /// versions while the assertion stays (`llama-kv-cache.cpp:502` on 0.1.156 is `:524` on
 /// 0.1.161).
@@ -257,6 +275,7 @@ impl MatchBlock {
             && self.config.as_ref().map_or(true, configured)
             && (!self.seq_at_or_above_n_seq_max || seq_at_or_above_n_seq_max(&f.trace))
             && (!self.damaged_load || f.trace.damaged_load_by(f.step))
+            && (!self.other_sequence_decoded || other_sequence_decoded(f))
             && self.vs_config.as_ref().map_or(true, |c| {
                 seen.vs_config.is_some_and(|v| settings(v) == settings(c))
             })
@@ -413,6 +432,27 @@ mod tests {
         assert!(
             !m.matches(seen(&no_shift), Engine::LlamaCpp),
             "no op of the class"
+        );
+        // A class that needs another sequence's cells: only a trace that decodes into one.
+        let others = MatchBlock {
+            other_sequence_decoded: true,
+            ..m.0[0].clone()
+        };
+        assert!(!others.matches(seen(&f), Engine::LlamaCpp), "seq 0 alone");
+        let mut two = f.clone();
+        two.trace
+            .setup
+            .ops
+            .push(serde_json::from_str(r#"{"op":"decode","seq":1,"n":1}"#).unwrap());
+        assert!(
+            others.matches(seen(&two), Engine::LlamaCpp),
+            "seq 1 decoded too"
+        );
+        let mut no_seq = two.clone();
+        no_seq.seq = None;
+        assert!(
+            !others.matches(seen(&no_seq), Engine::LlamaCpp),
+            "no own sequence"
         );
     }
 }
