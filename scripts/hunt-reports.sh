@@ -9,6 +9,9 @@
 #   BUDGET=2m scripts/hunt-reports.sh       # a short hunt, to see the script work
 #   PINS=0.1.156 scripts/hunt-reports.sh    # one pin only
 #   KVAUDIT=/tmp/copy/kvaudit scripts/hunt-reports.sh   # that binary (named kvaudit), no build
+#   MERGE_ONLY=1 scripts/hunt-reports.sh    # no hunt: the committed hunts classified again with
+#                                           # the corpus, decisions and fixes built in now (also
+#                                           # the old pins' hunts of reports/hunt/old/)
 #
 # Exit code 1 of a hunt (new or regressed groups) is expected; any other failure stops the
 # script.
@@ -20,6 +23,23 @@ if [ -z "${KVAUDIT:-}" ]; then
   cargo build --release --quiet
 fi
 k=${KVAUDIT:-target/release/kvaudit}
+if [ -n "${MERGE_ONLY:-}" ]; then
+  dirs=()
+  for pin in ${PINS:-0.1.161 0.1.156}; do dirs+=("reports/hunt/llama.cpp@$pin"); done
+  [ -n "${PINS:-}" ] || dirs+=(reports/hunt/mlx-lm@0.32.2)
+  for out in "${dirs[@]}"; do
+    rm -rf "$out/new"
+    $k merge "$out" --out "$out" --shrink-again 2000 > "$out/merge.txt" 2>&1 || [ $? -eq 1 ]
+    echo "$out: $(sed -n 2p "$out/merge.txt" | cut -c1-200)"
+  done
+  # The old pins' 5-minute hunts (docs/results.md, Hunts on old pins): classified again only.
+  [ -n "${PINS:-}" ] || for out in reports/hunt/old/llama.cpp@*; do
+    rm -rf "$out/new"
+    $k merge "$out" --out "$out" > "$out/merge.txt" 2>&1 || [ $? -eq 1 ]
+    echo "$out: $(sed -n 2p "$out/merge.txt" | cut -c1-200)"
+  done
+  exit 0
+fi
 for pin in ${PINS:-0.1.161 0.1.156}; do
   out=reports/hunt/llama.cpp@$pin
   rm -rf "$out"
