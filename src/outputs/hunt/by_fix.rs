@@ -44,8 +44,8 @@ use crate::targets::registry::Engine;
 
 mod remedies;
 
-pub use remedies::{remedies_for, Remedy};
 use remedies::{drop_what_a_remedy_needs_explains, nearness};
+pub use remedies::{remedies_for, Remedy};
 
 /// The step a run of `repro`'s trace fails at: its oracle's first violation, or a crash that
 /// ended the run before it.
@@ -255,8 +255,13 @@ pub fn explain_by_fix(
                 continue;
             };
             checked += 1;
-            let one = std::slice::from_ref(expected);
-            let r = replay_group(s, plan, g, (one, &corpus), replay_until, &mut replays);
+            // With the remedies it is built on, which must not explain the group alone.
+            let one: Vec<Remedy> = remedies
+                .iter()
+                .filter(|r| r.name == expected.name || expected.with.contains(&r.name))
+                .cloned()
+                .collect();
+            let r = replay_group(s, plan, g, (&one, &corpus), replay_until, &mut replays);
             cut_short |= r.cut_short;
             if !r.by_fix.explained.is_empty() || r.by_fix.replayed == 0 {
                 // Confirmed, or it could not be told (said in its evidence).
@@ -426,6 +431,11 @@ mod tests {
         let mut b_only = vec![evidence("fix b"), evidence("fix c")];
         drop_what_a_remedy_needs_explains(&mut b_only, &remedies);
         assert_eq!(names(&b_only), ["fix b", "fix c"]);
+        // Where a is no remedy here (its fix left out of the corpus), b's replay cannot tell
+        // the two apart.
+        let mut without_a = vec![evidence("fix b")];
+        drop_what_a_remedy_needs_explains(&mut without_a, &remedies[1..]);
+        assert!(without_a.is_empty());
     }
     use crate::outputs::corpus::Corpus;
     use crate::outputs::hunt::tests::summary_of;

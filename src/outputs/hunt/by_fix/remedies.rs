@@ -193,16 +193,23 @@ pub(super) fn nearness(remedy: &Remedy, corpus: &[&CorpusEntry], members: &[&Fin
         .unwrap_or(0)
 }
 
-/// Drops from `explained` each remedy applied with another (`Remedy::with`) that explains
-/// the group alone: the group is that other's root cause (R3's fix is built on R15's, and a
-/// group of R15 holds with both).
-pub(super) fn drop_what_a_remedy_needs_explains(explained: &mut Vec<FixEvidence>, remedies: &[Remedy]) {
+/// Drops from `explained` each remedy applied with another (`Remedy::with`) unless that other
+/// is a remedy of its own that does not explain the group: where the other alone explains it,
+/// the group is the other's root cause (R3's fix is built on R15's, and a group of R15 holds
+/// with both); where the other is no remedy here (left out of the corpus), the replay cannot
+/// tell the two apart.
+pub(super) fn drop_what_a_remedy_needs_explains(
+    explained: &mut Vec<FixEvidence>,
+    remedies: &[Remedy],
+) {
     let alone: BTreeSet<String> = explained.iter().map(|e| e.remedy.clone()).collect();
+    let is_remedy = |name: &String| remedies.iter().any(|r| &r.name == name);
     explained.retain(|e| {
         let with = remedies
             .iter()
             .find(|r| r.name == e.remedy)
-            .map(|r| &r.with);
-        !with.is_some_and(|w| w.iter().any(|before| alone.contains(before)))
+            .map_or(&[][..], |r| &r.with[..]);
+        with.iter()
+            .all(|before| is_remedy(before) && !alone.contains(before))
     });
 }
