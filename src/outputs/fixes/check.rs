@@ -256,20 +256,11 @@ impl RunCheck {
 
 /// Whether both fail at the same step with the same kind and sequence (observed aside).
 fn same_failure(before: &Outcome, after: &Outcome) -> bool {
-    match (before, after) {
-        (
-            Outcome::Fails {
-                step, kind, seq, ..
-            },
-            Outcome::Fails {
-                step: s2,
-                kind: k2,
-                seq: q2,
-                ..
-            },
-        ) => step == s2 && kind == k2 && seq == q2,
-        _ => false,
-    }
+    let kind = |o: &Outcome| match o {
+        Outcome::Fails { kind, .. } => Some(kind.clone()),
+        _ => None,
+    };
+    same_step_and_seq(before, after) && kind(before) == kind(after)
 }
 
 /// Whether both fail at the same step and sequence (kind and observed aside).
