@@ -1,5 +1,5 @@
 /* The prelude kvaudit 0.1.0 writes at the top of every C reproducer (`kvaudit repro FILE --emit c`),
- * once for the programs of this folder, which include it after their own header comment. */
+ * once for the C programs of notes/issue45/ (old-pins-and-ple/, ple/), which include it after their own header comment. */
 
 #include <stdint.h>
 #include <stdio.h>
