@@ -211,19 +211,14 @@ fn max_abs_diff(f: &Finding) -> Option<f64> {
         .and_then(serde_json::Value::as_f64)
 }
 
-/// Whether `trace` acts on a sequence id at or above its setup's `n_seq_max` (any op's `seq`,
-/// `src`, `dst` or `seqs`; a negative id is "every sequence", not one beyond).
+/// Whether `trace` acts on a sequence id at or above its setup's `n_seq_max` (any id an op
+/// names, `Op::for_each_seq`; a negative id is "every sequence", not one beyond).
 fn seq_at_or_above_n_seq_max(trace: &crate::base::op::Trace) -> bool {
     let n = i64::from(trace.setup.n_seq_max);
     trace.setup.ops.iter().chain(&trace.ops).any(|op| {
-        let v: serde_json::Value = serde_json::from_str(&op.to_json()).unwrap_or_default();
-        let beyond = |x: &serde_json::Value| x.as_i64().is_some_and(|s| s >= n);
-        ["seq", "src", "dst"]
-            .iter()
-            .any(|k| v.get(k).is_some_and(beyond))
-            || v.get("seqs")
-                .and_then(serde_json::Value::as_array)
-                .is_some_and(|a| a.iter().any(beyond))
+        let mut beyond = false;
+        op.for_each_seq(|s| beyond |= i64::from(s) >= n);
+        beyond
     })
 }
 
@@ -448,6 +443,27 @@ mod tests {
             others.matches(seen(&two), Engine::LlamaCpp),
             "seq 1 decoded too"
         );
+        // A sequence id at or above n_seq_max (2 here): 2 is, 1 and -1 ("every") are not.
+        let beyond = MatchBlock {
+            seq_at_or_above_n_seq_max: true,
+            ..m.0[0].clone()
+        };
+        assert!(!beyond.matches(seen(&two), Engine::LlamaCpp), "seq 1 < 2");
+        let mut every = f.clone();
+        every
+            .trace
+            .ops
+            .push(serde_json::from_str(r#"{"op":"seq_rm","seq":-1,"p0":0,"p1":-1}"#).unwrap());
+        assert!(
+            !beyond.matches(seen(&every), Engine::LlamaCpp),
+            "-1 is every sequence"
+        );
+        let mut past = every.clone();
+        past.trace
+            .setup
+            .ops
+            .push(serde_json::from_str(r#"{"op":"decode","seq":2,"n":1}"#).unwrap());
+        assert!(beyond.matches(seen(&past), Engine::LlamaCpp), "seq 2 >= 2");
         let mut no_seq = two.clone();
         no_seq.seq = None;
         assert!(
